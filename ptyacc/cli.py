@@ -1,0 +1,121 @@
+"""The ``ptyacc`` command line. Thin: parse, load the config, call the engine, map errors to
+one-line messages with exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+from ptyacc.errors import PtyaccError
+
+EXIT_USAGE = 2
+
+set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                          help="Override a config key, e.g. --set optim.iterations=5 (repeatable).")
+
+
+def friendly_errors(func):
+    """Print ptyacc errors as one line on stderr and exit with code 2, without a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except PtyaccError as exc:
+            click.echo(f"ptyacc: error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ptyacc")
+def cli() -> None:
+    """ptyacc: ptychographic reconstruction by automatic differentiation.
+
+    The same YAML config runs on one CPU (`ptyacc run c.yaml`) or many GPUs and nodes
+    (`accelerate launch -m ptyacc.run c.yaml`).
+    """
+
+
+@cli.command()
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--quiet", is_flag=True, help="No progress bar or summary.")
+@friendly_errors
+def run(config_file: str, overrides: tuple[str, ...], quiet: bool) -> None:
+    """Reconstruct the dataset that CONFIG_FILE describes; write results.h5 and figures to
+    output.dir. Launch under `accelerate launch -m ptyacc.run` for several processes."""
+    from ptyacc.config import load_config
+    from ptyacc.engine import reconstruct
+
+    config = load_config(config_file, overrides)
+    if quiet:
+        config.runtime.progress = False
+    rec = reconstruct(config)
+    import torch.distributed as dist
+
+    is_main = not dist.is_initialized() or dist.get_rank() == 0
+    if is_main and not quiet:
+        click.echo(f"ptyacc: {len(rec.loss)} iterations on {rec.world_size} process(es) in {rec.wall_time_s:.1f} s; "
+                   f"final loss {rec.loss[-1]:.6g}; results in {rec.output_dir / 'results.h5'}", err=True)
+
+
+@cli.command()
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@set_option
+@friendly_errors
+def validate(config_file: str, overrides: tuple[str, ...]) -> None:
+    """Check CONFIG_FILE (keys, types, values) and print it with all defaults filled in."""
+    from ptyacc.config import load_config
+
+    config = load_config(config_file, overrides)
+    click.echo(config.to_yaml(), nl=False)
+    click.echo(f"# {config_file}: valid", err=True)
+
+
+@cli.command("config-reference")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+def config_reference_cmd(output: str | None) -> None:
+    """Print the reference of every config key, generated from ptyacc's config dataclasses."""
+    from ptyacc.config import config_reference
+
+    text = config_reference()
+    if output:
+        Path(output).write_text(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@click.argument("results_file", type=click.Path(dir_okay=False))
+@click.option("--output-dir", "-o", type=click.Path(file_okay=False), help="Folder for the PNGs (default: beside the file).")
+@friendly_errors
+def plot(results_file: str, output_dir: str | None) -> None:
+    """Make the PNG figures (object phase, probe modes, loss, positions) from a results.h5."""
+    from ptyacc.output import load_results, save_figures
+
+    results = load_results(results_file)
+    folder = Path(output_dir) if output_dir else Path(results_file).parent
+    for path in save_figures(folder, results):
+        click.echo(str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
+    except click.exceptions.Abort:
+        return 1
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def entry_point() -> None:
+    sys.exit(main())

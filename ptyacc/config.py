@@ -1,0 +1,453 @@
+"""The YAML schema: one validated dataclass per config section.
+
+Unknown keys, wrong types and impossible values fail at load time with the key path and the
+reason (``optim.lr.probe: must be >= 0, got -1``). Every field carries a ``doc`` in its
+metadata; ``ptyacc config-reference`` prints the reference from them.
+
+Relative input paths (``data.path``, ``experiment.positions.path``) are resolved against the
+directory of the config file; ``output.dir`` is relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from ptyacc.errors import ConfigError
+
+ABERRATION_NAMES = (
+    "C10", "C12a", "C12b",
+    "C21a", "C21b", "C23a", "C23b",
+    "C30", "C32a", "C32b", "C34a", "C34b",
+    "C41a", "C41b", "C43a", "C43b", "C45a", "C45b",
+    "C50", "C52a", "C52b", "C54a", "C54b", "C56a", "C56b",
+)
+
+
+def _f(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = None) -> Any:
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class TransformConfig:
+    """Orientation fix applied to every diffraction pattern: transpose, then flips."""
+
+    transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
+    flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
+    flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
+
+
+@dataclass
+class SimulateConfig:
+    """A synthetic dataset made with ptyacc's own forward model (for tests and tutorials)."""
+
+    scan_shape: list[int] = _f(factory=lambda: [16, 16], doc="Scan positions [slow, fast].")
+    detector_px: int = _f(64, "Pattern size K (K x K pixels).")
+    dose: float | None = _f(None, "Electrons per pattern for Poisson noise; null = noise-free.")
+    atoms: int = _f(0, "Number of random atoms; 0 = about one per 4 square Å of object.")
+    atom_phase_rad: float = _f(0.4, "Peak phase of one atom (Gaussian, 0.35 Å sigma).")
+    position_jitter_A: float = _f(0.0, "Random error added to the true raster positions (Å).")
+    seed: int = _f(1, "Seed of the random object, positions and noise.")
+
+    def _check(self, path: str) -> None:
+        _require(len(self.scan_shape) == 2 and min(self.scan_shape) >= 1, f"{path}.scan_shape",
+                 f"must be two positive integers, got {self.scan_shape}")
+        _require(self.detector_px >= 8 and self.detector_px % 2 == 0, f"{path}.detector_px",
+                 f"must be an even integer >= 8, got {self.detector_px}")
+        _require(self.dose is None or self.dose > 0, f"{path}.dose", f"must be > 0, got {self.dose}")
+        _require(self.atoms >= 0, f"{path}.atoms", f"must be >= 0, got {self.atoms}")
+        _require(self.position_jitter_A >= 0, f"{path}.position_jitter_A", "must be >= 0")
+
+
+@dataclass
+class DataConfig:
+    """Where the diffraction patterns come from."""
+
+    path: str | None = _f(None, "HDF5 file with patterns (relative to the config file).")
+    key: str | None = _f(None, "Dataset inside the HDF5 file; default 'patterns' or the one 3D/4D dataset.")
+    scan_shape: list[int] | None = _f(None, "Scan [slow, fast]; read from 4D data or the file's attribute if omitted.")
+    transform: TransformConfig = _f(factory=TransformConfig, doc="Orientation fix of each pattern.")
+    simulate: SimulateConfig | None = _f(None, "Synthetic dataset instead of `path`.")
+    nonfinite: Literal["error", "zero"] = _f("error", "What to do with NaN/Inf pattern values.")
+    negative: Literal["clip", "error"] = _f("clip", "What to do with negative pattern values (clip sets them to 0).")
+
+    def _check(self, path: str) -> None:
+        if (self.path is None) == (self.simulate is None):
+            raise ConfigError(f"{path}: give exactly one of `path` (a data file) or `simulate`")
+        if self.scan_shape is not None:
+            _require(len(self.scan_shape) == 2 and min(self.scan_shape) >= 1, f"{path}.scan_shape",
+                     f"must be two positive integers [slow, fast], got {self.scan_shape}")
+
+
+@dataclass
+class PositionsFileConfig:
+    """Probe centres read from a file: an (N, 2) array of (y, x) in Å, in the patterns' order."""
+
+    key: str = _f("positions_A", "Dataset holding the (N, 2) positions.")
+    path: str | None = _f(None, "HDF5 file; defaults to data.path.")
+
+
+@dataclass
+class ExperimentConfig:
+    """Instrument settings. Values left out are read from the data file's attributes if present."""
+
+    radiation: Literal["electron", "xray"] = _f("electron", "Kind of radiation.")
+    energy_eV: float | None = _f(None, "Beam energy in eV (electrons: accelerating voltage x e).")
+    semiangle_mrad: float | None = _f(None, "Probe-forming aperture semi-angle in mrad.")
+    defocus_A: float | None = _f(None, "Defocus in Å, = -C10; positive = underfocus (focus below the entrance surface).")
+    aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
+    dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
+    dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
+    scan_step_A: float | None = _f(None, "Raster scan step in Å.")
+    scan_rotation_deg: float = _f(0.0, "Rotation of the scan axes against the detector axes, counter-clockwise.")
+    positions: Union[Literal["raster"], PositionsFileConfig] = _f(
+        "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
+
+    def _check(self, path: str) -> None:
+        for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"{path}.{name}", f"must be > 0, got {value}")
+        unknown = sorted(set(self.aberrations) - set(ABERRATION_NAMES))
+        if unknown:
+            hint = _suggest(unknown[0], ABERRATION_NAMES)
+            raise ConfigError(f"{path}.aberrations.{unknown[0]}: unknown aberration{hint}; "
+                              f"known: {', '.join(ABERRATION_NAMES)}")
+        if "C10" in self.aberrations and self.defocus_A is not None:
+            raise ConfigError(f"{path}.defocus_A: give defocus_A or aberrations.C10, not both (defocus_A = -C10)")
+        if self.dk_invA is not None and self.dx_A is not None:
+            raise ConfigError(f"{path}: give dk_invA or dx_A, not both (dx_A = 1 / (K dk_invA))")
+
+
+@dataclass
+class ModelConfig:
+    """What is reconstructed."""
+
+    probe_modes: int = _f(1, "Number of incoherent probe modes.")
+    object_modes: int = _f(1, "Number of incoherent object modes.")
+    slices: int = _f(1, "Number of object slices (multislice when > 1).")
+    slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")
+    object_padding_px: int = _f(0, "Extra object pixels around the scanned field, on each side.")
+    object_amplitude_bounds: list[float] = _f(
+        factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each step.")
+    orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
+
+    def _check(self, path: str) -> None:
+        for name in ("probe_modes", "object_modes", "slices"):
+            _require(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", "must be > 0")
+        _require(self.object_padding_px >= 0, f"{path}.object_padding_px", "must be >= 0")
+        lo_hi = self.object_amplitude_bounds
+        _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",
+                 f"must be [min, max] with 0 <= min < max, got {lo_hi}")
+
+
+@dataclass
+class LearningRates:
+    """Adam learning rates in natural units: radians (object phase), relative amplitude
+    (object amplitude and probe, which is stored scaled to a peak of 1) and pixels (positions)."""
+
+    object: float = _f(2e-3, "Object amplitude and phase step size.")
+    probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
+    positions: float = _f(1e-2, "Position step size in pixels.")
+
+    def _check(self, path: str) -> None:
+        for name in ("object", "probe", "positions"):
+            _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass
+class StartIterations:
+    """Iteration (0-based) from which each quantity is updated; null = never."""
+
+    object: int | None = _f(0, "First iteration that updates the object.")
+    probe: int | None = _f(1, "First iteration that updates the probe.")
+    positions: int | None = _f(None, "First iteration that refines positions; null = positions fixed.")
+
+    def _check(self, path: str) -> None:
+        for name in ("object", "probe", "positions"):
+            value = getattr(self, name)
+            _require(value is None or value >= 0, f"{path}.{name}", f"must be >= 0 or null, got {value}")
+
+
+@dataclass
+class OptimConfig:
+    """How the reconstruction is optimised."""
+
+    iterations: int = _f(20, "Passes over all positions (epochs).")
+    batch_size: int = _f(32, "Global batch: positions per step, over all processes together.")
+    grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
+    loss: Literal["amplitude", "poisson"] = _f("amplitude", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL.")
+    lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
+    start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
+
+    def _check(self, path: str) -> None:
+        _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
+        _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
+
+
+@dataclass
+class OutputConfig:
+    """What is written, and where."""
+
+    dir: str = _f("results", "Output directory (relative to the working directory).")
+    save_every: int = _f(0, "Write results.h5 every this many iterations; 0 = only at the end.")
+    figures: bool = _f(True, "Write PNG figures with each save.")
+
+    def _check(self, path: str) -> None:
+        _require(self.save_every >= 0, f"{path}.save_every", "must be >= 0")
+
+
+@dataclass
+class RuntimeConfig:
+    """Where and how the computation runs."""
+
+    device: Literal["auto", "cpu", "cuda", "mps"] = _f("auto", "auto: CUDA, else MPS, else CPU.")
+    seed: int = _f(0, "Seed of batch order and random initialisation (identical on all processes).")
+    backend: Literal["auto", "nccl", "gloo"] = _f("auto", "Process-group backend; auto: NCCL with CUDA on Linux, else gloo.")
+    timeout_s: float = _f(600.0, "Seconds a collective may wait before the run stops.")
+    threads: int | None = _f(None, "torch CPU threads per process; null = torch's default.")
+    check_sync_every: int = _f(0, "Check every K iterations that all processes hold identical parameters; 0 = only at the end.")
+    progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
+
+    def _check(self, path: str) -> None:
+        _require(self.timeout_s > 0, f"{path}.timeout_s", "must be > 0")
+        _require(self.threads is None or self.threads >= 1, f"{path}.threads", "must be >= 1")
+        _require(self.check_sync_every >= 0, f"{path}.check_sync_every", "must be >= 0")
+
+
+@dataclass
+class Config:
+    """A whole ptyacc run."""
+
+    data: DataConfig = _f(factory=lambda: DataConfig(simulate=SimulateConfig()), doc="Input patterns.")
+    experiment: ExperimentConfig = _f(factory=ExperimentConfig, doc="Instrument settings.")
+    model: ModelConfig = _f(factory=ModelConfig, doc="Reconstructed quantities.")
+    optim: OptimConfig = _f(factory=OptimConfig, doc="Optimisation.")
+    output: OutputConfig = _f(factory=OutputConfig, doc="Output.")
+    runtime: RuntimeConfig = _f(factory=RuntimeConfig, doc="Runtime.")
+    base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
+
+    def resolve_input(self, path: str) -> Path:
+        """An input path as given in the config, resolved against the config file's folder."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("base_dir")
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(source: str | Path | dict | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Build a validated Config from a YAML file, a dict, or defaults, then apply
+    ``section.key=value`` overrides (values parsed as YAML)."""
+    base_dir = "."
+    if source is None:
+        raw: dict = {}
+    elif isinstance(source, dict):
+        raw = _deep_copy(source)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        base_dir = str(path.resolve().parent)
+    for item in overrides:
+        _apply_override(raw, item)
+    config = _build(Config, raw, "")
+    config.base_dir = base_dir
+    return config
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    if "=" not in item:
+        raise ConfigError(f"--set {item}: expected key.path=value, e.g. optim.iterations=5")
+    key, text = item.split("=", 1)
+    parts = key.strip().split(".")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {} if child is None or child == "raster" else child
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {part} is not a section")
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _deep_copy(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _deep_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_deep_copy(v) for v in obj]
+    return obj
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    where = path or "config"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys, got {type(raw).__name__} {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(f"{_join(path, str(key))}: unknown key{_suggest(str(key), fields)}; "
+                              f"allowed: {', '.join(fields)}")
+    values = {name: _coerce(raw[name], hints[name], _join(path, name)) for name in fields if name in raw}
+    obj = cls(**values)
+    check = getattr(obj, "_check", None)
+    if check is not None:
+        check(where)
+    return obj
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, option, path)
+            except ConfigError as exc:
+                errors.append(str(exc).split(": ", 1)[-1])
+        raise ConfigError(f"{path}: {' or '.join(errors)}")
+    if origin is Literal:
+        if value in args:
+            return value
+        hint = _suggest(str(value), [str(a) for a in args])
+        raise ConfigError(f"{path}: must be one of {', '.join(map(str, args))}, got {value!r}{hint}")
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{path}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    raise TypeError(f"unsupported config type {tp} at {path}")
+
+
+def _require(ok: bool, path: str, reason: str) -> None:
+    if not ok:
+        raise ConfigError(f"{path}: {reason}")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _suggest(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def config_reference() -> str:
+    """Markdown reference of every config key, generated from the dataclasses."""
+    lines = ["# Config reference", "",
+             "Generated by `ptyacc config-reference` from `ptyacc/config.py`; do not edit by hand.", ""]
+    _reference(Config, Config(), "", lines)
+    return "\n".join(lines) + "\n"
+
+
+def _reference(cls: type, default: Any, path: str, lines: list[str]) -> None:
+    hints = typing.get_type_hints(cls)
+    nested = []
+    rows = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        value = getattr(default, f.name)
+        key = _join(path, f.name)
+        tp = hints[f.name]
+        sub = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
+        if sub and (value is None or dataclasses.is_dataclass(value) or value == "raster"):
+            nested.append((sub[0], value if dataclasses.is_dataclass(value) else sub[0](), key, f.metadata["doc"]))
+            if not dataclasses.is_dataclass(value):
+                rows.append(f"| `{key}` | {_type_name(tp)} | `{_yaml_value(value)}` | {f.metadata['doc']} |")
+            continue
+        rows.append(f"| `{key}` | {_type_name(tp)} | `{_yaml_value(value)}` | {f.metadata['doc']} |")
+    if rows:
+        lines += [f"## `{path}`" if path else "## top level", "",
+                  (cls.__doc__ or "").strip(), "",
+                  "| key | type | default | meaning |", "|---|---|---|---|", *rows, ""]
+    for sub_cls, sub_default, key, _doc in nested:
+        _reference(sub_cls, sub_default, key, lines)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is Literal:
+        return " \\| ".join(str(a) for a in args)
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"mapping to {_type_name(args[1])}"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "section"
+    return tp.__name__
+
+
+def _yaml_value(value: Any) -> str:
+    if dataclasses.is_dataclass(value):
+        value = dataclasses.asdict(value)
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()

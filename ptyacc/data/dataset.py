@@ -1,0 +1,175 @@
+"""The in-memory dataset: patterns, probe positions and calibration, whatever the source."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ptyacc.config import Config
+from ptyacc.data.readers import read_hdf5_array, read_hdf5_patterns
+from ptyacc.errors import ConfigError, DataError
+from ptyacc.physics import wavelength_A
+
+FILE_ATTRIBUTES = ("energy_eV", "semiangle_mrad", "defocus_A", "dk_invA", "dx_A", "scan_step_A")
+
+
+@dataclass
+class PtychoData:
+    """Everything the model needs to know about a measurement.
+
+    patterns:     (N, K, K) float32 intensities, unshifted FFT layout (zero frequency at [0, 0]).
+    positions_A:  (N, 2) float64 probe centres (y, x) in Å, in the patterns' order.
+    """
+
+    patterns: torch.Tensor
+    positions_A: np.ndarray
+    dx_A: float
+    wavelength_A: float
+    semiangle_mrad: float | None
+    aberrations: dict[str, float]
+    scan_shape: tuple[int, int] | None = None
+    source: str = ""
+    ground_truth: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_patterns(self) -> int:
+        return self.patterns.shape[0]
+
+    @property
+    def detector_px(self) -> int:
+        return self.patterns.shape[-1]
+
+    @property
+    def dk_invA(self) -> float:
+        return 1.0 / (self.detector_px * self.dx_A)
+
+    @property
+    def mean_intensity(self) -> float:
+        """Mean total counts per pattern."""
+        return float(self.patterns.sum(dim=(-2, -1), dtype=torch.float64).mean())
+
+
+def load_data(config: Config) -> PtychoData:
+    """Read or simulate the dataset that ``config.data`` describes, calibrated by
+    ``config.experiment`` (values it leaves out come from the file's attributes)."""
+    if config.data.simulate is not None:
+        from ptyacc.data.simulate import simulate_dataset
+
+        return simulate_dataset(config)
+    path = config.resolve_input(config.data.path)
+    raw = read_hdf5_patterns(path, config.data.key, prepare=_pattern_preparation(config, str(path)))
+    patterns = raw.patterns
+    if patterns.shape[-1] != patterns.shape[-2]:
+        raise DataError(f"{path}: patterns must be square, found {patterns.shape[-2]} x {patterns.shape[-1]}")
+    exp = _experiment_values(config, raw.attrs)
+    k = patterns.shape[-1]
+    if exp["dx_A"] is not None:
+        dx_A = exp["dx_A"]
+    elif exp["dk_invA"] is not None:
+        dx_A = 1.0 / (k * exp["dk_invA"])
+    else:
+        raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
+    if exp["energy_eV"] is None:
+        raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute")
+    scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else raw.scan_shape
+    positions_A = _positions(config, exp, scan_shape, len(patterns), path)
+    return PtychoData(
+        patterns=torch.from_numpy(patterns),
+        positions_A=positions_A,
+        dx_A=dx_A,
+        wavelength_A=wavelength_A(exp["energy_eV"], config.experiment.radiation),
+        semiangle_mrad=exp["semiangle_mrad"],
+        aberrations=exp["aberrations"],
+        scan_shape=scan_shape,
+        source=str(path),
+    )
+
+
+def _pattern_preparation(config: Config, source: str):
+    """Per-chunk preparation: orientation fix, non-finite and negative values, ifftshift."""
+    t = config.data.transform
+    policy_nonfinite, policy_negative = config.data.nonfinite, config.data.negative
+
+    def prepare(chunk: np.ndarray) -> np.ndarray:
+        if t.transpose:
+            chunk = chunk.transpose(0, 2, 1)
+        if t.flip_y:
+            chunk = chunk[:, ::-1, :]
+        if t.flip_x:
+            chunk = chunk[:, :, ::-1]
+        chunk = np.fft.ifftshift(chunk, axes=(-2, -1))
+        bad = ~np.isfinite(chunk)
+        if bad.any():
+            if policy_nonfinite == "error":
+                raise DataError(f"{source}: {int(bad.sum())} NaN/Inf pattern values; "
+                                "set data.nonfinite: zero to replace them by 0")
+            chunk[bad] = 0.0
+        if (chunk < 0).any():
+            if policy_negative == "error":
+                raise DataError(f"{source}: negative pattern values (min {chunk.min():g}); "
+                                "set data.negative: clip to set them to 0")
+            np.maximum(chunk, 0.0, out=chunk)
+        return chunk
+
+    return prepare
+
+
+def _experiment_values(config: Config, attrs: dict) -> dict[str, Any]:
+    """Experiment values from the config, completed from the file's attributes."""
+    exp = config.experiment
+    out: dict[str, Any] = {name: getattr(exp, name) for name in FILE_ATTRIBUTES}
+    given_sampling = exp.dk_invA is not None or exp.dx_A is not None
+    for name in FILE_ATTRIBUTES:
+        if out[name] is None and name in attrs:
+            if name in ("dk_invA", "dx_A") and given_sampling:
+                continue
+            if name == "defocus_A" and "C10" in exp.aberrations:
+                continue
+            out[name] = float(attrs[name])
+    if out["dk_invA"] is not None and out["dx_A"] is not None:
+        out["dx_A"] = None  # the file carries both; dk is the measured one
+    for name in ("energy_eV", "dk_invA", "dx_A", "scan_step_A"):
+        if out[name] is not None and not out[name] > 0:
+            raise ConfigError(f"experiment.{name}: must be > 0, got {out[name]} (from the data file)")
+    aberrations = dict(exp.aberrations)
+    if out["defocus_A"] is not None:
+        aberrations["C10"] = -out["defocus_A"]
+    out["aberrations"] = aberrations
+    return out
+
+
+def raster_positions_A(scan_shape: tuple[int, int], step_A: float, rotation_deg: float = 0.0) -> np.ndarray:
+    """(N, 2) raster probe centres (y, x) in Å, slow axis y, row-major, starting at (0, 0),
+    rotated by ``rotation_deg`` from the x axis towards the y axis."""
+    ny, nx = scan_shape
+    y, x = np.meshgrid(np.arange(ny) * step_A, np.arange(nx) * step_A, indexing="ij")
+    theta = math.radians(rotation_deg)
+    c, s = math.cos(theta), math.sin(theta)
+    y, x = x.ravel() * s + y.ravel() * c, x.ravel() * c - y.ravel() * s
+    return np.stack([y, x], axis=1)
+
+
+def _positions(config: Config, exp: dict, scan_shape: tuple[int, int] | None, n: int, data_path) -> np.ndarray:
+    spec = config.experiment.positions
+    if spec == "raster":
+        if scan_shape is None:
+            raise ConfigError("data.scan_shape: needed for raster positions with 3D patterns")
+        if scan_shape[0] * scan_shape[1] != n:
+            raise ConfigError(f"data.scan_shape: {list(scan_shape)} gives {scan_shape[0] * scan_shape[1]} "
+                              f"positions but the data has {n} patterns")
+        if exp["scan_step_A"] is None:
+            raise ConfigError("experiment.scan_step_A: needed for raster positions")
+        return raster_positions_A(scan_shape, exp["scan_step_A"], config.experiment.scan_rotation_deg)
+    path = config.resolve_input(spec.path) if spec.path else data_path
+    positions = np.asarray(read_hdf5_array(path, spec.key), dtype=np.float64)
+    if positions.ndim != 2 or positions.shape[1] != 2:
+        raise DataError(f"{path}:{spec.key}: positions must be (N, 2) (y, x), found shape {positions.shape}")
+    if len(positions) != n:
+        raise DataError(f"{path}:{spec.key}: {len(positions)} positions for {n} patterns")
+    if not np.isfinite(positions).all():
+        raise DataError(f"{path}:{spec.key}: positions contain NaN or Inf")
+    return positions

@@ -1,0 +1,102 @@
+"""Readers of pattern files. Each returns float32 patterns (N, K, K), zero frequency at the
+centre, plus the file's attributes and scan shape when the file knows them."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from ptyacc.errors import DataError
+
+CHUNK_BYTES = 64 * 2**20
+
+
+@dataclass
+class RawPatterns:
+    patterns: np.ndarray  # (N, K, K) float32, zero frequency at (K/2, K/2)
+    scan_shape: tuple[int, int] | None
+    attrs: dict = field(default_factory=dict)
+    source: str = ""
+
+
+def read_hdf5_patterns(path: Path, key: str | None = None,
+                       prepare: Callable[[np.ndarray], np.ndarray] | None = None) -> RawPatterns:
+    """Patterns from an HDF5 file: ``key`` or 'patterns' or the only 3D/4D numeric dataset.
+    4D data is (scan_slow, scan_fast, ky, kx); 3D data is (N, ky, kx). Read in chunks into
+    one float32 array, so no float64 copy of the data is ever built; ``prepare`` maps each
+    float32 chunk (n, ky, kx) to its final form (same shape) as it arrives."""
+    if not path.is_file():
+        raise DataError(f"{path}: data file not found")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+    with f:
+        dset = _find_patterns(f, path, key)
+        if dset.ndim not in (3, 4):
+            raise DataError(f"{path}:{dset.name}: expected 3D (N, ky, kx) or 4D (slow, fast, ky, kx) "
+                            f"patterns, found shape {dset.shape}")
+        if dset.size == 0:
+            raise DataError(f"{path}:{dset.name}: is empty (shape {dset.shape})")
+        scan_shape = tuple(int(s) for s in dset.shape[:2]) if dset.ndim == 4 else None
+        if scan_shape is None and "scan_shape" in f.attrs:
+            scan_shape = tuple(int(s) for s in np.asarray(f.attrs["scan_shape"]).ravel()[:2])
+        k_y, k_x = dset.shape[-2:]
+        n = int(np.prod(dset.shape[:-2]))
+        patterns = np.empty((n, k_y, k_x), dtype=np.float32)
+        flat = patterns.reshape(dset.shape)
+        step = max(1, CHUNK_BYTES // max(1, dset.dtype.itemsize * int(np.prod(dset.shape[1:]))))
+        for start in range(0, dset.shape[0], step):
+            flat[start:start + step] = dset[start:start + step]
+            if prepare is not None:
+                rows = slice(start * n // dset.shape[0], (start + step) * n // dset.shape[0])
+                patterns[rows] = prepare(patterns[rows])
+        attrs = {k: _plain(v) for k, v in f.attrs.items()}
+    return RawPatterns(patterns, scan_shape, attrs, str(path))
+
+
+def read_hdf5_array(path: Path, key: str) -> np.ndarray:
+    """One whole dataset as a NumPy array, with a message naming file and key on failure."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        with h5py.File(path, "r") as f:
+            if key not in f or not isinstance(f[key], h5py.Dataset):
+                raise DataError(f"{path}: no dataset {key!r}; datasets: {', '.join(_datasets(f)) or 'none'}")
+            return f[key][()]
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+
+
+def _find_patterns(f: h5py.File, path: Path, key: str | None) -> h5py.Dataset:
+    if key is not None:
+        if key not in f or not isinstance(f[key], h5py.Dataset):
+            raise DataError(f"{path}: no dataset {key!r} (data.key); datasets: {', '.join(_datasets(f)) or 'none'}")
+        return f[key]
+    if "patterns" in f and isinstance(f["patterns"], h5py.Dataset):
+        return f["patterns"]
+    candidates = [name for name in _datasets(f)
+                  if f[name].ndim in (3, 4) and f[name].dtype.kind in "iuf"]
+    if len(candidates) == 1:
+        return f[candidates[0]]
+    if not candidates:
+        raise DataError(f"{path}: no 3D or 4D numeric dataset found; set data.key")
+    raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key")
+
+
+def _datasets(f: h5py.File) -> list[str]:
+    names: list[str] = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

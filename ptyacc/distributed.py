@@ -1,0 +1,138 @@
+"""Everything about processes: the Accelerator, the backend choice, guards against broken
+launches, the one unwrap helper, and the parameter checksum that proves ranks agree."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from datetime import timedelta
+
+import torch
+from torch import nn
+
+from ptyacc.config import RuntimeConfig
+from ptyacc.errors import DistributedError
+
+LAUNCHER_WORLD_SIZE_VARS = ("WORLD_SIZE",)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The bare model inside a DDP (or compile) wrapper; the model itself otherwise.
+    The only place in ptyacc that knows about ``.module``."""
+    while hasattr(model, "module") and isinstance(model.module, nn.Module):
+        model = model.module
+    return getattr(model, "_orig_mod", model)
+
+
+def get_attribute(model: nn.Module, name: str):
+    """An attribute (parameter, buffer, method) of the model, wrapped or not."""
+    return getattr(unwrap(model), name)
+
+
+def choose_backend(requested: str, device_type: str, system: str | None = None) -> str:
+    """'nccl' only for CUDA devices on Linux; 'gloo' for CPU, Windows and macOS."""
+    system = system or platform.system()
+    if requested == "nccl":
+        if device_type != "cuda" or system != "Linux":
+            raise DistributedError(f"runtime.backend: nccl needs CUDA GPUs on Linux (here: {device_type} on {system}); "
+                                   "use gloo or auto")
+        return "nccl"
+    if requested == "gloo":
+        return "gloo"
+    return "nccl" if device_type == "cuda" and system == "Linux" else "gloo"
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' -> cuda if available, else mps, else cpu; an unavailable explicit device is an error."""
+    cuda = torch.cuda.is_available()
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if requested == "auto":
+        return "cuda" if cuda else ("mps" if mps else "cpu")
+    if requested == "cuda" and not cuda:
+        raise DistributedError("runtime.device: cuda requested but torch sees no CUDA GPU")
+    if requested == "mps" and not mps:
+        raise DistributedError("runtime.device: mps requested but torch sees no Apple GPU")
+    return requested
+
+
+def make_accelerator(runtime: RuntimeConfig):
+    """An Accelerator on the configured device and backend, after the launch guards."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    _refuse_mixed_precision()
+    device_type = resolve_device(runtime.device)
+    backend = choose_backend(runtime.backend, device_type)
+    if device_type == "cuda":
+        _check_gpu_count()
+    # Buffers (positions, propagator) never change, so broadcasting them each step is waste;
+    # every parameter takes part in every forward, so no search for unused ones.
+    handlers = [DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process group only when launched as several
+        handlers.append(InitProcessGroupKwargs(backend=backend, timeout=timedelta(seconds=runtime.timeout_s)))
+    accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no", kwargs_handlers=handlers)
+    check_world_size(accelerator.num_processes)
+    return accelerator
+
+
+def check_world_size(num_processes: int, environ: dict | None = None) -> None:
+    """A launcher that set WORLD_SIZE=N but left the processes unconnected would make N copies
+    of the same run that silently duplicate work. Stop instead."""
+    environ = os.environ if environ is None else environ
+    launched = environ.get("WORLD_SIZE")
+    if launched is not None and int(launched) != num_processes:
+        hint = (" On a machine without GPUs use `accelerate launch --multi_gpu --num_processes N` with "
+                "ACCELERATE_USE_CPU=1 (or runtime.device: cpu); `--cpu --num_processes N` starts one process."
+                if not torch.cuda.is_available() else "")
+        raise DistributedError(f"the launcher started WORLD_SIZE={launched} processes but this one joined a group of "
+                               f"{num_processes}: the processes are not connected and would duplicate work.{hint}")
+
+
+def _refuse_mixed_precision(environ: dict | None = None) -> None:
+    environ = os.environ if environ is None else environ
+    requested = environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if requested not in ("no", ""):
+        raise DistributedError(f"mixed precision {requested!r} requested by the accelerate config: ptyacc's complex "
+                               "FFTs run in float32 only (autocast skips them and the grad scaler cannot handle "
+                               "complex gradients). Set mixed_precision: 'no' in the accelerate config.")
+
+
+def _check_gpu_count(environ: dict | None = None) -> None:
+    environ = os.environ if environ is None else environ
+    local = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+    visible = torch.cuda.device_count()
+    if local > visible:
+        raise DistributedError(f"{local} processes on this node but only {visible} visible GPU(s): "
+                               "two processes on one GPU would share it and slow each other down; "
+                               "lower --num_processes")
+    if local > 1 and any("MIG" in torch.cuda.get_device_name(i) for i in range(visible)):
+        raise DistributedError("MIG slices cannot be joined in one multi-process run (NCCL does not support "
+                               "them); run one process per MIG slice or use whole GPUs")
+
+
+def parameter_checksum(model: nn.Module) -> str:
+    """Hash of the exact bytes of every parameter, to compare processes."""
+    digest = hashlib.sha256()
+    for name, p in sorted(unwrap(model).named_parameters()):
+        digest.update(name.encode())
+        digest.update(p.detach().to("cpu").contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_in_sync(accelerator, model: nn.Module, iteration: int) -> None:
+    """Stop with a clear error if the processes' parameters are not bit-identical."""
+    if accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    sums = gather_object([parameter_checksum(model)])
+    if len(set(sums)) > 1:
+        ranks = ", ".join(f"rank {r}: {s[:12]}" for r, s in enumerate(sums))
+        raise DistributedError(f"processes hold different parameters after iteration {iteration} ({ranks}); "
+                               "the run is not reproducible across ranks and was stopped")
+
+
+def python_version() -> str:
+    return sys.version.split()[0]

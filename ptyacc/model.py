@@ -1,0 +1,122 @@
+"""The ptychography model: optimisable state as real parameters, forward(indices) -> intensities.
+
+Complex quantities are stored as real tensors (amplitude/phase for the object, (..., 2)
+real/imaginary for the probe) so that no complex tensor ever reaches a collective.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from ptyacc.geometry import ObjectGeometry
+from ptyacc.physics import extract_patches, multislice_intensities, shift_ramp, transmission
+
+
+class PtychoModel(nn.Module):
+    """Object, probe and (optionally) position corrections of one reconstruction.
+
+    Parameters
+    - object_amplitude, object_phase: (object_modes, slices, Ny, Nx) float32
+    - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
+      so that Adam's step sizes are relative to the probe's peak amplitude
+    - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
+    Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale ().
+    """
+
+    def __init__(self, probe: torch.Tensor, geometry: ObjectGeometry, object_modes: int = 1, slices: int = 1,
+                 propagator: torch.Tensor | None = None, refine_positions: bool = False,
+                 object_init_noise: float = 1e-2, seed: int = 0) -> None:
+        super().__init__()
+        n_probe, k, _ = probe.shape
+        self.window = k
+        self.object_shape = geometry.shape
+        generator = torch.Generator().manual_seed(seed)
+        shape = (object_modes, slices, *geometry.shape)
+        amplitude = torch.ones(shape)
+        phase = torch.zeros(shape)
+        if object_modes > 1:
+            # identical modes would receive identical gradients forever
+            phase[1:] = object_init_noise * torch.randn(shape[0] - 1, *shape[1:], generator=generator)
+        self.object_amplitude = nn.Parameter(amplitude)
+        self.object_phase = nn.Parameter(phase)
+        scale = probe.abs().max().clamp_min(1e-30).to(torch.float32)
+        self.register_buffer("probe_scale", scale)
+        self.probe = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
+        positions_px = torch.as_tensor(np.asarray(geometry.positions_px), dtype=torch.float32)
+        self.register_buffer("positions_px", positions_px)
+        if refine_positions:
+            self.position_offsets = nn.Parameter(torch.zeros_like(positions_px))
+        else:
+            self.register_buffer("position_offsets", torch.zeros_like(positions_px))
+        self.refine_positions = refine_positions
+        if slices > 1 and propagator is None:
+            raise ValueError("a multislice model needs a propagator")
+        prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
+        self.register_buffer("propagator", prop.contiguous())
+        fractions = self._window_corners(positions_px)[1]
+        # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
+        self.needs_shift = refine_positions or bool(fractions.abs().max() > 1e-4)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        """Predicted intensities (B, K, K), unshifted layout, for positions ``indices`` (B,)."""
+        indices = indices.reshape(-1)
+        centres = self.positions_px[indices] + self.position_offsets[indices]
+        top_left, fraction = self._window_corners(centres)
+        probe = self.complex_probe()
+        if self.needs_shift:
+            probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(fraction, self.window)[:, None])
+        else:
+            probes = probe.expand(indices.shape[0], *probe.shape)
+        amplitude = extract_patches(self.object_amplitude, top_left, self.window)
+        phase = extract_patches(self.object_phase, top_left, self.window)
+        propagator = torch.view_as_complex(self.propagator) if self.object_phase.shape[1] > 1 else None
+        return multislice_intensities(probes, transmission(amplitude, phase), propagator)
+
+    def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Integer window corners (B, 2), clamped inside the object, and the sub-pixel
+        remainder (B, 2) that the probe shift must supply (differentiable in the centres)."""
+        half = self.window // 2
+        corner = torch.round(centres.detach() - half)
+        high = torch.tensor(self.object_shape, device=centres.device, dtype=centres.dtype) - self.window
+        corner = torch.minimum(torch.clamp(corner, min=0), high)
+        return corner.long(), centres - half - corner
+
+    # ------------------------------------------------------------------ views of the state
+    def complex_probe(self) -> torch.Tensor:
+        """(probe_modes, K, K) complex64, centred real-space probe modes."""
+        return torch.view_as_complex(self.probe) * self.probe_scale
+
+    def complex_object(self) -> torch.Tensor:
+        """(object_modes, slices, Ny, Nx) complex64 transmission."""
+        return transmission(self.object_amplitude, self.object_phase)
+
+    def positions(self) -> torch.Tensor:
+        """(N, 2) current probe centres in object pixels."""
+        return self.positions_px + self.position_offsets
+
+    # ------------------------------------------------------------------ constraints
+    @torch.no_grad()
+    def apply_constraints(self, amplitude_bounds: tuple[float, float], orthogonalize_probe: bool,
+                          max_offset_px: float) -> None:
+        """Projections applied after each step, identically on every process."""
+        self.object_amplitude.clamp_(*amplitude_bounds)
+        if orthogonalize_probe and self.probe.shape[0] > 1:
+            self.probe.copy_(torch.view_as_real(orthogonalize_modes(torch.view_as_complex(self.probe))))
+        if self.refine_positions:
+            self.position_offsets.clamp_(-max_offset_px, max_offset_px)
+
+
+def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:
+    """Orthogonal modes (M, K, K), sorted by decreasing power, spanning the same incoherent
+    state: sum_m |mode_m|^2 is unchanged. Uses the eigenvectors of the small M x M Gram matrix."""
+    m = modes.shape[0]
+    flat = modes.reshape(m, -1).to(torch.complex128)
+    gram = flat.conj() @ flat.T  # (M, M), Hermitian
+    eigenvalues, eigenvectors = torch.linalg.eigh(gram)
+    order = torch.argsort(eigenvalues, descending=True)
+    rotated = eigenvectors[:, order].T @ flat
+    return rotated.reshape(modes.shape).to(modes.dtype)
+

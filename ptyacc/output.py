@@ -1,0 +1,161 @@
+"""results.h5 and figures. Called on the main process only.
+
+results.h5 layout (a public contract; add, never rename):
+- ``object``       complex64 (object_modes, slices, Ny, Nx) transmission
+- ``probe``        complex64 (probe_modes, K, K) centred real-space probe modes
+- ``positions_A``  float64 (N, 2) refined probe centres (y, x), same order and frame as the input
+- ``loss``         float64 (iterations done,) loss per iteration
+- attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
+  the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
+  ``iterations_done``, ``wavelength_A``, ``loss_name``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import yaml
+
+from ptyacc.errors import DataError
+
+
+@dataclass
+class Results:
+    """A reconstruction, as saved in results.h5 (see the module docstring for shapes)."""
+
+    object: np.ndarray
+    probe: np.ndarray
+    positions_A: np.ndarray
+    loss: np.ndarray
+    dx_A: float
+    origin_A: tuple[float, float]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def phase(self) -> np.ndarray:
+        """(Ny, Nx) object phase summed over slices (object mode 0)."""
+        return np.angle(self.object[0]).sum(axis=0)
+
+    @property
+    def config(self) -> dict:
+        return yaml.safe_load(self.attrs.get("config", "{}"))
+
+
+def versions() -> dict[str, str]:
+    import accelerate
+    import torch
+
+    return {"ptyacc": _own_version(), "python": sys.version.split()[0], "torch": str(torch.__version__),
+            "accelerate": accelerate.__version__, "numpy": np.__version__, "h5py": h5py.__version__}
+
+
+def _own_version() -> str:
+    from ptyacc import __version__
+
+    return __version__
+
+
+def save_results(path: Path, results: Results) -> None:
+    """Write results.h5 atomically: a temporary file in the same folder, then a rename, so an
+    interrupted save never leaves a corrupt file under the final name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with h5py.File(tmp, "w") as f:
+        f.create_dataset("object", data=results.object.astype(np.complex64))
+        f.create_dataset("probe", data=results.probe.astype(np.complex64))
+        f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
+        f.create_dataset("loss", data=np.asarray(results.loss, dtype=np.float64))
+        f.attrs["dx_A"] = results.dx_A
+        f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
+        for key, value in results.attrs.items():
+            f.attrs[key] = value
+    os.replace(tmp, path)
+
+
+def load_results(path: str | Path) -> Results:
+    """Read a results.h5 written by ptyacc."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: results file not found")
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [k for k in ("object", "probe", "positions_A", "loss") if k not in f]
+            if missing:
+                raise DataError(f"{path}: not a ptyacc results file (missing {', '.join(missing)})")
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
+                           loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
+                           origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+
+
+def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray | None = None) -> list[Path]:
+    """PNG figures: object phase (summed over slices), probe modes, loss curve, positions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    ny, nx = results.object.shape[-2:]
+    oy, ox = results.origin_A
+    extent = (ox, ox + nx * results.dx_A, oy + ny * results.dx_A, oy)
+
+    fig, ax = plt.subplots(figsize=(6, 5.5))
+    im = ax.imshow(results.phase, cmap="gray", extent=extent)
+    ax.set(title="object phase, summed over slices (rad)", xlabel="x (Å)", ylabel="y (Å)")
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    written.append(_save(fig, folder / "object_phase.png"))
+
+    modes = results.probe
+    power = (np.abs(modes) ** 2).sum(axis=(1, 2))
+    fig, axes = plt.subplots(1, len(modes), figsize=(3 * len(modes), 3.3), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        ax.imshow(_complex_to_rgb(modes[i]))
+        ax.set_title(f"probe mode {i}: {100 * power[i] / power.sum():.1f}%")
+        ax.axis("off")
+    written.append(_save(fig, folder / "probe.png"))
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.semilogy(np.arange(1, len(results.loss) + 1), results.loss)
+    ax.set(xlabel="iteration", ylabel=f"loss ({results.attrs.get('loss_name', '')})", title="loss")
+    written.append(_save(fig, folder / "loss.png"))
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    if initial_positions_A is not None:
+        ax.plot(initial_positions_A[:, 1], initial_positions_A[:, 0], ".", ms=3, color="0.6", label="initial")
+    ax.plot(results.positions_A[:, 1], results.positions_A[:, 0], ".", ms=3, label="refined")
+    ax.set(xlabel="x (Å)", ylabel="y (Å)", title="probe positions", aspect="equal")
+    ax.invert_yaxis()
+    ax.legend(loc="upper right", fontsize=8)
+    written.append(_save(fig, folder / "positions.png"))
+    return written
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def _complex_to_rgb(field_: np.ndarray) -> np.ndarray:
+    """Hue = phase, brightness = amplitude."""
+    from matplotlib.colors import hsv_to_rgb
+
+    amplitude = np.abs(field_)
+    hsv = np.stack([(np.angle(field_) + np.pi) / (2 * np.pi), np.ones_like(amplitude),
+                    amplitude / max(amplitude.max(), 1e-30)], axis=-1)
+    return hsv_to_rgb(hsv)

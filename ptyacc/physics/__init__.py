@@ -1,0 +1,25 @@
+"""Pure tensor functions of the forward model: no I/O, no logging, no config objects.
+
+Conventions (shared by every function here):
+- Arrays are (..., y, x): y along rows, x along columns.
+- Fourier-space arrays use the unshifted FFT layout (zero frequency at [0, 0]); spatial
+  frequencies come from ``torch.fft.fftfreq``. Measured patterns, which are stored with zero
+  frequency at the centre, are ``ifftshift``-ed once when loaded, so no fftshift runs per step.
+- Real-space probes are centred: the probe centre sits at pixel (K/2, K/2).
+- A wave e(r) gives the far-field intensity |fft2(e, norm="ortho")|^2 (numpy's sign convention:
+  exp(-2 pi i k.r) in the forward transform).
+- Aberration phase chi(k) in Krivanek notation; the probe is A(k) exp(-i chi(k)); defocus = -C10,
+  positive defocus = underfocus, i.e. the probe's focus lies below the entrance surface.
+- The object transmits t(r) = amplitude(r) exp(+i phase(r)).
+"""
+
+from ptyacc.physics.multislice import extract_patches, multislice_intensities, transmission
+from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
+from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, spatial_frequencies
+from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
+
+__all__ = [
+    "aberration_phase", "aperture", "electron_wavelength_A", "extract_patches", "fourier_shift", "fresnel_propagator",
+    "mixed_state_probe", "multislice_intensities", "shift_ramp", "spatial_frequencies", "stem_probe",
+    "transmission", "wavelength_A", "xray_wavelength_A",
+]

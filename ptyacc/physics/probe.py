@@ -1,0 +1,84 @@
+"""Probes: aberration phase, aperture, STEM probe, mixed-state initialisation."""
+
+import math
+import re
+
+import torch
+
+from ptyacc.physics.propagation import spatial_frequencies
+
+_ABERRATION = re.compile(r"^C(\d)(\d)([ab]?)$")
+
+
+def aberration_phase(ky: torch.Tensor, kx: torch.Tensor, wavelength_A: float,
+                     aberrations: dict[str, float]) -> torch.Tensor:
+    """Aberration phase chi(k) in radians, Krivanek notation with Cartesian components:
+
+        chi = 2 pi / lambda * sum_{n,m} alpha^(n+1) / (n+1) * (C_nma cos(m phi) + C_nmb sin(m phi))
+
+    with alpha = lambda |k| and phi = atan2(ky, kx) (from the column axis towards the row axis).
+    Coefficients in Å, names 'C10', 'C12a', 'C12b', ... up to 5th order. ky, kx broadcast."""
+    alpha = wavelength_A * torch.sqrt(ky**2 + kx**2)
+    phi = torch.atan2(ky, kx)
+    chi = torch.zeros_like(alpha)
+    for name, value in aberrations.items():
+        match = _ABERRATION.match(name)
+        if match is None:
+            raise ValueError(f"unknown aberration name {name!r}")
+        n, m, part = int(match[1]), int(match[2]), match[3]
+        if m > n + 1 or (n + 1 - m) % 2 or (m == 0) != (part == ""):
+            raise ValueError(f"aberration {name!r} does not exist in Krivanek notation")
+        angular = torch.sin(m * phi) if part == "b" else torch.cos(m * phi)
+        chi = chi + value * alpha ** (n + 1) / (n + 1) * angular
+    return 2.0 * math.pi / wavelength_A * chi
+
+
+def aperture(ky: torch.Tensor, kx: torch.Tensor, wavelength_A: float, semiangle_mrad: float,
+             dk: float) -> torch.Tensor:
+    """Disk of semi-angle ``semiangle_mrad`` with an edge one pixel (dk) wide, so that the
+    disk's area, and so the probe's intensity, varies smoothly with the semi-angle."""
+    k_max = semiangle_mrad * 1e-3 / wavelength_A
+    return torch.clamp((k_max - torch.sqrt(ky**2 + kx**2)) / dk + 0.5, 0.0, 1.0)
+
+
+def stem_probe(n: int, dk_invA: float, wavelength_A: float, semiangle_mrad: float,
+               aberrations: dict[str, float] | None = None, dtype: torch.dtype = torch.complex64) -> torch.Tensor:
+    """Real-space STEM probe (n, n), centred at pixel (n/2, n/2), unit total intensity.
+    Its spectrum is aperture(k) exp(-i chi(k)) on the grid k = fftfreq(n) * n * dk_invA."""
+    k = spatial_frequencies(n, 1.0 / (n * dk_invA))
+    ky, kx = k[:, None], k[None, :]
+    spectrum = aperture(ky, kx, wavelength_A, semiangle_mrad, dk_invA) * torch.exp(
+        -1j * aberration_phase(ky, kx, wavelength_A, aberrations or {}))
+    probe = torch.fft.fftshift(torch.fft.ifft2(spectrum))
+    probe = probe / torch.sqrt((probe.abs() ** 2).sum())
+    return probe.to(dtype)
+
+
+def mixed_state_probe(probe: torch.Tensor, n_modes: int, first_mode_power: float = 0.8) -> torch.Tensor:
+    """(n_modes, n, n) orthogonal modes with the same total intensity as ``probe`` (n, n).
+
+    Mode 0 is the probe; the others are the probe times low-order polynomials in x and y
+    (x, y, xy, x^2 - y^2, ...), orthogonalised (Gram-Schmidt), sharing 1 - first_mode_power
+    of the power equally. A fully coherent start would leave the extra modes without gradient."""
+    if n_modes == 1:
+        return probe[None].clone()
+    n = probe.shape[-1]
+    c = (torch.arange(n, dtype=torch.float64) - n // 2) / n
+    y, x = c[:, None], c[None, :]
+    polynomials = [torch.ones_like(y * x), x + 0 * y, y + 0 * x, x * y, x**2 - y**2, x**2 + y**2,
+                   x**3, y**3, x**2 * y, x * y**2]
+    while len(polynomials) < n_modes:
+        p = len(polynomials)
+        polynomials.append(torch.cos(2 * math.pi * p * x) * torch.cos(2 * math.pi * (p % 3) * y))
+    base = probe.to(torch.complex128)
+    modes: list[torch.Tensor] = []
+    for poly in polynomials[:n_modes]:
+        v = base * poly
+        for m in modes:
+            v = v - (m.conj() * v).sum() * m
+        modes.append(v / torch.sqrt((v.abs() ** 2).sum()))
+    power = torch.tensor([first_mode_power] + [(1 - first_mode_power) / (n_modes - 1)] * (n_modes - 1),
+                         dtype=torch.float64)
+    total = (probe.abs() ** 2).sum().to(torch.float64)
+    out = torch.stack(modes) * torch.sqrt(power * total)[:, None, None]
+    return out.to(probe.dtype)

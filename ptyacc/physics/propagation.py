@@ -1,0 +1,40 @@
+"""Free-space propagation and sub-pixel shifts, both as Fourier-space multipliers."""
+
+import math
+
+import torch
+
+
+def spatial_frequencies(n: int, dx: float = 1.0, dtype: torch.dtype = torch.float64,
+                        device: torch.device | str | None = None) -> torch.Tensor:
+    """Spatial frequencies (n,) in cycles per unit of ``dx``, unshifted FFT layout."""
+    return torch.fft.fftfreq(n, d=dx, dtype=dtype, device=device)
+
+
+def fresnel_propagator(n: int, dx_A: float, wavelength_A: float, distance_A: float,
+                       dtype: torch.dtype = torch.complex64) -> torch.Tensor:
+    """Angular-spectrum propagator (n, n), unshifted layout, in the paraxial (Fresnel) form
+    H(k) = exp(-i pi lambda dz |k|^2). Multiplying a wave's spectrum by H advances it by dz
+    along the beam; a probe with defocus f (= -C10) comes to focus after dz = f."""
+    k = spatial_frequencies(n, dx_A)
+    k2 = k[:, None] ** 2 + k[None, :] ** 2
+    return torch.exp(-1j * math.pi * wavelength_A * distance_A * k2).to(dtype)
+
+
+def shift_ramp(shifts_px: torch.Tensor, n: int) -> torch.Tensor:
+    """Fourier multipliers (B, n, n) that move an image by ``shifts_px`` (B, 2) = (dy, dx) pixels:
+    ifft2(fft2(f) * ramp) = f(r - shift), circularly. Differentiable in the shifts."""
+    k = spatial_frequencies(n, 1.0, dtype=shifts_px.dtype, device=shifts_px.device)
+    phase_y = -2.0 * math.pi * shifts_px[:, 0:1] * k  # (B, n)
+    phase_x = -2.0 * math.pi * shifts_px[:, 1:2] * k
+    ramp_y = torch.polar(torch.ones_like(phase_y), phase_y)
+    ramp_x = torch.polar(torch.ones_like(phase_x), phase_x)
+    return ramp_y[:, :, None] * ramp_x[:, None, :]
+
+
+def fourier_shift(images: torch.Tensor, shifts_px: torch.Tensor) -> torch.Tensor:
+    """Shift complex images (B, ..., n, n) by (B, 2) sub-pixel amounts (dy, dx)."""
+    n = images.shape[-1]
+    ramp = shift_ramp(shifts_px, n)
+    ramp = ramp.reshape(ramp.shape[0], *([1] * (images.dim() - 3)), n, n)
+    return torch.fft.ifft2(torch.fft.fft2(images) * ramp)
