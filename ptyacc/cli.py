@@ -77,14 +77,26 @@ def validate(config_file: str, overrides: tuple[str, ...]) -> None:
     click.echo(f"# {config_file}: valid", err=True)
 
 
+README_MARKERS = ("<!-- config-reference:start -->\n", "<!-- config-reference:end -->")
+
+
 @cli.command("config-reference")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-def config_reference_cmd(output: str | None) -> None:
+@click.option("--readme", type=click.Path(exists=True, dir_okay=False),
+              help="Replace the block between the config-reference markers of this Markdown file.")
+def config_reference_cmd(output: str | None, readme: str | None) -> None:
     """Print the reference of every config key, generated from ptyacc's config dataclasses."""
     from ptyacc.config import config_reference
 
     text = config_reference()
-    if output:
+    if readme:
+        start, end = README_MARKERS
+        page = Path(readme).read_text()
+        if start not in page or end not in page:
+            raise click.ClickException(f"{readme}: no {start.strip()} ... {end} markers")
+        head, rest = page.split(start, 1)
+        Path(readme).write_text(head + start + text + end + rest.split(end, 1)[1])
+    elif output:
         Path(output).write_text(text)
     else:
         click.echo(text, nl=False)

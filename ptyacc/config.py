@@ -109,7 +109,7 @@ class ExperimentConfig:
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
     scan_step_A: float | None = _f(None, "Raster scan step in Å.")
     scan_rotation_deg: float = _f(0.0, "Rotation of the scan axes against the detector axes, counter-clockwise.")
-    positions: Union[Literal["raster"], PositionsFileConfig] = _f(
+    positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
 
     def _check(self, path: str) -> None:
@@ -155,7 +155,7 @@ class LearningRates:
     """Adam learning rates in natural units: radians (object phase), relative amplitude
     (object amplitude and probe, which is stored scaled to a peak of 1) and pixels (positions)."""
 
-    object: float = _f(2e-3, "Object amplitude and phase step size.")
+    object: float = _f(1e-2, "Object amplitude and phase step size.")
     probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
     positions: float = _f(1e-2, "Position step size in pixels.")
 

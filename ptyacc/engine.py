@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +72,10 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     batches = EpochBatches(geometry.positions_px, opt_cfg.batch_size, accelerator.num_processes,
                            opt_cfg.grouping, config.runtime.seed)
     loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=_single_item)
-    model, *optimizers, loader = accelerator.prepare(model, *optimizers, loader)
+    with warnings.catch_warnings():
+        # torch deprecates broadcast_buffers=False in favour of a DDP option accelerate cannot pass yet
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+        model, *optimizers, loader = accelerator.prepare(model, *optimizers, loader)
 
     patterns = data.patterns.to(accelerator.device)
     loss_fn = LOSSES[opt_cfg.loss]
@@ -136,7 +140,10 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry) -> P
         raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
                           "has no 'semiangle_mrad' attribute")
     probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
-    probe = mixed_state_probe(probe * math.sqrt(data.mean_intensity), config.model.probe_modes)
+    try:
+        probe = mixed_state_probe(probe * math.sqrt(data.mean_intensity), config.model.probe_modes)
+    except ValueError as exc:
+        raise ConfigError(f"model.probe_modes: {exc}") from None
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
                   if slices > 1 else None)

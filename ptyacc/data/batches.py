@@ -55,34 +55,27 @@ class EpochBatches(Dataset):
         return torch.from_numpy(np.array_split(batch, self.world_size)[item % self.world_size]), len(batch)
 
     def _make_batches(self) -> list[np.ndarray]:
+        """The epoch's global batches: random or spatially compact groups, in random order."""
         rng = np.random.default_rng([self.seed, self.epoch])
         n = len(self.positions_px)
         if self.grouping == "random":
             order = rng.permutation(n)
         else:
-            order = _compact_order(self.positions_px, len(self.batch_sizes), rng)
+            order = _compact_order(self.positions_px, self.batch_sizes)
         bounds = np.concatenate([[0], np.cumsum(self.batch_sizes)])
         batches = [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
         return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def _compact_order(points: np.ndarray, n_groups: int, rng: np.random.Generator) -> np.ndarray:
-    """Positions ordered so that consecutive runs of the batch sizes form spatial clusters:
-    a balanced k-means (few Lloyd steps, then groups filled by nearest free centre)."""
-    n = len(points)
-    size = int(np.ceil(n / n_groups))
-    centres = points[rng.choice(n, n_groups, replace=False)]
-    for _ in range(5):
-        label = np.argmin(((points[:, None] - centres[None]) ** 2).sum(-1), axis=1)
-        for g in range(n_groups):
-            if np.any(label == g):
-                centres[g] = points[label == g].mean(0)
-    dist = ((points[:, None] - centres[None]) ** 2).sum(-1)
-    fill = np.zeros(n_groups, dtype=int)
-    label = np.full(n, -1)
-    for flat in np.argsort(dist, axis=None, kind="stable"):
-        i, g = divmod(int(flat), n_groups)
-        if label[i] < 0 and fill[g] < size:
-            label[i] = g
-            fill[g] += 1
-    return np.argsort(label, kind="stable")
+def _compact_order(points: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Indices ordered so that consecutive runs of ``sizes`` form spatial clusters: recursive
+    bisection across the wider extent, each cut placed so both halves hold whole groups."""
+    if len(sizes) == 1:
+        return np.arange(len(points))
+    half = len(sizes) // 2
+    n_first = int(sizes[:half].sum())
+    axis = int(np.argmax(np.ptp(points, axis=0)))
+    order = np.argsort(points[:, axis], kind="stable")
+    first, second = order[:n_first], order[n_first:]
+    return np.concatenate([first[_compact_order(points[first], sizes[:half])],
+                           second[_compact_order(points[second], sizes[half:])]])

@@ -12,8 +12,15 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data.dataset import PtychoData, raster_positions_A
 from ptyacc.geometry import ObjectGeometry
-from ptyacc.physics import (extract_patches, fresnel_propagator, multislice_intensities, shift_ramp,
-                            stem_probe, transmission, wavelength_A)
+from ptyacc.physics import (
+    extract_patches,
+    fresnel_propagator,
+    multislice_intensities,
+    shift_ramp,
+    stem_probe,
+    transmission,
+    wavelength_A,
+)
 
 DEFAULTS = {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 100.0, "scan_step_A": 0.5}
 ATOM_SIGMA_A = 0.35

@@ -57,26 +57,35 @@ def stem_probe(n: int, dk_invA: float, wavelength_A: float, semiangle_mrad: floa
 def mixed_state_probe(probe: torch.Tensor, n_modes: int, first_mode_power: float = 0.8) -> torch.Tensor:
     """(n_modes, n, n) orthogonal modes with the same total intensity as ``probe`` (n, n).
 
-    Mode 0 is the probe; the others are the probe times low-order polynomials in x and y
-    (x, y, xy, x^2 - y^2, ...), orthogonalised (Gram-Schmidt), sharing 1 - first_mode_power
-    of the power equally. A fully coherent start would leave the extra modes without gradient."""
+    Mode 0 is the probe; the others are the probe times the monomials x^a y^b in order of
+    degree (x, y, x^2, xy, y^2, ...), orthogonalised (Gram-Schmidt, twice for round-off), sharing
+    1 - first_mode_power of the power equally. A fully coherent start would leave the extra
+    modes without gradient. Raises ValueError when the probe covers too few pixels to carry
+    ``n_modes`` independent modes."""
     if n_modes == 1:
         return probe[None].clone()
     n = probe.shape[-1]
     c = (torch.arange(n, dtype=torch.float64) - n // 2) / n
     y, x = c[:, None], c[None, :]
-    polynomials = [torch.ones_like(y * x), x + 0 * y, y + 0 * x, x * y, x**2 - y**2, x**2 + y**2,
-                   x**3, y**3, x**2 * y, x * y**2]
-    while len(polynomials) < n_modes:
-        p = len(polynomials)
-        polynomials.append(torch.cos(2 * math.pi * p * x) * torch.cos(2 * math.pi * (p % 3) * y))
     base = probe.to(torch.complex128)
     modes: list[torch.Tensor] = []
-    for poly in polynomials[:n_modes]:
-        v = base * poly
-        for m in modes:
-            v = v - (m.conj() * v).sum() * m
-        modes.append(v / torch.sqrt((v.abs() ** 2).sum()))
+    degree = 0
+    while len(modes) < n_modes:
+        for a in range(degree, -1, -1):
+            if len(modes) == n_modes:
+                break
+            v = base * (x**a * y ** (degree - a))
+            norm = torch.sqrt((v.abs() ** 2).sum())
+            for _ in range(2):
+                for m in modes:
+                    v = v - (m.conj() * v).sum() * m
+            residual = torch.sqrt((v.abs() ** 2).sum())
+            if residual > 1e-6 * norm:
+                modes.append(v / residual)
+        degree += 1
+        if degree > 2 * n:
+            raise ValueError(f"the probe (window {n} x {n} px) cannot carry {n_modes} independent modes; "
+                             "use fewer probe modes or a larger window")
     power = torch.tensor([first_mode_power] + [(1 - first_mode_power) / (n_modes - 1)] * (n_modes - 1),
                          dtype=torch.float64)
     total = (probe.abs() ** 2).sum().to(torch.float64)

@@ -1,0 +1,59 @@
+"""Test helper run under `accelerate launch` (or plainly, as one process): reconstructs a
+config and writes, per rank, the indices used in every step, the parameter checksum and the
+loss history to OUT/rank<R>.json. Optionally perturbs one rank's object to provoke drift."""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+import ptyacc
+from ptyacc.distributed import get_attribute, parameter_checksum
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("out")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--perturb-rank", type=int, default=None)
+    args = parser.parse_args()
+
+    config = ptyacc.load_config(args.config, args.overrides)
+    from ptyacc.distributed import make_accelerator
+
+    accelerator = make_accelerator(config.runtime)
+    rank = accelerator.process_index
+    used: dict[int, list[list[int]]] = {}
+    state = {}
+
+    def on_step(iteration, indices):
+        used.setdefault(iteration, []).append(indices.reshape(-1).tolist())
+        if rank == args.perturb_rank and iteration == 1 and "done" not in state:
+            with torch.no_grad():
+                get_attribute(state["model"], "object_phase").add_(1e-3)
+            state["done"] = True
+
+    original_prepare = accelerator.prepare
+
+    def prepare(*objects):
+        prepared = original_prepare(*objects)
+        state["model"] = prepared[0]
+        return prepared
+
+    accelerator.prepare = prepare
+    record = {"rank": rank, "world_size": accelerator.num_processes}
+    try:
+        rec = ptyacc.reconstruct(config, accelerator=accelerator, on_step=on_step)
+        record.update(loss=rec.loss, checksum=parameter_checksum(rec.model))
+    except ptyacc.PtyaccError as exc:
+        record["error"] = str(exc)
+    record["indices"] = used
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The command line: run (both entry points), validate, plot, config-reference, errors."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import yaml
+from click.testing import CliRunner
+from conftest import tiny_config
+
+from ptyacc.cli import cli
+from ptyacc.config import config_reference
+
+ROOT = Path(__file__).parents[1]
+EXPECTED_FILES = {"results.h5", "object_phase.png", "probe.png", "loss.png", "positions.png"}
+
+
+def write_config(tmp_path, name="c.yaml", **sections) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(tiny_config(tmp_path, **sections)))
+    return path
+
+
+def test_module_and_console_script_do_the_same(tmp_path):
+    """`python -m ptyacc.run c.yaml` and `ptyacc run c.yaml` write the same files and results."""
+    config = write_config(tmp_path)
+    outputs = []
+    for name, command in (("a", [sys.executable, "-m", "ptyacc.run"]),
+                          ("b", [sys.executable, "-c", "from ptyacc.cli import entry_point; entry_point()", "run"])):
+        out = tmp_path / name
+        done = subprocess.run([*command, str(config), "--set", f"output.dir={out}"], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "final loss" in done.stderr
+        assert {p.name for p in out.iterdir()} == EXPECTED_FILES
+        outputs.append(out / "results.h5")
+    with h5py.File(outputs[0]) as a, h5py.File(outputs[1]) as b:
+        np.testing.assert_array_equal(a["object"][()], b["object"][()])
+        np.testing.assert_array_equal(a["loss"][()], b["loss"][()])
+        assert a["loss"].shape == (2,) and a["object"].dtype == np.complex64
+
+
+def test_results_layout_and_plot(tmp_path):
+    """results.h5 holds the contract's datasets and attributes; `ptyacc plot` remakes figures."""
+    config = write_config(tmp_path, model={"probe_modes": 2, "slices": 2})
+    runner = CliRunner()
+    result = runner.invoke(cli, ["run", str(config), "--quiet"])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "out" / "results.h5"
+    with h5py.File(path) as f:
+        assert f["object"].shape[:2] == (1, 2) and f["probe"].shape == (2, 16, 16)
+        assert f["positions_A"].shape == (36, 2) and f["loss"].shape == (2,)
+        for key in ("dx_A", "origin_A", "config", "versions", "world_size"):
+            assert key in f.attrs
+        assert f.attrs["dx_A"] == 0.3 and f.attrs["world_size"] == 1
+        assert yaml.safe_load(f.attrs["config"])["model"]["slices"] == 2
+        # probe centres in the results map onto object pixels inside the canvas
+        px = (f["positions_A"][()] - f.attrs["origin_A"]) / f.attrs["dx_A"]
+        assert (px >= 8).all() and (px[:, 0] < f["object"].shape[2] - 8).all()
+    figures = tmp_path / "figs"
+    result = runner.invoke(cli, ["plot", str(path), "-o", str(figures)])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in figures.iterdir()} == EXPECTED_FILES - {"results.h5"}
+
+
+def test_validate_prints_full_config_and_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    good = write_config(tmp_path)
+    result = runner.invoke(cli, ["validate", str(good), "--set", "optim.iterations=7"])
+    assert result.exit_code == 0
+    assert yaml.safe_load(result.stdout)["optim"]["iterations"] == 7
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: {batch_size: -4}\n")
+    for args in (["validate", str(bad)], ["run", str(bad)], ["plot", str(tmp_path / "none.h5")]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ptyacc: error: ")
+        assert "Traceback" not in result.output
+
+
+def test_error_exit_code_from_a_real_process(tmp_path):
+    """A bad key gives exit code 2 and one line on stderr from the real entry point."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: {iteratons: 3}\n")
+    done = subprocess.run([sys.executable, "-m", "ptyacc.run", str(bad)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("ptyacc: error: optim.iteratons: unknown key (did you mean 'iterations'?); "
+                                   "allowed: iterations, batch_size, grouping, loss, lr, start")
+
+
+def test_readme_config_reference_is_current():
+    """The README's config reference is the generated one (run `ptyacc config-reference --readme README.md`)."""
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
+    assert start in readme and end in readme
+    block = readme.split(start, 1)[1].split(end, 1)[0]
+    assert block == config_reference()

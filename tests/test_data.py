@@ -1,0 +1,138 @@
+"""Reading HDF5 patterns and positions, calibration from file attributes, results round trip."""
+
+import h5py
+import numpy as np
+import pytest
+
+from ptyacc.config import load_config
+from ptyacc.data import load_data
+from ptyacc.data.dataset import raster_positions_A
+from ptyacc.errors import ConfigError, DataError
+from ptyacc.output import Results, load_results, save_results
+
+
+def config_for(path, **data):
+    return load_config({"data": {"path": str(path), **data}})
+
+
+def test_4d_file_with_attributes_needs_no_other_keys(pattern_file):
+    """Patterns come back ifftshifted (zero frequency at [0, 0]); calibration from attributes."""
+    path, patterns, _ = pattern_file
+    data = load_data(config_for(path))
+    expected = np.fft.ifftshift(patterns.reshape(12, 8, 8), axes=(-2, -1))
+    np.testing.assert_array_equal(data.patterns.numpy(), expected)
+    assert data.scan_shape == (3, 4)
+    assert data.dx_A == pytest.approx(1 / (8 * 0.25))
+    assert data.aberrations == {"C10": -10.0}
+    np.testing.assert_allclose(data.positions_A, raster_positions_A((3, 4), 0.5))
+    assert data.positions_A[1].tolist() == [0.0, 0.5]  # fast axis is x
+
+
+def test_config_values_override_file_attributes(pattern_file):
+    path, _, _ = pattern_file
+    config = load_config({"data": {"path": str(path)}, "experiment": {"dx_A": 0.1, "defocus_A": -5.0}})
+    data = load_data(config)
+    assert data.dx_A == 0.1 and data.aberrations == {"C10": 5.0}
+
+
+def test_3d_patterns_with_positions_from_file_and_transform(tmp_path, pattern_file):
+    """(N, K, K) patterns, positions from a named dataset, transpose then flip_y."""
+    _, patterns4, positions = pattern_file
+    path = tmp_path / "three.h5"
+    patterns = patterns4.reshape(12, 8, 8)
+    with h5py.File(path, "w") as f:
+        f["frames"] = patterns
+        f["probe_xy"] = positions * 2
+    config = load_config({"data": {"path": str(path), "transform": {"transpose": True, "flip_y": True}},
+                          "experiment": {"energy_eV": 3e5, "dk_invA": 0.1, "positions": {"key": "probe_xy"}}})
+    data = load_data(config)
+    expected = np.fft.ifftshift(patterns.transpose(0, 2, 1)[:, ::-1, :], axes=(-2, -1))
+    np.testing.assert_array_equal(data.patterns.numpy(), expected)
+    np.testing.assert_array_equal(data.positions_A, positions * 2)
+
+
+def test_raster_positions_rotation():
+    """Rotating by 90 degrees turns the fast (x) axis into +y."""
+    pos = raster_positions_A((1, 2), 1.0, 90.0)
+    np.testing.assert_allclose(pos[1], [1.0, 0.0], atol=1e-12)
+
+
+@pytest.mark.parametrize("setup, message", [
+    ("missing", "data file not found"),
+    ("not_hdf5", "cannot be read as HDF5"),
+    ("wrong_key", "no dataset 'nope' (data.key)"),
+    ("ambiguous", "several datasets could hold the patterns (a, b)"),
+    ("2d", "expected 3D (N, ky, kx) or 4D"),
+    ("nan", "NaN/Inf pattern values"),
+    ("scan_mismatch", "data.scan_shape: [5, 5] gives 25 positions but the data has 12 patterns"),
+    ("positions_count", "12 positions for 6 patterns"),
+    ("no_energy", "experiment.energy_eV: needed"),
+])
+def test_bad_data_names_file_and_problem(tmp_path, setup, message):
+    path = tmp_path / "bad.h5"
+    data_keys: dict = {}
+    exp = {"energy_eV": 8e4, "dk_invA": 0.1, "scan_step_A": 1.0}
+    if setup == "not_hdf5":
+        path.write_text("hello")
+    elif setup != "missing":
+        with h5py.File(path, "w") as f:
+            if setup == "wrong_key":
+                f["patterns"] = np.ones((4, 8, 8))
+                data_keys["key"] = "nope"
+            elif setup == "ambiguous":
+                f["a"] = np.ones((4, 8, 8))
+                f["b"] = np.ones((4, 8, 8))
+            elif setup == "2d":
+                f["patterns"] = np.ones((8, 8))
+            elif setup == "nan":
+                f["patterns"] = np.full((2, 2, 8, 8), np.nan)
+            elif setup == "scan_mismatch":
+                f["patterns"] = np.ones((12, 8, 8))
+                data_keys["scan_shape"] = [5, 5]
+            elif setup == "positions_count":
+                f["patterns"] = np.ones((6, 8, 8))
+                f["positions_A"] = np.zeros((12, 2))
+                exp["positions"] = {"key": "positions_A"}
+            elif setup == "no_energy":
+                f["patterns"] = np.ones((2, 2, 8, 8))
+                exp.pop("energy_eV")
+    config = load_config({"data": {"path": str(path), **data_keys}, "experiment": exp})
+    with pytest.raises((DataError, ConfigError)) as info:
+        load_data(config)
+    assert message in str(info.value)
+    if setup not in ("scan_mismatch", "no_energy"):
+        assert str(path) in str(info.value)
+
+
+def test_negative_values_clipped_or_refused(tmp_path):
+    path = tmp_path / "neg.h5"
+    with h5py.File(path, "w") as f:
+        f["patterns"] = -np.ones((2, 2, 8, 8))
+    exp = {"energy_eV": 8e4, "dk_invA": 0.1, "scan_step_A": 1.0}
+    data = load_data(load_config({"data": {"path": str(path)}, "experiment": exp}))
+    assert float(data.patterns.min()) == 0.0
+    with pytest.raises(DataError, match="negative pattern values"):
+        load_data(load_config({"data": {"path": str(path), "negative": "error"}, "experiment": exp}))
+
+
+def test_results_round_trip(tmp_path):
+    """save_results then load_results returns the same arrays and attributes."""
+    rng = np.random.default_rng(1)
+    obj = (rng.normal(size=(2, 3, 5, 6)) + 1j * rng.normal(size=(2, 3, 5, 6))).astype(np.complex64)
+    probe = (rng.normal(size=(2, 4, 4)) + 1j * rng.normal(size=(2, 4, 4))).astype(np.complex64)
+    results = Results(object=obj, probe=probe, positions_A=rng.normal(size=(7, 2)), loss=np.array([3.0, 2.0]),
+                      dx_A=0.25, origin_A=(-1.5, -2.0), attrs={"world_size": 2, "config": "optim: {}\n"})
+    path = tmp_path / "r" / "results.h5"
+    save_results(path, results)
+    back = load_results(path)
+    np.testing.assert_array_equal(back.object, obj)
+    np.testing.assert_array_equal(back.probe, probe)
+    np.testing.assert_array_equal(back.positions_A, results.positions_A)
+    np.testing.assert_array_equal(back.loss, results.loss)
+    assert back.dx_A == 0.25 and back.origin_A == (-1.5, -2.0)
+    assert back.attrs["world_size"] == 2 and back.config == {"optim": {}}
+    assert [p.name for p in path.parent.iterdir()] == ["results.h5"]  # no temporary left behind
+    with pytest.raises(DataError, match="not a ptyacc results file"):
+        with h5py.File(tmp_path / "other.h5", "w") as f:
+            f["x"] = 1
+        load_results(tmp_path / "other.h5")

@@ -1,0 +1,242 @@
+"""Multi-process correctness: real processes on CPU joined by gloo, compared with one process,
+plus unit tests of the backend choice and the launch guards."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import tiny_config
+
+import ptyacc
+from ptyacc.data.dataset import raster_positions_A
+from ptyacc.distributed import (
+    _refuse_mixed_precision,
+    check_world_size,
+    choose_backend,
+    get_attribute,
+    parameter_checksum,
+    unwrap,
+)
+from ptyacc.errors import DistributedError
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+# ----------------------------------------------------------------------------- unit tests
+
+
+@pytest.mark.parametrize("requested, device, system, expected", [
+    ("auto", "cuda", "Linux", "nccl"),
+    ("auto", "cpu", "Linux", "gloo"),
+    ("auto", "cuda", "Windows", "gloo"),
+    ("auto", "mps", "Darwin", "gloo"),
+    ("gloo", "cuda", "Linux", "gloo"),
+    ("nccl", "cuda", "Linux", "nccl"),
+])
+def test_backend_choice(requested, device, system, expected):
+    assert choose_backend(requested, device, system) == expected
+
+
+@pytest.mark.parametrize("device, system", [("cpu", "Linux"), ("cuda", "Windows"), ("mps", "Darwin")])
+def test_forcing_nccl_where_it_cannot_run_is_refused(device, system):
+    with pytest.raises(DistributedError, match="nccl needs CUDA GPUs on Linux"):
+        choose_backend("nccl", device, system)
+
+
+def test_backend_auto_follows_the_platform(monkeypatch):
+    """With no explicit system, the choice reads platform.system()."""
+    import ptyacc.distributed as dist
+
+    monkeypatch.setattr(dist.platform, "system", lambda: "Windows")
+    assert choose_backend("auto", "cuda") == "gloo"
+    monkeypatch.setattr(dist.platform, "system", lambda: "Linux")
+    assert choose_backend("auto", "cuda") == "nccl"
+
+
+def test_world_size_mismatch_is_refused():
+    """Processes that a launcher counted as 2 but that are not connected would duplicate work."""
+    check_world_size(2, {"WORLD_SIZE": "2"})
+    check_world_size(1, {})
+    with pytest.raises(DistributedError, match="WORLD_SIZE=2 processes but this one joined a group of 1"):
+        check_world_size(1, {"WORLD_SIZE": "2"})
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp8"])
+def test_mixed_precision_is_refused_with_the_reason(precision):
+    _refuse_mixed_precision({"ACCELERATE_MIXED_PRECISION": "no"})
+    with pytest.raises(DistributedError, match=f"mixed precision '{precision}'.*complex"):
+        _refuse_mixed_precision({"ACCELERATE_MIXED_PRECISION": precision})
+
+
+def test_get_attribute_sees_through_ddp(tmp_path):
+    """get_attribute/unwrap give the same objects for the bare model and a DDP-wrapped one."""
+    import torch.distributed as dist
+
+    model = torch.nn.Linear(2, 2)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+        assert unwrap(wrapped) is model and unwrap(model) is model
+        assert get_attribute(wrapped, "weight") is model.weight
+        assert parameter_checksum(wrapped) == parameter_checksum(model)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_no_model_module_access_and_no_unused_parameter_search():
+    """DESIGN rules 2 and 6: `.module` only inside the unwrap helper; never find_unused_parameters=True."""
+    root = Path(ptyacc.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "find_unused_parameters=True" not in text, path
+        if path.name != "distributed.py":
+            assert ".module" not in text, path
+
+
+def test_model_state_is_real_valued():
+    """DESIGN rule 1: no complex parameter or buffer, so none can reach a collective."""
+    config = ptyacc.load_config(tiny_config(Path("/tmp")), ["optim.start.positions=0", "model.slices=2"])
+    from ptyacc.data import load_data
+    from ptyacc.engine import build_model
+    from ptyacc.geometry import ObjectGeometry
+
+    data = load_data(config)
+    geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
+    model = build_model(config, data, geometry)
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    assert {"object_amplitude", "object_phase", "probe", "position_offsets", "propagator"} <= set(tensors)
+    assert not [name for name, t in tensors.items() if t.is_complex()]
+
+
+# ----------------------------------------------------------------------------- real processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environment() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def launch(args: list[str], processes: int, timeout: int = 300, extra: list[str] = ()) -> subprocess.CompletedProcess:
+    if processes == 1:
+        command = [sys.executable, *args]
+    else:
+        command = [*ACCELERATE, "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+                   *extra, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def ranks(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+@pytest.fixture(scope="module")
+def mp_config(tmp_path_factory) -> Path:
+    """49 positions (batch 8: global batches of 8 and 9, split 4/4 and 4/5 over 2 ranks),
+    position refinement from iteration 2, probe updates from iteration 3, 10 iterations."""
+    folder = tmp_path_factory.mktemp("mp")
+    config = tiny_config(folder, optim={"iterations": 10, "batch_size": 8, "start": {"probe": 3, "positions": 2}})
+    config["data"]["simulate"].update(scan_shape=[7, 7], position_jitter_A=0.1)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_and_two(mp_config) -> dict:
+    """The same config on 1 process and on 2 processes."""
+    runs = {}
+    for processes in (1, 2):
+        out = mp_config.parent / f"p{processes}"
+        launch([str(WORKER), str(mp_config), str(out / "records"), "--set", f"output.dir={out / 'results'}"],
+               processes)
+        runs[processes] = out
+    return runs
+
+
+@pytest.mark.slow
+def test_each_position_once_per_epoch_over_ranks(one_and_two):
+    """Shares of 2 real processes are disjoint, cover all 49 positions every epoch, come in the
+    same number of steps on each rank, and the order changes from epoch to epoch."""
+    records = ranks(one_and_two[2] / "records")
+    assert [r["world_size"] for r in records] == [2, 2]
+    orders = []
+    for epoch in map(str, range(10)):
+        steps = [r["indices"][epoch] for r in records]
+        assert len(steps[0]) == len(steps[1]) == 6
+        used = [i for rank_steps in steps for step in rank_steps for i in step]
+        assert sorted(used) == list(range(49))
+        assert not set(sum(steps[0], [])) & set(sum(steps[1], []))
+        orders.append(steps[0])
+    assert len({json.dumps(o) for o in orders}) == 10
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_answer(one_and_two):
+    """Same loss history and object up to float rounding, with position refinement on and a
+    probe that starts later than the object (measured: relative object difference ~1e-6)."""
+    one = ptyacc.load_results(one_and_two[1] / "results" / "results.h5")
+    two = ptyacc.load_results(one_and_two[2] / "results" / "results.h5")
+    np.testing.assert_allclose(two.loss, one.loss, rtol=1e-4)
+    relative = np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object)
+    assert relative < 1e-4, relative
+    assert np.abs(two.positions_A - one.positions_A).max() < 1e-4
+    moved = np.abs(one.positions_A - raster_positions_A((7, 7), 0.6)).max()
+    assert moved > 1e-3  # position refinement really ran
+    assert two.attrs["world_size"] == 2 and one.attrs["world_size"] == 1
+
+
+@pytest.mark.slow
+def test_ranks_end_bit_identical_and_write_the_same_files(one_and_two):
+    records = ranks(one_and_two[2] / "records")
+    assert records[0]["checksum"] == records[1]["checksum"]
+    files = [sorted(p.name for p in (one_and_two[n] / "results").iterdir()) for n in (1, 2)]
+    assert files[0] == files[1] == ["loss.png", "object_phase.png", "positions.png", "probe.png", "results.h5"]
+
+
+@pytest.mark.slow
+def test_drift_between_ranks_is_detected(mp_config, tmp_path):
+    """A rank whose object is nudged stops the run with a message naming the iteration."""
+    launch([str(WORKER), str(mp_config), str(tmp_path / "records"), "--perturb-rank", "1",
+            "--set", "runtime.check_sync_every=2", "--set", f"output.dir={tmp_path / 'results'}"], 2)
+    errors = [r.get("error", "") for r in ranks(tmp_path / "records")]
+    assert all("processes hold different parameters after iteration 1" in e for e in errors), errors
+
+
+@pytest.mark.slow
+def test_two_machines_on_loopback_match_one_process(mp_config, one_and_two, tmp_path):
+    """`--num_machines 2 --machine_rank 0|1 --main_process_ip 127.0.0.1`, one process each."""
+    port = free_port()
+    out = tmp_path / "results"
+    procs = []
+    for machine_rank in (0, 1):
+        command = [*ACCELERATE, "--multi_gpu", "--num_processes", "2", "--num_machines", "2",
+                   "--machine_rank", str(machine_rank), "--main_process_ip", "127.0.0.1",
+                   "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no",
+                   str(WORKER), str(mp_config), str(tmp_path / "records"), "--set", f"output.dir={out}"]
+        procs.append(subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    one = ptyacc.load_results(one_and_two[1] / "results" / "results.h5")
+    two = ptyacc.load_results(out / "results.h5")
+    relative = np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object)
+    assert relative < 1e-4 and two.attrs["world_size"] == 2
