@@ -116,6 +116,27 @@ def plot(results_file: str, output_dir: str | None) -> None:
         click.echo(str(path))
 
 
+@cli.command()
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@set_option
+@click.option("--iterations", "-k", default=5, show_default=True, help="Timed iterations.")
+@click.option("--warmup", default=2, show_default=True, help="Untimed iterations first.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@friendly_errors
+def bench(config_file: str, overrides: tuple[str, ...], iterations: int, warmup: int, json_path: str | None) -> None:
+    """Time reconstruction iterations of CONFIG_FILE on one process and compare them with the
+    FFT bound: the time of exactly the FFTs one iteration must do, measured in the same
+    process at the same batch shapes. Prints seconds per iteration, patterns/s, peak memory
+    and ratio = iteration / bound."""
+    from ptyacc.bench import format_report, run_bench, write_json
+    from ptyacc.config import load_config
+
+    report = run_bench(load_config(config_file, overrides), iterations, warmup)
+    click.echo(format_report(report))
+    if json_path:
+        write_json(report, Path(json_path))
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)

@@ -22,7 +22,6 @@ from ptyacc.data import EpochBatches, PtychoData, load_data
 from ptyacc.distributed import check_in_sync, get_attribute, make_accelerator, unwrap
 from ptyacc.errors import ConfigError
 from ptyacc.geometry import ObjectGeometry
-from ptyacc.losses import LOSSES
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, save_figures, save_results, versions
 from ptyacc.physics import fresnel_propagator, mixed_state_probe, stem_probe
@@ -38,6 +37,7 @@ class Reconstruction:
     model: PtychoModel
     data: PtychoData
     loss: list[float] = field(default_factory=list)
+    iteration_times_s: list[float] = field(default_factory=list)
     wall_time_s: float = 0.0
     output_dir: Path | None = None
     world_size: int = 1
@@ -62,11 +62,11 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     model = build_model(config, data, geometry)
 
     opt_cfg = config.optim
-    groups = [("object", [model.object_amplitude, model.object_phase], opt_cfg.lr.object, opt_cfg.start.object),
+    groups = [("object", [model.object], opt_cfg.lr.object, opt_cfg.start.object),
               ("probe", [model.probe], opt_cfg.lr.probe, opt_cfg.start.probe)]
     if model.refine_positions:
         groups.append(("positions", [model.position_offsets], opt_cfg.lr.positions, opt_cfg.start.positions))
-    optimizers = [torch.optim.Adam(params, lr=lr) for _, params, lr, _ in groups]
+    optimizers = [torch.optim.Adam(params, lr=lr, **_fast_adam(accelerator.device)) for _, params, lr, _ in groups]
     starts = [start for *_, start in groups]
 
     batches = EpochBatches(geometry.positions_px, opt_cfg.batch_size, accelerator.num_processes,
@@ -78,13 +78,13 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         model, *optimizers, loader = accelerator.prepare(model, *optimizers, loader)
 
     patterns = data.patterns.to(accelerator.device)
-    loss_fn = LOSSES[opt_cfg.loss]
     world = accelerator.num_processes
     bare: PtychoModel = unwrap(model)
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
     out_dir = Path(config.output.dir)
     history: list[float] = []
+    iteration_times: list[float] = []
     progress = _progress(accelerator, config, opt_cfg.iterations)
 
     for iteration in range(opt_cfg.iterations):
@@ -94,24 +94,24 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         for indices, global_size in loader:
             if on_step is not None:
                 on_step(iteration, indices)
-            predicted = model(indices)
-            pattern_losses = loss_fn(predicted, patterns[indices], 1)
+            pattern_losses = model(indices, patterns[indices], opt_cfg.loss)
             # DDP averages gradients over processes; x world makes that average the global sum / B.
             accelerator.backward(pattern_losses * (world / global_size))
             for optimizer, start in zip(optimizers, starts):
                 if start is not None and iteration >= start:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-            bare.apply_constraints(bounds, config.model.orthogonalize_probe, max_offset)
             iteration_sum += pattern_losses.detach()
+        bare.apply_constraints(bounds, config.model.orthogonalize_probe, max_offset)
         total = accelerator.reduce(iteration_sum, reduction="sum")
         history.append(float(total) / data.n_patterns)
+        iteration_times.append(time.perf_counter() - tick)
         if not math.isfinite(history[-1]):
             raise FloatingPointError(f"loss became {history[-1]} at iteration {iteration}")
         if config.runtime.check_sync_every and (iteration + 1) % config.runtime.check_sync_every == 0:
             check_in_sync(accelerator, model, iteration)
         if progress is not None:
-            rate = data.n_patterns / max(time.perf_counter() - tick, 1e-9)
+            rate = data.n_patterns / max(iteration_times[-1], 1e-9)
             progress.set_postfix(loss=f"{history[-1]:.5g}", patterns_per_s=f"{rate:.0f}")
             progress.update(1)
         save_now = config.output.save_every and (iteration + 1) % config.output.save_every == 0
@@ -121,10 +121,11 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         progress.close()
     check_in_sync(accelerator, model, opt_cfg.iterations - 1)
     results = collect_results(config, bare, data, geometry, history, world)
+    results.iteration_time_s = np.asarray(iteration_times)
     if write:
         _save(accelerator, config, bare, data, geometry, history, out_dir, results)
     accelerator.wait_for_everyone()
-    return Reconstruction(results=results, model=bare, data=data, loss=history,
+    return Reconstruction(results=results, model=bare, data=data, loss=history, iteration_times_s=iteration_times,
                           wall_time_s=time.perf_counter() - started,
                           output_dir=out_dir if write else None, world_size=world)
 
@@ -183,6 +184,15 @@ def _progress(accelerator, config: Config, total: int):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="ptyacc", unit="it", dynamic_ncols=True)
+
+
+def _fast_adam(device: torch.device) -> dict:
+    """Adam's fused kernel where this torch has it for the device (CPU and CUDA in torch >= 2.4)."""
+    try:
+        torch.optim.Adam([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return {}
+    return {"fused": True}
 
 
 def _single_item(items: list) -> object:

@@ -1,7 +1,7 @@
 """The ptychography model: optimisable state as real parameters, forward(indices) -> intensities.
 
-Complex quantities are stored as real tensors (amplitude/phase for the object, (..., 2)
-real/imaginary for the probe) so that no complex tensor ever reaches a collective.
+Complex quantities are stored as real tensors ((..., 2) real/imaginary pairs) so that no
+complex tensor ever reaches a collective; forward views them as complex without a copy.
 """
 
 from __future__ import annotations
@@ -11,14 +11,22 @@ import torch
 from torch import nn
 
 from ptyacc.geometry import ObjectGeometry
-from ptyacc.physics import extract_patches, multislice_intensities, shift_ramp, transmission
+from ptyacc.physics import (
+    exit_waves,
+    extract_patches,
+    far_field_intensities,
+    far_field_loss,
+    shift_ramp,
+    shift_ramps_1d,
+    transmission,
+)
 
 
 class PtychoModel(nn.Module):
     """Object, probe and (optionally) position corrections of one reconstruction.
 
     Parameters
-    - object_amplitude, object_phase: (object_modes, slices, Ny, Nx) float32
+    - object: (object_modes, slices, Ny, Nx, 2) float32 real and imaginary parts of the transmission
     - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
       so that Adam's step sizes are relative to the probe's peak amplitude
     - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
@@ -34,13 +42,11 @@ class PtychoModel(nn.Module):
         self.object_shape = geometry.shape
         generator = torch.Generator().manual_seed(seed)
         shape = (object_modes, slices, *geometry.shape)
-        amplitude = torch.ones(shape)
         phase = torch.zeros(shape)
         if object_modes > 1:
             # identical modes would receive identical gradients forever
             phase[1:] = object_init_noise * torch.randn(shape[0] - 1, *shape[1:], generator=generator)
-        self.object_amplitude = nn.Parameter(amplitude)
-        self.object_phase = nn.Parameter(phase)
+        self.object = nn.Parameter(torch.view_as_real(transmission(torch.ones(shape), phase)).contiguous())
         scale = probe.abs().max().clamp_min(1e-30).to(torch.float32)
         self.register_buffer("probe_scale", scale)
         self.probe = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
@@ -55,25 +61,38 @@ class PtychoModel(nn.Module):
             raise ValueError("a multislice model needs a propagator")
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
         self.register_buffer("propagator", prop.contiguous())
-        fractions = self._window_corners(positions_px)[1]
+        corners, fractions = self._window_corners(positions_px)
         # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
         self.needs_shift = refine_positions or bool(fractions.abs().max() > 1e-4)
+        # Fixed positions: window corners and shift factors are computed once, not every step.
+        ramp_y, ramp_x = shift_ramps_1d(fractions, k)
+        self.register_buffer("fixed_corners", corners)
+        self.register_buffer("fixed_ramps", torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)).contiguous())
 
     # ------------------------------------------------------------------ forward
-    def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        """Predicted intensities (B, K, K), unshifted layout, for positions ``indices`` (B,)."""
+    def forward(self, indices: torch.Tensor, measured: torch.Tensor | None = None,
+                loss: str = "amplitude") -> torch.Tensor:
+        """Predicted intensities (B, K, K), unshifted layout, for positions ``indices`` (B,);
+        or, given the ``measured`` intensities (B, K, K), the summed ``loss`` against them."""
         indices = indices.reshape(-1)
-        centres = self.positions_px[indices] + self.position_offsets[indices]
-        top_left, fraction = self._window_corners(centres)
         probe = self.complex_probe()
-        if self.needs_shift:
-            probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(fraction, self.window)[:, None])
+        if self.refine_positions:
+            top_left, fraction = self._window_corners(self.positions_px[indices] + self.position_offsets[indices])
+            ramps = shift_ramp(fraction, self.window)
         else:
-            probes = probe.expand(indices.shape[0], *probe.shape)
-        amplitude = extract_patches(self.object_amplitude, top_left, self.window)
-        phase = extract_patches(self.object_phase, top_left, self.window)
-        propagator = torch.view_as_complex(self.propagator) if self.object_phase.shape[1] > 1 else None
-        return multislice_intensities(probes, transmission(amplitude, phase), propagator)
+            top_left = self.fixed_corners[indices]
+            ramps = torch.view_as_complex(self.fixed_ramps[indices])  # (B, 2, K)
+            ramps = torch.bmm(ramps[:, 0, :, None], ramps[:, 1, None, :])
+        if self.needs_shift:
+            probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * ramps[:, None])
+        else:
+            probes = probe[None]
+        patches = extract_patches(self.complex_object(), top_left, self.window)
+        propagator = torch.view_as_complex(self.propagator) if patches.shape[2] > 1 else None
+        waves = exit_waves(probes, patches, propagator)
+        if measured is None:
+            return far_field_intensities(waves)
+        return far_field_loss(waves, measured, loss)
 
     def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Integer window corners (B, 2), clamped inside the object, and the sub-pixel
@@ -90,8 +109,8 @@ class PtychoModel(nn.Module):
         return torch.view_as_complex(self.probe) * self.probe_scale
 
     def complex_object(self) -> torch.Tensor:
-        """(object_modes, slices, Ny, Nx) complex64 transmission."""
-        return transmission(self.object_amplitude, self.object_phase)
+        """(object_modes, slices, Ny, Nx) complex64 transmission (a view of the parameter)."""
+        return torch.view_as_complex(self.object)
 
     def positions(self) -> torch.Tensor:
         """(N, 2) current probe centres in object pixels."""
@@ -102,7 +121,9 @@ class PtychoModel(nn.Module):
     def apply_constraints(self, amplitude_bounds: tuple[float, float], orthogonalize_probe: bool,
                           max_offset_px: float) -> None:
         """Projections applied after each step, identically on every process."""
-        self.object_amplitude.clamp_(*amplitude_bounds)
+        low, high = amplitude_bounds
+        amplitude = torch.linalg.vector_norm(self.object, dim=-1, keepdim=True)
+        self.object.mul_(amplitude.clamp(low, high) / amplitude.clamp_min(1e-12))
         if orthogonalize_probe and self.probe.shape[0] > 1:
             self.probe.copy_(torch.view_as_real(orthogonalize_modes(torch.view_as_complex(self.probe))))
         if self.refine_positions:

@@ -5,6 +5,7 @@ results.h5 layout (a public contract; add, never rename):
 - ``probe``        complex64 (probe_modes, K, K) centred real-space probe modes
 - ``positions_A``  float64 (N, 2) refined probe centres (y, x), same order and frame as the input
 - ``loss``         float64 (iterations done,) loss per iteration
+- ``iteration_time_s`` float64 (iterations done,) wall time of each iteration (main process)
 - attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
   the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
   ``iterations_done``, ``wavelength_A``, ``loss_name``.
@@ -36,6 +37,7 @@ class Results:
     dx_A: float
     origin_A: tuple[float, float]
     attrs: dict[str, Any] = field(default_factory=dict)
+    iteration_time_s: np.ndarray | None = None
 
     @property
     def phase(self) -> np.ndarray:
@@ -71,6 +73,8 @@ def save_results(path: Path, results: Results) -> None:
         f.create_dataset("probe", data=results.probe.astype(np.complex64))
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
         f.create_dataset("loss", data=np.asarray(results.loss, dtype=np.float64))
+        if results.iteration_time_s is not None:
+            f.create_dataset("iteration_time_s", data=np.asarray(results.iteration_time_s, dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
         for key, value in results.attrs.items():
@@ -91,6 +95,7 @@ def load_results(path: str | Path) -> Results:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
+                           iteration_time_s=f["iteration_time_s"][()] if "iteration_time_s" in f else None,
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None

@@ -32,7 +32,7 @@ def main() -> None:
         used.setdefault(iteration, []).append(indices.reshape(-1).tolist())
         if rank == args.perturb_rank and iteration == 1 and "done" not in state:
             with torch.no_grad():
-                get_attribute(state["model"], "object_phase").add_(1e-3)
+                get_attribute(state["model"], "object").add_(1e-3)
             state["done"] = True
 
     original_prepare = accelerator.prepare

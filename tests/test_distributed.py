@@ -28,6 +28,7 @@ from ptyacc.errors import DistributedError
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
+CPU_CONFIG = Path(__file__).parents[1] / "configs" / "accelerate" / "cpu_multi_process.yaml"
 
 
 # ----------------------------------------------------------------------------- unit tests
@@ -101,6 +102,15 @@ def test_no_model_module_access_and_no_unused_parameter_search():
             assert ".module" not in text, path
 
 
+def test_shipped_accelerate_configs_never_ask_for_mixed_precision():
+    folder = Path(__file__).parents[1] / "configs" / "accelerate"
+    names = sorted(p.name for p in folder.glob("*.yaml"))
+    assert names == ["cpu_multi_process.yaml", "multi_gpu.yaml", "multi_node.yaml", "single_gpu.yaml"]
+    for name in names:
+        settings = yaml.safe_load((folder / name).read_text())
+        assert settings["mixed_precision"] == "no" and settings["use_cpu"] is False
+
+
 def test_model_state_is_real_valued():
     """DESIGN rule 1: no complex parameter or buffer, so none can reach a collective."""
     config = ptyacc.load_config(tiny_config(Path("/tmp")), ["optim.start.positions=0", "model.slices=2"])
@@ -112,7 +122,7 @@ def test_model_state_is_real_valued():
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
     model = build_model(config, data, geometry)
     tensors = dict(model.named_parameters()) | dict(model.named_buffers())
-    assert {"object_amplitude", "object_phase", "probe", "position_offsets", "propagator"} <= set(tensors)
+    assert {"object", "probe", "position_offsets", "propagator"} <= set(tensors)
     assert not [name for name, t in tensors.items() if t.is_complex()]
 
 
@@ -135,9 +145,8 @@ def launch(args: list[str], processes: int, timeout: int = 300, extra: list[str]
     if processes == 1:
         command = [sys.executable, *args]
     else:
-        command = [*ACCELERATE, "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-                   *extra, *args]
+        command = [*ACCELERATE, "--config_file", str(CPU_CONFIG), "--num_processes", str(processes),
+                   "--main_process_port", str(free_port()), *extra, *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
     assert done.returncode == 0, done.stderr[-3000:]
     return done

@@ -24,12 +24,17 @@ def fresnel_propagator(n: int, dx_A: float, wavelength_A: float, distance_A: flo
 def shift_ramp(shifts_px: torch.Tensor, n: int) -> torch.Tensor:
     """Fourier multipliers (B, n, n) that move an image by ``shifts_px`` (B, 2) = (dy, dx) pixels:
     ifft2(fft2(f) * ramp) = f(r - shift), circularly. Differentiable in the shifts."""
+    ramp_y, ramp_x = shift_ramps_1d(shifts_px, n)
+    # the outer product as a batched matmul: several times faster than a broadcast multiply
+    return torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :])
+
+
+def shift_ramps_1d(shifts_px: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The separable factors (B, n) along y and x of ``shift_ramp``."""
     k = spatial_frequencies(n, 1.0, dtype=shifts_px.dtype, device=shifts_px.device)
-    phase_y = -2.0 * math.pi * shifts_px[:, 0:1] * k  # (B, n)
-    phase_x = -2.0 * math.pi * shifts_px[:, 1:2] * k
-    ramp_y = torch.polar(torch.ones_like(phase_y), phase_y)
-    ramp_x = torch.polar(torch.ones_like(phase_x), phase_x)
-    return ramp_y[:, :, None] * ramp_x[:, None, :]
+    phase = -2.0 * math.pi * shifts_px[:, :, None] * k  # (B, 2, n)
+    ramps = torch.polar(torch.ones_like(phase), phase)
+    return ramps[:, 0], ramps[:, 1]
 
 
 def fourier_shift(images: torch.Tensor, shifts_px: torch.Tensor) -> torch.Tensor:

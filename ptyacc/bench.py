@@ -1,0 +1,141 @@
+"""`ptyacc bench`: seconds per iteration against the FFT bound, measured in one process.
+
+The FFT bound is the time of exactly the Fourier transforms one iteration must do, run with
+torch.fft at the same batch shapes: for every pattern, probe mode and object mode, 2*slices - 1
+transforms of K x K forward and as many backward, plus, when positions are refined, the
+probe-shift transforms (one inverse transform forward, one backward, per pattern and probe mode).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ptyacc.config import Config
+from ptyacc.data import EpochBatches, load_data
+
+
+def fft_bound_s(batch_sizes: list[int], probe_modes: int, object_modes: int, slices: int, k: int,
+                refine_positions: bool, device: torch.device | str = "cpu", repeats: int = 5) -> float:
+    """Seconds per iteration spent in the FFTs the model needs, best of ``repeats``."""
+    shapes = {}
+    for b in batch_sizes:
+        shapes[b] = shapes.get(b, 0) + 1
+    waves = {b: torch.randn(b, probe_modes, object_modes, k, k, dtype=torch.complex64, device=device) for b in shapes}
+    probes = {b: torch.randn(b, probe_modes, k, k, dtype=torch.complex64, device=device) for b in shapes}
+    per_pattern = 2 * (2 * slices - 1)
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        for b, count in shapes.items():
+            for _ in range(count):
+                for _ in range(per_pattern):
+                    torch.fft.fft2(waves[b])
+                if refine_positions:
+                    torch.fft.ifft2(probes[b])
+                    torch.fft.fft2(probes[b])
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
+    """Time ``warmup + iterations`` reconstruction iterations on one process and the FFT bound."""
+    from ptyacc.distributed import make_accelerator
+    from ptyacc.engine import reconstruct
+
+    config.optim.iterations = warmup + iterations
+    config.runtime.progress = False
+    accelerator = make_accelerator(config.runtime)
+    baseline_rss = _peak_rss_bytes()
+    data = load_data(config)
+    if accelerator.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rec = reconstruct(config, accelerator=accelerator, data=data, write=False)
+    timed = rec.iteration_times_s[warmup:]
+    per_iteration = statistics.median(timed)
+    batches = EpochBatches(np.zeros((data.n_patterns, 2)), config.optim.batch_size, 1)
+    bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
+                        config.model.object_modes, config.model.slices, data.detector_px,
+                        rec.model.refine_positions, accelerator.device)
+    if accelerator.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = max(_peak_rss_bytes() - baseline_rss, 0)
+    minimum = _minimum_bytes(rec.model, data, config.optim.batch_size)
+    return {
+        "device": _device_name(accelerator.device),
+        "threads": torch.get_num_threads(),
+        "patterns": data.n_patterns,
+        "detector_px": data.detector_px,
+        "batch_size": config.optim.batch_size,
+        "probe_modes": config.model.probe_modes,
+        "object_modes": config.model.object_modes,
+        "slices": config.model.slices,
+        "refine_positions": rec.model.refine_positions,
+        "iterations_timed": len(timed),
+        "s_per_iteration": per_iteration,
+        "s_per_iteration_all": timed,
+        "patterns_per_s": data.n_patterns / per_iteration,
+        "fft_bound_s": bound,
+        "ratio": per_iteration / bound,
+        "peak_memory_bytes": peak,
+        "minimum_memory_bytes": minimum,
+        "final_loss": rec.loss[-1],
+        "torch": str(torch.__version__),
+        "python": sys.version.split()[0],
+    }
+
+
+def _minimum_bytes(model, data, batch_size: int) -> int:
+    """Patterns + parameters + Adam state (2 per parameter) + one batch's complex waves."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    k = data.detector_px
+    waves = batch_size * model.probe.shape[0] * model.object.shape[0] * model.object.shape[1] * k * k * 8
+    return data.patterns.numel() * 4 + 3 * params + waves
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def format_report(report: dict) -> str:
+    mib = 2**20
+    return "\n".join([
+        f"device            {report['device']}",
+        f"problem           {report['patterns']} patterns of {report['detector_px']}^2, batch {report['batch_size']}, "
+        f"{report['probe_modes']} probe x {report['object_modes']} object modes, {report['slices']} slice(s), "
+        f"positions {'refined' if report['refine_positions'] else 'fixed'}",
+        f"iteration         {report['s_per_iteration']:.4f} s (median of {report['iterations_timed']})",
+        f"patterns/s        {report['patterns_per_s']:.0f}",
+        f"FFT bound         {report['fft_bound_s']:.4f} s",
+        f"ratio             {report['ratio']:.2f}",
+        f"peak memory       {report['peak_memory_bytes'] / mib:.1f} MiB (minimum {report['minimum_memory_bytes'] / mib:.1f} MiB)",
+    ])
+
+
+def write_json(report: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
