@@ -15,7 +15,7 @@ from ptyacc.physics import (
     exit_waves,
     extract_patches,
     far_field_intensities,
-    far_field_loss,
+    ptycho_loss,
     shift_ramp,
     shift_ramps_1d,
     transmission,
@@ -73,26 +73,23 @@ class PtychoModel(nn.Module):
     def forward(self, indices: torch.Tensor, measured: torch.Tensor | None = None,
                 loss: str = "amplitude") -> torch.Tensor:
         """Predicted intensities (B, K, K), unshifted layout, for positions ``indices`` (B,);
-        or, given the ``measured`` intensities (B, K, K), the summed ``loss`` against them."""
+        or, given the ``measured`` intensities (B, K, K), the summed ``loss`` against them
+        (value and gradient computed together by ``ptycho_loss``)."""
         indices = indices.reshape(-1)
         probe = self.complex_probe()
+        obj = self.complex_object()
+        propagator = torch.view_as_complex(self.propagator) if obj.shape[1] > 1 else None
         if self.refine_positions:
             top_left, fraction = self._window_corners(self.positions_px[indices] + self.position_offsets[indices])
             ramps = shift_ramp(fraction, self.window)
         else:
             top_left = self.fixed_corners[indices]
-            ramps = torch.view_as_complex(self.fixed_ramps[indices])  # (B, 2, K)
-            ramps = torch.bmm(ramps[:, 0, :, None], ramps[:, 1, None, :])
-        if self.needs_shift:
-            probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * ramps[:, None])
-        else:
-            probes = probe[None]
-        patches = extract_patches(self.complex_object(), top_left, self.window)
-        propagator = torch.view_as_complex(self.propagator) if patches.shape[2] > 1 else None
-        waves = exit_waves(probes, patches, propagator)
-        if measured is None:
-            return far_field_intensities(waves)
-        return far_field_loss(waves, measured, loss)
+            factors = torch.view_as_complex(self.fixed_ramps[indices])  # (B, 2, K)
+            ramps = torch.bmm(factors[:, 0, :, None], factors[:, 1, None, :]) if self.needs_shift else None
+        if measured is not None:
+            return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss)
+        probes = torch.fft.ifft2(torch.fft.fft2(probe) * ramps[:, None]) if ramps is not None else probe[None]
+        return far_field_intensities(exit_waves(probes, extract_patches(obj, top_left, self.window), propagator))
 
     def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Integer window corners (B, 2), clamped inside the object, and the sub-pixel

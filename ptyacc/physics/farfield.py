@@ -42,20 +42,25 @@ def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind:
     return (predicted - measured * torch.log(predicted + EPS)).sum()
 
 
+def loss_and_intensity_factor(far: torch.Tensor, measured: torch.Tensor, kind: str):
+    """Loss of far fields (B, ..., K, K) against ``measured`` (B, K, K), and the real factor
+    (B, K, K) with d loss / d far = factor * far (for every mode)."""
+    intensity = _intensity(far) + EPS  # (B, K, K)
+    if kind == "amplitude":
+        amplitude = torch.sqrt(intensity)
+        root_measured = torch.sqrt(measured)
+        loss = (amplitude - root_measured).square().sum()
+        # dL/dI = 1 - sqrt(M) / sqrt(I); the complex gradient is 2 dL/dI * far
+        return loss, torch.addcdiv(torch.full_like(amplitude, 2.0), root_measured, amplitude, value=-2.0)
+    loss = (intensity - measured * torch.log(intensity)).sum()
+    return loss, torch.addcdiv(torch.full_like(intensity, 2.0), measured, intensity, value=-2.0)
+
+
 class _FarFieldLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, waves: torch.Tensor, measured: torch.Tensor, kind: str) -> torch.Tensor:
         far = torch.fft.fft2(waves, norm="ortho")
-        intensity = _intensity(far) + EPS  # (B, K, K)
-        if kind == "amplitude":
-            amplitude = torch.sqrt(intensity)
-            root_measured = torch.sqrt(measured)
-            loss = (amplitude - root_measured).square().sum()
-            # dL/dI = 1 - sqrt(M) / sqrt(I); the complex gradient is 2 dL/dI * far
-            factor = 2.0 * (1.0 - root_measured / amplitude)
-        else:
-            loss = (intensity - measured * torch.log(intensity)).sum()
-            factor = 2.0 * (1.0 - measured / intensity)
+        loss, factor = loss_and_intensity_factor(far, measured, kind)
         ctx.save_for_backward(far, factor)
         ctx.mode_dims = waves.dim() - 3
         return loss

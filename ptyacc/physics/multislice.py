@@ -65,3 +65,4 @@ class _ExtractPatches(torch.autograd.Function):
         grad_image = torch.zeros(*lead, ny * nx, dtype=grad.dtype, device=grad.device)
         grad_image.index_add_(-1, flat_index, grad.movedim(0, -3).reshape(*lead, -1))
         return grad_image.reshape(ctx.image_shape), None, None
+

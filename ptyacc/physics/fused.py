@@ -1,0 +1,120 @@
+"""The whole data term of one step, value and gradient together, in cache-sized chunks.
+
+On a CPU an elementwise pass over a batch of waves costs as much as an FFT once the batch
+outgrows the L2 cache, and autograd adds conjugate copies, broadcast reductions and saved
+activations for the whole batch. ``ptycho_loss`` instead walks the batch in chunks of a few
+patterns, runs forward and backward for each chunk while its waves are still in cache, and
+keeps only the gradients: its autograd backward merely scales them. The same value and
+gradients as the composition of ``fourier_shift``-style probe shifts, ``extract_patches``,
+``exit_waves`` and ``far_field_loss`` (tests compare the two).
+"""
+
+import torch
+
+from ptyacc.physics.farfield import loss_and_intensity_factor
+
+CHUNK_BYTES = 256 * 1024  # one chunk's wave: half an L2 cache of common CPUs
+
+
+def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
+                propagator: torch.Tensor | None, measured: torch.Tensor, kind: str = "amplitude",
+                chunk: int | None = None) -> torch.Tensor:
+    """Summed loss of a batch of B positions.
+
+    probe:      (P, K, K) complex probe modes, centred.
+    obj:        (O, S, Ny, Nx) complex transmission.
+    top_left:   (B, 2) long, corner of each position's K x K window in the object.
+    ramps:      (B, K, K) complex Fourier multipliers of each position's sub-pixel probe shift
+                (``shift_ramp``), or None for no shift. Differentiable (position refinement).
+    propagator: (K, K) complex Fresnel kernel between slices (S > 1), else None.
+    measured:   (B, K, K) intensities, unshifted layout.
+    chunk:      patterns per chunk; default: a chunk's waves fill CHUNK_BYTES.
+    """
+    if chunk is None:
+        per_pattern = probe.shape[0] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
+        chunk = max(1, CHUNK_BYTES // per_pattern)
+    return _PtychoLoss.apply(probe, obj, top_left, ramps, propagator, measured, kind, chunk)
+
+
+class _PtychoLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, probe, obj, top_left, ramps, propagator, measured, kind, chunk):
+        k = probe.shape[-1]
+        n_modes, n_slices, ny, nx = obj.shape
+        windows = obj.unfold(-2, k, 1).unfold(-2, k, 1)  # (O, S, Ny-K+1, Nx-K+1, K, K), a view
+        grad_obj = torch.zeros_like(obj).reshape(n_modes, n_slices, ny * nx)
+        offsets = torch.arange(k, device=obj.device)
+        shifted = ramps is not None
+        if shifted:
+            spectrum = torch.fft.fft2(probe)  # (P, K, K)
+            grad_spectrum_sum = torch.zeros_like(spectrum)
+            grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[3] else None
+        else:
+            grad_probe = torch.zeros_like(probe)
+        total = torch.zeros((), dtype=measured.dtype, device=measured.device)
+        for start in range(0, top_left.shape[0], chunk):
+            part = slice(start, start + chunk)
+            corners = top_left[part]
+            patches = windows[:, :, corners[:, 0], corners[:, 1]].movedim(2, 0)  # (C, O, S, K, K)
+            if shifted:
+                probes = torch.fft.ifft2(spectrum * ramps[part, None])  # (C, P, K, K)
+            else:
+                probes = probe[None]
+            loss, grad_probes, grad_patches = _multislice_value_and_grad(probes, patches, propagator,
+                                                                         measured[part], kind)
+            total += loss
+            rows = corners[:, 0:1] + offsets
+            cols = corners[:, 1:2] + offsets
+            flat = (rows[:, :, None] * nx + cols[:, None, :]).reshape(-1)
+            grad_obj.index_add_(-1, flat, grad_patches.movedim(0, 2).reshape(n_modes, n_slices, -1))
+            if shifted:
+                # probes = ifft2(spectrum * ramp): the adjoint of ifft2 is fft2 / K^2
+                grad_x = torch.fft.fft2(grad_probes)  # K^2 * d/d(spectrum * ramp)
+                grad_spectrum_sum += (grad_x * ramps[part, None].conj()).sum(0)
+                if grad_ramps is not None:
+                    grad_ramps[part] = (grad_x * spectrum.conj()).sum(1) / k**2
+            else:
+                grad_probe += grad_probes[0]
+        if shifted:
+            grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # spectrum = fft2(probe): adjoint K^2 ifft2
+        ctx.grads = (grad_probe, grad_obj.reshape(obj.shape), grad_ramps if shifted else None)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_probe, grad_obj, grad_ramps = ctx.grads
+        del ctx.grads
+        scale = lambda g: None if g is None else g * grad_loss  # noqa: E731
+        return scale(grad_probe), scale(grad_obj), None, scale(grad_ramps), None, None, None, None
+
+
+def _multislice_value_and_grad(probes, patches, propagator, measured, kind):
+    """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K) and the
+    patches (C, O, S, K, K). Forward as in ``exit_waves``; backward written out slice by slice:
+    for t = a b the gradient is g conj(b); for a propagation ifft2(fft2(.) H) it is
+    ifft2(fft2(g) conj(H)); the far field uses the orthonormal FFT, whose adjoint is its inverse."""
+    n_slices = patches.shape[2]
+    incident = []
+    wave = probes[:, :, None] * patches[:, None, :, 0]  # (C, P, O, K, K)
+    for s in range(1, n_slices):
+        wave = torch.fft.ifft2(torch.fft.fft2(wave) * propagator)
+        incident.append(wave)
+        wave = wave * patches[:, None, :, s]
+    far = torch.fft.fft2(wave, norm="ortho")
+    loss, factor = loss_and_intensity_factor(far, measured, kind)
+    grad = torch.fft.ifft2(far * factor[:, None, None], norm="ortho")  # (C, P, O, K, K)
+    grad_slices = [None] * n_slices
+    for s in range(n_slices - 1, 0, -1):
+        grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
+        grad = torch.fft.ifft2(torch.fft.fft2(grad * patches[:, None, :, s].conj()) * propagator.conj())
+    grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
+    grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(grad_slices, dim=2)
+    grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
+    if probes.shape[0] == 1:
+        grad_probes = grad_probes.sum(0, keepdim=True)
+    return loss, grad_probes, grad_patches
+
+
+def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over ``dim``; a view when it has size 1 (a reduction over it would cost a full pass)."""
+    return tensor.squeeze(dim) if tensor.shape[dim] == 1 else tensor.sum(dim)

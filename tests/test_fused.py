@@ -1,0 +1,70 @@
+"""The fused value-and-gradient of one step against the autograd composition of the physics
+functions it replaces, and against finite differences."""
+
+import pytest
+import torch
+
+from ptyacc.physics import exit_waves, extract_patches, far_field_loss, ptycho_loss, shift_ramp
+
+
+def random_complex(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.complex(torch.randn(*shape, generator=g, dtype=torch.float64),
+                         torch.randn(*shape, generator=g, dtype=torch.float64))
+
+
+def problem(slices, probe_modes, object_modes, shifted, seed=0, k=6, batch=5):
+    g = torch.Generator().manual_seed(seed)
+    probe = random_complex(probe_modes, k, k, seed=seed + 1).requires_grad_()
+    obj = random_complex(object_modes, slices, 10, 11, seed=seed + 2).requires_grad_()
+    top_left = torch.stack([torch.randint(0, 5, (batch,), generator=g), torch.randint(0, 6, (batch,), generator=g)], 1)
+    fraction = (torch.rand(batch, 2, generator=g, dtype=torch.float64) - 0.5).requires_grad_()
+    propagator = torch.exp(2j * torch.pi * torch.rand(k, k, generator=g, dtype=torch.float64)) if slices > 1 else None
+    measured = 5 * torch.rand(batch, k, k, generator=g, dtype=torch.float64)
+    return probe, obj, top_left, fraction if shifted else None, propagator, measured
+
+
+def reference_loss(probe, obj, top_left, fraction, propagator, measured, kind):
+    """The same loss built from the separately tested physics functions, differentiated by autograd."""
+    k = probe.shape[-1]
+    probes = probe[None]
+    if fraction is not None:
+        probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(fraction, k)[:, None])
+    return far_field_loss(exit_waves(probes, extract_patches(obj, top_left, k), propagator), measured, kind)
+
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("slices, probe_modes, object_modes", [(1, 1, 1), (3, 2, 2), (2, 3, 1)])
+@pytest.mark.parametrize("shifted", [False, True])
+@pytest.mark.parametrize("chunk", [1, 2, 64])
+def test_fused_matches_autograd_reference(kind, slices, probe_modes, object_modes, shifted, chunk):
+    """Value and gradients (probe, object, sub-pixel shifts) equal autograd's to round-off,
+    for any chunking of the batch."""
+    probe, obj, top_left, fraction, propagator, measured = problem(slices, probe_modes, object_modes, shifted)
+    inputs = (probe, obj) + ((fraction,) if shifted else ())
+    ramps = shift_ramp(fraction, probe.shape[-1]) if shifted else None
+    fused = ptycho_loss(probe, obj, top_left, ramps, propagator, measured, kind, chunk)
+    fused_grads = torch.autograd.grad(2.5 * fused, inputs)  # a scaled loss scales the gradients
+    reference = reference_loss(probe, obj, top_left, fraction, propagator, measured, kind)
+    reference_grads = torch.autograd.grad(2.5 * reference, inputs)
+    assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
+    for mine, theirs in zip(fused_grads, reference_grads, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+
+
+def test_fused_gradient_matches_finite_differences():
+    """Directional derivative along a random direction of every input, central differences."""
+    probe, obj, top_left, fraction, propagator, measured = problem(2, 2, 1, True, seed=4)
+    ramps = lambda f: shift_ramp(f, probe.shape[-1])  # noqa: E731
+    loss = lambda p, o, f: ptycho_loss(p, o, top_left, ramps(f), propagator, measured, "amplitude")  # noqa: E731
+    grads = torch.autograd.grad(loss(probe, obj, fraction), (probe, obj, fraction))
+    directions = [random_complex(*probe.shape, seed=7), random_complex(*obj.shape, seed=8),
+                  torch.randn(fraction.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(9))]
+    h = 1e-6
+    with torch.no_grad():
+        plus = loss(*(x + h * d for x, d in zip((probe, obj, fraction), directions, strict=True)))
+        minus = loss(*(x - h * d for x, d in zip((probe, obj, fraction), directions, strict=True)))
+    numeric = float(plus - minus) / (2 * h)
+    # PyTorch's gradient of a real loss in a complex input z is dL/dRe z + i dL/dIm z
+    analytic = sum(float((g.conj() * d).real.sum()) for g, d in zip(grads, directions, strict=True))
+    assert analytic == pytest.approx(numeric, rel=1e-6)
