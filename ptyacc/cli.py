@@ -137,6 +137,36 @@ def bench(config_file: str, overrides: tuple[str, ...], iterations: int, warmup:
         write_json(report, Path(json_path))
 
 
+@cli.command()
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+@set_option
+@click.option("--processes", default="1,2", show_default=True, help="Comma-separated process counts to compare.")
+@click.option("--trials", default=2, show_default=True, help="Runs per process count.")
+@click.option("--output-dir", "-o", default="speedtest", show_default=True, type=click.Path(file_okay=False),
+              help="Where the runs, CSVs and PNG go.")
+@click.option("--threads-per-process", type=int, help="OMP_NUM_THREADS of each process (default: cores / processes).")
+@friendly_errors
+def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, trials: int, output_dir: str,
+              threads_per_process: int | None) -> None:
+    """Run CONFIG_FILE on each process count (real launches) TRIALS times; write
+    speedtest.csv (per iteration), speedtest_summary.csv (speed-up, spread of final losses)
+    and speedtest.png (loss against wall time), and print the summary table."""
+    from ptyacc.config import load_config
+    from ptyacc.speedtest import format_summary, run_speedtest
+
+    load_config(config_file, overrides)  # fail early on a bad config
+    try:
+        counts = [int(p) for p in processes.split(",") if p.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {processes!r}", param_hint="--processes") from None
+    if not counts or min(counts) < 1:
+        raise click.BadParameter("process counts must be >= 1", param_hint="--processes")
+    trials_done = run_speedtest(Path(config_file), counts, trials, Path(output_dir), list(overrides),
+                                threads_per_process, echo=lambda line: click.echo(line, err=True))
+    click.echo(format_summary(trials_done))
+    click.echo(f"written: {Path(output_dir) / 'speedtest.csv'}, speedtest_summary.csv, speedtest.png", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)

@@ -217,6 +217,8 @@ class RuntimeConfig:
     threads: int | None = _f(None, "torch CPU threads per process; null = torch's default.")
     check_sync_every: int = _f(0, "Check every K iterations that all processes hold identical parameters; 0 = only at the end.")
     progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
+    shard_data: bool = _f(False, "Each process holds only the patterns of its own spatial region (memory ~N/W); "
+                                 "batches are drawn inside each region, so results differ slightly from replicated runs.")
 
     def _check(self, path: str) -> None:
         _require(self.timeout_s > 0, f"{path}.timeout_s", "must be > 0")

@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ptyacc.config import Config
-from ptyacc.data import EpochBatches, PtychoData, load_data
+from ptyacc.data import EpochBatches, PtychoData, load_data, spatial_shards
+from ptyacc.data.dataset import keep_only
 from ptyacc.distributed import check_in_sync, get_attribute, make_accelerator, unwrap
 from ptyacc.errors import ConfigError
 from ptyacc.geometry import ObjectGeometry
@@ -57,9 +58,19 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         torch.set_num_threads(config.runtime.threads)
     accelerator = accelerator or make_accelerator(config.runtime)
     torch.manual_seed(config.runtime.seed)
-    data = data if data is not None else load_data(config)
+    world, rank = accelerator.num_processes, accelerator.process_index
+    keep = None
+    if config.runtime.shard_data:
+        # each process reads and holds only the patterns of its own spatial shard
+        keep = lambda positions_A: spatial_shards(positions_A, world)[rank]  # noqa: E731
+    data = data if data is not None else load_data(config, keep)
+    if keep is not None and data.pattern_rows is None:
+        data = keep_only(data, keep)
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px, config.model.object_padding_px)
-    model = build_model(config, data, geometry)
+    held_sum = data.patterns.sum(dtype=torch.float64).to(accelerator.device)
+    if keep is not None:
+        held_sum = accelerator.reduce(held_sum, reduction="sum")
+    model = build_model(config, data, geometry, mean_intensity=float(held_sum) / data.n_patterns)
 
     opt_cfg = config.optim
     groups = [("object", [model.object], opt_cfg.lr.object, opt_cfg.start.object),
@@ -69,8 +80,9 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     optimizers = [torch.optim.Adam(params, lr=lr, **_fast_adam(accelerator.device)) for _, params, lr, _ in groups]
     starts = [start for *_, start in groups]
 
-    batches = EpochBatches(geometry.positions_px, opt_cfg.batch_size, accelerator.num_processes,
-                           opt_cfg.grouping, config.runtime.seed)
+    shards = spatial_shards(data.positions_A, world) if keep is not None else None
+    batches = EpochBatches(geometry.positions_px, opt_cfg.batch_size, world, opt_cfg.grouping, config.runtime.seed,
+                           shards)
     loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=_single_item)
     with warnings.catch_warnings():
         # torch deprecates broadcast_buffers=False in favour of a DDP option accelerate cannot pass yet
@@ -78,7 +90,10 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         model, *optimizers, loader = accelerator.prepare(model, *optimizers, loader)
 
     patterns = data.patterns.to(accelerator.device)
-    world = accelerator.num_processes
+    row_of = torch.arange(data.n_patterns, device=accelerator.device)  # position index -> row of `patterns`
+    if data.pattern_rows is not None:
+        row_of[torch.from_numpy(data.pattern_rows).to(accelerator.device)] = torch.arange(
+            len(data.pattern_rows), device=accelerator.device)
     bare: PtychoModel = unwrap(model)
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
@@ -94,7 +109,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         for indices, global_size in loader:
             if on_step is not None:
                 on_step(iteration, indices)
-            pattern_losses = model(indices, patterns[indices], opt_cfg.loss)
+            pattern_losses = model(indices, patterns[row_of[indices]], opt_cfg.loss)
             # DDP averages gradients over processes; x world makes that average the global sum / B.
             accelerator.backward(pattern_losses * (world / global_size))
             for optimizer, start in zip(optimizers, starts):
@@ -130,9 +145,11 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
                           output_dir=out_dir if write else None, world_size=world)
 
 
-def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry) -> PtychoModel:
+def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
+                mean_intensity: float | None = None) -> PtychoModel:
     """The initial model: a probe from the experiment's optics, scaled to the data's mean
-    intensity, split into modes; a flat object; positions from the data."""
+    intensity (total counts per pattern; computed from the held patterns if None), split into
+    modes; a flat object; positions from the data."""
     k = data.detector_px
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
@@ -142,7 +159,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry) -> P
                           "has no 'semiangle_mrad' attribute")
     probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
     try:
-        probe = mixed_state_probe(probe * math.sqrt(data.mean_intensity), config.model.probe_modes)
+        mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
+        probe = mixed_state_probe(probe * math.sqrt(mean_intensity), config.model.probe_modes)
     except ValueError as exc:
         raise ConfigError(f"model.probe_modes: {exc}") from None
     slices = config.model.slices

@@ -46,7 +46,8 @@ def main() -> None:
     record = {"rank": rank, "world_size": accelerator.num_processes}
     try:
         rec = ptyacc.reconstruct(config, accelerator=accelerator, on_step=on_step)
-        record.update(loss=rec.loss, checksum=parameter_checksum(rec.model))
+        record.update(loss=rec.loss, checksum=parameter_checksum(rec.model), held=len(rec.data.patterns),
+                      held_rows=None if rec.data.pattern_rows is None else rec.data.pattern_rows.tolist())
     except ptyacc.PtyaccError as exc:
         record["error"] = str(exc)
     record["indices"] = used

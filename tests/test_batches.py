@@ -57,3 +57,28 @@ def test_compact_batches_are_spatial_clusters():
         return np.mean([positions[b].std(axis=0).sum() for b in batches])
 
     assert spread("compact") < 0.5 * spread("random")
+
+
+def test_spatial_shards_partition_into_compact_regions():
+    from ptyacc.data import spatial_shards
+
+    positions = grid(9)
+    shards = spatial_shards(positions, 3)
+    assert sorted(len(s) for s in shards) == [27, 27, 27]
+    assert np.array_equal(np.sort(np.concatenate(shards)), np.arange(81))
+    spreads = [positions[s].std(axis=0).sum() for s in shards]
+    assert max(spreads) < 0.75 * positions.std(axis=0).sum()
+
+
+def test_sharded_batches_stay_inside_each_shard():
+    from ptyacc.data import spatial_shards
+
+    positions = grid(7)
+    shards = spatial_shards(positions, 2)
+    batches = EpochBatches(positions, 10, 2, "random", seed=1, shards=shards)
+    for epoch in range(3):
+        batches.set_epoch(epoch)
+        per_rank = shares_by_rank(batches)
+        for rank, pieces in enumerate(per_rank):
+            assert set(np.concatenate(pieces)) == set(shards[rank])
+        assert len(per_rank[0]) == len(per_rank[1])

@@ -136,3 +136,13 @@ def test_results_round_trip(tmp_path):
         with h5py.File(tmp_path / "other.h5", "w") as f:
             f["x"] = 1
         load_results(tmp_path / "other.h5")
+
+
+def test_reading_only_some_rows(pattern_file):
+    """`keep` selects the patterns to read; the others never enter memory."""
+    path, patterns, positions = pattern_file
+    keep = lambda pos: np.array([1, 5, 6, 11])  # noqa: E731
+    data = load_data(config_for(path), keep)
+    expected = np.fft.ifftshift(patterns.reshape(12, 8, 8)[[1, 5, 6, 11]], axes=(-2, -1))
+    np.testing.assert_array_equal(data.patterns.numpy(), expected)
+    assert data.n_patterns == 12 and data.pattern_rows.tolist() == [1, 5, 6, 11]

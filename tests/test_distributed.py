@@ -249,3 +249,56 @@ def test_two_machines_on_loopback_match_one_process(mp_config, one_and_two, tmp_
     two = ptyacc.load_results(out / "results.h5")
     relative = np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object)
     assert relative < 1e-4 and two.attrs["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_sharded_data_holds_a_share_per_rank_and_converges(mp_config, one_and_two, tmp_path):
+    """runtime.shard_data: each of 2 ranks holds about half the patterns (a spatial region),
+    steps only inside it, every position is still used once per epoch, ranks stay in sync,
+    and the result converges to the replicated one (not bit-equal: batches differ)."""
+    out = tmp_path / "results"
+    launch([str(WORKER), str(mp_config), str(tmp_path / "records"), "--set", "runtime.shard_data=true",
+            "--set", f"output.dir={out}"], 2)
+    records = ranks(tmp_path / "records")
+    shares = [set(r["held_rows"]) for r in records]
+    assert [r["held"] for r in records] == [25, 24]  # 49 positions split 25 / 24
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(49))
+    for epoch in map(str, range(10)):
+        for record, share in zip(records, shares, strict=True):
+            used = [i for step in record["indices"][epoch] for i in step]
+            assert set(used) <= share
+        assert sorted(i for r in records for step in r["indices"][epoch] for i in step) == list(range(49))
+    assert records[0]["checksum"] == records[1]["checksum"]
+    sharded = ptyacc.load_results(out / "results.h5")
+    replicated = ptyacc.load_results(one_and_two[1] / "results" / "results.h5")
+    assert sharded.loss[-1] < 0.15 * sharded.loss[0]
+    assert sharded.loss[-1] < 1.2 * replicated.loss[-1]
+    px = (replicated.positions_A - replicated.origin_A) / replicated.dx_A  # the scanned region
+    (r0, c0), (r1, c1) = np.ceil(px.min(0)).astype(int), np.floor(px.max(0)).astype(int)
+    a, b = (np.angle(r.object[0, 0, r0:r1, c0:c1]).ravel() for r in (sharded, replicated))
+    assert np.corrcoef(a, b)[0, 1] > 0.9
+
+
+@pytest.mark.slow
+def test_speedtest_writes_tables_and_figure(mp_config, tmp_path):
+    """`ptyacc speedtest --processes 1,2 --trials 1`: real launches, per-iteration CSV, summary with
+    speed-up relative to 1 process and the spread of final losses, and a PNG."""
+    import csv
+
+    out = tmp_path / "st"
+    done = subprocess.run([sys.executable, "-c", "from ptyacc.cli import entry_point; entry_point()", "speedtest",
+                           str(mp_config), "--processes", "1,2", "--trials", "1", "-o", str(out),
+                           "--threads-per-process", "1", "--set", "optim.iterations=3"],
+                          capture_output=True, text=True, timeout=300, env=environment())
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(open(out / "speedtest.csv")))
+    assert len(rows) == 6 and {r["processes"] for r in rows} == {"1", "2"}
+    summary = list(csv.DictReader(open(out / "speedtest_summary.csv")))
+    assert [s["processes"] for s in summary] == ["1", "2"]
+    assert float(summary[0]["speedup"]) == 1.0
+    ratio = float(summary[0]["s_per_iteration"]) / float(summary[1]["s_per_iteration"])
+    assert float(summary[1]["speedup"]) == pytest.approx(ratio)
+    final = [float(s["final_loss_mean"]) for s in summary]
+    assert final[1] == pytest.approx(final[0], rel=1e-4)  # same answer on 1 and 2 processes
+    assert (out / "speedtest.png").stat().st_size > 1000
+    assert "| processes | trials | s/iteration | speed-up |" in done.stdout

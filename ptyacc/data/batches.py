@@ -1,12 +1,16 @@
 """The batches dataset: which positions each process uses in each step of each epoch.
 
-Item ``j`` of an epoch is the share of global batch ``j // W`` that belongs to process
+Item ``j`` of an epoch is the piece of global batch ``j // W`` that belongs to process
 ``j % W``, where W is the number of processes. Accelerate's data-loader sharding with batch
-size 1 hands item j to process j % W, so every process gets its own share of every global
+size 1 hands item j to process j % W, so every process gets its own piece of every global
 batch, all processes run the same number of steps (the length is a multiple of W), and every
 position is used exactly once per epoch: no padding duplicates and no drops.
 The order comes from ``seed`` and ``epoch`` alone, so it is identical on all processes and
 changes every epoch.
+
+Replicated mode (default): a global batch is drawn from all positions and split across the
+processes. Sharded mode (``shards`` given, one array of positions per process): process r
+draws its piece of every step from its own shard only, so it needs only those patterns.
 """
 
 import numpy as np
@@ -18,53 +22,77 @@ class EpochBatches(Dataset):
     """Index batches for one epoch at a time; call ``set_epoch`` before iterating.
 
     positions_px: (N, 2) probe centres, used by ``compact`` grouping to form spatial clusters.
+    shards: optional partition of range(N) into ``world_size`` arrays (see ``spatial_shards``).
+    Items are (position indices (b,), the global batch size).
     """
 
     def __init__(self, positions_px: np.ndarray, batch_size: int, world_size: int = 1,
-                 grouping: str = "random", seed: int = 0) -> None:
+                 grouping: str = "random", seed: int = 0, shards: list[np.ndarray] | None = None) -> None:
         n = len(positions_px)
         if n < world_size:
             raise ValueError(f"{n} positions cannot be shared by {world_size} processes")
+        if shards is not None and len(shards) != world_size:
+            raise ValueError(f"{len(shards)} shards for {world_size} processes")
         self.positions_px = np.asarray(positions_px, dtype=np.float64)
         self.world_size = world_size
         self.grouping = grouping
         self.seed = seed
+        self.shards = shards
         batch_size = max(min(batch_size, n), world_size)
-        n_batches = max(n // batch_size, 1)
-        # Split N into n_batches global batches whose sizes differ by at most one, each >= W.
-        self.batch_sizes = np.full(n_batches, n // n_batches)
-        self.batch_sizes[: n % n_batches] += 1
+        n_steps = max(n // batch_size, 1)
+        if shards is not None:  # every process needs at least one position per step
+            n_steps = min(n_steps, min(len(s) for s in shards))
+        self.n_steps = n_steps
         self.epoch = 0
-        self._batches = self._make_batches()
+        self._pieces = self._make_pieces()
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch = epoch
-            self._batches = self._make_batches()
+            self._pieces = self._make_pieces()
 
     def global_batches(self) -> list[np.ndarray]:
         """The epoch's global batches (arrays of position indices)."""
-        return self._batches
+        return [np.concatenate(step) for step in self._pieces]
 
     def __len__(self) -> int:
-        return len(self.batch_sizes) * self.world_size
+        return self.n_steps * self.world_size
 
     def __getitem__(self, item: int) -> tuple[torch.Tensor, int]:
-        """(this process's share of the global batch, the global batch size)."""
-        batch = self._batches[item // self.world_size]
-        return torch.from_numpy(np.array_split(batch, self.world_size)[item % self.world_size]), len(batch)
+        step = self._pieces[item // self.world_size]
+        return torch.from_numpy(step[item % self.world_size]), sum(len(piece) for piece in step)
 
-    def _make_batches(self) -> list[np.ndarray]:
-        """The epoch's global batches: random or spatially compact groups, in random order."""
+    def _make_pieces(self) -> list[list[np.ndarray]]:
+        """pieces[step][process]: random or spatially compact groups, steps in random order."""
         rng = np.random.default_rng([self.seed, self.epoch])
-        n = len(self.positions_px)
+        if self.shards is None:
+            batches = self._groups(np.arange(len(self.positions_px)), rng)
+            return [np.array_split(batch, self.world_size) for batch in batches]
+        per_process = [self._groups(np.asarray(shard), rng) for shard in self.shards]
+        return [list(step) for step in zip(*per_process, strict=True)]
+
+    def _groups(self, members: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        """``members`` split into n_steps groups whose sizes differ by at most one, shuffled."""
+        sizes = np.full(self.n_steps, len(members) // self.n_steps)
+        sizes[: len(members) % self.n_steps] += 1
         if self.grouping == "random":
-            order = rng.permutation(n)
+            order = members[rng.permutation(len(members))]
         else:
-            order = _compact_order(self.positions_px, self.batch_sizes)
-        bounds = np.concatenate([[0], np.cumsum(self.batch_sizes)])
-        batches = [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-        return [batches[i] for i in rng.permutation(len(batches))]
+            order = members[_compact_order(self.positions_px[members], sizes)]
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        groups = [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [groups[i] for i in rng.permutation(len(groups))]
+
+
+def spatial_shards(positions_px: np.ndarray, world_size: int) -> list[np.ndarray]:
+    """A fixed partition of the positions into ``world_size`` spatially compact shards whose
+    sizes differ by at most one (sorted indices)."""
+    n = len(positions_px)
+    sizes = np.full(world_size, n // world_size)
+    sizes[: n % world_size] += 1
+    order = _compact_order(np.asarray(positions_px, dtype=np.float64), sizes)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _compact_order(points: np.ndarray, sizes: np.ndarray) -> np.ndarray:

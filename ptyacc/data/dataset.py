@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +12,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.readers import read_hdf5_array, read_hdf5_patterns
+from ptyacc.data.readers import inspect_hdf5_patterns, read_hdf5_array, read_hdf5_patterns
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
@@ -33,11 +35,13 @@ class PtychoData:
     aberrations: dict[str, float]
     scan_shape: tuple[int, int] | None = None
     source: str = ""
+    pattern_rows: np.ndarray | None = None  # positions whose patterns are held; None = all
     ground_truth: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_patterns(self) -> int:
-        return self.patterns.shape[0]
+        """Number of positions (all of them, also when only some patterns are held)."""
+        return len(self.positions_A)
 
     @property
     def detector_px(self) -> int:
@@ -53,20 +57,21 @@ class PtychoData:
         return float(self.patterns.sum(dim=(-2, -1), dtype=torch.float64).mean())
 
 
-def load_data(config: Config) -> PtychoData:
+def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> PtychoData:
     """Read or simulate the dataset that ``config.data`` describes, calibrated by
-    ``config.experiment`` (values it leaves out come from the file's attributes)."""
+    ``config.experiment`` (values it leaves out come from the file's attributes).
+    keep: given all positions (N, 2) in Å, the sorted indices of the patterns to hold
+    (the others are never read); default all."""
     if config.data.simulate is not None:
         from ptyacc.data.simulate import simulate_dataset
 
-        return simulate_dataset(config)
+        return keep_only(simulate_dataset(config), keep)
     path = config.resolve_input(config.data.path)
-    raw = read_hdf5_patterns(path, config.data.key, prepare=_pattern_preparation(config, str(path)))
-    patterns = raw.patterns
-    if patterns.shape[-1] != patterns.shape[-2]:
-        raise DataError(f"{path}: patterns must be square, found {patterns.shape[-2]} x {patterns.shape[-1]}")
-    exp = _experiment_values(config, raw.attrs)
-    k = patterns.shape[-1]
+    info = inspect_hdf5_patterns(path, config.data.key)
+    k_y, k = info.shape[-2:]
+    if k_y != k:
+        raise DataError(f"{path}: patterns must be square, found {k_y} x {k}")
+    exp = _experiment_values(config, info.attrs)
     if exp["dx_A"] is not None:
         dx_A = exp["dx_A"]
     elif exp["dk_invA"] is not None:
@@ -75,10 +80,12 @@ def load_data(config: Config) -> PtychoData:
         raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
     if exp["energy_eV"] is None:
         raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute")
-    scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else raw.scan_shape
-    positions_A = _positions(config, exp, scan_shape, len(patterns), path)
+    scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
+    positions_A = _positions(config, exp, scan_shape, info.n_patterns, path)
+    rows = None if keep is None else np.asarray(keep(positions_A))
+    raw = read_hdf5_patterns(path, info.key, _pattern_preparation(config, str(path)), rows)
     return PtychoData(
-        patterns=torch.from_numpy(patterns),
+        patterns=torch.from_numpy(raw.patterns),
         positions_A=positions_A,
         dx_A=dx_A,
         wavelength_A=wavelength_A(exp["energy_eV"], config.experiment.radiation),
@@ -86,7 +93,16 @@ def load_data(config: Config) -> PtychoData:
         aberrations=exp["aberrations"],
         scan_shape=scan_shape,
         source=str(path),
+        pattern_rows=rows,
     )
+
+
+def keep_only(data: PtychoData, keep) -> PtychoData:
+    """``data`` holding only the patterns that ``keep(positions_A)`` selects."""
+    if keep is None:
+        return data
+    rows = np.asarray(keep(data.positions_A))
+    return dataclasses.replace(data, patterns=data.patterns[torch.from_numpy(rows)].clone(), pattern_rows=rows)
 
 
 def _pattern_preparation(config: Config, source: str):

@@ -21,19 +21,24 @@ class RawPatterns:
     source: str = ""
 
 
-def read_hdf5_patterns(path: Path, key: str | None = None,
-                       prepare: Callable[[np.ndarray], np.ndarray] | None = None) -> RawPatterns:
-    """Patterns from an HDF5 file: ``key`` or 'patterns' or the only 3D/4D numeric dataset.
-    4D data is (scan_slow, scan_fast, ky, kx); 3D data is (N, ky, kx). Read in chunks into
-    one float32 array, so no float64 copy of the data is ever built; ``prepare`` maps each
-    float32 chunk (n, ky, kx) to its final form (same shape) as it arrives."""
-    if not path.is_file():
-        raise DataError(f"{path}: data file not found")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
-    with f:
+@dataclass
+class PatternsInfo:
+    """What an HDF5 pattern dataset holds, without reading it."""
+
+    key: str
+    shape: tuple[int, ...]
+    scan_shape: tuple[int, int] | None
+    attrs: dict
+
+    @property
+    def n_patterns(self) -> int:
+        return int(np.prod(self.shape[:-2]))
+
+
+def inspect_hdf5_patterns(path: Path, key: str | None = None) -> PatternsInfo:
+    """Find the pattern dataset (``key``, or 'patterns', or the only 3D/4D numeric dataset) and
+    report its shape, scan shape (from 4D data or a 'scan_shape' attribute) and the file's attributes."""
+    with _open(path) as f:
         dset = _find_patterns(f, path, key)
         if dset.ndim not in (3, 4):
             raise DataError(f"{path}:{dset.name}: expected 3D (N, ky, kx) or 4D (slow, fast, ky, kx) "
@@ -43,31 +48,56 @@ def read_hdf5_patterns(path: Path, key: str | None = None,
         scan_shape = tuple(int(s) for s in dset.shape[:2]) if dset.ndim == 4 else None
         if scan_shape is None and "scan_shape" in f.attrs:
             scan_shape = tuple(int(s) for s in np.asarray(f.attrs["scan_shape"]).ravel()[:2])
-        k_y, k_x = dset.shape[-2:]
-        n = int(np.prod(dset.shape[:-2]))
-        patterns = np.empty((n, k_y, k_x), dtype=np.float32)
-        flat = patterns.reshape(dset.shape)
-        step = max(1, CHUNK_BYTES // max(1, dset.dtype.itemsize * int(np.prod(dset.shape[1:]))))
-        for start in range(0, dset.shape[0], step):
-            flat[start:start + step] = dset[start:start + step]
-            if prepare is not None:
-                rows = slice(start * n // dset.shape[0], (start + step) * n // dset.shape[0])
-                patterns[rows] = prepare(patterns[rows])
         attrs = {k: _plain(v) for k, v in f.attrs.items()}
-    return RawPatterns(patterns, scan_shape, attrs, str(path))
+        return PatternsInfo(dset.name, tuple(dset.shape), scan_shape, attrs)
+
+
+def read_hdf5_patterns(path: Path, key: str | None = None,
+                       prepare: Callable[[np.ndarray], np.ndarray] | None = None,
+                       rows: np.ndarray | None = None) -> RawPatterns:
+    """Patterns (n, ky, kx) float32 from an HDF5 file (see ``inspect_hdf5_patterns``), all of
+    them or only the sorted pattern indices ``rows``. Read in chunks straight into one float32
+    array, so no float64 copy of the data is ever built; ``prepare`` maps each float32 chunk
+    (c, ky, kx) to its final form (same shape) as it arrives."""
+    info = inspect_hdf5_patterns(path, key)
+    with _open(path) as f:
+        dset = f[info.key]
+        k_y, k_x = dset.shape[-2:]
+        per_slow = int(np.prod(dset.shape[1:-2]))  # patterns per index of the first axis
+        wanted = np.arange(info.n_patterns) if rows is None else np.asarray(rows)
+        patterns = np.empty((len(wanted), k_y, k_x), dtype=np.float32)
+        step = max(1, CHUNK_BYTES // max(1, dset.dtype.itemsize * per_slow * k_y * k_x))
+        filled = 0
+        for start in range(0, dset.shape[0], step):
+            lo, hi = start * per_slow, min(start + step, dset.shape[0]) * per_slow
+            take = wanted[(wanted >= lo) & (wanted < hi)] - lo
+            if len(take) == 0:
+                continue
+            chunk = dset[start:start + step].reshape(-1, k_y, k_x)
+            chunk = chunk[take] if len(take) < len(chunk) else chunk
+            out = patterns[filled:filled + len(take)]
+            out[...] = chunk
+            if prepare is not None:
+                out[...] = prepare(out)
+            filled += len(take)
+    return RawPatterns(patterns, info.scan_shape, info.attrs, str(path))
+
+
+def _open(path: Path) -> h5py.File:
+    if not path.is_file():
+        raise DataError(f"{path}: data file not found")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 
 
 def read_hdf5_array(path: Path, key: str) -> np.ndarray:
     """One whole dataset as a NumPy array, with a message naming file and key on failure."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    try:
-        with h5py.File(path, "r") as f:
-            if key not in f or not isinstance(f[key], h5py.Dataset):
-                raise DataError(f"{path}: no dataset {key!r}; datasets: {', '.join(_datasets(f)) or 'none'}")
-            return f[key][()]
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+    with _open(path) as f:
+        if key not in f or not isinstance(f[key], h5py.Dataset):
+            raise DataError(f"{path}: no dataset {key!r}; datasets: {', '.join(_datasets(f)) or 'none'}")
+        return f[key][()]
 
 
 def _find_patterns(f: h5py.File, path: Path, key: str | None) -> h5py.Dataset:

@@ -1,0 +1,138 @@
+"""`ptyacc speedtest`: the same config on 1, 2, ... processes, timed and compared.
+
+Each (process count, trial) is a real launch (`python -m ptyacc.run` for one process,
+`accelerate launch --multi_gpu` for more), so start-up, process-group set-up and
+communication are all in the figures. Writes a per-iteration CSV, a summary CSV and a PNG of
+loss against wall time per process count.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptyacc.errors import PtyaccError
+from ptyacc.output import load_results
+
+
+@dataclass
+class Trial:
+    processes: int
+    trial: int
+    wall_s: float
+    loss: list[float]
+    iteration_time_s: list[float]
+
+
+def launch_command(config: Path, processes: int, overrides: list[str]) -> list[str]:
+    run = ["-m", "ptyacc.run", str(config), "--quiet", *[a for o in overrides for a in ("--set", o)]]
+    if processes == 1:
+        return [sys.executable, *run]
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(free_port()), *run]
+
+
+def run_speedtest(config: Path, process_counts: list[int], trials: int, out_dir: Path, overrides: list[str] = (),
+                  threads_per_process: int | None = None, echo=print) -> list[Trial]:
+    """Launch every (count, trial), collect its results.h5, write the CSVs and the PNG."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    done: list[Trial] = []
+    for processes in process_counts:
+        for trial in range(trials):
+            run_dir = out_dir / f"p{processes}_t{trial}"
+            sets = [*overrides, f"output.dir={run_dir}", "output.figures=false"]
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_process or max(1, cores // processes)))
+            env.pop("WORLD_SIZE", None)
+            start = time.perf_counter()
+            proc = subprocess.run(launch_command(config, processes, sets), env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise PtyaccError(f"speedtest: the run on {processes} process(es) failed: {tail}")
+            results = load_results(run_dir / "results.h5")
+            times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
+            done.append(Trial(processes, trial, wall, list(results.loss), times))
+            echo(f"{processes} process(es), trial {trial + 1}/{trials}: {wall:.1f} s, "
+                 f"{statistics.median(times):.3f} s/iteration, final loss {results.loss[-1]:.6g}")
+    write_tables(done, out_dir)
+    plot_loss_vs_time(done, out_dir / "speedtest.png")
+    return done
+
+
+def summarize(trials: list[Trial]) -> list[dict]:
+    """Per process count: median s/iteration, speed-up against the smallest count, final losses."""
+    rows = []
+    counts = sorted({t.processes for t in trials})
+    base = None
+    for processes in counts:
+        mine = [t for t in trials if t.processes == processes]
+        per_iteration = statistics.median(x for t in mine for x in t.iteration_time_s)
+        base = base or per_iteration
+        finals = [t.loss[-1] for t in mine]
+        rows.append({"processes": processes, "trials": len(mine), "s_per_iteration": per_iteration,
+                     "speedup": base / per_iteration, "wall_s": statistics.median(t.wall_s for t in mine),
+                     "final_loss_mean": statistics.fmean(finals), "final_loss_spread": max(finals) - min(finals)})
+    return rows
+
+
+def write_tables(trials: list[Trial], out_dir: Path) -> None:
+    with open(out_dir / "speedtest.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["processes", "trial", "iteration", "iteration_time_s", "elapsed_s", "loss"])
+        for t in trials:
+            elapsed = 0.0
+            for i, (dt, loss) in enumerate(zip(t.iteration_time_s, t.loss, strict=True)):
+                elapsed += dt
+                writer.writerow([t.processes, t.trial, i, f"{dt:.6f}", f"{elapsed:.6f}", repr(loss)])
+    rows = summarize(trials)
+    with open(out_dir / "speedtest_summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def format_summary(trials: list[Trial]) -> str:
+    lines = ["| processes | trials | s/iteration | speed-up | wall s | final loss (mean) | final loss spread |",
+             "|---|---|---|---|---|---|---|"]
+    for r in summarize(trials):
+        lines.append(f"| {r['processes']} | {r['trials']} | {r['s_per_iteration']:.4f} | {r['speedup']:.2f} | "
+                     f"{r['wall_s']:.1f} | {r['final_loss_mean']:.6g} | {r['final_loss_spread']:.2g} |")
+    return "\n".join(lines)
+
+
+def plot_loss_vs_time(trials: list[Trial], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colors = {}
+    for t in trials:
+        elapsed, total = [], 0.0
+        for dt in t.iteration_time_s:
+            total += dt
+            elapsed.append(total)
+        color = colors.setdefault(t.processes, f"C{len(colors)}")
+        ax.semilogy(elapsed, t.loss, color=color, alpha=0.8,
+                    label=f"{t.processes} process(es)" if t.trial == 0 else None)
+    ax.set(xlabel="wall time in iterations (s)", ylabel="loss", title="loss against time")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
