@@ -187,11 +187,15 @@ class OptimConfig:
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["amplitude", "poisson"] = _f("amplitude", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL.")
     lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
+    lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
+                                       "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
 
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
         _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",
+                 f"must be in (0, 1], got {self.lr_final_fraction}")
 
 
 @dataclass

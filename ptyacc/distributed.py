@@ -60,21 +60,29 @@ def resolve_device(requested: str) -> str:
 def make_accelerator(runtime: RuntimeConfig):
     """An Accelerator on the configured device and backend, after the launch guards."""
     from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     _refuse_mixed_precision()
     device_type = resolve_device(runtime.device)
-    backend = choose_backend(runtime.backend, device_type)
     if device_type == "cuda":
         _check_gpu_count()
+    accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no",
+                              kwargs_handlers=kwargs_handlers(runtime, device_type))
+    check_world_size(accelerator.num_processes)
+    return accelerator
+
+
+def kwargs_handlers(runtime: RuntimeConfig, device_type: str, environ: dict | None = None) -> list:
+    """Accelerate's DDP and process-group settings for this run."""
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    environ = os.environ if environ is None else environ
     # Buffers (positions, propagator) never change, so broadcasting them each step is waste;
     # every parameter takes part in every forward, so no search for unused ones.
     handlers = [DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)]
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a process group only when launched as several
+    if int(environ.get("WORLD_SIZE", "1")) > 1:  # a process group only when launched as several
+        backend = choose_backend(runtime.backend, device_type)
         handlers.append(InitProcessGroupKwargs(backend=backend, timeout=timedelta(seconds=runtime.timeout_s)))
-    accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no", kwargs_handlers=handlers)
-    check_world_size(accelerator.num_processes)
-    return accelerator
+    return handlers
 
 
 def check_world_size(num_processes: int, environ: dict | None = None) -> None:

@@ -104,6 +104,10 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
 
     for iteration in range(opt_cfg.iterations):
         loader.set_epoch(iteration)
+        factor = lr_factor(iteration, opt_cfg.iterations, opt_cfg.lr_final_fraction)
+        for optimizer, (_, _, lr, _) in zip(optimizers, groups, strict=True):
+            for group in optimizer.param_groups:
+                group["lr"] = lr * factor
         iteration_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
         tick = time.perf_counter()
         for indices, global_size in loader:
@@ -143,6 +147,13 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     return Reconstruction(results=results, model=bare, data=data, loss=history, iteration_times_s=iteration_times,
                           wall_time_s=time.perf_counter() - started,
                           output_dir=out_dir if write else None, world_size=world)
+
+
+def lr_factor(iteration: int, iterations: int, final_fraction: float) -> float:
+    """Cosine decay from 1 at the first iteration to ``final_fraction`` at the last."""
+    if iterations <= 1:
+        return 1.0
+    return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * iteration / (iterations - 1)))
 
 
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,

@@ -115,7 +115,11 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
     extent = (ox, ox + nx * results.dx_A, oy + ny * results.dx_A, oy)
 
     fig, ax = plt.subplots(figsize=(6, 5.5))
-    im = ax.imshow(results.phase, cmap="gray", extent=extent)
+    # contrast from the scanned region: the weakly lit rim is noisy and would wash it out
+    px = (results.positions_A - np.asarray(results.origin_A)) / results.dx_A
+    (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
+    low, high = np.percentile(results.phase[max(r0, 0):r1, max(c0, 0):c1], [0.5, 99.5])
+    im = ax.imshow(results.phase, cmap="gray", extent=extent, vmin=low, vmax=high)
     ax.set(title="object phase, summed over slices (rad)", xlabel="x (Å)", ylabel="y (Å)")
     fig.colorbar(im, ax=ax, shrink=0.8)
     written.append(_save(fig, folder / "object_phase.png"))

@@ -3,7 +3,6 @@ plus unit tests of the backend choice and the launch guards."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from ptyacc.distributed import (
     unwrap,
 )
 from ptyacc.errors import DistributedError
+from ptyacc.speedtest import free_port
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
@@ -60,6 +60,40 @@ def test_backend_auto_follows_the_platform(monkeypatch):
     assert choose_backend("auto", "cuda") == "gloo"
     monkeypatch.setattr(dist.platform, "system", lambda: "Linux")
     assert choose_backend("auto", "cuda") == "nccl"
+
+
+def test_backend_and_timeout_reach_the_process_group_kwargs():
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    from ptyacc.config import RuntimeConfig
+    from ptyacc.distributed import kwargs_handlers
+
+    runtime = RuntimeConfig(timeout_s=42.0, backend="gloo")
+    ddp, group = kwargs_handlers(runtime, "cuda", {"WORLD_SIZE": "2"})
+    assert isinstance(ddp, DistributedDataParallelKwargs) and ddp.find_unused_parameters is False
+    assert isinstance(group, InitProcessGroupKwargs)
+    assert group.backend == "gloo" and group.timeout.total_seconds() == 42.0
+    assert len(kwargs_handlers(runtime, "cpu", {})) == 1  # one process: no process group to configure
+
+
+def test_more_processes_than_gpus_is_refused(monkeypatch):
+    import ptyacc.distributed as dist
+
+    monkeypatch.setattr(dist.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(dist.torch.cuda, "get_device_name", lambda i: "NVIDIA H100 80GB HBM3")
+    dist._check_gpu_count({"LOCAL_WORLD_SIZE": "2"})
+    with pytest.raises(DistributedError, match="4 processes on this node but only 2 visible GPU"):
+        dist._check_gpu_count({"LOCAL_WORLD_SIZE": "4"})
+
+
+def test_mig_slices_with_several_processes_are_refused(monkeypatch):
+    import ptyacc.distributed as dist
+
+    monkeypatch.setattr(dist.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(dist.torch.cuda, "get_device_name", lambda i: "NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+    dist._check_gpu_count({"LOCAL_WORLD_SIZE": "1"})  # one process on one slice is fine
+    with pytest.raises(DistributedError, match="MIG slices cannot be joined"):
+        dist._check_gpu_count({"LOCAL_WORLD_SIZE": "2"})
 
 
 def test_world_size_mismatch_is_refused():
@@ -127,12 +161,6 @@ def test_model_state_is_real_valued():
 
 
 # ----------------------------------------------------------------------------- real processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def environment() -> dict:
@@ -302,3 +330,17 @@ def test_speedtest_writes_tables_and_figure(mp_config, tmp_path):
     assert final[1] == pytest.approx(final[0], rel=1e-4)  # same answer on 1 and 2 processes
     assert (out / "speedtest.png").stat().st_size > 1000
     assert "| processes | trials | s/iteration | speed-up |" in done.stdout
+
+
+@pytest.mark.slow
+def test_torchrun_gives_the_one_process_answer(mp_config, one_and_two, tmp_path):
+    """`torchrun --nproc_per_node 2 -m ptyacc.run` works like accelerate launch."""
+    out = tmp_path / "results"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), "-m", "ptyacc.run", str(mp_config), "--set", f"output.dir={out}", "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = ptyacc.load_results(one_and_two[1] / "results" / "results.h5")
+    two = ptyacc.load_results(out / "results.h5")
+    assert two.attrs["world_size"] == 2
+    assert np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object) < 1e-4

@@ -13,7 +13,7 @@ import torch
 
 from ptyacc.physics.farfield import loss_and_intensity_factor
 
-CHUNK_BYTES = 256 * 1024  # one chunk's wave: half an L2 cache of common CPUs
+CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 
 
 def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
@@ -44,6 +44,7 @@ class _PtychoLoss(torch.autograd.Function):
         windows = obj.unfold(-2, k, 1).unfold(-2, k, 1)  # (O, S, Ny-K+1, Nx-K+1, K, K), a view
         grad_obj = torch.zeros_like(obj).reshape(n_modes, n_slices, ny * nx)
         offsets = torch.arange(k, device=obj.device)
+        window_index = offsets[:, None] * nx + offsets[None, :]  # (K, K) flat offsets inside a window
         shifted = ramps is not None
         if shifted:
             spectrum = torch.fft.fft2(probe)  # (P, K, K)
@@ -63,9 +64,7 @@ class _PtychoLoss(torch.autograd.Function):
             loss, grad_probes, grad_patches = _multislice_value_and_grad(probes, patches, propagator,
                                                                          measured[part], kind)
             total += loss
-            rows = corners[:, 0:1] + offsets
-            cols = corners[:, 1:2] + offsets
-            flat = (rows[:, :, None] * nx + cols[:, None, :]).reshape(-1)
+            flat = ((corners[:, 0] * nx + corners[:, 1])[:, None, None] + window_index).reshape(-1)
             grad_obj.index_add_(-1, flat, grad_patches.movedim(0, 2).reshape(n_modes, n_slices, -1))
             if shifted:
                 # probes = ifft2(spectrum * ramp): the adjoint of ifft2 is fft2 / K^2
