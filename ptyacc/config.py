@@ -190,6 +190,9 @@ class OptimConfig:
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
+    on_nan: Literal["stop", "rollback"] = _f(
+        "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
+                "state and retry the iteration with half the learning rates (at most 3 times).")
 
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
@@ -205,9 +208,14 @@ class OutputConfig:
     dir: str = _f("results", "Output directory (relative to the working directory).")
     save_every: int = _f(0, "Write results.h5 every this many iterations; 0 = only at the end.")
     figures: bool = _f(True, "Write PNG figures with each save.")
+    checkpoint_every: int = _f(0, "Write a resumable checkpoint (model, optimizers, iteration) every this many "
+                                  "iterations into dir/checkpoints; 0 = never. Resume with `--resume`.")
+    keep_checkpoints: int = _f(2, "How many of the newest checkpoints to keep.")
 
     def _check(self, path: str) -> None:
         _require(self.save_every >= 0, f"{path}.save_every", "must be >= 0")
+        _require(self.checkpoint_every >= 0, f"{path}.checkpoint_every", "must be >= 0")
+        _require(self.keep_checkpoints >= 1, f"{path}.keep_checkpoints", "must be >= 1")
 
 
 @dataclass
