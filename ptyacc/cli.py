@@ -45,17 +45,20 @@ def cli() -> None:
 @click.argument("config_file", type=click.Path(dir_okay=False))
 @set_option
 @click.option("--quiet", is_flag=True, help="No progress bar or summary.")
+@click.option("--resume", is_flag=True, help="Continue from the newest complete checkpoint in output.dir.")
+@click.option("--overwrite", is_flag=True, help="Replace the results and checkpoints already in output.dir.")
 @friendly_errors
-def run(config_file: str, overrides: tuple[str, ...], quiet: bool) -> None:
-    """Reconstruct the dataset that CONFIG_FILE describes; write results.h5 and figures to
-    output.dir. Launch under `accelerate launch -m ptyacc.run` for several processes."""
+def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool, overwrite: bool) -> None:
+    """Reconstruct the dataset that CONFIG_FILE describes; write results.h5, figures and
+    run.log to output.dir (and checkpoints every output.checkpoint_every iterations).
+    Launch under `accelerate launch -m ptyacc.run` for several processes."""
     from ptyacc.config import load_config
     from ptyacc.engine import reconstruct
 
     config = load_config(config_file, overrides)
     if quiet:
         config.runtime.progress = False
-    rec = reconstruct(config)
+    rec = reconstruct(config, resume=resume, overwrite=overwrite)
     import torch.distributed as dist
 
     is_main = not dist.is_initialized() or dist.get_rank() == 0

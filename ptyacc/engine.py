@@ -6,6 +6,8 @@ everything that writes (files, figures, progress) runs on the main process only.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import sys
 import time
@@ -17,17 +19,20 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore, save_checkpoint
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, PtychoData, load_data, spatial_shards
 from ptyacc.data.dataset import keep_only
 from ptyacc.distributed import check_in_sync, get_attribute, make_accelerator, unwrap
-from ptyacc.errors import ConfigError
+from ptyacc.errors import ConfigError, DistributedError, PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, save_figures, save_results, versions
 from ptyacc.physics import fresnel_propagator, mixed_state_probe, stem_probe
+from ptyacc.runlog import RunLog
 
 MAX_POSITION_OFFSET_FRACTION = 0.25  # of the probe window
+MAX_ROLLBACKS = 3
 
 
 @dataclass
@@ -44,21 +49,29 @@ class Reconstruction:
     world_size: int = 1
 
 
-def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None,
-                write: bool = True, on_step=None) -> Reconstruction:
+def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None, write: bool = True,
+                on_step=None, resume: bool = False, overwrite: bool = False) -> Reconstruction:
     """Run the reconstruction described by ``config``.
 
     accelerator: an existing ``accelerate.Accelerator``; made from ``config.runtime`` if None.
     data: an already loaded dataset; read from ``config.data`` if None.
-    write: write results.h5 and figures to ``config.output.dir`` (main process only).
+    write: write results.h5, figures, run.log and checkpoints to ``config.output.dir``
+        (main process only). An output folder that already holds results or checkpoints is
+        refused unless ``overwrite`` (start again) or ``resume`` (continue from the newest
+        complete checkpoint) is given.
     on_step: optional callback(iteration, indices) called on every process for every step.
     """
     started = time.perf_counter()
+    out_dir = Path(config.output.dir)
+    if write:
+        check_output_dir(out_dir, resume, overwrite)
     if config.runtime.threads:
         torch.set_num_threads(config.runtime.threads)
     accelerator = accelerator or make_accelerator(config.runtime)
-    torch.manual_seed(config.runtime.seed)
     world, rank = accelerator.num_processes, accelerator.process_index
+    log = RunLog(out_dir / "run.log" if write and accelerator.is_main_process else None)
+    log.header(config, accelerator)
+    torch.manual_seed(config.runtime.seed)
     keep = None
     if config.runtime.shard_data:
         # each process reads and holds only the patterns of its own spatial shard
@@ -71,6 +84,8 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     if keep is not None:
         held_sum = accelerator.reduce(held_sum, reduction="sum")
     model = build_model(config, data, geometry, mean_intensity=float(held_sum) / data.n_patterns)
+    log.line(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, dx {data.dx_A:.4g} A, "
+             f"object {geometry.shape[0]} x {geometry.shape[1]} px")
 
     opt_cfg = config.optim
     groups = [("object", [model.object], opt_cfg.lr.object, opt_cfg.start.object),
@@ -79,6 +94,17 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         groups.append(("positions", [model.position_offsets], opt_cfg.lr.positions, opt_cfg.start.positions))
     optimizers = [torch.optim.Adam(params, lr=lr, **_fast_adam(accelerator.device)) for _, params, lr, _ in groups]
     starts = [start for *_, start in groups]
+    history: list[float] = []
+    iteration_times: list[float] = []
+    if resume:
+        found = latest_checkpoint(out_dir)
+        if found is None:
+            raise ConfigError(f"output.dir: --resume given but {checkpoint_folder(out_dir)} holds no complete "
+                              "checkpoint (set output.checkpoint_every, or run without --resume)")
+        path, state = found
+        restore(model, optimizers, state, path)
+        history, iteration_times = list(state["loss"]), list(state["iteration_time_s"])
+        log.line(f"resumed from {path} after iteration {state['iterations_done']}")
 
     shards = spatial_shards(data.positions_A, world) if keep is not None else None
     batches = EpochBatches(geometry.positions_px, opt_cfg.batch_size, world, opt_cfg.grouping, config.runtime.seed,
@@ -97,56 +123,82 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     bare: PtychoModel = unwrap(model)
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
-    out_dir = Path(config.output.dir)
-    history: list[float] = []
-    iteration_times: list[float] = []
-    progress = _progress(accelerator, config, opt_cfg.iterations)
+    saver = _Saver(accelerator, config, bare, data, geometry, out_dir, write)
+    progress = _progress(accelerator, config, opt_cfg.iterations, initial=len(history))
+    lr_scale, retries = 1.0, 0
 
-    for iteration in range(opt_cfg.iterations):
+    iteration = len(history)
+    while iteration < opt_cfg.iterations:
+        good = _snapshot(bare, optimizers)
         loader.set_epoch(iteration)
-        factor = lr_factor(iteration, opt_cfg.iterations, opt_cfg.lr_final_fraction)
+        factor = lr_scale * lr_factor(iteration, opt_cfg.iterations, opt_cfg.lr_final_fraction)
         for optimizer, (_, _, lr, _) in zip(optimizers, groups, strict=True):
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
         iteration_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
         tick = time.perf_counter()
-        for indices, global_size in loader:
-            if on_step is not None:
-                on_step(iteration, indices)
-            pattern_losses = model(indices, patterns[row_of[indices]], opt_cfg.loss)
-            # DDP averages gradients over processes; x world makes that average the global sum / B.
-            accelerator.backward(pattern_losses * (world / global_size))
-            for optimizer, start in zip(optimizers, starts):
-                if start is not None and iteration >= start:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            iteration_sum += pattern_losses.detach()
-        bare.apply_constraints(bounds, config.model.orthogonalize_probe, max_offset)
-        total = accelerator.reduce(iteration_sum, reduction="sum")
-        history.append(float(total) / data.n_patterns)
+        with _collective_errors(world, iteration, out_dir):
+            for indices, global_size in loader:
+                if on_step is not None:
+                    on_step(iteration, indices)
+                pattern_losses = model(indices, patterns[row_of[indices]], opt_cfg.loss)
+                # DDP averages gradients over processes; x world makes that average the global sum / B.
+                accelerator.backward(pattern_losses * (world / global_size))
+                for optimizer, start in zip(optimizers, starts, strict=True):
+                    if start is not None and iteration >= start:
+                        optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                iteration_sum += pattern_losses.detach()
+            bare.apply_constraints(bounds, config.model.orthogonalize_probe, max_offset)
+            loss = float(accelerator.reduce(iteration_sum, reduction="sum")) / data.n_patterns
+        if not math.isfinite(loss):
+            bad = [name for name, p in bare.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
+            _restore_snapshot(bare, optimizers, good)
+            if opt_cfg.on_nan == "rollback" and retries < MAX_ROLLBACKS:
+                retries += 1
+                lr_scale *= 0.5
+                log.line(f"iteration {iteration}: loss {loss} (non-finite: {', '.join(bad)}); rolled back, "
+                         f"learning rates x{lr_scale:g}")
+                continue
+            saver.save(history, iteration_times)
+            where = f"{out_dir / 'results.h5'}" if write else "memory"
+            raise PtyaccError(f"optim: the loss became {loss} at iteration {iteration} (non-finite values in: "
+                              f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
+                              "Lower optim.lr, or set optim.on_nan: rollback")
+        history.append(loss)
         iteration_times.append(time.perf_counter() - tick)
-        if not math.isfinite(history[-1]):
-            raise FloatingPointError(f"loss became {history[-1]} at iteration {iteration}")
-        if config.runtime.check_sync_every and (iteration + 1) % config.runtime.check_sync_every == 0:
-            check_in_sync(accelerator, model, iteration)
+        iteration += 1
+        log.line(f"iteration {iteration}/{opt_cfg.iterations}: loss {loss:.6g}, {iteration_times[-1]:.3f} s")
+        if config.runtime.check_sync_every and iteration % config.runtime.check_sync_every == 0:
+            check_in_sync(accelerator, model, iteration - 1)
         if progress is not None:
             rate = data.n_patterns / max(iteration_times[-1], 1e-9)
-            progress.set_postfix(loss=f"{history[-1]:.5g}", patterns_per_s=f"{rate:.0f}")
+            progress.set_postfix(loss=f"{loss:.5g}", patterns_per_s=f"{rate:.0f}")
             progress.update(1)
-        save_now = config.output.save_every and (iteration + 1) % config.output.save_every == 0
-        if write and save_now and iteration + 1 < opt_cfg.iterations:
-            _save(accelerator, config, bare, data, geometry, history, out_dir)
+        every = config.output.checkpoint_every
+        if every and (iteration % every == 0 or iteration == opt_cfg.iterations):
+            saver.checkpoint(optimizers, history, iteration_times, config.output.keep_checkpoints)
+        if config.output.save_every and iteration % config.output.save_every == 0 and iteration < opt_cfg.iterations:
+            saver.save(history, iteration_times)
     if progress is not None:
         progress.close()
     check_in_sync(accelerator, model, opt_cfg.iterations - 1)
-    results = collect_results(config, bare, data, geometry, history, world)
-    results.iteration_time_s = np.asarray(iteration_times)
-    if write:
-        _save(accelerator, config, bare, data, geometry, history, out_dir, results)
+    results = saver.save(history, iteration_times, figures=config.output.figures)
+    wall = time.perf_counter() - started
+    log.line(f"done: {len(history)} iterations in {wall:.1f} s, final loss {history[-1]:.6g}")
     accelerator.wait_for_everyone()
     return Reconstruction(results=results, model=bare, data=data, loss=history, iteration_times_s=iteration_times,
-                          wall_time_s=time.perf_counter() - started,
-                          output_dir=out_dir if write else None, world_size=world)
+                          wall_time_s=wall, output_dir=out_dir if write else None, world_size=world)
+
+
+def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to write over a previous run's results unless asked to."""
+    if resume or overwrite:
+        return
+    existing = [p.name for p in (out_dir / "results.h5", checkpoint_folder(out_dir)) if p.exists()]
+    if existing:
+        raise ConfigError(f"output.dir: {out_dir} already holds {' and '.join(existing)}; pass --overwrite to replace "
+                          "them, --resume to continue from the newest checkpoint, or choose another output.dir")
 
 
 def lr_factor(iteration: int, iterations: int, final_fraction: float) -> float:
@@ -197,22 +249,72 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
                    dx_A=geometry.dx_A, origin_A=geometry.origin_A, attrs=attrs)
 
 
-def _save(accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
-          history: list[float], out_dir: Path, results: Results | None = None) -> None:
-    if not accelerator.is_main_process:
-        return
-    results = results or collect_results(config, model, data, geometry, history, accelerator.num_processes)
-    save_results(out_dir / "results.h5", results)
-    if config.output.figures:
-        save_figures(out_dir, results, initial_positions_A=data.positions_A)
+class _Saver:
+    """Writes results, figures and checkpoints from the main process (a no-op elsewhere)."""
+
+    def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData,
+                 geometry: ObjectGeometry, out_dir: Path, write: bool) -> None:
+        self.accelerator, self.config, self.model = accelerator, config, model
+        self.data, self.geometry, self.out_dir, self.write = data, geometry, out_dir, write
+
+    def save(self, history: list[float], times: list[float], figures: bool | None = None) -> Results:
+        results = collect_results(self.config, self.model, self.data, self.geometry, history,
+                                  self.accelerator.num_processes)
+        results.iteration_time_s = np.asarray(times)
+        if self.write and self.accelerator.is_main_process:
+            save_results(self.out_dir / "results.h5", results)
+            if self.config.output.figures if figures is None else figures:
+                save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
+        return results
+
+    def checkpoint(self, optimizers: list, history: list[float], times: list[float], keep: int) -> None:
+        if not (self.write and self.accelerator.is_main_process):
+            return
+        state = {"iterations_done": len(history), "model": self.model.state_dict(),
+                 "optimizers": [o.state_dict() for o in optimizers], "loss": list(history),
+                 "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
+                 "config": self.config.to_yaml()}
+        save_checkpoint(self.out_dir, state, keep)
 
 
-def _progress(accelerator, config: Config, total: int):
+def _snapshot(model: PtychoModel, optimizers: list) -> tuple[dict, list]:
+    """Copies of the parameters and optimizer states, to undo an iteration that diverged."""
+    params = {name: p.detach().clone() for name, p in model.named_parameters()}
+    return params, [copy.deepcopy(o.state_dict()) for o in optimizers]
+
+
+def _restore_snapshot(model: PtychoModel, optimizers: list, snapshot: tuple[dict, list]) -> None:
+    params, states = snapshot
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(params[name])
+    for optimizer, state in zip(optimizers, states, strict=True):
+        optimizer.load_state_dict(state)
+
+
+@contextlib.contextmanager
+def _collective_errors(world: int, iteration: int, out_dir: Path):
+    """A collective that fails because another process died becomes one clear error."""
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc)
+        lost = world > 1 and (isinstance(exc, getattr(torch.distributed, "DistBackendError", ())) or any(
+            word in text for word in ("Connection", "connection", "gloo", "NCCL", "timed out", "Timeout")))
+        if not lost:
+            raise
+        raise DistributedError(f"lost contact with the other processes in iteration {iteration} "
+                               f"({text.splitlines()[0][:200]}): another process failed or was killed (the "
+                               f"launcher's log names it); the newest checkpoint in {checkpoint_folder(out_dir)} "
+                               "can be resumed with --resume") from None
+
+
+def _progress(accelerator, config: Config, total: int, initial: int = 0):
     if not (accelerator.is_main_process and config.runtime.progress and sys.stderr.isatty()):
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="ptyacc", unit="it", dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
 
 
 def _fast_adam(device: torch.device) -> dict:

@@ -32,7 +32,7 @@ class Trial:
 
 
 def launch_command(config: Path, processes: int, overrides: list[str]) -> list[str]:
-    run = ["-m", "ptyacc.run", str(config), "--quiet", *[a for o in overrides for a in ("--set", o)]]
+    run = ["-m", "ptyacc.run", str(config), "--quiet", "--overwrite", *[a for o in overrides for a in ("--set", o)]]
     if processes == 1:
         return [sys.executable, *run]
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),

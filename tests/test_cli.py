@@ -14,7 +14,7 @@ from ptyacc.cli import cli
 from ptyacc.config import config_reference
 
 ROOT = Path(__file__).parents[1]
-EXPECTED_FILES = {"results.h5", "object_phase.png", "probe.png", "loss.png", "positions.png"}
+EXPECTED_FILES = {"results.h5", "run.log", "object_phase.png", "probe.png", "loss.png", "positions.png"}
 
 
 def write_config(tmp_path, name="c.yaml", **sections) -> Path:
@@ -62,7 +62,7 @@ def test_results_layout_and_plot(tmp_path):
     figures = tmp_path / "figs"
     result = runner.invoke(cli, ["plot", str(path), "-o", str(figures)])
     assert result.exit_code == 0, result.output
-    assert {p.name for p in figures.iterdir()} == EXPECTED_FILES - {"results.h5"}
+    assert {p.name for p in figures.iterdir()} == EXPECTED_FILES - {"results.h5", "run.log"}
 
 
 def test_validate_prints_full_config_and_errors_are_one_line(tmp_path):

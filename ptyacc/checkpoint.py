@@ -1,0 +1,87 @@
+"""Resumable checkpoints: model, optimizers, iteration and loss history, written atomically.
+
+A checkpoint is ``output.dir/checkpoints/ckpt_<iterations done>.pt``. It is written to a
+temporary file in the same folder and renamed, so a run killed during a save leaves at worst a
+stray temporary file, never a damaged checkpoint under a final name; ``latest_checkpoint``
+also skips a final-named file that does not load (a disk that filled up, a copy cut short).
+All processes hold identical state, so the main process alone writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+
+import torch
+
+from ptyacc.errors import ConfigError
+
+FOLDER = "checkpoints"
+NAME = re.compile(r"^ckpt_(\d{6,})\.pt$")
+FORMAT = 1
+
+
+def checkpoint_folder(out_dir: Path) -> Path:
+    return out_dir / FOLDER
+
+
+def save_checkpoint(out_dir: Path, state: dict, keep: int) -> Path:
+    """Write ``state`` (with 'iterations_done') atomically; delete all but the ``keep`` newest."""
+    folder = checkpoint_folder(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"ckpt_{state['iterations_done']:06d}.pt"
+    tmp = folder / f".{path.name}.tmp{os.getpid()}"
+    write_checkpoint_file(tmp, {"format": FORMAT, **state})
+    os.replace(tmp, path)
+    for old in _listed(folder)[keep:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def write_checkpoint_file(path: Path, state: dict) -> None:
+    """The one place that writes checkpoint bytes (tests interrupt it to simulate a kill)."""
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def latest_checkpoint(out_dir: Path) -> tuple[Path, dict] | None:
+    """The newest checkpoint that loads completely, or None."""
+    for path in _listed(checkpoint_folder(out_dir)):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # a damaged file of any kind: fall back to the previous one
+            warnings.warn(f"{path}: skipped, it does not load ({type(exc).__name__})", stacklevel=2)
+            continue
+        if isinstance(state, dict) and state.get("format") == FORMAT:
+            return path, state
+    return None
+
+
+def restore(model: torch.nn.Module, optimizers: list, state: dict, path: Path) -> None:
+    """Load a checkpoint into the bare model and its optimizers, with a clear error when the
+    config has changed the shapes (other modes, slices, data)."""
+    own = model.state_dict()
+    for name, tensor in state["model"].items():
+        if name in own and own[name].shape != tensor.shape:
+            raise ConfigError(f"{path}: {name} has shape {tuple(tensor.shape)} but this config builds "
+                              f"{tuple(own[name].shape)}; resume with the config that wrote the checkpoint")
+    missing = sorted(set(own) - set(state["model"]))
+    if missing:
+        raise ConfigError(f"{path}: no {', '.join(missing)} in the checkpoint; resume with the config that wrote it")
+    model.load_state_dict(state["model"])
+    if len(optimizers) != len(state["optimizers"]):
+        raise ConfigError(f"{path}: written with {len(state['optimizers'])} optimizers, this config has "
+                          f"{len(optimizers)} (position refinement switched on or off?)")
+    for optimizer, saved in zip(optimizers, state["optimizers"], strict=True):
+        optimizer.load_state_dict(saved)
+
+
+def _listed(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    found = [(int(m[1]), p) for p in folder.iterdir() if (m := NAME.match(p.name))]
+    return [p for _, p in sorted(found, reverse=True)]

@@ -1,0 +1,52 @@
+"""run.log in the output folder: config, versions, processes and devices, one line per
+iteration, the end summary. Main process only; other processes contribute their device line."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+
+import yaml
+
+
+class RunLog:
+    """Appends lines to ``path``; with ``path`` None (other processes, or no output) it only
+    takes part in the collective that gathers the device of every process."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    def line(self, text: str) -> None:
+        if self.path is None:
+            return
+        stamp = datetime.datetime.now().isoformat(timespec="seconds")
+        with open(self.path, "a") as f:
+            f.write(f"{stamp} {text}\n")
+
+    def header(self, config, accelerator) -> None:
+        from ptyacc.output import versions
+
+        device = accelerator.device
+        name = device.type
+        if device.type == "cuda":
+            import torch
+
+            name = f"cuda:{device.index} {torch.cuda.get_device_name(device)}"
+        mine = f"rank {accelerator.process_index}: {name}"
+        if accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            devices = gather_object([mine])
+        else:
+            devices = [mine]
+        self.line("ptyacc run: " + " ".join(sys.argv))
+        self.line("versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()))
+        backend = getattr(accelerator.state, "backend", None) or "none (one process)"
+        self.line(f"processes: {accelerator.num_processes}, backend: {backend}")
+        for line in devices:
+            self.line(f"device {line}")
+        for text in ("config:", *("  " + row for row in yaml.safe_dump(config.to_dict(), sort_keys=False).splitlines())):
+            self.line(text)
