@@ -65,7 +65,8 @@ class SimulateConfig:
                  f"must be an even integer >= 8, got {self.detector_px}")
         _require(self.dose is None or self.dose > 0, f"{path}.dose", f"must be > 0, got {self.dose}")
         _require(self.atoms >= 0, f"{path}.atoms", f"must be >= 0, got {self.atoms}")
-        _require(self.position_jitter_A >= 0, f"{path}.position_jitter_A", "must be >= 0")
+        _require(self.position_jitter_A >= 0, f"{path}.position_jitter_A",
+                 f"must be >= 0, got {self.position_jitter_A}")
 
 
 @dataclass
@@ -143,8 +144,8 @@ class ModelConfig:
     def _check(self, path: str) -> None:
         for name in ("probe_modes", "object_modes", "slices"):
             _require(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", "must be > 0")
-        _require(self.object_padding_px >= 0, f"{path}.object_padding_px", "must be >= 0")
+        _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", f"must be > 0, got {self.slice_thickness_A}")
+        _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")
         lo_hi = self.object_amplitude_bounds
         _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",
                  f"must be [min, max] with 0 <= min < max, got {lo_hi}")
@@ -213,9 +214,9 @@ class OutputConfig:
     keep_checkpoints: int = _f(2, "How many of the newest checkpoints to keep.")
 
     def _check(self, path: str) -> None:
-        _require(self.save_every >= 0, f"{path}.save_every", "must be >= 0")
-        _require(self.checkpoint_every >= 0, f"{path}.checkpoint_every", "must be >= 0")
-        _require(self.keep_checkpoints >= 1, f"{path}.keep_checkpoints", "must be >= 1")
+        _require(self.save_every >= 0, f"{path}.save_every", f"must be >= 0, got {self.save_every}")
+        _require(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
+        _require(self.keep_checkpoints >= 1, f"{path}.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
 
 
 @dataclass
@@ -233,9 +234,11 @@ class RuntimeConfig:
                                  "batches are drawn inside each region, so results differ slightly from replicated runs.")
 
     def _check(self, path: str) -> None:
-        _require(self.timeout_s > 0, f"{path}.timeout_s", "must be > 0")
-        _require(self.threads is None or self.threads >= 1, f"{path}.threads", "must be >= 1")
-        _require(self.check_sync_every >= 0, f"{path}.check_sync_every", "must be >= 0")
+        _require(self.timeout_s > 0, f"{path}.timeout_s", f"must be > 0, got {self.timeout_s}")
+        _require(self.threads is None or self.threads >= 1, f"{path}.threads", f"must be >= 1 or null, got {self.threads}")
+        _require(self.check_sync_every >= 0, f"{path}.check_sync_every", f"must be >= 0, got {self.check_sync_every}")
+        _require(self.backend != "nccl" or self.device in ("auto", "cuda"), f"{path}.backend",
+                 f"nccl needs CUDA GPUs, got {path}.device: {self.device}; use gloo or auto")
 
 
 @dataclass

@@ -4,6 +4,8 @@ loss history to OUT/rank<R>.json. Optionally perturbs one rank's object to provo
 
 import argparse
 import json
+import os
+import signal
 from pathlib import Path
 
 import torch
@@ -18,6 +20,8 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--perturb-rank", type=int, default=None)
+    parser.add_argument("--die-rank", type=int, default=None, help="this rank kills itself (SIGKILL)...")
+    parser.add_argument("--die-at", type=int, default=3, help="...at the start of this iteration")
     args = parser.parse_args()
 
     config = ptyacc.load_config(args.config, args.overrides)
@@ -30,6 +34,8 @@ def main() -> None:
 
     def on_step(iteration, indices):
         used.setdefault(iteration, []).append(indices.reshape(-1).tolist())
+        if rank == args.die_rank and iteration == args.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if rank == args.perturb_rank and iteration == 1 and "done" not in state:
             with torch.no_grad():
                 get_attribute(state["model"], "object").add_(1e-3)

@@ -6,13 +6,14 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.readers import inspect_hdf5_patterns, read_hdf5_array, read_hdf5_patterns
+from ptyacc.data.readers import PatternsInfo, inspect_hdf5_patterns, read_hdf5_array, read_hdf5_patterns
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
@@ -71,7 +72,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     k_y, k = info.shape[-2:]
     if k_y != k:
         raise DataError(f"{path}: patterns must be square, found {k_y} x {k}")
-    exp = _experiment_values(config, info.attrs)
+    exp = _experiment_values(config, info.attrs, path)
     if exp["dx_A"] is not None:
         dx_A = exp["dx_A"]
     elif exp["dk_invA"] is not None:
@@ -81,7 +82,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     if exp["energy_eV"] is None:
         raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute")
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
-    positions_A = _positions(config, exp, scan_shape, info.n_patterns, path)
+    positions_A = _positions(config, exp, info, path)
     rows = None if keep is None else np.asarray(keep(positions_A))
     raw = read_hdf5_patterns(path, info.key, _pattern_preparation(config, str(path)), rows)
     return PtychoData(
@@ -134,8 +135,8 @@ def _pattern_preparation(config: Config, source: str):
     return prepare
 
 
-def _experiment_values(config: Config, attrs: dict) -> dict[str, Any]:
-    """Experiment values from the config, completed from the file's attributes."""
+def _experiment_values(config: Config, attrs: dict, source: Path) -> dict[str, Any]:
+    """Experiment values from the config, completed from the attributes of the file ``source``."""
     exp = config.experiment
     out: dict[str, Any] = {name: getattr(exp, name) for name in FILE_ATTRIBUTES}
     given_sampling = exp.dk_invA is not None or exp.dx_A is not None
@@ -145,17 +146,29 @@ def _experiment_values(config: Config, attrs: dict) -> dict[str, Any]:
                 continue
             if name == "defocus_A" and "C10" in exp.aberrations:
                 continue
-            out[name] = float(attrs[name])
+            out[name] = _attribute_number(attrs[name], name, source)
     if out["dk_invA"] is not None and out["dx_A"] is not None:
         out["dx_A"] = None  # the file carries both; dk is the measured one
-    for name in ("energy_eV", "dk_invA", "dx_A", "scan_step_A"):
-        if out[name] is not None and not out[name] > 0:
-            raise ConfigError(f"experiment.{name}: must be > 0, got {out[name]} (from the data file)")
     aberrations = dict(exp.aberrations)
     if out["defocus_A"] is not None:
         aberrations["C10"] = -out["defocus_A"]
     out["aberrations"] = aberrations
     return out
+
+
+def _attribute_number(value: object, name: str, source: Path) -> float:
+    """A calibration attribute of the data file as a float, held to the rule of the config key
+    ``experiment.<name>`` it stands in for (finite; > 0 except for defocus)."""
+    array = np.asarray(value)
+    fix = f"fix the file or set experiment.{name}"
+    if array.size != 1 or array.dtype.kind not in "iuf":
+        raise DataError(f"{source}: attribute {name} must be a number, got {array.tolist()!r}; {fix}")
+    number = float(array.ravel()[0])
+    if not math.isfinite(number):
+        raise DataError(f"{source}: attribute {name} must be a finite number, got {number}; {fix}")
+    if name != "defocus_A" and number <= 0:
+        raise DataError(f"{source}: attribute {name} must be > 0, got {number}; {fix}")
+    return number
 
 
 def raster_positions_A(scan_shape: tuple[int, int], step_A: float, rotation_deg: float = 0.0) -> np.ndarray:
@@ -169,19 +182,18 @@ def raster_positions_A(scan_shape: tuple[int, int], step_A: float, rotation_deg:
     return np.stack([y, x], axis=1)
 
 
-def _positions(config: Config, exp: dict, scan_shape: tuple[int, int] | None, n: int, data_path) -> np.ndarray:
+def _positions(config: Config, exp: dict, info: PatternsInfo, data_path: Path) -> np.ndarray:
+    """(N, 2) probe centres in Å: a raster, or read from a file."""
     spec = config.experiment.positions
+    n = info.n_patterns
     if spec == "raster":
-        if scan_shape is None:
-            raise ConfigError("data.scan_shape: needed for raster positions with 3D patterns")
-        if scan_shape[0] * scan_shape[1] != n:
-            raise ConfigError(f"data.scan_shape: {list(scan_shape)} gives {scan_shape[0] * scan_shape[1]} "
-                              f"positions but the data has {n} patterns")
+        scan_shape = _raster_scan_shape(config, info, data_path)
         if exp["scan_step_A"] is None:
-            raise ConfigError("experiment.scan_step_A: needed for raster positions")
+            raise ConfigError("experiment.scan_step_A: needed for raster positions, and the data file has no "
+                              "'scan_step_A' attribute")
         return raster_positions_A(scan_shape, exp["scan_step_A"], config.experiment.scan_rotation_deg)
     path = config.resolve_input(spec.path) if spec.path else data_path
-    positions = np.asarray(read_hdf5_array(path, spec.key), dtype=np.float64)
+    positions = np.asarray(read_hdf5_array(path, spec.key, "experiment.positions.key"), dtype=np.float64)
     if positions.ndim != 2 or positions.shape[1] != 2:
         raise DataError(f"{path}:{spec.key}: positions must be (N, 2) (y, x), found shape {positions.shape}")
     if len(positions) != n:
@@ -189,3 +201,24 @@ def _positions(config: Config, exp: dict, scan_shape: tuple[int, int] | None, n:
     if not np.isfinite(positions).all():
         raise DataError(f"{path}:{spec.key}: positions contain NaN or Inf")
     return positions
+
+
+def _raster_scan_shape(config: Config, info: PatternsInfo, data_path: Path) -> tuple[int, int]:
+    """[slow, fast] of a raster scan: data.scan_shape, else the 4D patterns' leading axes, else
+    the file's 'scan_shape' attribute; it must account for every pattern."""
+    n = info.n_patterns
+    if config.data.scan_shape:
+        scan_shape, origin, hint = tuple(config.data.scan_shape), "data.scan_shape:", ""
+    elif info.scan_shape is not None:
+        scan_shape, origin, hint = info.scan_shape, f"{data_path}: attribute scan_shape", "; set data.scan_shape"
+    elif "scan_shape" in info.attrs:
+        raise DataError(f"{data_path}: attribute scan_shape must be two positive integers [slow, fast], got "
+                        f"{np.asarray(info.attrs['scan_shape']).tolist()!r}; fix the file or set data.scan_shape")
+    else:
+        raise ConfigError("data.scan_shape: needed for raster positions with 3D patterns (the data file has no "
+                          "'scan_shape' attribute), or read positions from a file with experiment.positions")
+    if scan_shape[0] * scan_shape[1] != n:
+        error = ConfigError if config.data.scan_shape else DataError
+        raise error(f"{origin} {list(scan_shape)} gives {scan_shape[0] * scan_shape[1]} positions but the "
+                          f"data has {n} patterns{hint}")
+    return scan_shape

@@ -45,9 +45,12 @@ def inspect_hdf5_patterns(path: Path, key: str | None = None) -> PatternsInfo:
                             f"patterns, found shape {dset.shape}")
         if dset.size == 0:
             raise DataError(f"{path}:{dset.name}: is empty (shape {dset.shape})")
+        if dset.dtype.kind not in "iuf":
+            raise DataError(f"{path}:{dset.name}: pattern values must be real numbers (measured intensities), "
+                            f"found dtype {dset.dtype}")
         scan_shape = tuple(int(s) for s in dset.shape[:2]) if dset.ndim == 4 else None
         if scan_shape is None and "scan_shape" in f.attrs:
-            scan_shape = tuple(int(s) for s in np.asarray(f.attrs["scan_shape"]).ravel()[:2])
+            scan_shape = _scan_shape_attribute(f.attrs["scan_shape"])
         attrs = {k: _plain(v) for k, v in f.attrs.items()}
         return PatternsInfo(dset.name, tuple(dset.shape), scan_shape, attrs)
 
@@ -84,6 +87,8 @@ def read_hdf5_patterns(path: Path, key: str | None = None,
 
 
 def _open(path: Path) -> h5py.File:
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, not an HDF5 file")
     if not path.is_file():
         raise DataError(f"{path}: data file not found")
     try:
@@ -92,11 +97,13 @@ def _open(path: Path) -> h5py.File:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 
 
-def read_hdf5_array(path: Path, key: str) -> np.ndarray:
-    """One whole dataset as a NumPy array, with a message naming file and key on failure."""
+def read_hdf5_array(path: Path, key: str, setting: str = "") -> np.ndarray:
+    """One whole dataset as a NumPy array, with a message naming file and key on failure
+    (and ``setting``, the config key that chose the dataset)."""
     with _open(path) as f:
         if key not in f or not isinstance(f[key], h5py.Dataset):
-            raise DataError(f"{path}: no dataset {key!r}; datasets: {', '.join(_datasets(f)) or 'none'}")
+            chosen_by = f" ({setting})" if setting else ""
+            raise DataError(f"{path}: no dataset {key!r}{chosen_by}; datasets: {', '.join(_datasets(f)) or 'none'}")
         return f[key][()]
 
 
@@ -114,6 +121,16 @@ def _find_patterns(f: h5py.File, path: Path, key: str | None) -> h5py.Dataset:
     if not candidates:
         raise DataError(f"{path}: no 3D or 4D numeric dataset found; set data.key")
     raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key")
+
+
+def _scan_shape_attribute(value: object) -> tuple[int, int] | None:
+    """A 'scan_shape' attribute as (slow, fast); None unless it is two positive integers."""
+    numbers = np.asarray(value).ravel()
+    if numbers.size != 2 or numbers.dtype.kind not in "iuf":
+        return None
+    if (numbers < 1).any() or (numbers != np.round(numbers)).any():
+        return None
+    return int(numbers[0]), int(numbers[1])
 
 
 def _datasets(f: h5py.File) -> list[str]:

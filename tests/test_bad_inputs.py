@@ -1,0 +1,309 @@
+"""Bad configs and bad data files, through the real command line.
+
+Each case is one mistake a user can make. `ptyacc run` must answer it with exit code 2 and
+one line `ptyacc: error: ...` on stderr that names the key or file and what is wrong, with no
+traceback, and must write nothing but run.log. Every case runs in-process through
+``ptyacc.cli.main`` (fast); the cases marked ``subprocess`` also run as
+``python -m ptyacc.run`` in a fresh process, to prove the real entry point behaves the same.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+from conftest import tiny_config
+
+from ptyacc.cli import main
+
+DELETE = object()  # in a case's config: remove this key from the base config
+SUBPROCESS_TIMEOUT_S = 120
+
+# A good HDF5 input: (3, 4) scan of 8 x 8 patterns, calibrated by the file's attributes.
+GOOD_PATTERNS = np.random.default_rng(0).poisson(5.0, size=(3, 4, 8, 8)).astype(np.float32)
+GOOD_ATTRS = {"energy_eV": 80e3, "semiangle_mrad": 20.0, "defocus_A": 10.0, "dk_invA": 0.25, "scan_step_A": 0.5}
+POSITIONS_A = np.stack(np.meshgrid(np.arange(3) * 0.5, np.arange(4) * 0.5, indexing="ij"), -1).reshape(-1, 2)
+FROM_FILE = {"positions": {"key": "positions_A"}}
+
+
+def h5_file(name: str = "data.h5", attrs: dict | None = None, **datasets: np.ndarray) -> Callable[[Path], None]:
+    """A writer of an HDF5 file in the case folder: ``datasets`` (default: good 4D patterns)
+    and the good attributes updated by ``attrs`` (a DELETE value removes one)."""
+    datasets = datasets or {"patterns": GOOD_PATTERNS}
+    merged = {k: v for k, v in {**GOOD_ATTRS, **(attrs or {})}.items() if v is not DELETE}
+
+    def write(folder: Path) -> None:
+        with h5py.File(folder / name, "w") as f:
+            for key, value in datasets.items():
+                f[key] = value
+            f.attrs.update(merged)
+
+    return write
+
+
+def text_file(name: str, text: str) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).write_text(text)
+
+
+def folder(name: str) -> Callable[[Path], None]:
+    return lambda parent: (parent / name).mkdir()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One mistake. ``expected``: substrings of the error line; ``{config}``, ``{data}`` and
+    ``{dir}`` stand for the config file, the data file and the case folder."""
+
+    name: str
+    expected: tuple[str, ...]
+    config: dict = field(default_factory=dict)  # merged into the base config
+    base: str = "simulate"  # or "file": data.path = data.h5 (calibration from its attributes)
+    files: tuple[Callable[[Path], None], ...] = ()
+    text: str | None = None  # the config file's whole text, instead of a config
+    args: tuple[str, ...] = ()  # after the config file
+    env: dict = field(default_factory=dict)  # only for subprocess cases
+    subprocess: bool = False
+    in_process: bool = True
+    timeout_s: float = SUBPROCESS_TIMEOUT_S
+    marks: tuple = ()
+
+
+def bad(name: str, *expected: str, **kwargs) -> Case:
+    return Case(name, expected, **kwargs)
+
+
+def file_case(name: str, *expected: str, files: tuple | None = None, **kwargs) -> Case:
+    """A case reading data.h5 (by default a good one) instead of simulating."""
+    return Case(name, expected, base="file", files=(h5_file(),) if files is None else files, **kwargs)
+
+
+CASES = [
+    # --- the config file itself and the command line
+    bad("yaml_syntax_error", "{config}: not valid YAML", text="optim: {iterations: [1\n", subprocess=True),
+    bad("config_is_a_list", "{config}: the top level must be a mapping of sections", text="- optim\n- data\n",
+        subprocess=True),
+    bad("config_file_missing", "{dir}/missing.yaml: config file not found", text=None, args=("MISSING",)),
+    bad("set_without_equals", "--set optim.iterations: expected key.path=value",
+        args=("--set", "optim.iterations"), subprocess=True),
+    bad("set_into_a_scalar", "--set optim.iterations.max: iterations is not a section",
+        args=("--set", "optim.iterations.max=3")),
+    bad("set_bad_value", "optim.batch_size: must be >= 1, got -4", args=("--set", "optim.batch_size=-4")),
+    # --- unknown keys at every depth
+    bad("unknown_section", "optimizer: unknown key (did you mean 'optim'?)", config={"optimizer": {"iterations": 3}}),
+    bad("unknown_key", "optim.batchsize: unknown key (did you mean 'batch_size'?)", config={"optim": {"batchsize": 8}},
+        subprocess=True),
+    bad("unknown_key_depth_3", "optim.lr.probes: unknown key (did you mean 'probe'?)",
+        config={"optim": {"lr": {"probes": 0.1}}}),
+    bad("unknown_key_in_simulate", "data.simulate.detector: unknown key (did you mean 'detector_px'?)",
+        config={"data": {"simulate": {"detector": 16}}}),
+    bad("unknown_aberration", "experiment.aberrations.C31: unknown aberration",
+        config={"experiment": {"aberrations": {"C31": 100.0}}}),
+    # --- wrong types
+    bad("string_for_int", "optim.iterations: expected an integer, got 'ten'", config={"optim": {"iterations": "ten"}}),
+    bad("fraction_for_int", "optim.batch_size: expected an integer, got 8.5", config={"optim": {"batch_size": 8.5}}),
+    bad("bool_for_int", "model.slices: expected an integer, got True", config={"model": {"slices": True}}),
+    bad("list_for_scalar", "optim.batch_size: expected an integer, got [8, 16]",
+        config={"optim": {"batch_size": [8, 16]}}),
+    bad("mapping_for_scalar", "experiment.energy_eV: expected a number, got {'value': 80000}",
+        config={"experiment": {"energy_eV": {"value": 80000}}}),
+    bad("scalar_for_list", "data.simulate.scan_shape: expected a list, got 6",
+        config={"data": {"simulate": {"scan_shape": 6}}}),
+    bad("scalar_for_section", "optim: expected a mapping of keys, got int 5", config={"optim": 5}),
+    bad("string_for_bool", "runtime.progress: expected true or false, got 'no way'",
+        config={"runtime": {"progress": "no way"}}),
+    # --- sizes that must be positive
+    bad("batch_size_zero", "optim.batch_size: must be >= 1, got 0", config={"optim": {"batch_size": 0}}),
+    bad("iterations_negative", "optim.iterations: must be >= 1, got -3", config={"optim": {"iterations": -3}}),
+    bad("slices_zero", "model.slices: must be >= 1, got 0", config={"model": {"slices": 0}}),
+    bad("probe_modes_zero", "model.probe_modes: must be >= 1, got 0", config={"model": {"probe_modes": 0}}),
+    bad("detector_px_zero", "data.simulate.detector_px: must be an even integer >= 8, got 0",
+        config={"data": {"simulate": {"detector_px": 0}}}),
+    bad("simulated_scan_one_number", "data.simulate.scan_shape: must be two positive integers, got [6]",
+        config={"data": {"simulate": {"scan_shape": [6]}}}),
+    bad("threads_zero", "runtime.threads: must be >= 1, got 0", config={"runtime": {"threads": 0}}),
+    bad("timeout_zero", "runtime.timeout_s: must be > 0, got 0.0", config={"runtime": {"timeout_s": 0}}),
+    bad("slice_thickness_negative", "model.slice_thickness_A: must be > 0, got -2.0",
+        config={"model": {"slice_thickness_A": -2}}),
+    bad("keep_checkpoints_zero", "output.keep_checkpoints: must be >= 1, got 0",
+        config={"output": {"keep_checkpoints": 0}}),
+    # --- values out of range
+    bad("lr_negative", "optim.lr.object: must be >= 0, got -0.01", config={"optim": {"lr": {"object": -0.01}}}),
+    bad("lr_final_fraction_above_1", "optim.lr_final_fraction: must be in (0, 1], got 1.5",
+        config={"optim": {"lr_final_fraction": 1.5}}),
+    bad("amplitude_bounds_reversed", "model.object_amplitude_bounds: must be [min, max] with 0 <= min < max, "
+        "got [1.0, 0.0]", config={"model": {"object_amplitude_bounds": [1.0, 0.0]}}),
+    bad("energy_negative", "experiment.energy_eV: must be > 0, got -80000.0",
+        config={"experiment": {"energy_eV": -80e3}}),
+    bad("defocus_twice", "experiment.defocus_A: give defocus_A or aberrations.C10, not both",
+        config={"experiment": {"aberrations": {"C10": -20.0}}}),
+    # --- values outside a fixed set
+    bad("loss_enum", "optim.loss: must be one of amplitude, poisson, got 'l2'", config={"optim": {"loss": "l2"}}),
+    bad("grouping_enum", "optim.grouping: must be one of random, compact, got 'spiral'",
+        config={"optim": {"grouping": "spiral"}}),
+    bad("device_enum", "runtime.device: must be one of auto, cpu, cuda, mps, got 'gpu'",
+        config={"runtime": {"device": "gpu"}}),
+    bad("backend_enum", "runtime.backend: must be one of auto, nccl, gloo, got 'mpi'",
+        config={"runtime": {"backend": "mpi"}}),
+    bad("radiation_enum", "experiment.radiation: must be one of electron, xray, got 'electrons' "
+        "(did you mean 'electron'?)", config={"experiment": {"radiation": "electrons"}}),
+    bad("positions_enum", "experiment.positions: must be one of raster, got 'file'",
+        config={"experiment": {"positions": "file"}}),
+    # --- where the data come from
+    bad("path_and_simulate", "data: give exactly one of `path` (a data file) or `simulate`",
+        config={"data": {"path": "data.h5"}}),
+    bad("neither_path_nor_simulate", "data: give exactly one of `path` (a data file) or `simulate`",
+        config={"data": {"simulate": DELETE}}),
+    file_case("data_file_missing", "{data}: data file not found", files=(), subprocess=True),
+    file_case("data_path_is_a_folder", "{dir}/scans: is a folder, not a data file",
+              files=(folder("scans"),), config={"data": {"path": "scans"}}),
+    file_case("not_hdf5", "{data}: cannot be read as HDF5", files=(text_file("data.h5", "slow,fast\n1,2\n"),),
+              subprocess=True),
+    file_case("no_3d_dataset", "{data}: no 3D or 4D numeric dataset found; set data.key",
+              files=(h5_file(image=np.ones((8, 8)), energies=np.ones(3)),)),
+    file_case("ambiguous_datasets", "{data}: several datasets could hold the patterns (a, b); set data.key",
+              files=(h5_file(a=GOOD_PATTERNS, b=GOOD_PATTERNS),)),
+    file_case("wrong_key", "{data}: no dataset 'diffraction' (data.key); datasets: patterns",
+              config={"data": {"key": "diffraction"}}),
+    file_case("key_is_a_group", "{data}: no dataset 'entry' (data.key)",
+              files=(h5_file(**{"entry/data": GOOD_PATTERNS}),), config={"data": {"key": "entry"}}),
+    # --- what the patterns look like
+    file_case("patterns_2d", "{data}:/patterns: expected 3D (N, ky, kx) or 4D (slow, fast, ky, kx) patterns, "
+              "found shape (8, 8)", files=(h5_file(patterns=np.ones((8, 8))),)),
+    file_case("patterns_5d", "found shape (2, 3, 2, 8, 8)", files=(h5_file(patterns=np.ones((2, 3, 2, 8, 8))),)),
+    file_case("patterns_not_square", "{data}: patterns must be square, found 8 x 6",
+              files=(h5_file(patterns=np.ones((3, 4, 8, 6))),)),
+    file_case("patterns_empty", "{data}:/patterns: is empty (shape (0, 8, 8))",
+              files=(h5_file(patterns=np.ones((0, 8, 8))),), config={"data": {"scan_shape": [1, 1]}}),
+    file_case("patterns_complex", "{data}:/patterns: pattern values must be real numbers",
+              files=(h5_file(patterns=GOOD_PATTERNS.astype(np.complex64)),)),
+    file_case("patterns_nan", "{data}: 64 NaN/Inf pattern values; set data.nonfinite: zero",
+              files=(h5_file(patterns=np.where(np.arange(12)[:, None, None] == 5, np.nan,
+                                               GOOD_PATTERNS.reshape(12, 8, 8)).reshape(3, 4, 8, 8)),),
+              subprocess=True),
+    file_case("patterns_negative_refused", "{data}: negative pattern values (min -1)",
+              files=(h5_file(patterns=-np.ones((3, 4, 8, 8))),), config={"data": {"negative": "error"}}),
+    # --- scan and positions
+    file_case("scan_shape_mismatch", "data.scan_shape: [5, 5] gives 25 positions but the data has 12 patterns",
+              config={"data": {"scan_shape": [5, 5]}}),
+    file_case("scan_shape_attribute_mismatch", "{data}: attribute scan_shape [5, 5] gives 25 positions but the data "
+              "has 12 patterns", files=(h5_file(attrs={"scan_shape": [5, 5]}, patterns=GOOD_PATTERNS.reshape(12, 8, 8)),)),
+    file_case("scan_shape_missing", "data.scan_shape: needed for raster positions with 3D patterns",
+              files=(h5_file(patterns=GOOD_PATTERNS.reshape(12, 8, 8)),)),
+    file_case("positions_wrong_shape", "{data}:positions_A: positions must be (N, 2) (y, x), found shape (12, 3)",
+              files=(h5_file(patterns=GOOD_PATTERNS, positions_A=np.zeros((12, 3))),),
+              config={"experiment": FROM_FILE}),
+    file_case("positions_wrong_count", "{data}:positions_A: 10 positions for 12 patterns",
+              files=(h5_file(patterns=GOOD_PATTERNS, positions_A=POSITIONS_A[:10]),),
+              config={"experiment": FROM_FILE}),
+    file_case("positions_dataset_missing", "{data}: no dataset 'positions_A' (experiment.positions.key)",
+              config={"experiment": FROM_FILE}),
+    file_case("positions_file_missing", "{dir}/pos.h5: data file not found",
+              config={"experiment": {"positions": {"path": "pos.h5"}}}),
+    # --- calibration from the file's attributes
+    file_case("energy_missing", "experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute",
+              files=(h5_file(attrs={"energy_eV": DELETE}),)),
+    file_case("sampling_missing", "experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither",
+              files=(h5_file(attrs={"dk_invA": DELETE}),)),
+    file_case("scan_step_missing", "experiment.scan_step_A: needed for raster positions",
+              files=(h5_file(attrs={"scan_step_A": DELETE}),)),
+    file_case("semiangle_missing", "experiment.semiangle_mrad: needed to build the initial probe",
+              files=(h5_file(attrs={"semiangle_mrad": DELETE}),)),
+    file_case("energy_attribute_negative", "{data}: attribute energy_eV must be > 0, got -80000.0",
+              files=(h5_file(attrs={"energy_eV": -80e3}),)),
+    file_case("dk_attribute_zero", "{data}: attribute dk_invA must be > 0, got 0.0",
+              files=(h5_file(attrs={"dk_invA": 0.0}),)),
+    file_case("energy_attribute_text", "{data}: attribute energy_eV must be a number, got '80 kV'",
+              files=(h5_file(attrs={"energy_eV": "80 kV"}),)),
+    # --- the machine and the launcher
+    bad("cuda_without_gpu", "runtime.device: cuda requested but torch sees no CUDA GPU",
+        config={"runtime": {"device": "cuda"}}, subprocess=True),
+    bad("nccl_on_cpu", "runtime.backend: nccl needs CUDA GPUs", config={"runtime": {"device": "cpu", "backend": "nccl"}},
+        subprocess=True),
+    bad("too_many_probe_modes", "model.probe_modes: the probe (window 8 x 8 px) cannot carry 100 independent modes",
+        config={"data": {"simulate": {"detector_px": 8, "scan_shape": [3, 3]}}, "model": {"probe_modes": 100}},
+        subprocess=True),
+    bad("world_size_without_rank", "WORLD_SIZE", env={"WORLD_SIZE": "2"}, subprocess=True, in_process=False,
+        timeout_s=60),
+    bad("output_dir_is_a_file", "output.dir", files=(text_file("out", "not a folder"),)),
+]
+
+
+def _merge(base: dict, changes: dict) -> dict:
+    out = dict(base)
+    for key, value in changes.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def prepare(case: Case, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """Write the case's files; the command-line arguments after `run`, and the placeholders."""
+    for write in case.files:
+        write(tmp_path)
+    config_path = tmp_path / "config.yaml"
+    if case.text is not None:
+        config_path.write_text(case.text)
+    elif "MISSING" in case.args:
+        config_path = tmp_path / "missing.yaml"
+    else:
+        config = tiny_config(tmp_path)
+        if case.base == "file":
+            config["data"] = {"path": "data.h5"}
+            config["experiment"] = {}
+        config_path.write_text(yaml.safe_dump(_merge(config, case.config)))
+    args = [str(config_path), *(a for a in case.args if a != "MISSING")]
+    names = {"config": str(config_path), "data": str(tmp_path / "data.h5"), "dir": str(tmp_path)}
+    return args, names
+
+
+def check(case: Case, code: int, stdout: str, stderr: str, names: dict, tmp_path: Path) -> None:
+    everything = f"exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    assert "Traceback" not in stdout + stderr, everything
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ptyacc: error: "), everything
+    for text in case.expected:
+        for name, value in names.items():
+            text = text.replace("{" + name + "}", value)
+        assert text in lines[0], everything
+    assert code == 2, everything
+    assert stdout == "", everything
+    out_dir = tmp_path / "out"
+    if out_dir.is_dir():
+        assert {p.name for p in out_dir.iterdir()} <= {"run.log"}, everything
+
+
+def params(cases: list[Case]) -> list:
+    return [pytest.param(c, id=c.name, marks=c.marks) for c in cases]
+
+
+@pytest.mark.parametrize("case", params([c for c in CASES if c.in_process]))
+def test_bad_input_in_process(case: Case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args, names = prepare(case, tmp_path)
+    code = main(["run", *args])
+    captured = capsys.readouterr()
+    check(case, code, captured.out, captured.err, names, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", params([c for c in CASES if c.subprocess]))
+def test_bad_input_real_process(case: Case, tmp_path):
+    args, names = prepare(case, tmp_path)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", **case.env)
+    done = subprocess.run([sys.executable, "-m", "ptyacc.run", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=case.timeout_s)
+    check(case, done.returncode, done.stdout, done.stderr, names, tmp_path)
