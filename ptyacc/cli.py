@@ -170,6 +170,44 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
     click.echo(f"written: {Path(output_dir) / 'speedtest.csv'}, speedtest_summary.csv, speedtest.png", err=True)
 
 
+@cli.command()
+@click.argument("config_file", required=False, type=click.Path(dir_okay=False))
+@set_option
+@friendly_errors
+def info(config_file: str | None, overrides: tuple[str, ...]) -> None:
+    """Versions, devices (MIG slices marked), the backend a multi-process run would use and the
+    accelerate config found; with CONFIG_FILE, also the data's derived sampling (dx, dk, probe
+    window, object size, bright-field disk) and warnings where the probe or scan do not fit."""
+    from ptyacc.info import data_report, environment_report
+
+    for line in environment_report():
+        click.echo(line)
+    if config_file:
+        from ptyacc.config import load_config
+
+        for line in data_report(load_config(config_file, overrides)):
+            click.echo(line)
+
+
+@cli.command()
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@click.argument("output", type=click.Path(dir_okay=False))
+@set_option
+@friendly_errors
+def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
+    """Simulate the dataset of CONFIG_FILE's `data.simulate` section and write it to OUTPUT
+    (HDF5 in ptyacc's layout, with the ground truth), readable as `data.path` with no other keys."""
+    from ptyacc.config import load_config
+    from ptyacc.data import load_data
+    from ptyacc.data.export import write_dataset
+
+    config = load_config(config_file, overrides)
+    if config.data.simulate is None:
+        raise click.ClickException(f"{config_file}: no data.simulate section to simulate")
+    write_dataset(Path(output), load_data(config))
+    click.echo(output)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)

@@ -98,3 +98,34 @@ def test_readme_config_reference_is_current():
     assert start in readme and end in readme
     block = readme.split(start, 1)[1].split(end, 1)[0]
     assert block == config_reference()
+
+
+def test_info_reports_environment_and_derived_sampling(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(cli, ["info"])
+    assert result.exit_code == 0, result.output
+    assert "versions: ptyacc" in result.stdout and "runtime.backend auto -> " in result.stdout
+    config = write_config(tmp_path)
+    result = runner.invoke(cli, ["info", str(config)])
+    assert result.exit_code == 0, result.output
+    # tiny_config: dx 0.3 Å, K 16 -> dk = 1 / (16 * 0.3); 80 keV, 25 mrad -> disk radius 25e-3 / lambda / dk px
+    assert "dk 0.208333 1/A; dx 0.3 A; probe window 4.8 A" in result.stdout
+    assert "bright-field disk radius 2.87 px" in result.stdout
+
+
+def test_simulate_writes_a_file_that_data_path_reads_back(tmp_path):
+    from ptyacc.config import load_config
+    from ptyacc.data import load_data
+
+    config = write_config(tmp_path)
+    out = tmp_path / "sim.h5"
+    result = CliRunner().invoke(cli, ["simulate", str(config), str(out)])
+    assert result.exit_code == 0, result.output
+    simulated = load_data(load_config(config))
+    again = load_data(load_config({"data": {"path": str(out)}, "experiment": {"positions": {"key": "positions_A"}}}))
+    np.testing.assert_allclose(again.patterns.numpy(), simulated.patterns.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(again.positions_A, simulated.positions_A)
+    assert again.dx_A == simulated.dx_A and abs(again.wavelength_A / simulated.wavelength_A - 1) < 1e-9
+    assert again.aberrations == simulated.aberrations
+    with h5py.File(out) as f:
+        assert f["ground_truth/phase"].shape == simulated.ground_truth["phase"].shape[1:]
