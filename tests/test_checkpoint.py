@@ -246,3 +246,34 @@ def test_a_dead_process_stops_the_others_with_a_message_naming_it(kill_config, t
     assert "rank" in report and ("exitcode  : -9" in report or "Signals.SIGKILL" in report), report[-2000:]
     path, state = latest_checkpoint(out)
     assert 10 <= state["iterations_done"] <= 12
+
+
+SLOW_RESULTS = """
+import sys, time
+import h5py
+real = h5py.Group.create_dataset
+saves = []
+def slow(self, name, *args, **kwargs):
+    if name == "loss":
+        saves.append(1)
+        if len(saves) == 2:   # the second save of results.h5: hang half-way through the file
+            time.sleep(120)
+    return real(self, name, *args, **kwargs)
+h5py.Group.create_dataset = slow
+from ptyacc.cli import main
+sys.exit(main(["run", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.slow
+def test_kill_during_a_results_save_keeps_the_previous_results(kill_config, tmp_path):
+    """results.h5 is written under a temporary name and renamed: killed half-way through the
+    second save, the folder still holds the complete first results.h5."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_RESULTS, str(kill_config), "--set", f"output.dir={out}",
+                             "--set", "output.save_every=5", "--set", "output.checkpoint_every=0", "--quiet"],
+                            env=env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_when(proc, lambda: (out / "results.h5").exists() and any(out.glob(".results.h5.tmp*")))
+    time.sleep(0.5)
+    saved = ptyacc.load_results(out / "results.h5")  # complete and readable
+    assert len(saved.loss) == 5
