@@ -1,0 +1,34 @@
+"""The example notebooks run headless from top to bottom (their own asserts included)."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+NOTEBOOKS = sorted(p.name for p in EXAMPLES.glob("*.ipynb"))
+
+
+def test_every_notebook_is_committed_without_outputs():
+    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_multislice_electron.ipynb", "03_multi_process.ipynb"]
+    for name in NOTEBOOKS:
+        book = nbformat.read(EXAMPLES / name, as_version=4)
+        assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs(name, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    book = nbformat.read(EXAMPLES / name, as_version=4)
+    start = time.monotonic()
+    nbclient.NotebookClient(book, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    elapsed = time.monotonic() - start
+    print(f"{name}: {elapsed:.1f} s")
+    errors = [o for cell in book.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
