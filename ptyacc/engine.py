@@ -262,10 +262,23 @@ class _Saver:
                                   self.accelerator.num_processes)
         results.iteration_time_s = np.asarray(times)
         if self.write and self.accelerator.is_main_process:
+            results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
+        if self.write and self.accelerator.is_main_process:
             save_results(self.out_dir / "results.h5", results)
             if self.config.output.figures if figures is None else figures:
                 save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
         return results
+
+    def _mean_patterns(self, most: int = 128) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of up to ``most`` held patterns and of the model's prediction for them (centred)."""
+        held = self.data.pattern_rows if self.data.pattern_rows is not None else np.arange(self.data.n_patterns)
+        pick = np.arange(0, len(held), max(1, len(held) // most))
+        device = self.accelerator.device
+        with torch.no_grad():
+            predicted = self.model(torch.as_tensor(held[pick], device=device)).mean(0)
+        measured = self.data.patterns[torch.as_tensor(pick)].mean(0)
+        centre = lambda t: torch.fft.fftshift(t, dim=(-2, -1)).double().cpu().numpy()  # noqa: E731
+        return centre(measured), centre(predicted)
 
     def checkpoint(self, optimizers: list, history: list[float], times: list[float], keep: int) -> None:
         if not (self.write and self.accelerator.is_main_process):

@@ -6,6 +6,8 @@ results.h5 layout (a public contract; add, never rename):
 - ``positions_A``  float64 (N, 2) refined probe centres (y, x), same order and frame as the input
 - ``loss``         float64 (iterations done,) loss per iteration
 - ``iteration_time_s`` float64 (iterations done,) wall time of each iteration (main process)
+- ``mean_pattern_measured``, ``mean_pattern_predicted`` float64 (K, K), zero frequency at the
+  centre: the mean of up to 128 measured patterns and of the model's prediction for them
 - attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
   the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
   ``iterations_done``, ``wavelength_A``, ``loss_name``.
@@ -38,6 +40,8 @@ class Results:
     origin_A: tuple[float, float]
     attrs: dict[str, Any] = field(default_factory=dict)
     iteration_time_s: np.ndarray | None = None
+    mean_pattern_measured: np.ndarray | None = None  # (K, K), zero frequency at the centre
+    mean_pattern_predicted: np.ndarray | None = None
 
     @property
     def phase(self) -> np.ndarray:
@@ -73,8 +77,9 @@ def save_results(path: Path, results: Results) -> None:
         f.create_dataset("probe", data=results.probe.astype(np.complex64))
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
         f.create_dataset("loss", data=np.asarray(results.loss, dtype=np.float64))
-        if results.iteration_time_s is not None:
-            f.create_dataset("iteration_time_s", data=np.asarray(results.iteration_time_s, dtype=np.float64))
+        for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted"):
+            if getattr(results, name) is not None:
+                f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
         for key, value in results.attrs.items():
@@ -95,14 +100,17 @@ def load_results(path: str | Path) -> Results:
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
-                           iteration_time_s=f["iteration_time_s"][()] if "iteration_time_s" in f else None,
+                           **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
+                                                             "mean_pattern_predicted") if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 
 
 def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray | None = None) -> list[Path]:
-    """PNG figures: object phase (summed over slices), probe modes, loss curve, positions."""
+    """PNG figures: object phase (summed over slices), probe modes, loss curve, positions, and
+    summary.png with all of them plus the object amplitude, the probe in reciprocal space,
+    position corrections and measured against predicted mean pattern."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,7 +154,52 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
     ax.invert_yaxis()
     ax.legend(loc="upper right", fontsize=8)
     written.append(_save(fig, folder / "positions.png"))
+    written.append(_summary(folder / "summary.png", results, initial_positions_A, extent))
     return written
+
+
+def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | None, extent) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 4, figsize=(17, 8.5))
+    px = (results.positions_A - np.asarray(results.origin_A)) / results.dx_A
+    (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
+    inner = (slice(max(r0, 0), r1), slice(max(c0, 0), c1))
+    amplitude = np.abs(results.object[0]).prod(axis=0)
+    for ax, image, title in ((axes[0, 0], results.phase, "object phase (rad, summed over slices)"),
+                             (axes[0, 1], amplitude, "object amplitude (product over slices)")):
+        low, high = np.percentile(image[inner], [0.5, 99.5])
+        im = ax.imshow(image, cmap="gray", extent=extent, vmin=low, vmax=high)
+        ax.set(title=title, xlabel="x (Å)", ylabel="y (Å)")
+        fig.colorbar(im, ax=ax, shrink=0.75)
+    probe = results.probe[0]
+    axes[0, 2].imshow(_complex_to_rgb(probe))
+    axes[0, 2].set_title(f"probe mode 0 of {len(results.probe)} (hue = phase)")
+    spectrum = np.fft.fftshift(np.abs(np.fft.fft2(np.fft.ifftshift(probe))))
+    axes[0, 3].imshow(np.log10(spectrum + spectrum.max() * 1e-4), cmap="magma")
+    axes[0, 3].set_title("probe mode 0, reciprocal space (log amplitude)")
+    ax = axes[1, 0]
+    if initial_positions_A is not None:
+        shift = results.positions_A - initial_positions_A
+        ax.quiver(initial_positions_A[:, 1], initial_positions_A[:, 0], shift[:, 1], shift[:, 0], angles="xy",
+                  color="C3")
+        ax.set_title(f"position corrections (largest {np.abs(shift).max():.3g} Å)")
+    else:
+        ax.plot(results.positions_A[:, 1], results.positions_A[:, 0], ".", ms=2)
+        ax.set_title("positions")
+    ax.set(xlabel="x (Å)", ylabel="y (Å)", aspect="equal")
+    ax.invert_yaxis()
+    axes[1, 1].semilogy(np.arange(1, len(results.loss) + 1), results.loss)
+    axes[1, 1].set(title=f"loss ({results.attrs.get('loss_name', '')})", xlabel="iteration")
+    for ax, pattern, title in ((axes[1, 2], results.mean_pattern_measured, "mean measured pattern (log)"),
+                               (axes[1, 3], results.mean_pattern_predicted, "mean predicted pattern (log)")):
+        if pattern is not None:
+            ax.imshow(np.log10(np.maximum(pattern, pattern.max() * 1e-5)), cmap="viridis")
+        ax.set_title(title)
+    for ax in (axes[0, 2], axes[0, 3], axes[1, 2], axes[1, 3]):
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

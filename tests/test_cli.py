@@ -14,7 +14,7 @@ from ptyacc.cli import cli
 from ptyacc.config import config_reference
 
 ROOT = Path(__file__).parents[1]
-EXPECTED_FILES = {"results.h5", "run.log", "object_phase.png", "probe.png", "loss.png", "positions.png"}
+EXPECTED_FILES = {"results.h5", "run.log", "object_phase.png", "probe.png", "loss.png", "positions.png", "summary.png"}
 
 
 def write_config(tmp_path, name="c.yaml", **sections) -> Path:
@@ -59,6 +59,11 @@ def test_results_layout_and_plot(tmp_path):
         # probe centres in the results map onto object pixels inside the canvas
         px = (f["positions_A"][()] - f.attrs["origin_A"]) / f.attrs["dx_A"]
         assert (px >= 8).all() and (px[:, 0] < f["object"].shape[2] - 8).all()
+    with h5py.File(path) as f:  # measured and predicted mean patterns, centred, for the summary figure
+        measured, predicted = f["mean_pattern_measured"][()], f["mean_pattern_predicted"][()]
+        assert measured.shape == predicted.shape == (16, 16)
+        assert np.unravel_index(np.argmax(measured), measured.shape)[0] in (7, 8, 9)
+        assert abs(predicted.sum() / measured.sum() - 1) < 0.2
     figures = tmp_path / "figs"
     result = runner.invoke(cli, ["plot", str(path), "-o", str(figures)])
     assert result.exit_code == 0, result.output
@@ -129,3 +134,36 @@ def test_simulate_writes_a_file_that_data_path_reads_back(tmp_path):
     assert again.aberrations == simulated.aberrations
     with h5py.File(out) as f:
         assert f["ground_truth/phase"].shape == simulated.ground_truth["phase"].shape[1:]
+
+
+def test_bench_reports_iteration_time_fft_bound_and_ratio(tmp_path):
+    import json
+
+    config = write_config(tmp_path)
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(cli, ["bench", str(config), "-k", "3", "--warmup", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    for label in ("iteration", "FFT bound", "ratio", "patterns/s", "peak memory"):
+        assert label in result.stdout
+    report = json.loads(out.read_text())
+    assert report["iterations_timed"] == 3 and len(report["s_per_iteration_all"]) == 3
+    assert report["s_per_iteration"] == sorted(report["s_per_iteration_all"])[1]
+    assert report["ratio"] == report["s_per_iteration"] / report["fft_bound_s"]
+    assert report["patterns"] == 36 and report["batch_size"] == 8
+
+
+def test_fft_bound_times_exactly_the_transforms_an_iteration_needs(monkeypatch):
+    """Per pattern and mode pair: 2 (2 S - 1) transforms, plus 2 for refined positions."""
+    import torch
+
+    from ptyacc import bench
+
+    calls = []
+    real_fft2, real_ifft2 = torch.fft.fft2, torch.fft.ifft2
+    monkeypatch.setattr(torch.fft, "fft2", lambda x, *a, **k: calls.append(x.shape[:-2].numel()) or real_fft2(x, *a, **k))
+    monkeypatch.setattr(torch.fft, "ifft2", lambda x, *a, **k: calls.append(x.shape[:-2].numel()) or real_ifft2(x, *a, **k))
+    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=1, slices=3, k=8, refine_positions=False, repeats=1)
+    assert sum(calls) == 25 * 2 * 1 * 2 * (2 * 3 - 1)
+    calls.clear()
+    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=3, slices=1, k=8, refine_positions=True, repeats=1)
+    assert sum(calls) == 25 * 2 * 3 * 2 * 1 + 25 * 2 * 2

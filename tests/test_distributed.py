@@ -245,7 +245,8 @@ def test_ranks_end_bit_identical_and_write_the_same_files(one_and_two):
     records = ranks(one_and_two[2] / "records")
     assert records[0]["checksum"] == records[1]["checksum"]
     files = [sorted(p.name for p in (one_and_two[n] / "results").iterdir()) for n in (1, 2)]
-    assert files[0] == files[1] == ["loss.png", "object_phase.png", "positions.png", "probe.png", "results.h5", "run.log"]
+    assert files[0] == files[1] == ["loss.png", "object_phase.png", "positions.png", "probe.png", "results.h5", "run.log",
+                                    "summary.png"]
 
 
 @pytest.mark.slow
