@@ -351,8 +351,13 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        options = [a for a in args if a is not type(None)]
+        # a mapping can only mean a section: its own error names the key inside it
+        sections = [a for a in options if dataclasses.is_dataclass(a)]
+        if len(options) == 1 or (isinstance(value, dict) and len(sections) == 1):
+            return _coerce(value, sections[0] if isinstance(value, dict) and sections else options[0], path)
         errors = []
-        for option in (a for a in args if a is not type(None)):
+        for option in options:
             try:
                 return _coerce(value, option, path)
             except ConfigError as exc:

@@ -62,7 +62,9 @@ def make_accelerator(runtime: RuntimeConfig):
     from accelerate import Accelerator
 
     _refuse_mixed_precision()
+    _check_launcher_environment()
     device_type = resolve_device(runtime.device)
+    choose_backend(runtime.backend, device_type)  # refuse a forced backend this device cannot use, even alone
     if device_type == "cuda":
         _check_gpu_count()
     accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no",
@@ -96,6 +98,19 @@ def check_world_size(num_processes: int, environ: dict | None = None) -> None:
                 if not torch.cuda.is_available() else "")
         raise DistributedError(f"the launcher started WORLD_SIZE={launched} processes but this one joined a group of "
                                f"{num_processes}: the processes are not connected and would duplicate work.{hint}")
+
+
+def _check_launcher_environment(environ: dict | None = None) -> None:
+    """WORLD_SIZE > 1 without the rest of a launcher's variables: a hand-set or leftover
+    environment, not a launch; joining a process group would fail or wait for peers forever."""
+    environ = os.environ if environ is None else environ
+    if int(environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in environ]
+    if missing:
+        raise DistributedError(f"WORLD_SIZE={environ['WORLD_SIZE']} is set but {', '.join(missing)} "
+                               f"{'is' if len(missing) == 1 else 'are'} not: start several processes with "
+                               "`accelerate launch` or `torchrun`, or unset WORLD_SIZE for one process")
 
 
 def _refuse_mixed_precision(environ: dict | None = None) -> None:

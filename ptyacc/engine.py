@@ -193,6 +193,8 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
 
 def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to write over a previous run's results unless asked to."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"output.dir: {out_dir} is a file, not a folder")
     if resume or overwrite:
         return
     existing = [p.name for p in (out_dir / "results.h5", checkpoint_folder(out_dir)) if p.exists()]

@@ -19,6 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 import yaml
 from conftest import tiny_config
 
@@ -32,6 +33,8 @@ GOOD_PATTERNS = np.random.default_rng(0).poisson(5.0, size=(3, 4, 8, 8)).astype(
 GOOD_ATTRS = {"energy_eV": 80e3, "semiangle_mrad": 20.0, "defocus_A": 10.0, "dk_invA": 0.25, "scan_step_A": 0.5}
 POSITIONS_A = np.stack(np.meshgrid(np.arange(3) * 0.5, np.arange(4) * 0.5, indexing="ij"), -1).reshape(-1, 2)
 FROM_FILE = {"positions": {"key": "positions_A"}}
+
+NEEDS_NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
 
 
 def h5_file(name: str = "data.h5", attrs: dict | None = None, **datasets: np.ndarray) -> Callable[[Path], None]:
@@ -50,10 +53,12 @@ def h5_file(name: str = "data.h5", attrs: dict | None = None, **datasets: np.nda
 
 
 def text_file(name: str, text: str) -> Callable[[Path], None]:
+    """A writer of a text file in the case folder."""
     return lambda folder: (folder / name).write_text(text)
 
 
 def folder(name: str) -> Callable[[Path], None]:
+    """A maker of an empty folder in the case folder."""
     return lambda parent: (parent / name).mkdir()
 
 
@@ -64,7 +69,7 @@ class Case:
 
     name: str
     expected: tuple[str, ...]
-    config: dict = field(default_factory=dict)  # merged into the base config
+    config: dict | object = field(default_factory=dict)  # merged into the base config; DELETE: no config file
     base: str = "simulate"  # or "file": data.path = data.h5 (calibration from its attributes)
     files: tuple[Callable[[Path], None], ...] = ()
     text: str | None = None  # the config file's whole text, instead of a config
@@ -73,10 +78,11 @@ class Case:
     subprocess: bool = False
     in_process: bool = True
     timeout_s: float = SUBPROCESS_TIMEOUT_S
-    marks: tuple = ()
+    marks: pytest.MarkDecorator | tuple = ()
 
 
 def bad(name: str, *expected: str, **kwargs) -> Case:
+    """A case on the simulated base config (no data file needed)."""
     return Case(name, expected, **kwargs)
 
 
@@ -90,7 +96,7 @@ CASES = [
     bad("yaml_syntax_error", "{config}: not valid YAML", text="optim: {iterations: [1\n", subprocess=True),
     bad("config_is_a_list", "{config}: the top level must be a mapping of sections", text="- optim\n- data\n",
         subprocess=True),
-    bad("config_file_missing", "{dir}/missing.yaml: config file not found", text=None, args=("MISSING",)),
+    bad("config_file_missing", "{config}: config file not found", config=DELETE),
     bad("set_without_equals", "--set optim.iterations: expected key.path=value",
         args=("--set", "optim.iterations"), subprocess=True),
     bad("set_into_a_scalar", "--set optim.iterations.max: iterations is not a section",
@@ -104,6 +110,8 @@ CASES = [
         config={"optim": {"lr": {"probes": 0.1}}}),
     bad("unknown_key_in_simulate", "data.simulate.detector: unknown key (did you mean 'detector_px'?)",
         config={"data": {"simulate": {"detector": 16}}}),
+    bad("unknown_key_in_positions", "experiment.positions.keys: unknown key (did you mean 'key'?)",
+        config={"experiment": {"positions": {"keys": "xy"}}}),
     bad("unknown_aberration", "experiment.aberrations.C31: unknown aberration",
         config={"experiment": {"aberrations": {"C31": 100.0}}}),
     # --- wrong types
@@ -114,7 +122,9 @@ CASES = [
         config={"optim": {"batch_size": [8, 16]}}),
     bad("mapping_for_scalar", "experiment.energy_eV: expected a number, got {'value': 80000}",
         config={"experiment": {"energy_eV": {"value": 80000}}}),
-    bad("scalar_for_list", "data.simulate.scan_shape: expected a list, got 6",
+    bad("scalar_for_list", "model.object_amplitude_bounds: expected a list, got 0.5",
+        config={"model": {"object_amplitude_bounds": 0.5}}),
+    bad("scalar_for_list_in_simulate", "data.simulate.scan_shape: expected a list, got 6",
         config={"data": {"simulate": {"scan_shape": 6}}}),
     bad("scalar_for_section", "optim: expected a mapping of keys, got int 5", config={"optim": 5}),
     bad("string_for_bool", "runtime.progress: expected true or false, got 'no way'",
@@ -128,7 +138,9 @@ CASES = [
         config={"data": {"simulate": {"detector_px": 0}}}),
     bad("simulated_scan_one_number", "data.simulate.scan_shape: must be two positive integers, got [6]",
         config={"data": {"simulate": {"scan_shape": [6]}}}),
-    bad("threads_zero", "runtime.threads: must be >= 1, got 0", config={"runtime": {"threads": 0}}),
+    file_case("data_scan_one_number", "data.scan_shape: must be two positive integers [slow, fast], got [12]",
+              config={"data": {"scan_shape": [12]}}),
+    bad("threads_zero", "runtime.threads: must be >= 1 or null, got 0", config={"runtime": {"threads": 0}}),
     bad("timeout_zero", "runtime.timeout_s: must be > 0, got 0.0", config={"runtime": {"timeout_s": 0}}),
     bad("slice_thickness_negative", "model.slice_thickness_A: must be > 0, got -2.0",
         config={"model": {"slice_thickness_A": -2}}),
@@ -162,7 +174,7 @@ CASES = [
     bad("neither_path_nor_simulate", "data: give exactly one of `path` (a data file) or `simulate`",
         config={"data": {"simulate": DELETE}}),
     file_case("data_file_missing", "{data}: data file not found", files=(), subprocess=True),
-    file_case("data_path_is_a_folder", "{dir}/scans: is a folder, not a data file",
+    file_case("data_path_is_a_folder", "{dir}/scans: is a folder, not an HDF5 file",
               files=(folder("scans"),), config={"data": {"path": "scans"}}),
     file_case("not_hdf5", "{data}: cannot be read as HDF5", files=(text_file("data.h5", "slow,fast\n1,2\n"),),
               subprocess=True),
@@ -195,6 +207,8 @@ CASES = [
               config={"data": {"scan_shape": [5, 5]}}),
     file_case("scan_shape_attribute_mismatch", "{data}: attribute scan_shape [5, 5] gives 25 positions but the data "
               "has 12 patterns", files=(h5_file(attrs={"scan_shape": [5, 5]}, patterns=GOOD_PATTERNS.reshape(12, 8, 8)),)),
+    file_case("scan_shape_attribute_one_number", "{data}: attribute scan_shape must be two positive integers "
+              "[slow, fast], got 12", files=(h5_file(attrs={"scan_shape": 12}, patterns=GOOD_PATTERNS.reshape(12, 8, 8)),)),
     file_case("scan_shape_missing", "data.scan_shape: needed for raster positions with 3D patterns",
               files=(h5_file(patterns=GOOD_PATTERNS.reshape(12, 8, 8)),)),
     file_case("positions_wrong_shape", "{data}:positions_A: positions must be (N, 2) (y, x), found shape (12, 3)",
@@ -224,9 +238,11 @@ CASES = [
               files=(h5_file(attrs={"energy_eV": "80 kV"}),)),
     # --- the machine and the launcher
     bad("cuda_without_gpu", "runtime.device: cuda requested but torch sees no CUDA GPU",
-        config={"runtime": {"device": "cuda"}}, subprocess=True),
-    bad("nccl_on_cpu", "runtime.backend: nccl needs CUDA GPUs", config={"runtime": {"device": "cpu", "backend": "nccl"}},
-        subprocess=True),
+        config={"runtime": {"device": "cuda"}}, subprocess=True, marks=NEEDS_NO_GPU),
+    bad("nccl_on_cpu", "runtime.backend: nccl needs CUDA GPUs, got runtime.device: cpu; use gloo or auto",
+        config={"runtime": {"device": "cpu", "backend": "nccl"}}, subprocess=True),
+    bad("nccl_on_a_machine_without_gpu", "runtime.backend: nccl needs CUDA GPUs",
+        config={"runtime": {"backend": "nccl"}}, marks=NEEDS_NO_GPU),
     bad("too_many_probe_modes", "model.probe_modes: the probe (window 8 x 8 px) cannot carry 100 independent modes",
         config={"data": {"simulate": {"detector_px": 8, "scan_shape": [3, 3]}}, "model": {"probe_modes": 100}},
         subprocess=True),
@@ -237,6 +253,7 @@ CASES = [
 
 
 def _merge(base: dict, changes: dict) -> dict:
+    """``base`` with ``changes`` merged in, section by section (DELETE removes a key)."""
     out = dict(base)
     for key, value in changes.items():
         if value is DELETE:
@@ -252,23 +269,22 @@ def prepare(case: Case, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     """Write the case's files; the command-line arguments after `run`, and the placeholders."""
     for write in case.files:
         write(tmp_path)
-    config_path = tmp_path / "config.yaml"
+    config_path = tmp_path.resolve() / "config.yaml"
     if case.text is not None:
         config_path.write_text(case.text)
-    elif "MISSING" in case.args:
-        config_path = tmp_path / "missing.yaml"
-    else:
+    elif case.config is not DELETE:
         config = tiny_config(tmp_path)
         if case.base == "file":
             config["data"] = {"path": "data.h5"}
             config["experiment"] = {}
         config_path.write_text(yaml.safe_dump(_merge(config, case.config)))
-    args = [str(config_path), *(a for a in case.args if a != "MISSING")]
-    names = {"config": str(config_path), "data": str(tmp_path / "data.h5"), "dir": str(tmp_path)}
-    return args, names
+    names = {"config": str(config_path), "data": str(config_path.parent / "data.h5"), "dir": str(config_path.parent),
+             "out": str(tmp_path / "out")}  # tiny_config's output.dir
+    return [str(config_path), *case.args], names
 
 
-def check(case: Case, code: int, stdout: str, stderr: str, names: dict, tmp_path: Path) -> None:
+def check(case: Case, code: int, stdout: str, stderr: str, names: dict) -> None:
+    """Exit code 2, one error line holding the expected texts, no traceback, nothing written but run.log."""
     everything = f"exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     assert "Traceback" not in stdout + stderr, everything
     lines = stderr.splitlines()
@@ -279,12 +295,13 @@ def check(case: Case, code: int, stdout: str, stderr: str, names: dict, tmp_path
         assert text in lines[0], everything
     assert code == 2, everything
     assert stdout == "", everything
-    out_dir = tmp_path / "out"
+    out_dir = Path(names["out"])
     if out_dir.is_dir():
         assert {p.name for p in out_dir.iterdir()} <= {"run.log"}, everything
 
 
 def params(cases: list[Case]) -> list:
+    """The cases as pytest parameters, named and marked."""
     return [pytest.param(c, id=c.name, marks=c.marks) for c in cases]
 
 
@@ -294,7 +311,7 @@ def test_bad_input_in_process(case: Case, tmp_path, capsys, monkeypatch):
     args, names = prepare(case, tmp_path)
     code = main(["run", *args])
     captured = capsys.readouterr()
-    check(case, code, captured.out, captured.err, names, tmp_path)
+    check(case, code, captured.out, captured.err, names)
 
 
 @pytest.mark.slow
@@ -306,4 +323,4 @@ def test_bad_input_real_process(case: Case, tmp_path):
     env.update(OMP_NUM_THREADS="1", **case.env)
     done = subprocess.run([sys.executable, "-m", "ptyacc.run", *args], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=case.timeout_s)
-    check(case, done.returncode, done.stdout, done.stderr, names, tmp_path)
+    check(case, done.returncode, done.stdout, done.stderr, names)

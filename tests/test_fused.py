@@ -68,3 +68,31 @@ def test_fused_gradient_matches_finite_differences():
     # PyTorch's gradient of a real loss in a complex input z is dL/dRe z + i dL/dIm z
     analytic = sum(float((g.conj() * d).real.sum()) for g, d in zip(grads, directions, strict=True))
     assert analytic == pytest.approx(numeric, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("near_field", [False, True])
+def test_fused_with_detector_weights_background_and_mask(kind, near_field):
+    """Near-field detection, a bad-pixel mask, per-pattern weights and a detector background:
+    value and every gradient (probe, object, shifts, weights, background) equal autograd's."""
+    from ptyacc.physics import Detector
+
+    probe, obj, top_left, fraction, propagator, measured = problem(2, 2, 1, True, seed=5)
+    k, batch = probe.shape[-1], top_left.shape[0]
+    g = torch.Generator().manual_seed(11)
+    weights = (1 + 0.2 * torch.rand(batch, generator=g, dtype=torch.float64)).requires_grad_()
+    background = (0.3 * torch.rand(k, k, generator=g, dtype=torch.float64)).requires_grad_()
+    mask = (torch.rand(k, k, generator=g) > 0.2).double()
+    near = torch.exp(2j * torch.pi * torch.rand(k, k, generator=g, dtype=torch.float64)) if near_field else None
+    detector = Detector(propagator=near, mask=mask)
+    inputs = (probe, obj, fraction, weights, background)
+    fused = ptycho_loss(probe, obj, top_left, shift_ramp(fraction, k), propagator, measured, kind, 2, detector,
+                        weights, background)
+    fused_grads = torch.autograd.grad(fused, inputs)
+    probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(fraction, k)[:, None])
+    reference = far_field_loss(exit_waves(probes, extract_patches(obj, top_left, k), propagator), measured, kind,
+                               detector, weights, background)
+    reference_grads = torch.autograd.grad(reference, inputs)
+    assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
+    for mine, theirs in zip(fused_grads, reference_grads, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)

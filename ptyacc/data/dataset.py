@@ -220,5 +220,5 @@ def _raster_scan_shape(config: Config, info: PatternsInfo, data_path: Path) -> t
     if scan_shape[0] * scan_shape[1] != n:
         error = ConfigError if config.data.scan_shape else DataError
         raise error(f"{origin} {list(scan_shape)} gives {scan_shape[0] * scan_shape[1]} positions but the "
-                          f"data has {n} patterns{hint}")
+                    f"data has {n} patterns{hint}")
     return scan_shape

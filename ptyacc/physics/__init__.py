@@ -13,7 +13,7 @@ Conventions (shared by every function here):
 - The object transmits t(r) = amplitude(r) exp(+i phase(r)).
 """
 
-from ptyacc.physics.farfield import LOSS_KINDS, far_field_intensities, far_field_loss, loss_from_intensities
+from ptyacc.physics.farfield import LOSS_KINDS, Detector, far_field_intensities, far_field_loss, loss_from_intensities
 from ptyacc.physics.fused import ptycho_loss
 from ptyacc.physics.multislice import exit_waves, extract_patches, multislice_intensities, transmission
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
@@ -21,7 +21,7 @@ from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [
-    "LOSS_KINDS", "aberration_phase", "aperture", "electron_wavelength_A", "exit_waves", "extract_patches",
+    "LOSS_KINDS", "Detector", "aberration_phase", "aperture", "electron_wavelength_A", "exit_waves", "extract_patches",
     "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator", "loss_from_intensities",
     "mixed_state_probe", "multislice_intensities", "ptycho_loss", "shift_ramp", "shift_ramps_1d",
     "spatial_frequencies", "stem_probe", "transmission", "wavelength_A", "xray_wavelength_A",

@@ -7,6 +7,8 @@ Losses are SUMS over the given patterns; the caller divides by the global batch 
 with I the predicted intensity summed over modes and M the measured one.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 EPS = 1e-8
@@ -27,47 +29,86 @@ def _intensity(far: torch.Tensor) -> torch.Tensor:
     return power[:, 0] if power.shape[1] == 1 else power.sum(1)
 
 
-def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude") -> torch.Tensor:
+def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
+                   detector: "Detector | None" = None, weights: torch.Tensor | None = None,
+                   background: torch.Tensor | None = None) -> torch.Tensor:
     """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
-    both in the unshifted layout. Differentiable in ``waves``."""
+    both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
+    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K)."""
     if kind not in LOSS_KINDS:
         raise ValueError(f"loss must be one of {LOSS_KINDS}, got {kind!r}")
-    return _FarFieldLoss.apply(waves, measured, kind)
+    detector = detector or Detector()
+    intensity = _intensity(detector.field(waves))
+    if weights is not None:
+        intensity = intensity * weights[:, None, None]
+    if background is not None:
+        intensity = intensity + background
+    per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False)
+    return (per_pixel if detector.mask is None else per_pixel * detector.mask).sum()
 
 
-def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str) -> torch.Tensor:
-    """The same loss from intensities (B, K, K), with autograd's own gradient."""
+def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str,
+                          reduce: bool = True) -> torch.Tensor:
+    """The loss from intensities (B, K, K), with autograd's own gradient (summed unless not ``reduce``)."""
     if kind == "amplitude":
-        return (torch.sqrt(predicted + EPS) - torch.sqrt(measured)).square().sum()
-    return (predicted - measured * torch.log(predicted + EPS)).sum()
+        per_pixel = (torch.sqrt(predicted + EPS) - torch.sqrt(measured)).square()
+    else:
+        per_pixel = predicted + EPS - measured * torch.log(predicted + EPS)
+    return per_pixel.sum() if reduce else per_pixel
 
 
-def loss_and_intensity_factor(far: torch.Tensor, measured: torch.Tensor, kind: str):
-    """Loss of far fields (B, ..., K, K) against ``measured`` (B, K, K), and the real factor
-    (B, K, K) with d loss / d far = factor * far (for every mode)."""
-    intensity = _intensity(far) + EPS  # (B, K, K)
+@dataclass
+class Detector:
+    """How exit waves become measured intensities, beyond the far-field FFT.
+
+    propagator: (K, K) complex, unshifted: near-field detection, the detector field is
+        ifft2(fft2(wave) * propagator) instead of fft2(wave) (both orthonormal).
+    mask:       (K, K) float, unshifted: 1 for pixels that count in the loss, 0 for bad ones.
+    """
+
+    propagator: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    def field(self, waves: torch.Tensor) -> torch.Tensor:
+        far = torch.fft.fft2(waves, norm="ortho")
+        return far if self.propagator is None else torch.fft.ifft2(far * self.propagator, norm="ortho")
+
+    def adjoint(self, grad_field: torch.Tensor) -> torch.Tensor:
+        """The gradient with respect to the waves from the one with respect to ``field(waves)``:
+        the adjoint map, F* for the far field, F* H^* F for the near field (F orthonormal)."""
+        if self.propagator is not None:
+            grad_field = torch.fft.fft2(grad_field, norm="ortho") * self.propagator.conj()
+        return torch.fft.ifft2(grad_field, norm="ortho")
+
+
+def loss_and_intensity_factor(far: torch.Tensor, measured: torch.Tensor, kind: str,
+                              weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
+                              mask: torch.Tensor | None = None):
+    """Loss of detector fields ``far`` (B, ..., K, K) against ``measured`` (B, K, K), with the
+    model intensity I = weights * sum_modes |far|^2 + background (weights (B,), background
+    (K, K), both optional) over the pixels where ``mask`` is 1.
+
+    Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for
+    every mode, factor (B, K, K) real; the other two are None when not asked for."""
+    coherent = _intensity(far)  # (B, K, K)
+    intensity = coherent if weights is None else coherent * weights[:, None, None]
+    if background is not None:
+        intensity = intensity + background
+    intensity = intensity + EPS
     if kind == "amplitude":
         amplitude = torch.sqrt(intensity)
         root_measured = torch.sqrt(measured)
-        loss = (amplitude - root_measured).square().sum()
-        # dL/dI = 1 - sqrt(M) / sqrt(I); the complex gradient is 2 dL/dI * far
-        return loss, torch.addcdiv(torch.full_like(amplitude, 2.0), root_measured, amplitude, value=-2.0)
-    loss = (intensity - measured * torch.log(intensity)).sum()
-    return loss, torch.addcdiv(torch.full_like(intensity, 2.0), measured, intensity, value=-2.0)
-
-
-class _FarFieldLoss(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, waves: torch.Tensor, measured: torch.Tensor, kind: str) -> torch.Tensor:
-        far = torch.fft.fft2(waves, norm="ortho")
-        loss, factor = loss_and_intensity_factor(far, measured, kind)
-        ctx.save_for_backward(far, factor)
-        ctx.mode_dims = waves.dim() - 3
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor):
-        far, factor = ctx.saved_tensors
-        factor = factor.reshape(factor.shape[0], *([1] * ctx.mode_dims), *factor.shape[1:])
-        grad_far = far * (factor * grad_loss)
-        return torch.fft.ifft2(grad_far, norm="ortho"), None, None
+        per_pixel = (amplitude - root_measured).square()
+        d_intensity = 1.0 - root_measured / amplitude  # d loss / d I
+    else:
+        log_intensity = torch.log(intensity)
+        per_pixel = intensity - measured * log_intensity
+        d_intensity = 1.0 - measured / intensity
+    if mask is not None:
+        per_pixel = per_pixel * mask
+        d_intensity = d_intensity * mask
+    grad_weights = (d_intensity * coherent).sum(dim=(-2, -1)) if weights is not None else None
+    grad_background = d_intensity.sum(0) if background is not None else None
+    # the complex gradient of a real function of |far|^2 is 2 dL/d|far|^2 * far
+    factor = 2.0 * d_intensity if weights is None else 2.0 * d_intensity * weights[:, None, None]
+    return per_pixel.sum(), factor, grad_weights, grad_background

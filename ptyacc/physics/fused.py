@@ -11,14 +11,15 @@ gradients as the composition of ``fourier_shift``-style probe shifts, ``extract_
 
 import torch
 
-from ptyacc.physics.farfield import loss_and_intensity_factor
+from ptyacc.physics.farfield import Detector, loss_and_intensity_factor
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 
 
 def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                 propagator: torch.Tensor | None, measured: torch.Tensor, kind: str = "amplitude",
-                chunk: int | None = None) -> torch.Tensor:
+                chunk: int | None = None, detector: Detector | None = None, weights: torch.Tensor | None = None,
+                background: torch.Tensor | None = None) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
     probe:      (P, K, K) complex probe modes, centred.
@@ -29,16 +30,20 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     propagator: (K, K) complex Fresnel kernel between slices (S > 1), else None.
     measured:   (B, K, K) intensities, unshifted layout.
     chunk:      patterns per chunk; default: a chunk's waves fill CHUNK_BYTES.
+    detector:   near-field propagation and bad-pixel mask (``Detector``); default far field, all pixels.
+    weights:    (B,) real intensity factor of each pattern (differentiable), or None.
+    background: (K, K) real intensity added to every pattern, unshifted (differentiable), or None.
     """
     if chunk is None:
         per_pattern = probe.shape[0] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
-    return _PtychoLoss.apply(probe, obj, top_left, ramps, propagator, measured, kind, chunk)
+    return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
+                             detector or Detector())
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, probe, obj, top_left, ramps, propagator, measured, kind, chunk):
+    def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector):
         k = probe.shape[-1]
         n_modes, n_slices, ny, nx = obj.shape
         windows = obj.unfold(-2, k, 1).unfold(-2, k, 1)  # (O, S, Ny-K+1, Nx-K+1, K, K), a view
@@ -49,10 +54,12 @@ class _PtychoLoss(torch.autograd.Function):
         if shifted:
             spectrum = torch.fft.fft2(probe)  # (P, K, K)
             grad_spectrum_sum = torch.zeros_like(spectrum)
-            grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[3] else None
+            grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[2] else None
         else:
             grad_probe = torch.zeros_like(probe)
         total = torch.zeros((), dtype=measured.dtype, device=measured.device)
+        grad_weights = torch.empty_like(weights) if weights is not None else None
+        grad_background = torch.zeros_like(background) if background is not None else None
         for start in range(0, top_left.shape[0], chunk):
             part = slice(start, start + chunk)
             corners = top_left[part]
@@ -61,9 +68,14 @@ class _PtychoLoss(torch.autograd.Function):
                 probes = torch.fft.ifft2(spectrum * ramps[part, None])  # (C, P, K, K)
             else:
                 probes = probe[None]
-            loss, grad_probes, grad_patches = _multislice_value_and_grad(probes, patches, propagator,
-                                                                         measured[part], kind)
+            loss, grad_probes, grad_patches, grad_w, grad_b = _multislice_value_and_grad(
+                probes, patches, propagator, measured[part], kind, detector,
+                weights[part] if weights is not None else None, background)
             total += loss
+            if grad_weights is not None:
+                grad_weights[part] = grad_w
+            if grad_background is not None:
+                grad_background += grad_b
             flat = ((corners[:, 0] * nx + corners[:, 1])[:, None, None] + window_index).reshape(-1)
             grad_obj.index_add_(-1, flat, grad_patches.movedim(0, 2).reshape(n_modes, n_slices, -1))
             if shifted:
@@ -76,22 +88,23 @@ class _PtychoLoss(torch.autograd.Function):
                 grad_probe += grad_probes[0]
         if shifted:
             grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # spectrum = fft2(probe): adjoint K^2 ifft2
-        ctx.grads = (grad_probe, grad_obj.reshape(obj.shape), grad_ramps if shifted else None)
+        ctx.grads = (grad_probe, grad_obj.reshape(obj.shape), grad_ramps if shifted else None, grad_weights,
+                     grad_background)
         return total
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_probe, grad_obj, grad_ramps = ctx.grads
+        grads = ctx.grads
         del ctx.grads
-        scale = lambda g: None if g is None else g * grad_loss  # noqa: E731
-        return scale(grad_probe), scale(grad_obj), None, scale(grad_ramps), None, None, None, None
+        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 6)
 
 
-def _multislice_value_and_grad(probes, patches, propagator, measured, kind):
-    """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K) and the
-    patches (C, O, S, K, K). Forward as in ``exit_waves``; backward written out slice by slice:
-    for t = a b the gradient is g conj(b); for a propagation ifft2(fft2(.) H) it is
-    ifft2(fft2(g) conj(H)); the far field uses the orthonormal FFT, whose adjoint is its inverse."""
+def _multislice_value_and_grad(probes, patches, propagator, measured, kind, detector, weights, background):
+    """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K), the
+    patches (C, O, S, K, K), the weights (C,) and the background (K, K). Forward as in
+    ``exit_waves``; backward written out slice by slice: for t = a b the gradient is g conj(b);
+    for a propagation ifft2(fft2(.) H) it is ifft2(fft2(g) conj(H)); the detector map is
+    orthonormal, so its adjoint is its inverse (``Detector.adjoint``)."""
     n_slices = patches.shape[2]
     incident = []
     wave = probes[:, :, None] * patches[:, None, :, 0]  # (C, P, O, K, K)
@@ -99,9 +112,10 @@ def _multislice_value_and_grad(probes, patches, propagator, measured, kind):
         wave = torch.fft.ifft2(torch.fft.fft2(wave) * propagator)
         incident.append(wave)
         wave = wave * patches[:, None, :, s]
-    far = torch.fft.fft2(wave, norm="ortho")
-    loss, factor = loss_and_intensity_factor(far, measured, kind)
-    grad = torch.fft.ifft2(far * factor[:, None, None], norm="ortho")  # (C, P, O, K, K)
+    far = detector.field(wave)
+    loss, factor, grad_weights, grad_background = loss_and_intensity_factor(far, measured, kind, weights, background,
+                                                                            detector.mask)
+    grad = detector.adjoint(far * factor[:, None, None])  # (C, P, O, K, K)
     grad_slices = [None] * n_slices
     for s in range(n_slices - 1, 0, -1):
         grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
@@ -111,7 +125,7 @@ def _multislice_value_and_grad(probes, patches, propagator, measured, kind):
     grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
     if probes.shape[0] == 1:
         grad_probes = grad_probes.sum(0, keepdim=True)
-    return loss, grad_probes, grad_patches
+    return loss, grad_probes, grad_patches, grad_weights, grad_background
 
 
 def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
