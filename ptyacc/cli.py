@@ -63,8 +63,9 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
 
     is_main = not dist.is_initialized() or dist.get_rank() == 0
     if is_main and not quiet:
+        deviance = f"; Poisson deviance {rec.poisson_deviance:.4g} per counted pixel" if rec.poisson_deviance else ""
         click.echo(f"ptyacc: {len(rec.loss)} iterations on {rec.world_size} process(es) in {rec.wall_time_s:.1f} s; "
-                   f"final loss {rec.loss[-1]:.6g}; results in {rec.output_dir / 'results.h5'}", err=True)
+                   f"final loss {rec.loss[-1]:.6g}{deviance}; results in {rec.output_dir / 'results.h5'}", err=True)
 
 
 @cli.command()
@@ -205,6 +206,32 @@ def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
     if config.data.simulate is None:
         raise click.ClickException(f"{config_file}: no data.simulate section to simulate")
     write_dataset(Path(output), load_data(config))
+    click.echo(output)
+
+
+@cli.command()
+@click.argument("input_file", type=click.Path(dir_okay=False))
+@click.argument("output", type=click.Path(dir_okay=False))
+@click.option("--key", help="Dataset or variable holding the patterns (default: found from the format).")
+@click.option("--scan-shape", nargs=2, type=int, metavar="SLOW FAST",
+              help="Scan shape; needed for EMPAD .raw files, which do not store it.")
+@click.option("--format", "file_format", metavar="FORMAT",
+              help="Read INPUT_FILE as hdf5, cxi, npy, mat or empad whatever its extension.")
+@click.option("--detector-shape", nargs=2, type=int, default=(128, 128), show_default=True, metavar="KY KX",
+              help="Pixels of an EMPAD frame.")
+@click.option("--frame-rows", type=int, help="Rows stored per EMPAD frame, metadata included (default: KY + 2).")
+@friendly_errors
+def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int, int] | None,
+            file_format: str | None, detector_shape: tuple[int, int], frame_rows: int | None) -> None:
+    """Rewrite the patterns of INPUT_FILE (HDF5, CXI, .npy, .mat or EMPAD .raw) with its mask,
+    background, probe positions and calibration as OUTPUT in ptyacc's HDF5 layout, readable as
+    `data.path` with no other keys."""
+    from ptyacc.data.convert import convert_patterns
+
+    info, written = convert_patterns(Path(input_file), Path(output), key, scan_shape=scan_shape or None,
+                                     file_format=file_format, detector_shape=detector_shape, frame_rows=frame_rows)
+    click.echo(f"ptyacc: {info.n_patterns} patterns {' x '.join(map(str, info.shape[-2:]))} from {info.format} "
+               f"{info.key or ''}; wrote {', '.join(written)}", err=True)
     click.echo(output)
 
 

@@ -110,13 +110,23 @@ class ExperimentConfig:
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
     scan_step_A: float | None = _f(None, "Raster scan step in Å.")
     scan_rotation_deg: float = _f(0.0, "Rotation of the scan axes against the detector axes, counter-clockwise.")
+    geometry: Literal["far_field", "near_field"] = _f(
+        "far_field", "far_field: patterns are diffraction patterns (zero frequency at the centre); near_field: "
+                     "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")
+    detector_distance_m: float | None = _f(None, "Sample-to-detector distance in m (X-ray; from a CXI file if omitted).")
+    detector_pixel_m: float | None = _f(None, "Detector pixel size in m (X-ray; from a CXI file if omitted).")
+    focus_to_sample_m: float | None = _f(None, "Near field: distance from the probe focus to the sample in m "
+                                               "(Fresnel scaling: magnification (z1 + z2) / z1).")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
 
     def _check(self, path: str) -> None:
-        for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A"):
+        for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
+                     "detector_pixel_m", "focus_to_sample_m"):
             value = getattr(self, name)
             _require(value is None or value > 0, f"{path}.{name}", f"must be > 0, got {value}")
+        if self.geometry == "near_field" and self.radiation != "xray":
+            raise ConfigError(f"{path}.geometry: near_field needs radiation: xray, got {self.radiation}")
         unknown = sorted(set(self.aberrations) - set(ABERRATION_NAMES))
         if unknown:
             hint = _suggest(unknown[0], ABERRATION_NAMES)
@@ -140,6 +150,8 @@ class ModelConfig:
     object_amplitude_bounds: list[float] = _f(
         factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each step.")
     orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
+    background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
+    intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
 
     def _check(self, path: str) -> None:
         for name in ("probe_modes", "object_modes", "slices"):
@@ -159,9 +171,10 @@ class LearningRates:
     object: float = _f(1e-2, "Object amplitude and phase step size.")
     probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
     positions: float = _f(1e-2, "Position step size in pixels.")
+    detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions"):
+        for name in ("object", "probe", "positions", "detector"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 

@@ -28,7 +28,7 @@ from ptyacc.errors import ConfigError, DistributedError, PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, save_figures, save_results, versions
-from ptyacc.physics import fresnel_propagator, mixed_state_probe, stem_probe
+from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
 from ptyacc.runlog import RunLog
 
 MAX_POSITION_OFFSET_FRACTION = 0.25  # of the probe window
@@ -47,6 +47,7 @@ class Reconstruction:
     wall_time_s: float = 0.0
     output_dir: Path | None = None
     world_size: int = 1
+    poisson_deviance: float | None = None  # per counted pixel, for Poisson runs
 
 
 def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None, write: bool = True,
@@ -92,6 +93,9 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
               ("probe", [model.probe], opt_cfg.lr.probe, opt_cfg.start.probe)]
     if model.refine_positions:
         groups.append(("positions", [model.position_offsets], opt_cfg.lr.positions, opt_cfg.start.positions))
+    detector_params = [p for p in (model.background, model.intensity_weights) if p is not None]
+    if detector_params:
+        groups.append(("detector", detector_params, opt_cfg.lr.detector, opt_cfg.start.probe))
     optimizers = [torch.optim.Adam(params, lr=lr, **_fast_adam(accelerator.device)) for _, params, lr, _ in groups]
     starts = [start for *_, start in groups]
     history: list[float] = []
@@ -148,6 +152,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
                     if start is not None and iteration >= start:
                         optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
+                bare.apply_step_constraints()
                 iteration_sum += pattern_losses.detach()
             bare.apply_constraints(bounds, config.model.orthogonalize_probe, max_offset)
             loss = float(accelerator.reduce(iteration_sum, reduction="sum")) / data.n_patterns
@@ -183,12 +188,41 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     if progress is not None:
         progress.close()
     check_in_sync(accelerator, model, opt_cfg.iterations - 1)
+    deviance = None
+    if opt_cfg.loss == "poisson":
+        mine = (data.pattern_rows if data.pattern_rows is not None else np.arange(data.n_patterns)[rank::world])
+        sums = poisson_deviance_sums(bare, patterns, row_of, torch.as_tensor(mine, device=accelerator.device))
+        if world > 1:
+            sums = accelerator.reduce(sums, reduction="sum")
+        deviance = float(sums[0] / (0.5 * sums[1]))
+        log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
+    saver.deviance = deviance
     results = saver.save(history, iteration_times, figures=config.output.figures)
     wall = time.perf_counter() - started
     log.line(f"done: {len(history)} iterations in {wall:.1f} s, final loss {history[-1]:.6g}")
     accelerator.wait_for_everyone()
     return Reconstruction(results=results, model=bare, data=data, loss=history, iteration_times_s=iteration_times,
-                          wall_time_s=wall, output_dir=out_dir if write else None, world_size=world)
+                          wall_time_s=wall, output_dir=out_dir if write else None, world_size=world,
+                          poisson_deviance=deviance)
+
+
+@torch.no_grad()
+def poisson_deviance_sums(model: PtychoModel, patterns: torch.Tensor, row_of: torch.Tensor, indices: torch.Tensor,
+                          chunk: int = 64) -> torch.Tensor:
+    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1):
+    the deviance is sum(m - I log m) - sum(I - I log I) over the unmasked pixels, m the model,
+    I the measured counts; divided by half the count it is ~1 for a model at the noise level."""
+    mask = model.detector_mask
+    total = torch.zeros(2, dtype=torch.float64, device=patterns.device)
+    for start in range(0, len(indices), chunk):
+        part = indices[start:start + chunk]
+        model_i = model(part).double().clamp_min(1e-30)
+        measured = patterns[row_of[part]].double()
+        i_log_i = torch.where(measured > 0, measured * torch.log(measured.clamp_min(1e-30)), 0.0)
+        terms = (model_i - measured * torch.log(model_i)) - (measured - i_log_i)
+        total[0] += (terms * mask).sum()
+        total[1] += ((measured >= 1) * mask).sum()
+    return total
 
 
 def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
@@ -219,20 +253,40 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
                           f"probe window ({k} x {k} px)")
-    if data.semiangle_mrad is None:
-        raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
-                          "has no 'semiangle_mrad' attribute")
-    probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+    mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
+    near = (fresnel_propagator(k, data.dx_A, data.wavelength_A, data.near_field_distance_A)
+            if data.near_field_distance_A is not None else None)
+    detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
+    if data.radiation == "electron":
+        if data.semiangle_mrad is None:
+            raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
+                              "has no 'semiangle_mrad' attribute")
+        probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+    else:
+        probe = probe_from_patterns(data.patterns.mean(0), detector)
     try:
-        mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
-        probe = mixed_state_probe(probe * math.sqrt(mean_intensity), config.model.probe_modes)
+        probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())),
+                                  config.model.probe_modes)
     except ValueError as exc:
         raise ConfigError(f"model.probe_modes: {exc}") from None
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
                   if slices > 1 else None)
+    pixel_mean = mean_intensity / k**2
     return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
-                       refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed)
+                       refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed,
+                       detector=detector, fit_background=config.model.background,
+                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean)
+
+
+def probe_from_patterns(mean_pattern: torch.Tensor, detector: Detector) -> torch.Tensor:
+    """A first probe (K, K) when the optics are unknown (X-ray): the wave whose detector
+    intensity is the mean pattern (model layout), with a flat phase at the detector, brought
+    back to the sample plane; centred in the window for the far field."""
+    amplitude = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64)).to(torch.complex128)
+    if detector.propagator is None:
+        return torch.fft.fftshift(torch.fft.ifft2(amplitude, norm="ortho")).to(torch.complex64)
+    return detector.adjoint(amplitude.to(torch.complex64)[None])[0]
 
 
 def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
@@ -258,11 +312,14 @@ class _Saver:
                  geometry: ObjectGeometry, out_dir: Path, write: bool) -> None:
         self.accelerator, self.config, self.model = accelerator, config, model
         self.data, self.geometry, self.out_dir, self.write = data, geometry, out_dir, write
+        self.deviance: float | None = None
 
     def save(self, history: list[float], times: list[float], figures: bool | None = None) -> Results:
         results = collect_results(self.config, self.model, self.data, self.geometry, history,
                                   self.accelerator.num_processes)
         results.iteration_time_s = np.asarray(times)
+        if self.deviance is not None:
+            results.attrs["poisson_deviance"] = self.deviance
         if self.write and self.accelerator.is_main_process:
             results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
         if self.write and self.accelerator.is_main_process:

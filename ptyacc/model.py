@@ -20,6 +20,7 @@ from ptyacc.physics import (
     shift_ramps_1d,
     transmission,
 )
+from ptyacc.physics.farfield import Detector
 
 
 class PtychoModel(nn.Module):
@@ -30,12 +31,16 @@ class PtychoModel(nn.Module):
     - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
       so that Adam's step sizes are relative to the probe's peak amplitude
     - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
-    Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale ().
+    - background: (K, K) float32 detector background in units of ``background_scale`` (optional)
+    - intensity_weights: (N,) float32 intensity factor per pattern (optional)
+    Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
+    detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     """
 
     def __init__(self, probe: torch.Tensor, geometry: ObjectGeometry, object_modes: int = 1, slices: int = 1,
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
-                 object_init_noise: float = 1e-2, seed: int = 0) -> None:
+                 object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
+                 fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -68,6 +73,15 @@ class PtychoModel(nn.Module):
         ramp_y, ramp_x = shift_ramps_1d(fractions, k)
         self.register_buffer("fixed_corners", corners)
         self.register_buffer("fixed_ramps", torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)).contiguous())
+        detector = detector or Detector()
+        self.near_field = detector.propagator is not None
+        near = detector.propagator if self.near_field else torch.zeros(k, k, dtype=torch.complex64)
+        self.register_buffer("detector_propagator", torch.view_as_real(near.to(torch.complex64)).contiguous())
+        self.has_mask = detector.mask is not None
+        self.register_buffer("detector_mask", (detector.mask if self.has_mask else torch.ones(k, k)).float())
+        self.register_buffer("background_scale", torch.tensor(float(background_scale)))
+        self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
+        self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
 
     # ------------------------------------------------------------------ forward
     def forward(self, indices: torch.Tensor, measured: torch.Tensor | None = None,
@@ -86,10 +100,23 @@ class PtychoModel(nn.Module):
             top_left = self.fixed_corners[indices]
             factors = torch.view_as_complex(self.fixed_ramps[indices])  # (B, 2, K)
             ramps = torch.bmm(factors[:, 0, :, None], factors[:, 1, None, :]) if self.needs_shift else None
+        detector = self.detector()
+        weights = self.intensity_weights[indices] if self.intensity_weights is not None else None
+        background = self.background * self.background_scale if self.background is not None else None
         if measured is not None:
-            return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss)
+            return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
+                               weights=weights, background=background)
         probes = torch.fft.ifft2(torch.fft.fft2(probe) * ramps[:, None]) if ramps is not None else probe[None]
-        return far_field_intensities(exit_waves(probes, extract_patches(obj, top_left, self.window), propagator))
+        waves = exit_waves(probes, extract_patches(obj, top_left, self.window), propagator)
+        intensity = far_field_intensities(detector.field(waves), transform=False)
+        if weights is not None:
+            intensity = intensity * weights[:, None, None]
+        return intensity + background if background is not None else intensity
+
+    def detector(self) -> Detector:
+        """The detection of this model: near-field propagator and bad-pixel mask, when used."""
+        return Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
+                        mask=self.detector_mask if self.has_mask else None)
 
     def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Integer window corners (B, 2), clamped inside the object, and the sub-pixel
@@ -125,6 +152,15 @@ class PtychoModel(nn.Module):
             self.probe.copy_(torch.view_as_real(orthogonalize_modes(torch.view_as_complex(self.probe))))
         if self.refine_positions:
             self.position_offsets.clamp_(-max_offset_px, max_offset_px)
+
+    @torch.no_grad()
+    def apply_step_constraints(self) -> None:
+        """Cheap projections after every step: a negative background or weight could make the
+        predicted intensity negative (and the Poisson loss undefined) at the next step."""
+        if self.background is not None:
+            self.background.clamp_(min=0.0)
+        if self.intensity_weights is not None:
+            self.intensity_weights.clamp_(min=0.0)
 
 
 def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:

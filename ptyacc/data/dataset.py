@@ -37,6 +37,9 @@ class PtychoData:
     scan_shape: tuple[int, int] | None = None
     source: str = ""
     pattern_rows: np.ndarray | None = None  # positions whose patterns are held; None = all
+    radiation: str = "electron"
+    mask: torch.Tensor | None = None  # (K, K) bool, True = pixel counts in the loss; model layout
+    near_field_distance_A: float | None = None  # near field: effective (Fresnel-scaled) propagation distance
     ground_truth: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -222,3 +225,22 @@ def _raster_scan_shape(config: Config, info: PatternsInfo, data_path: Path) -> t
         raise error(f"{origin} {list(scan_shape)} gives {scan_shape[0] * scan_shape[1]} positions but the "
                     f"data has {n} patterns{hint}")
     return scan_shape
+
+
+def xray_sampling(geometry: str, wavelength_A: float, k: int, distance_m: float | None, pixel_m: float | None,
+                  focus_to_sample_m: float | None) -> tuple[float, float | None]:
+    """Object pixel (Å) and, in the near field, the effective propagation distance (Å).
+
+    far_field: dx = lambda z / (K p).
+    near_field (Fresnel scaling, probe focus z1 before the sample, detector z2 behind it):
+    magnification M = (z1 + z2) / z1, dx = p / M, and the detector image is a plane-wave
+    Fresnel propagation over z2 / M at that pixel size."""
+    if distance_m is None or pixel_m is None:
+        raise ConfigError("experiment.detector_distance_m and experiment.detector_pixel_m: needed for X-ray "
+                          "data (or experiment.dx_A), and the data file does not give them")
+    if geometry == "far_field":
+        return wavelength_A * distance_m / (k * pixel_m), None
+    if focus_to_sample_m is None:
+        raise ConfigError("experiment.focus_to_sample_m: needed for near_field geometry (Fresnel scaling)")
+    magnification = (focus_to_sample_m + distance_m) / focus_to_sample_m
+    return pixel_m * 1e10 / magnification, distance_m * 1e10 / magnification

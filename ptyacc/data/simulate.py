@@ -10,12 +10,14 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.dataset import PtychoData, raster_positions_A
+from ptyacc.data.dataset import PtychoData, raster_positions_A, xray_sampling
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
+    Detector,
+    exit_waves,
     extract_patches,
+    far_field_intensities,
     fresnel_propagator,
-    multislice_intensities,
     shift_ramp,
     stem_probe,
     transmission,
@@ -35,7 +37,12 @@ def simulate_dataset(config: Config) -> PtychoData:
     energy = exp.energy_eV or DEFAULTS["energy_eV"]
     semiangle = exp.semiangle_mrad or DEFAULTS["semiangle_mrad"]
     wavelength = wavelength_A(energy, exp.radiation)
-    if exp.dx_A is not None:
+    near_distance = None
+    if exp.radiation == "xray":
+        dx, near_distance = xray_sampling(exp.geometry, wavelength, k, exp.detector_distance_m,
+                                          exp.detector_pixel_m, exp.focus_to_sample_m)
+        dx = exp.dx_A or dx
+    elif exp.dx_A is not None:
         dx = exp.dx_A
     elif exp.dk_invA is not None:
         dx = 1.0 / (k * exp.dk_invA)
@@ -50,12 +57,17 @@ def simulate_dataset(config: Config) -> PtychoData:
     slices = config.model.slices
     phase = _random_atoms(geometry.shape, dx, slices, sim, rng)
 
-    probe = stem_probe(k, 1.0 / (k * dx), wavelength, semiangle, aberrations)
+    if exp.radiation == "xray":
+        probe = _xray_probe(k, rng)
+        semiangle = None
+    else:
+        probe = stem_probe(k, 1.0 / (k * dx), wavelength, semiangle, aberrations)
     true_positions_px = geometry.positions_px + rng.normal(0.0, sim.position_jitter_A / dx, geometry.positions_px.shape)
     dose = sim.dose if sim.dose is not None else 1e6
     probe = probe * math.sqrt(dose)
     propagator = fresnel_propagator(k, dx, wavelength, config.model.slice_thickness_A)
-    patterns = _forward(probe, torch.from_numpy(phase), true_positions_px, propagator)
+    near = fresnel_propagator(k, dx, wavelength, near_distance) if near_distance is not None else None
+    patterns = _forward(probe, torch.from_numpy(phase), true_positions_px, propagator, near)
     if sim.dose is not None:
         patterns = torch.poisson(patterns, generator=torch.Generator().manual_seed(sim.seed))
     return PtychoData(
@@ -67,6 +79,8 @@ def simulate_dataset(config: Config) -> PtychoData:
         aberrations=aberrations,
         scan_shape=tuple(sim.scan_shape),
         source="simulated",
+        radiation=exp.radiation,
+        near_field_distance_A=near_distance,
         ground_truth={"phase": phase, "probe": probe.numpy(), "geometry": geometry,
                       "positions_A": geometry.to_A(true_positions_px)},
     )
@@ -80,16 +94,27 @@ def _random_atoms(shape: tuple[int, int], dx: float, slices: int, sim, rng: np.r
     which = rng.integers(0, slices, n_atoms)
     y = np.arange(ny)[:, None]
     x = np.arange(nx)[None, :]
-    sigma = ATOM_SIGMA_A / dx
+    sigma = max(ATOM_SIGMA_A / dx, 1.0)  # at least a pixel (X-ray pixels are far larger than atoms)
     phase = np.zeros((slices, ny, nx))
     for (cy, cx), s in zip(centres, which):
         phase[s] += sim.atom_phase_rad * np.exp(-((y - cy) ** 2 + (x - cx) ** 2) / (2 * sigma**2))
     return phase
 
 
+def _xray_probe(k: int, rng: np.random.Generator) -> torch.Tensor:
+    """A structured X-ray illumination (K, K), unit intensity: a soft-edged disk of 0.35 K
+    radius with a curved, slightly random phase (like a beam through focusing optics)."""
+    c = np.arange(k) - k // 2
+    r = np.hypot(c[:, None], c[None, :]) / k
+    amplitude = 1.0 / (1.0 + np.exp((r - 0.35) / 0.02))
+    phase = 12.0 * r**2 + 0.2 * np.cos(7 * np.pi * c[:, None] / k) * np.sin(5 * np.pi * c[None, :] / k)
+    probe = torch.from_numpy(amplitude * np.exp(1j * phase))
+    return (probe / torch.sqrt((probe.abs() ** 2).sum())).to(torch.complex64)
+
+
 def _forward(probe: torch.Tensor, phase: torch.Tensor, centres_px: np.ndarray, propagator: torch.Tensor,
-             chunk: int = 256) -> torch.Tensor:
-    """Noise-free intensities (N, K, K), unshifted layout, in float64 for an accurate truth."""
+             near: torch.Tensor | None = None, chunk: int = 256) -> torch.Tensor:
+    """Noise-free intensities (N, K, K), model layout, in float64 for an accurate truth."""
     k = probe.shape[-1]
     probe = probe.to(torch.complex128)
     obj = transmission(torch.ones_like(phase), phase)[None]  # (1, S, Ny, Nx)
@@ -101,5 +126,7 @@ def _forward(probe: torch.Tensor, phase: torch.Tensor, centres_px: np.ndarray, p
         corner = torch.minimum(torch.round(c - k // 2).clamp(min=0), high)
         shifted = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(c - k // 2 - corner, k))
         patches = extract_patches(obj, corner.long(), k)
-        out.append(multislice_intensities(shifted[:, None], patches, propagator.to(torch.complex128)))
+        waves = exit_waves(shifted[:, None], patches, propagator.to(torch.complex128))
+        detector = Detector(propagator=near.to(torch.complex128) if near is not None else None)
+        out.append(far_field_intensities(detector.field(waves), transform=False))
     return torch.cat(out)

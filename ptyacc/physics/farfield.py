@@ -15,9 +15,10 @@ EPS = 1e-8
 LOSS_KINDS = ("amplitude", "poisson")
 
 
-def far_field_intensities(waves: torch.Tensor) -> torch.Tensor:
-    """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K)."""
-    return _intensity(torch.fft.fft2(waves, norm="ortho"))
+def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.Tensor:
+    """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K);
+    with ``transform`` False, |wave|^2 summed over the modes (for fields already at the detector)."""
+    return _intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
 
 
 def _intensity(far: torch.Tensor) -> torch.Tensor:
