@@ -1,149 +1,102 @@
-"""Readers of pattern files. Each returns float32 patterns (N, K, K), zero frequency at the
-centre, plus the file's attributes and scan shape when the file knows them."""
+"""One way in for every pattern file: ``inspect_patterns`` says what a file holds,
+``read_patterns`` reads it as float32 (n, ky, kx), zero frequency at the centre as stored, with
+the file's mask, dark frames, probe positions and calibration. The format is chosen by the
+extension (.cxi, .npy, .mat, .raw = EMPAD), else by the content (NumPy, MATLAB or HDF5 header;
+HDF5 with an entry_1 group is CXI); ``ptyacc.data.formats`` knows each format."""
+
+from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from ptyacc.data import formats
+from ptyacc.data.formats import FORMATS, PatternsInfo, RawPatterns, ReadOptions
 from ptyacc.errors import DataError
 
-CHUNK_BYTES = 64 * 2**20
+__all__ = ["FORMATS", "PatternsInfo", "RawPatterns", "ReadOptions", "detect_format", "inspect_hdf5_patterns",
+           "inspect_patterns", "read_hdf5_array", "read_hdf5_patterns", "read_patterns"]
+
+EXTENSIONS = {".cxi": "cxi", ".npy": "npy", ".mat": "mat", ".raw": "empad",
+              ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".nxs": "hdf5", ".emd": "hdf5"}
+FILE_KINDS = {"hdf5": "an HDF5 file", "cxi": "a CXI file", "npy": "a .npy file", "mat": "a .mat file",
+              "empad": "an EMPAD .raw file"}
+
+READERS = {
+    "hdf5": (formats.inspect_hdf5, formats.read_hdf5),
+    "cxi": (formats.inspect_cxi, formats.read_cxi),
+    "npy": (formats.inspect_npy, formats.read_npy),
+    "mat": (formats.inspect_mat, formats.read_mat),
+    "empad": (formats.inspect_empad, formats.read_empad),
+}
 
 
-@dataclass
-class RawPatterns:
-    patterns: np.ndarray  # (N, K, K) float32, zero frequency at (K/2, K/2)
-    scan_shape: tuple[int, int] | None
-    attrs: dict = field(default_factory=dict)
-    source: str = ""
+def inspect_patterns(path: Path, key: str | None = None, **options) -> PatternsInfo:
+    """What the pattern file ``path`` holds, without reading the patterns: the dataset or
+    variable ``key`` (default: found from the format), shape, scan shape, calibration in
+    ptyacc's names and the format. ``options`` are the fields of ``ReadOptions``."""
+    path = Path(path)
+    read_options = ReadOptions(**options)
+    inspect, _ = READERS[detect_format(path, read_options.file_format)]
+    return inspect(path, key, read_options)
 
 
-@dataclass
-class PatternsInfo:
-    """What an HDF5 pattern dataset holds, without reading it."""
+def read_patterns(path: Path, key: str | None = None, prepare: Callable[[np.ndarray], np.ndarray] | None = None,
+                  rows: np.ndarray | None = None, **options) -> RawPatterns:
+    """Patterns (n, ky, kx) float32 of the file ``path`` (see ``inspect_patterns``), all of them or
+    only the strictly increasing pattern indices ``rows``, whose neighbours are not read;
+    ``rows=[]`` reads none and still returns the mask, background and positions. Read in
+    chunks straight into one float32 array; ``prepare`` maps each float32 chunk (c, ky, kx) to
+    its final form (same shape) as it arrives. Mask and background come back as stored: give
+    them the same orientation fix as the patterns."""
+    path = Path(path)
+    read_options = ReadOptions(**options)
+    inspect, read = READERS[detect_format(path, read_options.file_format)]
+    return read(path, inspect(path, key, read_options), read_options, prepare, rows)
 
-    key: str
-    shape: tuple[int, ...]
-    scan_shape: tuple[int, int] | None
-    attrs: dict
 
-    @property
-    def n_patterns(self) -> int:
-        return int(np.prod(self.shape[:-2]))
+def detect_format(path: Path, file_format: str | None = None) -> str:
+    """The format of ``path``: ``file_format`` when given, else by extension, else by content."""
+    by_extension = file_format or EXTENSIONS.get(path.suffix.lower())
+    formats.check_file(path, FILE_KINDS.get(by_extension, FILE_KINDS["hdf5"]))
+    if file_format is not None:
+        return file_format
+    if by_extension in ("hdf5", None) and h5py.is_hdf5(path):
+        return "cxi" if formats.is_cxi(path) else "hdf5"
+    if by_extension is not None:
+        return by_extension
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"MATLAB"):
+        return "mat"
+    raise DataError(f"{path}: unknown pattern file format: expected HDF5/CXI, NumPy .npy or MATLAB .mat content, or "
+                    f"the extension .raw for EMPAD, found extension {path.suffix or '(none)'!r} and content starting "
+                    f"{head[:8]!r}; name the format with file_format ({', '.join(FORMATS)})")
 
 
 def inspect_hdf5_patterns(path: Path, key: str | None = None) -> PatternsInfo:
-    """Find the pattern dataset (``key``, or 'patterns', or the only 3D/4D numeric dataset) and
-    report its shape, scan shape (from 4D data or a 'scan_shape' attribute) and the file's attributes."""
-    with _open(path) as f:
-        dset = _find_patterns(f, path, key)
-        if dset.ndim not in (3, 4):
-            raise DataError(f"{path}:{dset.name}: expected 3D (N, ky, kx) or 4D (slow, fast, ky, kx) "
-                            f"patterns, found shape {dset.shape}")
-        if dset.size == 0:
-            raise DataError(f"{path}:{dset.name}: is empty (shape {dset.shape})")
-        if dset.dtype.kind not in "iuf":
-            raise DataError(f"{path}:{dset.name}: pattern values must be real numbers (measured intensities), "
-                            f"found dtype {dset.dtype}")
-        scan_shape = tuple(int(s) for s in dset.shape[:2]) if dset.ndim == 4 else None
-        if scan_shape is None and "scan_shape" in f.attrs:
-            scan_shape = _scan_shape_attribute(f.attrs["scan_shape"])
-        attrs = {k: _plain(v) for k, v in f.attrs.items()}
-        return PatternsInfo(dset.name, tuple(dset.shape), scan_shape, attrs)
+    """``inspect_patterns`` for an HDF5 file read as plain HDF5 (also a CXI file)."""
+    return formats.inspect_hdf5(Path(path), key, ReadOptions())
 
 
-def read_hdf5_patterns(path: Path, key: str | None = None,
-                       prepare: Callable[[np.ndarray], np.ndarray] | None = None,
+def read_hdf5_patterns(path: Path, key: str | None = None, prepare: Callable[[np.ndarray], np.ndarray] | None = None,
                        rows: np.ndarray | None = None) -> RawPatterns:
-    """Patterns (n, ky, kx) float32 from an HDF5 file (see ``inspect_hdf5_patterns``), all of
-    them or only the sorted pattern indices ``rows``. Read in chunks straight into one float32
-    array, so no float64 copy of the data is ever built; ``prepare`` maps each float32 chunk
-    (c, ky, kx) to its final form (same shape) as it arrives."""
-    info = inspect_hdf5_patterns(path, key)
-    with _open(path) as f:
-        dset = f[info.key]
-        k_y, k_x = dset.shape[-2:]
-        per_slow = int(np.prod(dset.shape[1:-2]))  # patterns per index of the first axis
-        wanted = np.arange(info.n_patterns) if rows is None else np.asarray(rows)
-        patterns = np.empty((len(wanted), k_y, k_x), dtype=np.float32)
-        step = max(1, CHUNK_BYTES // max(1, dset.dtype.itemsize * per_slow * k_y * k_x))
-        filled = 0
-        for start in range(0, dset.shape[0], step):
-            lo, hi = start * per_slow, min(start + step, dset.shape[0]) * per_slow
-            take = wanted[(wanted >= lo) & (wanted < hi)] - lo
-            if len(take) == 0:
-                continue
-            chunk = dset[start:start + step].reshape(-1, k_y, k_x)
-            chunk = chunk[take] if len(take) < len(chunk) else chunk
-            out = patterns[filled:filled + len(take)]
-            out[...] = chunk
-            if prepare is not None:
-                out[...] = prepare(out)
-            filled += len(take)
-    return RawPatterns(patterns, info.scan_shape, info.attrs, str(path))
-
-
-def _open(path: Path) -> h5py.File:
-    if path.is_dir():
-        raise DataError(f"{path}: is a folder, not an HDF5 file")
-    if not path.is_file():
-        raise DataError(f"{path}: data file not found")
-    try:
-        return h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+    """``read_patterns`` for an HDF5 file read as plain HDF5 (also a CXI file)."""
+    path = Path(path)
+    info = formats.inspect_hdf5(path, key, ReadOptions())
+    return formats.read_hdf5(path, info, ReadOptions(), prepare, rows)
 
 
 def read_hdf5_array(path: Path, key: str, setting: str = "") -> np.ndarray:
     """One whole dataset as a NumPy array, with a message naming file and key on failure
     (and ``setting``, the config key that chose the dataset)."""
-    with _open(path) as f:
+    with formats.open_hdf5(path) as f:
         if key not in f or not isinstance(f[key], h5py.Dataset):
             chosen_by = f" ({setting})" if setting else ""
-            raise DataError(f"{path}: no dataset {key!r}{chosen_by}; datasets: {', '.join(_datasets(f)) or 'none'}")
+            datasets = ", ".join(formats.hdf5_datasets(f)) or "none"
+            raise DataError(f"{path}: no dataset {key!r}{chosen_by}; datasets: {datasets}")
         return f[key][()]
-
-
-def _find_patterns(f: h5py.File, path: Path, key: str | None) -> h5py.Dataset:
-    if key is not None:
-        if key not in f or not isinstance(f[key], h5py.Dataset):
-            raise DataError(f"{path}: no dataset {key!r} (data.key); datasets: {', '.join(_datasets(f)) or 'none'}")
-        return f[key]
-    if "patterns" in f and isinstance(f["patterns"], h5py.Dataset):
-        return f["patterns"]
-    candidates = [name for name in _datasets(f)
-                  if f[name].ndim in (3, 4) and f[name].dtype.kind in "iuf"]
-    if len(candidates) == 1:
-        return f[candidates[0]]
-    if not candidates:
-        raise DataError(f"{path}: no 3D or 4D numeric dataset found; set data.key")
-    raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key")
-
-
-def _scan_shape_attribute(value: object) -> tuple[int, int] | None:
-    """A 'scan_shape' attribute as (slow, fast); None unless it is two positive integers."""
-    numbers = np.asarray(value).ravel()
-    if numbers.size != 2 or numbers.dtype.kind not in "iuf":
-        return None
-    if (numbers < 1).any() or (numbers != np.round(numbers)).any():
-        return None
-    return int(numbers[0]), int(numbers[1])
-
-
-def _datasets(f: h5py.File) -> list[str]:
-    names: list[str] = []
-    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
-    return names
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value.item()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
