@@ -80,6 +80,8 @@ class DataConfig:
     simulate: SimulateConfig | None = _f(None, "Synthetic dataset instead of `path`.")
     nonfinite: Literal["error", "zero"] = _f("error", "What to do with NaN/Inf pattern values.")
     negative: Literal["clip", "error"] = _f("clip", "What to do with negative pattern values (clip sets them to 0).")
+    use_mask: bool = _f(True, "Leave out the bad pixels of the file's detector mask (CXI) from the loss.")
+    subtract_background: bool = _f(True, "Subtract the file's dark/background frame (CXI) from every pattern.")
 
     def _check(self, path: str) -> None:
         if (self.path is None) == (self.simulate is None):

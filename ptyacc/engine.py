@@ -336,6 +336,8 @@ class _Saver:
         with torch.no_grad():
             predicted = self.model(torch.as_tensor(held[pick], device=device)).mean(0)
         measured = self.data.patterns[torch.as_tensor(pick)].mean(0)
+        if self.data.near_field_distance_A is not None:  # near-field images are stored as they are
+            return measured.double().numpy(), predicted.double().cpu().numpy()
         centre = lambda t: torch.fft.fftshift(t, dim=(-2, -1)).double().cpu().numpy()  # noqa: E731
         return centre(measured), centre(predicted)
 

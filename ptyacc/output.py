@@ -142,7 +142,7 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
     written.append(_save(fig, folder / "probe.png"))
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.semilogy(np.arange(1, len(results.loss) + 1), results.loss)
+    _plot_loss(ax, results.loss)
     ax.set(xlabel="iteration", ylabel=f"loss ({results.attrs.get('loss_name', '')})", title="loss")
     written.append(_save(fig, folder / "loss.png"))
 
@@ -189,7 +189,7 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
         ax.set_title("positions")
     ax.set(xlabel="x (Å)", ylabel="y (Å)", aspect="equal")
     ax.invert_yaxis()
-    axes[1, 1].semilogy(np.arange(1, len(results.loss) + 1), results.loss)
+    _plot_loss(axes[1, 1], results.loss)
     axes[1, 1].set(title=f"loss ({results.attrs.get('loss_name', '')})", xlabel="iteration")
     for ax, pattern, title in ((axes[1, 2], results.mean_pattern_measured, "mean measured pattern (log)"),
                                (axes[1, 3], results.mean_pattern_predicted, "mean predicted pattern (log)")):
@@ -200,6 +200,17 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
         ax.set_xticks([])
         ax.set_yticks([])
     return _save(fig, path)
+
+
+def _plot_loss(ax, loss: np.ndarray) -> None:
+    """Log scale when the loss is positive (amplitude); the Poisson loss, which drops a
+    data-only constant and can be negative, is shown above its minimum instead."""
+    iterations = np.arange(1, len(loss) + 1)
+    if len(loss) and np.min(loss) > 0:
+        ax.semilogy(iterations, loss)
+    else:
+        ax.semilogy(iterations, loss - np.min(loss) + 1e-12 * max(1.0, abs(np.min(loss))))
+        ax.set_ylabel("loss - min(loss)")
 
 
 def _save(fig, path: Path) -> Path:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.readers import PatternsInfo, inspect_hdf5_patterns, read_hdf5_array, read_hdf5_patterns
+from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_hdf5_array, read_patterns
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
@@ -71,34 +71,63 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
 
         return keep_only(simulate_dataset(config), keep)
     path = config.resolve_input(config.data.path)
-    info = inspect_hdf5_patterns(path, config.data.key)
+    exp_cfg = config.experiment
+    options = {"scan_shape": tuple(config.data.scan_shape)} if config.data.scan_shape else {}
+    info = inspect_patterns(path, config.data.key, **options)
     k_y, k = info.shape[-2:]
     if k_y != k:
         raise DataError(f"{path}: patterns must be square, found {k_y} x {k}")
     exp = _experiment_values(config, info.attrs, path)
+    # mask, dark/background and the file's own positions, without reading any pattern
+    extras = read_patterns(path, info.key, rows=np.zeros(0, dtype=np.int64), **options)
+    wavelength = _wavelength_A(config, exp, info.attrs, path)
+    near_distance = None
     if exp["dx_A"] is not None:
         dx_A = exp["dx_A"]
     elif exp["dk_invA"] is not None:
         dx_A = 1.0 / (k * exp["dk_invA"])
+    elif exp_cfg.radiation == "xray":
+        dx_A, near_distance = xray_sampling(
+            exp_cfg.geometry, wavelength, k, exp_cfg.detector_distance_m or info.attrs.get("detector_distance_m"),
+            exp_cfg.detector_pixel_m or info.attrs.get("detector_pixel_m"), exp_cfg.focus_to_sample_m)
     else:
         raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
-    if exp["energy_eV"] is None:
-        raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute")
+    if exp_cfg.geometry == "near_field" and near_distance is None:
+        _, near_distance = xray_sampling(exp_cfg.geometry, wavelength, k, exp_cfg.detector_distance_m or
+                                         info.attrs.get("detector_distance_m"), exp_cfg.detector_pixel_m or
+                                         info.attrs.get("detector_pixel_m"), exp_cfg.focus_to_sample_m)
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
-    positions_A = _positions(config, exp, info, path)
+    positions_A = _positions(config, exp, info, path, extras.positions_A)
     rows = None if keep is None else np.asarray(keep(positions_A))
-    raw = read_hdf5_patterns(path, info.key, _pattern_preparation(config, str(path)), rows)
+    far_field = exp_cfg.geometry == "far_field"
+    background = extras.background if config.data.subtract_background else None
+    raw = read_patterns(path, info.key, _pattern_preparation(config, str(path), far_field, background), rows, **options)
+    mask = None
+    if extras.mask is not None and config.data.use_mask:
+        mask = torch.from_numpy(_orient(config, extras.mask[None].astype(np.float32), far_field)[0] > 0.5)
     return PtychoData(
         patterns=torch.from_numpy(raw.patterns),
         positions_A=positions_A,
         dx_A=dx_A,
-        wavelength_A=wavelength_A(exp["energy_eV"], config.experiment.radiation),
+        wavelength_A=wavelength,
         semiangle_mrad=exp["semiangle_mrad"],
         aberrations=exp["aberrations"],
         scan_shape=scan_shape,
         source=str(path),
         pattern_rows=rows,
+        radiation=exp_cfg.radiation,
+        mask=mask,
+        near_field_distance_A=near_distance,
     )
+
+
+def _wavelength_A(config: Config, exp: dict, attrs: dict, path: Path) -> float:
+    """From experiment.energy_eV, else the file's energy, else the file's wavelength (CXI)."""
+    if exp["energy_eV"] is not None:
+        return wavelength_A(exp["energy_eV"], config.experiment.radiation)
+    if attrs.get("wavelength_A"):
+        return float(attrs["wavelength_A"])
+    raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute (nor a wavelength)")
 
 
 def keep_only(data: PtychoData, keep) -> PtychoData:
@@ -109,19 +138,28 @@ def keep_only(data: PtychoData, keep) -> PtychoData:
     return dataclasses.replace(data, patterns=data.patterns[torch.from_numpy(rows)].clone(), pattern_rows=rows)
 
 
-def _pattern_preparation(config: Config, source: str):
-    """Per-chunk preparation: orientation fix, non-finite and negative values, ifftshift."""
+def _orient(config: Config, chunk: np.ndarray, far_field: bool) -> np.ndarray:
+    """The orientation fix (transpose, then flips) and, for diffraction patterns, the ifftshift
+    to the model's layout; a new array."""
     t = config.data.transform
+    if t.transpose:
+        chunk = chunk.transpose(0, 2, 1)
+    if t.flip_y:
+        chunk = chunk[:, ::-1, :]
+    if t.flip_x:
+        chunk = chunk[:, :, ::-1]
+    return np.fft.ifftshift(chunk, axes=(-2, -1)) if far_field else np.ascontiguousarray(chunk)
+
+
+def _pattern_preparation(config: Config, source: str, far_field: bool = True, background: np.ndarray | None = None):
+    """Per-chunk preparation: background subtraction, orientation fix, ifftshift (far field),
+    non-finite and negative values."""
     policy_nonfinite, policy_negative = config.data.nonfinite, config.data.negative
 
     def prepare(chunk: np.ndarray) -> np.ndarray:
-        if t.transpose:
-            chunk = chunk.transpose(0, 2, 1)
-        if t.flip_y:
-            chunk = chunk[:, ::-1, :]
-        if t.flip_x:
-            chunk = chunk[:, :, ::-1]
-        chunk = np.fft.ifftshift(chunk, axes=(-2, -1))
+        if background is not None:
+            chunk = chunk - background
+        chunk = _orient(config, chunk, far_field)
         bad = ~np.isfinite(chunk)
         if bad.any():
             if policy_nonfinite == "error":
@@ -185,10 +223,14 @@ def raster_positions_A(scan_shape: tuple[int, int], step_A: float, rotation_deg:
     return np.stack([y, x], axis=1)
 
 
-def _positions(config: Config, exp: dict, info: PatternsInfo, data_path: Path) -> np.ndarray:
-    """(N, 2) probe centres in Å: a raster, or read from a file."""
+def _positions(config: Config, exp: dict, info: PatternsInfo, data_path: Path,
+               from_file: np.ndarray | None = None) -> np.ndarray:
+    """(N, 2) probe centres in Å: a raster; the data file's own positions (CXI translations)
+    when it has them and no scan step is given; or a named dataset."""
     spec = config.experiment.positions
     n = info.n_patterns
+    if spec == "raster" and from_file is not None and exp["scan_step_A"] is None:
+        return np.asarray(from_file, dtype=np.float64)
     if spec == "raster":
         scan_shape = _raster_scan_shape(config, info, data_path)
         if exp["scan_step_A"] is None:
