@@ -70,7 +70,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         torch.set_num_threads(config.runtime.threads)
     accelerator = accelerator or make_accelerator(config.runtime)
     world, rank = accelerator.num_processes, accelerator.process_index
-    log = RunLog(out_dir / "run.log" if write and accelerator.is_main_process else None)
+    log = RunLog(out_dir / "run.log" if write and accelerator.is_main_process else None, append=resume)
     log.header(config, accelerator)
     torch.manual_seed(config.runtime.seed)
     keep = None

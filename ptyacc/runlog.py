@@ -14,10 +14,13 @@ class RunLog:
     """Appends lines to ``path``; with ``path`` None (other processes, or no output) it only
     takes part in the collective that gathers the device of every process."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, append: bool = False) -> None:
+        """A new log replaces an old one, unless ``append`` (a resumed run continues its log)."""
         self.path = path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if not append:
+                path.unlink(missing_ok=True)
 
     def line(self, text: str) -> None:
         if self.path is None:
