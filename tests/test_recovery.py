@@ -33,8 +33,8 @@ def recovery_config(**optim):
 
 @pytest.mark.slow
 def test_recovers_a_known_phase_object():
-    """Poisson noise at 1e5 electrons per pattern limits the error; measured 0.24 after 20
-    iterations with the default settings (0.26 since the cosine learning-rate decay). A wrong sign (defocus, shift, FFT direction) or a
+    """Poisson noise at 1e5 electrons per pattern limits the error; measured 0.26 after 20
+    iterations with the default settings. A wrong sign (defocus, shift, FFT direction) or a
     broken gradient leaves the error near or above 1, so 0.35 separates working from broken."""
     rec = ptyacc.reconstruct(recovery_config(), write=False)
     error = scanned_region_phase_error(rec)
