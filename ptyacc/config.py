@@ -152,6 +152,8 @@ class ModelConfig:
     object_amplitude_bounds: list[float] = _f(
         factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each step.")
     orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
+    init_from: str | None = _f(None, "A previous results.h5 whose object, probe and positions start this run "
+                                     "(relative to the config file; shapes must match).")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
 

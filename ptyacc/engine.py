@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import sys
 import time
@@ -27,7 +28,7 @@ from ptyacc.distributed import check_in_sync, get_attribute, make_accelerator, u
 from ptyacc.errors import ConfigError, DistributedError, PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
-from ptyacc.output import Results, save_figures, save_results, versions
+from ptyacc.output import Results, load_results, save_figures, save_results, versions
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
 from ptyacc.runlog import RunLog
 
@@ -80,11 +81,17 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     data = data if data is not None else load_data(config, keep)
     if keep is not None and data.pattern_rows is None:
         data = keep_only(data, keep)
+    previous = None
+    if config.model.init_from:
+        previous = _previous_results(config, data)
+        data = dataclasses.replace(data, positions_A=previous.positions_A.copy())
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px, config.model.object_padding_px)
     held_sum = data.patterns.sum(dtype=torch.float64).to(accelerator.device)
     if keep is not None:
         held_sum = accelerator.reduce(held_sum, reduction="sum")
     model = build_model(config, data, geometry, mean_intensity=float(held_sum) / data.n_patterns)
+    if previous is not None:
+        start_from(model, geometry, previous, config.model.init_from)
     log.line(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, dx {data.dx_A:.4g} A, "
              f"object {geometry.shape[0]} x {geometry.shape[1]} px")
 
@@ -223,6 +230,40 @@ def poisson_deviance_sums(model: PtychoModel, patterns: torch.Tensor, row_of: to
         total[0] += (terms * mask).sum()
         total[1] += ((measured >= 1) * mask).sum()
     return total
+
+
+def _previous_results(config: Config, data: PtychoData) -> Results:
+    path = config.resolve_input(config.model.init_from)
+    previous = load_results(path)
+    if previous.positions_A.shape != data.positions_A.shape:
+        raise ConfigError(f"model.init_from: {path} holds {len(previous.positions_A)} positions, the data "
+                          f"{len(data.positions_A)}")
+    if abs(previous.dx_A / data.dx_A - 1) > 1e-6:
+        raise ConfigError(f"model.init_from: {path} has object pixels of {previous.dx_A:.6g} A, this data "
+                          f"{data.dx_A:.6g} A")
+    return previous
+
+
+def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, name: str) -> None:
+    """Copy a previous run's probe and object into the new model. The object canvas may have
+    moved by whole pixels (refined positions change its extent): the overlap is copied."""
+    if previous.probe.shape != tuple(model.complex_probe().shape):
+        raise ConfigError(f"model.init_from: {name} has probe modes {previous.probe.shape}, this config builds "
+                          f"{tuple(model.complex_probe().shape)} (model.probe_modes, detector size)")
+    modes, slices = previous.object.shape[:2]
+    if (modes, slices) != tuple(model.object.shape[:2]):
+        raise ConfigError(f"model.init_from: {name} has {modes} object mode(s) x {slices} slice(s), this config "
+                          f"{model.object.shape[0]} x {model.object.shape[1]} (model.object_modes, model.slices)")
+    shift = np.round((np.asarray(previous.origin_A) - np.asarray(geometry.origin_A)) / geometry.dx_A).astype(int)
+    old = torch.from_numpy(previous.object)
+    with torch.no_grad():
+        model.probe.copy_(torch.view_as_real(torch.from_numpy(previous.probe) / model.probe_scale))
+        target = torch.view_as_complex(model.object)
+        (oy, ox), (ny, nx) = shift, old.shape[-2:]
+        y0, x0 = max(oy, 0), max(ox, 0)
+        y1, x1 = min(oy + ny, target.shape[-2]), min(ox + nx, target.shape[-1])
+        if y1 > y0 and x1 > x0:
+            target[..., y0:y1, x0:x1] = old[..., y0 - oy:y1 - oy, x0 - ox:x1 - ox]
 
 
 def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:

@@ -277,3 +277,30 @@ def test_kill_during_a_results_save_keeps_the_previous_results(kill_config, tmp_
     time.sleep(0.5)
     saved = ptyacc.load_results(out / "results.h5")  # complete and readable
     assert len(saved.loss) == 5
+
+
+def test_init_from_a_previous_results_file(tmp_path):
+    """model.init_from starts from a results.h5: with zero learning rates the object and probe
+    come back unchanged, a continued run starts at the previous run's loss, and a config that
+    builds other shapes is refused."""
+    from conftest import tiny_config
+
+    first = tiny_config(tmp_path / "a", optim={"iterations": 4, "start": {"positions": 1}})
+    rec = ptyacc.reconstruct(ptyacc.load_config(first))
+    previous = tmp_path / "a" / "out" / "results.h5"
+    frozen = tiny_config(tmp_path / "b", model={"init_from": str(previous)},
+                         optim={"iterations": 1, "lr": {"object": 0.0, "probe": 0.0, "positions": 0.0}})
+    again = ptyacc.reconstruct(ptyacc.load_config(frozen), write=False)
+    np.testing.assert_allclose(again.results.probe, rec.results.probe, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again.results.positions_A, rec.results.positions_A, atol=1e-4)
+    px = (rec.results.positions_A - np.asarray(rec.results.origin_A)) / rec.results.dx_A
+    (r0, c0), (r1, c1) = np.ceil(px.min(0)).astype(int), np.floor(px.max(0)).astype(int)
+    shift = np.round((np.asarray(rec.results.origin_A) - np.asarray(again.results.origin_A)) / rec.results.dx_A)
+    dy, dx = shift.astype(int)
+    np.testing.assert_allclose(again.results.object[..., r0 + dy:r1 + dy, c0 + dx:c1 + dx],
+                               rec.results.object[..., r0:r1, c0:c1], atol=1e-6)
+    continued = tiny_config(tmp_path / "c", model={"init_from": str(previous)}, optim={"iterations": 1})
+    assert ptyacc.reconstruct(ptyacc.load_config(continued), write=False).loss[0] < 0.5 * rec.loss[0]
+    other = tiny_config(tmp_path / "d", model={"init_from": str(previous), "probe_modes": 2})
+    with pytest.raises(ConfigError, match="model.init_from: .* has probe modes"):
+        ptyacc.reconstruct(ptyacc.load_config(other), write=False)
