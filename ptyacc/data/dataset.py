@@ -81,21 +81,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     # mask, dark/background and the file's own positions, without reading any pattern
     extras = read_patterns(path, info.key, rows=np.zeros(0, dtype=np.int64), **options)
     wavelength = _wavelength_A(config, exp, info.attrs, path)
-    near_distance = None
-    if exp["dx_A"] is not None:
-        dx_A = exp["dx_A"]
-    elif exp["dk_invA"] is not None:
-        dx_A = 1.0 / (k * exp["dk_invA"])
-    elif exp_cfg.radiation == "xray":
-        dx_A, near_distance = xray_sampling(
-            exp_cfg.geometry, wavelength, k, exp_cfg.detector_distance_m or info.attrs.get("detector_distance_m"),
-            exp_cfg.detector_pixel_m or info.attrs.get("detector_pixel_m"), exp_cfg.focus_to_sample_m)
-    else:
-        raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
-    if exp_cfg.geometry == "near_field" and near_distance is None:
-        _, near_distance = xray_sampling(exp_cfg.geometry, wavelength, k, exp_cfg.detector_distance_m or
-                                         info.attrs.get("detector_distance_m"), exp_cfg.detector_pixel_m or
-                                         info.attrs.get("detector_pixel_m"), exp_cfg.focus_to_sample_m)
+    dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, k)
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
     positions_A = _positions(config, exp, info, path, extras.positions_A)
     rows = None if keep is None else np.asarray(keep(positions_A))
@@ -119,6 +105,24 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
         mask=mask,
         near_field_distance_A=near_distance,
     )
+
+
+def _sampling(config: Config, exp: dict, attrs: dict, wavelength: float, k: int) -> tuple[float, float | None]:
+    """Object pixel (Å) from dx_A, else dk_invA, else the X-ray geometry; and the near-field
+    propagation distance (Å), or None for the far field."""
+    e = config.experiment
+    from_geometry, near_distance = None, None
+    if e.radiation == "xray" and (e.geometry == "near_field" or (exp["dx_A"] is None and exp["dk_invA"] is None)):
+        from_geometry, near_distance = xray_sampling(
+            e.geometry, wavelength, k, e.detector_distance_m or attrs.get("detector_distance_m"),
+            e.detector_pixel_m or attrs.get("detector_pixel_m"), e.focus_to_sample_m)
+    if exp["dx_A"] is not None:
+        return exp["dx_A"], near_distance
+    if exp["dk_invA"] is not None:
+        return 1.0 / (k * exp["dk_invA"]), near_distance
+    if from_geometry is not None:
+        return from_geometry, near_distance
+    raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
 
 
 def _wavelength_A(config: Config, exp: dict, attrs: dict, path: Path) -> float:
