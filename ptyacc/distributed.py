@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import sys
 from datetime import timedelta
 
 import torch
@@ -14,8 +13,6 @@ from torch import nn
 
 from ptyacc.config import RuntimeConfig
 from ptyacc.errors import DistributedError
-
-LAUNCHER_WORLD_SIZE_VARS = ("WORLD_SIZE",)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -156,6 +153,3 @@ def check_in_sync(accelerator, model: nn.Module, iteration: int) -> None:
         raise DistributedError(f"processes hold different parameters after iteration {iteration} ({ranks}); "
                                "the run is not reproducible across ranks and was stopped")
 
-
-def python_version() -> str:
-    return sys.version.split()[0]
