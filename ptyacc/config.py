@@ -39,11 +39,35 @@ def _f(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = None) -
 
 @dataclass
 class TransformConfig:
-    """Orientation fix applied to every diffraction pattern: transpose, then flips."""
+    """Preparation of every diffraction pattern as it is read, in this order: subtract the
+    background (data.subtract_background); crop; NaN/Inf and negative values (data.nonfinite,
+    data.negative); bin; transpose, then flip_y, then flip_x; zero-pad. The detector mask
+    follows the crop, bin (a binned pixel is good only if all its pixels are), orientation and
+    pad (padded pixels are left out of the loss). experiment.dk_invA, dx_A and
+    detector_pixel_m describe the patterns as stored: binning multiplies dk (and the X-ray
+    detector pixel) by bin, and the object pixel is dx = 1 / (K dk) with K the final size, so
+    crop and pad change it too (near field: dx grows by bin only)."""
 
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
+    crop: int | None = _f(None, "Keep crop x crop pixels of each stored pattern, centred on pixel (ky // 2, kx // 2) "
+                                "(zero frequency stays at the centre); null = no crop.")
+    crop_offset: list[int] | None = _f(None, "[row, col] of the first kept pixel in the stored pattern, instead of "
+                                             "a centred crop; needs crop.")
+    bin: int = _f(1, "Sum bin x bin pixel blocks after the crop (counts stay counts); the crop size must be a "
+                     "multiple of bin.")
+    pad: int | None = _f(None, "Zero-pad to pad x pad pixels, centred, after binning; the padded pixels are "
+                               "masked out of the loss. null = no padding.")
+
+    def _check(self, path: str) -> None:
+        _require(self.crop is None or self.crop >= 1, f"{path}.crop", f"must be >= 1 or null, got {self.crop}")
+        if self.crop_offset is not None:
+            _require(self.crop is not None, f"{path}.crop_offset", "needs crop (the size of the kept block)")
+            _require(len(self.crop_offset) == 2 and min(self.crop_offset) >= 0, f"{path}.crop_offset",
+                     f"must be two integers >= 0 [row, col], got {self.crop_offset}")
+        _require(self.bin >= 1, f"{path}.bin", f"must be >= 1, got {self.bin}")
+        _require(self.pad is None or self.pad >= 1, f"{path}.pad", f"must be >= 1 or null, got {self.pad}")
 
 
 @dataclass
@@ -76,7 +100,7 @@ class DataConfig:
     path: str | None = _f(None, "HDF5 file with patterns (relative to the config file).")
     key: str | None = _f(None, "Dataset inside the HDF5 file; default 'patterns' or the one 3D/4D dataset.")
     scan_shape: list[int] | None = _f(None, "Scan [slow, fast]; read from 4D data or the file's attribute if omitted.")
-    transform: TransformConfig = _f(factory=TransformConfig, doc="Orientation fix of each pattern.")
+    transform: TransformConfig = _f(factory=TransformConfig, doc="Preparation of each pattern: crop, bin, orientation, padding.")
     simulate: SimulateConfig | None = _f(None, "Synthetic dataset instead of `path`.")
     nonfinite: Literal["error", "zero"] = _f("error", "What to do with NaN/Inf pattern values.")
     negative: Literal["clip", "error"] = _f("clip", "What to do with negative pattern values (clip sets them to 0).")
@@ -86,6 +110,9 @@ class DataConfig:
     def _check(self, path: str) -> None:
         if (self.path is None) == (self.simulate is None):
             raise ConfigError(f"{path}: give exactly one of `path` (a data file) or `simulate`")
+        if self.simulate is not None and self.transform != TransformConfig():
+            raise ConfigError(f"{path}.transform: prepares patterns read from data.path; a data.simulate dataset "
+                              "is made in its final form (remove data.transform)")
         if self.scan_shape is not None:
             _require(len(self.scan_shape) == 2 and min(self.scan_shape) >= 1, f"{path}.scan_shape",
                      f"must be two positive integers [slow, fast], got {self.scan_shape}")

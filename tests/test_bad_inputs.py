@@ -202,6 +202,18 @@ CASES = [
               subprocess=True),
     file_case("patterns_negative_refused", "{data}: negative pattern values (min -1)",
               files=(h5_file(patterns=-np.ones((3, 4, 8, 8))),), config={"data": {"negative": "error"}}),
+    # --- data.transform: crop, bin, pad
+    bad("bin_zero", "data.transform.bin: must be >= 1, got 0", config={"data": {"transform": {"bin": 0}}}),
+    bad("crop_offset_without_crop", "data.transform.crop_offset: needs crop",
+        config={"data": {"transform": {"crop_offset": [1, 1]}}}),
+    bad("transform_on_simulated_data", "data.transform: prepares patterns read from data.path",
+        config={"data": {"transform": {"flip_x": True}}}),
+    file_case("crop_larger_than_patterns", "{data}: data.transform.crop: a 10 x 10 crop centred does not fit in the "
+              "stored 8 x 8 patterns", config={"data": {"transform": {"crop": 10}}}),
+    file_case("bin_not_dividing", "{data}: data.transform.bin: 3 does not divide the stored pattern size 8 x 8",
+              config={"data": {"transform": {"bin": 3}}}),
+    file_case("pad_too_small", "{data}: data.transform.pad: 6 is smaller than the 8 x 8 px patterns",
+              config={"data": {"transform": {"pad": 6}}}),
     # --- scan and positions
     file_case("scan_shape_mismatch", "data.scan_shape: [5, 5] gives 25 positions but the data has 12 patterns",
               config={"data": {"scan_shape": [5, 5]}}),

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
+from ptyacc.data.prepare import Preparation, pattern_preparation
 from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_hdf5_array, read_patterns
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
@@ -74,23 +75,21 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     exp_cfg = config.experiment
     options = {"scan_shape": tuple(config.data.scan_shape)} if config.data.scan_shape else {}
     info = inspect_patterns(path, config.data.key, **options)
-    k_y, k = info.shape[-2:]
-    if k_y != k:
-        raise DataError(f"{path}: patterns must be square, found {k_y} x {k}")
+    far_field = exp_cfg.geometry == "far_field"
+    prep = Preparation.from_config(config.data.transform, info.shape[-2:], far_field, str(path))
     exp = _experiment_values(config, info.attrs, path)
     # mask, dark/background and the file's own positions, without reading any pattern
     extras = read_patterns(path, info.key, rows=np.zeros(0, dtype=np.int64), **options)
     wavelength = _wavelength_A(config, exp, info.attrs, path)
-    dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, k)
+    stored_dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, info.shape[-1])
+    dx_A = prep.object_pixel_A(stored_dx_A)
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
     positions_A = _positions(config, exp, info, path, extras.positions_A)
     rows = None if keep is None else np.asarray(keep(positions_A))
-    far_field = exp_cfg.geometry == "far_field"
     background = extras.background if config.data.subtract_background else None
-    raw = read_patterns(path, info.key, _pattern_preparation(config, str(path), far_field, background), rows, **options)
-    mask = None
-    if extras.mask is not None and config.data.use_mask:
-        mask = torch.from_numpy(_orient(config, extras.mask[None].astype(np.float32), far_field)[0] > 0.5)
+    prepare = pattern_preparation(prep, str(path), config.data.nonfinite, config.data.negative, background)
+    raw = read_patterns(path, info.key, prepare, rows, **options)
+    mask = prep.mask(extras.mask if config.data.use_mask else None)
     return PtychoData(
         patterns=torch.from_numpy(raw.patterns),
         positions_A=positions_A,
@@ -102,14 +101,14 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
         source=str(path),
         pattern_rows=rows,
         radiation=exp_cfg.radiation,
-        mask=mask,
+        mask=None if mask is None else torch.from_numpy(mask),
         near_field_distance_A=near_distance,
     )
 
 
 def _sampling(config: Config, exp: dict, attrs: dict, wavelength: float, k: int) -> tuple[float, float | None]:
-    """Object pixel (Å) from dx_A, else dk_invA, else the X-ray geometry; and the near-field
-    propagation distance (Å), or None for the far field."""
+    """Object pixel (Å) of the patterns as stored, k pixels wide, from dx_A, else dk_invA, else
+    the X-ray geometry; and the near-field propagation distance (Å), or None for the far field."""
     e = config.experiment
     from_geometry, near_distance = None, None
     if e.radiation == "xray" and (e.geometry == "near_field" or (exp["dx_A"] is None and exp["dk_invA"] is None)):
@@ -140,44 +139,6 @@ def keep_only(data: PtychoData, keep) -> PtychoData:
         return data
     rows = np.asarray(keep(data.positions_A))
     return dataclasses.replace(data, patterns=data.patterns[torch.from_numpy(rows)].clone(), pattern_rows=rows)
-
-
-def _orient(config: Config, chunk: np.ndarray, far_field: bool) -> np.ndarray:
-    """The orientation fix (transpose, then flips) and, for diffraction patterns, the ifftshift
-    to the model's layout; a new array."""
-    t = config.data.transform
-    if t.transpose:
-        chunk = chunk.transpose(0, 2, 1)
-    if t.flip_y:
-        chunk = chunk[:, ::-1, :]
-    if t.flip_x:
-        chunk = chunk[:, :, ::-1]
-    return np.fft.ifftshift(chunk, axes=(-2, -1)) if far_field else np.ascontiguousarray(chunk)
-
-
-def _pattern_preparation(config: Config, source: str, far_field: bool = True, background: np.ndarray | None = None):
-    """Per-chunk preparation: background subtraction, orientation fix, ifftshift (far field),
-    non-finite and negative values."""
-    policy_nonfinite, policy_negative = config.data.nonfinite, config.data.negative
-
-    def prepare(chunk: np.ndarray) -> np.ndarray:
-        if background is not None:
-            chunk = chunk - background
-        chunk = _orient(config, chunk, far_field)
-        bad = ~np.isfinite(chunk)
-        if bad.any():
-            if policy_nonfinite == "error":
-                raise DataError(f"{source}: {int(bad.sum())} NaN/Inf pattern values; "
-                                "set data.nonfinite: zero to replace them by 0")
-            chunk[bad] = 0.0
-        if (chunk < 0).any():
-            if policy_negative == "error":
-                raise DataError(f"{source}: negative pattern values (min {chunk.min():g}); "
-                                "set data.negative: clip to set them to 0")
-            np.maximum(chunk, 0.0, out=chunk)
-        return chunk
-
-    return prepare
 
 
 def _experiment_values(config: Config, attrs: dict, source: Path) -> dict[str, Any]:

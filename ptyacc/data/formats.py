@@ -118,14 +118,18 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     source: (A, [B,] sy, sx) sliceable along its first axis (h5py dataset, memmap, array);
             pattern i is the i-th frame of its leading axes in C order.
     rows:   strictly increasing indices; only the stretches of ``source`` between wanted
-            patterns, at most CHUNK_BYTES at a time, are read, straight into float32.
+            patterns, at most CHUNK_BYTES at a time, are read, then converted to float32 a
+            chunk at a time: besides the result, memory holds chunk-sized copies only.
     frame:  maps a block of stored frames (c, sy, sx) to patterns (c, ky, kx) (crop, transpose).
-    prepare: maps each float32 chunk (c, ky, kx) to its final form (same shape) as it arrives.
+    prepare: maps each float32 chunk (c, ky, kx) to its final form (c, ky', kx') as it arrives;
+            called once on an empty chunk (0, ky, kx) first to learn (ky', kx').
     """
     stored = tuple(source.shape[-2:])
     per_first = int(np.prod(source.shape[1:-2]))  # patterns per index of the first axis
     wanted = _checked_rows(rows, source.shape[0] * per_first)
-    patterns = np.empty((len(wanted), *pattern_shape), dtype=np.float32)
+    empty = np.zeros((0, *pattern_shape), dtype=np.float32)
+    out_shape = pattern_shape if prepare is None else prepare(empty).shape[1:]
+    patterns = np.empty((len(wanted), *out_shape), dtype=np.float32)
     step = max(1, CHUNK_BYTES // max(1, source.dtype.itemsize * per_first * stored[0] * stored[1]))
     start = 0
     while start < len(wanted):
@@ -136,10 +140,12 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
         take = wanted[start:end] - first * per_first
         if len(take) < len(block):
             block = block[take]
-        out = patterns[start:end]
-        out[...] = block if frame is None else frame(block)
-        if prepare is not None:
-            out[...] = prepare(out)
+        if frame is not None:
+            block = frame(block)
+        if prepare is None:
+            patterns[start:end] = block
+        else:
+            patterns[start:end] = prepare(block.astype(np.float32, copy=False))
         start = end
     return patterns
 
