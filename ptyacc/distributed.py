@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import time
 from datetime import timedelta
 
 import torch
@@ -153,3 +154,50 @@ def check_in_sync(accelerator, model: nn.Module, iteration: int) -> None:
         raise DistributedError(f"processes hold different parameters after iteration {iteration} ({ranks}); "
                                "the run is not reproducible across ranks and was stopped")
 
+
+
+class CommMeter:
+    """Bytes that DDP all-reduces and the time each all-reduce takes, counted by a comm hook.
+
+    The hook does what DDP's default does (average a gradient bucket over the processes) and
+    records, per bucket, its size and the seconds from launch to completion. ptyacc's data
+    term hands all gradients to autograd at once, so DDP launches its buckets at the end of
+    the backward pass and that time is not hidden behind computation: it includes waiting for
+    the slowest process to reach the same step."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.bytes = 0
+        self.calls = 0
+        self.busy_s = 0.0
+
+    def hook(self, state, bucket):
+        import torch.distributed as dist
+
+        tensor = bucket.buffer()
+        self.bytes += tensor.numel() * tensor.element_size()
+        self.calls += 1
+        start = time.perf_counter()
+        tensor.div_(self.world)
+        future = dist.all_reduce(tensor, async_op=True).get_future()
+
+        def finished(fut):
+            self.busy_s += time.perf_counter() - start
+            return fut.value()[0]
+
+        return future.then(finished)
+
+    def take(self) -> dict:
+        """The counts since the last call, and reset."""
+        out = {"bytes": self.bytes, "calls": self.calls, "busy_s": self.busy_s}
+        self.bytes, self.calls, self.busy_s = 0, 0, 0.0
+        return out
+
+
+def attach_comm_meter(model: nn.Module, world: int) -> CommMeter | None:
+    """Count all-reduce traffic of a DDP-wrapped model; None when the model is not wrapped."""
+    if world < 2 or not hasattr(model, "register_comm_hook"):
+        return None
+    meter = CommMeter(world)
+    model.register_comm_hook(None, meter.hook)
+    return meter

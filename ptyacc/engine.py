@@ -24,7 +24,7 @@ from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore, sav
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, PtychoData, load_data, spatial_shards
 from ptyacc.data.dataset import keep_only
-from ptyacc.distributed import check_in_sync, get_attribute, make_accelerator, unwrap
+from ptyacc.distributed import attach_comm_meter, check_in_sync, get_attribute, make_accelerator, unwrap
 from ptyacc.errors import ConfigError, DistributedError, PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
@@ -49,6 +49,9 @@ class Reconstruction:
     output_dir: Path | None = None
     world_size: int = 1
     poisson_deviance: float | None = None  # per counted pixel, for Poisson runs
+    # multi-process runs: gradient bytes all-reduced and seconds spent in those all-reduces, per iteration
+    comm_bytes: list[int] = field(default_factory=list)
+    comm_time_s: list[float] = field(default_factory=list)
 
 
 def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None, write: bool = True,
@@ -132,6 +135,9 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         row_of[torch.from_numpy(data.pattern_rows).to(accelerator.device)] = torch.arange(
             len(data.pattern_rows), device=accelerator.device)
     bare: PtychoModel = unwrap(model)
+    meter = attach_comm_meter(model, world)
+    comm_bytes: list[int] = []
+    comm_times: list[float] = []
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
     saver = _Saver(accelerator, config, bare, data, geometry, out_dir, write)
@@ -180,7 +186,14 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         history.append(loss)
         iteration_times.append(time.perf_counter() - tick)
         iteration += 1
-        log.line(f"iteration {iteration}/{opt_cfg.iterations}: loss {loss:.6g}, {iteration_times[-1]:.3f} s")
+        comm = ""
+        if meter is not None:
+            counts = meter.take()
+            comm_bytes.append(counts["bytes"])
+            comm_times.append(counts["busy_s"])
+            comm = (f", all-reduced {counts['bytes'] / 2**20:.2f} MiB in {counts['calls']} calls, "
+                    f"{counts['busy_s']:.3f} s")
+        log.line(f"iteration {iteration}/{opt_cfg.iterations}: loss {loss:.6g}, {iteration_times[-1]:.3f} s{comm}")
         if config.runtime.check_sync_every and iteration % config.runtime.check_sync_every == 0:
             check_in_sync(accelerator, model, iteration - 1)
         if progress is not None:
@@ -207,10 +220,13 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     results = saver.save(history, iteration_times, figures=config.output.figures)
     wall = time.perf_counter() - started
     log.line(f"done: {len(history)} iterations in {wall:.1f} s, final loss {history[-1]:.6g}")
+    if comm_times:
+        log.line(f"communication: {sum(comm_bytes) / len(comm_bytes) / 2**20:.2f} MiB all-reduced per iteration, "
+                 f"{sum(comm_times) / sum(iteration_times[-len(comm_times):]):.0%} of the iteration time")
     accelerator.wait_for_everyone()
     return Reconstruction(results=results, model=bare, data=data, loss=history, iteration_times_s=iteration_times,
                           wall_time_s=wall, output_dir=out_dir if write else None, world_size=world,
-                          poisson_deviance=deviance)
+                          poisson_deviance=deviance, comm_bytes=comm_bytes, comm_time_s=comm_times)
 
 
 @torch.no_grad()

@@ -250,6 +250,18 @@ def test_ranks_end_bit_identical_and_write_the_same_files(one_and_two):
 
 
 @pytest.mark.slow
+def test_all_reduced_bytes_are_counted(one_and_two):
+    """The comm hook counts every gradient byte once per step: steps x the bytes of all
+    parameters, on every rank and every iteration; a single process all-reduces nothing."""
+    for record in ranks(one_and_two[2] / "records"):
+        steps = [len(record["indices"][str(i)]) for i in range(10)]
+        assert record["comm_bytes"] == [n * record["gradient_bytes"] for n in steps]
+        assert all(t > 0 for t in record["comm_time_s"]) and len(record["comm_time_s"]) == 10
+    single = ranks(one_and_two[1] / "records")[0]
+    assert single["comm_bytes"] == [] and single["comm_time_s"] == []
+
+
+@pytest.mark.slow
 def test_drift_between_ranks_is_detected(mp_config, tmp_path):
     """A rank whose object is nudged stops the run with a message naming the iteration."""
     launch([str(WORKER), str(mp_config), str(tmp_path / "records"), "--perturb-rank", "1",
