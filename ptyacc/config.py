@@ -137,6 +137,9 @@ class ExperimentConfig:
     aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
     dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
+    dk_from_bright_field: bool = _f(
+        False, "Electrons: fit dk_invA = semiangle / wavelength / R from the bright-field disk's radius R (px, "
+               "half maximum, sub-pixel) in the mean of up to 256 prepared patterns, instead of dk_invA or dx_A.")
     scan_step_A: float | None = _f(None, "Raster scan step in Å.")
     scan_rotation_deg: float = _f(0.0, "Rotation of the scan axes against the detector axes, counter-clockwise.")
     geometry: Literal["far_field", "near_field"] = _f(
@@ -165,6 +168,12 @@ class ExperimentConfig:
             raise ConfigError(f"{path}.defocus_A: give defocus_A or aberrations.C10, not both (defocus_A = -C10)")
         if self.dk_invA is not None and self.dx_A is not None:
             raise ConfigError(f"{path}: give dk_invA or dx_A, not both (dx_A = 1 / (K dk_invA))")
+        if self.dk_from_bright_field and (self.dk_invA is not None or self.dx_A is not None):
+            raise ConfigError(f"{path}.dk_from_bright_field: fits dk_invA from the patterns; give it or dk_invA/dx_A, "
+                              "not both")
+        if self.dk_from_bright_field and self.radiation != "electron":
+            raise ConfigError(f"{path}.dk_from_bright_field: needs radiation: electron (a probe-forming aperture), "
+                              f"got {self.radiation}")
 
 
 @dataclass

@@ -248,6 +248,13 @@ CASES = [
               files=(h5_file(attrs={"dk_invA": 0.0}),)),
     file_case("energy_attribute_text", "{data}: attribute energy_eV must be a number, got '80 kV'",
               files=(h5_file(attrs={"energy_eV": "80 kV"}),)),
+    bad("bright_field_fit_and_dx", "experiment.dk_from_bright_field: fits dk_invA from the patterns; give it or "
+        "dk_invA/dx_A, not both", config={"experiment": {"dk_from_bright_field": True}}),
+    file_case("bright_field_disk_missing", "{data}: no bright-field disk inside the detector",
+              "set experiment.dk_invA (or dx_A) instead of experiment.dk_from_bright_field",
+              config={"experiment": {"dk_from_bright_field": True}}),
+    file_case("bright_field_without_semiangle", "experiment.semiangle_mrad: needed by experiment.dk_from_bright_field",
+              files=(h5_file(attrs={"semiangle_mrad": DELETE}),), config={"experiment": {"dk_from_bright_field": True}}),
     # --- the machine and the launcher
     bad("cuda_without_gpu", "runtime.device: cuda requested but torch sees no CUDA GPU",
         config={"runtime": {"device": "cuda"}}, subprocess=True, marks=NEEDS_NO_GPU),

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
+from ptyacc.data.calibration import bright_field_radius_px, sample_rows
 from ptyacc.data.prepare import Preparation, pattern_preparation
 from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_hdf5_array, read_patterns
 from ptyacc.errors import ConfigError, DataError
@@ -81,13 +82,16 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     # mask, dark/background and the file's own positions, without reading any pattern
     extras = read_patterns(path, info.key, rows=np.zeros(0, dtype=np.int64), **options)
     wavelength = _wavelength_A(config, exp, info.attrs, path)
-    stored_dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, info.shape[-1])
-    dx_A = prep.object_pixel_A(stored_dx_A)
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
     positions_A = _positions(config, exp, info, path, extras.positions_A)
     rows = None if keep is None else np.asarray(keep(positions_A))
     background = extras.background if config.data.subtract_background else None
     prepare = pattern_preparation(prep, str(path), config.data.nonfinite, config.data.negative, background)
+    if exp_cfg.dk_from_bright_field:
+        dx_A, near_distance = _dx_from_bright_field(exp, wavelength, path, info, prepare, options), None
+    else:
+        stored_dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, info.shape[-1])
+        dx_A = prep.object_pixel_A(stored_dx_A)
     raw = read_patterns(path, info.key, prepare, rows, **options)
     mask = prep.mask(extras.mask if config.data.use_mask else None)
     return PtychoData(
@@ -124,6 +128,20 @@ def _sampling(config: Config, exp: dict, attrs: dict, wavelength: float, k: int)
     raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
 
 
+def _dx_from_bright_field(exp: dict, wavelength: float, path: Path, info: PatternsInfo,
+                         prepare: Callable[[np.ndarray], np.ndarray], options: dict) -> float:
+    """Object pixel (Å) of the prepared patterns from the bright-field disk of the mean of an
+    evenly spread sample of them (the same on every process): dk = semiangle / wavelength / R."""
+    if exp["semiangle_mrad"] is None:
+        raise ConfigError("experiment.semiangle_mrad: needed by experiment.dk_from_bright_field, and the data file "
+                          "has no 'semiangle_mrad' attribute")
+    sample = read_patterns(path, info.key, prepare, sample_rows(info.n_patterns), **options).patterns
+    mean = np.fft.fftshift(sample.mean(axis=0, dtype=np.float64))
+    radius_px = bright_field_radius_px(mean, str(path))
+    dk_invA = exp["semiangle_mrad"] * 1e-3 / wavelength / radius_px
+    return 1.0 / (mean.shape[-1] * dk_invA)
+
+
 def _wavelength_A(config: Config, exp: dict, attrs: dict, path: Path) -> float:
     """From experiment.energy_eV, else the file's energy, else the file's wavelength (CXI)."""
     if exp["energy_eV"] is not None:
@@ -145,7 +163,7 @@ def _experiment_values(config: Config, attrs: dict, source: Path) -> dict[str, A
     """Experiment values from the config, completed from the attributes of the file ``source``."""
     exp = config.experiment
     out: dict[str, Any] = {name: getattr(exp, name) for name in FILE_ATTRIBUTES}
-    given_sampling = exp.dk_invA is not None or exp.dx_A is not None
+    given_sampling = exp.dk_invA is not None or exp.dx_A is not None or exp.dk_from_bright_field
     for name in FILE_ATTRIBUTES:
         if out[name] is None and name in attrs:
             if name in ("dk_invA", "dx_A") and given_sampling:
