@@ -171,23 +171,37 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
     click.echo(f"written: {Path(output_dir) / 'speedtest.csv'}, speedtest_summary.csv, speedtest.png", err=True)
 
 
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
 @cli.command()
-@click.argument("config_file", required=False, type=click.Path(dir_okay=False))
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False),
+              help="Config whose data.transform and experiment apply to FILE (a data file).")
 @set_option
 @friendly_errors
-def info(config_file: str | None, overrides: tuple[str, ...]) -> None:
+def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) -> None:
     """Versions, devices (MIG slices marked), the backend a multi-process run would use and the
-    accelerate config found; with CONFIG_FILE, also the data's derived sampling (dx, dk, probe
-    window, object size, bright-field disk) and warnings where the probe or scan do not fit."""
+    accelerate config found. With FILE, also the data's derived sampling (dx, dk, probe
+    window and diameter, object size, scan extent, bright-field disk) and warnings where the
+    probe or scan do not fit. FILE is a config (.yaml), or a data file read with the settings
+    of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`."""
     from ptyacc.info import data_report, environment_report
 
     for line in environment_report():
         click.echo(line)
-    if config_file:
-        from ptyacc.config import load_config
+    if file is None and config_file is None:
+        return
+    from ptyacc.config import load_config
 
-        for line in data_report(load_config(config_file, overrides)):
-            click.echo(line)
+    if file is not None and file.lower().endswith(CONFIG_SUFFIXES):
+        if config_file is not None:
+            raise click.UsageError(f"{file} is a config; give a data file with --config {config_file}")
+        config_file, file = file, None
+    data_overrides = [f"data.path={Path(file).resolve()}", "data.simulate=null"] if file is not None else []
+    config = load_config(config_file or {}, [*data_overrides, *overrides])
+    for line in data_report(config):
+        click.echo(line)
 
 
 @cli.command()

@@ -44,40 +44,65 @@ def _accelerate_config() -> str | None:
     return str(path) if path.is_file() else None
 
 
-def data_report(config) -> list[str]:
-    """Derived sampling and geometry for the config's data, with warnings where they do not fit."""
+def data_report(config, sample: int = 64) -> list[str]:
+    """Derived sampling and geometry for the config's data, with warnings where they do not fit.
+    Reads all positions but only ``sample`` evenly spread patterns (for the mean counts)."""
     from ptyacc.data import load_data
+    from ptyacc.data.calibration import sample_rows
     from ptyacc.geometry import ObjectGeometry
-    from ptyacc.physics import stem_probe
 
-    data = load_data(config)
-    k = data.detector_px
-    geometry = ObjectGeometry.around(data.positions_A, data.dx_A, k, config.model.object_padding_px)
-    lines = [f"data: {data.source}: {data.n_patterns} patterns of {k} x {k} px"
+    data = load_data(config, lambda positions: sample_rows(len(positions), sample))
+    k, dx = data.detector_px, data.dx_A
+    window_A = k * dx
+    geometry = ObjectGeometry.around(data.positions_A, dx, k, config.model.object_padding_px)
+    stored = data.stored_pattern_shape
+    prepared = "" if stored is None or stored == (k, k) else f" (stored {stored[0]} x {stored[1]}, data.transform)"
+    span_A = data.positions_A.max(axis=0) - data.positions_A.min(axis=0)
+    lines = [f"data: {data.source}: {data.n_patterns} patterns of {k} x {k} px{prepared}"
              + (f", scan {data.scan_shape[0]} x {data.scan_shape[1]}" if data.scan_shape else ""),
-             f"wavelength {data.wavelength_A:.6g} A; dk {data.dk_invA:.6g} 1/A; dx {data.dx_A:.6g} A; "
-             f"probe window {k * data.dx_A:.4g} A",
-             f"object {geometry.shape[0]} x {geometry.shape[1]} px = {geometry.shape[0] * data.dx_A:.4g} x "
-             f"{geometry.shape[1] * data.dx_A:.4g} A",
-             f"mean counts per pattern {data.mean_intensity:.6g}"]
+             f"wavelength {data.wavelength_A:.6g} A; dk {data.dk_invA:.6g} 1/A; dx {dx:.6g} A; "
+             f"probe window {k} x {k} px = {window_A:.4g} A",
+             f"object {geometry.shape[0]} x {geometry.shape[1]} px = {geometry.shape[0] * dx:.4g} x "
+             f"{geometry.shape[1] * dx:.4g} A",
+             f"scan extent (y, x) {span_A[0]:.4g} x {span_A[1]:.4g} A = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
+             f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)"]
     warnings = []
-    if data.semiangle_mrad:
-        k_max = data.semiangle_mrad * 1e-3 / data.wavelength_A
-        radius_px = k_max / data.dk_invA
-        lines.append(f"bright-field disk radius {radius_px:.2f} px (semi-angle {data.semiangle_mrad:g} mrad)")
-        if radius_px > k / 2:
-            warnings.append("the bright-field disk is larger than the detector: check dk_invA or semiangle_mrad")
-        probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations).numpy()
-        intensity = np.abs(probe) ** 2
-        c = np.arange(k) - k // 2
-        r = np.hypot(c[:, None], c[None, :])
-        outside = intensity[r > 0.45 * k].sum()
-        lines.append(f"probe: {100 * outside:.1f}% of its intensity lies near the window edge (r > 0.45 K)")
-        if outside > 0.05:
-            warnings.append("the probe does not fit in the window: more than 5% of it is near the edge "
-                            "(less defocus, or a larger detector crop)")
+    if data.radiation == "electron" and data.semiangle_mrad:
+        probe_lines, probe_warnings = _electron_probe_report(data)
+        lines += probe_lines
+        warnings += probe_warnings
     step = np.median(np.linalg.norm(np.diff(data.positions_A, axis=0), axis=1)) if data.n_patterns > 1 else 0.0
-    lines.append(f"median step between consecutive positions {step:.4g} A = {step / data.dx_A:.3g} px")
-    if step > k * data.dx_A / 2:
+    lines.append(f"median step between consecutive positions {step:.4g} A = {step / dx:.3g} px")
+    if step > window_A / 2:
         warnings.append("positions are more than half a window apart: the probes barely overlap")
     return lines + [f"warning: {w}" for w in warnings]
+
+
+def _electron_probe_report(data) -> tuple[list[str], list[str]]:
+    """Bright-field disk radius, the probe's size from its defocus and aperture, and how much of
+    the probe built from them lies near the window's edge."""
+    from ptyacc.physics import stem_probe
+
+    k, dx = data.detector_px, data.dx_A
+    alpha = data.semiangle_mrad * 1e-3
+    radius_px = alpha / data.wavelength_A / data.dk_invA
+    defocus_A = -data.aberrations.get("C10", 0.0)
+    diameter_A = 2 * abs(defocus_A) * alpha + 1.22 * data.wavelength_A / alpha
+    lines = [f"bright-field disk radius {radius_px:.2f} px (semi-angle {data.semiangle_mrad:g} mrad)",
+             f"probe diameter {diameter_A:.4g} A = {diameter_A / dx:.3g} px "
+             f"(2 |defocus| semi-angle + 1.22 wavelength / semi-angle, defocus {defocus_A:g} A)"]
+    warnings = []
+    if radius_px > k / 2:
+        warnings.append(f"the bright-field disk (radius {radius_px:.1f} px) is larger than the {k} x {k} detector: "
+                        "check dk_invA or semiangle_mrad, or crop less")
+    probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations).numpy()
+    c = np.arange(k) - k // 2
+    outside = float((np.abs(probe) ** 2)[np.hypot(c[:, None], c[None, :]) > 0.45 * k].sum())
+    lines.append(f"probe: {100 * outside:.1f}% of its intensity lies near the window edge (r > 0.45 K)")
+    if diameter_A > k * dx:
+        warnings.append(f"the defocused probe ({diameter_A:.4g} A across) is wider than the {k} x {k} px window "
+                        f"({k * dx:.4g} A): less defocus, a larger crop, or padding (data.transform.pad)")
+    elif outside > 0.05:
+        warnings.append("the probe does not fit in the window: more than 5% of it is near the edge "
+                        "(less defocus, or a larger detector crop)")
+    return lines, warnings

@@ -114,8 +114,68 @@ def test_info_reports_environment_and_derived_sampling(tmp_path):
     result = runner.invoke(cli, ["info", str(config)])
     assert result.exit_code == 0, result.output
     # tiny_config: dx 0.3 Å, K 16 -> dk = 1 / (16 * 0.3); 80 keV, 25 mrad -> disk radius 25e-3 / lambda / dk px
-    assert "dk 0.208333 1/A; dx 0.3 A; probe window 4.8 A" in result.stdout
+    assert "dk 0.208333 1/A; dx 0.3 A; probe window 16 x 16 px = 4.8 A" in result.stdout
     assert "bright-field disk radius 2.87 px" in result.stdout
+
+
+def electron_wavelength_A(energy_eV: float) -> float:
+    """Relativistic de Broglie wavelength from CODATA constants (independent of ptyacc)."""
+    h, m, e, c = 6.62607015e-34, 9.1093837015e-31, 1.602176634e-19, 299792458.0
+    return h / np.sqrt(2 * m * e * energy_eV * (1 + e * energy_eV / (2 * m * c**2))) * 1e10
+
+
+def info_lines(args: list[str]) -> tuple[list[str], list[str]]:
+    result = CliRunner().invoke(cli, ["info", *args])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    return lines, [line for line in lines if line.startswith("warning: ")]
+
+
+def test_info_on_a_data_file_with_a_config(tmp_path):
+    """`ptyacc info data.h5 --config c.yaml`: the numbers against values computed here."""
+    k, dk, energy, semiangle, defocus, step = 32, 0.05, 200e3, 10.0, 50.0, 1.0
+    data_path = tmp_path / "scan.h5"
+    with h5py.File(data_path, "w") as f:
+        f["patterns"] = np.ones((4, 5, k, k), np.float32)
+        f.attrs.update(energy_eV=energy, semiangle_mrad=semiangle, defocus_A=defocus, dk_invA=dk, scan_step_A=step)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"path": "elsewhere.h5"}, "model": {"object_padding_px": 0}}))
+    lines, warnings = info_lines([str(data_path), "--config", str(config)])
+    text = "\n".join(lines)
+    wavelength, dx = electron_wavelength_A(energy), 1 / (k * dk)
+    assert f"data: {data_path}: 20 patterns of 32 x 32 px, scan 4 x 5" in text
+    assert f"wavelength {wavelength:.6g} A; dk 0.05 1/A; dx 0.625 A; probe window 32 x 32 px = 20 A" in text
+    # the object holds every window: the scanned span in pixels, rounded up, + K + 2 spare pixels
+    rows, cols = int(np.ceil(3 * step / dx)) + k + 2, int(np.ceil(4 * step / dx)) + k + 2
+    assert f"object {rows} x {cols} px = {rows * dx:.4g} x {cols * dx:.4g} A" in text
+    assert "scan extent (y, x) 3 x 4 A = 4.8 x 6.4 px" in text
+    radius = semiangle * 1e-3 / wavelength / dk
+    assert f"bright-field disk radius {radius:.2f} px" in text
+    diameter = 2 * defocus * semiangle * 1e-3 + 1.22 * wavelength / (semiangle * 1e-3)
+    assert f"probe diameter {diameter:.4g} A = {diameter / dx:.3g} px" in text
+    assert warnings == []
+
+    # binning by 2 doubles dk (the object pixel stays: K halves); cropping to 12 px puts the disk
+    # (radius ~8 px) beyond the detector (the window stays 1 / dk = 20 A wide); a 2000 A defocus makes
+    # the probe wider than it
+    lines, warnings = info_lines([str(data_path), "-c", str(config), "--set", "data.transform.bin=2"])
+    assert "dk 0.1 1/A; dx 0.625 A; probe window 16 x 16 px = 10 A" in "\n".join(lines)
+    lines, warnings = info_lines([str(data_path), "-c", str(config), "--set", "data.transform.crop=12",
+                                  "--set", "experiment.defocus_A=2000"])
+    assert any(f"the bright-field disk (radius {radius:.1f} px) is larger than the 12 x 12 detector" in w
+               for w in warnings), warnings
+    wide = 2 * 2000 * semiangle * 1e-3 + 1.22 * wavelength / (semiangle * 1e-3)
+    assert any(f"the defocused probe ({wide:.4g} A across) is wider than the 12 x 12 px window (20 A)" in w
+               for w in warnings), warnings
+    assert "32 x 32 (stored" not in "\n".join(lines) and "(stored 32 x 32, data.transform)" in "\n".join(lines)
+
+
+def test_info_on_a_data_file_alone_and_a_config_given_twice(tmp_path, pattern_file):
+    path, _, _ = pattern_file
+    lines, _ = info_lines([str(path)])
+    assert f"data: {path}: 12 patterns of 8 x 8 px, scan 3 x 4" in "\n".join(lines)
+    result = CliRunner().invoke(cli, ["info", "c.yaml", "--config", "d.yaml"])
+    assert result.exit_code == 2 and "c.yaml is a config; give a data file with --config d.yaml" in result.output
 
 
 def test_simulate_writes_a_file_that_data_path_reads_back(tmp_path):

@@ -42,6 +42,7 @@ class PtychoData:
     radiation: str = "electron"
     mask: torch.Tensor | None = None  # (K, K) bool, True = pixel counts in the loss; model layout
     near_field_distance_A: float | None = None  # near field: effective (Fresnel-scaled) propagation distance
+    stored_pattern_shape: tuple[int, int] | None = None  # (ky, kx) in the file, before data.transform
     ground_truth: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -107,6 +108,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
         radiation=exp_cfg.radiation,
         mask=None if mask is None else torch.from_numpy(mask),
         near_field_distance_A=near_distance,
+        stored_pattern_shape=tuple(info.shape[-2:]),
     )
 
 
