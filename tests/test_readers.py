@@ -170,6 +170,24 @@ def test_rows_and_prepare_across_chunks(tmp_path, monkeypatch, fmt):
     assert read_patterns(path, rows=np.arange(0), **options).patterns.shape == (0, 6, 6)
 
 
+def test_4d_rows_read_in_stretches_shorter_than_a_scan_row(tmp_path, monkeypatch):
+    """Chunks of 2 patterns inside scan rows of 5: every wanted pattern once, in order."""
+    data = counts((3, 5, 6, 6))
+    path = _h5(tmp_path / "d.h5", data)
+    monkeypatch.setattr(formats, "CHUNK_BYTES", 2 * 6 * 6 * 4)
+    calls = []
+
+    def prepare(chunk):
+        calls.append(len(chunk))
+        return chunk * 2
+
+    rows = np.array([0, 1, 2, 4, 5, 9, 10, 14])
+    raw = read_patterns(path, None, prepare, rows)
+    np.testing.assert_array_equal(raw.patterns, data.reshape(15, 6, 6)[rows] * 2)
+    assert max(calls) <= 2 and sum(calls) == len(rows)
+    np.testing.assert_array_equal(read_patterns(path).patterns, data.reshape(15, 6, 6))
+
+
 def test_rows_must_be_increasing_indices(pattern_file):
     path, _, _ = pattern_file
     for rows in ([3, 1], [0, 12], [1, 1]):

@@ -18,7 +18,9 @@ import numpy as np
 
 from ptyacc.errors import ConfigError, DataError
 
-CHUNK_BYTES = 64 * 2**20
+CHUNK_BYTES = 64 * 2**20  # the most read and converted at a time (as float32)
+MIN_CHUNK_BYTES = 2**20
+CHUNKS_AT_LEAST = 32  # the few chunk-sized copies alive at a time cost about a tenth of the result
 FORMATS = ("hdf5", "cxi", "npy", "mat", "empad")
 ELECTRON_VOLT_J = 1.602176634e-19
 METRE_IN_A = 1e10
@@ -118,8 +120,9 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     source: (A, [B,] sy, sx) sliceable along its first axis (h5py dataset, memmap, array);
             pattern i is the i-th frame of its leading axes in C order.
     rows:   strictly increasing indices; only the stretches of ``source`` between wanted
-            patterns, at most CHUNK_BYTES at a time, are read, then converted to float32 a
-            chunk at a time: besides the result, memory holds chunk-sized copies only.
+            patterns are read, then converted to float32, a chunk at a time: besides the
+            result, memory holds a few chunk-sized copies only, each at most CHUNK_BYTES and
+            1 / CHUNKS_AT_LEAST of the result (at least MIN_CHUNK_BYTES).
     frame:  maps a block of stored frames (c, sy, sx) to patterns (c, ky, kx) (crop, transpose).
     prepare: maps each float32 chunk (c, ky, kx) to its final form (c, ky', kx') as it arrives;
             called once on an empty chunk (0, ky, kx) first to learn (ky', kx').
@@ -130,14 +133,21 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     empty = np.zeros((0, *pattern_shape), dtype=np.float32)
     out_shape = pattern_shape if prepare is None else prepare(empty).shape[1:]
     patterns = np.empty((len(wanted), *out_shape), dtype=np.float32)
-    step = max(1, CHUNK_BYTES // max(1, source.dtype.itemsize * per_first * stored[0] * stored[1]))
+    budget = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, patterns.nbytes // CHUNKS_AT_LEAST))
+    per_chunk = max(1, budget // (max(4, source.dtype.itemsize) * stored[0] * stored[1]))  # patterns
     start = 0
     while start < len(wanted):
-        first = int(wanted[start]) // per_first
-        end = int(np.searchsorted(wanted, (first + step) * per_first))
-        last = int(wanted[end - 1]) // per_first
-        block = source[first:last + 1].reshape(-1, *stored)
-        take = wanted[start:end] - first * per_first
+        first = int(wanted[start])
+        row = first // per_first
+        if per_chunk >= per_first:  # whole indices of the first axis
+            base = row * per_first
+            end = int(np.searchsorted(wanted, base + (per_chunk // per_first) * per_first))
+            block = source[row:int(wanted[end - 1]) // per_first + 1].reshape(-1, *stored)
+        else:  # a stretch of one index of the first axis of a 4D source
+            base = first
+            end = int(np.searchsorted(wanted, min(first + per_chunk, (row + 1) * per_first)))
+            block = source[row, first - row * per_first:int(wanted[end - 1]) - row * per_first + 1]
+        take = wanted[start:end] - base
         if len(take) < len(block):
             block = block[take]
         if frame is not None:
