@@ -11,6 +11,8 @@ results.h5 layout (a public contract; add, never rename):
 - attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
   the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
   ``iterations_done``, ``wavelength_A``, ``loss_name``.
+- X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
+  float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import numpy as np
 import yaml
 
 from ptyacc.errors import DataError
+
+METRE_PER_A = 1e-10
 
 
 @dataclass
@@ -82,6 +86,10 @@ def save_results(path: Path, results: Results) -> None:
                 f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
+        if ((results.config or {}).get("experiment") or {}).get("radiation") == "xray":
+            f.create_dataset("positions_m", data=results.positions_A.astype(np.float64) * METRE_PER_A)
+            f.attrs["dx_m"] = results.dx_A * METRE_PER_A
+            f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
         for key, value in results.attrs.items():
             f.attrs[key] = value
     os.replace(tmp, path)

@@ -146,3 +146,29 @@ def test_reading_only_some_rows(pattern_file):
     expected = np.fft.ifftshift(patterns.reshape(12, 8, 8)[[1, 5, 6, 11]], axes=(-2, -1))
     np.testing.assert_array_equal(data.patterns.numpy(), expected)
     assert data.n_patterns == 12 and data.pattern_rows.tolist() == [1, 5, 6, 11]
+
+
+@pytest.mark.parametrize("radiation", ["xray", "electron"])
+def test_xray_results_also_in_metres(tmp_path, radiation):
+    """An X-ray run's results.h5 carries positions_m, dx_m and origin_m = the Å values x 1e-10
+    beside them; an electron run's only the Å ones."""
+    import ptyacc
+
+    experiment = {"energy_eV": 8000.0, "dx_A": 400.0, "scan_step_A": 1200.0}
+    if radiation == "xray":
+        experiment.update(radiation="xray")
+    else:
+        experiment.update(energy_eV=80e3, dx_A=0.3, scan_step_A=0.9, semiangle_mrad=25.0)
+    config = ptyacc.load_config({"data": {"simulate": {"scan_shape": [3, 3], "detector_px": 16, "atoms": 4}},
+                                 "experiment": experiment, "optim": {"iterations": 1, "batch_size": 9},
+                                 "output": {"dir": str(tmp_path / "out"), "figures": False},
+                                 "runtime": {"progress": False}})
+    ptyacc.reconstruct(config)
+    with h5py.File(tmp_path / "out" / "results.h5") as f:
+        if radiation == "electron":
+            assert "positions_m" not in f and "dx_m" not in f.attrs and "origin_m" not in f.attrs
+            return
+        np.testing.assert_allclose(f["positions_m"][()], f["positions_A"][()] * 1e-10, rtol=1e-15)
+        assert f.attrs["dx_m"] == pytest.approx(f.attrs["dx_A"] * 1e-10, rel=1e-15)
+        np.testing.assert_allclose(f.attrs["origin_m"], f.attrs["origin_A"] * 1e-10, rtol=1e-15)
+        assert f.attrs["dx_A"] == pytest.approx(400.0)

@@ -38,7 +38,7 @@ def simulate_dataset(config: Config) -> PtychoData:
     semiangle = exp.semiangle_mrad or DEFAULTS["semiangle_mrad"]
     wavelength = wavelength_A(energy, exp.radiation)
     near_distance = None
-    if exp.radiation == "xray":
+    if exp.radiation == "xray" and (exp.geometry == "near_field" or exp.dx_A is None):
         dx, near_distance = xray_sampling(exp.geometry, wavelength, k, exp.detector_distance_m,
                                           exp.detector_pixel_m, exp.focus_to_sample_m)
         dx = exp.dx_A or dx
