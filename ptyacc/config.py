@@ -48,6 +48,10 @@ class TransformConfig:
     detector pixel) by bin, and the object pixel is dx = 1 / (K dk) with K the final size, so
     crop and pad change it too (near field: dx grows by bin only)."""
 
+    orientation: Literal["manual", "auto"] = _f(
+        "manual", "auto: transpose, flip_y and flip_x from the detector's basis_vectors (CXI, or a file converted "
+                  "from one), so that rows run along +y and columns along +x of the frame of the sample "
+                  "translations; manual: the three keys below.")
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
@@ -67,6 +71,9 @@ class TransformConfig:
             _require(len(self.crop_offset) == 2 and min(self.crop_offset) >= 0, f"{path}.crop_offset",
                      f"must be two integers >= 0 [row, col], got {self.crop_offset}")
         _require(self.bin >= 1, f"{path}.bin", f"must be >= 1, got {self.bin}")
+        if self.orientation == "auto" and (self.transpose or self.flip_y or self.flip_x):
+            raise ConfigError(f"{path}.orientation: auto sets transpose, flip_y and flip_x from the file; leave "
+                              "them false or use orientation: manual")
         _require(self.pad is None or self.pad >= 1, f"{path}.pad", f"must be >= 1 or null, got {self.pad}")
 
 

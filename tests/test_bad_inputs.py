@@ -214,6 +214,10 @@ CASES = [
               config={"data": {"transform": {"bin": 3}}}),
     file_case("pad_too_small", "{data}: data.transform.pad: 6 is smaller than the 8 x 8 px patterns",
               config={"data": {"transform": {"pad": 6}}}),
+    bad("orientation_auto_with_flips", "data.transform.orientation: auto sets transpose, flip_y and flip_x from "
+        "the file", config={"data": {"transform": {"orientation": "auto", "flip_x": True}}}),
+    file_case("orientation_auto_without_basis", "{data}: data.transform.orientation: auto needs the detector's "
+              "basis_vectors", config={"data": {"transform": {"orientation": "auto"}}}),
     # --- scan and positions
     file_case("scan_shape_mismatch", "data.scan_shape: [5, 5] gives 25 positions but the data has 12 patterns",
               config={"data": {"scan_shape": [5, 5]}}),

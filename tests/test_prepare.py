@@ -1,12 +1,17 @@
 """data.transform: crop, bin, orientation and pad of the patterns, the mask and the calibration,
 against NumPy references on small arrays."""
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
+import torch
+import yaml
 
 from ptyacc.config import load_config
 from ptyacc.data import formats, load_data
+from ptyacc.data.prepare import Preparation, orientation_from_basis
 from ptyacc.errors import DataError
 
 EXPERIMENT = {"energy_eV": 80e3, "dk_invA": 0.1, "scan_step_A": 0.5}
@@ -122,3 +127,61 @@ def test_non_square_patterns_can_be_cropped_square(tmp_path):
     with pytest.raises(DataError, match="patterns must be square, found 8 x 6; crop them with data.transform.crop"):
         load(path, {})
     assert load(path, {"crop": 6}).patterns.shape == (4, 6, 6)
+
+
+PETRA = Path(__file__).resolve().parents[1] / "examples" / "data" / "PETRAIII_P25_Near_Field_Ptycho.cxi"
+PETRA_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "petra_nearfield.yaml"
+AXES = [(axis, sign) for axis in ("x", "y") for sign in (1, -1)]
+
+
+@pytest.mark.parametrize("rows, cols", [(r, c) for r in AXES for c in AXES if r[0] != c[0]])
+def test_orientation_from_basis_vectors_recovers_the_lab_image(rows, cols):
+    """A detector whose rows and columns point along +-x / +-y of the lab records a lab image
+    L[y, x] as D; the derived transpose and flips (applied as data.transform applies them)
+    give L back, for all 8 axis-aligned detectors."""
+    k, pixel = 5, 55e-6
+    lab = np.arange(k * k, dtype=np.float32).reshape(k, k)
+    basis = np.zeros((3, 2))
+    for column, (axis, sign) in enumerate((rows, cols)):
+        basis["xy".index(axis), column] = sign * pixel
+    i, j = np.indices((k, k))
+    along = {rows[0]: i if rows[1] > 0 else k - 1 - i, cols[0]: j if cols[1] > 0 else k - 1 - j}
+    detector = lab[along["y"], along["x"]]
+    flags = orientation_from_basis(basis, "f.cxi")
+    prep = Preparation((k, k), (0, 0), (k, k), 1, flags["transpose"], flags["flip_y"], flags["flip_x"], None, False)
+    np.testing.assert_array_equal(prep.orient_and_pad(detector[None])[0], lab)
+    assert orientation_from_basis(basis.T, "f.cxi") == flags  # (2, 3) layout read the same
+
+
+def test_auto_orientation_of_the_petra_file_equals_its_config():
+    """configs/petra_nearfield.yaml sets flip_y and flip_x by hand; auto derives the same from the
+    CXI basis vectors, and reads the same patterns and mask."""
+    with h5py.File(PETRA) as f:
+        basis = f["entry_1/instrument_1/detector_1/basis_vectors"][()]
+    by_hand = yaml.safe_load(PETRA_CONFIG.read_text())["data"]["transform"]
+    flags = orientation_from_basis(basis, str(PETRA))
+    assert flags == {"transpose": by_hand.get("transpose", False), "flip_y": by_hand["flip_y"],
+                     "flip_x": by_hand["flip_x"]} == {"transpose": False, "flip_y": True, "flip_x": True}
+    manual = load_data(load_config(PETRA_CONFIG))
+    auto = load_data(load_config(PETRA_CONFIG, ["data.transform.flip_y=false", "data.transform.flip_x=false",
+                                                "data.transform.orientation=auto"]))
+    assert torch.equal(auto.patterns, manual.patterns) and torch.equal(auto.mask, manual.mask)
+
+
+@pytest.mark.parametrize("basis, message", [
+    ([[1e-5, 1e-5], [1e-5, -1e-5], [0, 0]], "array axis 0 points along [1e-05, 1e-05, 0.0] (x, y, z), not along lab x or y"),
+    ([[0, 1e-5], [0, 0], [1e-5, 0]], "array axis 0 points along [0.0, 0.0, 1e-05]"),
+    ([[1e-5, -1e-5], [0, 0], [0, 0]], "both array axes point along lab x"),
+    ([[1e-5, 0, 0, 0]], "expected a (3, 2) array of finite lab vectors"),
+])
+def test_orientation_from_bad_basis_vectors(basis, message):
+    with pytest.raises(DataError) as info:
+        orientation_from_basis(basis, "scan.cxi")
+    assert message in str(info.value) and "scan.cxi" in str(info.value)
+    assert "set data.transform transpose, flip_y and flip_x by hand" in str(info.value)
+
+
+def test_auto_orientation_without_basis_vectors(tmp_path):
+    path = write(tmp_path / "p.h5", counts((2, 2, 8, 8)))
+    with pytest.raises(DataError, match="orientation: auto needs the detector's basis_vectors"):
+        load(path, {"orientation": "auto"})

@@ -78,7 +78,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     options = {"scan_shape": tuple(config.data.scan_shape)} if config.data.scan_shape else {}
     info = inspect_patterns(path, config.data.key, **options)
     far_field = exp_cfg.geometry == "far_field"
-    prep = Preparation.from_config(config.data.transform, info.shape[-2:], far_field, str(path))
+    prep = Preparation.from_config(config.data.transform, info.shape[-2:], far_field, str(path), info.attrs)
     exp = _experiment_values(config, info.attrs, path)
     # mask, dark/background and the file's own positions, without reading any pattern
     extras = read_patterns(path, info.key, rows=np.zeros(0, dtype=np.int64), **options)

@@ -20,12 +20,14 @@ size, so crop and pad change it too.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ptyacc.config import TransformConfig
+from ptyacc.data.formats import CXI_DETECTOR
 from ptyacc.errors import DataError
 
 
@@ -51,8 +53,15 @@ class Preparation:
 
     @classmethod
     def from_config(cls, transform: TransformConfig, stored_shape: tuple[int, int], far_field: bool,
-                    source: str) -> Preparation:
-        """Check ``transform`` against patterns of ``stored_shape`` in the file ``source``."""
+                    source: str, attrs: dict | None = None) -> Preparation:
+        """Check ``transform`` against patterns of ``stored_shape`` in the file ``source``, whose
+        calibration ``attrs`` give the detector's basis vectors for ``orientation: auto``."""
+        if transform.orientation == "auto":
+            basis = (attrs or {}).get("detector_basis_vectors_m")
+            if basis is None:
+                raise DataError(f"{source}: data.transform.orientation: auto needs the detector's basis_vectors "
+                                f"({CXI_DETECTOR}/basis_vectors in a CXI file), found none; set transpose, flip_y and flip_x")
+            transform = dataclasses.replace(transform, **orientation_from_basis(basis, source))
         k_y, k_x = (int(s) for s in stored_shape)
         if transform.crop is None:
             start, shape = (0, 0), (k_y, k_x)
@@ -143,6 +152,35 @@ class Preparation:
             return None
         good = np.ones(self.stored_shape, dtype=bool) if stored_mask is None else np.asarray(stored_mask, dtype=bool)
         return self.orient_and_pad(self.binned(self.crop(good[None]), reduce="all"))[0]
+
+
+def orientation_from_basis(basis_vectors: object, source: str) -> dict[str, bool]:
+    """``transpose``, ``flip_y`` and ``flip_x`` that turn a detector whose array axes (rows,
+    columns) point along the lab vectors ``basis_vectors`` (CXI: (3, 2), column i = axis i as
+    (x, y, z); (2, 3) is read as its transpose) into rows along +y and columns along +x.
+    Each axis must lie along lab x or y; anything else (a tilted or rotated detector) is a
+    DataError naming ``source``."""
+    basis = np.asarray(basis_vectors, dtype=np.float64)
+    if basis.shape == (2, 3):
+        basis = basis.T
+    fix = "set data.transform transpose, flip_y and flip_x by hand (orientation: manual)"
+    if basis.shape != (3, 2) or not np.isfinite(basis).all():
+        raise DataError(f"{source}: detector basis_vectors: expected a (3, 2) array of finite lab vectors (x, y, z), "
+                        f"found {basis.tolist()!r}; {fix}")
+    lab_axis = []
+    for i, vector in enumerate(basis.T):
+        length = np.abs(vector)
+        dominant = int(np.argmax(length))
+        if dominant == 2 or length.max() == 0 or np.delete(length, dominant).max() > 1e-6 * length.max():
+            raise DataError(f"{source}: detector basis_vectors: array axis {i} points along {vector.tolist()} (x, y, z), "
+                            f"not along lab x or y; {fix}")
+        lab_axis.append(dominant)
+    if sorted(lab_axis) != [0, 1]:
+        raise DataError(f"{source}: detector basis_vectors: both array axes point along lab "
+                        f"{'xy'[lab_axis[0]]}; {fix}")
+    transpose = lab_axis[0] == 0  # rows along x: swap so that rows run along y
+    rows, cols = (basis[:, 1], basis[:, 0]) if transpose else (basis[:, 0], basis[:, 1])
+    return {"transpose": transpose, "flip_y": bool(rows[1] < 0), "flip_x": bool(cols[0] < 0)}
 
 
 def pattern_preparation(prep: Preparation, source: str, nonfinite: str = "error", negative: str = "clip",
