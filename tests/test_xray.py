@@ -29,6 +29,41 @@ def test_near_field_needs_xray():
         ptyacc.load_config(None, ["experiment.geometry=near_field"])
 
 
+def test_near_field_image_stays_on_the_detector_grid():
+    """Near field the beam and the detector stay put while the sample moves: through a flat
+    object, the image of a probe that the model shifts by a sub-pixel rest s (to meet the
+    object's pixel grid) and whose image ``Detector`` shifts back by -s is the unshifted
+    probe's image, computed here with NumPy's FFT and its own Fresnel kernel; without the
+    shift back it moves with s. A shifted back field is also the NumPy one shifted by -s."""
+    from ptyacc.physics import Detector, fresnel_propagator, shift_ramp
+
+    k, dx, wavelength, distance = 32, 2.0, 0.5, 40.0
+    rng = np.random.default_rng(1)
+    c = np.arange(k) - k // 2
+    probe = np.exp(-(c[:, None] ** 2 + c[None, :] ** 2) / 60.0 + 1j * rng.normal(0, 0.3, (k, k)))
+    f = np.fft.fftfreq(k, dx)
+    kernel = np.exp(-1j * np.pi * wavelength * distance * (f[:, None] ** 2 + f[None, :] ** 2))
+    image = np.fft.ifft2(np.fft.fft2(probe) * kernel)
+    shifts = torch.tensor([[0.3, -0.4], [-0.5, 0.25]], dtype=torch.float64)
+    ramps = shift_ramp(shifts, k)
+    shifted_probes = torch.fft.ifft2(torch.fft.fft2(torch.from_numpy(probe)) * ramps)  # (2, K, K)
+    detector = Detector(propagator=fresnel_propagator(k, dx, wavelength, distance, torch.complex128))
+    held = detector.field(shifted_probes, ramps).numpy()
+    np.testing.assert_allclose(np.abs(held) ** 2, np.broadcast_to(np.abs(image) ** 2, (2, k, k)), atol=1e-12)
+    moved = np.abs(detector.field(shifted_probes).numpy()) ** 2
+    assert np.abs(moved - np.abs(image) ** 2).max() > 0.05 * (np.abs(image) ** 2).max()
+    for n, (sy, sx) in enumerate(shifts.numpy()):
+        back = np.exp(2j * np.pi * (sy * np.fft.fftfreq(k)[:, None] + sx * np.fft.fftfreq(k)[None, :]))
+        expected = np.fft.ifft2(np.fft.fft2(detector.field(shifted_probes[n:n + 1]).numpy()[0]) * back)
+        np.testing.assert_allclose(held[n], expected, atol=1e-12)
+    grad = torch.from_numpy(rng.normal(size=(2, 3, k, k)) + 1j * rng.normal(size=(2, 3, k, k)))
+    waves = torch.from_numpy(rng.normal(size=(2, 3, k, k)) + 1j * rng.normal(size=(2, 3, k, k)))
+    # adjoint: <field(w), g> == <w, adjoint(g)> with modes between batch and pixels
+    lhs = torch.vdot(detector.field(waves, ramps).reshape(-1), grad.reshape(-1))
+    rhs = torch.vdot(waves.reshape(-1), detector.adjoint(grad, ramps).reshape(-1))
+    assert complex(lhs) == pytest.approx(complex(rhs), rel=1e-12)
+
+
 class FixedModel:
     """Stands in for a model: predicts the same intensities for every index."""
 

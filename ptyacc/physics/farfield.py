@@ -32,14 +32,15 @@ def _intensity(far: torch.Tensor) -> torch.Tensor:
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
                    detector: "Detector | None" = None, weights: torch.Tensor | None = None,
-                   background: torch.Tensor | None = None) -> torch.Tensor:
+                   background: torch.Tensor | None = None, ramps: torch.Tensor | None = None) -> torch.Tensor:
     """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
     both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
-    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K)."""
+    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K);
+    ramps (B, K, K): the probes' sub-pixel shifts, undone at a near-field detector (``Detector``)."""
     if kind not in LOSS_KINDS:
         raise ValueError(f"loss must be one of {LOSS_KINDS}, got {kind!r}")
     detector = detector or Detector()
-    intensity = _intensity(detector.field(waves))
+    intensity = _intensity(detector.field(waves, ramps))
     if weights is not None:
         intensity = intensity * weights[:, None, None]
     if background is not None:
@@ -65,20 +66,38 @@ class Detector:
     propagator: (K, K) complex, unshifted: near-field detection, the detector field is
         ifft2(fft2(wave) * propagator) instead of fft2(wave) (both orthonormal).
     mask:       (K, K) float, unshifted: 1 for pixels that count in the loss, 0 for bad ones.
+
+    A near-field image stays with the beam while the sample moves. The model puts each probe
+    window on the object's pixel grid and shifts the probe by the sub-pixel rest s (Fourier
+    multipliers ``ramps`` (B, K, K) from ``shift_ramp``), so the image of that window must be
+    shifted back by -s to land on the detector's pixels; otherwise the beam's own fringes jitter
+    by up to half a pixel from pattern to pattern. ``field`` and ``adjoint`` take those ramps and
+    fold the shift back into the propagator (``transfer``), at no extra FFT. In the far field such
+    a shift is a phase ramp that leaves the intensity unchanged, so there the ramps are ignored.
     """
 
     propagator: torch.Tensor | None = None
     mask: torch.Tensor | None = None
 
-    def field(self, waves: torch.Tensor) -> torch.Tensor:
-        far = torch.fft.fft2(waves, norm="ortho")
-        return far if self.propagator is None else torch.fft.ifft2(far * self.propagator, norm="ortho")
+    def transfer(self, ramps: torch.Tensor | None = None, ndim: int = 3) -> torch.Tensor:
+        """Near-field Fourier multiplier for waves (B, ..., K, K) with ``ndim`` dimensions: the
+        propagator (K, K), times conj(ramps) as (B, 1, ..., K, K) when ``ramps`` are given."""
+        if ramps is None:
+            return self.propagator
+        ramps = ramps.reshape(ramps.shape[0], *([1] * (ndim - 3)), *ramps.shape[-2:])
+        return ramps.conj() * self.propagator
 
-    def adjoint(self, grad_field: torch.Tensor) -> torch.Tensor:
-        """The gradient with respect to the waves from the one with respect to ``field(waves)``:
-        the adjoint map, F* for the far field, F* H^* F for the near field (F orthonormal)."""
+    def field(self, waves: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
+        far = torch.fft.fft2(waves, norm="ortho")
+        if self.propagator is None:
+            return far
+        return torch.fft.ifft2(far * self.transfer(ramps, waves.dim()), norm="ortho")
+
+    def adjoint(self, grad_field: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
+        """The gradient with respect to the waves from the one with respect to ``field(waves, ramps)``:
+        the adjoint map, F* for the far field, F* T^* F for the near field (F orthonormal, T = ``transfer``)."""
         if self.propagator is not None:
-            grad_field = torch.fft.fft2(grad_field, norm="ortho") * self.propagator.conj()
+            grad_field = torch.fft.fft2(grad_field, norm="ortho") * self.transfer(ramps, grad_field.dim()).conj()
         return torch.fft.ifft2(grad_field, norm="ortho")
 
 
