@@ -30,6 +30,7 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, load_results, save_figures, save_results, versions
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
+from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 
 MAX_POSITION_OFFSET_FRACTION = 0.25  # of the probe window
@@ -135,6 +136,8 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         row_of[torch.from_numpy(data.pattern_rows).to(accelerator.device)] = torch.arange(
             len(data.pattern_rows), device=accelerator.device)
     bare: PtychoModel = unwrap(model)
+    if config.runtime.compile:
+        bare.loss_terms = CompiledTerms(report=lambda text: _tell(accelerator, log, text))
     meter = attach_comm_meter(model, world)
     comm_bytes: list[int] = []
     comm_times: list[float] = []
@@ -446,6 +449,13 @@ def _progress(accelerator, config: Config, total: int, initial: int = 0):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
+
+
+def _tell(accelerator, log: RunLog, text: str) -> None:
+    """A message for the user: on the terminal and in run.log (main process)."""
+    log.line(text)
+    if accelerator.is_main_process:
+        print(f"ptyacc: {text}", file=sys.stderr)
 
 
 def _fast_adam(device: torch.device) -> dict:

@@ -20,7 +20,7 @@ from ptyacc.physics import (
     shift_ramps_1d,
     transmission,
 )
-from ptyacc.physics.farfield import Detector
+from ptyacc.physics.farfield import Detector, intensity_loss_terms
 
 
 class PtychoModel(nn.Module):
@@ -82,6 +82,7 @@ class PtychoModel(nn.Module):
         self.register_buffer("background_scale", torch.tensor(float(background_scale)))
         self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
         self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
+        self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
     def forward(self, indices: torch.Tensor, measured: torch.Tensor | None = None,
@@ -105,7 +106,7 @@ class PtychoModel(nn.Module):
         background = self.background * self.background_scale if self.background is not None else None
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
-                               weights=weights, background=background)
+                               weights=weights, background=background, terms=self.loss_terms)
         probes = torch.fft.ifft2(torch.fft.fft2(probe) * ramps[:, None]) if ramps is not None else probe[None]
         waves = exit_waves(probes, extract_patches(obj, top_left, self.window), propagator)
         intensity = far_field_intensities(detector.field(waves), transform=False)

@@ -18,10 +18,10 @@ LOSS_KINDS = ("amplitude", "poisson")
 def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.Tensor:
     """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K);
     with ``transform`` False, |wave|^2 summed over the modes (for fields already at the detector)."""
-    return _intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
+    return summed_intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
 
 
-def _intensity(far: torch.Tensor) -> torch.Tensor:
+def summed_intensity(far: torch.Tensor) -> torch.Tensor:
     """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K).
     re^2 + im^2 gives a contiguous result several times faster on CPU than abs()**2, squaring
     view_as_real, or reducing a strided real view; a single mode skips the reduction."""
@@ -40,7 +40,7 @@ def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amp
     if kind not in LOSS_KINDS:
         raise ValueError(f"loss must be one of {LOSS_KINDS}, got {kind!r}")
     detector = detector or Detector()
-    intensity = _intensity(detector.field(waves, ramps))
+    intensity = summed_intensity(detector.field(waves, ramps))
     if weights is not None:
         intensity = intensity * weights[:, None, None]
     if background is not None:
@@ -101,16 +101,16 @@ class Detector:
         return torch.fft.ifft2(grad_field, norm="ortho")
 
 
-def loss_and_intensity_factor(far: torch.Tensor, measured: torch.Tensor, kind: str,
-                              weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
-                              mask: torch.Tensor | None = None):
-    """Loss of detector fields ``far`` (B, ..., K, K) against ``measured`` (B, K, K), with the
-    model intensity I = weights * sum_modes |far|^2 + background (weights (B,), background
-    (K, K), both optional) over the pixels where ``mask`` is 1.
+def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: str,
+                         weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
+                         mask: torch.Tensor | None = None):
+    """Loss of the coherent intensities ``coherent`` = sum_modes |far|^2 (B, K, K) of detector
+    fields ``far`` against ``measured`` (B, K, K), with the model intensity
+    I = weights * coherent + background (weights (B,), background (K, K), both optional) over
+    the pixels where ``mask`` is 1. All elementwise, so ``torch.compile`` can fuse it.
 
     Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for
     every mode, factor (B, K, K) real; the other two are None when not asked for."""
-    coherent = _intensity(far)  # (B, K, K)
     intensity = coherent if weights is None else coherent * weights[:, None, None]
     if background is not None:
         intensity = intensity + background

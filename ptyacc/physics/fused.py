@@ -9,9 +9,11 @@ gradients as the composition of ``fourier_shift``-style probe shifts, ``extract_
 ``exit_waves`` and ``far_field_loss`` (tests compare the two).
 """
 
+from collections.abc import Callable
+
 import torch
 
-from ptyacc.physics.farfield import Detector, loss_and_intensity_factor
+from ptyacc.physics.farfield import Detector, intensity_loss_terms, summed_intensity
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 
@@ -19,7 +21,7 @@ CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost m
 def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                 propagator: torch.Tensor | None, measured: torch.Tensor, kind: str = "amplitude",
                 chunk: int | None = None, detector: Detector | None = None, weights: torch.Tensor | None = None,
-                background: torch.Tensor | None = None) -> torch.Tensor:
+                background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
     probe:      (P, K, K) complex probe modes, centred.
@@ -33,17 +35,19 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     detector:   near-field propagation and bad-pixel mask (``Detector``); default far field, all pixels.
     weights:    (B,) real intensity factor of each pattern (differentiable), or None.
     background: (K, K) real intensity added to every pattern, unshifted (differentiable), or None.
+    terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
     """
     if chunk is None:
         per_pattern = probe.shape[0] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector or Detector())
+                             detector or Detector(), terms)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector):
+    def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
+                terms):
         k = probe.shape[-1]
         n_modes, n_slices, ny, nx = obj.shape
         windows = obj.unfold(-2, k, 1).unfold(-2, k, 1)  # (O, S, Ny-K+1, Nx-K+1, K, K), a view
@@ -70,7 +74,7 @@ class _PtychoLoss(torch.autograd.Function):
                 probes = probe[None]
             loss, grad_probes, grad_patches, grad_w, grad_b = _multislice_value_and_grad(
                 probes, patches, propagator, measured[part], kind, detector,
-                weights[part] if weights is not None else None, background)
+                weights[part] if weights is not None else None, background, terms)
             total += loss
             if grad_weights is not None:
                 grad_weights[part] = grad_w
@@ -96,10 +100,11 @@ class _PtychoLoss(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grads = ctx.grads
         del ctx.grads
-        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 6)
+        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 7)
 
 
-def _multislice_value_and_grad(probes, patches, propagator, measured, kind, detector, weights, background):
+def _multislice_value_and_grad(probes, patches, propagator, measured, kind, detector, weights, background,
+                               terms=intensity_loss_terms):
     """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K), the
     patches (C, O, S, K, K), the weights (C,) and the background (K, K). Forward as in
     ``exit_waves``; backward written out slice by slice: for t = a b the gradient is g conj(b);
@@ -113,8 +118,8 @@ def _multislice_value_and_grad(probes, patches, propagator, measured, kind, dete
         incident.append(wave)
         wave = wave * patches[:, None, :, s]
     far = detector.field(wave)
-    loss, factor, grad_weights, grad_background = loss_and_intensity_factor(far, measured, kind, weights, background,
-                                                                            detector.mask)
+    loss, factor, grad_weights, grad_background = terms(summed_intensity(far), measured, kind, weights, background,
+                                                        detector.mask)
     grad = detector.adjoint(far * factor[:, None, None])  # (C, P, O, K, K)
     grad_slices = [None] * n_slices
     for s in range(n_slices - 1, 0, -1):
@@ -131,3 +136,31 @@ def _multislice_value_and_grad(probes, patches, propagator, measured, kind, dete
 def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
     """Sum over ``dim``; a view when it has size 1 (a reduction over it would cost a full pass)."""
     return tensor.squeeze(dim) if tensor.shape[dim] == 1 else tensor.sum(dim)
+
+
+class CompiledTerms:
+    """``intensity_loss_terms`` through ``torch.compile``, which fuses its dozen elementwise
+    passes over the batch into one loop. If compiling fails (no C++ compiler, an unsupported
+    platform or device), ``report`` is told once and the eager function is used from then on;
+    an error that the eager function raises too is not hidden."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self.report = report
+        self.failure: str | None = None
+        try:
+            self.compiled = torch.compile(intensity_loss_terms, dynamic=False)
+        except Exception as exc:  # noqa: BLE001 - any failure means: run eagerly
+            self._fall_back(exc)
+
+    def __call__(self, *args):
+        if self.failure is None:
+            try:
+                return self.compiled(*args)
+            except Exception as exc:  # noqa: BLE001
+                self._fall_back(exc)
+        return intensity_loss_terms(*args)
+
+    def _fall_back(self, exc: Exception) -> None:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        self.failure = f"{type(exc).__name__}: {first}"
+        self.report(f"runtime.compile: torch.compile failed ({self.failure}); running without it")
