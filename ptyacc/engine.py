@@ -141,6 +141,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     meter = attach_comm_meter(model, world)
     comm_bytes: list[int] = []
     comm_times: list[float] = []
+    comm_record = (comm_bytes, comm_times) if meter is not None else None
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
     saver = _Saver(accelerator, config, bare, data, geometry, out_dir, write)
@@ -207,7 +208,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         if every and (iteration % every == 0 or iteration == opt_cfg.iterations):
             saver.checkpoint(optimizers, history, iteration_times, config.output.keep_checkpoints)
         if config.output.save_every and iteration % config.output.save_every == 0 and iteration < opt_cfg.iterations:
-            saver.save(history, iteration_times)
+            saver.save(history, iteration_times, comm=comm_record)
     if progress is not None:
         progress.close()
     check_in_sync(accelerator, model, opt_cfg.iterations - 1)
@@ -220,7 +221,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         deviance = float(sums[0] / (0.5 * sums[1]))
         log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
     saver.deviance = deviance
-    results = saver.save(history, iteration_times, figures=config.output.figures)
+    results = saver.save(history, iteration_times, figures=config.output.figures, comm=comm_record)
     wall = time.perf_counter() - started
     log.line(f"done: {len(history)} iterations in {wall:.1f} s, final loss {history[-1]:.6g}")
     if comm_times:
@@ -374,10 +375,13 @@ class _Saver:
         self.data, self.geometry, self.out_dir, self.write = data, geometry, out_dir, write
         self.deviance: float | None = None
 
-    def save(self, history: list[float], times: list[float], figures: bool | None = None) -> Results:
+    def save(self, history: list[float], times: list[float], figures: bool | None = None,
+             comm: tuple[list[int], list[float]] | None = None) -> Results:
         results = collect_results(self.config, self.model, self.data, self.geometry, history,
                                   self.accelerator.num_processes)
         results.iteration_time_s = np.asarray(times)
+        if comm is not None:
+            results.comm_bytes, results.comm_time_s = np.asarray(comm[0]), np.asarray(comm[1])
         if self.deviance is not None:
             results.attrs["poisson_deviance"] = self.deviance
         if self.write and self.accelerator.is_main_process:

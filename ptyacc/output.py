@@ -11,6 +11,9 @@ results.h5 layout (a public contract; add, never rename):
 - attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
   the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
   ``iterations_done``, ``wavelength_A``, ``loss_name``.
+- multi-process runs: ``comm_bytes`` int64 and ``comm_time_s`` float64 (iterations of this launch,):
+  gradient bytes all-reduced per iteration by each process, and the seconds those all-reduces took
+  on the main process (waiting for the slowest process included)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -46,6 +49,8 @@ class Results:
     iteration_time_s: np.ndarray | None = None
     mean_pattern_measured: np.ndarray | None = None  # (K, K), zero frequency at the centre
     mean_pattern_predicted: np.ndarray | None = None
+    comm_bytes: np.ndarray | None = None  # multi-process runs, per iteration of this launch
+    comm_time_s: np.ndarray | None = None
 
     @property
     def phase(self) -> np.ndarray:
@@ -84,6 +89,9 @@ def save_results(path: Path, results: Results) -> None:
         for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted"):
             if getattr(results, name) is not None:
                 f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
+        if results.comm_bytes is not None:
+            f.create_dataset("comm_bytes", data=np.asarray(results.comm_bytes, dtype=np.int64))
+            f.create_dataset("comm_time_s", data=np.asarray(results.comm_time_s, dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
         if ((results.config or {}).get("experiment") or {}).get("radiation") == "xray":
@@ -109,7 +117,8 @@ def load_results(path: str | Path) -> Results:
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
                            **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
-                                                             "mean_pattern_predicted") if name in f},
+                                                             "mean_pattern_predicted", "comm_bytes", "comm_time_s")
+                              if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None

@@ -29,6 +29,8 @@ class Trial:
     wall_s: float
     loss: list[float]
     iteration_time_s: list[float]
+    comm_bytes: list[int] = ()  # per iteration, multi-process runs
+    comm_time_s: list[float] = ()
 
 
 def launch_command(config: Path, processes: int, overrides: list[str]) -> list[str]:
@@ -60,9 +62,12 @@ def run_speedtest(config: Path, process_counts: list[int], trials: int, out_dir:
                 raise PtyaccError(f"speedtest: the run on {processes} process(es) failed: {tail}")
             results = load_results(run_dir / "results.h5")
             times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
-            done.append(Trial(processes, trial, wall, list(results.loss), times))
+            comm = ([], []) if results.comm_bytes is None else (results.comm_bytes.tolist(), results.comm_time_s.tolist())
+            done.append(Trial(processes, trial, wall, list(results.loss), times, *comm))
+            traffic = (f", all-reduce {statistics.median(comm[0]) / 2**20:.2f} MiB and "
+                       f"{statistics.median(comm[1]):.3f} s per iteration" if comm[0] else "")
             echo(f"{processes} process(es), trial {trial + 1}/{trials}: {wall:.1f} s, "
-                 f"{statistics.median(times):.3f} s/iteration, final loss {results.loss[-1]:.6g}")
+                 f"{statistics.median(times):.3f} s/iteration{traffic}, final loss {results.loss[-1]:.6g}")
     write_tables(done, out_dir)
     plot_loss_vs_time(done, out_dir / "speedtest.png")
     return done
@@ -78,7 +83,11 @@ def summarize(trials: list[Trial]) -> list[dict]:
         per_iteration = statistics.median(x for t in mine for x in t.iteration_time_s)
         base = base or per_iteration
         finals = [t.loss[-1] for t in mine]
+        comm_s = [x for t in mine for x in t.comm_time_s]
+        comm_bytes = [x for t in mine for x in t.comm_bytes]
         rows.append({"processes": processes, "trials": len(mine), "s_per_iteration": per_iteration,
+                     "comm_mib_per_iteration": statistics.median(comm_bytes) / 2**20 if comm_bytes else 0.0,
+                     "comm_s_per_iteration": statistics.median(comm_s) if comm_s else 0.0,
                      "speedup": base / per_iteration, "wall_s": statistics.median(t.wall_s for t in mine),
                      "final_loss_mean": statistics.fmean(finals), "final_loss_spread": max(finals) - min(finals)})
     return rows
@@ -101,10 +110,12 @@ def write_tables(trials: list[Trial], out_dir: Path) -> None:
 
 
 def format_summary(trials: list[Trial]) -> str:
-    lines = ["| processes | trials | s/iteration | speed-up | wall s | final loss (mean) | final loss spread |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| processes | trials | s/iteration | all-reduce s/iteration | all-reduce MiB/iteration | speed-up | wall s "
+             "| final loss (mean) | final loss spread |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in summarize(trials):
-        lines.append(f"| {r['processes']} | {r['trials']} | {r['s_per_iteration']:.4f} | {r['speedup']:.2f} | "
+        lines.append(f"| {r['processes']} | {r['trials']} | {r['s_per_iteration']:.4f} | "
+                     f"{r['comm_s_per_iteration']:.4f} | {r['comm_mib_per_iteration']:.2f} | {r['speedup']:.2f} | "
                      f"{r['wall_s']:.1f} | {r['final_loss_mean']:.6g} | {r['final_loss_spread']:.2g} |")
     return "\n".join(lines)
 

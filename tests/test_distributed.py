@@ -259,6 +259,10 @@ def test_all_reduced_bytes_are_counted(one_and_two):
         assert all(t > 0 for t in record["comm_time_s"]) and len(record["comm_time_s"]) == 10
     single = ranks(one_and_two[1] / "records")[0]
     assert single["comm_bytes"] == [] and single["comm_time_s"] == []
+    saved = ptyacc.load_results(one_and_two[2] / "results" / "results.h5")
+    assert saved.comm_bytes.tolist() == ranks(one_and_two[2] / "records")[0]["comm_bytes"]
+    assert saved.comm_time_s.shape == (10,)
+    assert ptyacc.load_results(one_and_two[1] / "results" / "results.h5").comm_bytes is None
 
 
 @pytest.mark.slow
@@ -342,7 +346,11 @@ def test_speedtest_writes_tables_and_figure(mp_config, tmp_path):
     final = [float(s["final_loss_mean"]) for s in summary]
     assert final[1] == pytest.approx(final[0], rel=1e-4)  # same answer on 1 and 2 processes
     assert (out / "speedtest.png").stat().st_size > 1000
-    assert "| processes | trials | s/iteration | speed-up |" in done.stdout
+    assert "| processes | trials | s/iteration | all-reduce s/iteration |" in done.stdout
+    assert float(summary[0]["comm_mib_per_iteration"]) == 0.0
+    two = ptyacc.load_results(out / "p2_t0" / "results.h5")
+    assert float(summary[1]["comm_mib_per_iteration"]) == pytest.approx(np.median(two.comm_bytes) / 2**20)
+    assert float(summary[1]["comm_mib_per_iteration"]) > 0
 
 
 @pytest.mark.slow
