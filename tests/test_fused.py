@@ -96,4 +96,3 @@ def test_fused_with_detector_weights_background_and_mask(kind, near_field):
     assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
     for mine, theirs in zip(fused_grads, reference_grads, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
-
