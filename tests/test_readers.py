@@ -13,9 +13,7 @@ from ptyacc.cli import main
 from ptyacc.data import formats
 from ptyacc.data.convert import convert_patterns
 from ptyacc.data.readers import (
-    inspect_hdf5_patterns,
     inspect_patterns,
-    read_hdf5_patterns,
     read_patterns,
 )
 from ptyacc.errors import ConfigError, DataError
@@ -114,14 +112,6 @@ def test_hdf5_reads_patterns_positions_and_attributes(pattern_file):
     np.testing.assert_array_equal(raw.patterns, patterns.reshape(12, 8, 8))
     np.testing.assert_array_equal(raw.positions_A, positions)
     assert raw.mask is None and raw.background is None
-
-
-def test_old_hdf5_names_read_the_same(pattern_file):
-    path, _, _ = pattern_file
-    rows = np.array([1, 6, 11])
-    assert inspect_hdf5_patterns(path) == inspect_patterns(path)
-    old, new = read_hdf5_patterns(path, None, doubled, rows), read_patterns(path, None, doubled, rows)
-    np.testing.assert_array_equal(old.patterns, new.patterns)
 
 
 def test_hdf5_ignores_positions_of_another_shape(tmp_path):
@@ -257,7 +247,7 @@ def test_format_from_content_or_option(tmp_path):
     assert inspect_patterns(tmp_path / "patterns.bin").format == "npy"
     write_cxi(tmp_path / "scan.h5", data)
     assert inspect_patterns(tmp_path / "scan.h5").format == "cxi"
-    assert inspect_hdf5_patterns(tmp_path / "scan.h5").format == "hdf5"  # the old name reads it as plain HDF5
+    assert inspect_patterns(tmp_path / "scan.h5", file_format="hdf5").format == "hdf5"  # CXI read as plain HDF5
     write_empad(tmp_path / "frames.dat", data)
     raw = read_patterns(tmp_path / "frames.dat", file_format="empad", scan_shape=(1, 3), detector_shape=(4, 4))
     np.testing.assert_array_equal(raw.patterns, data)

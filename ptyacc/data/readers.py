@@ -16,8 +16,8 @@ from ptyacc.data import formats
 from ptyacc.data.formats import FORMATS, PatternsInfo, RawPatterns, ReadOptions
 from ptyacc.errors import DataError
 
-__all__ = ["FORMATS", "PatternsInfo", "RawPatterns", "ReadOptions", "detect_format", "inspect_hdf5_patterns",
-           "inspect_patterns", "read_hdf5_array", "read_hdf5_patterns", "read_patterns"]
+__all__ = ["FORMATS", "PatternsInfo", "RawPatterns", "ReadOptions", "detect_format", "inspect_patterns",
+           "read_hdf5_array", "read_patterns"]
 
 EXTENSIONS = {".cxi": "cxi", ".npy": "npy", ".mat": "mat", ".raw": "empad",
               ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".nxs": "hdf5", ".emd": "hdf5"}
@@ -76,19 +76,6 @@ def detect_format(path: Path, file_format: str | None = None) -> str:
     raise DataError(f"{path}: unknown pattern file format: expected HDF5/CXI, NumPy .npy or MATLAB .mat content, or "
                     f"the extension .raw for EMPAD, found extension {path.suffix or '(none)'!r} and content starting "
                     f"{head[:8]!r}; name the format with file_format ({', '.join(FORMATS)})")
-
-
-def inspect_hdf5_patterns(path: Path, key: str | None = None) -> PatternsInfo:
-    """``inspect_patterns`` for an HDF5 file read as plain HDF5 (also a CXI file)."""
-    return formats.inspect_hdf5(Path(path), key, ReadOptions())
-
-
-def read_hdf5_patterns(path: Path, key: str | None = None, prepare: Callable[[np.ndarray], np.ndarray] | None = None,
-                       rows: np.ndarray | None = None) -> RawPatterns:
-    """``read_patterns`` for an HDF5 file read as plain HDF5 (also a CXI file)."""
-    path = Path(path)
-    info = formats.inspect_hdf5(path, key, ReadOptions())
-    return formats.read_hdf5(path, info, ReadOptions(), prepare, rows)
 
 
 def read_hdf5_array(path: Path, key: str, setting: str = "") -> np.ndarray:
