@@ -109,7 +109,7 @@ class PtychoModel(nn.Module):
                                weights=weights, background=background, terms=self.loss_terms)
         probes = torch.fft.ifft2(torch.fft.fft2(probe) * ramps[:, None]) if ramps is not None else probe[None]
         waves = exit_waves(probes, extract_patches(obj, top_left, self.window), propagator)
-        intensity = far_field_intensities(detector.field(waves), transform=False)
+        intensity = far_field_intensities(detector.field(waves, ramps), transform=False)
         if weights is not None:
             intensity = intensity * weights[:, None, None]
         return intensity + background if background is not None else intensity

@@ -73,8 +73,9 @@ def test_fused_gradient_matches_finite_differences():
 @pytest.mark.parametrize("kind", ["amplitude", "poisson"])
 @pytest.mark.parametrize("near_field", [False, True])
 def test_fused_with_detector_weights_background_and_mask(kind, near_field):
-    """Near-field detection, a bad-pixel mask, per-pattern weights and a detector background:
-    value and every gradient (probe, object, shifts, weights, background) equal autograd's."""
+    """Near-field detection (the image shifted back by the probe's sub-pixel shift), a bad-pixel
+    mask, per-pattern weights and a detector background: value and every gradient (probe,
+    object, shifts, weights, background) equal autograd's."""
     from ptyacc.physics import Detector
 
     probe, obj, top_left, fraction, propagator, measured = problem(2, 2, 1, True, seed=5)
@@ -91,7 +92,7 @@ def test_fused_with_detector_weights_background_and_mask(kind, near_field):
     fused_grads = torch.autograd.grad(fused, inputs)
     probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(fraction, k)[:, None])
     reference = far_field_loss(exit_waves(probes, extract_patches(obj, top_left, k), propagator), measured, kind,
-                               detector, weights, background)
+                               detector, weights, background, ramps=shift_ramp(fraction, k))
     reference_grads = torch.autograd.grad(reference, inputs)
     assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
     for mine, theirs in zip(fused_grads, reference_grads, strict=True):

@@ -124,9 +124,10 @@ def _forward(probe: torch.Tensor, phase: torch.Tensor, centres_px: np.ndarray, p
         c = centres[start:start + chunk]
         high = torch.tensor(phase.shape[-2:], dtype=c.dtype) - k
         corner = torch.minimum(torch.round(c - k // 2).clamp(min=0), high)
-        shifted = torch.fft.ifft2(torch.fft.fft2(probe)[None] * shift_ramp(c - k // 2 - corner, k))
+        ramps = shift_ramp(c - k // 2 - corner, k)
+        shifted = torch.fft.ifft2(torch.fft.fft2(probe)[None] * ramps)
         patches = extract_patches(obj, corner.long(), k)
         waves = exit_waves(shifted[:, None], patches, propagator.to(torch.complex128))
         detector = Detector(propagator=near.to(torch.complex128) if near is not None else None)
-        out.append(far_field_intensities(detector.field(waves), transform=False))
+        out.append(far_field_intensities(detector.field(waves, ramps), transform=False))
     return torch.cat(out)

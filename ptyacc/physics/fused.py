@@ -72,9 +72,10 @@ class _PtychoLoss(torch.autograd.Function):
                 probes = torch.fft.ifft2(spectrum * ramps[part, None])  # (C, P, K, K)
             else:
                 probes = probe[None]
-            loss, grad_probes, grad_patches, grad_w, grad_b = _multislice_value_and_grad(
+            loss, grad_probes, grad_patches, grad_w, grad_b, grad_back = _multislice_value_and_grad(
                 probes, patches, propagator, measured[part], kind, detector,
-                weights[part] if weights is not None else None, background, terms)
+                weights[part] if weights is not None else None, background, terms,
+                ramps[part] if shifted else None, shifted and grad_ramps is not None)
             total += loss
             if grad_weights is not None:
                 grad_weights[part] = grad_w
@@ -88,6 +89,8 @@ class _PtychoLoss(torch.autograd.Function):
                 grad_spectrum_sum += (grad_x * ramps[part, None].conj()).sum(0)
                 if grad_ramps is not None:
                     grad_ramps[part] = (grad_x * spectrum.conj()).sum(1) / k**2
+                    if grad_back is not None:
+                        grad_ramps[part] += grad_back
             else:
                 grad_probe += grad_probes[0]
         if shifted:
@@ -104,9 +107,11 @@ class _PtychoLoss(torch.autograd.Function):
 
 
 def _multislice_value_and_grad(probes, patches, propagator, measured, kind, detector, weights, background,
-                               terms=intensity_loss_terms):
+                               terms=intensity_loss_terms, ramps=None, ramp_grad=False):
     """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K), the
-    patches (C, O, S, K, K), the weights (C,) and the background (K, K). Forward as in
+    patches (C, O, S, K, K), the weights (C,), the background (K, K) and, in the near field when
+    ``ramp_grad``, the probe-shift ``ramps`` (C, K, K) through the image's shift back at the
+    detector (``Detector``; else None). Forward as in
     ``exit_waves``; backward written out slice by slice: for t = a b the gradient is g conj(b);
     for a propagation ifft2(fft2(.) H) it is ifft2(fft2(g) conj(H)); the detector map is
     orthonormal, so its adjoint is its inverse (``Detector.adjoint``)."""
@@ -117,10 +122,26 @@ def _multislice_value_and_grad(probes, patches, propagator, measured, kind, dete
         wave = torch.fft.ifft2(torch.fft.fft2(wave) * propagator)
         incident.append(wave)
         wave = wave * patches[:, None, :, s]
-    far = detector.field(wave)
+    shifted_back = detector.propagator is not None and ramps is not None
+    if shifted_back:
+        # Detector.field written out, to keep the spectrum for the gradient with respect to the ramps
+        transfer = detector.transfer(ramps, wave.dim())  # propagator * conj(ramps)
+        spectrum = torch.fft.fft2(wave, norm="ortho") * transfer
+        far = torch.fft.ifft2(spectrum, norm="ortho")
+    else:
+        far = detector.field(wave)
     loss, factor, grad_weights, grad_background = terms(summed_intensity(far), measured, kind, weights, background,
                                                         detector.mask)
-    grad = detector.adjoint(far * factor[:, None, None])  # (C, P, O, K, K)
+    grad_far = far * factor[:, None, None]
+    grad_ramps = None
+    if shifted_back:
+        grad_spectrum = torch.fft.fft2(grad_far, norm="ortho")
+        grad = torch.fft.ifft2(grad_spectrum * transfer.conj(), norm="ortho")
+        if ramp_grad:
+            # spectrum = G conj(R) with |R| = 1: the gradient in R is conj(grad_spectrum conj(G)) = R conj(grad_spectrum) spectrum
+            grad_ramps = ramps * (grad_spectrum.conj() * spectrum).sum((1, 2))
+    else:
+        grad = detector.adjoint(grad_far)  # (C, P, O, K, K)
     grad_slices = [None] * n_slices
     for s in range(n_slices - 1, 0, -1):
         grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
@@ -130,7 +151,7 @@ def _multislice_value_and_grad(probes, patches, propagator, measured, kind, dete
     grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
     if probes.shape[0] == 1:
         grad_probes = grad_probes.sum(0, keepdim=True)
-    return loss, grad_probes, grad_patches, grad_weights, grad_background
+    return loss, grad_probes, grad_patches, grad_weights, grad_background, grad_ramps
 
 
 def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
