@@ -94,7 +94,7 @@ def save_results(path: Path, results: Results) -> None:
             f.create_dataset("comm_time_s", data=np.asarray(results.comm_time_s, dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
-        if ((results.config or {}).get("experiment") or {}).get("radiation") == "xray":
+        if _is_xray(results):
             f.create_dataset("positions_m", data=results.positions_A.astype(np.float64) * METRE_PER_A)
             f.attrs["dx_m"] = results.dx_A * METRE_PER_A
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
@@ -135,9 +135,10 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
+    unit, per_A = length_unit(results)
     ny, nx = results.object.shape[-2:]
     oy, ox = results.origin_A
-    extent = (ox, ox + nx * results.dx_A, oy + ny * results.dx_A, oy)
+    extent = tuple(v * per_A for v in (ox, ox + nx * results.dx_A, oy + ny * results.dx_A, oy))
 
     fig, ax = plt.subplots(figsize=(6, 5.5))
     # contrast from the scanned region: the weakly lit rim is noisy and would wash it out
@@ -145,7 +146,7 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
     (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
     low, high = np.percentile(results.phase[max(r0, 0):r1, max(c0, 0):c1], [0.5, 99.5])
     im = ax.imshow(results.phase, cmap="gray", extent=extent, vmin=low, vmax=high)
-    ax.set(title="object phase, summed over slices (rad)", xlabel="x (Å)", ylabel="y (Å)")
+    ax.set(title="object phase, summed over slices (rad)", xlabel=f"x ({unit})", ylabel=f"y ({unit})")
     fig.colorbar(im, ax=ax, shrink=0.8)
     written.append(_save(fig, folder / "object_phase.png"))
 
@@ -165,9 +166,10 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
 
     fig, ax = plt.subplots(figsize=(5, 5))
     if initial_positions_A is not None:
-        ax.plot(initial_positions_A[:, 1], initial_positions_A[:, 0], ".", ms=3, color="0.6", label="initial")
-    ax.plot(results.positions_A[:, 1], results.positions_A[:, 0], ".", ms=3, label="refined")
-    ax.set(xlabel="x (Å)", ylabel="y (Å)", title="probe positions", aspect="equal")
+        start = initial_positions_A * per_A
+        ax.plot(start[:, 1], start[:, 0], ".", ms=3, color="0.6", label="initial")
+    ax.plot(results.positions_A[:, 1] * per_A, results.positions_A[:, 0] * per_A, ".", ms=3, label="refined")
+    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", title="probe positions", aspect="equal")
     ax.invert_yaxis()
     ax.legend(loc="upper right", fontsize=8)
     written.append(_save(fig, folder / "positions.png"))
@@ -175,10 +177,20 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
     return written
 
 
+def length_unit(results: Results) -> tuple[str, float]:
+    """The unit of the figures' axes and its size per Å: µm for X-ray runs, Å otherwise."""
+    return ("µm", 1e-4) if _is_xray(results) else ("Å", 1.0)
+
+
+def _is_xray(results: Results) -> bool:
+    return ((results.config or {}).get("experiment") or {}).get("radiation") == "xray"
+
+
 def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | None, extent) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 4, figsize=(17, 8.5))
+    unit, per_A = length_unit(results)
     px = (results.positions_A - np.asarray(results.origin_A)) / results.dx_A
     (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
     inner = (slice(max(r0, 0), r1), slice(max(c0, 0), c1))
@@ -187,7 +199,7 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
                              (axes[0, 1], amplitude, "object amplitude (product over slices)")):
         low, high = np.percentile(image[inner], [0.5, 99.5])
         im = ax.imshow(image, cmap="gray", extent=extent, vmin=low, vmax=high)
-        ax.set(title=title, xlabel="x (Å)", ylabel="y (Å)")
+        ax.set(title=title, xlabel=f"x ({unit})", ylabel=f"y ({unit})")
         fig.colorbar(im, ax=ax, shrink=0.75)
     probe = results.probe[0]
     axes[0, 2].imshow(_complex_to_rgb(probe))
@@ -197,14 +209,13 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
     axes[0, 3].set_title("probe mode 0, reciprocal space (log amplitude)")
     ax = axes[1, 0]
     if initial_positions_A is not None:
-        shift = results.positions_A - initial_positions_A
-        ax.quiver(initial_positions_A[:, 1], initial_positions_A[:, 0], shift[:, 1], shift[:, 0], angles="xy",
-                  color="C3")
-        ax.set_title(f"position corrections (largest {np.abs(shift).max():.3g} Å)")
+        start, shift = initial_positions_A * per_A, (results.positions_A - initial_positions_A) * per_A
+        ax.quiver(start[:, 1], start[:, 0], shift[:, 1], shift[:, 0], angles="xy", color="C3")
+        ax.set_title(f"position corrections (largest {np.abs(shift).max():.3g} {unit})")
     else:
-        ax.plot(results.positions_A[:, 1], results.positions_A[:, 0], ".", ms=2)
+        ax.plot(results.positions_A[:, 1] * per_A, results.positions_A[:, 0] * per_A, ".", ms=2)
         ax.set_title("positions")
-    ax.set(xlabel="x (Å)", ylabel="y (Å)", aspect="equal")
+    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", aspect="equal")
     ax.invert_yaxis()
     _plot_loss(axes[1, 1], results.loss)
     axes[1, 1].set(title=f"loss ({results.attrs.get('loss_name', '')})", xlabel="iteration")

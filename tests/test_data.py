@@ -172,3 +172,23 @@ def test_xray_results_also_in_metres(tmp_path, radiation):
         assert f.attrs["dx_m"] == pytest.approx(f.attrs["dx_A"] * 1e-10, rel=1e-15)
         np.testing.assert_allclose(f.attrs["origin_m"], f.attrs["origin_A"] * 1e-10, rtol=1e-15)
         assert f.attrs["dx_A"] == pytest.approx(400.0)
+
+
+@pytest.mark.parametrize("radiation, unit, per_A", [("xray", "µm", 1e-4), ("electron", "Å", 1.0)])
+def test_figure_axes_in_micrometres_for_xray(tmp_path, monkeypatch, radiation, unit, per_A):
+    """The object-phase figure's axes: µm for X-ray results (a 20 µm field is not read in Å),
+    Å for electron results; the image extent follows the unit."""
+    import yaml
+
+    from ptyacc import output
+
+    results = output.Results(object=np.ones((1, 1, 10, 20), np.complex64), probe=np.ones((1, 4, 4), np.complex64),
+                             positions_A=np.array([[3000.0, 4000.0], [5000.0, 6000.0]]), loss=np.array([2.0, 1.0]),
+                             dx_A=1000.0, origin_A=(100.0, 200.0),
+                             attrs={"config": yaml.safe_dump({"experiment": {"radiation": radiation}})})
+    figures = []
+    monkeypatch.setattr(output, "_save", lambda fig, path: figures.append(fig) or path)
+    output.save_figures(tmp_path, results)
+    ax = figures[0].axes[0]
+    assert ax.get_xlabel() == f"x ({unit})" and ax.get_ylabel() == f"y ({unit})"
+    np.testing.assert_allclose(ax.images[0].get_extent(), np.array([200.0, 20200.0, 10100.0, 100.0]) * per_A)
