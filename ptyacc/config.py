@@ -292,8 +292,8 @@ class RuntimeConfig:
     progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
     shard_data: bool = _f(False, "Each process holds only the patterns of its own spatial region (memory ~N/W); "
                                  "batches are drawn inside each region, so results differ slightly from replicated runs.")
-    compile: bool = _f(False, "Compile the data term with torch.compile; falls back to eager with a message when "
-                              "compilation fails or is unavailable.")
+    compile: bool = _f(False, "Compile the data term's real-valued loss terms with torch.compile (no gain measured "
+                              "on CPU); falls back to eager with a message when compiling fails.")
 
     def _check(self, path: str) -> None:
         _require(self.timeout_s > 0, f"{path}.timeout_s", f"must be > 0, got {self.timeout_s}")
