@@ -12,9 +12,7 @@ from torch import nn
 
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
-    exit_waves,
-    extract_patches,
-    far_field_intensities,
+    detected_intensities,
     ptycho_loss,
     shift_ramp,
     shift_ramps_1d,
@@ -107,9 +105,7 @@ class PtychoModel(nn.Module):
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms)
-        probes = torch.fft.ifft2(torch.fft.fft2(probe) * ramps[:, None]) if ramps is not None else probe[None]
-        waves = exit_waves(probes, extract_patches(obj, top_left, self.window), propagator)
-        intensity = far_field_intensities(detector.field(waves, ramps), transform=False)
+        intensity = detected_intensities(probe, obj, top_left, ramps, propagator, detector)
         if weights is not None:
             intensity = intensity * weights[:, None, None]
         return intensity + background if background is not None else intensity

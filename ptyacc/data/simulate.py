@@ -14,9 +14,7 @@ from ptyacc.data.dataset import PtychoData, raster_positions_A, xray_sampling
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
     Detector,
-    exit_waves,
-    extract_patches,
-    far_field_intensities,
+    detected_intensities,
     fresnel_propagator,
     shift_ramp,
     stem_probe,
@@ -119,15 +117,12 @@ def _forward(probe: torch.Tensor, phase: torch.Tensor, centres_px: np.ndarray, p
     probe = probe.to(torch.complex128)
     obj = transmission(torch.ones_like(phase), phase)[None]  # (1, S, Ny, Nx)
     centres = torch.from_numpy(centres_px)
+    detector = Detector(propagator=near.to(torch.complex128) if near is not None else None)
     out = []
     for start in range(0, len(centres), chunk):
         c = centres[start:start + chunk]
         high = torch.tensor(phase.shape[-2:], dtype=c.dtype) - k
         corner = torch.minimum(torch.round(c - k // 2).clamp(min=0), high)
-        ramps = shift_ramp(c - k // 2 - corner, k)
-        shifted = torch.fft.ifft2(torch.fft.fft2(probe)[None] * ramps)
-        patches = extract_patches(obj, corner.long(), k)
-        waves = exit_waves(shifted[:, None], patches, propagator.to(torch.complex128))
-        detector = Detector(propagator=near.to(torch.complex128) if near is not None else None)
-        out.append(far_field_intensities(detector.field(waves, ramps), transform=False))
+        out.append(detected_intensities(probe[None], obj, corner.long(), shift_ramp(c - k // 2 - corner, k),
+                                        propagator.to(torch.complex128), detector))
     return torch.cat(out)

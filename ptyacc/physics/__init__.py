@@ -15,13 +15,20 @@ Conventions (shared by every function here):
 
 from ptyacc.physics.farfield import LOSS_KINDS, Detector, far_field_intensities, far_field_loss, loss_from_intensities
 from ptyacc.physics.fused import ptycho_loss
-from ptyacc.physics.multislice import exit_waves, extract_patches, multislice_intensities, transmission
+from ptyacc.physics.multislice import (
+    detected_intensities,
+    exit_waves,
+    extract_patches,
+    multislice_intensities,
+    transmission,
+)
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [
-    "LOSS_KINDS", "Detector", "aberration_phase", "aperture", "electron_wavelength_A", "exit_waves", "extract_patches",
+    "LOSS_KINDS", "Detector", "aberration_phase", "aperture", "detected_intensities", "electron_wavelength_A",
+    "exit_waves", "extract_patches",
     "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator", "loss_from_intensities",
     "mixed_state_probe", "multislice_intensities", "ptycho_loss", "shift_ramp", "shift_ramps_1d",
     "spatial_frequencies", "stem_probe", "transmission", "wavelength_A", "xray_wavelength_A",

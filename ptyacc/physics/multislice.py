@@ -2,7 +2,7 @@
 
 import torch
 
-from ptyacc.physics.farfield import far_field_intensities
+from ptyacc.physics.farfield import Detector, far_field_intensities
 
 
 def transmission(amplitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
@@ -33,6 +33,18 @@ def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
     """Far-field intensities (B, K, K), unshifted layout, summed over all mode pairs
     (see ``exit_waves`` for the shapes): 2 S - 1 FFTs per (pattern, probe mode, object mode)."""
     return far_field_intensities(exit_waves(probes, transmissions, propagator))
+
+
+def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
+                         propagator: torch.Tensor | None, detector: Detector) -> torch.Tensor:
+    """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes
+    (P, K, K) at windows of the object (O, S, Ny, Nx) with corners ``top_left`` (B, 2), each
+    probe shifted by its sub-pixel rest (Fourier multipliers ``ramps`` (B, K, K), or None) and
+    detected by ``detector`` (near field: the image shifted back by the same rest). The model's
+    prediction and the simulator's truth; the fused loss computes the same thing chunk by chunk."""
+    probes = torch.fft.ifft2(torch.fft.fft2(probe) * ramps[:, None]) if ramps is not None else probe[None]
+    waves = exit_waves(probes, extract_patches(obj, top_left, probe.shape[-1]), propagator)
+    return far_field_intensities(detector.field(waves, ramps), transform=False)
 
 
 def extract_patches(image: torch.Tensor, top_left: torch.Tensor, size: int) -> torch.Tensor:
