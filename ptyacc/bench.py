@@ -83,14 +83,15 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
                         config.model.object_modes, config.model.slices, data.detector_px,
                         rec.model.refine_positions, accelerator.device)
+    high_water = _status_bytes("VmHWM") if marks.get("reset") else None
     if accelerator.device.type == "cuda":
         peak, memory_measure = torch.cuda.max_memory_allocated(), "CUDA allocator peak"
-    elif marks.get("reset"):
-        peak, memory_measure = max(_status_bytes("VmHWM") - baseline_rss, 0), "resident set, timed iterations"
+    elif high_water is not None:
+        peak, memory_measure = max(high_water - baseline_rss, 0), "resident set, timed iterations"
     else:
         peak, memory_measure = max(_peak_rss_bytes() - baseline_rss, 0), "peak resident set of the process (coarse)"
     minimum = _minimum_bytes(rec.model, data, config.optim.batch_size)
-    transient = max(_status_bytes("VmHWM") - marks["rss"], 0) if marks.get("reset") else None
+    transient = max(high_water - marks["rss"], 0) if high_water is not None else None
     return {
         "device": _device_name(accelerator.device),
         "threads": torch.get_num_threads(),

@@ -170,6 +170,8 @@ class CommMeter:
         self.bytes = 0
         self.calls = 0
         self.busy_s = 0.0
+        self.bytes_per_iteration: list[int] = []
+        self.seconds_per_iteration: list[float] = []
 
     def hook(self, state, bucket):
         import torch.distributed as dist
@@ -187,9 +189,11 @@ class CommMeter:
 
         return future.then(finished)
 
-    def take(self) -> dict:
-        """The counts since the last call, and reset."""
+    def end_iteration(self) -> dict:
+        """Record the counts of the iteration that ended, return them, and start afresh."""
         out = {"bytes": self.bytes, "calls": self.calls, "busy_s": self.busy_s}
+        self.bytes_per_iteration.append(self.bytes)
+        self.seconds_per_iteration.append(self.busy_s)
         self.bytes, self.calls, self.busy_s = 0, 0, 0.0
         return out
 

@@ -24,7 +24,7 @@ from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore, sav
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, PtychoData, load_data, spatial_shards
 from ptyacc.data.dataset import keep_only
-from ptyacc.distributed import attach_comm_meter, check_in_sync, get_attribute, make_accelerator, unwrap
+from ptyacc.distributed import CommMeter, attach_comm_meter, check_in_sync, get_attribute, make_accelerator, unwrap
 from ptyacc.errors import ConfigError, DistributedError, PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
@@ -139,9 +139,6 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     if config.runtime.compile:
         bare.loss_terms = CompiledTerms(report=lambda text: _tell(accelerator, log, text))
     meter = attach_comm_meter(model, world)
-    comm_bytes: list[int] = []
-    comm_times: list[float] = []
-    comm_record = (comm_bytes, comm_times) if meter is not None else None
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
     saver = _Saver(accelerator, config, bare, data, geometry, out_dir, write)
@@ -192,9 +189,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         iteration += 1
         comm = ""
         if meter is not None:
-            counts = meter.take()
-            comm_bytes.append(counts["bytes"])
-            comm_times.append(counts["busy_s"])
+            counts = meter.end_iteration()
             comm = (f", all-reduced {counts['bytes'] / 2**20:.2f} MiB in {counts['calls']} calls, "
                     f"{counts['busy_s']:.3f} s")
         log.line(f"iteration {iteration}/{opt_cfg.iterations}: loss {loss:.6g}, {iteration_times[-1]:.3f} s{comm}")
@@ -208,7 +203,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         if every and (iteration % every == 0 or iteration == opt_cfg.iterations):
             saver.checkpoint(optimizers, history, iteration_times, config.output.keep_checkpoints)
         if config.output.save_every and iteration % config.output.save_every == 0 and iteration < opt_cfg.iterations:
-            saver.save(history, iteration_times, comm=comm_record)
+            saver.save(history, iteration_times, meter)
     if progress is not None:
         progress.close()
     check_in_sync(accelerator, model, opt_cfg.iterations - 1)
@@ -221,9 +216,11 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         deviance = float(sums[0] / (0.5 * sums[1]))
         log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
     saver.deviance = deviance
-    results = saver.save(history, iteration_times, figures=config.output.figures, comm=comm_record)
+    results = saver.save(history, iteration_times, meter, figures=config.output.figures)
     wall = time.perf_counter() - started
     log.line(f"done: {len(history)} iterations in {wall:.1f} s, final loss {history[-1]:.6g}")
+    comm_bytes = meter.bytes_per_iteration if meter is not None else []
+    comm_times = meter.seconds_per_iteration if meter is not None else []
     if comm_times:
         log.line(f"communication: {sum(comm_bytes) / len(comm_bytes) / 2**20:.2f} MiB all-reduced per iteration, "
                  f"{sum(comm_times) / sum(iteration_times[-len(comm_times):]):.0%} of the iteration time")
@@ -375,18 +372,18 @@ class _Saver:
         self.data, self.geometry, self.out_dir, self.write = data, geometry, out_dir, write
         self.deviance: float | None = None
 
-    def save(self, history: list[float], times: list[float], figures: bool | None = None,
-             comm: tuple[list[int], list[float]] | None = None) -> Results:
+    def save(self, history: list[float], times: list[float], meter: CommMeter | None = None,
+             figures: bool | None = None) -> Results:
         results = collect_results(self.config, self.model, self.data, self.geometry, history,
                                   self.accelerator.num_processes)
         results.iteration_time_s = np.asarray(times)
-        if comm is not None:
-            results.comm_bytes, results.comm_time_s = np.asarray(comm[0]), np.asarray(comm[1])
+        if meter is not None:
+            results.comm_bytes = np.asarray(meter.bytes_per_iteration)
+            results.comm_time_s = np.asarray(meter.seconds_per_iteration)
         if self.deviance is not None:
             results.attrs["poisson_deviance"] = self.deviance
         if self.write and self.accelerator.is_main_process:
             results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
-        if self.write and self.accelerator.is_main_process:
             save_results(self.out_dir / "results.h5", results)
             if self.config.output.figures if figures is None else figures:
                 save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
