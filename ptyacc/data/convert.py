@@ -20,7 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ptyacc.data.readers import PatternsInfo, ReadOptions, inspect_patterns, read_patterns
+from ptyacc.data.readers import PatternsInfo, ReadOptions, inspect_patterns, read_inspected
 from ptyacc.errors import DataError
 
 BATCH_BYTES = 256 * 2**20
@@ -41,7 +41,7 @@ def convert_patterns(source: Path, target: Path, key: str | None = None, **optio
     if scan_shape is not None and math.prod(scan_shape) != n:
         raise DataError(f"{source}: scan_shape {list(scan_shape)} gives {math.prod(scan_shape)} positions but the "
                         f"file holds {n} patterns")
-    extras = read_patterns(source, info.key, rows=np.arange(0), **options)
+    extras = read_inspected(source, info, rows=np.arange(0), **options)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     try:
@@ -52,7 +52,7 @@ def convert_patterns(source: Path, target: Path, key: str | None = None, **optio
             per_batch = max(1, BATCH_BYTES // (4 * k_y * k_x))
             for start in range(0, n, per_batch):
                 rows = np.arange(start, min(n, start + per_batch))
-                patterns[start:start + len(rows)] = read_patterns(source, info.key, rows=rows, **options).patterns
+                patterns[start:start + len(rows)] = read_inspected(source, info, rows=rows, **options).patterns
             if extras.positions_A is not None:
                 f["positions_A"] = extras.positions_A
             if extras.mask is not None:

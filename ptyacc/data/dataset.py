@@ -15,7 +15,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data.calibration import bright_field_radius_px, sample_rows
 from ptyacc.data.prepare import Preparation, pattern_preparation
-from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_hdf5_array, read_patterns
+from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_hdf5_array, read_inspected
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
@@ -81,7 +81,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     prep = Preparation.from_config(config.data.transform, info.shape[-2:], far_field, str(path), info.attrs)
     exp = _experiment_values(config, info.attrs, path)
     # mask, dark/background and the file's own positions, without reading any pattern
-    extras = read_patterns(path, info.key, rows=np.zeros(0, dtype=np.int64), **options)
+    extras = read_inspected(path, info, rows=np.zeros(0, dtype=np.int64), **options)
     wavelength = _wavelength_A(config, exp, info.attrs, path)
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
     positions_A = _positions(config, exp, info, path, extras.positions_A)
@@ -93,7 +93,7 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     else:
         stored_dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, info.shape[-1])
         dx_A = prep.object_pixel_A(stored_dx_A)
-    raw = read_patterns(path, info.key, prepare, rows, **options)
+    raw = read_inspected(path, info, prepare, rows, **options)
     mask = prep.mask(extras.mask if config.data.use_mask else None)
     return PtychoData(
         patterns=torch.from_numpy(raw.patterns),
@@ -137,7 +137,7 @@ def _dx_from_bright_field(exp: dict, wavelength: float, path: Path, info: Patter
     if exp["semiangle_mrad"] is None:
         raise ConfigError("experiment.semiangle_mrad: needed by experiment.dk_from_bright_field, and the data file "
                           "has no 'semiangle_mrad' attribute")
-    sample = read_patterns(path, info.key, prepare, sample_rows(info.n_patterns), **options).patterns
+    sample = read_inspected(path, info, prepare, sample_rows(info.n_patterns), **options).patterns
     mean = np.fft.fftshift(sample.mean(axis=0, dtype=np.float64))
     radius_px = bright_field_radius_px(mean, str(path))
     dk_invA = exp["semiangle_mrad"] * 1e-3 / wavelength / radius_px

@@ -188,10 +188,12 @@ def pattern_preparation(prep: Preparation, source: str, nonfinite: str = "error"
     """The per-chunk preparation (float32 (c, ky, kx) as stored -> (c, K, K) prepared) in the
     order of the module docstring; ``nonfinite`` and ``negative`` as ``data.nonfinite`` and
     ``data.negative``."""
+    cropped_background = None if background is None else prep.crop(background[None])[0]
+
     def prepare(chunk: np.ndarray) -> np.ndarray:
-        if background is not None:
-            chunk = chunk - background
         chunk = prep.crop(chunk)  # a view: the caller's chunk is never changed in place
+        if cropped_background is not None:
+            chunk = chunk - cropped_background
         bad = ~np.isfinite(chunk)
         if bad.any():
             if nonfinite == "error":

@@ -17,7 +17,7 @@ from ptyacc.data.formats import FORMATS, PatternsInfo, RawPatterns, ReadOptions
 from ptyacc.errors import DataError
 
 __all__ = ["FORMATS", "PatternsInfo", "RawPatterns", "ReadOptions", "detect_format", "inspect_patterns",
-           "read_hdf5_array", "read_patterns"]
+           "read_hdf5_array", "read_inspected", "read_patterns"]
 
 EXTENSIONS = {".cxi": "cxi", ".npy": "npy", ".mat": "mat", ".raw": "empad",
               ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".nxs": "hdf5", ".emd": "hdf5"}
@@ -51,10 +51,16 @@ def read_patterns(path: Path, key: str | None = None, prepare: Callable[[np.ndar
     chunks straight into one float32 array; ``prepare`` maps each float32 chunk (c, ky, kx) to
     its final form (same shape) as it arrives. Mask and background come back as stored: give
     them the same orientation fix as the patterns."""
-    path = Path(path)
-    read_options = ReadOptions(**options)
-    inspect, read = READERS[detect_format(path, read_options.file_format)]
-    return read(path, inspect(path, key, read_options), read_options, prepare, rows)
+    return read_inspected(path, inspect_patterns(path, key, **options), prepare, rows, **options)
+
+
+def read_inspected(path: Path, info: PatternsInfo, prepare: Callable[[np.ndarray], np.ndarray] | None = None,
+                   rows: np.ndarray | None = None, **options) -> RawPatterns:
+    """``read_patterns`` for a file already inspected (``info`` from ``inspect_patterns`` with
+    the same ``options``): no second format detection or inspection, for callers that read
+    one file several times (a sample, then all patterns; batch after batch)."""
+    _, read = READERS[info.format]
+    return read(Path(path), info, ReadOptions(**options), prepare, rows)
 
 
 def detect_format(path: Path, file_format: str | None = None) -> str:
