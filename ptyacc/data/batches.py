@@ -73,24 +73,31 @@ class EpochBatches(Dataset):
 
     def _groups(self, members: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         """``members`` split into n_steps groups whose sizes differ by at most one, shuffled."""
-        sizes = np.full(self.n_steps, len(members) // self.n_steps)
-        sizes[: len(members) % self.n_steps] += 1
+        sizes = _even_sizes(len(members), self.n_steps)
         if self.grouping == "random":
             order = members[rng.permutation(len(members))]
         else:
             order = members[_compact_order(self.positions_px[members], sizes)]
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        groups = [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        groups = _cut_sorted(order, sizes)
         return [groups[i] for i in rng.permutation(len(groups))]
 
 
 def spatial_shards(positions_px: np.ndarray, world_size: int) -> list[np.ndarray]:
     """A fixed partition of the positions into ``world_size`` spatially compact shards whose
     sizes differ by at most one (sorted indices)."""
-    n = len(positions_px)
-    sizes = np.full(world_size, n // world_size)
-    sizes[: n % world_size] += 1
-    order = _compact_order(np.asarray(positions_px, dtype=np.float64), sizes)
+    sizes = _even_sizes(len(positions_px), world_size)
+    return _cut_sorted(_compact_order(np.asarray(positions_px, dtype=np.float64), sizes), sizes)
+
+
+def _even_sizes(n: int, parts: int) -> np.ndarray:
+    """``parts`` sizes summing to ``n`` that differ by at most one, the larger first."""
+    sizes = np.full(parts, n // parts)
+    sizes[: n % parts] += 1
+    return sizes
+
+
+def _cut_sorted(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """``order`` cut into consecutive runs of ``sizes``, each run sorted."""
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 

@@ -236,7 +236,7 @@ def inspect_hdf5(path: Path, key: str | None, options: ReadOptions) -> PatternsI
     with open_hdf5(path) as f:
         dset = find_hdf5_patterns(f, path, key)
         check_patterns(path, dset.name, dset.shape, dset.dtype)
-        scan_shape = tuple(int(s) for s in dset.shape[:2]) if dset.ndim == 4 else None
+        scan_shape = _scan_shape_4d(dset.shape)
         if scan_shape is None and "scan_shape" in f.attrs:
             scan_shape = scan_shape_attribute(f.attrs["scan_shape"])
         attrs = {k: plain(v) for k, v in f.attrs.items()}
@@ -322,7 +322,7 @@ def inspect_cxi(path: Path, key: str | None, options: ReadOptions) -> PatternsIn
                                 f"datasets: {', '.join(hdf5_datasets(f)) or 'none'}")
         dset = find_hdf5_patterns(f, path, key)
         check_patterns(path, dset.name, dset.shape, dset.dtype)
-        scan_shape = tuple(int(s) for s in dset.shape[:2]) if dset.ndim == 4 else None
+        scan_shape = _scan_shape_4d(dset.shape)
         attrs = _cxi_calibration(f, path)
         if scan_shape is not None:
             attrs["scan_shape"] = scan_shape
@@ -427,7 +427,7 @@ def inspect_npy(path: Path, key: str | None, options: ReadOptions) -> PatternsIn
     _no_key(path, key, "a .npy file")
     array = _load_npy(path)
     check_patterns(path, "", array.shape, array.dtype)
-    scan_shape = tuple(int(s) for s in array.shape[:2]) if array.ndim == 4 else None
+    scan_shape = _scan_shape_4d(array.shape)
     attrs = {} if scan_shape is None else {"scan_shape": scan_shape}
     return PatternsInfo("", tuple(array.shape), scan_shape, attrs, "npy")
 
@@ -469,7 +469,7 @@ def inspect_mat(path: Path, key: str | None, options: ReadOptions) -> PatternsIn
         key, matlab_shape, dtype = _find_mat_v5_variable(path, key)
         shape = _matlab_axes(matlab_shape) if options.mat_transpose else matlab_shape
     check_patterns(path, key, shape, dtype)
-    scan_shape = tuple(int(s) for s in shape[:2]) if len(shape) == 4 else None
+    scan_shape = _scan_shape_4d(shape)
     attrs = {} if scan_shape is None else {"scan_shape": scan_shape}
     return PatternsInfo(key, shape, scan_shape, attrs, "mat")
 
@@ -595,3 +595,8 @@ def _empad_name_scan_shape(path: Path) -> tuple[int, int] | None:
 def _two_positive_ints(value: object) -> bool:
     return (isinstance(value, (tuple, list)) and len(value) == 2
             and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in value))
+
+
+def _scan_shape_4d(shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(scan_slow, scan_fast) of 4D patterns (scan_slow, scan_fast, ky, kx); None for 3D."""
+    return (int(shape[0]), int(shape[1])) if len(shape) == 4 else None
