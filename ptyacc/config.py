@@ -232,11 +232,14 @@ class StartIterations:
     object: int | None = _f(0, "First iteration that updates the object.")
     probe: int | None = _f(1, "First iteration that updates the probe.")
     positions: int | None = _f(None, "First iteration that refines positions; null = positions fixed.")
+    detector: int | Literal["probe"] | None = _f(
+        "probe", "First iteration that updates the detector background and intensity weights; probe = with the probe.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions"):
+        for name in ("object", "probe", "positions", "detector"):
             value = getattr(self, name)
-            _require(value is None or value >= 0, f"{path}.{name}", f"must be >= 0 or null, got {value}")
+            _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
+                     f"must be >= 0 or null, got {value}")
 
 
 @dataclass
@@ -251,6 +254,8 @@ class OptimConfig:
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
+    max_position_offset_fraction: float = _f(
+        0.25, "Largest position correction, as a fraction of the probe window's width (applied after each iteration).")
     on_nan: Literal["stop", "rollback"] = _f(
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
@@ -260,6 +265,8 @@ class OptimConfig:
         _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
         _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",
                  f"must be in (0, 1], got {self.lr_final_fraction}")
+        _require(self.max_position_offset_fraction > 0, f"{path}.max_position_offset_fraction",
+                 f"must be > 0, got {self.max_position_offset_fraction}")
 
 
 @dataclass
@@ -292,6 +299,9 @@ class RuntimeConfig:
     progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
     shard_data: bool = _f(False, "Each process holds only the patterns of its own spatial region (memory ~N/W); "
                                  "batches are drawn inside each region, so results differ slightly from replicated runs.")
+    object_exchange: Literal["footprint", "dense"] = _f(
+        "footprint", "Several processes: sum each step's object gradient over the processes only where the step's "
+                     "windows lie (footprint), or over the whole object (dense; for comparison, same result).")
     compile: bool = _f(False, "Compile the data term's real-valued loss terms with torch.compile (no gain measured "
                               "on CPU); falls back to eager with a message when compiling fails.")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import time
 from datetime import timedelta
 
 import torch
@@ -14,6 +13,7 @@ from torch import nn
 
 from ptyacc.config import RuntimeConfig
 from ptyacc.errors import DistributedError
+from ptyacc.exchange import BUCKET_CAP_MB
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -78,7 +78,9 @@ def kwargs_handlers(runtime: RuntimeConfig, device_type: str, environ: dict | No
     environ = os.environ if environ is None else environ
     # Buffers (positions, propagator) never change, so broadcasting them each step is waste;
     # every parameter takes part in every forward, so no search for unused ones.
-    handlers = [DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)]
+    # One bucket for all gradients: the exchange (ptyacc/exchange.py) sends each step in one collective.
+    handlers = [DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False,
+                                              bucket_cap_mb=BUCKET_CAP_MB)]
     if int(environ.get("WORLD_SIZE", "1")) > 1:  # a process group only when launched as several
         backend = choose_backend(runtime.backend, device_type)
         handlers.append(InitProcessGroupKwargs(backend=backend, timeout=timedelta(seconds=runtime.timeout_s)))
@@ -153,55 +155,3 @@ def check_in_sync(accelerator, model: nn.Module, iteration: int) -> None:
         ranks = ", ".join(f"rank {r}: {s[:12]}" for r, s in enumerate(sums))
         raise DistributedError(f"processes hold different parameters after iteration {iteration} ({ranks}); "
                                "the run is not reproducible across ranks and was stopped")
-
-
-
-class CommMeter:
-    """Bytes that DDP all-reduces and the time each all-reduce takes, counted by a comm hook.
-
-    The hook does what DDP's default does (average a gradient bucket over the processes) and
-    records, per bucket, its size and the seconds from launch to completion. ptyacc's data
-    term hands all gradients to autograd at once, so DDP launches its buckets at the end of
-    the backward pass and that time is not hidden behind computation: it includes waiting for
-    the slowest process to reach the same step."""
-
-    def __init__(self, world: int) -> None:
-        self.world = world
-        self.bytes = 0
-        self.calls = 0
-        self.busy_s = 0.0
-        self.bytes_per_iteration: list[int] = []
-        self.seconds_per_iteration: list[float] = []
-
-    def hook(self, state, bucket):
-        import torch.distributed as dist
-
-        tensor = bucket.buffer()
-        self.bytes += tensor.numel() * tensor.element_size()
-        self.calls += 1
-        start = time.perf_counter()
-        tensor.div_(self.world)
-        future = dist.all_reduce(tensor, async_op=True).get_future()
-
-        def finished(fut):
-            self.busy_s += time.perf_counter() - start
-            return fut.value()[0]
-
-        return future.then(finished)
-
-    def end_iteration(self) -> dict:
-        """Record the counts of the iteration that ended, return them, and start afresh."""
-        out = {"bytes": self.bytes, "calls": self.calls, "busy_s": self.busy_s}
-        self.bytes_per_iteration.append(self.bytes)
-        self.seconds_per_iteration.append(self.busy_s)
-        self.bytes, self.calls, self.busy_s = 0, 0, 0.0
-        return out
-
-
-def attach_comm_meter(model: nn.Module, world: int) -> CommMeter | None:
-    """Count all-reduce traffic of a DDP-wrapped model; None when the model is not wrapped."""
-    if world < 2 or not hasattr(model, "register_comm_hook"):
-        return None
-    meter = CommMeter(world)
-    model.register_comm_hook(None, meter.hook)
-    return meter

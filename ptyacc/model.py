@@ -124,6 +124,11 @@ class PtychoModel(nn.Module):
         corner = torch.minimum(torch.clamp(corner, min=0), high)
         return corner.long(), centres - half - corner
 
+    def window_corners(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Window corners (B, 2) and sub-pixel rests (B, 2) of the positions ``indices`` (B,) as
+        they are now: where the forward pass puts their windows."""
+        return self._window_corners(self.positions_px[indices] + self.position_offsets[indices].detach())
+
     # ------------------------------------------------------------------ views of the state
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
@@ -136,28 +141,6 @@ class PtychoModel(nn.Module):
     def positions(self) -> torch.Tensor:
         """(N, 2) current probe centres in object pixels."""
         return self.positions_px + self.position_offsets
-
-    # ------------------------------------------------------------------ constraints
-    @torch.no_grad()
-    def apply_constraints(self, amplitude_bounds: tuple[float, float], orthogonalize_probe: bool,
-                          max_offset_px: float) -> None:
-        """Projections applied after each step, identically on every process."""
-        low, high = amplitude_bounds
-        amplitude = torch.linalg.vector_norm(self.object, dim=-1, keepdim=True)
-        self.object.mul_(amplitude.clamp(low, high) / amplitude.clamp_min(1e-12))
-        if orthogonalize_probe and self.probe.shape[0] > 1:
-            self.probe.copy_(torch.view_as_real(orthogonalize_modes(torch.view_as_complex(self.probe))))
-        if self.refine_positions:
-            self.position_offsets.clamp_(-max_offset_px, max_offset_px)
-
-    @torch.no_grad()
-    def apply_step_constraints(self) -> None:
-        """Cheap projections after every step: a negative background or weight could make the
-        predicted intensity negative (and the Poisson loss undefined) at the next step."""
-        if self.background is not None:
-            self.background.clamp_(min=0.0)
-        if self.intensity_weights is not None:
-            self.intensity_weights.clamp_(min=0.0)
 
 
 def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:

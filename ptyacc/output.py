@@ -13,7 +13,9 @@ results.h5 layout (a public contract; add, never rename):
   ``iterations_done``, ``wavelength_A``, ``loss_name``.
 - multi-process runs: ``comm_bytes`` int64 and ``comm_time_s`` float64 (iterations of this launch,):
   gradient bytes all-reduced per iteration by each process, and the seconds those all-reduces took
-  on the main process (waiting for the slowest process included)
+  on the main process (waiting for the slowest process included); ``comm_bytes_object``,
+  ``comm_bytes_probe``, ``comm_bytes_other`` int64, the same bytes by kind of parameter (they sum
+  to ``comm_bytes``), and ``comm_calls`` int64, the collectives launched
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -33,6 +35,7 @@ import yaml
 from ptyacc.errors import DataError
 
 METRE_PER_A = 1e-10
+COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
 
 
 @dataclass
@@ -51,6 +54,10 @@ class Results:
     mean_pattern_predicted: np.ndarray | None = None
     comm_bytes: np.ndarray | None = None  # multi-process runs, per iteration of this launch
     comm_time_s: np.ndarray | None = None
+    comm_bytes_object: np.ndarray | None = None
+    comm_bytes_probe: np.ndarray | None = None
+    comm_bytes_other: np.ndarray | None = None
+    comm_calls: np.ndarray | None = None
 
     @property
     def phase(self) -> np.ndarray:
@@ -89,8 +96,10 @@ def save_results(path: Path, results: Results) -> None:
         for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted"):
             if getattr(results, name) is not None:
                 f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
-        if results.comm_bytes is not None:
-            f.create_dataset("comm_bytes", data=np.asarray(results.comm_bytes, dtype=np.int64))
+        for name in COUNTS:
+            if getattr(results, name) is not None:
+                f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.int64))
+        if results.comm_time_s is not None:
             f.create_dataset("comm_time_s", data=np.asarray(results.comm_time_s, dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
@@ -117,7 +126,7 @@ def load_results(path: str | Path) -> Results:
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
                            **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
-                                                             "mean_pattern_predicted", "comm_bytes", "comm_time_s")
+                                                             "mean_pattern_predicted", "comm_time_s", *COUNTS)
                               if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
     except OSError as exc:

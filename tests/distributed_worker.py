@@ -53,7 +53,9 @@ def main() -> None:
     try:
         rec = ptyacc.reconstruct(config, accelerator=accelerator, on_step=on_step)
         gradient_bytes = sum(p.numel() * p.element_size() for p in rec.model.parameters() if p.requires_grad)
-        record.update(comm_bytes=rec.comm_bytes, comm_time_s=rec.comm_time_s, gradient_bytes=gradient_bytes)
+        record.update(comm_bytes=rec.comm_bytes, comm_time_s=rec.comm_time_s, gradient_bytes=gradient_bytes,
+                      traffic=[dict(t.bytes, calls=t.calls) for t in rec.traffic],
+                      parameter_bytes={name: p.numel() * p.element_size() for name, p in rec.model.named_parameters()})
         record.update(loss=rec.loss, checksum=parameter_checksum(rec.model), held=len(rec.data.patterns),
                       held_rows=None if rec.data.pattern_rows is None else rec.data.pattern_rows.tolist())
     except ptyacc.PtyaccError as exc:

@@ -15,9 +15,9 @@ def shares_by_rank(batches: EpochBatches) -> list[list[np.ndarray]]:
     w = batches.world_size
     out: list[list[np.ndarray]] = [[] for _ in range(w)]
     for j in range(len(batches)):
-        indices, global_size = batches[j]
-        out[j % w].append(indices.numpy())
-        assert global_size == len(batches.global_batches()[j // w])
+        step = batches[j]
+        out[j % w].append(step.indices.numpy())
+        assert np.array_equal(step.batch.numpy(), batches.global_batches()[j // w])
     return out
 
 

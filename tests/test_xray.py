@@ -6,6 +6,7 @@ import torch
 
 import ptyacc
 from ptyacc.data.dataset import xray_sampling
+from ptyacc.data.store import PatternStore
 from ptyacc.engine import poisson_deviance_sums
 from ptyacc.errors import ConfigError
 
@@ -80,8 +81,8 @@ def test_poisson_deviance_against_numpy():
     model_i = rng.uniform(0.1, 20, (6, 6))
     measured = rng.poisson(model_i, (5, 6, 6)).astype(float)
     mask = (rng.random((6, 6)) > 0.2).astype(float)
-    sums = poisson_deviance_sums(FixedModel(torch.tensor(model_i), torch.tensor(mask)), torch.tensor(measured),
-                                 torch.arange(5), torch.arange(5), chunk=2)
+    store = PatternStore(torch.tensor(measured), None, 5)
+    sums = poisson_deviance_sums(FixedModel(torch.tensor(model_i), torch.tensor(mask)), store, torch.arange(5), chunk=2)
     with np.errstate(divide="ignore", invalid="ignore"):
         i_log_i = np.where(measured > 0, measured * np.log(measured), 0.0)
     expected = (((model_i - measured * np.log(model_i)) - (measured - i_log_i)) * mask).sum()

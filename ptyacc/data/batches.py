@@ -11,11 +11,24 @@ changes every epoch.
 Replicated mode (default): a global batch is drawn from all positions and split across the
 processes. Sharded mode (``shards`` given, one array of positions per process): process r
 draws its piece of every step from its own shard only, so it needs only those patterns.
+
+Every item carries the whole global batch too: each process can then work out, without
+communicating, which part of the object the step touches (the gradient exchange needs it).
 """
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+
+class Step(NamedTuple):
+    """What one process computes in one step."""
+
+    indices: torch.Tensor  # (b,) long: this process's positions
+    measured: torch.Tensor | None  # (b, K, K) float32: their measured patterns (None without a store)
+    batch: torch.Tensor  # (B,) long: the global batch, every process's positions of this step
 
 
 class EpochBatches(Dataset):
@@ -23,11 +36,13 @@ class EpochBatches(Dataset):
 
     positions_px: (N, 2) probe centres, used by ``compact`` grouping to form spatial clusters.
     shards: optional partition of range(N) into ``world_size`` arrays (see ``spatial_shards``).
-    Items are (position indices (b,), the global batch size).
+    store: answers ``measured(indices)`` with the patterns of those positions (``PatternStore``).
+    Items are ``Step`` records.
     """
 
     def __init__(self, positions_px: np.ndarray, batch_size: int, world_size: int = 1,
-                 grouping: str = "random", seed: int = 0, shards: list[np.ndarray] | None = None) -> None:
+                 grouping: str = "random", seed: int = 0, shards: list[np.ndarray] | None = None,
+                 store=None) -> None:
         n = len(positions_px)
         if n < world_size:
             raise ValueError(f"{n} positions cannot be shared by {world_size} processes")
@@ -38,6 +53,7 @@ class EpochBatches(Dataset):
         self.grouping = grouping
         self.seed = seed
         self.shards = shards
+        self.store = store
         batch_size = max(min(batch_size, n), world_size)
         n_steps = max(n // batch_size, 1)
         if shards is not None:  # every process needs at least one position per step
@@ -58,9 +74,11 @@ class EpochBatches(Dataset):
     def __len__(self) -> int:
         return self.n_steps * self.world_size
 
-    def __getitem__(self, item: int) -> tuple[torch.Tensor, int]:
-        step = self._pieces[item // self.world_size]
-        return torch.from_numpy(step[item % self.world_size]), sum(len(piece) for piece in step)
+    def __getitem__(self, item: int) -> Step:
+        pieces = self._pieces[item // self.world_size]
+        indices = torch.from_numpy(pieces[item % self.world_size])
+        measured = self.store.measured(indices) if self.store is not None else None
+        return Step(indices, measured, torch.from_numpy(np.concatenate(pieces)))
 
     def _make_pieces(self) -> list[list[np.ndarray]]:
         """pieces[step][process]: random or spatially compact groups, steps in random order."""

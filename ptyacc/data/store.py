@@ -1,0 +1,92 @@
+"""Who holds which patterns: the shard plan, worked out once per run, and the pattern store
+that answers a step's ``measured(indices)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ptyacc.data.batches import EpochBatches, spatial_shards
+from ptyacc.data.dataset import PtychoData, keep_only, load_data
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Which positions' patterns each of ``world`` processes holds.
+
+    shards: one sorted array of position indices per process (``runtime.shard_data``: spatially
+    compact regions), or None when every process holds every pattern (replicated).
+    """
+
+    world: int
+    rank: int
+    shards: tuple[np.ndarray, ...] | None = None
+
+    @classmethod
+    def spatial(cls, positions_A: np.ndarray, world: int, rank: int) -> ShardPlan:
+        return cls(world, rank, tuple(spatial_shards(positions_A, world)))
+
+    @property
+    def held(self) -> np.ndarray | None:
+        """The positions whose patterns this process holds; None = all of them."""
+        return None if self.shards is None else self.shards[self.rank]
+
+    def batches(self, positions_px: np.ndarray, batch_size: int, grouping: str, seed: int,
+                store: PatternStore | None = None) -> EpochBatches:
+        """The steps of every epoch: each process's positions drawn from what it holds."""
+        shards = list(self.shards) if self.shards is not None else None
+        return EpochBatches(positions_px, batch_size, self.world, grouping, seed, shards, store)
+
+    def evaluation_share(self, n_positions: int) -> np.ndarray:
+        """The positions this process evaluates when all of them are evaluated once (deviance):
+        its own shard, or every W-th position when replicated."""
+        return self.held if self.held is not None else np.arange(n_positions)[self.rank::self.world]
+
+
+def load_planned(config, world: int, rank: int, data: PtychoData | None = None) -> tuple[PtychoData, ShardPlan]:
+    """The dataset as this process needs it, and the plan it was cut by: with
+    ``runtime.shard_data`` only this process's spatial share of the patterns is read (or kept,
+    for ``data`` given whole)."""
+    if not config.runtime.shard_data:
+        return (data if data is not None else load_data(config)), ShardPlan(world, rank)
+    plans: list[ShardPlan] = []
+
+    def keep(positions_A: np.ndarray) -> np.ndarray:
+        plans.append(ShardPlan.spatial(positions_A, world, rank))
+        return plans[-1].held
+
+    if data is None:
+        data = load_data(config, keep)
+    elif data.pattern_rows is None:
+        data = keep_only(data, keep)
+    return data, plans[0] if plans else ShardPlan.spatial(data.positions_A, world, rank)
+
+
+class PatternStore:
+    """The measured patterns (H, K, K) this process holds, on its device, looked up by position
+    index. They are in memory today; a store that streams them from disk would answer the
+    same ``measured`` and leave the loop as it is."""
+
+    def __init__(self, patterns: torch.Tensor, held: np.ndarray | None, n_positions: int,
+                 device: torch.device | str = "cpu") -> None:
+        self.patterns = patterns.to(device)
+        self.held = np.arange(n_positions) if held is None else np.asarray(held)
+        self._row_of: torch.Tensor | None = None
+        if held is not None:  # position index -> row; -1 (an indexing error) for patterns held elsewhere
+            self._row_of = torch.full((n_positions,), -1, dtype=torch.long, device=device)
+            self._row_of[torch.as_tensor(self.held, device=device)] = torch.arange(len(self.held), device=device)
+
+    def measured(self, indices: torch.Tensor) -> torch.Tensor:
+        """(b, K, K) patterns of the positions ``indices`` (b,), which this process must hold."""
+        indices = indices.to(self.patterns.device)
+        return self.patterns[indices] if self._row_of is None else self.patterns[self._row_of[indices]]
+
+    def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean measured pattern and mean prediction over up to ``most`` evenly spread held positions."""
+        pick = torch.as_tensor(self.held[:: max(1, len(self.held) // most)], device=self.patterns.device)
+        with torch.no_grad():
+            return self.measured(pick).mean(0), predict(pick).mean(0)

@@ -1,0 +1,109 @@
+"""One parameter group per optimised quantity (object, probe, positions, detector): its
+tensors, its Adam, its learning rate and schedule, its start iteration and its projections.
+
+A group that has not started yet is not stepped, but its tensors keep requiring gradients
+and take part in every forward (DESIGN rule 2). Projections run identically on every
+process, whether the group has started or not, so parameters stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ptyacc.config import Config
+from ptyacc.model import PtychoModel, orthogonalize_modes
+
+
+@dataclass
+class ParameterGroup:
+    """An optimised quantity. ``after_step`` runs after every step, ``after_iteration`` after
+    every iteration (projections onto the allowed set); ``start`` None = never updated."""
+
+    name: str
+    params: list[torch.nn.Parameter]
+    lr: float
+    start: int | None
+    after_step: Callable[[], None] | None = None
+    after_iteration: Callable[[], None] | None = None
+    optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
+
+    def active(self, iteration: int) -> bool:
+        return self.start is not None and iteration >= self.start
+
+    def schedule(self, factor: float) -> None:
+        """Set the learning rate to ``factor`` times the configured one."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr * factor
+
+    def step(self, iteration: int) -> None:
+        if self.active(iteration):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def build_groups(config: Config, model: PtychoModel, device: torch.device) -> list[ParameterGroup]:
+    """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
+    its Adam (the fused kernel where ``device`` has one)."""
+    opt, start = config.optim, config.optim.start
+    low, high = config.model.object_amplitude_bounds
+    probe_modes = model.probe.shape[0]
+    groups = [
+        ParameterGroup("object", [model.object], opt.lr.object, start.object,
+                       after_iteration=lambda: clamp_amplitude(model.object, low, high)),
+        ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
+                       after_iteration=(lambda: orthogonalize(model.probe))
+                       if config.model.orthogonalize_probe and probe_modes > 1 else None),
+    ]
+    if model.refine_positions:
+        limit_px = opt.max_position_offset_fraction * model.window
+        groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
+                                     after_iteration=lambda: clamp(model.position_offsets, -limit_px, limit_px)))
+    detector = [p for p in (model.background, model.intensity_weights) if p is not None]
+    if detector:
+        # a negative background or weight could make the predicted intensity negative (and the
+        # Poisson loss undefined) at the next step: projected after every step
+        groups.append(ParameterGroup("detector", detector, opt.lr.detector,
+                                     start.probe if start.detector == "probe" else start.detector,
+                                     after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
+    fast = _fast_adam(device)
+    for group in groups:
+        group.optimizer = torch.optim.Adam(group.params, lr=group.lr, **fast)
+    return groups
+
+
+@torch.no_grad()
+def clamp(tensor: torch.Tensor, low: float | None, high: float | None) -> None:
+    tensor.clamp_(low, high)
+
+
+@torch.no_grad()
+def clamp_amplitude(obj: torch.Tensor, low: float, high: float) -> None:
+    """Object (..., 2) real/imaginary pairs with their amplitude clamped to [low, high], phase kept."""
+    amplitude = torch.linalg.vector_norm(obj, dim=-1, keepdim=True)
+    obj.mul_(amplitude.clamp(low, high) / amplitude.clamp_min(1e-12))
+
+
+@torch.no_grad()
+def orthogonalize(probe: torch.Tensor) -> None:
+    """Probe modes (M, K, K, 2) made orthogonal in place (``orthogonalize_modes``)."""
+    probe.copy_(torch.view_as_real(orthogonalize_modes(torch.view_as_complex(probe))))
+
+
+def lr_factor(iteration: int, iterations: int, final_fraction: float) -> float:
+    """Cosine decay from 1 at the first iteration to ``final_fraction`` at the last."""
+    if iterations <= 1:
+        return 1.0
+    return final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * iteration / (iterations - 1)))
+
+
+def _fast_adam(device: torch.device) -> dict:
+    """Adam's fused kernel where this torch has it for the device (CPU and CUDA in torch >= 2.4)."""
+    try:
+        torch.optim.Adam([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return {}
+    return {"fused": True}

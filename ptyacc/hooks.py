@@ -1,0 +1,158 @@
+"""What happens at the end of an iteration, one small hook each: the run.log line, the progress
+bar, the sync check, checkpoints, intermediate saves; and the guard that undoes an iteration
+whose loss is not finite. The loop calls them in order; each decides for itself whether this
+iteration is its turn."""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from ptyacc.distributed import check_in_sync
+from ptyacc.errors import PtyaccError
+from ptyacc.exchange import Traffic
+from ptyacc.groups import ParameterGroup
+from ptyacc.model import PtychoModel
+from ptyacc.runlog import RunLog
+from ptyacc.saving import Saver
+
+MAX_ROLLBACKS = 3
+
+
+@dataclass
+class History:
+    """The iterations done so far: loss (mean per pattern over all processes), seconds, and the
+    exchange's traffic of each iteration of this launch (None for one process)."""
+
+    iterations: int  # planned
+    loss: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    traffic: list[Traffic] | None = None
+
+    @property
+    def done(self) -> int:
+        return len(self.loss)
+
+    def record(self, loss: float, seconds: float, traffic: Traffic | None) -> None:
+        self.loss.append(loss)
+        self.seconds.append(seconds)
+        if traffic is not None:
+            self.traffic.append(traffic)
+
+
+class LogLine:
+    """One run.log line per iteration: loss, time, and what the exchange moved."""
+
+    def __init__(self, log: RunLog) -> None:
+        self.log = log
+
+    def __call__(self, history: History) -> None:
+        comm = ""
+        if history.traffic:
+            t = history.traffic[-1]
+            split = ", ".join(f"{kind} {count / 2**20:.2f}" for kind, count in t.bytes.items())
+            comm = (f", exchanged {t.total_bytes / 2**20:.2f} MiB ({split}) in {t.calls} collectives, "
+                    f"waiting {t.wait_s:.3f} s ({t.wait_s / max(history.seconds[-1], 1e-12):.0%})")
+        self.log.line(f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}, "
+                      f"{history.seconds[-1]:.3f} s{comm}")
+
+
+class ProgressBar:
+    """A progress bar on the main process, in terminals only."""
+
+    def __init__(self, total: int, initial: int, patterns: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
+        self.patterns = patterns
+
+    @classmethod
+    def wanted(cls, accelerator, enabled: bool) -> bool:
+        return accelerator.is_main_process and enabled and sys.stderr.isatty()
+
+    def __call__(self, history: History) -> None:
+        rate = self.patterns / max(history.seconds[-1], 1e-9)
+        self.bar.set_postfix(loss=f"{history.loss[-1]:.5g}", patterns_per_s=f"{rate:.0f}")
+        self.bar.update(1)
+        if history.done == history.iterations:
+            self.bar.close()
+
+
+class SyncCheck:
+    """Every ``every`` iterations, stop if the processes' parameters are not bit-identical."""
+
+    def __init__(self, accelerator, model, every: int) -> None:
+        self.accelerator, self.model, self.every = accelerator, model, every
+
+    def __call__(self, history: History) -> None:
+        if history.done % self.every == 0:
+            check_in_sync(self.accelerator, self.model, history.done - 1)
+
+
+class Checkpoints:
+    """A resumable checkpoint every ``every`` iterations and after the last one."""
+
+    def __init__(self, saver: Saver, groups: list[ParameterGroup], every: int) -> None:
+        self.saver, self.groups, self.every = saver, groups, every
+
+    def __call__(self, history: History) -> None:
+        if history.done % self.every == 0 or history.done == history.iterations:
+            self.saver.checkpoint([g.optimizer for g in self.groups], history.loss, history.seconds)
+
+
+class IntermediateSaves:
+    """results.h5 every ``every`` iterations before the end (the end is saved anyway)."""
+
+    def __init__(self, saver: Saver, every: int) -> None:
+        self.saver, self.every = saver, every
+
+    def __call__(self, history: History) -> None:
+        if history.done % self.every == 0 and history.done < history.iterations:
+            self.saver.save(history)
+
+
+class NanGuard:
+    """Keeps a copy of the state at the start of each iteration; an iteration whose loss is not
+    finite is undone, then retried with half the learning rates (``optim.on_nan: rollback``,
+    at most MAX_ROLLBACKS times per run) or the run stops with the last good state saved."""
+
+    def __init__(self, model: PtychoModel, groups: list[ParameterGroup], on_nan: str, saver: Saver,
+                 log: RunLog) -> None:
+        self.model, self.groups, self.on_nan, self.saver, self.log = model, groups, on_nan, saver, log
+        self.lr_scale, self.retries = 1.0, 0
+        self.good: tuple[dict, list] | None = None
+
+    def snapshot(self) -> None:
+        params = {name: p.detach().clone() for name, p in self.model.named_parameters()}
+        self.good = params, [copy.deepcopy(g.optimizer.state_dict()) for g in self.groups]
+
+    def accept(self, loss: float, history: History) -> bool:
+        """True for a finite loss; False after a rollback (retry the iteration); raises to stop."""
+        if math.isfinite(loss):
+            return True
+        bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
+        self._restore()
+        iteration = history.done
+        if self.on_nan == "rollback" and self.retries < MAX_ROLLBACKS:
+            self.retries += 1
+            self.lr_scale *= 0.5
+            self.log.line(f"iteration {iteration}: loss {loss} (non-finite: {', '.join(bad)}); rolled back, "
+                          f"learning rates x{self.lr_scale:g}")
+            return False
+        self.saver.save(history)
+        where = f"{self.saver.out_dir / 'results.h5'}" if self.saver.write else "memory"
+        raise PtyaccError(f"optim: the loss became {loss} at iteration {iteration} (non-finite values in: "
+                          f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
+                          "Lower optim.lr, or set optim.on_nan: rollback")
+
+    def _restore(self) -> None:
+        params, states = self.good
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.copy_(params[name])
+        for group, state in zip(self.groups, states, strict=True):
+            group.optimizer.load_state_dict(state)

@@ -1,0 +1,97 @@
+"""The initial state of a reconstruction: the model built from the data and the config (probe
+from the optics or from the patterns, flat object, positions), or started from a previous run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ptyacc.config import Config
+from ptyacc.data import PtychoData
+from ptyacc.errors import ConfigError
+from ptyacc.geometry import ObjectGeometry
+from ptyacc.model import PtychoModel
+from ptyacc.output import Results, load_results
+from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
+
+
+def previous_results(config: Config, data: PtychoData) -> Results:
+    """The results.h5 that ``model.init_from`` names, checked against this data."""
+    path = config.resolve_input(config.model.init_from)
+    previous = load_results(path)
+    if previous.positions_A.shape != data.positions_A.shape:
+        raise ConfigError(f"model.init_from: {path} holds {len(previous.positions_A)} positions, the data "
+                          f"{len(data.positions_A)}")
+    if abs(previous.dx_A / data.dx_A - 1) > 1e-6:
+        raise ConfigError(f"model.init_from: {path} has object pixels of {previous.dx_A:.6g} A, this data "
+                          f"{data.dx_A:.6g} A")
+    return previous
+
+
+def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, name: str) -> None:
+    """Copy a previous run's probe and object into the new model. The object canvas may have
+    moved by whole pixels (refined positions change its extent): the overlap is copied."""
+    if previous.probe.shape != tuple(model.complex_probe().shape):
+        raise ConfigError(f"model.init_from: {name} has probe modes {previous.probe.shape}, this config builds "
+                          f"{tuple(model.complex_probe().shape)} (model.probe_modes, detector size)")
+    modes, slices = previous.object.shape[:2]
+    if (modes, slices) != tuple(model.object.shape[:2]):
+        raise ConfigError(f"model.init_from: {name} has {modes} object mode(s) x {slices} slice(s), this config "
+                          f"{model.object.shape[0]} x {model.object.shape[1]} (model.object_modes, model.slices)")
+    shift = np.round((np.asarray(previous.origin_A) - np.asarray(geometry.origin_A)) / geometry.dx_A).astype(int)
+    old = torch.from_numpy(previous.object)
+    with torch.no_grad():
+        model.probe.copy_(torch.view_as_real(torch.from_numpy(previous.probe) / model.probe_scale))
+        target = torch.view_as_complex(model.object)
+        (oy, ox), (ny, nx) = shift, old.shape[-2:]
+        y0, x0 = max(oy, 0), max(ox, 0)
+        y1, x1 = min(oy + ny, target.shape[-2]), min(ox + nx, target.shape[-1])
+        if y1 > y0 and x1 > x0:
+            target[..., y0:y1, x0:x1] = old[..., y0 - oy:y1 - oy, x0 - ox:x1 - ox]
+
+
+def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
+                mean_intensity: float | None = None) -> PtychoModel:
+    """The initial model: a probe from the experiment's optics, scaled to the data's mean
+    intensity (total counts per pattern; computed from the held patterns if None), split into
+    modes; a flat object; positions from the data."""
+    k = data.detector_px
+    if geometry.shape[0] < k or geometry.shape[1] < k:
+        raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
+                          f"probe window ({k} x {k} px)")
+    mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
+    near = (fresnel_propagator(k, data.dx_A, data.wavelength_A, data.near_field_distance_A)
+            if data.near_field_distance_A is not None else None)
+    detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
+    if data.radiation == "electron":
+        if data.semiangle_mrad is None:
+            raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
+                              "has no 'semiangle_mrad' attribute")
+        probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+    else:
+        probe = probe_from_patterns(data.patterns.mean(0), detector)
+    try:
+        probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())),
+                                  config.model.probe_modes)
+    except ValueError as exc:
+        raise ConfigError(f"model.probe_modes: {exc}") from None
+    slices = config.model.slices
+    propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
+                  if slices > 1 else None)
+    pixel_mean = mean_intensity / k**2
+    return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
+                       refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed,
+                       detector=detector, fit_background=config.model.background,
+                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean)
+
+
+def probe_from_patterns(mean_pattern: torch.Tensor, detector: Detector) -> torch.Tensor:
+    """A first probe (K, K) when the optics are unknown (X-ray): the wave whose detector
+    intensity is the mean pattern (model layout), with a flat phase at the detector, brought
+    back to the sample plane; centred in the window for the far field."""
+    amplitude = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64)).to(torch.complex128)
+    if detector.propagator is None:
+        return torch.fft.fftshift(torch.fft.ifft2(amplitude, norm="ortho")).to(torch.complex64)
+    return detector.adjoint(amplitude.to(torch.complex64)[None])[0]

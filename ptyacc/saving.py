@@ -1,0 +1,106 @@
+"""What a run writes: results.h5 with its figures, and checkpoints. Main process only; the
+other processes take part in nothing here but computing the same Results record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ptyacc.checkpoint import checkpoint_folder, save_checkpoint
+from ptyacc.config import Config
+from ptyacc.data import PtychoData
+from ptyacc.data.store import PatternStore
+from ptyacc.errors import ConfigError
+from ptyacc.exchange import KINDS, Traffic
+from ptyacc.geometry import ObjectGeometry
+from ptyacc.model import PtychoModel
+from ptyacc.output import Results, save_figures, save_results, versions
+
+if TYPE_CHECKING:
+    from ptyacc.hooks import History
+
+
+def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to write over a previous run's results unless asked to."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"output.dir: {out_dir} is a file, not a folder")
+    if resume or overwrite:
+        return
+    existing = [p.name for p in (out_dir / "results.h5", checkpoint_folder(out_dir)) if p.exists()]
+    if existing:
+        raise ConfigError(f"output.dir: {out_dir} already holds {' and '.join(existing)}; pass --overwrite to replace "
+                          "them, --resume to continue from the newest checkpoint, or choose another output.dir")
+
+
+def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
+                    history: list[float], world_size: int) -> Results:
+    """The model's state as a Results record (CPU, NumPy)."""
+    with torch.no_grad():
+        positions_px = model.positions().double().cpu().numpy()
+        obj = model.complex_object().cpu().numpy()
+        probe = model.complex_probe().cpu().numpy()
+    import yaml
+
+    attrs = {"config": config.to_yaml(), "versions": yaml.safe_dump(versions()), "world_size": world_size,
+             "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
+             "source": data.source}
+    return Results(object=obj, probe=probe, positions_A=geometry.to_A(positions_px), loss=np.asarray(history),
+                   dx_A=geometry.dx_A, origin_A=geometry.origin_A, attrs=attrs)
+
+
+def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:
+    """The exchange's per-iteration counts as the results.h5 datasets ``comm_*``."""
+    arrays = {"comm_bytes": np.array([t.total_bytes for t in traffic], dtype=np.int64),
+              "comm_time_s": np.array([t.wait_s for t in traffic], dtype=np.float64),
+              "comm_calls": np.array([t.calls for t in traffic], dtype=np.int64)}
+    for kind in KINDS:
+        arrays[f"comm_bytes_{kind}"] = np.array([t.bytes[kind] for t in traffic], dtype=np.int64)
+    return arrays
+
+
+class Saver:
+    """Writes results, figures and checkpoints from the main process (a no-op elsewhere)."""
+
+    def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
+                 store: PatternStore, out_dir: Path, write: bool) -> None:
+        self.accelerator, self.config, self.model = accelerator, config, model
+        self.data, self.geometry, self.store = data, geometry, store
+        self.out_dir, self.write = out_dir, write
+        self.writes = write and accelerator.is_main_process
+        self.deviance: float | None = None
+
+    def save(self, history: History, figures: bool | None = None) -> Results:
+        results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
+                                  self.accelerator.num_processes)
+        results.iteration_time_s = np.asarray(history.seconds)
+        for name, values in (traffic_arrays(history.traffic) if history.traffic is not None else {}).items():
+            setattr(results, name, values)
+        if self.deviance is not None:
+            results.attrs["poisson_deviance"] = self.deviance
+        if self.writes:
+            results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
+            save_results(self.out_dir / "results.h5", results)
+            if self.config.output.figures if figures is None else figures:
+                save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
+        return results
+
+    def _mean_patterns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of up to 128 held patterns and of the model's prediction for them (centred)."""
+        measured, predicted = self.store.mean_of_sample(self.model)
+        measured, predicted = measured.double().cpu(), predicted.double().cpu()
+        if self.data.near_field_distance_A is not None:  # near-field images are stored as they are
+            return measured.numpy(), predicted.numpy()
+        return (torch.fft.fftshift(measured, dim=(-2, -1)).numpy(),
+                torch.fft.fftshift(predicted, dim=(-2, -1)).numpy())
+
+    def checkpoint(self, optimizers: list, history: list[float], times: list[float]) -> None:
+        if not self.writes:
+            return
+        state = {"iterations_done": len(history), "model": self.model.state_dict(),
+                 "optimizers": [o.state_dict() for o in optimizers], "loss": list(history),
+                 "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
+                 "config": self.config.to_yaml()}
+        save_checkpoint(self.out_dir, state, self.config.output.keep_checkpoints)
