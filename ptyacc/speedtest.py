@@ -15,10 +15,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ptyacc.errors import PtyaccError
+from ptyacc.exchange import KINDS
 from ptyacc.output import load_results
 
 
@@ -31,6 +32,8 @@ class Trial:
     iteration_time_s: list[float]
     comm_bytes: list[int] = ()  # per iteration, multi-process runs
     comm_time_s: list[float] = ()
+    comm_split: dict[str, list[int]] = field(default_factory=dict)  # object / probe / other bytes per iteration
+    comm_calls: list[int] = ()
 
 
 def launch_command(config: Path, processes: int, overrides: list[str]) -> list[str]:
@@ -62,15 +65,34 @@ def run_speedtest(config: Path, process_counts: list[int], trials: int, out_dir:
                 raise PtyaccError(f"speedtest: the run on {processes} process(es) failed: {tail}")
             results = load_results(run_dir / "results.h5")
             times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
-            comm = ([], []) if results.comm_bytes is None else (results.comm_bytes.tolist(), results.comm_time_s.tolist())
-            done.append(Trial(processes, trial, wall, list(results.loss), times, *comm))
-            traffic = (f", all-reduce {statistics.median(comm[0]) / 2**20:.2f} MiB and "
-                       f"{statistics.median(comm[1]):.3f} s per iteration" if comm[0] else "")
+            done.append(_trial(processes, trial, wall, results))
+            traffic = _traffic_text(done[-1])
             echo(f"{processes} process(es), trial {trial + 1}/{trials}: {wall:.1f} s, "
                  f"{statistics.median(times):.3f} s/iteration{traffic}, final loss {results.loss[-1]:.6g}")
     write_tables(done, out_dir)
     plot_loss_vs_time(done, out_dir / "speedtest.png")
     return done
+
+
+def _trial(processes: int, trial: int, wall_s: float, results) -> Trial:
+    times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
+    if results.comm_bytes is None:
+        return Trial(processes, trial, wall_s, list(results.loss), times)
+    split = {kind: getattr(results, f"comm_bytes_{kind}").tolist() for kind in KINDS
+             if getattr(results, f"comm_bytes_{kind}") is not None}
+    calls = results.comm_calls.tolist() if results.comm_calls is not None else []
+    return Trial(processes, trial, wall_s, list(results.loss), times, results.comm_bytes.tolist(),
+                 results.comm_time_s.tolist(), split, calls)
+
+
+def _traffic_text(t: Trial) -> str:
+    if not t.comm_bytes:
+        return ""
+    split = ", ".join(f"{kind} {statistics.median(v) / 2**20:.2f}" for kind, v in t.comm_split.items())
+    waiting = statistics.median(w / s for w, s in zip(t.comm_time_s, t.iteration_time_s[-len(t.comm_time_s):],
+                                                      strict=True))
+    return (f", exchanged {statistics.median(t.comm_bytes) / 2**20:.2f} MiB per iteration ({split}), "
+            f"{statistics.median(t.comm_calls) if t.comm_calls else 0:g} collectives, waiting {waiting:.0%}")
 
 
 def summarize(trials: list[Trial]) -> list[dict]:
@@ -85,9 +107,15 @@ def summarize(trials: list[Trial]) -> list[dict]:
         finals = [t.loss[-1] for t in mine]
         comm_s = [x for t in mine for x in t.comm_time_s]
         comm_bytes = [x for t in mine for x in t.comm_bytes]
+        by_kind = {kind: [x for t in mine for x in t.comm_split.get(kind, ())] for kind in KINDS}
+        calls = [x for t in mine for x in t.comm_calls]
         rows.append({"processes": processes, "trials": len(mine), "s_per_iteration": per_iteration,
                      "comm_mib_per_iteration": statistics.median(comm_bytes) / 2**20 if comm_bytes else 0.0,
+                     **{f"comm_{kind}_mib_per_iteration": statistics.median(v) / 2**20 if v else 0.0
+                        for kind, v in by_kind.items()},
+                     "collectives_per_iteration": statistics.median(calls) if calls else 0,
                      "comm_s_per_iteration": statistics.median(comm_s) if comm_s else 0.0,
+                     "waiting_fraction": statistics.median(comm_s) / per_iteration if comm_s else 0.0,
                      "speedup": base / per_iteration, "wall_s": statistics.median(t.wall_s for t in mine),
                      "final_loss_mean": statistics.fmean(finals), "final_loss_spread": max(finals) - min(finals)})
     return rows
@@ -110,13 +138,16 @@ def write_tables(trials: list[Trial], out_dir: Path) -> None:
 
 
 def format_summary(trials: list[Trial]) -> str:
-    lines = ["| processes | trials | s/iteration | all-reduce s/iteration | all-reduce MiB/iteration | speed-up | wall s "
-             "| final loss (mean) | final loss spread |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| processes | trials | s/iteration | exchange s/iteration (waiting) | exchanged MiB/iteration: object / "
+             "probe / other | collectives/iteration | speed-up | wall s | final loss (mean) | final loss spread |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in summarize(trials):
         lines.append(f"| {r['processes']} | {r['trials']} | {r['s_per_iteration']:.4f} | "
-                     f"{r['comm_s_per_iteration']:.4f} | {r['comm_mib_per_iteration']:.2f} | {r['speedup']:.2f} | "
-                     f"{r['wall_s']:.1f} | {r['final_loss_mean']:.6g} | {r['final_loss_spread']:.2g} |")
+                     f"{r['comm_s_per_iteration']:.4f} ({r['waiting_fraction']:.0%}) | "
+                     f"{r['comm_object_mib_per_iteration']:.2f} / {r['comm_probe_mib_per_iteration']:.2f} / "
+                     f"{r['comm_other_mib_per_iteration']:.3f} | {r['collectives_per_iteration']:g} | "
+                     f"{r['speedup']:.2f} | {r['wall_s']:.1f} | {r['final_loss_mean']:.6g} | "
+                     f"{r['final_loss_spread']:.2g} |")
     return "\n".join(lines)
 
 

@@ -375,11 +375,18 @@ def test_speedtest_writes_tables_and_figure(mp_config, tmp_path):
     final = [float(s["final_loss_mean"]) for s in summary]
     assert final[1] == pytest.approx(final[0], rel=1e-4)  # same answer on 1 and 2 processes
     assert (out / "speedtest.png").stat().st_size > 1000
-    assert "| processes | trials | s/iteration | all-reduce s/iteration |" in done.stdout
+    assert "| processes | trials | s/iteration | exchange s/iteration (waiting) |" in done.stdout
     assert float(summary[0]["comm_mib_per_iteration"]) == 0.0
     two = ptyacc.load_results(out / "p2_t0" / "results.h5")
     assert float(summary[1]["comm_mib_per_iteration"]) == pytest.approx(np.median(two.comm_bytes) / 2**20)
     assert float(summary[1]["comm_mib_per_iteration"]) > 0
+    for kind in ("object", "probe", "other"):  # the split, as saved by the run
+        assert float(summary[1][f"comm_{kind}_mib_per_iteration"]) == pytest.approx(
+            np.median(getattr(two, f"comm_bytes_{kind}")) / 2**20)
+    assert float(summary[1]["collectives_per_iteration"]) == np.median(two.comm_calls) > 0
+    waiting = float(summary[1]["waiting_fraction"])
+    assert waiting == pytest.approx(np.median(two.comm_time_s) / float(summary[1]["s_per_iteration"]))
+    assert 0 < waiting < 1
 
 
 @pytest.mark.slow
