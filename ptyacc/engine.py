@@ -106,6 +106,7 @@ class Reconstructor:
         config = self.config
         torch.manual_seed(config.runtime.seed)
         self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data)
+        self.n_positions = self.data.n_patterns
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
@@ -113,15 +114,14 @@ class Reconstructor:
                                               config.model.object_padding_px)
         self.model = self._initial_model(previous)
         self.groups = build_groups(config, self.model, self.accelerator.device)
-        self.history = self._history()
         self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
         self._prepare(self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                         config.runtime.seed, self.store))
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint")
-        self.history.traffic = [] if self.exchange is not None else None
         self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
                            self.write)
+        self.history = self._history()
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = self._hooks()
 
@@ -140,7 +140,7 @@ class Reconstructor:
 
     def _history(self) -> History:
         """No iterations yet, or those of the newest checkpoint (``--resume``), restored into the model."""
-        history = History(self.config.optim.iterations)
+        history = History(self.config.optim.iterations, traffic=[] if self.exchange is not None else None)
         if not self.resume:
             return history
         found = latest_checkpoint(self.out_dir)
@@ -209,7 +209,7 @@ class Reconstructor:
             for group in self.groups:
                 if group.after_iteration is not None:
                     group.after_iteration()
-            loss = float(self.accelerator.reduce(total, reduction="sum")) / self.data.n_patterns
+            loss = float(self.accelerator.reduce(total, reduction="sum")) / self.n_positions
         return loss, time.perf_counter() - tick
 
     def _step(self, iteration: int, step: Step) -> torch.Tensor:
