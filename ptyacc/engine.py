@@ -25,9 +25,10 @@ from ptyacc.config import Config
 from ptyacc.data import EpochBatches, PtychoData, load_data, spatial_shards
 from ptyacc.data.dataset import keep_only
 from ptyacc.distributed import CommMeter, attach_comm_meter, check_in_sync, get_attribute, make_accelerator, unwrap
-from ptyacc.errors import ConfigError, DistributedError, PtyaccError
+from ptyacc.errors import ConfigError, DistributedError, OutputError, PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
+from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results, load_results, save_figures, save_results, versions
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
 from ptyacc.physics.fused import CompiledTerms
@@ -64,9 +65,16 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     write: write results.h5, figures, run.log and checkpoints to ``config.output.dir``
         (main process only). An output folder that already holds results or checkpoints is
         refused unless ``overwrite`` (start again) or ``resume`` (continue from the newest
-        complete checkpoint) is given.
+        complete checkpoint) is given; one that another live run uses is always refused.
     on_step: optional callback(iteration, indices) called on every process for every step.
     """
+    main = accelerator.is_main_process if accelerator is not None else None
+    with hold_output_dir(Path(config.output.dir), main) if write else contextlib.nullcontext():
+        return _reconstruct(config, accelerator, data, write, on_step, resume, overwrite)
+
+
+def _reconstruct(config: Config, accelerator, data: PtychoData | None, write: bool, on_step, resume: bool,
+                 overwrite: bool) -> Reconstruction:
     started = time.perf_counter()
     out_dir = Path(config.output.dir)
     if write:
@@ -141,7 +149,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     meter = attach_comm_meter(model, world)
     max_offset = MAX_POSITION_OFFSET_FRACTION * data.detector_px
     bounds = tuple(config.model.object_amplitude_bounds)
-    saver = _Saver(accelerator, config, bare, data, geometry, out_dir, write)
+    saver = _Saver(accelerator, config, bare, data, geometry, out_dir, write, tell=lambda text: _tell(accelerator, log, text))
     progress = _progress(accelerator, config, opt_cfg.iterations, initial=len(history))
     lr_scale, retries = 1.0, 0
 
@@ -367,10 +375,11 @@ class _Saver:
     """Writes results, figures and checkpoints from the main process (a no-op elsewhere)."""
 
     def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData,
-                 geometry: ObjectGeometry, out_dir: Path, write: bool) -> None:
+                 geometry: ObjectGeometry, out_dir: Path, write: bool, tell) -> None:
         self.accelerator, self.config, self.model = accelerator, config, model
         self.data, self.geometry, self.out_dir, self.write = data, geometry, out_dir, write
         self.deviance: float | None = None
+        self.tell = tell  # tell(text): a message on the terminal and in run.log
 
     def save(self, history: list[float], times: list[float], meter: CommMeter | None = None,
              figures: bool | None = None) -> Results:
@@ -386,7 +395,10 @@ class _Saver:
             results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
             save_results(self.out_dir / "results.h5", results)
             if self.config.output.figures if figures is None else figures:
-                save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
+                try:
+                    save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
+                except OutputError as exc:  # figures are a convenience: the results are saved, go on
+                    self.tell(f"warning: not all figures written (results.h5 is saved): {exc}")
         return results
 
     def _mean_patterns(self, most: int = 128) -> tuple[np.ndarray, np.ndarray]:

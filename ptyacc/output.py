@@ -20,7 +20,7 @@ results.h5 layout (a public contract; add, never rename):
 
 from __future__ import annotations
 
-import os
+import io
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +31,10 @@ import numpy as np
 import yaml
 
 from ptyacc.errors import DataError
+from ptyacc.outdir import atomic_write, write_bytes, writing
 
 METRE_PER_A = 1e-10
+FIGURE_ADVICE = "free space, or make the figures elsewhere with `ptyacc plot RESULTS.h5 -o FOLDER`"
 
 
 @dataclass
@@ -78,10 +80,13 @@ def _own_version() -> str:
 
 def save_results(path: Path, results: Results) -> None:
     """Write results.h5 atomically: a temporary file in the same folder, then a rename, so an
-    interrupted save never leaves a corrupt file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with h5py.File(tmp, "w") as f:
+    interrupted save never leaves a corrupt file under the final name. A full disk raises
+    OutputError with the space needed; the previous results.h5, if any, is untouched."""
+    arrays = (results.object, results.probe, results.positions_A, results.loss, results.iteration_time_s,
+              results.mean_pattern_measured, results.mean_pattern_predicted, results.comm_bytes, results.comm_time_s)
+    needed = sum(np.asarray(a).nbytes for a in arrays if a is not None)
+    with atomic_write(path, needed, "the run stops: free space and run again (--resume continues from the newest "
+                      "checkpoint, if output.checkpoint_every is set)") as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("object", data=results.object.astype(np.complex64))
         f.create_dataset("probe", data=results.probe.astype(np.complex64))
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
@@ -100,7 +105,6 @@ def save_results(path: Path, results: Results) -> None:
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
         for key, value in results.attrs.items():
             f.attrs[key] = value
-    os.replace(tmp, path)
 
 
 def load_results(path: str | Path) -> Results:
@@ -127,13 +131,15 @@ def load_results(path: str | Path) -> Results:
 def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray | None = None) -> list[Path]:
     """PNG figures: object phase (summed over slices), probe modes, loss curve, positions, and
     summary.png with all of them plus the object amplitude, the probe in reciprocal space,
-    position corrections and measured against predicted mean pattern."""
+    position corrections and measured against predicted mean pattern. A figure that cannot be
+    written raises OutputError; those written before it are kept."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
+    with writing(folder, advice=FIGURE_ADVICE):
+        folder.mkdir(parents=True, exist_ok=True)
     written = []
     unit, per_A = length_unit(results)
     ny, nx = results.object.shape[-2:]
@@ -242,14 +248,16 @@ def _plot_loss(ax, loss: np.ndarray) -> None:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    """Render ``fig`` as PNG in memory, then write it atomically (OutputError if it does not fit)."""
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    return path
+    try:
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return write_bytes(path, png.getvalue(), FIGURE_ADVICE)
 
 
 def _complex_to_rgb(field_: np.ndarray) -> np.ndarray:
