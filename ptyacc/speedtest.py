@@ -75,9 +75,9 @@ def _run_trials(config: Path, process_counts: list[int], trials: int, out_dir: P
                 tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1].removeprefix("ptyacc: error: ")
                 raise PtyaccError(f"speedtest: the run on {processes} process(es) failed: {tail}")
             results = load_results(run_dir / "results.h5")
-            times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
+            times = results.iteration_time_s.tolist() if results.iteration_time_s is not None else []
             comm = ([], []) if results.comm_bytes is None else (results.comm_bytes.tolist(), results.comm_time_s.tolist())
-            done.append(Trial(processes, trial, wall, list(results.loss), times, *comm))
+            done.append(Trial(processes, trial, wall, results.loss.tolist(), times, *comm))
             traffic = (f", all-reduce {statistics.median(comm[0]) / 2**20:.2f} MiB and "
                        f"{statistics.median(comm[1]):.3f} s per iteration" if comm[0] else "")
             echo(f"{processes} process(es), trial {trial + 1}/{trials}: {wall:.1f} s, "
@@ -106,7 +106,7 @@ def summarize(trials: list[Trial]) -> list[dict]:
 
 
 def write_tables(trials: list[Trial], out_dir: Path) -> None:
-    """speedtest.csv and speedtest_summary.csv (written atomically)."""
+    """speedtest.csv and speedtest_summary.csv, plain numbers only (written atomically)."""
     per_iteration = io.StringIO()
     writer = csv.writer(per_iteration)
     writer.writerow(["processes", "trial", "iteration", "iteration_time_s", "elapsed_s", "loss"])
@@ -114,14 +114,19 @@ def write_tables(trials: list[Trial], out_dir: Path) -> None:
         elapsed = 0.0
         for i, (dt, loss) in enumerate(zip(t.iteration_time_s, t.loss, strict=True)):
             elapsed += dt
-            writer.writerow([t.processes, t.trial, i, f"{dt:.6f}", f"{elapsed:.6f}", repr(loss)])
+            writer.writerow([t.processes, t.trial, i, f"{dt:.6f}", f"{elapsed:.6f}", repr(float(loss))])
     write_text(out_dir / "speedtest.csv", per_iteration.getvalue())
     rows = summarize(trials)
     summary = io.StringIO()
     writer = csv.DictWriter(summary, fieldnames=list(rows[0]))
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: _plain(value) for key, value in row.items()} for row in rows)
     write_text(out_dir / "speedtest_summary.csv", summary.getvalue())
+
+
+def _plain(value):
+    """A NumPy scalar as the Python number it holds, whose repr is the number itself."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def format_summary(trials: list[Trial]) -> str:

@@ -11,6 +11,7 @@ in 'unexpected pos'); the last tests use a real 600 KiB-sized tmpfs where mounti
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
@@ -208,6 +209,31 @@ def test_every_writer_answers_a_full_disk_with_one_line_and_no_partial_file(writ
     line = error_line(captured.err)
     assert line.startswith(f"ptyacc: error: {target}: not written, no space left on device (") and " free in " in line
     assert not target.exists() and leftovers(tmp_path) == []
+
+
+def test_speedtest_tables_hold_plain_numbers_and_a_full_disk_is_one_error(tmp_path, monkeypatch):
+    """Issue 14.6: losses read back from results.h5 are NumPy scalars; the CSVs must hold plain
+    numbers (np.float64(...) is NumPy 2's repr), every cell readable by float()."""
+    from ptyacc.errors import OutputError
+    from ptyacc.speedtest import Trial, write_tables
+
+    losses = np.array([1082.8612365722656, 541.91, 300.5])
+    trials = [Trial(p, 0, np.float64(2.5), list(losses * p), list(np.array([0.1, 0.1, 0.2]) / p),
+                    list(np.array([0, 1024, 2048], np.int64)), list(np.array([0.0, 0.01, 0.02])))
+              for p in (1, 2)]
+    write_tables(trials, tmp_path)
+    with open(tmp_path / "speedtest.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["loss"]) for r in rows] == [*losses.tolist(), *(2 * losses).tolist()]
+    with open(tmp_path / "speedtest_summary.csv", newline="") as f:
+        summary = list(csv.DictReader(f))
+    for row in [*rows, *summary]:
+        for value in row.values():
+            float(value)  # a plain number, or this raises
+    fail_writes_of(monkeypatch, "speedtest_summary.csv")
+    with pytest.raises(OutputError, match=r"speedtest_summary.csv: not written, no space left on device \("):
+        write_tables(trials, tmp_path / "again")
+    assert leftovers(tmp_path) == []
 
 
 # --- the output-folder lock
