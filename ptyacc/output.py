@@ -34,6 +34,7 @@ from ptyacc.errors import DataError
 from ptyacc.outdir import atomic_write, write_bytes, writing
 
 METRE_PER_A = 1e-10
+MIN_DRAWN_SHIFT_PX = 1e-3  # position corrections below this (rounding noise) are not drawn
 FIGURE_ADVICE = "free space, or make the figures elsewhere with `ptyacc plot RESULTS.h5 -o FOLDER`"
 
 
@@ -196,7 +197,7 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 4, figsize=(17, 8.5))
-    unit, per_A = length_unit(results)
+    unit, _ = length_unit(results)
     px = (results.positions_A - np.asarray(results.origin_A)) / results.dx_A
     (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
     inner = (slice(max(r0, 0), r1), slice(max(c0, 0), c1))
@@ -213,16 +214,7 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
     spectrum = np.fft.fftshift(np.abs(np.fft.fft2(np.fft.ifftshift(probe))))
     axes[0, 3].imshow(np.log10(spectrum + spectrum.max() * 1e-4), cmap="magma")
     axes[0, 3].set_title("probe mode 0, reciprocal space (log amplitude)")
-    ax = axes[1, 0]
-    if initial_positions_A is not None:
-        start, shift = initial_positions_A * per_A, (results.positions_A - initial_positions_A) * per_A
-        ax.quiver(start[:, 1], start[:, 0], shift[:, 1], shift[:, 0], angles="xy", color="C3")
-        ax.set_title(f"position corrections (largest {np.abs(shift).max():.3g} {unit})")
-    else:
-        ax.plot(results.positions_A[:, 1] * per_A, results.positions_A[:, 0] * per_A, ".", ms=2)
-        ax.set_title("positions")
-    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", aspect="equal")
-    ax.invert_yaxis()
+    _position_panel(axes[1, 0], results, initial_positions_A)
     _plot_loss(axes[1, 1], results.loss)
     axes[1, 1].set(title=f"loss ({results.attrs.get('loss_name', '')})", xlabel="iteration")
     for ax, pattern, title in ((axes[1, 2], results.mean_pattern_measured, "mean measured pattern (log)"),
@@ -234,6 +226,46 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
         ax.set_xticks([])
         ax.set_yticks([])
     return _save(fig, path)
+
+
+def _position_panel(ax, results: Results, initial_positions_A: np.ndarray | None) -> None:
+    """Arrows from the initial to the refined positions, magnified by a factor stated in the
+    title and a scale arrow; only the positions when they were not refined (the differences are
+    then rounding noise) or moved by less than MIN_DRAWN_SHIFT_PX."""
+    unit, per_A = length_unit(results)
+    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", aspect="equal")
+    ax.invert_yaxis()
+    now = results.positions_A * per_A
+    refined = _positions_refined(results)
+    shift = None if initial_positions_A is None else (results.positions_A - initial_positions_A) * per_A
+    largest = 0.0 if shift is None else float(np.hypot(shift[:, 0], shift[:, 1]).max())
+    if refined is False or shift is None or largest <= MIN_DRAWN_SHIFT_PX * results.dx_A * per_A:
+        ax.plot(now[:, 1], now[:, 0], ".", ms=2)
+        ax.set_title("positions fixed (not refined)" if refined is False else "refined positions" if shift is None
+                     else f"position corrections: none above {MIN_DRAWN_SHIFT_PX:g} px")
+        return
+    start = initial_positions_A * per_A
+    span = float(np.ptp(start, axis=0).max()) or 1.0
+    magnify = _round_down_125(0.05 * span / largest)
+    arrows = ax.quiver(start[:, 1], start[:, 0], shift[:, 1], shift[:, 0], angles="xy", scale_units="xy",
+                       scale=1 / magnify, color="C3", width=0.004)
+    key = _round_down_125(largest)
+    ax.quiverkey(arrows, 0.8, -0.14, key, f"{key:g} {unit}", labelpos="E", coordinates="axes")
+    ax.set_title(f"position corrections, arrows x{magnify:g}\n(largest {largest:.3g} {unit}; scale arrow below)")
+
+
+def _positions_refined(results: Results) -> bool | None:
+    """Whether the run refined positions (optim.start.positions set); None without a config."""
+    optim = (results.config or {}).get("optim")
+    if not isinstance(optim, dict):
+        return None
+    return (optim.get("start") or {}).get("positions") is not None
+
+
+def _round_down_125(value: float) -> float:
+    """The largest 1, 2 or 5 x 10^k that is <= value (a readable scale)."""
+    power = 10.0 ** np.floor(np.log10(value))
+    return max(step * power for step in (1, 2, 5) if step * power <= value * (1 + 1e-9))
 
 
 def _plot_loss(ax, loss: np.ndarray) -> None:
