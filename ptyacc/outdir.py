@@ -28,28 +28,29 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from ptyacc.errors import ConfigError, OutputError
+from ptyacc.errors import ConfigError, OutputError, PtyaccError
 
 LOCK_NAME = ".ptyacc.lock"
 TEMPORARY = re.compile(r"^\..+\.tmp(\d+)$")  # atomic_write's temporary files: .<name>.tmp<pid>
-SPACE_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+SPACE_ERRORS = {errno.ENOSPC: "no space left on device", getattr(errno, "EDQUOT", -1): "disk quota exceeded"}
 _HELD: dict[str, OutputLock] = {}  # token -> lock, the locks this process holds
 
 
 # --- the lock -------------------------------------------------------------------------------------
 
 class OutputLock:
-    """The lock of one output folder; ``acquire`` raises OutputError when another run holds it."""
+    """The lock of one output folder; ``acquire`` raises OutputError when another run holds it.
+    ``setting``: how the user names the folder (``output.dir``, ``--output-dir``), for messages."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: Path, setting: str = "output.dir") -> None:
+        self.folder, self.setting = Path(folder), setting
         self.path = self.folder / LOCK_NAME
         self.token = uuid.uuid4().hex
 
     def acquire(self) -> None:
         if self.folder.exists() and not self.folder.is_dir():
-            raise ConfigError(f"output.dir: {self.folder} is a file, not a folder")
-        with writing(self.folder, advice="choose another output.dir"):
+            raise ConfigError(f"{self.setting}: {self.folder} is a file, not a folder")
+        with writing(self.folder, advice=f"choose another {self.setting}"):
             self.folder.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             if self._create():
@@ -61,21 +62,21 @@ class OutputLock:
                 continue
             alive = _owner_alive(owner)
             if alive is None and "pid" in owner:
-                raise OutputError(f"output.dir: {self.folder} is in use by a ptyacc run on host {owner.get('host')} "
+                raise OutputError(f"{self.setting}: {self.folder} is in use by a ptyacc run on host {owner.get('host')} "
                                   f"(pid {owner['pid']}, started {owner.get('started')}), which cannot be checked from "
                                   f"{socket.gethostname()}; if that run has ended, delete {self.path} and start again, "
-                                  "or choose another output.dir")
+                                  f"or choose another {self.setting}")
             if alive is None:
-                raise OutputError(f"output.dir: {self.folder} holds a lock file that names no run ({self.path}); if no "
-                                  "other ptyacc run uses this folder, delete it and start again")
+                raise OutputError(f"{self.setting}: {self.folder} holds a lock file that names no run ({self.path}); if "
+                                  "no other ptyacc run uses this folder, delete it and start again")
             if alive:
-                raise OutputError(f"output.dir: {self.folder} is in use by another ptyacc run (pid {owner['pid']} on "
+                raise OutputError(f"{self.setting}: {self.folder} is in use by another ptyacc run (pid {owner['pid']} on "
                                   f"{owner.get('host')}, started {owner.get('started')}: {owner.get('command', '')[:120]}"
-                                  "); wait for it to end or choose another output.dir")
+                                  f"); wait for it to end or choose another {self.setting}")
             self._remove_stale(owner)
-            print(f"ptyacc: output.dir: {self.folder} was locked by a run that has ended (pid {owner['pid']}, started "
-                  f"{owner.get('started')}); lock removed", file=sys.stderr)
-        raise OutputError(f"output.dir: could not lock {self.folder}: other runs keep starting in it")
+            print(f"ptyacc: {self.setting}: {self.folder} was locked by a run that has ended (pid {owner['pid']}, "
+                  f"started {owner.get('started')}); lock removed", file=sys.stderr)
+        raise OutputError(f"{self.setting}: could not lock {self.folder}: other runs keep starting in it")
 
     def release(self) -> None:
         """Remove the lock file if it is still this lock's (never another run's)."""
@@ -91,7 +92,7 @@ class OutputLock:
         text = json.dumps(_owner_record(self.token))
         tmp = self.folder / f"{LOCK_NAME}.{self.token}"
         try:
-            with writing(self.path, advice="choose another output.dir"):
+            with writing(self.path, advice=f"choose another {self.setting}"):
                 tmp.write_text(text)
                 try:
                     os.link(tmp, self.path)
@@ -132,13 +133,13 @@ class OutputLock:
 
 
 @contextlib.contextmanager
-def hold_output_dir(folder: Path, main: bool | None = None) -> Iterator[OutputLock | None]:
+def hold_output_dir(folder: Path, main: bool | None = None, setting: str = "output.dir") -> Iterator[OutputLock | None]:
     """Hold the lock of ``folder`` for the block, on the main process only (``main`` None: found
     from torch.distributed or the launcher's rank variables); other processes do not touch it."""
     if not (is_main_process() if main is None else main):
         yield None
         return
-    lock = OutputLock(folder)
+    lock = OutputLock(folder, setting)
     lock.acquire()
     try:
         yield lock
@@ -286,7 +287,7 @@ def writing(path: Path, needed_bytes: int | None = None, advice: str | None = No
     (a partial file) is removed before the free space is measured."""
     try:
         yield
-    except OutputError:
+    except PtyaccError:  # already one clear line (a DataError that came from a read, say)
         raise
     except Exception as exc:
         cause = _os_error_in(exc)
@@ -324,12 +325,13 @@ def format_bytes(count: float) -> str:
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:
+    """``exc`` if an OSError, else the OSError it was raised from or while handling, if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, OSError):
             return exc
         seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     return None
 
 

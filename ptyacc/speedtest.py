@@ -48,7 +48,7 @@ def run_speedtest(config: Path, process_counts: list[int], trials: int, out_dir:
                   threads_per_process: int | None = None, echo=print) -> list[Trial]:
     """Launch every (count, trial), collect its results.h5, write the CSVs and the PNG. The
     folder is locked for the whole speedtest (a second one into it is refused)."""
-    with hold_output_dir(out_dir, main=True):
+    with hold_output_dir(out_dir, main=True, setting="--output-dir"):
         done = _run_trials(config, process_counts, trials, out_dir, overrides, threads_per_process, echo)
         write_tables(done, out_dir)
         try:
