@@ -111,8 +111,8 @@ def torch_full_disk(real_write, at_iteration: int):
             path.write_bytes(b"the first part of a checkpoint")
             try:
                 raise NO_SPACE
-            except OSError:
-                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598") from None
+            except OSError:  # torch raises while handling the write's OSError, not 'from None'
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")  # noqa: B904
         real_write(path, state)
 
     return write
