@@ -4,8 +4,8 @@ __version__ = "0.1.0"
 
 from ptyacc.config import Config, load_config  # noqa: E402
 from ptyacc.engine import Reconstruction, reconstruct  # noqa: E402
-from ptyacc.errors import ConfigError, DataError, DistributedError, PtyaccError  # noqa: E402
+from ptyacc.errors import ConfigError, DataError, DistributedError, OutputError, PtyaccError  # noqa: E402
 from ptyacc.output import Results, load_results  # noqa: E402
 
-__all__ = ["Config", "ConfigError", "DataError", "DistributedError", "PtyaccError", "Reconstruction", "Results",
-           "__version__", "load_config", "load_results", "reconstruct"]
+__all__ = ["Config", "ConfigError", "DataError", "DistributedError", "OutputError", "PtyaccError", "Reconstruction",
+           "Results", "__version__", "load_config", "load_results", "reconstruct"]

@@ -23,6 +23,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, load_data
+from ptyacc.outdir import write_text
 
 
 def fft_bound_s(batch_sizes: list[int], probe_modes: int, object_modes: int, slices: int, k: int,
@@ -200,5 +201,5 @@ def format_report(report: dict) -> str:
 
 
 def write_json(report: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
+    """The report as JSON, written atomically (a full disk: OutputError, no partial file)."""
+    write_text(path, json.dumps(report, indent=2))

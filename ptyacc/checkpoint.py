@@ -3,8 +3,10 @@
 A checkpoint is ``output.dir/checkpoints/ckpt_<iterations done>.pt``. It is written to a
 temporary file in the same folder and renamed, so a run killed during a save leaves at worst a
 stray temporary file, never a damaged checkpoint under a final name; ``latest_checkpoint``
-also skips a final-named file that does not load (a disk that filled up, a copy cut short).
-All processes hold identical state, so the main process alone writes.
+also skips a final-named file that does not load (a copy cut short). A disk that fills up
+during a save removes the temporary file and stops the run with one line giving the space needed;
+the previous checkpoint is untouched and ``--resume`` continues from it. All processes hold
+identical state, so the main process alone writes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ptyacc.errors import ConfigError
+from ptyacc.outdir import atomic_write
 
 FOLDER = "checkpoints"
 NAME = re.compile(r"^ckpt_(\d{6,})\.pt$")
@@ -30,11 +33,12 @@ def checkpoint_folder(out_dir: Path) -> Path:
 def save_checkpoint(out_dir: Path, state: dict, keep: int) -> Path:
     """Write ``state`` (with 'iterations_done') atomically; delete all but the ``keep`` newest."""
     folder = checkpoint_folder(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt_{state['iterations_done']:06d}.pt"
-    tmp = folder / f".{path.name}.tmp{os.getpid()}"
-    write_checkpoint_file(tmp, {"format": FORMAT, **state})
-    os.replace(tmp, path)
+    previous = _listed(folder)
+    advice = (f"the run stops; {previous[0].name} is untouched: free space, then continue with --resume" if previous
+              else "the run stops, with no checkpoint saved yet: free space and run again")
+    with atomic_write(path, _tensor_bytes(state), advice) as tmp:
+        write_checkpoint_file(tmp, {"format": FORMAT, **state})
     for old in _listed(folder)[keep:]:
         old.unlink(missing_ok=True)
     return path
@@ -78,6 +82,17 @@ def restore(model: torch.nn.Module, optimizers: list, state: dict, path: Path) -
                           f"{len(optimizers)} (position refinement switched on or off?)")
     for optimizer, saved in zip(optimizers, state["optimizers"], strict=True):
         optimizer.load_state_dict(saved)
+
+
+def _tensor_bytes(value) -> int:
+    """Bytes of the tensors in a (nested) state: about the size of its checkpoint file."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 def _listed(folder: Path) -> list[Path]:

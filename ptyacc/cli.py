@@ -88,9 +88,11 @@ README_MARKERS = ("<!-- config-reference:start -->\n", "<!-- config-reference:en
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--readme", type=click.Path(exists=True, dir_okay=False),
               help="Replace the block between the config-reference markers of this Markdown file.")
+@friendly_errors
 def config_reference_cmd(output: str | None, readme: str | None) -> None:
     """Print the reference of every config key, generated from ptyacc's config dataclasses."""
     from ptyacc.config import config_reference
+    from ptyacc.outdir import write_text
 
     text = config_reference()
     if readme:
@@ -99,9 +101,9 @@ def config_reference_cmd(output: str | None, readme: str | None) -> None:
         if start not in page or end not in page:
             raise click.ClickException(f"{readme}: no {start.strip()} ... {end} markers")
         head, rest = page.split(start, 1)
-        Path(readme).write_text(head + start + text + end + rest.split(end, 1)[1])
+        write_text(Path(readme), head + start + text + end + rest.split(end, 1)[1])
     elif output:
-        Path(output).write_text(text)
+        write_text(Path(output), text)
     else:
         click.echo(text, nl=False)
 
@@ -168,7 +170,8 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
     trials_done = run_speedtest(Path(config_file), counts, trials, Path(output_dir), list(overrides),
                                 threads_per_process, echo=lambda line: click.echo(line, err=True))
     click.echo(format_summary(trials_done))
-    click.echo(f"written: {Path(output_dir) / 'speedtest.csv'}, speedtest_summary.csv, speedtest.png", err=True)
+    written = [name for name in ("speedtest_summary.csv", "speedtest.png") if (Path(output_dir) / name).exists()]
+    click.echo(f"written: {Path(output_dir) / 'speedtest.csv'}, {', '.join(written)}", err=True)
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -215,11 +218,14 @@ def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
     from ptyacc.config import load_config
     from ptyacc.data import load_data
     from ptyacc.data.export import write_dataset
+    from ptyacc.outdir import atomic_write
 
     config = load_config(config_file, overrides)
     if config.data.simulate is None:
         raise click.ClickException(f"{config_file}: no data.simulate section to simulate")
-    write_dataset(Path(output), load_data(config))
+    data = load_data(config)
+    with atomic_write(Path(output), advice="free space or choose another OUTPUT") as tmp:
+        write_dataset(tmp, data)
     click.echo(output)
 
 
@@ -241,9 +247,12 @@ def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int
     background, probe positions and calibration as OUTPUT in ptyacc's HDF5 layout, readable as
     `data.path` with no other keys."""
     from ptyacc.data.convert import convert_patterns
+    from ptyacc.outdir import writing
 
-    info, written = convert_patterns(Path(input_file), Path(output), key, scan_shape=scan_shape or None,
-                                     file_format=file_format, detector_shape=detector_shape, frame_rows=frame_rows)
+    # convert_patterns writes OUTPUT.partial and removes it on any error; a full disk becomes one line here
+    with writing(Path(output), advice="free space or choose another OUTPUT"):
+        info, written = convert_patterns(Path(input_file), Path(output), key, scan_shape=scan_shape or None,
+                                         file_format=file_format, detector_shape=detector_shape, frame_rows=frame_rows)
     click.echo(f"ptyacc: {info.n_patterns} patterns {' x '.join(map(str, info.shape[-2:]))} from {info.format} "
                f"{info.key or ''}; wrote {', '.join(written)}", err=True)
     click.echo(output)

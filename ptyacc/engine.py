@@ -36,6 +36,7 @@ from ptyacc.groups import build_groups, lr_factor
 from ptyacc.hooks import Checkpoints, History, IntermediateSaves, LogLine, NanGuard, ProgressBar, SyncCheck
 from ptyacc.initial import build_model, previous_results, start_from
 from ptyacc.model import PtychoModel
+from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
@@ -73,13 +74,15 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     write: write results.h5, figures, run.log and checkpoints to ``config.output.dir``
         (main process only). An output folder that already holds results or checkpoints is
         refused unless ``overwrite`` (start again) or ``resume`` (continue from the newest
-        complete checkpoint) is given.
+        complete checkpoint) is given; one that another live run uses is always refused.
     on_step: optional callback(iteration, indices) called on every process for every step.
     """
-    reconstructor = Reconstructor(config, accelerator, write, on_step, resume, overwrite)
-    reconstructor.build(data)
-    reconstructor.run()
-    return reconstructor.finish()
+    main = accelerator.is_main_process if accelerator is not None else None
+    with hold_output_dir(Path(config.output.dir), main) if write else contextlib.nullcontext():
+        reconstructor = Reconstructor(config, accelerator, write, on_step, resume, overwrite)
+        reconstructor.build(data)
+        reconstructor.run()
+        return reconstructor.finish()
 
 
 class Reconstructor:
@@ -120,7 +123,7 @@ class Reconstructor:
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint")
         self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
-                           self.write)
+                           self.write, tell=lambda text: _tell(self.accelerator, self.log, text))
         self.history = self._history()
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = self._hooks()

@@ -1,4 +1,5 @@
-"""Exceptions a user can cause. The CLI prints them on one line and exits with code 2."""
+"""Exceptions a user can cause, or a file system can. The CLI prints them on one line and exits
+with code 2."""
 
 
 class PtyaccError(Exception):
@@ -15,3 +16,8 @@ class DataError(PtyaccError):
 
 class DistributedError(PtyaccError):
     """The processes of a multi-process run are set up wrongly or have drifted apart."""
+
+
+class OutputError(PtyaccError):
+    """A file could not be written (a full disk, no permission), or the output folder is in use
+    by another run."""

@@ -22,7 +22,7 @@ results.h5 layout (a public contract; add, never rename):
 
 from __future__ import annotations
 
-import os
+import io
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +33,12 @@ import numpy as np
 import yaml
 
 from ptyacc.errors import DataError
+from ptyacc.outdir import atomic_write, write_bytes, writing
 
 METRE_PER_A = 1e-10
 COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
+MIN_DRAWN_SHIFT_PX = 1e-3  # position corrections below this (rounding noise) are not drawn
+FIGURE_ADVICE = "free space, or make the figures elsewhere with `ptyacc plot RESULTS.h5 -o FOLDER`"
 
 
 @dataclass
@@ -85,10 +88,13 @@ def _own_version() -> str:
 
 def save_results(path: Path, results: Results) -> None:
     """Write results.h5 atomically: a temporary file in the same folder, then a rename, so an
-    interrupted save never leaves a corrupt file under the final name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with h5py.File(tmp, "w") as f:
+    interrupted save never leaves a corrupt file under the final name. A full disk raises
+    OutputError with the space needed; the previous results.h5, if any, is untouched."""
+    arrays = (results.object, results.probe, results.positions_A, results.loss, results.iteration_time_s,
+              results.mean_pattern_measured, results.mean_pattern_predicted, results.comm_bytes, results.comm_time_s)
+    needed = sum(np.asarray(a).nbytes for a in arrays if a is not None)
+    with atomic_write(path, needed, "the run stops: free space and run again (--resume continues from the newest "
+                      "checkpoint, if output.checkpoint_every is set)") as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("object", data=results.object.astype(np.complex64))
         f.create_dataset("probe", data=results.probe.astype(np.complex64))
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
@@ -109,7 +115,6 @@ def save_results(path: Path, results: Results) -> None:
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
         for key, value in results.attrs.items():
             f.attrs[key] = value
-    os.replace(tmp, path)
 
 
 def load_results(path: str | Path) -> Results:
@@ -136,13 +141,15 @@ def load_results(path: str | Path) -> Results:
 def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray | None = None) -> list[Path]:
     """PNG figures: object phase (summed over slices), probe modes, loss curve, positions, and
     summary.png with all of them plus the object amplitude, the probe in reciprocal space,
-    position corrections and measured against predicted mean pattern."""
+    position corrections and measured against predicted mean pattern. A figure that cannot be
+    written raises OutputError; those written before it are kept."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
+    with writing(folder, advice=FIGURE_ADVICE):
+        folder.mkdir(parents=True, exist_ok=True)
     written = []
     unit, per_A = length_unit(results)
     ny, nx = results.object.shape[-2:]
@@ -199,7 +206,7 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 4, figsize=(17, 8.5))
-    unit, per_A = length_unit(results)
+    unit, _ = length_unit(results)
     px = (results.positions_A - np.asarray(results.origin_A)) / results.dx_A
     (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
     inner = (slice(max(r0, 0), r1), slice(max(c0, 0), c1))
@@ -216,16 +223,7 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
     spectrum = np.fft.fftshift(np.abs(np.fft.fft2(np.fft.ifftshift(probe))))
     axes[0, 3].imshow(np.log10(spectrum + spectrum.max() * 1e-4), cmap="magma")
     axes[0, 3].set_title("probe mode 0, reciprocal space (log amplitude)")
-    ax = axes[1, 0]
-    if initial_positions_A is not None:
-        start, shift = initial_positions_A * per_A, (results.positions_A - initial_positions_A) * per_A
-        ax.quiver(start[:, 1], start[:, 0], shift[:, 1], shift[:, 0], angles="xy", color="C3")
-        ax.set_title(f"position corrections (largest {np.abs(shift).max():.3g} {unit})")
-    else:
-        ax.plot(results.positions_A[:, 1] * per_A, results.positions_A[:, 0] * per_A, ".", ms=2)
-        ax.set_title("positions")
-    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", aspect="equal")
-    ax.invert_yaxis()
+    _position_panel(axes[1, 0], results, initial_positions_A)
     _plot_loss(axes[1, 1], results.loss)
     axes[1, 1].set(title=f"loss ({results.attrs.get('loss_name', '')})", xlabel="iteration")
     for ax, pattern, title in ((axes[1, 2], results.mean_pattern_measured, "mean measured pattern (log)"),
@@ -237,6 +235,46 @@ def _summary(path: Path, results: Results, initial_positions_A: np.ndarray | Non
         ax.set_xticks([])
         ax.set_yticks([])
     return _save(fig, path)
+
+
+def _position_panel(ax, results: Results, initial_positions_A: np.ndarray | None) -> None:
+    """Arrows from the initial to the refined positions, magnified by a factor stated in the
+    title and a scale arrow; only the positions when they were not refined (the differences are
+    then rounding noise) or moved by less than MIN_DRAWN_SHIFT_PX."""
+    unit, per_A = length_unit(results)
+    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", aspect="equal")
+    ax.invert_yaxis()
+    now = results.positions_A * per_A
+    refined = _positions_refined(results)
+    shift = None if initial_positions_A is None else (results.positions_A - initial_positions_A) * per_A
+    largest = 0.0 if shift is None else float(np.hypot(shift[:, 0], shift[:, 1]).max())
+    if refined is False or shift is None or largest <= MIN_DRAWN_SHIFT_PX * results.dx_A * per_A:
+        ax.plot(now[:, 1], now[:, 0], ".", ms=2)
+        ax.set_title("positions fixed (not refined)" if refined is False else "refined positions" if shift is None
+                     else f"position corrections: none above {MIN_DRAWN_SHIFT_PX:g} px")
+        return
+    start = initial_positions_A * per_A
+    span = float(np.ptp(start, axis=0).max()) or 1.0
+    magnify = _round_down_125(0.05 * span / largest)
+    arrows = ax.quiver(start[:, 1], start[:, 0], shift[:, 1], shift[:, 0], angles="xy", scale_units="xy",
+                       scale=1 / magnify, color="C3", width=0.004)
+    key = _round_down_125(largest)
+    ax.quiverkey(arrows, 0.8, -0.14, key, f"{key:g} {unit}", labelpos="E", coordinates="axes")
+    ax.set_title(f"position corrections, arrows x{magnify:g}\n(largest {largest:.3g} {unit}; scale arrow below)")
+
+
+def _positions_refined(results: Results) -> bool | None:
+    """Whether the run refined positions (optim.start.positions set); None without a config."""
+    optim = (results.config or {}).get("optim")
+    if not isinstance(optim, dict):
+        return None
+    return (optim.get("start") or {}).get("positions") is not None
+
+
+def _round_down_125(value: float) -> float:
+    """The largest 1, 2 or 5 x 10^k that is <= value (a readable scale)."""
+    power = 10.0 ** np.floor(np.log10(value))
+    return max(step * power for step in (1, 2, 5) if step * power <= value * (1 + 1e-9))
 
 
 def _plot_loss(ax, loss: np.ndarray) -> None:
@@ -251,14 +289,16 @@ def _plot_loss(ax, loss: np.ndarray) -> None:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    """Render ``fig`` as PNG in memory, then write it atomically (OutputError if it does not fit)."""
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    return path
+    try:
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return write_bytes(path, png.getvalue(), FIGURE_ADVICE)
 
 
 def _complex_to_rgb(field_: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """run.log in the output folder: config, versions, processes and devices, one line per
-iteration, the end summary. Main process only; other processes contribute their device line."""
+iteration, the end summary. Main process only; other processes contribute their device line.
+A line that cannot be written (a full disk) ends the log with one warning; the run goes on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+from ptyacc.outdir import write_failure
 
 
 class RunLog:
@@ -23,11 +26,18 @@ class RunLog:
                 path.unlink(missing_ok=True)
 
     def line(self, text: str) -> None:
+        """Append a line. One that cannot be written (a full disk) stops the log with one warning
+        on the terminal: the log is a record, the run goes on."""
         if self.path is None:
             return
         stamp = datetime.datetime.now().isoformat(timespec="seconds")
-        with open(self.path, "a") as f:
-            f.write(f"{stamp} {text}\n")
+        try:
+            with open(self.path, "a") as f:
+                f.write(f"{stamp} {text}\n")
+        except OSError as exc:
+            print(f"ptyacc: warning: {write_failure(self.path, exc, advice='run.log ends here, the run goes on')}",
+                  file=sys.stderr)
+            self.path = None
 
     def header(self, config, accelerator) -> None:
         from ptyacc.output import versions

@@ -3,6 +3,7 @@ other processes take part in nothing here but computing the same Results record.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from ptyacc.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
-from ptyacc.errors import ConfigError
+from ptyacc.errors import ConfigError, OutputError
 from ptyacc.exchange import KINDS, Traffic
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
@@ -65,11 +66,12 @@ class Saver:
     """Writes results, figures and checkpoints from the main process (a no-op elsewhere)."""
 
     def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
-                 store: PatternStore, out_dir: Path, write: bool) -> None:
+                 store: PatternStore, out_dir: Path, write: bool, tell: Callable[[str], None] = print) -> None:
         self.accelerator, self.config, self.model = accelerator, config, model
         self.data, self.geometry, self.store = data, geometry, store
         self.out_dir, self.write = out_dir, write
         self.writes = write and accelerator.is_main_process
+        self.tell = tell  # a message for the user, on the terminal and in run.log
         self.deviance: float | None = None
 
     def save(self, history: History, figures: bool | None = None) -> Results:
@@ -84,7 +86,10 @@ class Saver:
             results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
             save_results(self.out_dir / "results.h5", results)
             if self.config.output.figures if figures is None else figures:
-                save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
+                try:
+                    save_figures(self.out_dir, results, initial_positions_A=self.data.positions_A)
+                except OutputError as exc:  # figures are a convenience: the results are safe
+                    self.tell(f"warning: not all figures written (results.h5 is saved): {exc}")
         return results
 
     def _mean_patterns(self) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ loss against wall time per process count.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import socket
 import statistics
@@ -18,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptyacc.errors import PtyaccError
+from ptyacc.errors import OutputError, PtyaccError
 from ptyacc.exchange import KINDS
+from ptyacc.outdir import hold_output_dir, write_bytes, write_text
 from ptyacc.output import load_results
 
 
@@ -47,8 +49,20 @@ def launch_command(config: Path, processes: int, overrides: list[str]) -> list[s
 
 def run_speedtest(config: Path, process_counts: list[int], trials: int, out_dir: Path, overrides: list[str] = (),
                   threads_per_process: int | None = None, echo=print) -> list[Trial]:
-    """Launch every (count, trial), collect its results.h5, write the CSVs and the PNG."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Launch every (count, trial), collect its results.h5, write the CSVs and the PNG. The
+    folder is locked for the whole speedtest (a second one into it is refused)."""
+    with hold_output_dir(out_dir, main=True, setting="--output-dir"):
+        done = _run_trials(config, process_counts, trials, out_dir, overrides, threads_per_process, echo)
+        write_tables(done, out_dir)
+        try:
+            plot_loss_vs_time(done, out_dir / "speedtest.png")
+        except OutputError as exc:  # the figure is a convenience: the tables are written, go on
+            echo(f"ptyacc: warning: speedtest.png not written: {exc}")
+    return done
+
+
+def _run_trials(config: Path, process_counts: list[int], trials: int, out_dir: Path, overrides: list[str],
+                threads_per_process: int | None, echo) -> list[Trial]:
     cores = os.cpu_count() or 1
     done: list[Trial] = []
     for processes in process_counts:
@@ -61,27 +75,25 @@ def run_speedtest(config: Path, process_counts: list[int], trials: int, out_dir:
             proc = subprocess.run(launch_command(config, processes, sets), env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode != 0:
-                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1].removeprefix("ptyacc: error: ")
                 raise PtyaccError(f"speedtest: the run on {processes} process(es) failed: {tail}")
             results = load_results(run_dir / "results.h5")
-            times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
+            times = results.iteration_time_s.tolist() if results.iteration_time_s is not None else []
             done.append(_trial(processes, trial, wall, results))
             traffic = _traffic_text(done[-1])
             echo(f"{processes} process(es), trial {trial + 1}/{trials}: {wall:.1f} s, "
                  f"{statistics.median(times):.3f} s/iteration{traffic}, final loss {results.loss[-1]:.6g}")
-    write_tables(done, out_dir)
-    plot_loss_vs_time(done, out_dir / "speedtest.png")
     return done
 
 
 def _trial(processes: int, trial: int, wall_s: float, results) -> Trial:
-    times = list(results.iteration_time_s) if results.iteration_time_s is not None else []
+    times = results.iteration_time_s.tolist() if results.iteration_time_s is not None else []
     if results.comm_bytes is None:
-        return Trial(processes, trial, wall_s, list(results.loss), times)
+        return Trial(processes, trial, wall_s, results.loss.tolist(), times)
     split = {kind: getattr(results, f"comm_bytes_{kind}").tolist() for kind in KINDS
              if getattr(results, f"comm_bytes_{kind}") is not None}
     calls = results.comm_calls.tolist() if results.comm_calls is not None else []
-    return Trial(processes, trial, wall_s, list(results.loss), times, results.comm_bytes.tolist(),
+    return Trial(processes, trial, wall_s, results.loss.tolist(), times, results.comm_bytes.tolist(),
                  results.comm_time_s.tolist(), split, calls)
 
 
@@ -122,19 +134,27 @@ def summarize(trials: list[Trial]) -> list[dict]:
 
 
 def write_tables(trials: list[Trial], out_dir: Path) -> None:
-    with open(out_dir / "speedtest.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["processes", "trial", "iteration", "iteration_time_s", "elapsed_s", "loss"])
-        for t in trials:
-            elapsed = 0.0
-            for i, (dt, loss) in enumerate(zip(t.iteration_time_s, t.loss, strict=True)):
-                elapsed += dt
-                writer.writerow([t.processes, t.trial, i, f"{dt:.6f}", f"{elapsed:.6f}", repr(loss)])
+    """speedtest.csv and speedtest_summary.csv, plain numbers only (written atomically)."""
+    per_iteration = io.StringIO()
+    writer = csv.writer(per_iteration)
+    writer.writerow(["processes", "trial", "iteration", "iteration_time_s", "elapsed_s", "loss"])
+    for t in trials:
+        elapsed = 0.0
+        for i, (dt, loss) in enumerate(zip(t.iteration_time_s, t.loss, strict=True)):
+            elapsed += dt
+            writer.writerow([t.processes, t.trial, i, f"{dt:.6f}", f"{elapsed:.6f}", repr(float(loss))])
+    write_text(out_dir / "speedtest.csv", per_iteration.getvalue())
     rows = summarize(trials)
-    with open(out_dir / "speedtest_summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    summary = io.StringIO()
+    writer = csv.DictWriter(summary, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows({key: _plain(value) for key, value in row.items()} for row in rows)
+    write_text(out_dir / "speedtest_summary.csv", summary.getvalue())
+
+
+def _plain(value):
+    """A NumPy scalar as the Python number it holds, whose repr is the number itself."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def format_summary(trials: list[Trial]) -> str:
@@ -170,8 +190,10 @@ def plot_loss_vs_time(trials: list[Trial], path: Path) -> None:
     ax.set(xlabel="wall time in iterations (s)", ylabel="loss", title="loss against time")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_bytes(path, png.getvalue())
 
 
 def free_port() -> int:

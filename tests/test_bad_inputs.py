@@ -9,7 +9,9 @@ traceback, and must write nothing but run.log. Every case runs in-process throug
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -60,6 +62,19 @@ def text_file(name: str, text: str) -> Callable[[Path], None]:
 def folder(name: str) -> Callable[[Path], None]:
     """A maker of an empty folder in the case folder."""
     return lambda parent: (parent / name).mkdir()
+
+
+def output_lock(host: str | None = None, text: str | None = None) -> Callable[[Path], None]:
+    """A maker of out/.ptyacc.lock naming a live process (the test runner's parent) on ``host``
+    (default: this one), or holding ``text``: another run uses the output folder."""
+    record = {"pid": os.getppid(), "host": host or socket.gethostname(), "started": "2026-01-01T00:00:00",
+              "command": "ptyacc run other.yaml", "token": "other"}
+
+    def write(parent: Path) -> None:
+        (parent / "out").mkdir()
+        (parent / "out" / ".ptyacc.lock").write_text(json.dumps(record) if text is None else text)
+
+    return write
 
 
 @dataclass(frozen=True)
@@ -272,6 +287,18 @@ CASES = [
     bad("world_size_without_rank", "WORLD_SIZE", env={"WORLD_SIZE": "2"}, subprocess=True, in_process=False,
         timeout_s=60),
     bad("output_dir_is_a_file", "output.dir", files=(text_file("out", "not a folder"),)),
+    # --- the output folder is in use by another run (--overwrite and --resume do not bypass that)
+    bad("output_dir_in_use", "output.dir: {out} is in use by another ptyacc run (pid ", "ptyacc run other.yaml",
+        "wait for it to end or choose another output.dir", files=(output_lock(),), subprocess=True),
+    bad("output_dir_in_use_overwrite", "output.dir: {out} is in use by another ptyacc run", files=(output_lock(),),
+        args=("--overwrite",)),
+    bad("output_dir_in_use_resume", "output.dir: {out} is in use by another ptyacc run", files=(output_lock(),),
+        args=("--resume",)),
+    bad("output_dir_locked_on_another_host", "output.dir: {out} is in use by a ptyacc run on host node-elsewhere",
+        "cannot be checked from", "if that run has ended, delete {out}/.ptyacc.lock",
+        files=(output_lock(host="node-elsewhere"),)),
+    bad("output_dir_lock_names_no_run", "output.dir: {out} holds a lock file that names no run ({out}/.ptyacc.lock)",
+        files=(output_lock(text=""),)),
 ]
 
 
@@ -306,8 +333,9 @@ def prepare(case: Case, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
     return [str(config_path), *case.args], names
 
 
-def check(case: Case, code: int, stdout: str, stderr: str, names: dict) -> None:
-    """Exit code 2, one error line holding the expected texts, no traceback, nothing written but run.log."""
+def check(case: Case, code: int, stdout: str, stderr: str, names: dict, before: set[str] = frozenset()) -> None:
+    """Exit code 2, one error line holding the expected texts, no traceback, nothing written but
+    run.log (``before``: what the output folder held before the run)."""
     everything = f"exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     assert "Traceback" not in stdout + stderr, everything
     lines = stderr.splitlines()
@@ -320,7 +348,12 @@ def check(case: Case, code: int, stdout: str, stderr: str, names: dict) -> None:
     assert stdout == "", everything
     out_dir = Path(names["out"])
     if out_dir.is_dir():
-        assert {p.name for p in out_dir.iterdir()} <= {"run.log"}, everything
+        assert {p.name for p in out_dir.iterdir()} <= {"run.log", *before}, everything
+
+
+def contents(folder: str) -> set[str]:
+    """The names in ``folder`` (none if it does not exist)."""
+    return set(os.listdir(folder)) if os.path.isdir(folder) else set()
 
 
 def params(cases: list[Case]) -> list:
@@ -332,18 +365,20 @@ def params(cases: list[Case]) -> list:
 def test_bad_input_in_process(case: Case, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args, names = prepare(case, tmp_path)
+    before = contents(names["out"])
     code = main(["run", *args])
     captured = capsys.readouterr()
-    check(case, code, captured.out, captured.err, names)
+    check(case, code, captured.out, captured.err, names, before)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", params([c for c in CASES if c.subprocess]))
 def test_bad_input_real_process(case: Case, tmp_path):
     args, names = prepare(case, tmp_path)
+    before = contents(names["out"])
     env = {k: v for k, v in os.environ.items()
            if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", **case.env)
     done = subprocess.run([sys.executable, "-m", "ptyacc.run", *args], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=case.timeout_s)
-    check(case, done.returncode, done.stdout, done.stderr, names)
+    check(case, done.returncode, done.stdout, done.stderr, names, before)
