@@ -46,18 +46,19 @@ class Link:
     latency_s: float
     bandwidth_bytes_per_s: float
     source: str = ""
+    max_devices: int | None = None  # links inside one node join at most this many devices
 
 
 NVLINK = Link(
-    "NVLink 4 (H100 SXM, NVSwitch; within one node, up to 8 GPUs)", 2e-6, 370e9,
+    "NVLink 4 (H100 SXM, NVSwitch; within one node)", 2e-6, 370e9,
     "450 GB/s per direction is the line rate per H100 SXM GPU (900 GB/s both ways); NCCL gets "
     "about 370 GB/s of it in a ring after ~20% protocol overhead (NCCL maintainer in "
     "NVIDIA/nccl-tests issue 212). Latency: assumed 2 us per hop (NCCL's low-latency protocol "
-    "through NVSwitch), i.e. ~30 us for an 8-GPU all-reduce of a few bytes.")
+    "through NVSwitch), i.e. ~30 us for an 8-GPU all-reduce of a few bytes.", max_devices=8)
 PCIE = Link(
     "PCIe 4.0 x16 (GPU to GPU through the host bridge)", 5e-6, 22e9,
     "32 GB/s per direction line rate (16 GT/s x 16 lanes, 128b/130b); assumed 70% of it (22 GB/s) "
-    "for peer copies through the host bridge; latency assumed 5 us per hop.")
+    "for peer copies through the host bridge; latency assumed 5 us per hop.", max_devices=8)
 INFINIBAND_HDR = Link(
     "InfiniBand HDR (200 Gb/s, one port per node)", 6e-6, 23e9,
     "25 GB/s per direction line rate; assumed 23 GB/s achieved (RDMA bandwidth tests reach ~92%); "
@@ -361,12 +362,12 @@ def gpu_step_cost(layout: Layout, gpu: GpuAssumption) -> StepCost:
 
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-MAX_NVLINK_DEVICES = 8
 
 
 def speedup_table(layout: Layout, batch_size: int, cost: StepCost, links: dict[str, Link] = LINKS,
                   devices: tuple[int, ...] = DEVICE_COUNTS) -> str:
-    """Markdown: predicted speed-up against one device, before (dense) / after (footprint), per link."""
+    """Markdown: predicted speed-up against one device, before (dense) / after (footprint), per
+    link; "–" beyond the devices one node's link joins; * where N > batch (the batch grows to N)."""
     single = predict_iteration(cost, dense_exchange(layout), NVLINK, 1, layout.n_patterns, batch_size).iteration_s
     dense = dense_exchange(layout)
     header = "| devices | " + " | ".join(f"{name} before / after" for name in links) + " |"
@@ -374,14 +375,14 @@ def speedup_table(layout: Layout, batch_size: int, cost: StepCost, links: dict[s
     for n in devices:
         after = footprint_exchange(layout, batch_size, "compact", devices=n)
         cells = []
-        for key, link in links.items():
-            if key == "nvlink" and n > MAX_NVLINK_DEVICES:
+        for link in links.values():
+            if link.max_devices is not None and n > link.max_devices:
                 cells.append("–")
                 continue
             before_s = predict_iteration(cost, dense, link, n, layout.n_patterns, batch_size).iteration_s
             after_s = predict_iteration(cost, after, link, n, layout.n_patterns, batch_size).iteration_s
             cells.append(f"{single / before_s:.2f} / {single / after_s:.2f}")
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines.append(f"| {n}{'*' if n > batch_size else ''} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -525,10 +526,10 @@ class CheckRow:
 
     batch_size: int
     processes: int
-    exchange: str  # the exchange the run used, told by its measured bytes
+    exchange: str  # the exchange the run used: the one whose bytes are nearest its measured bytes
     measured_bytes: float | None  # all-reduced per iteration and process (results.h5), None for 1 process
-    dense_bytes: float
-    footprint_bytes: float
+    dense_bytes: float  # per iteration, predicted
+    footprint_bytes: float  # per iteration, predicted for compact batches
     measured_median_s: float
     measured_min_s: float
     predicted_median_s: float
@@ -550,7 +551,8 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     batch size and process count, so that trials interleave and drifts of the machine's load
     touch every configuration alike. fixed_s and per_pattern_s are fitted to the 1-process runs;
     the 2-, 4-, ... process runs are predicted from that fit, the link, this machine's cores and
-    the bytes worked out from the geometry. Once with medians, once with minima.
+    the bytes worked out from the geometry: dense, or the footprint of compact or random
+    batches, whichever is nearest the bytes the run measured. Once with medians, once with minima.
     """
     from ptyacc.config import load_config
     from ptyacc.speedtest import run_speedtest
@@ -576,31 +578,26 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     config = load_config(config_path, overrides)
     layout = layout_from_config(config)
     n, cores = layout.n_patterns, os.cpu_count() or 1
-    grouping = config.optim.grouping if config.optim.grouping in ("random", "compact") else "compact"
     fits = {stat: fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
             for stat in (statistics.median, min)}
     links = {statistics.median: measurement.link, min: measurement.best_link}
-    dense = dense_exchange(layout)
     rows = []
     for batch in batch_sizes:
         for p in process_counts:
-            footprint = footprint_exchange(layout, batch, grouping, config.runtime.seed, p)
             steps, _ = epoch_load(n, batch, p)
+            candidates = [dense_exchange(layout), *(footprint_exchange(layout, batch, grouping, config.runtime.seed, p)
+                                                    for grouping in ("compact", "random"))]
             measured_bytes = float(statistics.median(comm[(batch, p)])) if comm[(batch, p)] else None
-            used = _exchange_used(measured_bytes, steps * dense.bytes_per_step, steps * footprint.bytes_per_step)
-            exchange = footprint if used == "footprint" else dense
+            exchange = min(candidates, key=lambda e: abs(steps * e.bytes_per_step - (measured_bytes or 0.0)))
+            if measured_bytes is None:
+                exchange = candidates[0]
             predicted = {stat: predict_iteration(fits[stat], exchange, links[stat], p, n, batch, cores).iteration_s
                          for stat in fits}
-            rows.append(CheckRow(batch, p, used if p > 1 else "–", measured_bytes, steps * dense.bytes_per_step,
-                                 steps * footprint.bytes_per_step, statistics.median(times[(batch, p)]),
-                                 min(times[(batch, p)]), predicted[statistics.median], predicted[min]))
+            rows.append(CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
+                                 steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
+                                 statistics.median(times[(batch, p)]), min(times[(batch, p)]),
+                                 predicted[statistics.median], predicted[min]))
     return measurement, rows, fits[statistics.median], fits[min]
-
-
-def _exchange_used(measured: float | None, dense: float, footprint: float) -> str:
-    if measured is None:
-        return "dense"
-    return "dense" if abs(measured - dense) <= abs(measured - footprint) else "footprint"
 
 
 def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost, cores: int | None = None) -> str:
@@ -608,7 +605,7 @@ def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost
     lines = [f"compute fitted to the 1-process runs (one thread, {cores} cores): medians {median_cost.fixed_s * 1e3:.2f} ms "
              f"per step + {median_cost.per_pattern_s * 1e6:.1f} us per pattern; minima {min_cost.fixed_s * 1e3:.2f} ms + "
              f"{min_cost.per_pattern_s * 1e6:.1f} us",
-             "| batch | processes | exchange | MiB/iteration measured / dense / footprint | median s/iteration "
+             "| batch | processes | exchange | MiB/iteration measured / dense / compact footprint | median s/iteration "
              "predicted / measured | ratio | min s/iteration predicted / measured | ratio |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -643,6 +640,25 @@ def reference_cases() -> list[tuple[str, Layout, tuple[int, ...]]]:
              xray, (128, 512))]
 
 
+def sensitivity(layout: Layout, batch_size: int, gpu: GpuAssumption) -> str:
+    """How the 8-GPU NVLink and 64-GPU InfiniBand speed-ups after the change move when the GPU
+    assumption does."""
+    variants = [("as assumed", gpu),
+                ("per-step overhead 1 ms", GpuAssumption(**{**gpu.__dict__, "fixed_s": 1e-3})),
+                ("data term at the memory-bandwidth bound", GpuAssumption(**{**gpu.__dict__, "efficiency": 1.0})),
+                ("both", GpuAssumption(**{**gpu.__dict__, "fixed_s": 1e-3, "efficiency": 1.0}))]
+    lines = ["| GPU assumption | 1 GPU s/iteration | 8 GPUs NVLink, after | 64 GPUs InfiniBand HDR, after |",
+             "|---|---|---|---|"]
+    for label, variant in variants:
+        cost = gpu_step_cost(layout, variant)
+        single = predict_iteration(cost, dense_exchange(layout), NVLINK, 1, layout.n_patterns, batch_size).iteration_s
+        speedups = [single / predict_iteration(cost, footprint_exchange(layout, batch_size, "compact", devices=n), link, n,
+                                               layout.n_patterns, batch_size).iteration_s
+                    for n, link in ((8, NVLINK), (64, INFINIBAND_HDR))]
+        lines.append(f"| {label} | {single:.3f} | {speedups[0]:.2f} | {speedups[1]:.2f} |")
+    return "\n".join(lines)
+
+
 def reference_tables(gpu: GpuAssumption | None = None) -> str:
     """The prediction tables of docs/scaling.md (Markdown)."""
     gpu = gpu or h100_assumption()
@@ -652,7 +668,8 @@ def reference_tables(gpu: GpuAssumption | None = None) -> str:
         for batch in batches:
             parts += [f"### {title}; batch {batch}", describe_case(layout, batch, cost),
                       "Predicted speed-up against one GPU, before (dense) / after (footprint):",
-                      speedup_table(layout, batch, cost)]
+                      speedup_table(layout, batch, cost),
+                      "If the GPU assumption is off (speed-ups after the change):", sensitivity(layout, batch, gpu)]
     return "\n\n".join(parts)
 
 

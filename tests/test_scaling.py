@@ -12,6 +12,8 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.scaling import (
     LINKS,
+    CheckRow,
+    LinkMeasurement,
     PTYRAD_A100_ITERATION_S,
     PTYRAD_CASE,
     Exchange,
@@ -23,6 +25,7 @@ from ptyacc.scaling import (
     fit_link,
     fit_step_cost,
     footprint_exchange,
+    format_check,
     gpu_step_cost,
     h100_assumption,
     measure_link,
@@ -30,6 +33,7 @@ from ptyacc.scaling import (
     raster_layout,
     ring_allreduce_s,
     speedup_table,
+    warm_iterations,
 )
 
 MIB = 2**20
@@ -191,15 +195,39 @@ def test_speedup_table_rows():
     table = speedup_table(layout, 8, StepCost(1e-3, 1e-4, 1e-5), devices=(1, 2, 16))
     rows = table.splitlines()
     assert rows[2].startswith("| 1 | 1.00 / 1.00 | 1.00 / 1.00")
-    assert rows[4].split(" | ")[1] == "–"  # NVLink stops at one node of 8
+    assert rows[4].startswith("| 16* | –")  # NVLink stops at one node of 8; 16 devices exceed the batch of 8
     assert len(rows[0].split("|")) == len(LINKS) + 3
 
 
 # ----------------------------------------------------------------------------- this machine
 
 
+def test_link_measurements_pool_their_repeats():
+    true = Link("true", 2e-4, 1e9)
+    sizes = (8, 2**16, 2**20)
+    slow = LinkMeasurement(2, sizes, tuple((2 * ring_allreduce_s(b, 2, true),) for b in sizes))
+    fast = LinkMeasurement(2, sizes, tuple((ring_allreduce_s(b, 2, true),) for b in sizes))
+    pooled = slow + fast + fast
+    assert pooled.min_s == fast.min_s
+    assert pooled.best_link.latency_s == pytest.approx(true.latency_s)
+    assert pooled.link.bandwidth_bytes_per_s == pytest.approx(true.bandwidth_bytes_per_s)  # medians: the fast ones
+    with pytest.raises(ValueError, match="same processes"):
+        slow + LinkMeasurement(4, sizes, slow.times_s)
+
+
+def test_check_statistics_and_verdict():
+    assert warm_iterations([9.0, 1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]  # the first iteration warms up
+    assert warm_iterations([9.0, 1.0]) == [9.0, 1.0]
+    rows = [CheckRow(32, 1, "–", None, 1e6, 5e5, 0.10, 0.09, 0.10, 0.09),
+            CheckRow(32, 2, "dense (whole object)", 1e6, 1e6, 5e5, 0.10, 0.08, 0.14, 0.09)]
+    text = format_check(rows, StepCost(1e-3, 1e-4), StepCost(1e-3, 1e-4), cores=2)
+    assert "medians: largest deviation of the multi-process predictions 40% (NOT within 25%)" in text
+    assert "minima: largest deviation of the multi-process predictions 12% (within 25%)" in text
+
+
+
 def test_measure_link_between_two_processes():
-    measurement = measure_link(2, sizes_bytes=(8, 2**16, 2**20), repeats=3)
+    measurement = measure_link(2, sizes_bytes=(8, 2**16, 2**18), repeats=3)
     assert measurement.link.latency_s > 0
     assert measurement.link.bandwidth_bytes_per_s > 1e6
     assert len(measurement.median_s) == 3 and all(t > 0 for t in measurement.min_s)
