@@ -534,6 +534,8 @@ class CheckRow:
     measured_min_s: float
     predicted_median_s: float
     predicted_min_s: float
+    predicted_exchange_s: float  # all-reduce seconds per iteration, link fitted to the medians
+    measured_exchange_s: float | None  # median of the run's own record (waits for the slower process included)
 
 
 def warm_iterations(times: list[float]) -> list[float]:
@@ -564,6 +566,7 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     measurement = None
     times: dict[tuple[int, int], list[float]] = {}
     comm: dict[tuple[int, int], list[int]] = {}
+    comm_s: dict[tuple[int, int], list[float]] = {}
     for trial in range(trials):
         echo(f"trial {trial + 1}/{trials}: gloo all-reduces between 2 local processes")
         this = measure_link(2)
@@ -571,9 +574,10 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
         for batch in batch_sizes:
             sets = [*overrides, f"optim.batch_size={batch}"]
             for run in run_speedtest(config_path, process_counts, 1, out_dir / f"trial{trial}" / f"batch{batch}", sets,
-                                     threads_per_process=1, echo=lambda line, b=batch: echo(f"batch {b}, {line}")):
+                                     threads_per_process=1, echo=lambda line, b=batch: echo(f"batch {b}, {line}{_load()}")):
                 times.setdefault((batch, run.processes), []).extend(warm_iterations(run.iteration_time_s))
                 comm.setdefault((batch, run.processes), []).extend(run.comm_bytes)
+                comm_s.setdefault((batch, run.processes), []).extend(run.comm_time_s)
     echo(format_link(measurement))
     config = load_config(config_path, overrides)
     layout = layout_from_config(config)
@@ -591,13 +595,19 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
             exchange = min(candidates, key=lambda e: abs(steps * e.bytes_per_step - (measured_bytes or 0.0)))
             if measured_bytes is None:
                 exchange = candidates[0]
-            predicted = {stat: predict_iteration(fits[stat], exchange, links[stat], p, n, batch, cores).iteration_s
-                         for stat in fits}
+            predicted = {stat: predict_iteration(fits[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
             rows.append(CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
                                  steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
                                  statistics.median(times[(batch, p)]), min(times[(batch, p)]),
-                                 predicted[statistics.median], predicted[min]))
+                                 predicted[statistics.median].iteration_s, predicted[min].iteration_s,
+                                 predicted[statistics.median].exchange_s,
+                                 statistics.median(comm_s[(batch, p)]) if comm_s[(batch, p)] else None))
     return measurement, rows, fits[statistics.median], fits[min]
+
+
+def _load() -> str:
+    """The machine's 1-minute load average, to read the timings by."""
+    return f" (load average {os.getloadavg()[0]:.1f})" if hasattr(os, "getloadavg") else ""
 
 
 def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost, cores: int | None = None) -> str:
@@ -606,22 +616,25 @@ def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost
              f"per step + {median_cost.per_pattern_s * 1e6:.1f} us per pattern; minima {min_cost.fixed_s * 1e3:.2f} ms + "
              f"{min_cost.per_pattern_s * 1e6:.1f} us",
              "| batch | processes | exchange | MiB/iteration measured / dense / compact footprint | median s/iteration "
-             "predicted / measured | ratio | min s/iteration predicted / measured | ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+             "predicted / measured | ratio | min s/iteration predicted / measured | ratio | all-reduce s/iteration "
+             "predicted / measured (medians) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         measured_mib = f"{r.measured_bytes / 2**20:.3f}" if r.measured_bytes is not None else "–"
+        exchange = (f"{r.predicted_exchange_s:.4f} / {r.measured_exchange_s:.4f}" if r.measured_exchange_s is not None
+                    else "–")
         lines.append(f"| {r.batch_size} | {r.processes} | {r.exchange} | {measured_mib} / {r.dense_bytes / 2**20:.3f} / "
                      f"{r.footprint_bytes / 2**20:.3f} | {r.predicted_median_s:.4f} / {r.measured_median_s:.4f} | "
                      f"{r.predicted_median_s / r.measured_median_s:.2f} | {r.predicted_min_s:.4f} / "
-                     f"{r.measured_min_s:.4f} | {r.predicted_min_s / r.measured_min_s:.2f} |")
+                     f"{r.measured_min_s:.4f} | {r.predicted_min_s / r.measured_min_s:.2f} | {exchange} |")
     checked = [r for r in rows if r.processes > 1]
     for what, ratio in (("medians", lambda r: r.predicted_median_s / r.measured_median_s),
                         ("minima", lambda r: r.predicted_min_s / r.measured_min_s)):
         worst = max((abs(ratio(r) - 1) for r in checked), default=0.0)
         lines.append(f"{what}: largest deviation of the multi-process predictions {worst:.0%} "
                      f"({'within' if worst <= 0.25 else 'NOT within'} 25%)")
-    lines.append("(1-process rows are the fit itself. Predictions, not measurements; this machine is shared, "
-                 "so its timings carry the load of other work.)")
+    lines.append("(1-process rows are the fit itself. The measured all-reduce time includes waiting for the slower "
+                 "process, which other work on a shared machine lengthens: every step waits for both.)")
     return "\n".join(lines)
 
 

@@ -12,12 +12,12 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.scaling import (
     LINKS,
-    CheckRow,
-    LinkMeasurement,
     PTYRAD_A100_ITERATION_S,
     PTYRAD_CASE,
+    CheckRow,
     Exchange,
     Link,
+    LinkMeasurement,
     StepCost,
     ddp_bucket_count,
     dense_exchange,
@@ -218,8 +218,8 @@ def test_link_measurements_pool_their_repeats():
 def test_check_statistics_and_verdict():
     assert warm_iterations([9.0, 1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]  # the first iteration warms up
     assert warm_iterations([9.0, 1.0]) == [9.0, 1.0]
-    rows = [CheckRow(32, 1, "–", None, 1e6, 5e5, 0.10, 0.09, 0.10, 0.09),
-            CheckRow(32, 2, "dense (whole object)", 1e6, 1e6, 5e5, 0.10, 0.08, 0.14, 0.09)]
+    rows = [CheckRow(32, 1, "–", None, 1e6, 5e5, 0.10, 0.09, 0.10, 0.09, 0.0, None),
+            CheckRow(32, 2, "dense (whole object)", 1e6, 1e6, 5e5, 0.10, 0.08, 0.14, 0.09, 0.01, 0.02)]
     text = format_check(rows, StepCost(1e-3, 1e-4), StepCost(1e-3, 1e-4), cores=2)
     assert "medians: largest deviation of the multi-process predictions 40% (NOT within 25%)" in text
     assert "minima: largest deviation of the multi-process predictions 12% (within 25%)" in text
