@@ -176,8 +176,9 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
 @set_option
 @click.option("--processes", default="1,2,4", show_default=True, help="Process counts to launch and predict.")
 @click.option("--batch-sizes", default="32,128", show_default=True, help="Global batch sizes (at least two).")
-@click.option("--trials", default=2, show_default=True, help="Launches per process count and batch size.")
-@click.option("--output-dir", "-o", default="scaling_check", show_default=True, type=click.Path(file_okay=False))
+@click.option("--trials", default=3, show_default=True, help="Launches per process count and batch size.")
+@click.option("--output-dir", "-o", default="scaling_check", show_default=True, type=click.Path(file_okay=False),
+              help="Where the launches write their runs.")
 @click.option("--link", "link_only", is_flag=True, help="Only measure this machine's gloo all-reduce latency and bandwidth.")
 @friendly_errors
 def predict(config_file: str | None, overrides: tuple[str, ...], processes: str, batch_sizes: str, trials: int,
@@ -188,7 +189,10 @@ def predict(config_file: str | None, overrides: tuple[str, ...], processes: str,
     per process) and print predicted against measured. --link: measure the link only."""
     from ptyacc.scaling import run_predict
 
-    counts, batches = ([int(v) for v in text.split(",") if v.strip()] for text in (processes, batch_sizes))
+    try:
+        counts, batches = ([int(v) for v in text.split(",") if v.strip()] for text in (processes, batch_sizes))
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers", param_hint="--processes/--batch-sizes") from None
     click.echo(run_predict(Path(config_file) if config_file else None, list(overrides), counts, batches, trials,
                            Path(output_dir), link_only, echo=lambda line: click.echo(line, err=True)))
 

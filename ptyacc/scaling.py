@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.data.batches import EpochBatches
+from ptyacc.errors import PtyaccError
 from ptyacc.exchange import footprint_box
 from ptyacc.geometry import ObjectGeometry
 
@@ -439,7 +440,7 @@ class LinkMeasurement:
                                tuple(a + b for a, b in zip(self.times_s, other.times_s, strict=True)))
 
 
-LINK_SIZES_BYTES = (8, 2**10, 2**14, 2**17, 2**20, 2**22, 2**24)
+LINK_SIZES_BYTES = (8, 2**10, 2**14, 2**17, 2**20, 2**22, 2**24, 2**26)
 
 
 def measure_link(processes: int = 2, sizes_bytes: tuple[int, ...] = LINK_SIZES_BYTES, repeats: int = 15,
@@ -458,17 +459,30 @@ def measure_link(processes: int = 2, sizes_bytes: tuple[int, ...] = LINK_SIZES_B
     return LinkMeasurement(processes, tuple(sizes_bytes), tuple(tuple(t) for t in times))
 
 
+SMALL_BUFFER_BYTES = 2**14  # at most this: the time is nearly all latency
+LARGE_BUFFER_BYTES = 2**20  # at least this: the time is mostly bandwidth
+
+
 def fit_link(sizes_bytes, seconds, processes: int, name: str = "") -> Link:
-    """The latency and bandwidth of the ring model that fit all-reduce times best, relative
-    errors weighted alike (so that small buffers fix the latency and large ones the bandwidth)."""
+    """The ring model's latency and bandwidth from all-reduce times: the latency from the
+    buffers of 16 KiB or less (nearly all latency), the bandwidth from those of 1 MiB or more,
+    fitted in absolute terms so that the largest buffers, whose time matters most, decide it;
+    a few rounds, each using the other's latest value (exact for times the model made)."""
     hops = 2 * (processes - 1)
-    rows = np.array([[hops, hops / processes * b] for b in sizes_bytes], dtype=float)
-    t = np.asarray(seconds, dtype=float)
-    (latency, inverse_bandwidth), *_ = np.linalg.lstsq(rows / t[:, None], np.ones_like(t), rcond=None)
+    b, t = np.asarray(sizes_bytes, dtype=float), np.asarray(seconds, dtype=float)
+    small, large = b <= SMALL_BUFFER_BYTES, b >= LARGE_BUFFER_BYTES
+    if not small.any() or not large.any():
+        raise ValueError("fit_link needs buffers of at most 16 KiB and of at least 1 MiB")
+    ring_bytes = hops / processes * b
+    inverse_bandwidth = 0.0
+    for _ in range(20):
+        latency = float(np.mean(t[small] - ring_bytes[small] * inverse_bandwidth)) / hops
+        x, y = ring_bytes[large], t[large] - hops * latency
+        inverse_bandwidth = float(np.dot(x, y) / np.dot(x, x))
     if latency <= 0 or inverse_bandwidth <= 0:
-        raise ValueError(f"all-reduce times {seconds} do not fit latency + bytes / bandwidth")
-    return Link(name or f"gloo, {processes} local processes", float(latency), float(1 / inverse_bandwidth),
-                f"fitted to all-reduces of {sizes_bytes[0]} B to {sizes_bytes[-1] / 2**20:.0f} MiB")
+        raise ValueError(f"all-reduce times {list(seconds)} do not fit latency + bytes / bandwidth")
+    return Link(name or f"gloo, {processes} local processes", latency, 1 / inverse_bandwidth,
+                f"fitted to all-reduces of {int(b.min())} B to {b.max() / 2**20:.0f} MiB")
 
 
 def _link_worker(rank: int, processes: int, port: int, sizes_bytes: list[int], repeats: int, out: str,
@@ -559,9 +573,9 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     from ptyacc.config import load_config
     from ptyacc.speedtest import run_speedtest
 
-    if 1 not in process_counts or len(set(batch_sizes)) < 2:
-        raise ValueError("the check fits the compute time to 1-process runs at two batch sizes or more: "
-                         "include 1 in the process counts and give two batch sizes")
+    if 1 not in process_counts or len(set(batch_sizes)) < 2 or min(process_counts + batch_sizes) < 1:
+        raise PtyaccError("predict: the check fits the compute time to 1-process runs at two batch sizes or more: "
+                          "--processes must include 1 and --batch-sizes give two different sizes, all >= 1")
     overrides = ["optim.iterations=4", *overrides]
     measurement = None
     times: dict[tuple[int, int], list[float]] = {}

@@ -171,10 +171,18 @@ def test_fit_step_cost_recovers_known_costs():
 
 def test_fit_link_recovers_known_link():
     true = Link("true", 150e-6, 1.3e9)
-    sizes = [8, 1024, 2**17, 2**22]
-    link = fit_link(sizes, [ring_allreduce_s(b, 2, true) for b in sizes], 2)
-    assert link.latency_s == pytest.approx(true.latency_s)
-    assert link.bandwidth_bytes_per_s == pytest.approx(true.bandwidth_bytes_per_s)
+    sizes = [8, 1024, 2**17, 2**22, 2**24]
+    for processes in (2, 4):
+        link = fit_link(sizes, [ring_allreduce_s(b, processes, true) for b in sizes], processes)
+        assert link.latency_s == pytest.approx(true.latency_s)
+        assert link.bandwidth_bytes_per_s == pytest.approx(true.bandwidth_bytes_per_s)
+    # a slower largest buffer decides the bandwidth; the small ones alone the latency
+    slow = [ring_allreduce_s(b, 2, true) for b in sizes[:-1]] + [ring_allreduce_s(2**24, 2, Link("", 150e-6, 0.5e9))]
+    link = fit_link(sizes, slow, 2)
+    assert link.bandwidth_bytes_per_s < 0.6e9
+    assert link.latency_s == pytest.approx(true.latency_s, rel=0.01)
+    with pytest.raises(ValueError, match="at least 1 MiB"):
+        fit_link(sizes[:3], slow[:3], 2)
 
 
 def test_gpu_assumption_reproduces_its_source():
@@ -227,7 +235,18 @@ def test_check_statistics_and_verdict():
 
 
 def test_measure_link_between_two_processes():
-    measurement = measure_link(2, sizes_bytes=(8, 2**16, 2**18), repeats=3)
+    measurement = measure_link(2, sizes_bytes=(8, 2**20), repeats=3)
     assert measurement.link.latency_s > 0
     assert measurement.link.bandwidth_bytes_per_s > 1e6
-    assert len(measurement.median_s) == 3 and all(t > 0 for t in measurement.min_s)
+    assert len(measurement.median_s) == 2 and all(t > 0 for t in measurement.min_s)
+
+
+def test_predict_refuses_a_check_it_cannot_fit(capsys):
+    from pathlib import Path
+
+    from ptyacc.cli import main
+
+    config = str(Path(__file__).parents[1] / "configs" / "simulated.yaml")
+    assert main(["predict", config, "--processes", "2,4"]) == 2
+    assert "--processes must include 1" in capsys.readouterr().err
+    assert main(["predict", config, "--batch-sizes", "32"]) == 2
