@@ -369,8 +369,8 @@ def speedup_table(layout: Layout, batch_size: int, cost: StepCost, links: dict[s
                   devices: tuple[int, ...] = DEVICE_COUNTS) -> str:
     """Markdown: predicted speed-up against one device, before (dense) / after (footprint), per
     link; "–" beyond the devices one node's link joins; * where N > batch (the batch grows to N)."""
-    single = predict_iteration(cost, dense_exchange(layout), NVLINK, 1, layout.n_patterns, batch_size).iteration_s
     dense = dense_exchange(layout)
+    single = predict_iteration(cost, dense, NVLINK, 1, layout.n_patterns, batch_size).iteration_s
     header = "| devices | " + " | ".join(f"{name} before / after" for name in links) + " |"
     lines = [header, "|---" * (len(links) + 1) + "|"]
     for n in devices:
