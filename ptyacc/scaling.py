@@ -577,6 +577,12 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
         raise PtyaccError("predict: the check fits the compute time to 1-process runs at two batch sizes or more: "
                           "--processes must include 1 and --batch-sizes give two different sizes, all >= 1")
     overrides = ["optim.iterations=4", *overrides]
+    config = load_config(config_path, overrides)
+    layout = layout_from_config(config)
+    n, cores = layout.n_patterns, os.cpu_count() or 1
+    if len({epoch_load(n, b, 1)[0] for b in batch_sizes}) < 2:
+        raise PtyaccError(f"predict: batch sizes {batch_sizes} all give {epoch_load(n, batch_sizes[0], 1)[0]} step(s) "
+                          f"per iteration of {n} positions; give sizes that give different numbers of steps")
     measurement = None
     times: dict[tuple[int, int], list[float]] = {}
     comm: dict[tuple[int, int], list[int]] = {}
@@ -593,9 +599,6 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
                 comm.setdefault((batch, run.processes), []).extend(run.comm_bytes)
                 comm_s.setdefault((batch, run.processes), []).extend(run.comm_time_s)
     echo(format_link(measurement))
-    config = load_config(config_path, overrides)
-    layout = layout_from_config(config)
-    n, cores = layout.n_patterns, os.cpu_count() or 1
     fits = {stat: fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
             for stat in (statistics.median, min)}
     links = {statistics.median: measurement.link, min: measurement.best_link}

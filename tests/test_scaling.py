@@ -250,3 +250,5 @@ def test_predict_refuses_a_check_it_cannot_fit(capsys):
     assert main(["predict", config, "--processes", "2,4"]) == 2
     assert "--processes must include 1" in capsys.readouterr().err
     assert main(["predict", config, "--batch-sizes", "32"]) == 2
+    assert main(["predict", config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
+    assert "give different numbers of steps" in capsys.readouterr().err
