@@ -1,0 +1,254 @@
+"""The scaling model against known answers: ring all-reduce times by hand, its limits, the
+batch schedule and bytes of tiny cases against ptyacc's own batches and model, the fits."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ptyacc.data import EpochBatches
+from ptyacc.geometry import ObjectGeometry
+from ptyacc.model import PtychoModel
+from ptyacc.scaling import (
+    LINKS,
+    PTYRAD_A100_ITERATION_S,
+    PTYRAD_CASE,
+    CheckRow,
+    Exchange,
+    Link,
+    LinkMeasurement,
+    StepCost,
+    ddp_bucket_count,
+    dense_exchange,
+    epoch_load,
+    fit_link,
+    fit_step_cost,
+    footprint_exchange,
+    format_check,
+    gpu_step_cost,
+    h100_assumption,
+    measure_link,
+    predict_iteration,
+    raster_layout,
+    ring_allreduce_s,
+    speedup_table,
+    warm_iterations,
+)
+
+MIB = 2**20
+
+
+# ----------------------------------------------------------------------------- ring all-reduce
+
+
+def test_ring_allreduce_by_hand():
+    link = Link("test", latency_s=1e-5, bandwidth_bytes_per_s=1e9)
+    # N = 4: 2*3 hops of 10 us, and 2*3/4 of 1 MB at 1 GB/s
+    assert ring_allreduce_s(1e6, 4, link) == pytest.approx(6e-5 + 1.5e-3)
+    # N = 2: 2 hops, the whole buffer once
+    assert ring_allreduce_s(1e6, 2, link) == pytest.approx(2e-5 + 1e-3)
+    # one device: nothing to exchange; an empty buffer still pays the latencies
+    assert ring_allreduce_s(1e6, 1, link) == 0.0
+    assert ring_allreduce_s(0, 8, link) == pytest.approx(14e-5)
+
+
+def test_ring_bandwidth_term_tends_to_twice_the_buffer():
+    link = Link("test", 0.0, 1.0)
+    assert ring_allreduce_s(1000, 1000, link) == pytest.approx(2 * 999)
+
+
+# ----------------------------------------------------------------------------- schedule and prediction
+
+
+@pytest.mark.parametrize("n, batch, devices", [(64, 16, 4), (100, 7, 3), (10, 4, 3), (37, 100, 4), (9, 2, 4)])
+def test_epoch_load_matches_the_batches_dataset(n, batch, devices):
+    positions = np.random.default_rng(0).uniform(0, 50, size=(n, 2))
+    batches = EpochBatches(positions, batch, devices, "random", seed=0)
+    steps = [batches._pieces[s] for s in range(batches.n_steps)]
+    assert epoch_load(n, batch, devices) == (batches.n_steps, sum(max(len(p) for p in step) for step in steps))
+
+
+def test_infinite_link_gives_compute_over_n_plus_update():
+    ideal = Link("ideal", latency_s=0.0, bandwidth_bytes_per_s=math.inf)
+    cost = StepCost(fixed_s=0.0, per_pattern_s=1e-3, update_s=2e-3)
+    exchange = Exchange("any", bytes_per_step=1e9, collectives_per_step=3)
+    for devices in (1, 2, 4, 8):
+        p = predict_iteration(cost, exchange, ideal, devices, n_patterns=64, batch_size=16)
+        assert p.exchange_s == 0.0
+        assert p.iteration_s == pytest.approx(64 * 1e-3 / devices + 4 * 2e-3)  # 4 steps of replicated update
+
+
+def test_one_device_has_no_exchange():
+    cost = StepCost(fixed_s=1e-3, per_pattern_s=1e-4, update_s=1e-3)
+    awful = Link("awful", latency_s=10.0, bandwidth_bytes_per_s=1.0)
+    p = predict_iteration(cost, Exchange("dense", 1e9, 5), awful, 1, n_patterns=100, batch_size=10)
+    assert p.exchange_s == 0.0
+    assert p.iteration_s == pytest.approx(10 * 1e-3 + 100 * 1e-4 + 10 * 1e-3)
+
+
+def test_prediction_with_a_link_by_hand():
+    link = Link("test", latency_s=1e-4, bandwidth_bytes_per_s=1e8)
+    cost = StepCost(fixed_s=2e-3, per_pattern_s=1e-4)
+    exchange = Exchange("dense", bytes_per_step=1e6, collectives_per_step=2, collectives_per_iteration=1)
+    p = predict_iteration(cost, exchange, link, devices=2, n_patterns=40, batch_size=10)
+    # 4 steps of 5 patterns each per device; per step 2 collectives of 2 hops + 1 MB once at 100 MB/s;
+    # one more collective per iteration
+    assert p.compute_s == pytest.approx(4 * (2e-3 + 5e-4))
+    assert p.exchange_s == pytest.approx(4 * (2 * 2e-4 + 1e-2) + 2e-4)
+
+
+def test_more_processes_than_cores_share_them():
+    link = Link("test", latency_s=1e-4, bandwidth_bytes_per_s=1e8)
+    cost = StepCost(fixed_s=1e-3, per_pattern_s=1e-4)
+    exchange = Exchange("dense", 1e5, 1)
+    alone = predict_iteration(cost, exchange, link, 4, 64, 16)
+    shared = predict_iteration(cost, exchange, link, 4, 64, 16, cores=2)
+    assert shared.iteration_s == pytest.approx(2 * alone.iteration_s)
+    assert predict_iteration(cost, exchange, link, 2, 64, 16, cores=2) == predict_iteration(cost, exchange, link, 2, 64, 16)
+
+
+# ----------------------------------------------------------------------------- bytes from the geometry
+
+
+def test_footprint_bytes_of_a_tiny_case_by_hand():
+    # 2 x 2 scan, 2 px apart, 4 px windows: canvas margin 4//2 + 1 = 3 px, centres at 3 and 5,
+    # canvas 8 x 8, window corners at 1 and 3
+    layout = raster_layout((2, 2), 2.0, 4)
+    assert layout.object_shape == (8, 8)
+    assert layout.window_corners().tolist() == [[1, 1], [1, 3], [3, 1], [3, 3]]
+    probe_floats = 4 * 4 * 2
+    assert dense_exchange(layout).bytes_per_step == 4 * (8 * 8 * 2 + probe_floats)
+    # one step of all 4: box rows 1..7, columns 1..7 = 36 px
+    assert footprint_exchange(layout, 4).bytes_per_step == 4 * (36 * 2 + probe_floats)
+    # two compact steps of 2 (the scan is cut across y first): each box 4 rows x 6 columns
+    assert footprint_exchange(layout, 2, "compact").bytes_per_step == 4 * (24 * 2 + probe_floats)
+
+
+def test_footprint_counts_slices_and_modes():
+    one = raster_layout((6, 6), 3.0, 8)
+    many = raster_layout((6, 6), 3.0, 8, slices=3, object_modes=2, probe_modes=5)
+    probe = lambda layout: layout.probe_modes * 8 * 8 * 2 * 4  # noqa: E731
+    obj_one = footprint_exchange(one, 9).bytes_per_step - probe(one)
+    obj_many = footprint_exchange(many, 9).bytes_per_step - probe(many)
+    assert obj_many == pytest.approx(6 * obj_one)
+
+
+def test_layout_parameters_are_the_models():
+    """The bytes DDP all-reduces today: every parameter of PtychoModel, in its order."""
+    layout = raster_layout((3, 4), 2.5, 8, slices=2, probe_modes=3, object_modes=2, refine_positions=True,
+                           background=True, intensity_weights=True)
+    geometry = ObjectGeometry(1.0, (0.0, 0.0), layout.object_shape, layout.positions_px)
+    probe = torch.ones(3, 8, 8, dtype=torch.complex64)
+    model = PtychoModel(probe, geometry, object_modes=2, slices=2, propagator=torch.ones(8, 8, dtype=torch.complex64),
+                        refine_positions=True, fit_background=True, fit_weights=True)
+    expected = [(name, p.numel()) for name, p in model.named_parameters()]
+    assert layout.parameter_floats() == expected
+    assert dense_exchange(layout).bytes_per_step == sum(p.numel() * 4 for p in model.parameters())
+    assert np.array_equal(layout.window_corners(), model.fixed_corners.numpy())
+
+
+def test_ddp_bucket_count():
+    assert ddp_bucket_count([100_000, 100_000]) == 1
+    assert ddp_bucket_count([30 * MIB, MIB // 2]) == 1  # the probe does not fill the first bucket, the object joins it
+    assert ddp_bucket_count([30 * MIB, 2 * MIB]) == 2  # the probe fills the first bucket on its own
+    assert ddp_bucket_count([10 * MIB, 10 * MIB, 10 * MIB, 2 * MIB]) == 2  # 2 MiB, then 10 + 10 + 10 >= 25 MiB
+    assert ddp_bucket_count([20 * MIB, 20 * MIB, 20 * MIB, 2 * MIB]) == 3
+
+
+# ----------------------------------------------------------------------------- fits
+
+
+def test_fit_step_cost_recovers_known_costs():
+    fixed, per_pattern, n = 3e-3, 2e-4, 256
+    runs = [(n // b, n, n // b * fixed + n * per_pattern) for b in (16, 64, 128)]
+    cost = fit_step_cost(runs)
+    assert cost.fixed_s == pytest.approx(fixed)
+    assert cost.per_pattern_s == pytest.approx(per_pattern)
+    with pytest.raises(ValueError, match="two different"):
+        fit_step_cost(runs[:1])
+
+
+def test_fit_link_recovers_known_link():
+    true = Link("true", 150e-6, 1.3e9)
+    sizes = [8, 1024, 2**17, 2**22, 2**24]
+    for processes in (2, 4):
+        link = fit_link(sizes, [ring_allreduce_s(b, processes, true) for b in sizes], processes)
+        assert link.latency_s == pytest.approx(true.latency_s)
+        assert link.bandwidth_bytes_per_s == pytest.approx(true.bandwidth_bytes_per_s)
+    # a slower largest buffer decides the bandwidth; the small ones alone the latency
+    slow = [ring_allreduce_s(b, 2, true) for b in sizes[:-1]] + [ring_allreduce_s(2**24, 2, Link("", 150e-6, 0.5e9))]
+    link = fit_link(sizes, slow, 2)
+    assert link.bandwidth_bytes_per_s < 0.6e9
+    assert link.latency_s == pytest.approx(true.latency_s, rel=0.01)
+    with pytest.raises(ValueError, match="at least 1 MiB"):
+        fit_link(sizes[:3], slow[:3], 2)
+
+
+def test_gpu_assumption_reproduces_its_source():
+    """On PtyRAD's own case and GPU the assumed cost is PtyRAD's fitted cost."""
+    gpu = h100_assumption()
+    k, s, p = PTYRAD_CASE["window_px"], PTYRAD_CASE["slices"], PTYRAD_CASE["probe_modes"]
+    layout = raster_layout((128, 128), 3.0, k, slices=s, probe_modes=p)
+    on_a100 = gpu_step_cost(layout, gpu.__class__(**{**gpu.__dict__, "memory_bytes_per_s": 2.04e12}))
+    n = PTYRAD_CASE["n_patterns"]
+    for batch, seconds in PTYRAD_A100_ITERATION_S.items():
+        model = n // batch * on_a100.fixed_s + n * on_a100.per_pattern_s
+        assert model == pytest.approx(seconds, rel=0.1)
+    assert 0 < gpu.efficiency < 1
+
+
+def test_speedup_table_rows():
+    layout = raster_layout((8, 8), 3.0, 16)
+    table = speedup_table(layout, 8, StepCost(1e-3, 1e-4, 1e-5), devices=(1, 2, 16))
+    rows = table.splitlines()
+    assert rows[2].startswith("| 1 | 1.00 / 1.00 | 1.00 / 1.00")
+    assert rows[4].startswith("| 16* | –")  # NVLink stops at one node of 8; 16 devices exceed the batch of 8
+    assert len(rows[0].split("|")) == len(LINKS) + 3
+
+
+# ----------------------------------------------------------------------------- this machine
+
+
+def test_link_measurements_pool_their_repeats():
+    true = Link("true", 2e-4, 1e9)
+    sizes = (8, 2**16, 2**20)
+    slow = LinkMeasurement(2, sizes, tuple((2 * ring_allreduce_s(b, 2, true),) for b in sizes))
+    fast = LinkMeasurement(2, sizes, tuple((ring_allreduce_s(b, 2, true),) for b in sizes))
+    pooled = slow + fast + fast
+    assert pooled.min_s == fast.min_s
+    assert pooled.best_link.latency_s == pytest.approx(true.latency_s)
+    assert pooled.link.bandwidth_bytes_per_s == pytest.approx(true.bandwidth_bytes_per_s)  # medians: the fast ones
+    with pytest.raises(ValueError, match="same processes"):
+        slow + LinkMeasurement(4, sizes, slow.times_s)
+
+
+def test_check_statistics_and_verdict():
+    assert warm_iterations([9.0, 1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]  # the first iteration warms up
+    assert warm_iterations([9.0, 1.0]) == [9.0, 1.0]
+    rows = [CheckRow(32, 1, "–", None, 1e6, 5e5, 0.10, 0.09, 0.10, 0.09, 0.0, None),
+            CheckRow(32, 2, "dense (whole object)", 1e6, 1e6, 5e5, 0.10, 0.08, 0.14, 0.09, 0.01, 0.02)]
+    text = format_check(rows, StepCost(1e-3, 1e-4), StepCost(1e-3, 1e-4), cores=2)
+    assert "medians: largest deviation of the multi-process predictions 40% (NOT within 25%)" in text
+    assert "minima: largest deviation of the multi-process predictions 12% (within 25%)" in text
+
+
+
+def test_measure_link_between_two_processes():
+    measurement = measure_link(2, sizes_bytes=(8, 2**20), repeats=3)
+    assert measurement.link.latency_s > 0
+    assert measurement.link.bandwidth_bytes_per_s > 1e6
+    assert len(measurement.median_s) == 2 and all(t > 0 for t in measurement.min_s)
+
+
+def test_predict_refuses_a_check_it_cannot_fit(capsys):
+    from pathlib import Path
+
+    from ptyacc.cli import main
+
+    config = str(Path(__file__).parents[1] / "configs" / "simulated.yaml")
+    assert main(["predict", config, "--processes", "2,4"]) == 2
+    assert "--processes must include 1" in capsys.readouterr().err
+    assert main(["predict", config, "--batch-sizes", "32"]) == 2
+    assert main(["predict", config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
+    assert "give different numbers of steps" in capsys.readouterr().err
