@@ -345,9 +345,14 @@ def load_config(source: str | Path | dict | None = None, overrides: list[str] | 
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a text file; a YAML config is expected (a data file goes under "
+                              "data.path in the config)") from None
+        try:
+            raw = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+            raise ConfigError(f"{path}: {yaml_error_message(exc, text)}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         base_dir = str(path.resolve().parent)
@@ -356,6 +361,37 @@ def load_config(source: str | Path | dict | None = None, overrides: list[str] | 
     config = _build(Config, raw, "")
     config.base_dir = base_dir
     return config
+
+
+def yaml_error_message(exc: yaml.YAMLError, text: str) -> str:
+    """One line for a YAML syntax error: where the parser stopped (1-based line and column),
+    what it expected, the text of that line, and where the construct it was reading began
+    when that is on another line (an unclosed bracket is noticed only lines later)."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:  # not a syntax error with a position (e.g. a bad character encoding)
+        return f"not valid YAML ({str(exc).splitlines()[0]})"
+    lines = text.splitlines()
+    problem = (getattr(exc, "problem", None) or "syntax error").replace("\n", " ")
+    if "'\\t'" in problem:
+        problem += "; indent with spaces, not tabs"
+    message = (f"not valid YAML at line {mark.line + 1}, column {mark.column + 1} "
+               f"({_quote_line(lines, mark.line)}): {problem}")
+    start = getattr(exc, "context_mark", None)
+    context = getattr(exc, "context", None)
+    if context and start is not None and start.line != mark.line:
+        message += (f" ({context} that starts at line {start.line + 1}, column {start.column + 1}: "
+                    f"{_quote_line(lines, start.line)})")
+    elif context:
+        message += f" ({context})"
+    return message
+
+
+def _quote_line(lines: list[str], index: int, width: int = 60) -> str:
+    """A config line as the user typed it, quoted, cut to ``width`` characters."""
+    if index >= len(lines):
+        return "end of file"
+    line = lines[index].rstrip()
+    return repr(line if len(line) <= width else line[:width] + "...")
 
 
 def _apply_override(raw: dict, item: str) -> None:
