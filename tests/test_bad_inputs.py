@@ -281,6 +281,10 @@ CASES = [
         subprocess=True),
     bad("world_size_without_rank", "WORLD_SIZE", env={"WORLD_SIZE": "2"}, subprocess=True, in_process=False,
         timeout_s=60),
+    bad("accelerate_started_one_of_two_processes", "`accelerate launch` started one process where its settings ask "
+        "for several", "--multi_gpu --num_processes N` with ACCELERATE_USE_CPU=1",
+        env={"ACCELERATE_DYNAMO_BACKEND": "NO", "ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": "29500"}, subprocess=True, in_process=False, timeout_s=60),
     bad("output_dir_is_a_file", "output.dir", files=(text_file("out", "not a folder"),)),
 ]
 
