@@ -32,6 +32,8 @@ NEEDS_NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machin
 # The README's answers (section "Several processes, GPUs and nodes"), keyed by a phrase of each
 # question; every other question is answered with Enter (its default).
 CPU_USER_ANSWERS = {"type of machine": "multi-GPU", "How many GPU(s)": "2"}
+GPU_USER_ANSWERS = {"type of machine": "multi-GPU", "How many GPU(s)": "4"}
+ONE_GPU_ANSWERS = {"type of machine": "No distributed training"}
 MULTI_CPU_ANSWERS = {"type of machine": "multi-CPU", "How many processes": "2"}
 
 # What accelerate's simple launcher (used for MULTI_CPU without mpirun, NO and --cpu) sets when
@@ -116,12 +118,20 @@ def test_launches_that_start_what_they_ask_for_pass(environment):
     _check_lone_process_launch(environment)
 
 
-def test_questionnaire_answers_give_the_shipped_configs(tmp_path, monkeypatch):
-    """The README's CPU answers give configs/accelerate/cpu_multi_process.yaml's settings; the
-    multi-CPU answers give MULTI_CPU without mpirun (the case ptyacc refuses)."""
-    cpu = answer_questionnaire(CPU_USER_ANSWERS, tmp_path / "cpu.yaml", monkeypatch)
-    shipped = yaml.safe_load((SHIPPED / "cpu_multi_process.yaml").read_text())
-    assert {k: cpu[k] for k in shipped} == shipped
+@pytest.mark.parametrize("answers, shipped, ignored", [
+    (CPU_USER_ANSWERS, "cpu_multi_process.yaml", ()),
+    (GPU_USER_ANSWERS, "multi_gpu.yaml", ()),
+    (ONE_GPU_ANSWERS, "single_gpu.yaml", ("gpu_ids",)),  # the shipped file names GPU 0, the answer is all
+])
+def test_questionnaire_answers_give_the_shipped_configs(tmp_path, monkeypatch, answers, shipped, ignored):
+    """The README's answers give the settings of the shipped accelerate configs."""
+    written = answer_questionnaire(answers, tmp_path / "answers.yaml", monkeypatch)
+    expected = {k: v for k, v in yaml.safe_load((SHIPPED / shipped).read_text()).items() if k not in ignored}
+    assert {k: written[k] for k in expected} == expected
+
+
+def test_multi_cpu_answers_give_multi_cpu_without_mpirun(tmp_path, monkeypatch):
+    """The case ptyacc refuses: what "multi-CPU" and Enter everywhere else writes."""
     multi_cpu = answer_questionnaire(MULTI_CPU_ANSWERS, tmp_path / "multi_cpu.yaml", monkeypatch)
     assert multi_cpu["distributed_type"] == "MULTI_CPU" and multi_cpu["num_processes"] == 2
     assert multi_cpu["use_cpu"] is True and "mpirun_config" not in multi_cpu
