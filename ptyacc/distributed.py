@@ -61,7 +61,8 @@ def make_accelerator(runtime: RuntimeConfig):
 
     _refuse_mixed_precision()
     _check_launcher_environment()
-    device_type = resolve_device(runtime.device)
+    _check_lone_process_launch()
+    device_type = "cpu" if _launcher_forces_cpu(runtime.device) else resolve_device(runtime.device)
     choose_backend(runtime.backend, device_type)  # refuse a forced backend this device cannot use, even alone
     if device_type == "cuda":
         _check_gpu_count()
@@ -111,6 +112,43 @@ def _check_launcher_environment(environ: dict | None = None) -> None:
         raise DistributedError(f"WORLD_SIZE={environ['WORLD_SIZE']} is set but {', '.join(missing)} "
                                f"{'is' if len(missing) == 1 else 'are'} not: start several processes with "
                                "`accelerate launch` or `torchrun`, or unset WORLD_SIZE for one process")
+
+
+def _launcher_forces_cpu(requested: str, environ: dict | None = None) -> bool:
+    """ACCELERATE_USE_CPU (an accelerate config's ``use_cpu: true``, ``--cpu``, or set by hand)
+    makes accelerate put every process on the CPU with gloo whatever ptyacc asks; follow it, so
+    that on a machine with GPUs ptyacc does not ask for NCCL (accelerate would refuse it)."""
+    environ = os.environ if environ is None else environ
+    forced = environ.get("ACCELERATE_USE_CPU", "").strip().lower() in ("1", "true", "yes", "y", "t", "on")
+    if forced and requested in ("cuda", "mps"):
+        raise DistributedError(f"runtime.device: {requested}, but the launcher forces the CPU (ACCELERATE_USE_CPU="
+                               f"{environ['ACCELERATE_USE_CPU']}: use_cpu: true in the accelerate config, or --cpu); "
+                               "set runtime.device: cpu or auto, or use_cpu: false")
+    return forced
+
+
+# Process counts that MPI launchers set; accelerate's MULTI_CPU mode reads them under mpirun.
+MPI_WORLD_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def _check_lone_process_launch(environ: dict | None = None) -> None:
+    """accelerate's simple launcher (an accelerate config with ``distributed_type: MULTI_CPU``
+    and no mpirun, or ``--cpu``, or no distributed type, with more than one process) starts ONE
+    process: it sets MASTER_ADDR and MASTER_PORT because more were asked for, but no WORLD_SIZE,
+    so this process would run alone, slower than a plain run. Other launchers set WORLD_SIZE
+    (accelerate's multi-GPU mode, torchrun) or an MPI size (mpirun)."""
+    environ = os.environ if environ is None else environ
+    launched_by_accelerate = "ACCELERATE_DYNAMO_BACKEND" in environ  # set by every `accelerate launch`
+    if not launched_by_accelerate or "WORLD_SIZE" in environ or any(v in environ for v in MPI_WORLD_SIZE_VARIABLES):
+        return
+    if "MASTER_ADDR" in environ and "MASTER_PORT" in environ:
+        raise DistributedError(
+            "`accelerate launch` started one process where its settings ask for several (distributed_type "
+            "MULTI_CPU without mpirun, NO or --cpu, with num_processes > 1: MASTER_ADDR is set, WORLD_SIZE is "
+            "not), so it would run alone, slower than a plain run. For N processes on CPUs use `accelerate launch "
+            "--multi_gpu --num_processes N` with ACCELERATE_USE_CPU=1 (configs/accelerate/cpu_multi_process.yaml) "
+            "or `torchrun --nproc_per_node N -m ptyacc.run`; for one, num_processes 1 and no MASTER_ADDR in the "
+            "environment")
 
 
 def _refuse_mixed_precision(environ: dict | None = None) -> None:

@@ -108,7 +108,17 @@ def file_case(name: str, *expected: str, files: tuple | None = None, **kwargs) -
 
 CASES = [
     # --- the config file itself and the command line
-    bad("yaml_syntax_error", "{config}: not valid YAML", text="optim: {iterations: [1\n", subprocess=True),
+    bad("yaml_unclosed_bracket", "{config}: not valid YAML at line 4, column 16 ('    detector_px: 16'): "
+        "expected ',' or ']'", "flow sequence that starts at line 3, column 17: '    scan_shape: [6, 6'",
+        text="data:\n  simulate:\n    scan_shape: [6, 6\n    detector_px: 16\n", subprocess=True),
+    bad("yaml_unclosed_bracket_at_the_end", "{config}: not valid YAML at line 2, column 1 (end of file)",
+        "starts at line 1, column 21: 'optim: {iterations: [1'", text="optim: {iterations: [1\n"),
+    bad("yaml_tab_indent", "{config}: not valid YAML at line 3, column 1 ('\\tbatch_size: 8')",
+        "indent with spaces, not tabs", text="optim:\n  iterations: 5\n\tbatch_size: 8\n"),
+    bad("yaml_unclosed_quote", "{config}: not valid YAML at line 2, column 1 (end of file)",
+        "quoted scalar that starts at line 1, column 15: 'output: {dir: \"out}'", text='output: {dir: "out}\n'),
+    bad("config_is_a_data_file", "{config}: not a text file; a YAML config is expected",
+        files=(h5_file("config.yaml"),), config=DELETE),
     bad("config_is_a_list", "{config}: the top level must be a mapping of sections", text="- optim\n- data\n",
         subprocess=True),
     bad("config_file_missing", "{config}: config file not found", config=DELETE),
@@ -286,6 +296,10 @@ CASES = [
         subprocess=True),
     bad("world_size_without_rank", "WORLD_SIZE", env={"WORLD_SIZE": "2"}, subprocess=True, in_process=False,
         timeout_s=60),
+    bad("accelerate_started_one_of_two_processes", "`accelerate launch` started one process where its settings ask "
+        "for several", "--multi_gpu --num_processes N` with ACCELERATE_USE_CPU=1",
+        env={"ACCELERATE_DYNAMO_BACKEND": "NO", "ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": "29500"}, subprocess=True, in_process=False, timeout_s=60),
     bad("output_dir_is_a_file", "output.dir", files=(text_file("out", "not a folder"),)),
     # --- the output folder is in use by another run (--overwrite and --resume do not bypass that)
     bad("output_dir_in_use", "output.dir: {out} is in use by another ptyacc run (pid ", "ptyacc run other.yaml",

@@ -9,6 +9,12 @@ What it simulates
   (a single S vacancy: its S2 column keeps half its phase). The vacancy breaks the lattice's
   symmetry, so a reconstruction's position and orientation can be checked by eye.
   No thermal vibrations (one frozen configuration, atoms at rest).
+  The orthogonal cell (3.16 x 5.47 Å) does not tile 38.4 Å exactly (12.15 x 7.02 cells), so the
+  periodic cell has a seam along its edges, 14.6 Å from the nearest probe position: a row of
+  atoms doubled 0.09 Å apart and a column squeezed to 0.48 Å. Only the probe's far tails reach
+  it. Measured on the middle scan row: replacing the seam by a 2 Å vacuum frame changes the
+  noise-free patterns by at most 0.17 Poisson sigma at this dose (73 of 1e5 counts per pattern,
+  0.5% of the outer dark field), so the file keeps it.
 * Potential: abTEM ``Potential``, Lobato parametrisation, infinite projection, three slices
   of 1.72 Å (top S layer, Mo layer, bottom S layer each in their own slice): abTEM runs its own
   multislice (transmit, then Fresnel-propagate) through them.

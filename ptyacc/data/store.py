@@ -86,7 +86,10 @@ class PatternStore:
 
     def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean measured pattern and mean prediction over up to ``most`` evenly spread held positions."""
-        pick = torch.as_tensor(self.held[:: max(1, len(self.held) // most)], device=self.patterns.device)
+        """Mean measured pattern and mean prediction over a seeded random sample of up to ``most``
+        held positions (every n-th position would alias with a raster scan and the crystal lattice
+        and draw stripes that the data do not have)."""
+        sample = np.random.default_rng(0).choice(len(self.held), size=min(most, len(self.held)), replace=False)
+        pick = torch.as_tensor(self.held[np.sort(sample)], device=self.patterns.device)
         with torch.no_grad():
             return self.measured(pick).mean(0), predict(pick).mean(0)

@@ -1,8 +1,10 @@
 """The YAML schema: one validated dataclass per config section.
 
-Unknown keys, wrong types and impossible values fail at load time with the key path and the
-reason (``optim.lr.probe: must be >= 0, got -1``). Every field carries a ``doc`` in its
-metadata; ``ptyacc config-reference`` prints the reference from them.
+Each field has a type, a default and a ``doc`` (its line in the config reference); each
+section's ``_check`` rejects impossible values with the key path and the reason
+(``optim.lr.probe: must be >= 0, got -1``). How a YAML file becomes these objects (types,
+unknown keys, ``--set`` overrides) is in ``loading.py``; the Markdown reference is made from
+these classes by ``reference.py``.
 
 Relative input paths (``data.path``, ``experiment.positions.path``) are resolved against the
 directory of the config file; ``output.dir`` is relative to the working directory.
@@ -12,11 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 
@@ -32,9 +32,23 @@ ABERRATION_NAMES = (
 
 
 def _f(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = None) -> Any:
+    """A field with its default (or default factory) and its line in the config reference."""
     if factory is not None:
         return field(default_factory=factory, metadata={"doc": doc})
     return field(default=default, metadata={"doc": doc})
+
+
+def _require(ok: bool, path: str, reason: str) -> None:
+    """Stop with ``key.path: reason`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{path}: {reason}")
+
+
+def _suggest(word: str, choices: Any) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 
 @dataclass
@@ -337,210 +351,3 @@ class Config:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def load_config(source: str | Path | dict | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Build a validated Config from a YAML file, a dict, or defaults, then apply
-    ``section.key=value`` overrides (values parsed as YAML)."""
-    base_dir = "."
-    if source is None:
-        raw: dict = {}
-    elif isinstance(source, dict):
-        raw = _deep_copy(source)
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
-        base_dir = str(path.resolve().parent)
-    for item in overrides:
-        _apply_override(raw, item)
-    config = _build(Config, raw, "")
-    config.base_dir = base_dir
-    return config
-
-
-def _apply_override(raw: dict, item: str) -> None:
-    if "=" not in item:
-        raise ConfigError(f"--set {item}: expected key.path=value, e.g. optim.iterations=5")
-    key, text = item.split("=", 1)
-    parts = key.strip().split(".")
-    try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        value = text
-    node = raw
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {} if child is None or child == "raster" else child
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {key}: {part} is not a section")
-            node[part] = child
-        node = child
-    node[parts[-1]] = value
-
-
-def _deep_copy(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _deep_copy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_deep_copy(v) for v in obj]
-    return obj
-
-
-def _build(cls: type, raw: Any, path: str) -> Any:
-    where = path or "config"
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping of keys, got {type(raw).__name__} {raw!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
-    for key in raw:
-        if key not in fields:
-            raise ConfigError(f"{_join(path, str(key))}: unknown key{_suggest(str(key), fields)}; "
-                              f"allowed: {', '.join(fields)}")
-    values = {name: _coerce(raw[name], hints[name], _join(path, name)) for name in fields if name in raw}
-    obj = cls(**values)
-    check = getattr(obj, "_check", None)
-    if check is not None:
-        check(where)
-    return obj
-
-
-def _coerce(value: Any, tp: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        # a mapping can only mean a section: its own error names the key inside it
-        sections = [a for a in options if dataclasses.is_dataclass(a)]
-        if len(options) == 1 or (isinstance(value, dict) and len(sections) == 1):
-            return _coerce(value, sections[0] if isinstance(value, dict) and sections else options[0], path)
-        errors = []
-        for option in options:
-            try:
-                return _coerce(value, option, path)
-            except ConfigError as exc:
-                errors.append(str(exc).split(": ", 1)[-1])
-        raise ConfigError(f"{path}: {' or '.join(errors)}")
-    if origin is Literal:
-        if value in args:
-            return value
-        hint = _suggest(str(value), [str(a) for a in args])
-        raise ConfigError(f"{path}: must be one of {', '.join(map(str, args))}, got {value!r}{hint}")
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
-        return [_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        return {str(k): _coerce(v, args[1], f"{path}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{path}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{path}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{path}: expected a string, got {value!r}")
-    raise TypeError(f"unsupported config type {tp} at {path}")
-
-
-def _require(ok: bool, path: str, reason: str) -> None:
-    if not ok:
-        raise ConfigError(f"{path}: {reason}")
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _suggest(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def config_reference() -> str:
-    """Markdown reference of every config key, generated from the dataclasses."""
-    lines = ["Generated by `ptyacc config-reference` from `ptyacc/config.py`; do not edit by hand.", ""]
-    _reference(Config, Config(), "", lines)
-    return "\n".join(lines) + "\n"
-
-
-def _reference(cls: type, default: Any, path: str, lines: list[str]) -> None:
-    hints = typing.get_type_hints(cls)
-    nested = []
-    rows = []
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("internal"):
-            continue
-        value = getattr(default, f.name)
-        key = _join(path, f.name)
-        tp = hints[f.name]
-        sub = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
-        if sub and (value is None or dataclasses.is_dataclass(value) or value == "raster"):
-            nested.append((sub[0], value if dataclasses.is_dataclass(value) else sub[0](), key, f.metadata["doc"]))
-            if not dataclasses.is_dataclass(value):
-                rows.append(f"| `{key}` | {_type_name(tp)} | `{_yaml_value(value)}` | {f.metadata['doc']} |")
-            continue
-        rows.append(f"| `{key}` | {_type_name(tp)} | `{_yaml_value(value)}` | {f.metadata['doc']} |")
-    if rows:
-        lines += [f"### `{path}`" if path else "### top level", "",
-                  (cls.__doc__ or "").strip(), "",
-                  "| key | type | default | meaning |", "|---|---|---|---|", *rows, ""]
-    for sub_cls, sub_default, key, _doc in nested:
-        _reference(sub_cls, sub_default, key, lines)
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in args)
-    if origin is Literal:
-        return " \\| ".join(str(a) for a in args)
-    if origin is list:
-        return f"list of {_type_name(args[0])}"
-    if origin is dict:
-        return f"mapping to {_type_name(args[1])}"
-    if tp is type(None):
-        return "null"
-    if dataclasses.is_dataclass(tp):
-        return "section"
-    return tp.__name__
-
-
-def _yaml_value(value: Any) -> str:
-    if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()

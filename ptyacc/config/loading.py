@@ -1,0 +1,190 @@
+"""From YAML (a file, a dict, or nothing) and ``--set key.path=value`` overrides to a
+validated ``Config``: every value is coerced to its field's type, and an unknown key, a wrong
+type or a YAML syntax error stops with the key path (or the line) and the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from ptyacc.config.schema import Config, _suggest
+from ptyacc.errors import ConfigError
+
+
+def load_config(source: str | Path | dict | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Build a validated Config from a YAML file, a dict, or defaults, then apply
+    ``section.key=value`` overrides (values parsed as YAML)."""
+    base_dir = "."
+    if source is None:
+        raw: dict = {}
+    elif isinstance(source, dict):
+        raw = _deep_copy(source)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not a text file; a YAML config is expected (a data file goes under "
+                              "data.path in the config)") from None
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: {yaml_error_message(exc, text)}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        base_dir = str(path.resolve().parent)
+    for item in overrides:
+        _apply_override(raw, item)
+    config = _build(Config, raw, "")
+    config.base_dir = base_dir
+    return config
+
+
+def yaml_error_message(exc: yaml.YAMLError, text: str) -> str:
+    """One line for a YAML syntax error: where the parser stopped (1-based line and column),
+    what it expected, the text of that line, and where the construct it was reading began
+    when that is on another line (an unclosed bracket is noticed only lines later)."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:  # not a syntax error with a position (e.g. a bad character encoding)
+        return f"not valid YAML ({str(exc).splitlines()[0]})"
+    lines = text.splitlines()
+    problem = (getattr(exc, "problem", None) or "syntax error").replace("\n", " ")
+    if "'\\t'" in problem:
+        problem += "; indent with spaces, not tabs"
+    message = (f"not valid YAML at line {mark.line + 1}, column {mark.column + 1} "
+               f"({_quote_line(lines, mark.line)}): {problem}")
+    start = getattr(exc, "context_mark", None)
+    context = getattr(exc, "context", None)
+    if context and start is not None and start.line != mark.line:
+        message += (f" ({context} that starts at line {start.line + 1}, column {start.column + 1}: "
+                    f"{_quote_line(lines, start.line)})")
+    elif context:
+        message += f" ({context})"
+    return message
+
+
+def _quote_line(lines: list[str], index: int, width: int = 60) -> str:
+    """A config line as the user typed it, quoted, cut to ``width`` characters."""
+    if index >= len(lines):
+        return "end of file"
+    line = lines[index].rstrip()
+    return repr(line if len(line) <= width else line[:width] + "...")
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    if "=" not in item:
+        raise ConfigError(f"--set {item}: expected key.path=value, e.g. optim.iterations=5")
+    key, text = item.split("=", 1)
+    parts = key.strip().split(".")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {} if child is None or child == "raster" else child
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {part} is not a section")
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _deep_copy(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _deep_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_deep_copy(v) for v in obj]
+    return obj
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    where = path or "config"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys, got {type(raw).__name__} {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(f"{_join(path, str(key))}: unknown key{_suggest(str(key), fields)}; "
+                              f"allowed: {', '.join(fields)}")
+    values = {name: _coerce(raw[name], hints[name], _join(path, name)) for name in fields if name in raw}
+    obj = cls(**values)
+    check = getattr(obj, "_check", None)
+    if check is not None:
+        check(where)
+    return obj
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        # a mapping can only mean a section: its own error names the key inside it
+        sections = [a for a in options if dataclasses.is_dataclass(a)]
+        if len(options) == 1 or (isinstance(value, dict) and len(sections) == 1):
+            return _coerce(value, sections[0] if isinstance(value, dict) and sections else options[0], path)
+        errors = []
+        for option in options:
+            try:
+                return _coerce(value, option, path)
+            except ConfigError as exc:
+                errors.append(str(exc).split(": ", 1)[-1])
+        raise ConfigError(f"{path}: {' or '.join(errors)}")
+    if origin is Literal:
+        if value in args:
+            return value
+        hint = _suggest(str(value), [str(a) for a in args])
+        raise ConfigError(f"{path}: must be one of {', '.join(map(str, args))}, got {value!r}{hint}")
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{path}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    raise TypeError(f"unsupported config type {tp} at {path}")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
