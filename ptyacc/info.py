@@ -81,11 +81,12 @@ def data_report(config, sample: int = 64) -> list[str]:
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:
     """Bright-field disk radius, the probe's size from its defocus and aperture, and how much of
     the probe built from them lies near the window's edge."""
+    from ptyacc.data.sampling import aperture_invA
     from ptyacc.physics import stem_probe
 
     k, dx = data.detector_px, data.dx_A
     alpha = data.semiangle_mrad * 1e-3
-    radius_px = alpha / data.wavelength_A / data.dk_invA
+    radius_px = aperture_invA(data.semiangle_mrad, data.wavelength_A) / data.dk_invA
     defocus_A = -data.aberrations.get("C10", 0.0)
     diameter_A = 2 * abs(defocus_A) * alpha + 1.22 * data.wavelength_A / alpha
     lines = [f"bright-field disk radius {radius_px:.2f} px (semi-angle {data.semiangle_mrad:g} mrad)",

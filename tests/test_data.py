@@ -6,7 +6,7 @@ import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
-from ptyacc.data.dataset import raster_positions_A
+from ptyacc.data.positions import raster_positions_A
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.output import Results, load_results, save_results
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ptyacc
-from ptyacc.data.dataset import xray_sampling
+from ptyacc.data.sampling import xray_sampling
 from ptyacc.engine import poisson_deviance_sums
 from ptyacc.errors import ConfigError
 
@@ -22,6 +22,38 @@ def test_far_and_near_field_sampling():
         xray_sampling("near_field", 0.979, 100, 1.12, 55e-6, None)
     with pytest.raises(ConfigError, match="detector_distance_m and experiment.detector_pixel_m"):
         xray_sampling("far_field", 0.979, 100, None, 55e-6, None)
+
+
+def test_simulated_xray_data_take_the_given_dk():
+    """A simulated far-field X-ray dataset with experiment.dk_invA and no detector geometry has
+    dx = 1 / (K dk), as data read from a file would."""
+    from ptyacc.data import load_data
+
+    config = ptyacc.load_config({"data": {"simulate": {"scan_shape": [2, 2], "detector_px": 16, "atoms": 2}},
+                                 "experiment": {"radiation": "xray", "energy_eV": 8000.0, "dk_invA": 2.5e-4,
+                                                "scan_step_A": 800.0}})
+    assert load_data(config).dx_A == pytest.approx(1 / (16 * 2.5e-4))
+
+
+def test_sampling_chain_against_its_formulas():
+    """dx_A, else dk_invA, else the bright-field disk (dk = semiangle / wavelength / R), else the
+    X-ray geometry; near field the geometry always gives the propagation distance."""
+    from ptyacc.data.sampling import aperture_invA, object_sampling
+
+    k, wavelength = 64, 0.0418
+    assert aperture_invA(20.0, wavelength) == pytest.approx(0.020 / 0.0418)
+    assert object_sampling(k, wavelength, dx_A=0.3, dk_invA=9.0).dx_A == 0.3
+    assert object_sampling(k, wavelength, dk_invA=0.05, disk_radius_px=3.0, semiangle_mrad=20.0).dx_A == \
+        pytest.approx(1 / (64 * 0.05))
+    disk = object_sampling(k, wavelength, disk_radius_px=9.5, semiangle_mrad=20.0)
+    assert disk.dx_A == pytest.approx(1 / (64 * (0.020 / 0.0418 / 9.5))) and disk.near_field_distance_A is None
+    far = object_sampling(k, 1.5, radiation="xray", detector_distance_m=2.0, detector_pixel_m=75e-6)
+    assert far.dx_A == pytest.approx(1.5 * 2.0 / (64 * 75e-6))
+    near = object_sampling(k, 1.0, dk_invA=1e-3, radiation="xray", geometry="near_field", detector_distance_m=1.0,
+                           detector_pixel_m=1e-6, focus_to_sample_m=1e-2)
+    assert near.dx_A == pytest.approx(1 / (64 * 1e-3)) and near.near_field_distance_A == pytest.approx(1e10 / 101)
+    with pytest.raises(ConfigError, match="experiment.dk_invA: needed"):
+        object_sampling(k, wavelength, disk_radius_px=9.5)  # a disk without the semi-angle says nothing
 
 
 def test_near_field_needs_xray():

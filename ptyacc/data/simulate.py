@@ -10,7 +10,9 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.dataset import PtychoData, raster_positions_A, xray_sampling
+from ptyacc.data.dataset import PtychoData
+from ptyacc.data.positions import raster_positions_A
+from ptyacc.data.sampling import object_sampling
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
     Detector,
@@ -35,17 +37,12 @@ def simulate_dataset(config: Config) -> PtychoData:
     energy = exp.energy_eV or DEFAULTS["energy_eV"]
     semiangle = exp.semiangle_mrad or DEFAULTS["semiangle_mrad"]
     wavelength = wavelength_A(energy, exp.radiation)
-    near_distance = None
-    if exp.radiation == "xray" and (exp.geometry == "near_field" or exp.dx_A is None):
-        dx, near_distance = xray_sampling(exp.geometry, wavelength, k, exp.detector_distance_m,
-                                          exp.detector_pixel_m, exp.focus_to_sample_m)
-        dx = exp.dx_A or dx
-    elif exp.dx_A is not None:
-        dx = exp.dx_A
-    elif exp.dk_invA is not None:
-        dx = 1.0 / (k * exp.dk_invA)
-    else:  # bright-field disk radius at K/4 pixels
-        dx = 1.0 / (k * semiangle * 1e-3 / wavelength / (k / 4))
+    radius_px = k / 4 if exp.radiation == "electron" else None  # bright-field disk radius unless dx or dk is given
+    sampling = object_sampling(k, wavelength, dx_A=exp.dx_A, dk_invA=exp.dk_invA, disk_radius_px=radius_px,
+                               semiangle_mrad=semiangle, radiation=exp.radiation, geometry=exp.geometry,
+                               detector_distance_m=exp.detector_distance_m, detector_pixel_m=exp.detector_pixel_m,
+                               focus_to_sample_m=exp.focus_to_sample_m)
+    dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
     aberrations = dict(exp.aberrations)
     if "C10" not in aberrations:
         aberrations["C10"] = -(exp.defocus_A if exp.defocus_A is not None else DEFAULTS["defocus_A"])
