@@ -1,5 +1,7 @@
 """Reading HDF5 patterns and positions, calibration from file attributes, results round trip."""
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -49,6 +51,27 @@ def test_3d_patterns_with_positions_from_file_and_transform(tmp_path, pattern_fi
     expected = np.fft.ifftshift(patterns.transpose(0, 2, 1)[:, ::-1, :], axes=(-2, -1))
     np.testing.assert_array_equal(data.patterns.numpy(), expected)
     np.testing.assert_array_equal(data.positions_A, positions * 2)
+
+
+@pytest.mark.parametrize("experiment", [{"positions": {"key": "positions_A"}},
+                                        {"positions": {"key": "positions_A"}, "dk_from_bright_field": True}])
+def test_the_data_file_is_opened_once(pattern_file, monkeypatch, experiment):
+    """Format, shape, attributes, mask, positions, a sample for the bright-field fit and the
+    patterns all come through one open file."""
+    path, patterns, _ = pattern_file
+    with h5py.File(path, "a") as f:  # a bright-field disk of radius 2 px, so that the fit finds one
+        disk = (np.hypot(*np.indices((8, 8)) - 4.0) <= 2.0) * 100.0
+        f["patterns"][...] = patterns + disk
+    opened, init = [], h5py.File.__init__
+
+    def spy(self, name, *args, **kwargs):
+        if isinstance(name, (str, Path)):  # h5py also wraps already open files (a FileID) in File objects
+            opened.append(str(name))
+        init(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.File, "__init__", spy)
+    load_data(load_config({"data": {"path": str(path)}, "experiment": experiment}))
+    assert opened == [str(path)]
 
 
 def test_raster_positions_rotation():

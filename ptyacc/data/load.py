@@ -15,7 +15,7 @@ from ptyacc.data.calibration import bright_field_radius_px, sample_rows
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.prepare import Preparation, pattern_preparation
-from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_hdf5_array, read_inspected
+from ptyacc.data.readers import PatternFile, PatternsInfo, open_patterns, read_hdf5_array
 from ptyacc.data.sampling import object_sampling
 from ptyacc.data.simulate import simulate_dataset
 from ptyacc.errors import ConfigError, DataError
@@ -32,26 +32,30 @@ def load_data(config: Config, keep: Callable[[np.ndarray], np.ndarray] | None = 
     if config.data.simulate is not None:
         return keep_only(simulate_dataset(config), keep)
     path = config.resolve_input(config.data.path)
-    exp_cfg = config.experiment
     options = {"scan_shape": tuple(config.data.scan_shape)} if config.data.scan_shape else {}
-    info = inspect_patterns(path, config.data.key, **options)
+    with open_patterns(path, config.data.key, **options) as source:
+        return _read(config, source, keep)
+
+
+def _read(config: Config, source: PatternFile, keep: Callable[[np.ndarray], np.ndarray] | None) -> PtychoData:
+    path, info, exp_cfg = source.path, source.info, config.experiment
     far_field = exp_cfg.geometry == "far_field"
     prep = Preparation.from_config(config.data.transform, info.shape[-2:], far_field, str(path), info.attrs)
     exp = _experiment_values(config, info.attrs, path)
     # mask, dark/background and the file's own positions, without reading any pattern
-    extras = read_inspected(path, info, rows=np.zeros(0, dtype=np.int64), **options)
+    extras = source.read(rows=np.zeros(0, dtype=np.int64))
     wavelength = _wavelength_A(config, exp, info.attrs, path)
     scan_shape = tuple(config.data.scan_shape) if config.data.scan_shape else info.scan_shape
-    positions_A = _positions(config, exp, info, path, extras.positions_A)
+    positions_A = _positions(config, exp, source, extras.positions_A)
     rows = None if keep is None else np.asarray(keep(positions_A))
     background = extras.background if config.data.subtract_background else None
     prepare = pattern_preparation(prep, str(path), config.data.nonfinite, config.data.negative, background)
     if exp_cfg.dk_from_bright_field:
-        dx_A, near_distance = _dx_from_bright_field(exp, wavelength, path, info, prepare, options), None
+        dx_A, near_distance = _dx_from_bright_field(exp, wavelength, source, prepare), None
     else:
         stored_dx_A, near_distance = _sampling(config, exp, info.attrs, wavelength, info.shape[-1])
         dx_A = prep.object_pixel_A(stored_dx_A)
-    raw = read_inspected(path, info, prepare, rows, **options)
+    raw = source.read(rows, prepare)
     mask = prep.mask(extras.mask if config.data.use_mask else None)
     return PtychoData(
         patterns=torch.from_numpy(raw.patterns),
@@ -82,16 +86,16 @@ def _sampling(config: Config, exp: dict, attrs: dict, wavelength: float, k: int)
     return sampling.dx_A, sampling.near_field_distance_A
 
 
-def _dx_from_bright_field(exp: dict, wavelength: float, path: Path, info: PatternsInfo,
-                         prepare: Callable[[np.ndarray], np.ndarray], options: dict) -> float:
+def _dx_from_bright_field(exp: dict, wavelength: float, source: PatternFile,
+                         prepare: Callable[[np.ndarray], np.ndarray]) -> float:
     """Object pixel (Å) of the prepared patterns from the bright-field disk of the mean of an
     evenly spread sample of them (the same on every process)."""
     if exp["semiangle_mrad"] is None:
         raise ConfigError("experiment.semiangle_mrad: needed by experiment.dk_from_bright_field, and the data file "
                           "has no 'semiangle_mrad' attribute")
-    sample = read_inspected(path, info, prepare, sample_rows(info.n_patterns), **options).patterns
+    sample = source.read(sample_rows(source.info.n_patterns), prepare).patterns
     mean = np.fft.fftshift(sample.mean(axis=0, dtype=np.float64))
-    radius_px = bright_field_radius_px(mean, str(path))
+    radius_px = bright_field_radius_px(mean, str(source.path))
     return object_sampling(mean.shape[-1], wavelength, disk_radius_px=radius_px,
                            semiangle_mrad=exp["semiangle_mrad"]).dx_A
 
@@ -141,11 +145,11 @@ def _attribute_number(value: object, name: str, source: Path) -> float:
     return number
 
 
-def _positions(config: Config, exp: dict, info: PatternsInfo, data_path: Path,
-               from_file: np.ndarray | None = None) -> np.ndarray:
+def _positions(config: Config, exp: dict, source: PatternFile, from_file: np.ndarray | None = None) -> np.ndarray:
     """(N, 2) probe centres in Å: a raster; the data file's own positions (CXI translations)
     when it has them and no scan step is given; or a named dataset."""
     spec = config.experiment.positions
+    info, data_path = source.info, source.path
     n = info.n_patterns
     if spec == "raster" and from_file is not None and exp["scan_step_A"] is None:
         return np.asarray(from_file, dtype=np.float64)
@@ -156,7 +160,9 @@ def _positions(config: Config, exp: dict, info: PatternsInfo, data_path: Path,
                               "'scan_step_A' attribute")
         return raster_positions_A(scan_shape, exp["scan_step_A"], config.experiment.scan_rotation_deg)
     path = config.resolve_input(spec.path) if spec.path else data_path
-    positions = np.asarray(read_hdf5_array(path, spec.key, "experiment.positions.key"), dtype=np.float64)
+    setting = "experiment.positions.key"
+    positions = source.array(spec.key, setting) if path == data_path else read_hdf5_array(path, spec.key, setting)
+    positions = np.asarray(positions, dtype=np.float64)
     if positions.ndim != 2 or positions.shape[1] != 2:
         raise DataError(f"{path}:{spec.key}: positions must be (N, 2) (y, x), found shape {positions.shape}")
     if len(positions) != n:
