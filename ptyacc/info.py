@@ -48,7 +48,7 @@ def data_report(config, sample: int = 64) -> list[str]:
     """Derived sampling and geometry for the config's data, with warnings where they do not fit.
     Reads all positions but only ``sample`` evenly spread patterns (for the mean counts)."""
     from ptyacc.data import load_data
-    from ptyacc.data.calibration import sample_rows
+    from ptyacc.data.bright_field import sample_rows
     from ptyacc.geometry import ObjectGeometry
 
     data = load_data(config, lambda positions: sample_rows(len(positions), sample))

@@ -7,9 +7,10 @@ import h5py
 import numpy as np
 import pytest
 
-from ptyacc.config import load_config
+from ptyacc.config import ExperimentConfig, load_config
 from ptyacc.data import load_data
-from ptyacc.data.calibration import bright_field_radius_px
+from ptyacc.data.bright_field import bright_field_radius_px
+from ptyacc.data.calibration import Source, calibrate
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
@@ -74,3 +75,66 @@ def test_bright_field_fit_refuses_other_sampling_and_xray():
         load_config({"data": {"path": "x.h5"}, "experiment": {"dk_from_bright_field": True, "dk_invA": 0.1}})
     with pytest.raises(ConfigError, match="needs radiation: electron"):
         load_config({"data": {"path": "x.h5"}, "experiment": {"dk_from_bright_field": True, "radiation": "xray"}})
+
+
+# --- calibrate: the config merged with what a file says, no file needed
+
+
+def experiment(**values) -> ExperimentConfig:
+    return load_config({"data": {"path": "x.h5"}, "experiment": values}).experiment
+
+
+FILE_ATTRS = {"energy_eV": 80e3, "semiangle_mrad": 20.0, "defocus_A": 10.0, "dk_invA": 0.25, "scan_step_A": 0.5}
+
+
+def test_file_values_fill_what_the_config_leaves_out():
+    """8 x 8 patterns of a (3, 4) scan: dx = 1 / (8 dk), C10 = -defocus, a raster of 0.5 A steps."""
+    cal = calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+    assert cal.wavelength_A == wavelength_A(80e3, "electron") and cal.semiangle_mrad == 20.0
+    assert cal.stored_dx_A == pytest.approx(1 / (8 * 0.25)) and cal.near_field_distance_A is None
+    assert cal.aberrations == {"C10": -10.0} and cal.scan_shape == (3, 4)
+    assert cal.positions_A[[1, 4]].tolist() == [[0.0, 0.5], [0.5, 0.0]]  # fast axis x, then the next row
+
+
+def test_config_values_win_and_the_file_is_read_in_its_own_names():
+    cal = calibrate(experiment(energy_eV=2e5, dx_A=0.3, aberrations={"C10": 4.0, "C30": 1e4}),
+                    Source("f.h5", (12, 8, 8), {**FILE_ATTRS, "scan_shape": [3, 4]}))
+    assert cal.wavelength_A == wavelength_A(2e5, "electron") and cal.stored_dx_A == 0.3
+    assert cal.aberrations == {"C10": 4.0, "C30": 1e4}  # the file's defocus does not replace C10
+    assert cal.scan_shape == (3, 4) and len(cal.positions_A) == 12
+    cxi = {"wavelength_A": 1.0, "detector_distance_m": 2.0, "detector_pixel_m": 50e-6}
+    xray = calibrate(experiment(radiation="xray", scan_step_A=1e3), Source("s.cxi", (2, 2, 100, 100), cxi))
+    assert xray.wavelength_A == 1.0 and xray.stored_dx_A == pytest.approx(1.0 * 2.0 / (100 * 50e-6))
+
+
+def test_positions_of_the_file_a_named_dataset_or_a_raster():
+    own = np.arange(24.0).reshape(12, 2)
+    attrs = {k: v for k, v in FILE_ATTRS.items() if k != "scan_step_A"}
+    assert calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), attrs, own)).positions_A.tolist() == own.tolist()
+    raster = calibrate(experiment(scan_step_A=2.0), Source("f.h5", (3, 4, 8, 8), attrs, own)).positions_A
+    assert raster[-1].tolist() == [4.0, 6.0]  # a given step makes a raster instead
+    named = calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), attrs, own, ("p.h5:xy", 2 * own))).positions_A
+    assert named.tolist() == (2 * own).tolist()
+    with pytest.raises(DataError, match="p.h5:xy: 11 positions for 12 patterns"):
+        calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), attrs, None, ("p.h5:xy", own[:11])))
+
+
+def test_bright_field_radius_sets_dk_once_it_is_measured():
+    """dk = semiangle / wavelength / R; before the fit the pixel is unknown (None)."""
+    attrs = {"energy_eV": 2e5, "semiangle_mrad": 20.0, "scan_step_A": 1.0, "dk_invA": 1.0}
+    source = Source("f.h5", (4, 4, 64, 64), attrs)
+    assert calibrate(experiment(dk_from_bright_field=True), source).stored_dx_A is None
+    cal = calibrate(experiment(dk_from_bright_field=True), source, bright_field_radius_px=12.3)
+    dk = 20e-3 / wavelength_A(2e5, "electron") / 12.3
+    assert cal.stored_dx_A == pytest.approx(1 / (64 * dk))
+    with pytest.raises(ConfigError, match="experiment.semiangle_mrad: needed by experiment.dk_from_bright_field"):
+        calibrate(experiment(dk_from_bright_field=True), Source("f.h5", (4, 4, 64, 64), {"energy_eV": 2e5}))
+
+
+def test_defaults_come_last():
+    """A simulation's defaults fill only what neither the config nor the file gives."""
+    cal = calibrate(experiment(energy_eV=3e5), Source("data.simulate", (2, 2, 16, 16), {}),
+                    defaults={"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 100.0, "scan_step_A": 0.5},
+                    bright_field_radius_px=4.0)
+    assert cal.wavelength_A == wavelength_A(3e5, "electron") and cal.aberrations == {"C10": -100.0}
+    assert cal.stored_dx_A == pytest.approx(1 / (16 * 25e-3 / wavelength_A(3e5, "electron") / 4.0))

@@ -1,54 +1,206 @@
-"""Calibration from the patterns themselves: the reciprocal pixel from the bright-field disk."""
+"""The calibration of a dataset, resolved once: the experiment settings (``config.experiment``,
+``data.scan_shape``) merged with what the data source says about itself, by one pure function
+(no I/O) that ``load_data``, ``simulate_dataset`` and so ``ptyacc info`` share.
+
+A value in the config wins; a value it leaves out comes from the file (its attributes, or what
+the reader found, in ptyacc's names: ``PatternsInfo.attrs``), else from ``defaults`` (a
+simulation's), else it is needed.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from ptyacc.errors import DataError
+from ptyacc.config import ExperimentConfig
+from ptyacc.data.formats.common import scan_shape_attribute
+from ptyacc.data.positions import raster_positions_A
+from ptyacc.data.sampling import object_sampling
+from ptyacc.errors import ConfigError, DataError
+from ptyacc.physics import wavelength_A
 
-DARK_PERCENTILE = 5
-MIN_RADIUS_PX = 1.5
-STRAY_FRACTION = 0.1  # bright pixels away from the disk, as a fraction of the disk's, before it is not one disk
-
-
-def bright_field_radius_px(mean_pattern: np.ndarray, source: str) -> float:
-    """Radius in pixels of the bright-field disk of a (K, K) mean pattern (zero frequency
-    anywhere inside the detector).
-
-    The dark level is the pattern's 5th percentile; pixels above half way from
-    it to the maximum form the disk, whose plateau is their median. The area is then counted
-    with sub-pixel weights, each pixel near the disk adding (value - dark) / (plateau - dark)
-    clipped to [0, 1], so an edge pixel half covered adds one half: radius = sqrt(area / pi).
-    Raises DataError naming ``source`` when no single disk inside the detector is found."""
-    m = np.asarray(mean_pattern, dtype=np.float64)
-    hint = "set experiment.dk_invA (or dx_A) instead of experiment.dk_from_bright_field"
-    dark, peak = float(np.percentile(m, DARK_PERCENTILE)), float(m.max())
-    if not (math.isfinite(peak) and math.isfinite(dark)) or peak <= dark:
-        raise DataError(f"{source}: no bright-field disk in the mean pattern: it is flat or the disk fills the "
-                        f"detector (maximum {peak:g}, {DARK_PERCENTILE}th percentile {dark:g}); {hint}")
-    bright = m > dark + (peak - dark) / 2
-    rough_radius = math.sqrt(bright.sum() / math.pi)
-    if rough_radius < MIN_RADIUS_PX:
-        raise DataError(f"{source}: no bright-field disk in the mean pattern: expected a disk of radius >= "
-                        f"{MIN_RADIUS_PX} px above half maximum, found {int(bright.sum())} bright pixel(s); {hint}")
-    if bright[0].any() or bright[-1].any() or bright[:, 0].any() or bright[:, -1].any():
-        raise DataError(f"{source}: no bright-field disk inside the detector: the bright region of the mean "
-                        f"pattern reaches the detector edge (crop less or bin less); {hint}")
-    rows, cols = np.nonzero(bright)
-    centre = rows.mean(), cols.mean()
-    y, x = np.indices(m.shape)
-    near = np.hypot(y - centre[0], x - centre[1]) <= rough_radius + 3
-    stray = int((bright & ~near).sum())
-    if stray > STRAY_FRACTION * bright.sum():
-        raise DataError(f"{source}: no single bright-field disk in the mean pattern: {stray} of its "
-                        f"{int(bright.sum())} bright pixels lie away from the brightest region; {hint}")
-    plateau = float(np.median(m[bright]))
-    weights = np.clip((m[near] - dark) / (plateau - dark), 0.0, 1.0)
-    return math.sqrt(weights.sum() / math.pi)
+NO_DEFAULTS: Mapping[str, float] = {}
 
 
-def sample_rows(n_patterns: int, count: int = 256) -> np.ndarray:
-    """Up to ``count`` evenly spread pattern indices, the same for every process."""
-    return np.unique(np.linspace(0, n_patterns - 1, min(n_patterns, count)).round().astype(np.int64))
+@dataclass(frozen=True)
+class Source:
+    """What a data source says about itself, known before its patterns are read.
+
+    name:            the file (or ``data.simulate``), for messages
+    shape:           the patterns' shape as stored: (N, ky, kx) or (slow, fast, ky, kx)
+    attrs:           its calibration in ptyacc's names (``PatternsInfo.attrs``)
+    positions_A:     its own probe positions (N, 2) in Å (ptyacc's ``positions_A``, CXI translations)
+    named_positions: the array that ``experiment.positions`` names, as read, and where it was read
+                     ("file:key"); None for raster positions
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    attrs: Mapping[str, object]
+    positions_A: np.ndarray | None = None
+    named_positions: tuple[str, np.ndarray] | None = None
+
+    @property
+    def n_patterns(self) -> int:
+        return math.prod(self.shape[:-2])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything about a dataset but its patterns.
+
+    stored_dx_A:  object pixel (Å) of the patterns as stored, ``Source.shape[-1]`` wide (apply
+                  ``data.transform`` with ``Preparation.object_pixel_A``); None while the
+                  bright-field fit of ``experiment.dk_from_bright_field`` awaits its radius
+    positions_A:  (N, 2) float64 probe centres (y, x) in Å
+    """
+
+    radiation: str
+    wavelength_A: float
+    semiangle_mrad: float | None
+    aberrations: dict[str, float]
+    stored_dx_A: float | None
+    near_field_distance_A: float | None
+    scan_shape: tuple[int, int] | None
+    positions_A: np.ndarray
+
+
+def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None = None,
+              bright_field_radius_px: float | None = None, defaults: Mapping[str, float] = NO_DEFAULTS) -> Calibration:
+    """The calibration of ``source`` under ``experiment`` and ``data.scan_shape`` (``scan_shape``).
+
+    bright_field_radius_px: the bright-field disk's radius in stored pixels, measured
+        (``experiment.dk_from_bright_field``) or assumed (a simulation); it sets dk when neither
+        the config nor the file gives dk_invA or dx_A.
+    defaults: values for the keys that neither the config nor the file gives (a simulation's).
+    Raises ConfigError or DataError naming the key or file for what is missing or malformed."""
+    values = _values(experiment, source, defaults)
+    wavelength = _wavelength(experiment, source, values)
+    k = source.shape[-1]
+    if experiment.dk_from_bright_field and values["semiangle_mrad"] is None:
+        raise ConfigError("experiment.semiangle_mrad: needed by experiment.dk_from_bright_field, and the data file "
+                          "has no 'semiangle_mrad' attribute")
+    stored_dx, near_distance = None, None
+    if not experiment.dk_from_bright_field or bright_field_radius_px is not None:
+        sampling = object_sampling(
+            k, wavelength, dx_A=values["dx_A"], dk_invA=values["dk_invA"], disk_radius_px=bright_field_radius_px,
+            semiangle_mrad=values["semiangle_mrad"], radiation=experiment.radiation, geometry=experiment.geometry,
+            detector_distance_m=values["detector_distance_m"], detector_pixel_m=values["detector_pixel_m"],
+            focus_to_sample_m=experiment.focus_to_sample_m)
+        stored_dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
+    aberrations = dict(experiment.aberrations)
+    if values["defocus_A"] is not None:
+        aberrations["C10"] = -values["defocus_A"]
+    return Calibration(
+        radiation=experiment.radiation,
+        wavelength_A=wavelength,
+        semiangle_mrad=values["semiangle_mrad"],
+        aberrations=aberrations,
+        stored_dx_A=stored_dx,
+        near_field_distance_A=near_distance,
+        scan_shape=tuple(scan_shape) if scan_shape else _file_scan_shape(source),
+        positions_A=_positions(experiment, source, scan_shape, values["scan_step_A"]),
+    )
+
+
+FILE_NUMBERS = ("energy_eV", "semiangle_mrad", "defocus_A", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
+                "detector_pixel_m")
+
+
+def _values(experiment: ExperimentConfig, source: Source, defaults: Mapping[str, float]) -> dict[str, float | None]:
+    """Each of FILE_NUMBERS from the config, else the file, else ``defaults``, else None. The
+    file's dk_invA and dx_A are left out when the config samples otherwise (dk_invA, dx_A or
+    the bright-field fit), its defocus when the config gives aberrations.C10; of the file's
+    dk_invA and dx_A, dk (the measured one) is taken."""
+    config_samples = experiment.dk_invA is not None or experiment.dx_A is not None or experiment.dk_from_bright_field
+    values: dict[str, float | None] = {}
+    for name in FILE_NUMBERS:
+        given = getattr(experiment, name)
+        if given is None and (name in ("dk_invA", "dx_A") and config_samples or
+                              name == "defocus_A" and "C10" in experiment.aberrations):
+            values[name] = None
+            continue
+        if given is None and name in source.attrs:
+            given = _file_number(source, name)
+        values[name] = given if given is not None else defaults.get(name)
+    if not config_samples and values["dk_invA"] is not None:
+        values["dx_A"] = None
+    return values
+
+
+def _wavelength(experiment: ExperimentConfig, source: Source, values: dict) -> float:
+    """From the energy (config, file, default), else the file's wavelength (CXI)."""
+    if values["energy_eV"] is not None:
+        return wavelength_A(values["energy_eV"], experiment.radiation)
+    if "wavelength_A" in source.attrs:
+        return _file_number(source, "wavelength_A", "energy_eV")
+    raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute (nor a wavelength)")
+
+
+def _file_number(source: Source, name: str, key: str | None = None) -> float:
+    """The file's value ``name`` as a float, held to the rule of the config key
+    ``experiment.<key or name>`` it stands in for (finite; > 0 except for defocus)."""
+    array = np.asarray(source.attrs[name])
+    fix = f"fix the file or set experiment.{key or name}"
+    if array.size != 1 or array.dtype.kind not in "iuf":
+        raise DataError(f"{source.name}: attribute {name} must be a number, got {array.tolist()!r}; {fix}")
+    number = float(array.ravel()[0])
+    if not math.isfinite(number):
+        raise DataError(f"{source.name}: attribute {name} must be a finite number, got {number}; {fix}")
+    if name != "defocus_A" and number <= 0:
+        raise DataError(f"{source.name}: attribute {name} must be > 0, got {number}; {fix}")
+    return number
+
+
+def _file_scan_shape(source: Source) -> tuple[int, int] | None:
+    """(slow, fast) of 4D patterns, else of the file's 'scan_shape' attribute when it is one."""
+    if len(source.shape) == 4:
+        return int(source.shape[0]), int(source.shape[1])
+    return scan_shape_attribute(source.attrs["scan_shape"]) if "scan_shape" in source.attrs else None
+
+
+def _positions(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None,
+               scan_step_A: float | None) -> np.ndarray:
+    """(N, 2) probe centres in Å: the named dataset (``experiment.positions``); the file's own
+    positions when it has them and no scan step is given; else a raster."""
+    n = source.n_patterns
+    if source.named_positions is not None:
+        where, positions = source.named_positions
+        positions = np.asarray(positions, dtype=np.float64)
+        if positions.ndim != 2 or positions.shape[1] != 2:
+            raise DataError(f"{where}: positions must be (N, 2) (y, x), found shape {positions.shape}")
+        if len(positions) != n:
+            raise DataError(f"{where}: {len(positions)} positions for {n} patterns")
+        if not np.isfinite(positions).all():
+            raise DataError(f"{where}: positions contain NaN or Inf")
+        return positions
+    if source.positions_A is not None and scan_step_A is None:
+        return np.asarray(source.positions_A, dtype=np.float64)
+    raster = _raster_scan_shape(source, scan_shape)
+    if scan_step_A is None:
+        raise ConfigError("experiment.scan_step_A: needed for raster positions, and the data file has no "
+                          "'scan_step_A' attribute")
+    return raster_positions_A(raster, scan_step_A, experiment.scan_rotation_deg)
+
+
+def _raster_scan_shape(source: Source, scan_shape: list[int] | None) -> tuple[int, int]:
+    """[slow, fast] of a raster scan: data.scan_shape, else the 4D patterns' leading axes, else
+    the file's 'scan_shape' attribute; it must account for every pattern."""
+    n, found = source.n_patterns, _file_scan_shape(source)
+    if scan_shape:
+        shape, origin, hint = tuple(scan_shape), "data.scan_shape:", ""
+    elif found is not None:
+        shape, origin, hint = found, f"{source.name}: attribute scan_shape", "; set data.scan_shape"
+    elif "scan_shape" in source.attrs:
+        raise DataError(f"{source.name}: attribute scan_shape must be two positive integers [slow, fast], got "
+                        f"{np.asarray(source.attrs['scan_shape']).tolist()!r}; fix the file or set data.scan_shape")
+    else:
+        raise ConfigError("data.scan_shape: needed for raster positions with 3D patterns (the data file has no "
+                          "'scan_shape' attribute), or read positions from a file with experiment.positions")
+    if shape[0] * shape[1] != n:
+        error = ConfigError if scan_shape else DataError
+        raise error(f"{origin} {list(shape)} gives {shape[0] * shape[1]} positions but the data has {n} patterns{hint}")
+    return shape

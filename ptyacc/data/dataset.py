@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from ptyacc.data.calibration import Calibration
 
 
 @dataclass
@@ -32,6 +35,16 @@ class PtychoData:
     near_field_distance_A: float | None = None  # near field: effective (Fresnel-scaled) propagation distance
     stored_pattern_shape: tuple[int, int] | None = None  # (ky, kx) in the file, before data.transform
     ground_truth: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def calibrated(cls, patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
+                   **fields: Any) -> PtychoData:
+        """``patterns`` with the positions and calibration of ``calibration``, object pixel ``dx_A``
+        (the calibration's after ``data.transform``); ``fields``: the other fields."""
+        return cls(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
+                   wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
+                   aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
+                   radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A, **fields)
 
     @property
     def n_patterns(self) -> int:

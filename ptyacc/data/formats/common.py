@@ -189,6 +189,16 @@ def scan_shape_4d(shape: tuple[int, ...]) -> tuple[int, int] | None:
     return (int(shape[0]), int(shape[1])) if len(shape) == 4 else None
 
 
+def scan_shape_attribute(value: object) -> tuple[int, int] | None:
+    """A 'scan_shape' attribute as (slow, fast); None unless it is two positive integers."""
+    numbers = np.asarray(value).ravel()
+    if numbers.size != 2 or numbers.dtype.kind not in "iuf":
+        return None
+    if (numbers < 1).any() or (numbers != np.round(numbers)).any():
+        return None
+    return int(numbers[0]), int(numbers[1])
+
+
 def _two_positive_ints(value: object) -> bool:
     return (isinstance(value, (tuple, list)) and len(value) == 2
             and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in value))

@@ -19,6 +19,7 @@ from ptyacc.data.formats.common import (
     check_patterns,
     copy_rows,
     scan_shape_4d,
+    scan_shape_attribute,
 )
 from ptyacc.errors import DataError
 
@@ -115,16 +116,6 @@ def image(f: h5py.File, path: Path, key: str, pattern_shape: tuple[int, int],
                         f"patterns, found {'a group' if shape is None else f'shape {shape} dtype {dset.dtype}'}")
     array = dset[()]
     return array.reshape(-1, *pattern_shape).mean(axis=0, dtype=np.float64) if array.ndim > 2 else array
-
-
-def scan_shape_attribute(value: object) -> tuple[int, int] | None:
-    """A 'scan_shape' attribute as (slow, fast); None unless it is two positive integers."""
-    numbers = np.asarray(value).ravel()
-    if numbers.size != 2 or numbers.dtype.kind not in "iuf":
-        return None
-    if (numbers < 1).any() or (numbers != np.round(numbers)).any():
-        return None
-    return int(numbers[0]), int(numbers[1])
 
 
 def plain(value: object) -> object:
