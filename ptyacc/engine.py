@@ -98,6 +98,8 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         start_from(model, geometry, previous, config.model.init_from)
     log.line(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, dx {data.dx_A:.4g} A, "
              f"object {geometry.shape[0]} x {geometry.shape[1]} px")
+    for text in data.overrides:
+        _tell(accelerator, log, f"override: {text}")
 
     opt_cfg = config.optim
     groups = [("object", [model.object], opt_cfg.lr.object, opt_cfg.start.object),

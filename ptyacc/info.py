@@ -65,7 +65,8 @@ def data_report(config, sample: int = 64) -> list[str]:
              f"object {geometry.shape[0]} x {geometry.shape[1]} px = {geometry.shape[0] * dx:.4g} x "
              f"{geometry.shape[1] * dx:.4g} A",
              f"scan extent (y, x) {span_A[0]:.4g} x {span_A[1]:.4g} A = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
-             f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)"]
+             f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)",
+             *(f"override: {text}" for text in data.overrides)]
     warnings = []
     if data.radiation == "electron" and data.semiangle_mrad:
         probe_lines, probe_warnings = _electron_probe_report(data)

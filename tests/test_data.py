@@ -215,3 +215,23 @@ def test_figure_axes_in_micrometres_for_xray(tmp_path, monkeypatch, radiation, u
     ax = figures[0].axes[0]
     assert ax.get_xlabel() == f"x ({unit})" and ax.get_ylabel() == f"y ({unit})"
     np.testing.assert_allclose(ax.images[0].get_extent(), np.array([200.0, 20200.0, 10100.0, 100.0]) * per_A)
+
+
+def test_overrides_are_told_on_the_terminal_in_run_log_and_by_info(pattern_file, tmp_path, capsys):
+    """A config value that replaces the file's (within a factor of a correction) runs, and says so."""
+    import yaml
+
+    from ptyacc.cli import main
+
+    path, _, _ = pattern_file
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"path": str(path)}, "experiment": {"energy_eV": 300e3},
+                                      "optim": {"iterations": 1, "batch_size": 12},
+                                      "output": {"dir": str(tmp_path / "out"), "figures": False},
+                                      "runtime": {"progress": False}}))
+    line = f"override: experiment.energy_eV 300000 overrides 80000 from {path} (energy_eV)"
+    assert main(["run", str(config)]) == 0
+    assert f"ptyacc: {line}\n" in capsys.readouterr().err
+    assert line in (tmp_path / "out" / "run.log").read_text()
+    assert main(["info", str(config)]) == 0
+    assert line in capsys.readouterr().out.splitlines()

@@ -4,7 +4,16 @@
 
 A value in the config wins; a value it leaves out comes from the file (its attributes, or what
 the reader found, in ptyacc's names: ``PatternsInfo.attrs``), else from ``defaults`` (a
-simulation's), else it is needed.
+simulation's), else it is needed. Where the config and the file both give a value:
+
+- a number that differs is an override, one line in ``Calibration.overrides`` for run.log and
+  the terminal, unless the two lie more than LARGE_FACTOR apart (a unit slip: eV for keV, nm
+  for Å, mm for m), which is a ConfigError naming both. Defocus, whose sign and zero are both
+  meaningful, and a fitted dk (``experiment.dk_from_bright_field``) are overrides at any size.
+- a shape or count that differs (``data.scan_shape`` against the scan axes of 4D patterns or
+  the number of patterns, positions against patterns) or the radiation is a ConfigError or
+  DataError naming both; ``data.scan_shape`` against a file's ``scan_shape`` attribute (which
+  can be wrong: EMPAD names, a convert with the wrong --scan-shape) is an override.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
 NO_DEFAULTS: Mapping[str, float] = {}
+LARGE_FACTOR = 8.0  # a correction stays below; a unit slip (10, 1000, ...) lies above
+SAME = 1e-6  # relative difference below which two values are the same
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,7 @@ class Calibration:
     near_field_distance_A: float | None
     scan_shape: tuple[int, int] | None
     positions_A: np.ndarray
+    overrides: tuple[str, ...] = ()
 
 
 def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None = None,
@@ -77,6 +89,7 @@ def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int
         the config nor the file gives dk_invA or dx_A.
     defaults: values for the keys that neither the config nor the file gives (a simulation's).
     Raises ConfigError or DataError naming the key or file for what is missing or malformed."""
+    _check_radiation(experiment, source)
     values = _values(experiment, source, defaults)
     wavelength = _wavelength(experiment, source, values)
     k = source.shape[-1]
@@ -91,6 +104,7 @@ def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int
             detector_distance_m=values["detector_distance_m"], detector_pixel_m=values["detector_pixel_m"],
             focus_to_sample_m=experiment.focus_to_sample_m)
         stored_dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
+    overrides = _compared(experiment, source, scan_shape, wavelength, stored_dx)
     aberrations = dict(experiment.aberrations)
     if values["defocus_A"] is not None:
         aberrations["C10"] = -values["defocus_A"]
@@ -103,6 +117,7 @@ def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int
         near_field_distance_A=near_distance,
         scan_shape=tuple(scan_shape) if scan_shape else _file_scan_shape(source),
         positions_A=_positions(experiment, source, scan_shape, values["scan_step_A"]),
+        overrides=tuple(overrides),
     )
 
 
@@ -129,6 +144,97 @@ def _values(experiment: ExperimentConfig, source: Source, defaults: Mapping[str,
     if not config_samples and values["dk_invA"] is not None:
         values["dx_A"] = None
     return values
+
+
+def _check_radiation(experiment: ExperimentConfig, source: Source) -> None:
+    found = source.attrs.get("radiation")
+    if found in ("electron", "xray") and found != experiment.radiation:
+        raise ConfigError(f"experiment.radiation: {experiment.radiation}, but {source.name} holds {found} data "
+                          f"(attribute radiation); set experiment.radiation: {found}")
+
+
+def _compared(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None, wavelength: float,
+              stored_dx_A: float | None) -> list[str]:
+    """Where the config and the file both give a value: the overrides, one line each; raises for
+    a contradiction (see the module docstring). ``stored_dx_A``: the sampling found."""
+    overrides = _scan_shape_overrides(scan_shape, source)
+    found = {name: _file_value(source, name) for name in (*FILE_NUMBERS, "wavelength_A")}
+    for name in ("semiangle_mrad", "scan_step_A", "detector_distance_m", "detector_pixel_m"):
+        overrides += _override(f"experiment.{name}", getattr(experiment, name), found[name], name, source)
+    if experiment.energy_eV is not None and found["energy_eV"] is not None:
+        overrides += _override("experiment.energy_eV", experiment.energy_eV, found["energy_eV"], "energy_eV", source)
+    elif experiment.energy_eV is not None and found["wavelength_A"] is not None:
+        overrides += _override("experiment.energy_eV (wavelength_A)", wavelength, found["wavelength_A"],
+                               "wavelength_A", source)
+    defocus_key = "experiment.aberrations.C10" if "C10" in experiment.aberrations else "experiment.defocus_A"
+    defocus = -experiment.aberrations["C10"] if "C10" in experiment.aberrations else experiment.defocus_A
+    overrides += _override(defocus_key, defocus, found["defocus_A"], "defocus_A", source, any_size=True)
+    overrides += _sampling_override(experiment, source, found)
+    if experiment.dk_from_bright_field and stored_dx_A is not None and found["dk_invA"] is not None:
+        fitted_dk = 1.0 / (source.shape[-1] * stored_dx_A)
+        overrides += _override("experiment.dk_from_bright_field: the fitted dk_invA", fitted_dk, found["dk_invA"],
+                               "dk_invA", source, any_size=True)
+    if experiment.scan_step_A is not None and source.positions_A is not None and source.named_positions is None:
+        overrides.append(f"experiment.scan_step_A {experiment.scan_step_A:g}: a raster replaces the probe positions "
+                         f"of {source.name}")
+    return overrides
+
+
+def _sampling_override(experiment: ExperimentConfig, source: Source, found: dict) -> list[str]:
+    """The config's dk_invA or dx_A against the file's (dk, else dx), compared as dk = 1 / (K dx)."""
+    k = source.shape[-1]
+    key, given = ("experiment.dk_invA", experiment.dk_invA) if experiment.dk_invA is not None else (
+        "experiment.dx_A", experiment.dx_A)
+    name = "dk_invA" if found["dk_invA"] is not None else "dx_A"
+    if given is None or found[name] is None:
+        return []
+    if (key == "experiment.dk_invA") == (name == "dk_invA"):
+        return _override(key, given, found[name], name, source)
+    converted = 1.0 / (k * found[name])  # the file's value in the config key's quantity
+    return _override(key, given, converted, f"1 / ({k} px x {name} {found[name]:g})", source)
+
+
+def _scan_shape_overrides(scan_shape: list[int] | None, source: Source) -> list[str]:
+    """data.scan_shape must give one position per pattern and, for 4D patterns, be their scan
+    axes; against the file's 'scan_shape' attribute it is an override."""
+    if not scan_shape:
+        return []
+    n, given = source.n_patterns, tuple(scan_shape)
+    if given[0] * given[1] != n:
+        raise ConfigError(f"data.scan_shape: {list(given)} gives {given[0] * given[1]} positions but the data has "
+                          f"{n} patterns")
+    if len(source.shape) == 4 and given != tuple(source.shape[:2]):
+        raise ConfigError(f"data.scan_shape: {list(given)} against the scan axes {list(source.shape[:2])} of the 4D "
+                          f"patterns in {source.name}; leave data.scan_shape out (a 4D file gives its own)")
+    found = _file_scan_shape(source)
+    if found is not None and found != given:
+        return [f"data.scan_shape {list(given)} overrides {list(found)} from {source.name} (scan_shape)"]
+    return []
+
+
+def _override(key: str, given: float | None, found: float | None, what: str, source: Source,
+              any_size: bool = False) -> list[str]:
+    """[one line] when the config's ``given`` (for ``key``) overrides the file's ``found`` (``what``),
+    [] when one is missing or both agree; a ConfigError when they lie more than LARGE_FACTOR
+    apart (unless ``any_size``)."""
+    if given is None or found is None or abs(given - found) <= SAME * max(abs(given), abs(found)):
+        return []
+    ratio = max(given / found, found / given) if given * found > 0 else math.inf
+    if ratio > LARGE_FACTOR and not any_size:
+        raise ConfigError(f"{key}: {given:g} against {found:g} from {source.name} ({what}), a factor {ratio:.3g} "
+                          f"apart: a unit slip? Give it in the unit of the key's name, or leave it out to use the "
+                          f"file's value")
+    return [f"{key} {given:g} overrides {found:g} from {source.name} ({what})"]
+
+
+def _file_value(source: Source, name: str) -> float | None:
+    """The file's value ``name`` when it is a usable one (a finite number, > 0 but for defocus),
+    else None: one the config replaces may be malformed."""
+    array = np.asarray(source.attrs.get(name))
+    if array.size != 1 or array.dtype.kind not in "iuf" or not np.isfinite(array).all():
+        return None
+    number = float(array.ravel()[0])
+    return number if number > 0 or name == "defocus_A" else None
 
 
 def _wavelength(experiment: ExperimentConfig, source: Source, values: dict) -> float:
@@ -187,20 +293,19 @@ def _positions(experiment: ExperimentConfig, source: Source, scan_shape: list[in
 
 
 def _raster_scan_shape(source: Source, scan_shape: list[int] | None) -> tuple[int, int]:
-    """[slow, fast] of a raster scan: data.scan_shape, else the 4D patterns' leading axes, else
-    the file's 'scan_shape' attribute; it must account for every pattern."""
-    n, found = source.n_patterns, _file_scan_shape(source)
+    """[slow, fast] of a raster scan: data.scan_shape (checked by ``_scan_shape_overrides``),
+    else the 4D patterns' leading axes, else the file's 'scan_shape' attribute, which must
+    account for every pattern."""
     if scan_shape:
-        shape, origin, hint = tuple(scan_shape), "data.scan_shape:", ""
-    elif found is not None:
-        shape, origin, hint = found, f"{source.name}: attribute scan_shape", "; set data.scan_shape"
-    elif "scan_shape" in source.attrs:
+        return int(scan_shape[0]), int(scan_shape[1])
+    n, found = source.n_patterns, _file_scan_shape(source)
+    if found is None and "scan_shape" in source.attrs:
         raise DataError(f"{source.name}: attribute scan_shape must be two positive integers [slow, fast], got "
                         f"{np.asarray(source.attrs['scan_shape']).tolist()!r}; fix the file or set data.scan_shape")
-    else:
+    if found is None:
         raise ConfigError("data.scan_shape: needed for raster positions with 3D patterns (the data file has no "
                           "'scan_shape' attribute), or read positions from a file with experiment.positions")
-    if shape[0] * shape[1] != n:
-        error = ConfigError if scan_shape else DataError
-        raise error(f"{origin} {list(shape)} gives {shape[0] * shape[1]} positions but the data has {n} patterns{hint}")
-    return shape
+    if found[0] * found[1] != n:
+        raise DataError(f"{source.name}: attribute scan_shape {list(found)} gives {found[0] * found[1]} positions but "
+                        f"the data has {n} patterns; set data.scan_shape")
+    return found

@@ -35,6 +35,7 @@ class PtychoData:
     near_field_distance_A: float | None = None  # near field: effective (Fresnel-scaled) propagation distance
     stored_pattern_shape: tuple[int, int] | None = None  # (ky, kx) in the file, before data.transform
     ground_truth: dict[str, Any] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
 
     @classmethod
     def calibrated(cls, patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
@@ -44,7 +45,8 @@ class PtychoData:
         return cls(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
                    wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
                    aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
-                   radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A, **fields)
+                   radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
+                   overrides=calibration.overrides, **fields)
 
     @property
     def n_patterns(self) -> int:
