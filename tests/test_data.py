@@ -235,3 +235,18 @@ def test_overrides_are_told_on_the_terminal_in_run_log_and_by_info(pattern_file,
     assert line in (tmp_path / "out" / "run.log").read_text()
     assert main(["info", str(config)]) == 0
     assert line in capsys.readouterr().out.splitlines()
+
+
+def test_empad_scan_shape_of_the_name_against_the_config(tmp_path):
+    """The scan shape an EMPAD name carries (x fast, y slow) is the file's own: data.scan_shape
+    replaces it as an override, and must still account for every frame."""
+    frames = np.zeros((12, 130, 128), "<f4")
+    frames[:, :128] = np.random.default_rng(0).poisson(5.0, (12, 128, 128))
+    path = tmp_path / "scan_x4_y3.raw"
+    frames.tofile(path)
+    experiment = {"energy_eV": 80e3, "dk_invA": 0.01, "scan_step_A": 1.0}
+    data = load_data(load_config({"data": {"path": str(path)}, "experiment": experiment}))
+    assert data.scan_shape == (3, 4) and data.overrides == ()
+    data = load_data(load_config({"data": {"path": str(path), "scan_shape": [2, 6]}, "experiment": experiment}))
+    assert data.scan_shape == (2, 6) and data.positions_A[-1].tolist() == [1.0, 5.0]
+    assert data.overrides == (f"data.scan_shape [2, 6] overrides [3, 4] from {path} (scan_shape)",)

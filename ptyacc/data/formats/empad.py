@@ -26,11 +26,13 @@ def open_file(path: Path, options: ReadOptions) -> AbstractContextManager[np.nda
 
 def inspect(raw: np.ndarray, path: Path, key: str | None, options: ReadOptions) -> PatternsInfo:
     """(N, ky, kx) with N = slow * fast, from ``options.scan_shape`` or a name like
-    ``scan_x256_y128.raw`` (x fast, y slow); the file size must be N frames exactly."""
+    ``scan_x256_y128.raw`` (x fast, y slow); the file size must be N frames exactly. The
+    attribute ``scan_shape`` is the name's when it has one."""
     no_key(path, key, KIND)
     k_y, k_x = options.detector_shape
     frame_rows = options.frame_rows or k_y + 2
-    scan_shape = options.scan_shape or _name_scan_shape(path)
+    named = _name_scan_shape(path)
+    scan_shape = options.scan_shape or named
     if scan_shape is None:
         raise DataError(f"{path}: an EMPAD .raw file does not store its scan shape and its name has no _x<fast>_y<slow>; "
                         "set data.scan_shape (convert: --scan-shape SLOW FAST)")
@@ -42,7 +44,8 @@ def inspect(raw: np.ndarray, path: Path, key: str | None, options: ReadOptions) 
         raise DataError(f"{path}: expected {n * frame_bytes} bytes = {n} frames (scan_shape {list(scan_shape)}) of "
                         f"{frame_rows} x {k_x} float32 (detector_shape {list(options.detector_shape)}, frame_rows "
                         f"{frame_rows}), found {found} bytes{holds}")
-    return PatternsInfo("", (n, k_y, k_x), tuple(scan_shape), {"scan_shape": tuple(scan_shape)}, "empad")
+    # the name's scan shape is the file's own, which a different options.scan_shape overrides
+    return PatternsInfo("", (n, k_y, k_x), tuple(scan_shape), {"scan_shape": named or tuple(scan_shape)}, "empad")
 
 
 def read(raw: np.ndarray, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,
