@@ -56,6 +56,35 @@ def test_sampling_chain_against_its_formulas():
         object_sampling(k, wavelength, disk_radius_px=9.5)  # a disk without the semi-angle says nothing
 
 
+XRAY_SIMULATION = {"data": {"simulate": {"scan_shape": [3, 3], "detector_px": 16, "atoms": 4}}}
+FAR_FIELD = {"radiation": "xray", "energy_eV": 8000.0, "detector_distance_m": 2.0, "detector_pixel_m": 75e-6,
+             "scan_step_A": 2000.0}
+NEAR_FIELD = {"radiation": "xray", "geometry": "near_field", "energy_eV": 12660.0, "detector_distance_m": 1.12,
+              "detector_pixel_m": 55e-6, "focus_to_sample_m": 3.65e-3, "scan_step_A": 15000.0}
+
+
+@pytest.mark.parametrize("experiment", [FAR_FIELD, NEAR_FIELD], ids=["far_field", "near_field"])
+def test_exported_xray_data_read_back_as_simulated(tmp_path, experiment):
+    """write_dataset of simulated X-ray data says radiation xray and the photon energy; read back
+    with the same experiment (positions from the file) it gives the same patterns (near-field
+    images are stored as they are, diffraction patterns centred), wavelength and pixel."""
+    import h5py
+
+    from ptyacc.data import load_data
+    from ptyacc.data.export import write_dataset
+
+    simulated = load_data(ptyacc.load_config({**XRAY_SIMULATION, "experiment": experiment}))
+    write_dataset(tmp_path / "x.h5", simulated)
+    with h5py.File(tmp_path / "x.h5") as f:
+        assert f.attrs["radiation"] == "xray"
+        assert f.attrs["energy_eV"] == pytest.approx(experiment["energy_eV"], rel=1e-9)
+    again = load_data(ptyacc.load_config({"data": {"path": str(tmp_path / "x.h5")},
+                                          "experiment": {**experiment, "positions": {"key": "positions_A"}}}))
+    np.testing.assert_array_equal(again.patterns.numpy(), simulated.patterns.numpy())
+    assert again.wavelength_A == pytest.approx(simulated.wavelength_A, rel=1e-12)
+    assert again.dx_A == pytest.approx(simulated.dx_A, rel=1e-12) and again.overrides == ()
+
+
 def test_near_field_needs_xray():
     with pytest.raises(ConfigError, match="experiment.geometry: near_field needs radiation: xray"):
         ptyacc.load_config(None, ["experiment.geometry=near_field"])
