@@ -26,7 +26,7 @@ import numpy as np
 
 from ptyacc.config import ExperimentConfig
 from ptyacc.data.formats.common import scan_shape_attribute
-from ptyacc.data.positions import raster_positions_A
+from ptyacc.data.positions import probe_positions
 from ptyacc.data.sampling import object_sampling
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
@@ -57,6 +57,13 @@ class Source:
     @property
     def n_patterns(self) -> int:
         return math.prod(self.shape[:-2])
+
+    @property
+    def scan_shape(self) -> tuple[int, int] | None:
+        """(slow, fast) of 4D patterns, else of the 'scan_shape' attribute when it is one."""
+        if len(self.shape) == 4:
+            return int(self.shape[0]), int(self.shape[1])
+        return scan_shape_attribute(self.attrs["scan_shape"]) if "scan_shape" in self.attrs else None
 
 
 @dataclass(frozen=True)
@@ -115,8 +122,8 @@ def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int
         aberrations=aberrations,
         stored_dx_A=stored_dx,
         near_field_distance_A=near_distance,
-        scan_shape=tuple(scan_shape) if scan_shape else _file_scan_shape(source),
-        positions_A=_positions(experiment, source, scan_shape, values["scan_step_A"]),
+        scan_shape=tuple(scan_shape) if scan_shape else source.scan_shape,
+        positions_A=probe_positions(source, scan_shape, values["scan_step_A"], experiment.scan_rotation_deg),
         overrides=tuple(overrides),
     )
 
@@ -206,7 +213,7 @@ def _scan_shape_overrides(scan_shape: list[int] | None, source: Source) -> list[
     if len(source.shape) == 4 and given != tuple(source.shape[:2]):
         raise ConfigError(f"data.scan_shape: {list(given)} against the scan axes {list(source.shape[:2])} of the 4D "
                           f"patterns in {source.name}; leave data.scan_shape out (a 4D file gives its own)")
-    found = _file_scan_shape(source)
+    found = source.scan_shape
     if found is not None and found != given:
         return [f"data.scan_shape {list(given)} overrides {list(found)} from {source.name} (scan_shape)"]
     return []
@@ -259,53 +266,3 @@ def _file_number(source: Source, name: str, key: str | None = None) -> float:
     if name != "defocus_A" and number <= 0:
         raise DataError(f"{source.name}: attribute {name} must be > 0, got {number}; {fix}")
     return number
-
-
-def _file_scan_shape(source: Source) -> tuple[int, int] | None:
-    """(slow, fast) of 4D patterns, else of the file's 'scan_shape' attribute when it is one."""
-    if len(source.shape) == 4:
-        return int(source.shape[0]), int(source.shape[1])
-    return scan_shape_attribute(source.attrs["scan_shape"]) if "scan_shape" in source.attrs else None
-
-
-def _positions(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None,
-               scan_step_A: float | None) -> np.ndarray:
-    """(N, 2) probe centres in Å: the named dataset (``experiment.positions``); the file's own
-    positions when it has them and no scan step is given; else a raster."""
-    n = source.n_patterns
-    if source.named_positions is not None:
-        where, positions = source.named_positions
-        positions = np.asarray(positions, dtype=np.float64)
-        if positions.ndim != 2 or positions.shape[1] != 2:
-            raise DataError(f"{where}: positions must be (N, 2) (y, x), found shape {positions.shape}")
-        if len(positions) != n:
-            raise DataError(f"{where}: {len(positions)} positions for {n} patterns")
-        if not np.isfinite(positions).all():
-            raise DataError(f"{where}: positions contain NaN or Inf")
-        return positions
-    if source.positions_A is not None and scan_step_A is None:
-        return np.asarray(source.positions_A, dtype=np.float64)
-    raster = _raster_scan_shape(source, scan_shape)
-    if scan_step_A is None:
-        raise ConfigError("experiment.scan_step_A: needed for raster positions, and the data file has no "
-                          "'scan_step_A' attribute")
-    return raster_positions_A(raster, scan_step_A, experiment.scan_rotation_deg)
-
-
-def _raster_scan_shape(source: Source, scan_shape: list[int] | None) -> tuple[int, int]:
-    """[slow, fast] of a raster scan: data.scan_shape (checked by ``_scan_shape_overrides``),
-    else the 4D patterns' leading axes, else the file's 'scan_shape' attribute, which must
-    account for every pattern."""
-    if scan_shape:
-        return int(scan_shape[0]), int(scan_shape[1])
-    n, found = source.n_patterns, _file_scan_shape(source)
-    if found is None and "scan_shape" in source.attrs:
-        raise DataError(f"{source.name}: attribute scan_shape must be two positive integers [slow, fast], got "
-                        f"{np.asarray(source.attrs['scan_shape']).tolist()!r}; fix the file or set data.scan_shape")
-    if found is None:
-        raise ConfigError("data.scan_shape: needed for raster positions with 3D patterns (the data file has no "
-                          "'scan_shape' attribute), or read positions from a file with experiment.positions")
-    if found[0] * found[1] != n:
-        raise DataError(f"{source.name}: attribute scan_shape {list(found)} gives {found[0] * found[1]} positions but "
-                        f"the data has {n} patterns; set data.scan_shape")
-    return found
