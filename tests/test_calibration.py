@@ -11,7 +11,7 @@ import pytest
 from ptyacc.config import ExperimentConfig, load_config
 from ptyacc.data import load_data
 from ptyacc.data.bright_field import bright_field_radius_px
-from ptyacc.data.calibration import Source, calibrate
+from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
@@ -90,7 +90,7 @@ FILE_ATTRS = {"energy_eV": 80e3, "semiangle_mrad": 20.0, "defocus_A": 10.0, "dk_
 
 def test_file_values_fill_what_the_config_leaves_out():
     """8 x 8 patterns of a (3, 4) scan: dx = 1 / (8 dk), C10 = -defocus, a raster of 0.5 A steps."""
-    cal = calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+    cal = calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS))
     assert cal.wavelength_A == wavelength_A(80e3, "electron") and cal.semiangle_mrad == 20.0
     assert cal.stored_dx_A == pytest.approx(1 / (8 * 0.25)) and cal.near_field_distance_A is None
     assert cal.aberrations == {"C10": -10.0} and cal.scan_shape == (3, 4)
@@ -99,42 +99,42 @@ def test_file_values_fill_what_the_config_leaves_out():
 
 def test_config_values_win_and_the_file_is_read_in_its_own_names():
     cal = calibrate(experiment(energy_eV=2e5, dx_A=0.3, aberrations={"C10": 4.0, "C30": 1e4}),
-                    Source("f.h5", (12, 8, 8), {**FILE_ATTRS, "scan_shape": [3, 4]}))
+                    SourceFacts("f.h5", (12, 8, 8), {**FILE_ATTRS, "scan_shape": [3, 4]}))
     assert cal.wavelength_A == wavelength_A(2e5, "electron") and cal.stored_dx_A == 0.3
     assert cal.aberrations == {"C10": 4.0, "C30": 1e4}  # the file's defocus does not replace C10
     assert cal.scan_shape == (3, 4) and len(cal.positions_A) == 12
     cxi = {"wavelength_A": 1.0, "detector_distance_m": 2.0, "detector_pixel_m": 50e-6}
-    xray = calibrate(experiment(radiation="xray", scan_step_A=1e3), Source("s.cxi", (2, 2, 100, 100), cxi))
+    xray = calibrate(experiment(radiation="xray", scan_step_A=1e3), SourceFacts("s.cxi", (2, 2, 100, 100), cxi))
     assert xray.wavelength_A == 1.0 and xray.stored_dx_A == pytest.approx(1.0 * 2.0 / (100 * 50e-6))
 
 
 def test_positions_of_the_file_a_named_dataset_or_a_raster():
     own = np.arange(24.0).reshape(12, 2)
     attrs = {k: v for k, v in FILE_ATTRS.items() if k != "scan_step_A"}
-    assert calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), attrs, own)).positions_A.tolist() == own.tolist()
-    raster = calibrate(experiment(scan_step_A=2.0), Source("f.h5", (3, 4, 8, 8), attrs, own)).positions_A
+    assert calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), attrs, own)).positions_A.tolist() == own.tolist()
+    raster = calibrate(experiment(scan_step_A=2.0), SourceFacts("f.h5", (3, 4, 8, 8), attrs, own)).positions_A
     assert raster[-1].tolist() == [4.0, 6.0]  # a given step makes a raster instead
-    named = calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), attrs, own, ("p.h5:xy", 2 * own))).positions_A
+    named = calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), attrs, own, ("p.h5:xy", 2 * own))).positions_A
     assert named.tolist() == (2 * own).tolist()
     with pytest.raises(DataError, match="p.h5:xy: 11 positions for 12 patterns"):
-        calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), attrs, None, ("p.h5:xy", own[:11])))
+        calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), attrs, None, ("p.h5:xy", own[:11])))
 
 
 def test_bright_field_radius_sets_dk_once_it_is_measured():
     """dk = semiangle / wavelength / R; before the fit the pixel is unknown (None)."""
     attrs = {"energy_eV": 2e5, "semiangle_mrad": 20.0, "scan_step_A": 1.0, "dk_invA": 1.0}
-    source = Source("f.h5", (4, 4, 64, 64), attrs)
+    source = SourceFacts("f.h5", (4, 4, 64, 64), attrs)
     assert calibrate(experiment(dk_from_bright_field=True), source).stored_dx_A is None
     cal = calibrate(experiment(dk_from_bright_field=True), source, bright_field_radius_px=12.3)
     dk = 20e-3 / wavelength_A(2e5, "electron") / 12.3
     assert cal.stored_dx_A == pytest.approx(1 / (64 * dk))
     with pytest.raises(ConfigError, match="experiment.semiangle_mrad: needed by experiment.dk_from_bright_field"):
-        calibrate(experiment(dk_from_bright_field=True), Source("f.h5", (4, 4, 64, 64), {"energy_eV": 2e5}))
+        calibrate(experiment(dk_from_bright_field=True), SourceFacts("f.h5", (4, 4, 64, 64), {"energy_eV": 2e5}))
 
 
 def test_defaults_come_last():
     """A simulation's defaults fill only what neither the config nor the file gives."""
-    cal = calibrate(experiment(energy_eV=3e5), Source("data.simulate", (2, 2, 16, 16), {}),
+    cal = calibrate(experiment(energy_eV=3e5), SourceFacts("data.simulate", (2, 2, 16, 16), {}),
                     defaults={"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 100.0, "scan_step_A": 0.5},
                     bright_field_radius_px=4.0)
     assert cal.wavelength_A == wavelength_A(3e5, "electron") and cal.aberrations == {"C10": -100.0}
@@ -154,15 +154,15 @@ def test_defaults_come_last():
     ({"aberrations": {"C10": 3.0}}, "experiment.aberrations.C10 -3 overrides 10 from f.h5 (defocus_A)"),
 ])
 def test_a_config_value_that_replaces_the_file_s_is_an_override(config, line):
-    cal = calibrate(experiment(**config), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+    cal = calibrate(experiment(**config), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS))
     assert cal.overrides == (line,)
 
 
 def test_equal_values_are_no_override_and_the_file_s_positions_replaced_by_a_raster_are():
-    same = calibrate(experiment(energy_eV=80e3, dk_invA=0.25, defocus_A=10.0), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+    same = calibrate(experiment(energy_eV=80e3, dk_invA=0.25, defocus_A=10.0), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS))
     assert same.overrides == ()
     own = np.zeros((12, 2))
-    raster = calibrate(experiment(scan_step_A=0.5), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS, own))
+    raster = calibrate(experiment(scan_step_A=0.5), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS, own))
     assert raster.overrides == ("experiment.scan_step_A 0.5: a raster replaces the probe positions of f.h5",)
 
 
@@ -175,14 +175,14 @@ def test_equal_values_are_no_override_and_the_file_s_positions_replaced_by_a_ras
 ])
 def test_a_config_value_far_from_the_file_s_is_an_error(config, message):
     with pytest.raises(ConfigError) as info:
-        calibrate(experiment(**config), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+        calibrate(experiment(**config), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS))
     assert str(info.value).startswith(message)
 
 
 def test_xray_values_against_a_cxi_file():
     """Against the wavelength when the file has no energy; distance and pixel by the same rule."""
     cxi = {"wavelength_A": 1.0, "detector_distance_m": 2.0, "detector_pixel_m": 50e-6}
-    source = Source("s.cxi", (2, 2, 100, 100), cxi)
+    source = SourceFacts("s.cxi", (2, 2, 100, 100), cxi)
     energy = 12398.419843320026  # h c / (1 A) in eV
     assert calibrate(experiment(radiation="xray", energy_eV=energy, scan_step_A=1e3), source).overrides == ()
     cal = calibrate(experiment(radiation="xray", energy_eV=2 * energy, detector_distance_m=1.5, scan_step_A=1e3), source)
@@ -192,7 +192,7 @@ def test_xray_values_against_a_cxi_file():
         calibrate(experiment(radiation="xray", detector_distance_m=2000.0, scan_step_A=1e3), source)
     with pytest.raises(ConfigError, match=r"experiment.detector_pixel_m: 5e-05 against 0.05 from s.cxi"):
         calibrate(experiment(radiation="xray", detector_pixel_m=50e-6, scan_step_A=1e3),
-                  Source("s.cxi", (2, 2, 100, 100), {**cxi, "detector_pixel_m": 0.05}))
+                  SourceFacts("s.cxi", (2, 2, 100, 100), {**cxi, "detector_pixel_m": 0.05}))
 
 
 def test_scan_shape_against_the_file():
@@ -201,14 +201,14 @@ def test_scan_shape_against_the_file():
     named = ("f.h5:positions_A", np.zeros((12, 2)))
     with pytest.raises(ConfigError, match=re.escape("data.scan_shape: [4, 3] against the scan axes [3, 4] of the "
                                                     "4D patterns in f.h5")):
-        calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), FILE_ATTRS, None, named), [4, 3])
+        calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS, None, named), [4, 3])
     with pytest.raises(ConfigError, match=re.escape("data.scan_shape: [5, 5] gives 25 positions but the data has 12")):
-        calibrate(experiment(), Source("f.h5", (12, 8, 8), FILE_ATTRS, None, named), [5, 5])
-    cal = calibrate(experiment(), Source("f.h5", (12, 8, 8), {**FILE_ATTRS, "scan_shape": [3, 4]}), [2, 6])
+        calibrate(experiment(), SourceFacts("f.h5", (12, 8, 8), FILE_ATTRS, None, named), [5, 5])
+    cal = calibrate(experiment(), SourceFacts("f.h5", (12, 8, 8), {**FILE_ATTRS, "scan_shape": [3, 4]}), [2, 6])
     assert cal.overrides == ("data.scan_shape [2, 6] overrides [3, 4] from f.h5 (scan_shape)",)
     assert cal.scan_shape == (2, 6) and cal.positions_A[-1].tolist() == [0.5, 2.5]
 
 
 def test_radiation_against_the_file():
     with pytest.raises(ConfigError, match="experiment.radiation: electron, but f.h5 holds xray data"):
-        calibrate(experiment(), Source("f.h5", (3, 4, 8, 8), {**FILE_ATTRS, "radiation": "xray"}))
+        calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), {**FILE_ATTRS, "radiation": "xray"}))

@@ -37,7 +37,7 @@ SAME = 1e-6  # relative difference below which two values are the same
 
 
 @dataclass(frozen=True)
-class Source:
+class SourceFacts:
     """What a data source says about itself, known before its patterns are read.
 
     name:            the file (or ``data.simulate``), for messages
@@ -70,7 +70,7 @@ class Source:
 class Calibration:
     """Everything about a dataset but its patterns.
 
-    stored_dx_A:  object pixel (Å) of the patterns as stored, ``Source.shape[-1]`` wide (apply
+    stored_dx_A:  object pixel (Å) of the patterns as stored, ``SourceFacts.shape[-1]`` wide (apply
                   ``data.transform`` with ``Preparation.object_pixel_A``); None while the
                   bright-field fit of ``experiment.dk_from_bright_field`` awaits its radius
     positions_A:  (N, 2) float64 probe centres (y, x) in Å
@@ -87,7 +87,7 @@ class Calibration:
     overrides: tuple[str, ...] = ()
 
 
-def calibrate(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None = None,
+def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: list[int] | None = None,
               bright_field_radius_px: float | None = None, defaults: Mapping[str, float] = NO_DEFAULTS) -> Calibration:
     """The calibration of ``source`` under ``experiment`` and ``data.scan_shape`` (``scan_shape``).
 
@@ -132,7 +132,7 @@ FILE_NUMBERS = ("energy_eV", "semiangle_mrad", "defocus_A", "dk_invA", "dx_A", "
                 "detector_pixel_m")
 
 
-def _values(experiment: ExperimentConfig, source: Source, defaults: Mapping[str, float]) -> dict[str, float | None]:
+def _values(experiment: ExperimentConfig, source: SourceFacts, defaults: Mapping[str, float]) -> dict[str, float | None]:
     """Each of FILE_NUMBERS from the config, else the file, else ``defaults``, else None. The
     file's dk_invA and dx_A are left out when the config samples otherwise (dk_invA, dx_A or
     the bright-field fit), its defocus when the config gives aberrations.C10; of the file's
@@ -153,14 +153,14 @@ def _values(experiment: ExperimentConfig, source: Source, defaults: Mapping[str,
     return values
 
 
-def _check_radiation(experiment: ExperimentConfig, source: Source) -> None:
+def _check_radiation(experiment: ExperimentConfig, source: SourceFacts) -> None:
     found = source.attrs.get("radiation")
     if found in ("electron", "xray") and found != experiment.radiation:
         raise ConfigError(f"experiment.radiation: {experiment.radiation}, but {source.name} holds {found} data "
                           f"(attribute radiation); set experiment.radiation: {found}")
 
 
-def _compared(experiment: ExperimentConfig, source: Source, scan_shape: list[int] | None, wavelength: float,
+def _compared(experiment: ExperimentConfig, source: SourceFacts, scan_shape: list[int] | None, wavelength: float,
               stored_dx_A: float | None) -> list[str]:
     """Where the config and the file both give a value: the overrides, one line each; raises for
     a contradiction (see the module docstring). ``stored_dx_A``: the sampling found."""
@@ -187,7 +187,7 @@ def _compared(experiment: ExperimentConfig, source: Source, scan_shape: list[int
     return overrides
 
 
-def _sampling_override(experiment: ExperimentConfig, source: Source, found: dict) -> list[str]:
+def _sampling_override(experiment: ExperimentConfig, source: SourceFacts, found: dict) -> list[str]:
     """The config's dk_invA or dx_A against the file's (dk, else dx), compared as dk = 1 / (K dx)."""
     k = source.shape[-1]
     key, given = ("experiment.dk_invA", experiment.dk_invA) if experiment.dk_invA is not None else (
@@ -201,7 +201,7 @@ def _sampling_override(experiment: ExperimentConfig, source: Source, found: dict
     return _override(key, given, converted, f"1 / ({k} px x {name} {found[name]:g})", source)
 
 
-def _scan_shape_overrides(scan_shape: list[int] | None, source: Source) -> list[str]:
+def _scan_shape_overrides(scan_shape: list[int] | None, source: SourceFacts) -> list[str]:
     """data.scan_shape must give one position per pattern and, for 4D patterns, be their scan
     axes; against the file's 'scan_shape' attribute it is an override."""
     if not scan_shape:
@@ -219,7 +219,7 @@ def _scan_shape_overrides(scan_shape: list[int] | None, source: Source) -> list[
     return []
 
 
-def _override(key: str, given: float | None, found: float | None, what: str, source: Source,
+def _override(key: str, given: float | None, found: float | None, what: str, source: SourceFacts,
               any_size: bool = False) -> list[str]:
     """[one line] when the config's ``given`` (for ``key``) overrides the file's ``found`` (``what``),
     [] when one is missing or both agree; a ConfigError when they lie more than LARGE_FACTOR
@@ -234,7 +234,7 @@ def _override(key: str, given: float | None, found: float | None, what: str, sou
     return [f"{key} {given:g} overrides {found:g} from {source.name} ({what})"]
 
 
-def _file_value(source: Source, name: str) -> float | None:
+def _file_value(source: SourceFacts, name: str) -> float | None:
     """The file's value ``name`` when it is a usable one (a finite number, > 0 but for defocus),
     else None: one the config replaces may be malformed."""
     array = np.asarray(source.attrs.get(name))
@@ -244,7 +244,7 @@ def _file_value(source: Source, name: str) -> float | None:
     return number if number > 0 or name == "defocus_A" else None
 
 
-def _wavelength(experiment: ExperimentConfig, source: Source, values: dict) -> float:
+def _wavelength(experiment: ExperimentConfig, source: SourceFacts, values: dict) -> float:
     """From the energy (config, file, default), else the file's wavelength (CXI)."""
     if values["energy_eV"] is not None:
         return wavelength_A(values["energy_eV"], experiment.radiation)
@@ -253,7 +253,7 @@ def _wavelength(experiment: ExperimentConfig, source: Source, values: dict) -> f
     raise ConfigError("experiment.energy_eV: needed, and the data file has no 'energy_eV' attribute (nor a wavelength)")
 
 
-def _file_number(source: Source, name: str, key: str | None = None) -> float:
+def _file_number(source: SourceFacts, name: str, key: str | None = None) -> float:
     """The file's value ``name`` as a float, held to the rule of the config key
     ``experiment.<key or name>`` it stands in for (finite; > 0 except for defocus)."""
     array = np.asarray(source.attrs[name])

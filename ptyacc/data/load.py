@@ -10,7 +10,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data.bright_field import bright_field_radius_px, sample_rows
-from ptyacc.data.calibration import Source, calibrate
+from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.formats.common import Prepare
 from ptyacc.data.prepare import Preparation, pattern_preparation
@@ -39,7 +39,7 @@ def _read(config: Config, source: PatternFile, keep: Keep | None) -> PtychoData:
     prep = Preparation.from_config(data.transform, info.shape[-2:], config.experiment.geometry == "far_field", name,
                                    info.attrs)
     extras = source.read(rows=np.zeros(0, dtype=np.int64))  # mask, dark frame, the file's own positions
-    facts = Source(name, info.shape, info.attrs, extras.positions_A, _named_positions(config, source))
+    facts = SourceFacts(name, info.shape, info.attrs, extras.positions_A, _named_positions(config, source))
     calibration = calibrate(config.experiment, facts, data.scan_shape)
     prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                   extras.background if data.subtract_background else None)

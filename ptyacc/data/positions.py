@@ -10,7 +10,7 @@ import numpy as np
 from ptyacc.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from ptyacc.data.calibration import Source
+    from ptyacc.data.calibration import SourceFacts
 
 
 def raster_positions_A(scan_shape: tuple[int, int], step_A: float, rotation_deg: float = 0.0) -> np.ndarray:
@@ -24,7 +24,7 @@ def raster_positions_A(scan_shape: tuple[int, int], step_A: float, rotation_deg:
     return np.stack([y, x], axis=1)
 
 
-def probe_positions(source: Source, scan_shape: list[int] | None, scan_step_A: float | None,
+def probe_positions(source: SourceFacts, scan_shape: list[int] | None, scan_step_A: float | None,
                     rotation_deg: float = 0.0) -> np.ndarray:
     """(N, 2) probe centres (y, x) in Å of ``source``: the dataset ``experiment.positions`` names;
     the file's own positions when it has them and no scan step is given; else a raster of
@@ -49,7 +49,7 @@ def probe_positions(source: Source, scan_shape: list[int] | None, scan_step_A: f
     return raster_positions_A(raster, scan_step_A, rotation_deg)
 
 
-def _raster_scan_shape(source: Source, scan_shape: list[int] | None) -> tuple[int, int]:
+def _raster_scan_shape(source: SourceFacts, scan_shape: list[int] | None) -> tuple[int, int]:
     """[slow, fast] of a raster scan: data.scan_shape, else the 4D patterns' leading axes, else
     the file's 'scan_shape' attribute, which must account for every pattern."""
     if scan_shape:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.calibration import Source, calibrate
+from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
@@ -34,7 +34,7 @@ def simulate_dataset(config: Config) -> PtychoData:
     rng = np.random.default_rng(sim.seed)
     k = sim.detector_px
     disk_radius_px = k / 4 if exp.radiation == "electron" else None  # sets dk unless dk_invA or dx_A is given
-    calibration = calibrate(exp, Source("data.simulate", (*sim.scan_shape, k, k), {}), defaults=DEFAULTS,
+    calibration = calibrate(exp, SourceFacts("data.simulate", (*sim.scan_shape, k, k), {}), defaults=DEFAULTS,
                             bright_field_radius_px=disk_radius_px)
     dx, wavelength = calibration.stored_dx_A, calibration.wavelength_A
     geometry = ObjectGeometry.around(calibration.positions_A, dx, k, config.model.object_padding_px)
