@@ -139,6 +139,8 @@ class Reconstructor:
             start_from(model, self.geometry, previous, self.config.model.init_from)
         self.log.line(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, "
                       f"dx {data.dx_A:.4g} A, object {self.geometry.shape[0]} x {self.geometry.shape[1]} px")
+        for text in data.overrides:
+            _tell(self.accelerator, self.log, f"override: {text}")
         return model
 
     def _history(self) -> History:

@@ -48,7 +48,7 @@ def data_report(config, sample: int = 64) -> list[str]:
     """Derived sampling and geometry for the config's data, with warnings where they do not fit.
     Reads all positions but only ``sample`` evenly spread patterns (for the mean counts)."""
     from ptyacc.data import load_data
-    from ptyacc.data.calibration import sample_rows
+    from ptyacc.data.bright_field import sample_rows
     from ptyacc.geometry import ObjectGeometry
 
     data = load_data(config, lambda positions: sample_rows(len(positions), sample))
@@ -65,7 +65,8 @@ def data_report(config, sample: int = 64) -> list[str]:
              f"object {geometry.shape[0]} x {geometry.shape[1]} px = {geometry.shape[0] * dx:.4g} x "
              f"{geometry.shape[1] * dx:.4g} A",
              f"scan extent (y, x) {span_A[0]:.4g} x {span_A[1]:.4g} A = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
-             f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)"]
+             f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)",
+             *(f"override: {text}" for text in data.overrides)]
     warnings = []
     if data.radiation == "electron" and data.semiangle_mrad:
         probe_lines, probe_warnings = _electron_probe_report(data)
@@ -81,11 +82,12 @@ def data_report(config, sample: int = 64) -> list[str]:
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:
     """Bright-field disk radius, the probe's size from its defocus and aperture, and how much of
     the probe built from them lies near the window's edge."""
+    from ptyacc.data.sampling import aperture_invA
     from ptyacc.physics import stem_probe
 
     k, dx = data.detector_px, data.dx_A
     alpha = data.semiangle_mrad * 1e-3
-    radius_px = alpha / data.wavelength_A / data.dk_invA
+    radius_px = aperture_invA(data.semiangle_mrad, data.wavelength_A) / data.dk_invA
     defocus_A = -data.aberrations.get("C10", 0.0)
     diameter_A = 2 * abs(defocus_A) * alpha + 1.22 * data.wavelength_A / alpha
     lines = [f"bright-field disk radius {radius_px:.2f} px (semi-angle {data.semiangle_mrad:g} mrad)",

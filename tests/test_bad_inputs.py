@@ -35,6 +35,9 @@ GOOD_PATTERNS = np.random.default_rng(0).poisson(5.0, size=(3, 4, 8, 8)).astype(
 GOOD_ATTRS = {"energy_eV": 80e3, "semiangle_mrad": 20.0, "defocus_A": 10.0, "dk_invA": 0.25, "scan_step_A": 0.5}
 POSITIONS_A = np.stack(np.meshgrid(np.arange(3) * 0.5, np.arange(4) * 0.5, indexing="ij"), -1).reshape(-1, 2)
 FROM_FILE = {"positions": {"key": "positions_A"}}
+# the good file as X-ray far-field data: 8 keV, detector 1.12 m away, 55 µm pixels
+XRAY_ATTRS = {"energy_eV": 8e3, "detector_distance_m": 1.12, "detector_pixel_m": 55e-6, "scan_step_A": 1e4,
+              "semiangle_mrad": DELETE, "defocus_A": DELETE, "dk_invA": DELETE}
 
 NEEDS_NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
 
@@ -284,6 +287,29 @@ CASES = [
               config={"experiment": {"dk_from_bright_field": True}}),
     file_case("bright_field_without_semiangle", "experiment.semiangle_mrad: needed by experiment.dk_from_bright_field",
               files=(h5_file(attrs={"semiangle_mrad": DELETE}),), config={"experiment": {"dk_from_bright_field": True}}),
+    # --- a config value that contradicts the data file (an override far beyond a correction)
+    file_case("scan_shape_against_4d_axes", "data.scan_shape: [4, 3] against the scan axes [3, 4] of the 4D patterns "
+              "in {data}", files=(h5_file(patterns=GOOD_PATTERNS, positions_A=POSITIONS_A),),
+              config={"data": {"scan_shape": [4, 3]}, "experiment": FROM_FILE}, subprocess=True),
+    file_case("scan_shape_against_positions_from_file", "data.scan_shape: [5, 5] gives 25 positions but the data has "
+              "12 patterns", files=(h5_file(patterns=GOOD_PATTERNS.reshape(12, 8, 8), positions_A=POSITIONS_A),),
+              config={"data": {"scan_shape": [5, 5]}, "experiment": FROM_FILE}),
+    file_case("energy_in_kilo_electronvolts", "experiment.energy_eV: 80 against 80000 from {data} (energy_eV), a "
+              "factor 1e+03 apart", config={"experiment": {"energy_eV": 80}}, subprocess=True),
+    file_case("semiangle_in_radians", "experiment.semiangle_mrad: 0.02 against 20 from {data} (semiangle_mrad)",
+              config={"experiment": {"semiangle_mrad": 0.02}}),
+    file_case("dk_in_inverse_nanometres", "experiment.dk_invA: 2.5 against 0.25 from {data} (dk_invA), a factor 10",
+              config={"experiment": {"dk_invA": 2.5}}),
+    file_case("dx_against_the_file_dk", "experiment.dx_A: 5 against 0.5 from {data} (1 / (8 px x dk_invA 0.25))",
+              config={"experiment": {"dx_A": 5.0}}),
+    file_case("scan_step_in_nanometres", "experiment.scan_step_A: 0.05 against 0.5 from {data} (scan_step_A)",
+              config={"experiment": {"scan_step_A": 0.05}}),
+    file_case("detector_distance_in_millimetres", "experiment.detector_distance_m: 1120 against 1.12 from {data} "
+              "(detector_distance_m)", files=(h5_file(attrs=XRAY_ATTRS),),
+              config={"experiment": {"radiation": "xray", "detector_distance_m": 1120}}),
+    file_case("radiation_against_the_file", "experiment.radiation: electron, but {data} holds xray data (attribute "
+              "radiation); set experiment.radiation: xray", files=(h5_file(attrs={"radiation": "xray"}),),
+              subprocess=True),
     # --- the machine and the launcher
     bad("cuda_without_gpu", "runtime.device: cuda requested but torch sees no CUDA GPU",
         config={"runtime": {"device": "cuda"}}, subprocess=True, marks=NEEDS_NO_GPU),

@@ -1,12 +1,14 @@
 """Reading HDF5 patterns and positions, calibration from file attributes, results round trip."""
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
-from ptyacc.data.dataset import raster_positions_A
+from ptyacc.data.positions import raster_positions_A
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.output import Results, load_results, save_results
 
@@ -49,6 +51,27 @@ def test_3d_patterns_with_positions_from_file_and_transform(tmp_path, pattern_fi
     expected = np.fft.ifftshift(patterns.transpose(0, 2, 1)[:, ::-1, :], axes=(-2, -1))
     np.testing.assert_array_equal(data.patterns.numpy(), expected)
     np.testing.assert_array_equal(data.positions_A, positions * 2)
+
+
+@pytest.mark.parametrize("experiment", [{"positions": {"key": "positions_A"}},
+                                        {"positions": {"key": "positions_A"}, "dk_from_bright_field": True}])
+def test_the_data_file_is_opened_once(pattern_file, monkeypatch, experiment):
+    """Format, shape, attributes, mask, positions, a sample for the bright-field fit and the
+    patterns all come through one open file."""
+    path, patterns, _ = pattern_file
+    with h5py.File(path, "a") as f:  # a bright-field disk of radius 2 px, so that the fit finds one
+        disk = (np.hypot(*np.indices((8, 8)) - 4.0) <= 2.0) * 100.0
+        f["patterns"][...] = patterns + disk
+    opened, init = [], h5py.File.__init__
+
+    def spy(self, name, *args, **kwargs):
+        if isinstance(name, (str, Path)):  # h5py also wraps already open files (a FileID) in File objects
+            opened.append(str(name))
+        init(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.File, "__init__", spy)
+    load_data(load_config({"data": {"path": str(path)}, "experiment": experiment}))
+    assert opened == [str(path)]
 
 
 def test_raster_positions_rotation():
@@ -192,3 +215,38 @@ def test_figure_axes_in_micrometres_for_xray(tmp_path, monkeypatch, radiation, u
     ax = figures[0].axes[0]
     assert ax.get_xlabel() == f"x ({unit})" and ax.get_ylabel() == f"y ({unit})"
     np.testing.assert_allclose(ax.images[0].get_extent(), np.array([200.0, 20200.0, 10100.0, 100.0]) * per_A)
+
+
+def test_overrides_are_told_on_the_terminal_in_run_log_and_by_info(pattern_file, tmp_path, capsys):
+    """A config value that replaces the file's (within a factor of a correction) runs, and says so."""
+    import yaml
+
+    from ptyacc.cli import main
+
+    path, _, _ = pattern_file
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"path": str(path)}, "experiment": {"energy_eV": 300e3},
+                                      "optim": {"iterations": 1, "batch_size": 12},
+                                      "output": {"dir": str(tmp_path / "out"), "figures": False},
+                                      "runtime": {"progress": False}}))
+    line = f"override: experiment.energy_eV 300000 overrides 80000 from {path} (energy_eV)"
+    assert main(["run", str(config)]) == 0
+    assert f"ptyacc: {line}\n" in capsys.readouterr().err
+    assert line in (tmp_path / "out" / "run.log").read_text()
+    assert main(["info", str(config)]) == 0
+    assert line in capsys.readouterr().out.splitlines()
+
+
+def test_empad_scan_shape_of_the_name_against_the_config(tmp_path):
+    """The scan shape an EMPAD name carries (x fast, y slow) is the file's own: data.scan_shape
+    replaces it as an override, and must still account for every frame."""
+    frames = np.zeros((12, 130, 128), "<f4")
+    frames[:, :128] = np.random.default_rng(0).poisson(5.0, (12, 128, 128))
+    path = tmp_path / "scan_x4_y3.raw"
+    frames.tofile(path)
+    experiment = {"energy_eV": 80e3, "dk_invA": 0.01, "scan_step_A": 1.0}
+    data = load_data(load_config({"data": {"path": str(path)}, "experiment": experiment}))
+    assert data.scan_shape == (3, 4) and data.overrides == ()
+    data = load_data(load_config({"data": {"path": str(path), "scan_shape": [2, 6]}, "experiment": experiment}))
+    assert data.scan_shape == (2, 6) and data.positions_A[-1].tolist() == [1.0, 5.0]
+    assert data.overrides == (f"data.scan_shape [2, 6] overrides [3, 4] from {path} (scan_shape)",)

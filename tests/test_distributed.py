@@ -15,7 +15,7 @@ from conftest import tiny_config
 
 import ptyacc
 from ptyacc.data import load_data
-from ptyacc.data.dataset import raster_positions_A
+from ptyacc.data.positions import raster_positions_A
 from ptyacc.distributed import (
     _refuse_mixed_precision,
     check_world_size,

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ptyacc.config import load_config
-from ptyacc.data import formats, load_data
+from ptyacc.data import load_data
+from ptyacc.data.formats import common
 
 LIMIT = 1.3  # peak traced memory of load_data / float32 size of the patterns
 
@@ -24,7 +25,7 @@ def test_peak_memory_of_loading(tmp_path, monkeypatch, dtype, transform):
         f.create_dataset("patterns", data=patterns, chunks=(1, 8, 64, 64))
         f.attrs.update(energy_eV=80e3, semiangle_mrad=20.0, dk_invA=0.05, scan_step_A=0.5)
     del patterns
-    monkeypatch.setattr(formats, "MIN_CHUNK_BYTES", 1)  # this small file is read in 32 chunks
+    monkeypatch.setattr(common, "MIN_CHUNK_BYTES", 1)  # this small file is read in 32 chunks
     config = load_config({"data": {"path": str(path), "transform": transform}})
     tracemalloc.start()
     try:

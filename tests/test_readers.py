@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ptyacc.cli import main
-from ptyacc.data import formats
 from ptyacc.data.convert import convert_patterns
+from ptyacc.data.formats import common
 from ptyacc.data.readers import (
     inspect_patterns,
     read_patterns,
@@ -144,7 +144,7 @@ def test_rows_and_prepare_across_chunks(tmp_path, monkeypatch, fmt):
         "empad": lambda: write_empad(tmp_path / "d.raw", data),
     }[fmt]()
     options = {"scan_shape": (2, 7), "detector_shape": (6, 6)} if fmt == "empad" else {}
-    monkeypatch.setattr(formats, "CHUNK_BYTES", 3 * 8 * 6 * 4)
+    monkeypatch.setattr(common, "CHUNK_BYTES", 3 * 8 * 6 * 4)
     rows = np.array([0, 2, 3, 7, 12, 13])
     calls = []
 
@@ -164,7 +164,7 @@ def test_4d_rows_read_in_stretches_shorter_than_a_scan_row(tmp_path, monkeypatch
     """Chunks of 2 patterns inside scan rows of 5: every wanted pattern once, in order."""
     data = counts((3, 5, 6, 6))
     path = _h5(tmp_path / "d.h5", data)
-    monkeypatch.setattr(formats, "CHUNK_BYTES", 2 * 6 * 6 * 4)
+    monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 6 * 6 * 4)
     calls = []
 
     def prepare(chunk):
@@ -509,6 +509,20 @@ def test_convert_npy_keeps_the_scan_shape(tmp_path, monkeypatch):
     with raises(f"{source}: scan_shape [5, 5] gives 25 positions but the file holds 12 patterns"):
         convert_patterns(source, tmp_path / "e.h5", scan_shape=(5, 5))
     assert not (tmp_path / "e.h5").exists()
+
+
+def test_convert_loads_a_mat_v5_variable_once(tmp_path, monkeypatch):
+    """scipy loads a v5 variable whole: converting in batches must not load it once per batch."""
+    scipy_io = pytest.importorskip("scipy.io")
+    patterns = counts((12, 5, 5)).astype(np.float64)
+    source = write_mat_v5(tmp_path / "d.mat", {"dp": patterns.transpose(1, 2, 0)})
+    monkeypatch.setattr("ptyacc.data.convert.BATCH_BYTES", 5 * 5 * 4 * 3)  # batches of 3 patterns
+    loads = []
+    loadmat = scipy_io.loadmat
+    monkeypatch.setattr(scipy_io, "loadmat", lambda *args, **kwargs: loads.append(args) or loadmat(*args, **kwargs))
+    convert_patterns(source, tmp_path / "d.h5")
+    np.testing.assert_array_equal(read_patterns(tmp_path / "d.h5").patterns, patterns)
+    assert len(loads) == 1
 
 
 def test_convert_command(tmp_path, capsys):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ptyacc
-from ptyacc.data.dataset import xray_sampling
+from ptyacc.data.sampling import xray_sampling
 from ptyacc.data.store import PatternStore
 from ptyacc.engine import poisson_deviance_sums
 from ptyacc.errors import ConfigError
@@ -23,6 +23,67 @@ def test_far_and_near_field_sampling():
         xray_sampling("near_field", 0.979, 100, 1.12, 55e-6, None)
     with pytest.raises(ConfigError, match="detector_distance_m and experiment.detector_pixel_m"):
         xray_sampling("far_field", 0.979, 100, None, 55e-6, None)
+
+
+def test_simulated_xray_data_take_the_given_dk():
+    """A simulated far-field X-ray dataset with experiment.dk_invA and no detector geometry has
+    dx = 1 / (K dk), as data read from a file would."""
+    from ptyacc.data import load_data
+
+    config = ptyacc.load_config({"data": {"simulate": {"scan_shape": [2, 2], "detector_px": 16, "atoms": 2}},
+                                 "experiment": {"radiation": "xray", "energy_eV": 8000.0, "dk_invA": 2.5e-4,
+                                                "scan_step_A": 800.0}})
+    assert load_data(config).dx_A == pytest.approx(1 / (16 * 2.5e-4))
+
+
+def test_sampling_chain_against_its_formulas():
+    """dx_A, else dk_invA, else the bright-field disk (dk = semiangle / wavelength / R), else the
+    X-ray geometry; near field the geometry always gives the propagation distance."""
+    from ptyacc.data.sampling import aperture_invA, object_sampling
+
+    k, wavelength = 64, 0.0418
+    assert aperture_invA(20.0, wavelength) == pytest.approx(0.020 / 0.0418)
+    assert object_sampling(k, wavelength, dx_A=0.3, dk_invA=9.0).dx_A == 0.3
+    assert object_sampling(k, wavelength, dk_invA=0.05, disk_radius_px=3.0, semiangle_mrad=20.0).dx_A == \
+        pytest.approx(1 / (64 * 0.05))
+    disk = object_sampling(k, wavelength, disk_radius_px=9.5, semiangle_mrad=20.0)
+    assert disk.dx_A == pytest.approx(1 / (64 * (0.020 / 0.0418 / 9.5))) and disk.near_field_distance_A is None
+    far = object_sampling(k, 1.5, radiation="xray", detector_distance_m=2.0, detector_pixel_m=75e-6)
+    assert far.dx_A == pytest.approx(1.5 * 2.0 / (64 * 75e-6))
+    near = object_sampling(k, 1.0, dk_invA=1e-3, radiation="xray", geometry="near_field", detector_distance_m=1.0,
+                           detector_pixel_m=1e-6, focus_to_sample_m=1e-2)
+    assert near.dx_A == pytest.approx(1 / (64 * 1e-3)) and near.near_field_distance_A == pytest.approx(1e10 / 101)
+    with pytest.raises(ConfigError, match="experiment.dk_invA: needed"):
+        object_sampling(k, wavelength, disk_radius_px=9.5)  # a disk without the semi-angle says nothing
+
+
+XRAY_SIMULATION = {"data": {"simulate": {"scan_shape": [3, 3], "detector_px": 16, "atoms": 4}}}
+FAR_FIELD = {"radiation": "xray", "energy_eV": 8000.0, "detector_distance_m": 2.0, "detector_pixel_m": 75e-6,
+             "scan_step_A": 2000.0}
+NEAR_FIELD = {"radiation": "xray", "geometry": "near_field", "energy_eV": 12660.0, "detector_distance_m": 1.12,
+              "detector_pixel_m": 55e-6, "focus_to_sample_m": 3.65e-3, "scan_step_A": 15000.0}
+
+
+@pytest.mark.parametrize("experiment", [FAR_FIELD, NEAR_FIELD], ids=["far_field", "near_field"])
+def test_exported_xray_data_read_back_as_simulated(tmp_path, experiment):
+    """write_dataset of simulated X-ray data says radiation xray and the photon energy; read back
+    with the same experiment (positions from the file) it gives the same patterns (near-field
+    images are stored as they are, diffraction patterns centred), wavelength and pixel."""
+    import h5py
+
+    from ptyacc.data import load_data
+    from ptyacc.data.export import write_dataset
+
+    simulated = load_data(ptyacc.load_config({**XRAY_SIMULATION, "experiment": experiment}))
+    write_dataset(tmp_path / "x.h5", simulated)
+    with h5py.File(tmp_path / "x.h5") as f:
+        assert f.attrs["radiation"] == "xray"
+        assert f.attrs["energy_eV"] == pytest.approx(experiment["energy_eV"], rel=1e-9)
+    again = load_data(ptyacc.load_config({"data": {"path": str(tmp_path / "x.h5")},
+                                          "experiment": {**experiment, "positions": {"key": "positions_A"}}}))
+    np.testing.assert_array_equal(again.patterns.numpy(), simulated.patterns.numpy())
+    assert again.wavelength_A == pytest.approx(simulated.wavelength_A, rel=1e-12)
+    assert again.dx_A == pytest.approx(simulated.dx_A, rel=1e-12) and again.overrides == ()
 
 
 def test_near_field_needs_xray():

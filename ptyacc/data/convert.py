@@ -20,7 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ptyacc.data.readers import PatternsInfo, ReadOptions, inspect_patterns, read_inspected
+from ptyacc.data.readers import PatternFile, PatternsInfo, ReadOptions, open_patterns
 from ptyacc.errors import DataError
 
 BATCH_BYTES = 256 * 2**20
@@ -30,42 +30,48 @@ CHUNK_BYTES = 2**20
 def convert_patterns(source: Path, target: Path, key: str | None = None, **options) -> tuple[PatternsInfo, list[str]]:
     """Write the patterns of ``source`` (dataset or variable ``key``; ``options`` as for
     ``read_patterns``) to ``target`` in ptyacc's layout, a batch at a time so that no more than
-    BATCH_BYTES of patterns are in memory. ``target`` appears only once complete.
-    Returns the source's PatternsInfo and the names of the datasets written."""
+    BATCH_BYTES of patterns are in memory. ``source`` is opened once; ``target`` appears only
+    once complete. Returns the source's PatternsInfo and the names of the datasets written."""
     source, target = Path(source), Path(target)
     if target.exists() and target.resolve() == source.resolve():
         raise DataError(f"{target}: is the input file; write the converted file elsewhere")
-    info = inspect_patterns(source, key, **options)
-    n, (k_y, k_x) = info.n_patterns, info.shape[-2:]
-    scan_shape = ReadOptions(**options).scan_shape or info.scan_shape
-    if scan_shape is not None and math.prod(scan_shape) != n:
-        raise DataError(f"{source}: scan_shape {list(scan_shape)} gives {math.prod(scan_shape)} positions but the "
-                        f"file holds {n} patterns")
-    extras = read_inspected(source, info, rows=np.arange(0), **options)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with h5py.File(partial, "w") as f:
-            chunk = (min(n, max(1, CHUNK_BYTES // (4 * k_y * k_x))), k_y, k_x)
-            patterns = f.create_dataset("patterns", (n, k_y, k_x), np.float32, chunks=chunk, compression="gzip",
-                                        shuffle=True)
-            per_batch = max(1, BATCH_BYTES // (4 * k_y * k_x))
-            for start in range(0, n, per_batch):
-                rows = np.arange(start, min(n, start + per_batch))
-                patterns[start:start + len(rows)] = read_inspected(source, info, rows=rows, **options).patterns
-            if extras.positions_A is not None:
-                f["positions_A"] = extras.positions_A
-            if extras.mask is not None:
-                f["mask"] = extras.mask.astype(np.uint8)
-                f["mask"].attrs["meaning"] = "1 = good pixel, 0 = bad"
-            if extras.background is not None:
-                f["background"] = extras.background.astype(np.float32)
-            f.attrs.update(info.attrs)
-            if scan_shape is not None:
-                f.attrs["scan_shape"] = np.asarray(scan_shape)
-            f.attrs.update(source_file=str(source), source_format=info.format)
-            written = list(f.keys())
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    with open_patterns(source, key, **options) as opened:
+        info = opened.info
+        scan_shape = ReadOptions(**options).scan_shape or info.scan_shape
+        if scan_shape is not None and math.prod(scan_shape) != info.n_patterns:
+            raise DataError(f"{source}: scan_shape {list(scan_shape)} gives {math.prod(scan_shape)} positions but "
+                            f"the file holds {info.n_patterns} patterns")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        try:
+            with h5py.File(partial, "w") as f:
+                _write(opened, f, scan_shape)
+                written = list(f.keys())
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
     return info, written
+
+
+def _write(source: PatternFile, f: h5py.File, scan_shape: tuple[int, int] | None) -> None:
+    """Patterns batch by batch, then the mask, background, positions and attributes."""
+    info = source.info
+    extras = source.read(rows=np.arange(0))  # first, so that a bad mask or translations stop before any copying
+    n, (k_y, k_x) = info.n_patterns, info.shape[-2:]
+    chunk = (min(n, max(1, CHUNK_BYTES // (4 * k_y * k_x))), k_y, k_x)
+    patterns = f.create_dataset("patterns", (n, k_y, k_x), np.float32, chunks=chunk, compression="gzip", shuffle=True)
+    per_batch = max(1, BATCH_BYTES // (4 * k_y * k_x))
+    for start in range(0, n, per_batch):
+        rows = np.arange(start, min(n, start + per_batch))
+        patterns[start:start + len(rows)] = source.read(rows).patterns
+    if extras.positions_A is not None:
+        f["positions_A"] = extras.positions_A
+    if extras.mask is not None:
+        f["mask"] = extras.mask.astype(np.uint8)
+        f["mask"].attrs["meaning"] = "1 = good pixel, 0 = bad"
+    if extras.background is not None:
+        f["background"] = extras.background.astype(np.float32)
+    f.attrs.update(info.attrs)
+    if scan_shape is not None:
+        f.attrs["scan_shape"] = np.asarray(scan_shape)
+    f.attrs.update(source_file=str(source.path), source_format=info.format)

@@ -1,9 +1,11 @@
 """Writing a dataset in ptyacc's own HDF5 layout, which `data.path` reads with no other keys:
 
-- ``patterns``    float32 (N, K, K), zero frequency at the centre
+- ``patterns``    float32 (N, K, K): diffraction patterns with zero frequency at the centre,
+  near-field images as they are
 - ``positions_A`` float64 (N, 2) probe centres (y, x) in Å
-- attributes ``energy_eV``, ``radiation``, ``semiangle_mrad``, ``defocus_A`` (= -C10), ``dk_invA``,
-  ``dx_A``, ``scan_shape`` when known, and ``aberrations`` (YAML text)
+- attributes ``energy_eV`` (of an electron or a photon, as ``radiation`` says), ``radiation``,
+  ``semiangle_mrad``, ``defocus_A`` (= -C10), ``dk_invA``, ``dx_A``, ``scan_shape`` when known, and
+  ``aberrations`` (YAML text)
 - ``ground_truth/phase`` (slices summed) and ``ground_truth/potential_slices_phase`` for simulations
 """
 
@@ -17,17 +19,18 @@ import torch
 import yaml
 
 from ptyacc.data.dataset import PtychoData
-from ptyacc.physics import electron_wavelength_A
+from ptyacc.physics import wavelength_A as physics_wavelength_A
 
 
 def write_dataset(path: Path, data: PtychoData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as f:
-        patterns = torch.fft.fftshift(data.patterns, dim=(-2, -1)).numpy()
-        f.create_dataset("patterns", data=patterns, compression="gzip", shuffle=True)
+        far_field = data.near_field_distance_A is None
+        patterns = torch.fft.fftshift(data.patterns, dim=(-2, -1)) if far_field else data.patterns
+        f.create_dataset("patterns", data=patterns.numpy(), compression="gzip", shuffle=True)
         f["positions_A"] = data.positions_A
-        energy = _energy_eV(data.wavelength_A)
-        f.attrs.update(energy_eV=energy, radiation="electron", dk_invA=data.dk_invA, dx_A=data.dx_A,
+        energy = _energy_eV(data.wavelength_A, data.radiation)
+        f.attrs.update(energy_eV=energy, radiation=data.radiation, dk_invA=data.dk_invA, dx_A=data.dx_A,
                        aberrations=yaml.safe_dump({k: float(v) for k, v in data.aberrations.items()}))
         if data.semiangle_mrad is not None:
             f.attrs["semiangle_mrad"] = data.semiangle_mrad
@@ -46,12 +49,12 @@ def write_dataset(path: Path, data: PtychoData) -> None:
                 group[name].attrs.update(dx_A=data.dx_A, origin_A=np.asarray(geometry.origin_A))
 
 
-def _energy_eV(wavelength_A: float) -> float:
-    """Invert the relativistic electron wavelength (bisection; monotonic in energy)."""
-    low, high = 1.0, 1e8
+def _energy_eV(wavelength_A: float, radiation: str) -> float:
+    """The energy of ``radiation`` of this wavelength (bisection: the wavelength falls with energy)."""
+    low, high = 1e-3, 1e9
     for _ in range(200):
         mid = (low * high) ** 0.5
-        if electron_wavelength_A(mid) > wavelength_A:
+        if physics_wavelength_A(mid, radiation) > wavelength_A:
             low = mid
         else:
             high = mid

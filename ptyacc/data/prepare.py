@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.config import TransformConfig
-from ptyacc.data.formats import CXI_DETECTOR
+from ptyacc.data.formats.cxi import DETECTOR as CXI_DETECTOR
 from ptyacc.errors import DataError
 
 

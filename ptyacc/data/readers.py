@@ -1,95 +1,124 @@
-"""One way in for every pattern file: ``inspect_patterns`` says what a file holds,
-``read_patterns`` reads it as float32 (n, ky, kx), zero frequency at the centre as stored, with
-the file's mask, dark frames, probe positions and calibration. The format is chosen by the
-extension (.cxi, .npy, .mat, .raw = EMPAD), else by the content (NumPy, MATLAB or HDF5 header;
-HDF5 with an entry_1 group is CXI); ``ptyacc.data.formats`` knows each format."""
+"""One way in for every pattern file: ``open_patterns`` opens a file once and says what it holds;
+its ``read`` gives float32 (n, ky, kx) patterns, zero frequency at the centre as stored, with the
+file's mask, dark frames, probe positions and calibration, as often as asked. The format is
+chosen by the extension, else by the content (HDF5 opened as such, with an entry_1 group: CXI;
+NumPy or MATLAB header); ``ptyacc.data.formats`` has one module per format."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
+from types import ModuleType
 
 import h5py
 import numpy as np
 
-from ptyacc.data import formats
-from ptyacc.data.formats import FORMATS, PatternsInfo, RawPatterns, ReadOptions
-from ptyacc.errors import DataError
+from ptyacc.data.formats import READERS, PatternsInfo, RawPatterns, ReadOptions, cxi, hdf5
+from ptyacc.data.formats.common import check_file
+from ptyacc.errors import ConfigError, DataError
 
-__all__ = ["FORMATS", "PatternsInfo", "RawPatterns", "ReadOptions", "detect_format", "inspect_patterns",
-           "read_hdf5_array", "read_inspected", "read_patterns"]
+__all__ = ["PatternFile", "PatternsInfo", "RawPatterns", "ReadOptions", "inspect_patterns", "open_patterns",
+           "read_hdf5_array", "read_patterns"]
 
-EXTENSIONS = {".cxi": "cxi", ".npy": "npy", ".mat": "mat", ".raw": "empad",
-              ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".nxs": "hdf5", ".emd": "hdf5"}
-FILE_KINDS = {"hdf5": "an HDF5 file", "cxi": "a CXI file", "npy": "a .npy file", "mat": "a .mat file",
-              "empad": "an EMPAD .raw file"}
+EXTENSION_FORMATS = {extension: name for name, reader in READERS.items() for extension in reader.EXTENSIONS}
+Prepare = Callable[[np.ndarray], np.ndarray]
 
-READERS = {
-    "hdf5": (formats.inspect_hdf5, formats.read_hdf5),
-    "cxi": (formats.inspect_cxi, formats.read_cxi),
-    "npy": (formats.inspect_npy, formats.read_npy),
-    "mat": (formats.inspect_mat, formats.read_mat),
-    "empad": (formats.inspect_empad, formats.read_empad),
-}
+
+class PatternFile:
+    """A pattern file held open from ``open_patterns`` until ``close`` (or the end of a ``with``
+    block). ``info`` says what it holds; ``read`` reads its patterns, all or some, as often as
+    asked; ``array`` reads another dataset of the same HDF5 file."""
+
+    def __init__(self, path: Path, reader: ModuleType, opened: object, info: PatternsInfo, options: ReadOptions,
+                 stack: ExitStack) -> None:
+        self.path, self.info = path, info
+        self._reader, self._opened, self._options, self._stack = reader, opened, options, stack
+
+    def read(self, rows: np.ndarray | None = None, prepare: Prepare | None = None) -> RawPatterns:
+        """Patterns (n, ky, kx) float32, all of them or only the strictly increasing pattern
+        indices ``rows``, whose neighbours are not read; ``rows=[]`` reads none and still returns
+        the mask, background and positions. Read in chunks straight into one float32 array;
+        ``prepare`` maps each float32 chunk (c, ky, kx) to its final form as it arrives. Mask and
+        background come back as stored: give them the same orientation fix as the patterns."""
+        return self._reader.read(self._opened, self.path, self.info, self._options, prepare, rows)
+
+    def array(self, key: str, setting: str = "") -> np.ndarray:
+        """The whole dataset ``key`` of this file (HDF5 formats), named by the config key ``setting``."""
+        if isinstance(self._opened, h5py.File):
+            return hdf5.read_array(self._opened, self.path, key, setting)
+        return read_hdf5_array(self.path, key, setting)  # not HDF5: says so
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> PatternFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_patterns(path: Path, key: str | None = None, **options) -> PatternFile:
+    """The pattern file ``path``, opened once and inspected: the dataset or variable ``key``
+    (default: found from the format), shape, scan shape, calibration in ptyacc's names and the
+    format, without reading the patterns. ``options`` are the fields of ``ReadOptions``."""
+    path, read_options = Path(path), ReadOptions(**options)
+    if read_options.file_format is not None and read_options.file_format not in READERS:
+        raise ConfigError(f"file_format: must be one of {', '.join(READERS)}, got {read_options.file_format!r}")
+    stack = ExitStack()
+    try:
+        name, opened = _open(path, read_options, stack)
+        reader = READERS[name]
+        info = reader.inspect(opened, path, key, read_options)
+    except BaseException:
+        stack.close()
+        raise
+    return PatternFile(path, reader, opened, info, read_options, stack)
 
 
 def inspect_patterns(path: Path, key: str | None = None, **options) -> PatternsInfo:
-    """What the pattern file ``path`` holds, without reading the patterns: the dataset or
-    variable ``key`` (default: found from the format), shape, scan shape, calibration in
-    ptyacc's names and the format. ``options`` are the fields of ``ReadOptions``."""
-    path = Path(path)
-    read_options = ReadOptions(**options)
-    inspect, _ = READERS[detect_format(path, read_options.file_format)]
-    return inspect(path, key, read_options)
+    """What the pattern file ``path`` holds (see ``open_patterns``), the file closed again."""
+    with open_patterns(path, key, **options) as source:
+        return source.info
 
 
-def read_patterns(path: Path, key: str | None = None, prepare: Callable[[np.ndarray], np.ndarray] | None = None,
+def read_patterns(path: Path, key: str | None = None, prepare: Prepare | None = None,
                   rows: np.ndarray | None = None, **options) -> RawPatterns:
-    """Patterns (n, ky, kx) float32 of the file ``path`` (see ``inspect_patterns``), all of them or
-    only the strictly increasing pattern indices ``rows``, whose neighbours are not read;
-    ``rows=[]`` reads none and still returns the mask, background and positions. Read in
-    chunks straight into one float32 array; ``prepare`` maps each float32 chunk (c, ky, kx) to
-    its final form (same shape) as it arrives. Mask and background come back as stored: give
-    them the same orientation fix as the patterns."""
-    return read_inspected(path, inspect_patterns(path, key, **options), prepare, rows, **options)
-
-
-def read_inspected(path: Path, info: PatternsInfo, prepare: Callable[[np.ndarray], np.ndarray] | None = None,
-                   rows: np.ndarray | None = None, **options) -> RawPatterns:
-    """``read_patterns`` for a file already inspected (``info`` from ``inspect_patterns`` with
-    the same ``options``): no second format detection or inspection, for callers that read
-    one file several times (a sample, then all patterns; batch after batch)."""
-    _, read = READERS[info.format]
-    return read(Path(path), info, ReadOptions(**options), prepare, rows)
-
-
-def detect_format(path: Path, file_format: str | None = None) -> str:
-    """The format of ``path``: ``file_format`` when given, else by extension, else by content."""
-    by_extension = file_format or EXTENSIONS.get(path.suffix.lower())
-    formats.check_file(path, FILE_KINDS.get(by_extension, FILE_KINDS["hdf5"]))
-    if file_format is not None:
-        return file_format
-    if by_extension in ("hdf5", None) and h5py.is_hdf5(path):
-        return "cxi" if formats.is_cxi(path) else "hdf5"
-    if by_extension is not None:
-        return by_extension
-    with open(path, "rb") as f:
-        head = f.read(16)
-    if head.startswith(b"\x93NUMPY"):
-        return "npy"
-    if head.startswith(b"MATLAB"):
-        return "mat"
-    raise DataError(f"{path}: unknown pattern file format: expected HDF5/CXI, NumPy .npy or MATLAB .mat content, or "
-                    f"the extension .raw for EMPAD, found extension {path.suffix or '(none)'!r} and content starting "
-                    f"{head[:8]!r}; name the format with file_format ({', '.join(FORMATS)})")
+    """The patterns ``rows`` (default all) of the file ``path``; see ``PatternFile.read``."""
+    with open_patterns(path, key, **options) as source:
+        return source.read(rows, prepare)
 
 
 def read_hdf5_array(path: Path, key: str, setting: str = "") -> np.ndarray:
     """One whole dataset as a NumPy array, with a message naming file and key on failure
     (and ``setting``, the config key that chose the dataset)."""
-    with formats.open_hdf5(path) as f:
-        if key not in f or not isinstance(f[key], h5py.Dataset):
-            chosen_by = f" ({setting})" if setting else ""
-            datasets = ", ".join(formats.hdf5_datasets(f)) or "none"
-            raise DataError(f"{path}: no dataset {key!r}{chosen_by}; datasets: {datasets}")
-        return f[key][()]
+    with hdf5.open_hdf5(path) as f:
+        return hdf5.read_array(f, path, key, setting)
+
+
+def _open(path: Path, options: ReadOptions, stack: ExitStack) -> tuple[str, object]:
+    """(format, open file): ``options.file_format`` when given, else by extension, else by content."""
+    by_extension = options.file_format or EXTENSION_FORMATS.get(path.suffix.lower())
+    check_file(path, READERS[by_extension or "hdf5"].KIND)
+    if options.file_format is None and by_extension in ("hdf5", None):
+        try:
+            f = stack.enter_context(h5py.File(path, "r"))
+        except OSError as exc:
+            if by_extension == "hdf5":
+                raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+        else:
+            return ("cxi" if cxi.is_cxi(f) else "hdf5"), f
+    name = by_extension or _format_from_content(path)
+    return name, stack.enter_context(READERS[name].open_file(path, options))
+
+
+def _format_from_content(path: Path) -> str:
+    with open(path, "rb") as f:
+        head = f.read(16)
+    found = next((name for name, reader in READERS.items() if reader.MAGIC and head.startswith(reader.MAGIC)), None)
+    if found is None:
+        raise DataError(f"{path}: unknown pattern file format: expected HDF5/CXI, NumPy .npy or MATLAB .mat content, "
+                        f"or the extension .raw for EMPAD, found extension {path.suffix or '(none)'!r} and content "
+                        f"starting {head[:8]!r}; name the format with file_format ({', '.join(READERS)})")
+    return found

@@ -4,13 +4,15 @@ in examples/data comes from an independent simulator."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.dataset import PtychoData, raster_positions_A, xray_sampling
+from ptyacc.data.calibration import SourceFacts, calibrate
+from ptyacc.data.dataset import PtychoData
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
     Detector,
@@ -19,7 +21,6 @@ from ptyacc.physics import (
     shift_ramp,
     stem_probe,
     transmission,
-    wavelength_A,
 )
 
 DEFAULTS = {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 100.0, "scan_step_A": 0.5}
@@ -32,56 +33,29 @@ def simulate_dataset(config: Config) -> PtychoData:
     sim, exp = config.data.simulate, config.experiment
     rng = np.random.default_rng(sim.seed)
     k = sim.detector_px
-    energy = exp.energy_eV or DEFAULTS["energy_eV"]
-    semiangle = exp.semiangle_mrad or DEFAULTS["semiangle_mrad"]
-    wavelength = wavelength_A(energy, exp.radiation)
-    near_distance = None
-    if exp.radiation == "xray" and (exp.geometry == "near_field" or exp.dx_A is None):
-        dx, near_distance = xray_sampling(exp.geometry, wavelength, k, exp.detector_distance_m,
-                                          exp.detector_pixel_m, exp.focus_to_sample_m)
-        dx = exp.dx_A or dx
-    elif exp.dx_A is not None:
-        dx = exp.dx_A
-    elif exp.dk_invA is not None:
-        dx = 1.0 / (k * exp.dk_invA)
-    else:  # bright-field disk radius at K/4 pixels
-        dx = 1.0 / (k * semiangle * 1e-3 / wavelength / (k / 4))
-    aberrations = dict(exp.aberrations)
-    if "C10" not in aberrations:
-        aberrations["C10"] = -(exp.defocus_A if exp.defocus_A is not None else DEFAULTS["defocus_A"])
-    step = exp.scan_step_A or DEFAULTS["scan_step_A"]
-    positions_A = raster_positions_A(tuple(sim.scan_shape), step, exp.scan_rotation_deg)
-    geometry = ObjectGeometry.around(positions_A, dx, k, config.model.object_padding_px)
-    slices = config.model.slices
-    phase = _random_atoms(geometry.shape, dx, slices, sim, rng)
+    disk_radius_px = k / 4 if exp.radiation == "electron" else None  # sets dk unless dk_invA or dx_A is given
+    calibration = calibrate(exp, SourceFacts("data.simulate", (*sim.scan_shape, k, k), {}), defaults=DEFAULTS,
+                            bright_field_radius_px=disk_radius_px)
+    dx, wavelength = calibration.stored_dx_A, calibration.wavelength_A
+    geometry = ObjectGeometry.around(calibration.positions_A, dx, k, config.model.object_padding_px)
+    phase = _random_atoms(geometry.shape, dx, config.model.slices, sim, rng)
 
     if exp.radiation == "xray":
         probe = _xray_probe(k, rng)
-        semiangle = None
+        calibration = dataclasses.replace(calibration, semiangle_mrad=None)
     else:
-        probe = stem_probe(k, 1.0 / (k * dx), wavelength, semiangle, aberrations)
+        probe = stem_probe(k, 1.0 / (k * dx), wavelength, calibration.semiangle_mrad, calibration.aberrations)
     true_positions_px = geometry.positions_px + rng.normal(0.0, sim.position_jitter_A / dx, geometry.positions_px.shape)
     dose = sim.dose if sim.dose is not None else 1e6
     probe = probe * math.sqrt(dose)
     propagator = fresnel_propagator(k, dx, wavelength, config.model.slice_thickness_A)
+    near_distance = calibration.near_field_distance_A
     near = fresnel_propagator(k, dx, wavelength, near_distance) if near_distance is not None else None
     patterns = _forward(probe, torch.from_numpy(phase), true_positions_px, propagator, near)
     if sim.dose is not None:
         patterns = torch.poisson(patterns, generator=torch.Generator().manual_seed(sim.seed))
-    return PtychoData(
-        patterns=patterns.to(torch.float32),
-        positions_A=positions_A,
-        dx_A=dx,
-        wavelength_A=wavelength,
-        semiangle_mrad=semiangle,
-        aberrations=aberrations,
-        scan_shape=tuple(sim.scan_shape),
-        source="simulated",
-        radiation=exp.radiation,
-        near_field_distance_A=near_distance,
-        ground_truth={"phase": phase, "probe": probe.numpy(), "geometry": geometry,
-                      "positions_A": geometry.to_A(true_positions_px)},
-    )
+    truth = {"phase": phase, "probe": probe.numpy(), "geometry": geometry, "positions_A": geometry.to_A(true_positions_px)}
+    return PtychoData.calibrated(patterns.to(torch.float32), calibration, dx, "simulated", ground_truth=truth)
 
 
 def _random_atoms(shape: tuple[int, int], dx: float, slices: int, sim, rng: np.random.Generator) -> np.ndarray:

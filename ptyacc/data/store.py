@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from ptyacc.data.batches import EpochBatches, spatial_shards
-from ptyacc.data.dataset import PtychoData, keep_only, load_data
+from ptyacc.data.dataset import PtychoData, keep_only
+from ptyacc.data.load import load_data
 
 
 @dataclass(frozen=True)
