@@ -78,7 +78,9 @@ class Detect:
         grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim()).conj(), norm="ortho")
         if spectrum is None or self.ramps is None:
             return grad_waves, None
-        return grad_waves, self.ramps * (grad_spectrum.conj() * spectrum).sum((1, 2))
+        per_mode = grad_spectrum.conj() * spectrum
+        modes = tuple(range(1, per_mode.dim() - 2))  # the mode axes between batch and pixels
+        return grad_waves, self.ramps * (per_mode.sum(modes) if modes else per_mode)
 
     def _transfer(self, ndim: int) -> torch.Tensor:
         """The transfer function shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
