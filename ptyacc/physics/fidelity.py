@@ -90,12 +90,11 @@ def deviance_sums(predicted: torch.Tensor, measured: torch.Tensor, mask: torch.T
     """(sum of the Poisson deviance terms, number of pixel values >= 1) (2,) float64 over the
     pixels of predicted intensities (B, K, K) and measured counts (B, K, K) where ``mask``
     (K, K) is 1. The deviance term of a pixel is poisson_nll(m, I) - poisson_nll(I, I), m the
-    model, I the counts, with 0 log 0 = 0; summed and divided by half the count it is ~1 for a
-    model at the noise level."""
-    predicted = predicted.double().clamp_min(TINY)
+    model, I >= 0 the counts (the loaders clip or refuse negative values), both floored at TINY
+    inside the logarithm, which makes 0 log 0 = 0; summed and divided by half the count it is
+    ~1 for a model at the noise level."""
     measured = measured.double()
-    saturated = torch.where(measured > 0, poisson_nll(measured.clamp_min(TINY), measured), measured)
-    terms = poisson_nll(predicted, measured) - saturated
+    terms = poisson_nll(predicted.double().clamp_min(TINY), measured) - poisson_nll(measured.clamp_min(TINY), measured)
     counted = measured >= 1
     if mask is not None:
         terms, counted = terms * mask, counted * mask
