@@ -38,6 +38,7 @@ from ptyacc.initial import build_model, previous_results, start_from
 from ptyacc.model import PtychoModel
 from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results
+from ptyacc.physics import deviance_sums
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
@@ -269,19 +270,13 @@ class Reconstructor:
 @torch.no_grad()
 def poisson_deviance_sums(model: PtychoModel, store: PatternStore, indices: torch.Tensor,
                           chunk: int = 64) -> torch.Tensor:
-    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1):
-    the deviance is sum(m - I log m) - sum(I - I log I) over the unmasked pixels, m the model,
-    I the measured counts; divided by half the count it is ~1 for a model at the noise level."""
-    mask = model.detector_mask
+    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1) of the
+    model's prediction for ``indices`` against their patterns, in chunks (``deviance_sums``);
+    divided by half the count the deviance is ~1 for a model at the noise level."""
     total = torch.zeros(2, dtype=torch.float64, device=indices.device)
     for start in range(0, len(indices), chunk):
         part = indices[start:start + chunk]
-        model_i = model(part).double().clamp_min(1e-30)
-        measured = store.measured(part).double()
-        i_log_i = torch.where(measured > 0, measured * torch.log(measured.clamp_min(1e-30)), 0.0)
-        terms = (model_i - measured * torch.log(model_i)) - (measured - i_log_i)
-        total[0] += (terms * mask).sum()
-        total[1] += ((measured >= 1) * mask).sum()
+        total += deviance_sums(model(part), store.measured(part), model.detector_mask)
     return total
 
 

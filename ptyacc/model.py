@@ -12,13 +12,14 @@ from torch import nn
 
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
+    Detector,
     detected_intensities,
+    intensity_loss_terms,
     ptycho_loss,
     shift_ramp,
     shift_ramps_1d,
     transmission,
 )
-from ptyacc.physics.farfield import Detector, intensity_loss_terms
 
 
 class PtychoModel(nn.Module):
@@ -105,10 +106,7 @@ class PtychoModel(nn.Module):
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms)
-        intensity = detected_intensities(probe, obj, top_left, ramps, propagator, detector)
-        if weights is not None:
-            intensity = intensity * weights[:, None, None]
-        return intensity + background if background is not None else intensity
+        return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background)
 
     def detector(self) -> Detector:
         """The detection of this model: near-field propagator and bad-pixel mask, when used."""

@@ -11,25 +11,37 @@ Conventions (shared by every function here):
 - Aberration phase chi(k) in Krivanek notation; the probe is A(k) exp(-i chi(k)); defocus = -C10,
   positive defocus = underfocus, i.e. the probe's focus lies below the entrance surface.
 - The object transmits t(r) = amplitude(r) exp(+i phase(r)).
+
+The forward chain is four stages, each an object with its forward and its adjoint (or vjp):
+``ProbeShift`` (shift.py) -> ``Patches`` (patches.py) -> ``Multislice`` (multislice.py) ->
+``Detect`` (detect.py), then the data fidelity (fidelity.py). ``detected_intensities``
+(chain.py) runs their forwards for prediction and simulation; ``ptycho_loss`` (fused.py) runs
+forwards and adjoints chunk by chunk for the training loss and its gradient.
 """
 
-from ptyacc.physics.farfield import LOSS_KINDS, Detector, far_field_intensities, far_field_loss, loss_from_intensities
-from ptyacc.physics.fused import ptycho_loss
-from ptyacc.physics.multislice import (
-    detected_intensities,
-    exit_waves,
-    extract_patches,
-    multislice_intensities,
-    transmission,
+from ptyacc.physics.chain import detected_intensities
+from ptyacc.physics.detect import Detect, Detector, detector_response, far_field_intensities, summed_intensity
+from ptyacc.physics.fidelity import (
+    LOSS_KINDS,
+    deviance_sums,
+    far_field_loss,
+    intensity_loss_terms,
+    loss_from_intensities,
+    poisson_nll,
 )
+from ptyacc.physics.fused import ptycho_loss
+from ptyacc.physics.multislice import Multislice, exit_waves, multislice_intensities, transmission
+from ptyacc.physics.patches import Patches, extract_patches
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
+from ptyacc.physics.shift import ProbeShift
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [
-    "LOSS_KINDS", "Detector", "aberration_phase", "aperture", "detected_intensities", "electron_wavelength_A",
-    "exit_waves", "extract_patches",
-    "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator", "loss_from_intensities",
-    "mixed_state_probe", "multislice_intensities", "ptycho_loss", "shift_ramp", "shift_ramps_1d",
-    "spatial_frequencies", "stem_probe", "transmission", "wavelength_A", "xray_wavelength_A",
+    "LOSS_KINDS", "Detect", "Detector", "Multislice", "Patches", "ProbeShift", "aberration_phase", "aperture",
+    "detected_intensities", "detector_response", "deviance_sums", "electron_wavelength_A", "exit_waves",
+    "extract_patches", "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator",
+    "intensity_loss_terms", "loss_from_intensities", "mixed_state_probe", "multislice_intensities", "poisson_nll",
+    "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe", "summed_intensity",
+    "transmission", "wavelength_A", "xray_wavelength_A",
 ]

@@ -3,17 +3,22 @@
 On a CPU an elementwise pass over a batch of waves costs as much as an FFT once the batch
 outgrows the L2 cache, and autograd adds conjugate copies, broadcast reductions and saved
 activations for the whole batch. ``ptycho_loss`` instead walks the batch in chunks of a few
-patterns, runs forward and backward for each chunk while its waves are still in cache, and
-keeps only the gradients: its autograd backward merely scales them. The same value and
-gradients as the composition of ``fourier_shift``-style probe shifts, ``extract_patches``,
-``exit_waves`` and ``far_field_loss`` (tests compare the two).
+patterns, runs the stages of the forward chain (``ProbeShift``, ``Patches``, ``Multislice``,
+``Detect``, then the data fidelity ``intensity_loss_terms``) forward and backward for each chunk
+while its waves are still in cache, and keeps only the gradients: its autograd backward merely
+scales them. The same value and gradients as autograd through ``detected_intensities``'s chain
+and ``far_field_loss`` (tests compare the two).
 """
 
 from collections.abc import Callable
 
 import torch
 
-from ptyacc.physics.farfield import Detector, intensity_loss_terms, summed_intensity
+from ptyacc.physics.detect import Detect, Detector, summed_intensity
+from ptyacc.physics.fidelity import intensity_loss_terms
+from ptyacc.physics.multislice import Multislice
+from ptyacc.physics.patches import Patches
+from ptyacc.physics.shift import ProbeShift
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 
@@ -49,14 +54,11 @@ class _PtychoLoss(torch.autograd.Function):
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
                 terms):
         k = probe.shape[-1]
-        n_modes, n_slices, ny, nx = obj.shape
-        windows = obj.unfold(-2, k, 1).unfold(-2, k, 1)  # (O, S, Ny-K+1, Nx-K+1, K, K), a view
-        grad_obj = torch.zeros_like(obj).reshape(n_modes, n_slices, ny * nx)
-        offsets = torch.arange(k, device=obj.device)
-        window_index = offsets[:, None] * nx + offsets[None, :]  # (K, K) flat offsets inside a window
+        multislice = Multislice(propagator)
+        grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
         if shifted:
-            spectrum = torch.fft.fft2(probe)  # (P, K, K)
+            spectrum = torch.fft.fft2(probe)  # (P, K, K), shifted chunk by chunk
             grad_spectrum_sum = torch.zeros_like(spectrum)
             grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[2] else None
         else:
@@ -66,37 +68,31 @@ class _PtychoLoss(torch.autograd.Function):
         grad_background = torch.zeros_like(background) if background is not None else None
         for start in range(0, top_left.shape[0], chunk):
             part = slice(start, start + chunk)
-            corners = top_left[part]
-            patches = windows[:, :, corners[:, 0], corners[:, 1]].movedim(2, 0)  # (C, O, S, K, K)
-            if shifted:
-                probes = torch.fft.ifft2(spectrum * ramps[part, None])  # (C, P, K, K)
-            else:
-                probes = probe[None]
-            loss, grad_probes, grad_patches, grad_w, grad_b, grad_back = _multislice_value_and_grad(
-                probes, patches, propagator, measured[part], kind, detector,
+            shift = ProbeShift(ramps[part] if shifted else None)
+            patches = Patches(top_left[part], k)
+            probes = shift.from_spectrum(spectrum) if shifted else shift.forward(probe)
+            loss, grad_probes, grad_patches, grad_w, grad_b, grad_back = _chunk_value_and_grad(
+                probes, patches.forward(obj), multislice, Detect(detector, shift.ramps), measured[part], kind,
                 weights[part] if weights is not None else None, background, terms,
-                ramps[part] if shifted else None, shifted and grad_ramps is not None)
+                shifted and grad_ramps is not None)
             total += loss
             if grad_weights is not None:
                 grad_weights[part] = grad_w
             if grad_background is not None:
                 grad_background += grad_b
-            flat = ((corners[:, 0] * nx + corners[:, 1])[:, None, None] + window_index).reshape(-1)
-            grad_obj.index_add_(-1, flat, grad_patches.movedim(0, 2).reshape(n_modes, n_slices, -1))
+            patches.add_adjoint(grad_obj, grad_patches)
             if shifted:
-                # probes = ifft2(spectrum * ramp): the adjoint of ifft2 is fft2 / K^2
-                grad_x = torch.fft.fft2(grad_probes)  # K^2 * d/d(spectrum * ramp)
-                grad_spectrum_sum += (grad_x * ramps[part, None].conj()).sum(0)
+                grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, spectrum if grad_ramps is not None else None)
+                grad_spectrum_sum += grad_spectrum
                 if grad_ramps is not None:
-                    grad_ramps[part] = (grad_x * spectrum.conj()).sum(1) / k**2
+                    grad_ramps[part] = grad_r
                     if grad_back is not None:
                         grad_ramps[part] += grad_back
             else:
-                grad_probe += grad_probes[0]
+                grad_probe += shift.adjoint(grad_probes)
         if shifted:
-            grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # spectrum = fft2(probe): adjoint K^2 ifft2
-        ctx.grads = (grad_probe, grad_obj.reshape(obj.shape), grad_ramps if shifted else None, grad_weights,
-                     grad_background)
+            grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
+        ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background)
         return total
 
     @staticmethod
@@ -106,57 +102,20 @@ class _PtychoLoss(torch.autograd.Function):
         return (*(None if g is None else g * grad_loss for g in grads), *[None] * 7)
 
 
-def _multislice_value_and_grad(probes, patches, propagator, measured, kind, detector, weights, background,
-                               terms=intensity_loss_terms, ramps=None, ramp_grad=False):
+def _chunk_value_and_grad(probes, patches, multislice, detect, measured, kind, weights, background,
+                          terms=intensity_loss_terms, ramp_grad=False):
     """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K), the
     patches (C, O, S, K, K), the weights (C,), the background (K, K) and, in the near field when
-    ``ramp_grad``, the probe-shift ``ramps`` (C, K, K) through the image's shift back at the
-    detector (``Detector``; else None). Forward as in
-    ``exit_waves``; backward written out slice by slice: for t = a b the gradient is g conj(b);
-    for a propagation ifft2(fft2(.) H) it is ifft2(fft2(g) conj(H)); the detector map is
-    orthonormal, so its adjoint is its inverse (``Detector.adjoint``)."""
-    n_slices = patches.shape[2]
-    incident = []
-    wave = probes[:, :, None] * patches[:, None, :, 0]  # (C, P, O, K, K)
-    for s in range(1, n_slices):
-        wave = torch.fft.ifft2(torch.fft.fft2(wave) * propagator)
-        incident.append(wave)
-        wave = wave * patches[:, None, :, s]
-    shifted_back = detector.propagator is not None and ramps is not None
-    if shifted_back:
-        # Detector.field written out, to keep the spectrum for the gradient with respect to the ramps
-        transfer = detector.transfer(ramps, wave.dim())  # propagator * conj(ramps)
-        spectrum = torch.fft.fft2(wave, norm="ortho") * transfer
-        far = torch.fft.ifft2(spectrum, norm="ortho")
-    else:
-        far = detector.field(wave)
+    ``ramp_grad``, the probe-shift ramps (C, K, K) through the image's shift back at the
+    detector (``Detect.vjp``; else None): each stage's forward, the data fidelity's gradient in
+    the detector field, then each stage's vjp in reverse order."""
+    waves, incident = multislice.forward_with_incident(probes, patches)
+    far, spectrum = detect.forward_with_spectrum(waves)
     loss, factor, grad_weights, grad_background = terms(summed_intensity(far), measured, kind, weights, background,
-                                                        detector.mask)
-    grad_far = far * factor[:, None, None]
-    grad_ramps = None
-    if shifted_back:
-        grad_spectrum = torch.fft.fft2(grad_far, norm="ortho")
-        grad = torch.fft.ifft2(grad_spectrum * transfer.conj(), norm="ortho")
-        if ramp_grad:
-            # spectrum = G conj(R) with |R| = 1: the gradient in R is conj(grad_spectrum conj(G)) = R conj(grad_spectrum) spectrum
-            grad_ramps = ramps * (grad_spectrum.conj() * spectrum).sum((1, 2))
-    else:
-        grad = detector.adjoint(grad_far)  # (C, P, O, K, K)
-    grad_slices = [None] * n_slices
-    for s in range(n_slices - 1, 0, -1):
-        grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
-        grad = torch.fft.ifft2(torch.fft.fft2(grad * patches[:, None, :, s].conj()) * propagator.conj())
-    grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
-    grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(grad_slices, dim=2)
-    grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
-    if probes.shape[0] == 1:
-        grad_probes = grad_probes.sum(0, keepdim=True)
+                                                        detect.mask)
+    grad_waves, grad_ramps = detect.vjp(far * factor[:, None, None], spectrum if ramp_grad else None)
+    grad_probes, grad_patches = multislice.vjp(grad_waves, probes, patches, incident)
     return loss, grad_probes, grad_patches, grad_weights, grad_background, grad_ramps
-
-
-def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sum over ``dim``; a view when it has size 1 (a reduction over it would cost a full pass)."""
-    return tensor.squeeze(dim) if tensor.shape[dim] == 1 else tensor.sum(dim)
 
 
 class CompiledTerms:

@@ -1,0 +1,62 @@
+"""The data fidelity: the hand-written gradient of the loss terms against autograd through the
+reference loss, and the Poisson deviance against NumPy."""
+
+import numpy as np
+import pytest
+import torch
+
+from ptyacc.physics import detector_response, deviance_sums, intensity_loss_terms, loss_from_intensities
+
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("with_extras", [False, True])
+def test_loss_terms_match_autograd_of_the_reference(kind, with_extras):
+    """Value, d loss / d far = factor * far, and the weights' and background's gradients equal
+    autograd through ``detector_response`` and ``loss_from_intensities``, with a mask."""
+    g = torch.Generator().manual_seed(0)
+    far = torch.complex(torch.randn(3, 2, 6, 6, generator=g, dtype=torch.float64),
+                        torch.randn(3, 2, 6, 6, generator=g, dtype=torch.float64)).requires_grad_()
+    measured = torch.poisson(3 * torch.rand(3, 6, 6, generator=g, dtype=torch.float64), generator=g)
+    weights = (0.5 + torch.rand(3, generator=g, dtype=torch.float64)).requires_grad_() if with_extras else None
+    background = (0.2 * torch.rand(6, 6, generator=g, dtype=torch.float64)).requires_grad_() if with_extras else None
+    mask = (torch.rand(6, 6, generator=g) > 0.25).double() if with_extras else None
+    coherent = (far.real.square() + far.imag.square()).sum(1)
+    loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent.detach(), measured, kind, weights,
+                                                                       background, mask)
+    per_pixel = loss_from_intensities(detector_response(coherent, weights, background), measured, kind, reduce=False)
+    reference = (per_pixel if mask is None else per_pixel * mask).sum()
+    inputs = [far] + ([weights, background] if with_extras else [])
+    expected = torch.autograd.grad(reference, inputs)
+    assert float(loss.detach()) == pytest.approx(float(reference.detach()), rel=1e-13)
+    torch.testing.assert_close(factor[:, None] * far.detach(), expected[0], rtol=1e-12, atol=1e-12)
+    if with_extras:
+        torch.testing.assert_close(grad_weights, expected[1], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad_background, expected[2], rtol=1e-12, atol=1e-12)
+    else:
+        assert grad_weights is None and grad_background is None
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_deviance_sums_against_numpy(with_mask):
+    """sum of (m - I log m) - (I - I log I) with 0 log 0 = 0, over counted pixels, and the
+    number of pixel values >= 1; zero counts and a float32 prediction included."""
+    rng = np.random.default_rng(3)
+    model = rng.uniform(0.05, 8, (4, 6, 6))
+    measured = rng.poisson(model).astype(float)
+    measured[0, 0, :3] = 0.0
+    mask = (rng.random((6, 6)) > 0.2).astype(float) if with_mask else np.ones((6, 6))
+    sums = deviance_sums(torch.tensor(model, dtype=torch.float32), torch.tensor(measured, dtype=torch.float32),
+                         torch.tensor(mask, dtype=torch.float32) if with_mask else None)
+    model32 = model.astype(np.float32).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        i_log_i = np.where(measured > 0, measured * np.log(measured), 0.0)
+    expected = (((model32 - measured * np.log(model32)) - (measured - i_log_i)) * mask).sum()
+    assert sums.dtype == torch.float64 and sums.shape == (2,)
+    assert float(sums[0]) == pytest.approx(expected, rel=1e-12)
+    assert float(sums[1]) == ((measured >= 1) * mask).sum()
+
+
+def test_deviance_is_zero_for_the_measured_counts():
+    """The saturated model (the counts themselves) has deviance 0, zeros included."""
+    measured = torch.tensor([[[0.0, 1.0], [4.0, 9.0]]])
+    assert float(deviance_sums(measured, measured)[0]) == pytest.approx(0.0, abs=1e-12)
