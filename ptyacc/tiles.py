@@ -183,13 +183,13 @@ class HaloExchange:
     def sum_gradients(self, grad: torch.Tensor) -> None:
         """Owned pixels of the local gradient (O, S, Ly, Lx, 2) become the sum over processes."""
         packed = self._all_reduce(grad, writer_is_holder=True)
-        for s, _, rows, cols, piece in self._pieces(packed, grad, mine_as="owner"):
+        for rows, cols, piece in self._pieces(packed, grad, mine_as="owner"):
             grad[..., rows, cols, :] += piece
 
     def share_values(self, values: torch.Tensor) -> None:
         """Halo pixels of the local values (O, S, Ly, Lx, 2) become their owners' values."""
         packed = self._all_reduce(values, writer_is_holder=False)
-        for _, _, rows, cols, piece in self._pieces(packed, values, mine_as="holder"):
+        for rows, cols, piece in self._pieces(packed, values, mine_as="holder"):
             values[..., rows, cols, :] = piece
 
     def _all_reduce(self, local: torch.Tensor, writer_is_holder: bool) -> torch.Tensor:
@@ -214,7 +214,7 @@ class HaloExchange:
                 continue
             shape = (*local.shape[:2], rows.stop - rows.start, cols.stop - cols.start, local.shape[-1])
             numel = math.prod(shape)
-            yield s, r, rows, cols, packed[offset * modes:offset * modes + numel].view(shape)
+            yield rows, cols, packed[offset * modes:offset * modes + numel].view(shape)
 
 
 # ----------------------------------------------------------------------------- Adam on the owned tile

@@ -19,7 +19,7 @@ from ptyacc.data.store import ShardPlan
 from ptyacc.errors import ConfigError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.groups import _fast_adam
-from ptyacc.tiles import Tiling, TiledAdam, plan_tiling
+from ptyacc.tiles import TiledAdam, Tiling, plan_tiling
 
 K = 16
 
