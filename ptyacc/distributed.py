@@ -174,9 +174,14 @@ def _check_gpu_count(environ: dict | None = None) -> None:
 
 
 def parameter_checksum(model: nn.Module) -> str:
-    """Hash of the exact bytes of every parameter, to compare processes."""
+    """Hash of the exact bytes of every parameter that all processes hold alike, to compare
+    processes (those DDP ignores, the split object of ``runtime.shard_object``, differ by design)."""
     digest = hashlib.sha256()
-    for name, p in sorted(unwrap(model).named_parameters()):
+    bare = unwrap(model)
+    own = set(getattr(bare, "_ddp_params_and_buffers_to_ignore", ()))
+    for name, p in sorted(bare.named_parameters()):
+        if name in own:
+            continue
         digest.update(name.encode())
         digest.update(p.detach().to("cpu").contiguous().numpy().tobytes())
     return digest.hexdigest()

@@ -42,6 +42,7 @@ from ptyacc.physics import deviance_sums
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
+from ptyacc.tiles import ObjectTiles, plan_tiling
 
 __all__ = ["Reconstruction", "Reconstructor", "build_model", "check_output_dir", "lr_factor", "reconstruct"]
 
@@ -116,18 +117,40 @@ class Reconstructor:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
+        self.tiles = self._tiles()
         self.model = self._initial_model(previous)
         self.groups = build_groups(config, self.model, self.accelerator.device)
+        if self.tiles is not None:
+            self.tiles.take_over(self.model, self.groups)
         self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
         self._prepare(self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                         config.runtime.seed, self.store))
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
-                                                footprint=config.runtime.object_exchange == "footprint")
+                                                footprint=config.runtime.object_exchange == "footprint"
+                                                and self.tiles is None)
+        if self.tiles is not None:
+            self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
-                           self.write, tell=lambda text: _tell(self.accelerator, self.log, text))
+                           self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text))
         self.history = self._history()
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = self._hooks()
+
+    def _tiles(self) -> ObjectTiles | None:
+        """The object's split over the processes (``runtime.shard_object``, several processes)."""
+        config = self.config
+        if not config.runtime.shard_object:
+            return None
+        if self.world == 1:
+            self.log.line("runtime.shard_object: one process holds the whole object (nothing to split)")
+            return None
+        steps = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
+                                  config.runtime.seed).n_steps
+        tiling = plan_tiling(config, self.plan, self.geometry.positions_px, self.geometry.shape,
+                             self.data.detector_px, steps)
+        tiles = ObjectTiles(tiling, self.accelerator.process_index, self.world)
+        self.log.line(tiles.describe())
+        return tiles
 
     def _initial_model(self, previous: Results | None) -> PtychoModel:
         """The model, its probe scaled to the mean counts per pattern over all processes' patterns."""
@@ -135,7 +158,8 @@ class Reconstructor:
         held_sum = data.patterns.sum(dtype=torch.float64).to(self.accelerator.device)
         if self.plan.shards is not None:
             held_sum = self.accelerator.reduce(held_sum, reduction="sum")
-        model = build_model(self.config, data, self.geometry, mean_intensity=float(held_sum) / data.n_patterns)
+        model = build_model(self.config, data, self.geometry, mean_intensity=float(held_sum) / data.n_patterns,
+                            region=self.tiles.region if self.tiles is not None else None)
         if previous is not None:
             start_from(model, self.geometry, previous, self.config.model.init_from)
         self.log.line(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, "
@@ -154,6 +178,8 @@ class Reconstructor:
             raise ConfigError(f"output.dir: --resume given but {checkpoint_folder(self.out_dir)} holds no complete "
                               "checkpoint (set output.checkpoint_every, or run without --resume)")
         path, state = found
+        if self.tiles is not None:
+            state = self.tiles.localize(state)
         restore(self.model, [g.optimizer for g in self.groups], state, path)
         history.loss, history.seconds = list(state["loss"]), list(state["iteration_time_s"])
         self.log.line(f"resumed from {path} after iteration {state['iterations_done']}")
@@ -224,6 +250,8 @@ class Reconstructor:
             self.on_step(iteration, step.indices)
         if self.exchange is not None:
             self.exchange.begin_step(step.batch)
+        if self.tiles is not None:
+            self.tiles.check_windows(self.model, step.indices)
         losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
         # DDP averages gradients over processes; x world makes that average the global sum / B.
         self.accelerator.backward(losses * (self.world / len(step.batch)))

@@ -87,6 +87,12 @@ class GradientExchange:
         corners, _ = self.model.window_corners(batch.to(self.model.positions_px.device))
         self.box = footprint_box(corners.cpu().numpy(), self.model.window)
 
+    def count(self, kind: str, nbytes: int, wait_s: float) -> None:
+        """A collective made outside the hook (the object tiles' halo exchange, ``ptyacc/tiles.py``)."""
+        self.current.bytes[kind] += nbytes
+        self.current.calls += 1
+        self.current.wait_s += wait_s
+
     def take(self) -> Traffic:
         """The traffic since the last call (an iteration's), and start counting afresh."""
         taken, self.current = self.current, Traffic()

@@ -41,6 +41,7 @@ def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, 
         raise ConfigError(f"model.init_from: {name} has {modes} object mode(s) x {slices} slice(s), this config "
                           f"{model.object.shape[0]} x {model.object.shape[1]} (model.object_modes, model.slices)")
     shift = np.round((np.asarray(previous.origin_A) - np.asarray(geometry.origin_A)) / geometry.dx_A).astype(int)
+    shift -= model.object_origin.cpu().numpy()  # the held region's corner (shard_object), else (0, 0)
     old = torch.from_numpy(previous.object)
     with torch.no_grad():
         model.probe.copy_(torch.view_as_real(torch.from_numpy(previous.probe) / model.probe_scale))
@@ -53,10 +54,11 @@ def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, 
 
 
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
-                mean_intensity: float | None = None) -> PtychoModel:
+                mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None) -> PtychoModel:
     """The initial model: a probe from the experiment's optics, scaled to the data's mean
     intensity (total counts per pattern; computed from the held patterns if None), split into
-    modes; a flat object; positions from the data."""
+    modes; a flat object (only its ``region`` (y0, y1, x0, x1) under ``runtime.shard_object``);
+    positions from the data."""
     k = data.detector_px
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
@@ -84,7 +86,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
                        refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed,
                        detector=detector, fit_background=config.model.background,
-                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean)
+                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region)
 
 
 def probe_from_patterns(mean_pattern: torch.Tensor, detector: Detector) -> torch.Tensor:

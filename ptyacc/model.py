@@ -34,22 +34,33 @@ class PtychoModel(nn.Module):
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
+
+    ``region`` (y0, y1, x0, x1): the part of the object this process holds (``runtime.shard_object``,
+    ``ptyacc/tiles.py``); the object parameter is then (object_modes, slices, y1 - y0, x1 - x0, 2)
+    and the buffer object_origin () = (y0, x0) (not saved: it follows from the run's tiling).
+    Window corners stay in pixels of the whole object and are shifted by the origin to index it.
     """
 
     def __init__(self, probe: torch.Tensor, geometry: ObjectGeometry, object_modes: int = 1, slices: int = 1,
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
-                 fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0) -> None:
+                 fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
+                 region: tuple[int, int, int, int] | None = None) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
         self.object_shape = geometry.shape
         generator = torch.Generator().manual_seed(seed)
         shape = (object_modes, slices, *geometry.shape)
-        phase = torch.zeros(shape)
+        y0, y1, x0, x1 = region if region is not None else (0, geometry.shape[0], 0, geometry.shape[1])
+        phase = torch.zeros(object_modes, slices, y1 - y0, x1 - x0)
         if object_modes > 1:
-            # identical modes would receive identical gradients forever
-            phase[1:] = object_init_noise * torch.randn(shape[0] - 1, *shape[1:], generator=generator)
+            # identical modes would receive identical gradients forever; drawn for the whole
+            # object, so that a held region starts from the same pixels as the whole object
+            noise = object_init_noise * torch.randn(shape[0] - 1, *shape[1:], generator=generator)
+            phase[1:] = noise[..., y0:y1, x0:x1]
+        shape = phase.shape
+        self.register_buffer("object_origin", torch.tensor([y0, x0]), persistent=False)
         self.object = nn.Parameter(torch.view_as_real(transmission(torch.ones(shape), phase)).contiguous())
         scale = probe.abs().max().clamp_min(1e-30).to(torch.float32)
         self.register_buffer("probe_scale", scale)
@@ -100,6 +111,7 @@ class PtychoModel(nn.Module):
             top_left = self.fixed_corners[indices]
             factors = torch.view_as_complex(self.fixed_ramps[indices])  # (B, 2, K)
             ramps = torch.bmm(factors[:, 0, :, None], factors[:, 1, None, :]) if self.needs_shift else None
+        top_left = top_left - self.object_origin  # corners in the held part of the object
         detector = self.detector()
         weights = self.intensity_weights[indices] if self.intensity_weights is not None else None
         background = self.background * self.background_scale if self.background is not None else None
@@ -133,7 +145,8 @@ class PtychoModel(nn.Module):
         return torch.view_as_complex(self.probe) * self.probe_scale
 
     def complex_object(self) -> torch.Tensor:
-        """(object_modes, slices, Ny, Nx) complex64 transmission (a view of the parameter)."""
+        """(object_modes, slices, Ny, Nx) complex64 transmission (a view of the parameter; the
+        held region only under ``runtime.shard_object``)."""
         return torch.view_as_complex(self.object)
 
     def positions(self) -> torch.Tensor:

@@ -19,6 +19,7 @@ from ptyacc.exchange import KINDS, Traffic
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, save_figures, save_results, versions
+from ptyacc.tiles import ObjectTiles
 
 if TYPE_CHECKING:
     from ptyacc.hooks import History
@@ -37,11 +38,20 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
 
 
 def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
-                    history: list[float], world_size: int) -> Results:
-    """The model's state as a Results record (CPU, NumPy)."""
+                    history: list[float], world_size: int, tiles: ObjectTiles | None = None) -> Results:
+    """The model's state as a Results record (CPU, NumPy). With the object split over the
+    processes (``tiles``; every process must call this then) the main process's record holds
+    the whole object, the others' the region they hold (with its own origin_A)."""
+    origin_A = geometry.origin_A
     with torch.no_grad():
         positions_px = model.positions().double().cpu().numpy()
-        obj = model.complex_object().cpu().numpy()
+        whole = tiles.whole_object(model) if tiles is not None else None
+        if whole is not None:
+            obj = torch.view_as_complex(whole).numpy()
+        else:
+            obj = model.complex_object().cpu().numpy()
+            if tiles is not None:
+                origin_A = tuple(float(v) for v in geometry.to_A(model.object_origin.cpu().numpy().astype(float)))
         probe = model.complex_probe().cpu().numpy()
     import yaml
 
@@ -49,7 +59,7 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
     return Results(object=obj, probe=probe, positions_A=geometry.to_A(positions_px), loss=np.asarray(history),
-                   dx_A=geometry.dx_A, origin_A=geometry.origin_A, attrs=attrs)
+                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:
@@ -66,8 +76,9 @@ class Saver:
     """Writes results, figures and checkpoints from the main process (a no-op elsewhere)."""
 
     def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
-                 store: PatternStore, out_dir: Path, write: bool, tell: Callable[[str], None] = print) -> None:
-        self.accelerator, self.config, self.model = accelerator, config, model
+                 store: PatternStore, out_dir: Path, write: bool, tiles: ObjectTiles | None = None,
+                 tell: Callable[[str], None] = print) -> None:
+        self.accelerator, self.config, self.model, self.tiles = accelerator, config, model, tiles
         self.data, self.geometry, self.store = data, geometry, store
         self.out_dir, self.write = out_dir, write
         self.writes = write and accelerator.is_main_process
@@ -76,7 +87,7 @@ class Saver:
 
     def save(self, history: History, figures: bool | None = None) -> Results:
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
-                                  self.accelerator.num_processes)
+                                  self.accelerator.num_processes, self.tiles)
         results.iteration_time_s = np.asarray(history.seconds)
         for name, values in (traffic_arrays(history.traffic) if history.traffic is not None else {}).items():
             setattr(results, name, values)
@@ -102,10 +113,17 @@ class Saver:
                 torch.fft.fftshift(predicted, dim=(-2, -1)).numpy())
 
     def checkpoint(self, optimizers: list, history: list[float], times: list[float]) -> None:
+        """A checkpoint of the whole state; with the object split (``tiles``) every process
+        takes part in assembling it, in the format of a replicated run's."""
+        if self.tiles is not None:
+            whole = self.tiles.full_state(self.model, optimizers)
+            model_state, optimizer_states = whole if whole is not None else (None, None)
+        elif self.writes:
+            model_state, optimizer_states = self.model.state_dict(), [o.state_dict() for o in optimizers]
         if not self.writes:
             return
-        state = {"iterations_done": len(history), "model": self.model.state_dict(),
-                 "optimizers": [o.state_dict() for o in optimizers], "loss": list(history),
+        state = {"iterations_done": len(history), "model": model_state,
+                 "optimizers": optimizer_states, "loss": list(history),
                  "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
                  "config": self.config.to_yaml()}
         save_checkpoint(self.out_dir, state, self.config.output.keep_checkpoints)

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--perturb-rank", type=int, default=None)
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output.dir")
     parser.add_argument("--die-rank", type=int, default=None, help="this rank kills itself (SIGKILL)...")
     parser.add_argument("--die-at", type=int, default=3, help="...at the start of this iteration")
     args = parser.parse_args()
@@ -51,11 +52,12 @@ def main() -> None:
     accelerator.prepare = prepare
     record = {"rank": rank, "world_size": accelerator.num_processes}
     try:
-        rec = ptyacc.reconstruct(config, accelerator=accelerator, on_step=on_step)
+        rec = ptyacc.reconstruct(config, accelerator=accelerator, on_step=on_step, resume=args.resume)
         gradient_bytes = sum(p.numel() * p.element_size() for p in rec.model.parameters() if p.requires_grad)
         record.update(comm_bytes=rec.comm_bytes, comm_time_s=rec.comm_time_s, gradient_bytes=gradient_bytes,
                       traffic=[dict(t.bytes, calls=t.calls) for t in rec.traffic],
-                      parameter_bytes={name: p.numel() * p.element_size() for name, p in rec.model.named_parameters()})
+                      parameter_bytes={name: p.numel() * p.element_size() for name, p in rec.model.named_parameters()},
+                      object_region=[*rec.model.object_origin.tolist(), *rec.model.object.shape[2:4]])
         record.update(loss=rec.loss, checksum=parameter_checksum(rec.model), held=len(rec.data.patterns),
                       held_rows=None if rec.data.pattern_rows is None else rec.data.pattern_rows.tolist())
     except ptyacc.PtyaccError as exc:

@@ -313,6 +313,9 @@ class RuntimeConfig:
     progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
     shard_data: bool = _f(False, "Each process holds only the patterns of its own spatial region (memory ~N/W); "
                                  "batches are drawn inside each region, so results differ slightly from replicated runs.")
+    shard_object: bool = _f(False, "Several processes: each holds only its tile of the object plus a halo as wide as "
+                                   "the probe window (and the Adam state of the pixels it owns); implies shard_data. "
+                                   "Same iterates as shard_data alone. One process: the whole object, as usual.")
     object_exchange: Literal["footprint", "dense"] = _f(
         "footprint", "Several processes: sum each step's object gradient over the processes only where the step's "
                      "windows lie (footprint), or over the whole object (dense; for comparison, same result).")

@@ -103,8 +103,29 @@ class EpochBatches(Dataset):
 def spatial_shards(positions_px: np.ndarray, world_size: int) -> list[np.ndarray]:
     """A fixed partition of the positions into ``world_size`` spatially compact shards whose
     sizes differ by at most one (sorted indices)."""
-    sizes = _even_sizes(len(positions_px), world_size)
-    return _cut_sorted(_compact_order(np.asarray(positions_px, dtype=np.float64), sizes), sizes)
+    return spatial_bisection(positions_px, world_size)[0]
+
+
+class Cut(NamedTuple):
+    """One cut of the recursive bisection behind ``spatial_shards``: the positions were sorted
+    along ``axis`` (0 = y, 1 = x) and split between ``last_first`` and ``first_second`` (indices
+    of the first part's last and the second part's first position along that axis); ``first``
+    and ``second`` are the cuts inside each part (None for a part that is one shard)."""
+
+    axis: int
+    last_first: int
+    first_second: int
+    first: "Cut | None"
+    second: "Cut | None"
+
+
+def spatial_bisection(positions: np.ndarray, world_size: int) -> tuple[list[np.ndarray], Cut | None]:
+    """``spatial_shards`` and the cuts that made them; shard r is the r-th leaf of the cut tree,
+    first parts before second parts (the object tiles of ``runtime.shard_object`` follow it)."""
+    points = np.asarray(positions, dtype=np.float64)
+    sizes = _even_sizes(len(points), world_size)
+    order, cut = _bisect(points, np.arange(len(points)), sizes)
+    return _cut_sorted(order, sizes), cut
 
 
 def _even_sizes(n: int, parts: int) -> np.ndarray:
@@ -121,14 +142,22 @@ def _cut_sorted(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
 
 
 def _compact_order(points: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Indices ordered so that consecutive runs of ``sizes`` form spatial clusters: recursive
-    bisection across the wider extent, each cut placed so both halves hold whole groups."""
+    """Indices ordered so that consecutive runs of ``sizes`` form spatial clusters (``_bisect``)."""
+    return _bisect(points, np.arange(len(points)), sizes)[0]
+
+
+def _bisect(points: np.ndarray, members: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, Cut | None]:
+    """``members`` (indices into ``points``) ordered so that consecutive runs of ``sizes`` form
+    spatial clusters: recursive bisection across the wider extent, each cut placed so both
+    halves hold whole groups; and the tree of those cuts."""
     if len(sizes) == 1:
-        return np.arange(len(points))
+        return members, None
     half = len(sizes) // 2
     n_first = int(sizes[:half].sum())
-    axis = int(np.argmax(np.ptp(points, axis=0)))
-    order = np.argsort(points[:, axis], kind="stable")
-    first, second = order[:n_first], order[n_first:]
-    return np.concatenate([first[_compact_order(points[first], sizes[:half])],
-                           second[_compact_order(points[second], sizes[half:])]])
+    axis = int(np.argmax(np.ptp(points[members], axis=0)))
+    ordered = members[np.argsort(points[members, axis], kind="stable")]
+    first, second = ordered[:n_first], ordered[n_first:]
+    first_order, first_cut = _bisect(points, first, sizes[:half])
+    second_order, second_cut = _bisect(points, second, sizes[half:])
+    cut = Cut(axis, int(first[-1]), int(second[0]), first_cut, second_cut) if len(first) and len(second) else None
+    return np.concatenate([first_order, second_order]), cut

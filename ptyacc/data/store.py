@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ptyacc.data.batches import EpochBatches, spatial_shards
+from ptyacc.data.batches import Cut, EpochBatches, spatial_bisection
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.load import load_data
+from ptyacc.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -20,15 +21,21 @@ class ShardPlan:
 
     shards: one sorted array of position indices per process (``runtime.shard_data``: spatially
     compact regions), or None when every process holds every pattern (replicated).
+    cut: the bisection that made the shards (``runtime.shard_object`` cuts the object along it).
     """
 
     world: int
     rank: int
     shards: tuple[np.ndarray, ...] | None = None
+    cut: Cut | None = None
 
     @classmethod
     def spatial(cls, positions_A: np.ndarray, world: int, rank: int) -> ShardPlan:
-        return cls(world, rank, tuple(spatial_shards(positions_A, world)))
+        if len(positions_A) < world:
+            raise ConfigError(f"runtime.shard_data: {len(positions_A)} positions cannot be shared by {world} processes "
+                              f"(each needs at least one); use at most {len(positions_A)} processes")
+        shards, cut = spatial_bisection(positions_A, world)
+        return cls(world, rank, tuple(shards), cut)
 
     @property
     def held(self) -> np.ndarray | None:
@@ -51,7 +58,7 @@ def load_planned(config, world: int, rank: int, data: PtychoData | None = None) 
     """The dataset as this process needs it, and the plan it was cut by: with
     ``runtime.shard_data`` only this process's spatial share of the patterns is read (or kept,
     for ``data`` given whole)."""
-    if not config.runtime.shard_data:
+    if not (config.runtime.shard_data or config.runtime.shard_object):  # shard_object implies shard_data
         return (data if data is not None else load_data(config)), ShardPlan(world, rank)
     plans: list[ShardPlan] = []
 

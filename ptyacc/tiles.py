@@ -1,0 +1,405 @@
+"""The object split across processes (``runtime.shard_object``, DESIGN rule 10).
+
+Each process holds only a tile of the object plus a halo, and the Adam state of the pixels it
+owns. The tiles follow the shards of ``runtime.shard_data``: the same recursive bisection of
+the positions (``data.batches.spatial_bisection``) also cuts the object's rectangle, at the
+midpoint between the two parts' positions, so that process r owns a rectangle O_r around its
+own positions. Process r holds the local region L_r: O_r and every pixel that a window of one
+of its positions can reach (position corrections included), clipped to the object.
+
+Every step (once the object is updated), after the backward pass:
+- gradient phase: each process's gradient on a pixel it does not own is sent to the owner.
+  The segments seg(s, r) = O_s ∩ L_r (s != r) are rectangles every process knows; process r
+  writes its gradient on seg(s, r) into its slot of one packed buffer (zeros elsewhere), one
+  all-reduce sums the buffers, and owner s adds the slots seg(s, r) to its own gradient. Each
+  slot has one writer, so each process's contribution is counted exactly once;
+- the owner takes the Adam step on its owned pixels with the summed gradient (halo pixels
+  are never stepped);
+- value phase: the owners write their new values on seg(s, r), one all-reduce, and every
+  process copies the values of its halo.
+So every pixel is updated by one owner with the same summed gradient as in a replicated run,
+and the iterates are those of ``runtime.shard_data`` alone. The bytes are those of the
+segments, proportional to the tiles' perimeter, not their area.
+
+The object leaves DDP (it has another shape on each process): it is in DDP's parameters to
+ignore, and the comm hook of ``ptyacc/exchange.py`` sums only probe, positions and detector.
+For results.h5 and checkpoints the main process assembles the whole object (and Adam's
+moments) tile by tile: it holds the whole object once at save time, on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ptyacc.data.batches import Cut, spatial_bisection
+from ptyacc.errors import ConfigError, PtyaccError
+
+Rect = tuple[int, int, int, int]  # (y0, y1, x0, x1): rows y0:y1, columns x0:x1 of the whole object
+OBJECT = "object"
+# Different shapes and values on each process. DDP (torch 2.13) compares a root module's
+# parameter names as "object" when it checks shapes and syncs states, but as ".object" when it
+# builds the reducer's buckets ("{module_name}.{param_name}" with an empty module name): both.
+IGNORED_BY_DDP = (OBJECT, "." + OBJECT, "object_origin", ".object_origin")
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The split of an object of ``shape`` (Ny, Nx) px over ``len(owned)`` processes.
+
+    owned: O_r, a partition of the object's pixels into rectangles, one per process.
+    local: L_r, what process r holds: O_r plus the pixels its positions' windows can reach.
+    shards: the positions of each process (those of ``spatial_shards``).
+    """
+
+    shape: tuple[int, int]
+    window: int
+    owned: tuple[Rect, ...]
+    local: tuple[Rect, ...]
+    shards: tuple[np.ndarray, ...]
+
+    @classmethod
+    def plan(cls, shards: list[np.ndarray], cut: Cut | None, positions_px: np.ndarray, shape: tuple[int, int],
+             window: int, margin_px: float) -> Tiling:
+        """The tiling of the shards that the bisection ``cut`` made (``spatial_bisection``, as
+        ``ShardPlan.spatial``); positions_px (N, 2): the positions in object pixels; margin_px:
+        how far a position may move from there (corrections, rounding)."""
+        owned = tile_rectangles(cut, positions_px, shape)
+        local = tuple(_bounding(rect, reach(positions_px[shard], shape, window, margin_px))
+                      for rect, shard in zip(owned, shards, strict=True))
+        return cls(tuple(shape), window, tuple(owned), local, tuple(shards))
+
+    def narrowest(self) -> tuple[int, int]:
+        """(process, its tile's smaller side in px) of the narrowest tile."""
+        sides = [min(y1 - y0, x1 - x0) for y0, y1, x0, x1 in self.owned]
+        return int(np.argmin(sides)), min(sides)
+
+    def segments(self) -> list[tuple[int, int, Rect]]:
+        """(owner s, holder r, seg(s, r) = O_s ∩ L_r) for s != r where not empty, in a fixed order."""
+        found = []
+        for s, own in enumerate(self.owned):
+            for r, held in enumerate(self.local):
+                part = _intersection(own, held)
+                if s != r and part is not None:
+                    found.append((s, r, part))
+        return found
+
+
+def tile_rectangles(cut: Cut | None, positions_px: np.ndarray, shape: tuple[int, int]) -> list[Rect]:
+    """The owned rectangles, one per shard in shard order: the object's rectangle cut where
+    ``cut`` split the positions, at the pixel boundary nearest the midpoint between the last
+    position of the first part and the first of the second, kept between their centre pixels
+    (round(position)) when they are in different pixels, so that each shard's centre pixels lie
+    in its own rectangle."""
+    def split(node: Cut | None, rect: list[int]) -> list[Rect]:
+        if node is None:
+            return [tuple(rect)]
+        lo, hi = rect[2 * node.axis], rect[2 * node.axis + 1]
+        below, above = positions_px[node.last_first, node.axis], positions_px[node.first_second, node.axis]
+        boundary = int(np.round((below + above) / 2))
+        if np.round(above) > np.round(below):
+            boundary = int(np.clip(boundary, np.round(below) + 1, np.round(above)))
+        boundary = int(np.clip(boundary, lo + 1, hi - 1))
+        first, second = list(rect), list(rect)
+        first[2 * node.axis + 1] = second[2 * node.axis] = boundary
+        return split(node.first, first) + split(node.second, second)
+
+    return split(cut, [0, int(shape[0]), 0, int(shape[1])])
+
+
+def reach(centres_px: np.ndarray, shape: tuple[int, int], window: int, margin_px: float) -> Rect:
+    """The pixels that the K x K windows of centres (n, 2) moved by up to ``margin_px`` can
+    cover: corners round(c - K//2) clamped to [0, N - K] as ``PtychoModel._window_corners``."""
+    half, high = window // 2, np.asarray(shape) - window
+    low_corner = np.clip(np.floor(centres_px.min(axis=0) - margin_px - half), 0, high).astype(int)
+    high_corner = np.clip(np.ceil(centres_px.max(axis=0) + margin_px - half), 0, high).astype(int)
+    return int(low_corner[0]), int(high_corner[0]) + window, int(low_corner[1]), int(high_corner[1]) + window
+
+
+def _bounding(a: Rect, b: Rect) -> Rect:
+    return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
+
+
+def _intersection(a: Rect, b: Rect) -> Rect | None:
+    y0, y1, x0, x1 = max(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), min(a[3], b[3])
+    return (y0, y1, x0, x1) if y1 > y0 and x1 > x0 else None
+
+
+def _area(rect: Rect) -> int:
+    return (rect[1] - rect[0]) * (rect[3] - rect[2])
+
+
+def plan_tiling(config, plan, positions_px: np.ndarray, shape: tuple[int, int], window: int,
+                steps_per_iteration: int) -> Tiling:
+    """The tiling of this run's shard plan (``ShardPlan``), or a ConfigError when a tile would be narrower than the probe
+    window. The halo margin: the position-correction limit plus how far Adam can move a
+    position within one iteration before the limit is enforced (lr x steps), plus 1 px for rounding."""
+    opt = config.optim
+    refined = opt.start.positions is not None
+    margin = (opt.max_position_offset_fraction * window + opt.lr.positions * steps_per_iteration if refined else 0.0)
+    margin += 1.0
+    tiling = Tiling.plan(plan.shards, plan.cut, positions_px, shape, window, margin)
+    rank, side = tiling.narrowest()
+    world = plan.world
+    if side < window:
+        fitting = [w for w in range(world - 1, 0, -1)
+                   if Tiling.plan(*spatial_bisection(positions_px, w), positions_px, shape, window, margin
+                                  ).narrowest()[1] >= window]
+        most = fitting[0] if fitting else 1
+        raise ConfigError(f"runtime.shard_object: with {world} processes the tile of process {rank} is {side} px wide, "
+                          f"narrower than the {window} px probe window (object {shape[0]} x {shape[1]} px); use at "
+                          f"most {most} process{'es' if most > 1 else ''} for this object, or set "
+                          "runtime.shard_object: false")
+    return tiling
+
+
+# ----------------------------------------------------------------------------- the exchange
+
+
+class HaloExchange:
+    """The two collectives of a step (see the module docstring) for process ``rank``.
+
+    ``count(nbytes, seconds)`` is told the bytes and waiting time of each collective."""
+
+    def __init__(self, tiling: Tiling, rank: int, world: int, count=None) -> None:
+        self.tiling, self.rank, self.world, self.count = tiling, rank, world, count
+        y0, _, x0, _ = tiling.local[rank]
+        self.segments = []  # (owner, holder, rows, columns in the local region, offset in the buffer (px))
+        offset = 0
+        for s, r, (a, b, c, d) in tiling.segments():
+            self.segments.append((s, r, slice(a - y0, b - y0), slice(c - x0, d - x0), offset))
+            offset += (b - a) * (d - c)
+        self.pixels = offset
+
+    def buffer_numel(self, values: torch.Tensor) -> int:
+        """Elements of the packed buffer for a local tensor (O, S, Ly, Lx, 2)."""
+        return self.pixels * values.shape[0] * values.shape[1] * values.shape[-1]
+
+    def sum_gradients(self, grad: torch.Tensor) -> None:
+        """Owned pixels of the local gradient (O, S, Ly, Lx, 2) become the sum over processes."""
+        packed = self._all_reduce(grad, writer_is_holder=True)
+        for rows, cols, piece in self._pieces(packed, grad, mine_as="owner"):
+            grad[..., rows, cols, :] += piece
+
+    def share_values(self, values: torch.Tensor) -> None:
+        """Halo pixels of the local values (O, S, Ly, Lx, 2) become their owners' values."""
+        packed = self._all_reduce(values, writer_is_holder=False)
+        for rows, cols, piece in self._pieces(packed, values, mine_as="holder"):
+            values[..., rows, cols, :] = piece
+
+    def _all_reduce(self, local: torch.Tensor, writer_is_holder: bool) -> torch.Tensor:
+        import torch.distributed as dist
+
+        modes = local.shape[0] * local.shape[1] * local.shape[-1]
+        packed = torch.zeros(self.pixels * modes, dtype=local.dtype, device=local.device)
+        for s, r, rows, cols, offset in self.segments:
+            if (r if writer_is_holder else s) == self.rank:
+                part = local[..., rows, cols, :]
+                packed[offset * modes:offset * modes + part.numel()] = part.reshape(-1)
+        start = time.perf_counter()
+        dist.all_reduce(packed)
+        if self.count is not None:
+            self.count(packed.numel() * packed.element_size(), time.perf_counter() - start)
+        return packed
+
+    def _pieces(self, packed: torch.Tensor, local: torch.Tensor, mine_as: str):
+        modes = local.shape[0] * local.shape[1] * local.shape[-1]
+        for s, r, rows, cols, offset in self.segments:
+            if (s if mine_as == "owner" else r) != self.rank:
+                continue
+            shape = (*local.shape[:2], rows.stop - rows.start, cols.stop - cols.start, local.shape[-1])
+            numel = math.prod(shape)
+            yield rows, cols, packed[offset * modes:offset * modes + numel].view(shape)
+
+
+# ----------------------------------------------------------------------------- Adam on the owned tile
+
+
+class TiledAdam:
+    """Adam for the local object of one process: the halo exchange, then torch's Adam update
+    (the fused kernel's formula) on the owned pixels only, then the halo values.
+
+    Adam's moments are kept for the owned tile only. ``state_dict`` is this process's (for
+    the NaN guard's snapshots); ``full_state_dict`` (a collective) is a torch Adam state dict of
+    the whole object on the main process, which is what checkpoints hold, and
+    ``load_state_dict`` takes either."""
+
+    def __init__(self, param: nn.Parameter, lr: float, tiling: Tiling, rank: int, world: int,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.param, self.tiling, self.rank, self.world = param, tiling, rank, world
+        self.betas, self.eps = betas, eps
+        self.param_groups = [{"lr": lr, "params": [param]}]
+        self.exchange = HaloExchange(tiling, rank, world) if world > 1 else None
+        y0, _, x0, _ = tiling.local[rank]
+        a, b, c, d = tiling.owned[rank]
+        self.owned = (slice(a - y0, b - y0), slice(c - x0, d - x0))
+        self.steps = 0
+        self.exp_avg: torch.Tensor | None = None  # (O, S, h, w, 2) of the owned tile
+        self.exp_avg_sq: torch.Tensor | None = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.param.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grad = self.param.grad if self.param.grad is not None else torch.zeros_like(self.param)
+        if self.exchange is not None:
+            # DDP's average: the loss is scaled by W / B, so the average is the global sum / B
+            grad.div_(self.world)
+            self.exchange.sum_gradients(grad)
+        rows, cols = self.owned
+        owned_grad, owned = grad[..., rows, cols, :], self.param[..., rows, cols, :]
+        if self.exp_avg is None:
+            self.exp_avg, self.exp_avg_sq = torch.zeros_like(owned_grad), torch.zeros_like(owned_grad)
+        self.steps += 1
+        beta1, beta2 = self.betas
+        self.exp_avg.lerp_(owned_grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(owned_grad, owned_grad, value=1 - beta2)
+        step_size = self.param_groups[0]["lr"] / (1 - beta1 ** self.steps)
+        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** self.steps)).add_(self.eps)
+        owned.addcdiv_(self.exp_avg, denom, value=-step_size)
+        if self.exchange is not None:
+            self.exchange.share_values(self.param.data)
+
+    def state_dict(self) -> dict:
+        """This process's state: step count, learning rate and the owned tile's moments."""
+        moments = {} if self.exp_avg is None else {"exp_avg": self.exp_avg.clone(),
+                                                    "exp_avg_sq": self.exp_avg_sq.clone()}
+        return {"tile": self.rank, "steps": self.steps, "lr": self.param_groups[0]["lr"], **moments}
+
+    def full_state_dict(self) -> dict | None:
+        """A ``torch.optim.Adam`` state dict of the whole object, assembled on the main process
+        (None elsewhere); every process must call it."""
+        group = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=self.param_groups[0]["lr"],
+                                 betas=self.betas, eps=self.eps, fused=self._fused()).state_dict()["param_groups"]
+        moments = {}
+        for name in ("exp_avg", "exp_avg_sq"):
+            tile = getattr(self, name)
+            if tile is not None:
+                moments[name] = gather_tiles(tile, self.tiling, self.rank, self.world)
+        if self.rank != 0:
+            return None
+        state = {0: {"step": torch.tensor(float(self.steps)), **moments}} if moments else {}
+        return {"state": state, "param_groups": group}
+
+    def load_state_dict(self, state: dict) -> None:
+        """This process's own state (``state_dict``) or a whole-object Adam state dict (a
+        checkpoint of a split or a replicated run), whose owned tile is taken."""
+        if "tile" in state:
+            self.steps, self.param_groups[0]["lr"] = state["steps"], state["lr"]
+            self.exp_avg = state["exp_avg"].clone() if "exp_avg" in state else None
+            self.exp_avg_sq = state["exp_avg_sq"].clone() if "exp_avg_sq" in state else None
+            return
+        self.param_groups[0]["lr"] = state["param_groups"][0]["lr"]
+        saved = state["state"].get(0)
+        if saved is None:
+            self.steps, self.exp_avg, self.exp_avg_sq = 0, None, None
+            return
+        y0, y1, x0, x1 = self.tiling.owned[self.rank]
+        device = self.param.device
+        self.steps = int(saved["step"])
+        self.exp_avg = saved["exp_avg"][..., y0:y1, x0:x1, :].to(device).clone()
+        self.exp_avg_sq = saved["exp_avg_sq"][..., y0:y1, x0:x1, :].to(device).clone()
+
+    def _fused(self) -> bool | None:
+        try:
+            torch.optim.Adam([torch.zeros(1, device=self.param.device, requires_grad=True)], fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            return None
+        return True
+
+
+def gather_tiles(tile: torch.Tensor, tiling: Tiling, rank: int, world: int) -> torch.Tensor | None:
+    """The whole (O, S, Ny, Nx, 2) tensor on the main process's CPU from every process's owned
+    ``tile``, received one tile at a time (None on the other processes)."""
+    if world == 1:
+        return tile.detach().cpu().clone()
+    import torch.distributed as dist
+
+    if rank != 0:
+        dist.send(tile.detach().contiguous(), dst=0)
+        return None
+    whole = torch.empty((*tile.shape[:2], *tiling.shape, tile.shape[-1]), dtype=tile.dtype)
+    for source, (y0, y1, x0, x1) in enumerate(tiling.owned):
+        if source == 0:
+            part = tile.detach()
+        else:
+            part = torch.empty((*tile.shape[:2], y1 - y0, x1 - x0, tile.shape[-1]), dtype=tile.dtype,
+                               device=tile.device)
+            dist.recv(part, src=source)
+        whole[..., y0:y1, x0:x1, :] = part.cpu()
+    return whole
+
+
+# ----------------------------------------------------------------------------- what the engine calls
+
+
+class ObjectTiles:
+    """The object split of one run, as the engine, the saver and the checkpoints use it."""
+
+    def __init__(self, tiling: Tiling, rank: int, world: int) -> None:
+        self.tiling, self.rank, self.world = tiling, rank, world
+        self.optimizer: TiledAdam | None = None
+
+    @property
+    def region(self) -> Rect:
+        """The part of the object this process holds (L_r)."""
+        return self.tiling.local[self.rank]
+
+    def describe(self) -> str:
+        y0, y1, x0, x1 = self.tiling.owned[self.rank]
+        ly0, ly1, lx0, lx1 = self.region
+        held = sum(_area(r) for r in self.tiling.local) / (self.tiling.shape[0] * self.tiling.shape[1])
+        return (f"object split over {self.world} processes: this one owns rows {y0}:{y1}, columns {x0}:{x1} and "
+                f"holds rows {ly0}:{ly1}, columns {lx0}:{lx1} (all processes together hold {held:.2f}x the object)")
+
+    def take_over(self, model: nn.Module, groups: list) -> None:
+        """Before ``accelerator.prepare``: the object leaves DDP and its group steps with TiledAdam."""
+        nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
+        group = next(g for g in groups if g.name == OBJECT)
+        self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world)
+        group.optimizer = self.optimizer
+
+    def connect(self, count) -> None:
+        """``count(nbytes, seconds)`` is told every object collective (the exchange's traffic)."""
+        if self.optimizer.exchange is not None:
+            self.optimizer.exchange.count = count
+
+    def check_windows(self, model: nn.Module, indices: torch.Tensor) -> None:
+        """Stop with a clear error if a window of ``indices`` (b,) left the held region (a
+        position moved further than the halo allows)."""
+        corners, _ = model.window_corners(indices.to(model.positions_px.device))
+        local = corners - model.object_origin
+        limit = torch.tensor(model.object.shape[2:4], device=local.device) - model.window
+        if bool((local < 0).any() | (local > limit).any()):
+            raise PtyaccError("runtime.shard_object: a position moved beyond the halo of its process's object region "
+                              "within one iteration; lower optim.lr.positions or optim.max_position_offset_fraction, "
+                              "or set runtime.shard_object: false")
+
+    @torch.no_grad()
+    def whole_object(self, model: nn.Module) -> torch.Tensor | None:
+        """The whole object (O, S, Ny, Nx, 2) on the main process's CPU (None elsewhere); a collective."""
+        rows, cols = self.optimizer.owned
+        return gather_tiles(model.object[..., rows, cols, :], self.tiling, self.rank, self.world)
+
+    def full_state(self, model: nn.Module, optimizers: list) -> tuple[dict, list] | None:
+        """Model and optimizer state dicts as a replicated run's, whole object included, on the
+        main process (None elsewhere); a collective."""
+        whole = self.whole_object(model)
+        states = [o.full_state_dict() if o is self.optimizer else o.state_dict() for o in optimizers]
+        if self.rank != 0:
+            return None
+        model_state = dict(model.state_dict(), object=whole)
+        return model_state, states
+
+    def localize(self, state: dict) -> dict:
+        """A checkpoint (whole object) with the model's object cut to this process's region."""
+        y0, y1, x0, x1 = self.region
+        model_state = dict(state["model"])
+        model_state[OBJECT] = model_state[OBJECT][..., y0:y1, x0:x1, :]
+        return dict(state, model=model_state)
