@@ -14,7 +14,7 @@ from test_distributed import WORKER, launch, ranks
 import ptyacc
 from ptyacc.data import load_data, spatial_shards
 from ptyacc.data.batches import spatial_bisection
-from ptyacc.data.dataset import raster_positions_A
+from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.store import ShardPlan
 from ptyacc.errors import ConfigError
 from ptyacc.geometry import ObjectGeometry
