@@ -87,7 +87,8 @@ README_MARKERS = ("<!-- config-reference:start -->\n", "<!-- config-reference:en
 @cli.command("config-reference")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--readme", type=click.Path(exists=True, dir_okay=False),
-              help="Replace the block between the config-reference markers of this Markdown file.")
+              help="Replace the block between the config-reference markers of this Markdown file "
+                   "(docs/config-reference.md).")
 @friendly_errors
 def config_reference_cmd(output: str | None, readme: str | None) -> None:
     """Print the reference of every config key, generated from ptyacc's config dataclasses."""

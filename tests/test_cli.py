@@ -98,8 +98,9 @@ def test_error_exit_code_from_a_real_process(tmp_path):
 
 
 def test_readme_config_reference_is_current():
-    """The README's config reference is the generated one (run `ptyacc config-reference --readme README.md`)."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/config-reference.md holds the generated reference
+    (run `ptyacc config-reference --readme docs/config-reference.md`)."""
+    readme = (ROOT / "docs" / "config-reference.md").read_text()
     start, end = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
     assert start in readme and end in readme
     block = readme.split(start, 1)[1].split(end, 1)[0]
