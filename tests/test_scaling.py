@@ -327,10 +327,11 @@ def test_grid_tiling_agrees_with_tiles_py(devices):
     # the packed buffer of tiles.py's halo exchange is exactly the segments counted here
     assert exact.segment_px == HaloExchange(tiling, 0, devices).pixels
     grid = GridTiling(layout.object_shape[0], scan.window_px, scan.step_px, 1.0, devices).sizes()
-    # the halo bytes within 2%; the busiest tile within 10% (the edge tiles also own the canvas margins)
+    # the halo bytes within 2%; the busiest held region within 15%, never under (an inner tile with
+    # a halo on every side, where tiles.py's edge tiles also own the canvas margins)
     assert grid.segment_px == pytest.approx(exact.segment_px, rel=0.02)
-    assert grid.held_px == pytest.approx(exact.held_px, rel=0.1)
-    assert grid.owned_px == pytest.approx(exact.owned_px, rel=0.1)
+    assert exact.held_px <= grid.held_px <= 1.15 * exact.held_px
+    assert grid.owned_px == pytest.approx(exact.owned_px, rel=0.15)
 
 
 def test_split_exchange_bytes_and_collectives():
