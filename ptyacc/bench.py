@@ -120,12 +120,20 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     }
 
 
+ADAM_MOMENTS = 2  # Adam keeps two moments per parameter value
+PATTERN_VALUE_BYTES = 4  # patterns are held as float32
+
+
+def wave_bytes(batch_size: int, window_px: int, probe_modes: int, object_modes: int, slices: int) -> int:
+    """One batch's complex64 waves: a K x K wave per pattern, probe mode, object mode and slice."""
+    return batch_size * probe_modes * object_modes * slices * window_px * window_px * 8
+
+
 def _minimum_bytes(model, data, batch_size: int) -> int:
     """Patterns + parameters + Adam state (2 per parameter) + one batch's complex waves."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    k = data.detector_px
-    waves = batch_size * model.probe.shape[0] * model.object.shape[0] * model.object.shape[1] * k * k * 8
-    return data.patterns.numel() * 4 + 3 * params + waves
+    waves = wave_bytes(batch_size, data.detector_px, model.probe.shape[0], model.object.shape[0], model.object.shape[1])
+    return data.patterns.numel() * PATTERN_VALUE_BYTES + (1 + ADAM_MOMENTS) * params + waves
 
 
 def _release_free_memory() -> None:

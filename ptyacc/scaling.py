@@ -711,7 +711,9 @@ def run_predict(config_path: Path | None, overrides: list[str], process_counts: 
         counts = [p for p in process_counts if p > 1] or [2]
         return "\n\n".join(format_link(measure_link(p, repeats=max(15, 5 * trials))) for p in counts)
     if config_path is None:
-        return reference_tables()
+        from ptyacc.scaling_tiles import split_tables
+
+        return reference_tables() + "\n\n## Object split (runtime.shard_object)\n\n" + split_tables()
     _, rows, median_cost, min_cost = check_against_launches(config_path, overrides, process_counts, batch_sizes, trials,
                                                             out_dir, echo)
     return format_check(rows, median_cost, min_cost)

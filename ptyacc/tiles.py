@@ -134,15 +134,22 @@ def _area(rect: Rect) -> int:
     return (rect[1] - rect[0]) * (rect[3] - rect[2])
 
 
+def halo_margin_px(window: int, refined: bool, max_offset_fraction: float = 0.25, lr_positions: float = 1e-2,
+                   steps_per_iteration: int = 1) -> float:
+    """How far a position may move from its start (the halo beyond its window): the position-correction
+    limit plus how far Adam can move it within one iteration (lr x steps) when positions are
+    refined, plus 1 px for rounding."""
+    return (max_offset_fraction * window + lr_positions * steps_per_iteration if refined else 0.0) + 1.0
+
+
 def plan_tiling(config, plan, positions_px: np.ndarray, shape: tuple[int, int], window: int,
                 steps_per_iteration: int) -> Tiling:
     """The tiling of this run's shard plan (``ShardPlan``), or a ConfigError when a tile would be narrower than the probe
     window. The halo margin: the position-correction limit plus how far Adam can move a
     position within one iteration before the limit is enforced (lr x steps), plus 1 px for rounding."""
     opt = config.optim
-    refined = opt.start.positions is not None
-    margin = (opt.max_position_offset_fraction * window + opt.lr.positions * steps_per_iteration if refined else 0.0)
-    margin += 1.0
+    margin = halo_margin_px(window, opt.start.positions is not None, opt.max_position_offset_fraction,
+                            opt.lr.positions, steps_per_iteration)
     tiling = Tiling.plan(plan.shards, plan.cut, positions_px, shape, window, margin)
     rank, side = tiling.narrowest()
     world = plan.world

@@ -252,3 +252,91 @@ def test_predict_refuses_a_check_it_cannot_fit(capsys):
     assert main(["predict", config, "--batch-sizes", "32"]) == 2
     assert main(["predict", config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
     assert "give different numbers of steps" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the object split (scaling_tiles)
+
+from ptyacc.scaling_tiles import (  # noqa: E402
+    Case,
+    GridTiling,
+    Scan,
+    TileSizes,
+    largest_fitting,
+    largest_side,
+    layout_tiling,
+    replicated_memory,
+    split_exchange,
+    split_memory,
+    tile_sizes,
+)
+from ptyacc.tiles import HaloExchange  # noqa: E402
+
+
+def test_memory_of_a_tiny_case_by_hand():
+    # 100 px object, 2 slices, 1 object mode: 2 x 2 floats = 16 bytes per pixel; 96 other floats (384 B)
+    case = Case(object_px=100, n_patterns=10, window_px=4, slices=2, probe_modes=3, other_floats=96)
+    one = replicated_memory(case, batch_size=4, devices=1)
+    # object 1600, gradient 1600, Adam 2 x (1600 + 384), others value + gradient 768,
+    # patterns 10 x 16 x 4 = 640, waves 4 patterns x 3 modes x 2 slices x 16 px x 8 B = 3072
+    assert (one.object, one.gradient, one.adam, one.other_parameters, one.patterns, one.waves) == \
+        (1600, 1600, 3968, 768, 640, 3072)
+    assert one.total == 11648
+    # two processes: 5 patterns and a batch of 2 each; the split holds 60 px and owns 50
+    two = split_memory(case, 4, 2, TileSizes(held_px=60, owned_px=50, segment_px=20, narrowest_px=5))
+    assert (two.object, two.gradient, two.adam, two.patterns, two.waves) == (960, 960, 2 * (800 + 384), 320, 1536)
+    assert two.total == 960 + 960 + 2368 + 768 + 320 + 1536
+    assert replicated_memory(case, 4, 2).total == 1600 + 1600 + 3968 + 768 + 320 + 1536
+
+
+def test_largest_fitting_stops_at_the_boundary():
+    assert largest_fitting(lambda s: s * s <= 1000, 1, 1000) == 31
+    assert largest_fitting(lambda s: s * s <= 1024, 1, 1000) == 32
+    assert largest_fitting(lambda s: False, 5, 9) == 4
+
+
+def test_largest_side_is_the_last_that_fits():
+    scan = Scan(window_px=16, step_px=4.0, slices=2, probe_modes=2, batch_size=8)
+    for split, devices in ((False, 1), (False, 4), (True, 4)):
+        fits = scan.fits_split if split else scan.fits_replicated
+        memory = (split_memory(scan.case(300), 8, devices, scan.grid(300, devices)) if split
+                  else replicated_memory(scan.case(300), 8, devices))
+        budget = memory.total  # exactly what a 300 px object takes
+        side = largest_side(scan, devices, split, device_bytes=budget + 1000, reserve_bytes=1000)
+        assert side >= 300 and fits(side, devices, budget) and not fits(side + 1, devices, budget)
+        assert largest_side(scan, devices, split, device_bytes=budget - 1 + 1000, reserve_bytes=1000) < 300 \
+            or scan.case(299) == scan.case(300)
+
+
+def test_grid_tiling_by_hand():
+    # h = K/2 + margin - step/2 = 5 + 1 - 1 = 5 px past each inner edge
+    four = GridTiling(side_px=100, window_px=10, step_px=2.0, margin_px=1.0, devices=4).sizes()
+    assert (four.held_px, four.owned_px, four.segment_px) == (55 * 55, 50 * 50, 2 * 5 * 100 * 2 + 4 * 25)
+    eight = GridTiling(100, 10, 2.0, 1.0, 8).sizes()  # 4 rows x 2 columns of 25 x 50 px tiles
+    assert (eight.held_px, eight.owned_px, eight.segment_px) == (35 * 55, 25 * 50, 2 * 5 * 100 * 4 + 4 * 25 * 3)
+    one = GridTiling(100, 10, 2.0, 1.0, 1).sizes()
+    assert (one.held_px, one.segment_px) == (100 * 100, 0)
+
+
+@pytest.mark.parametrize("devices", [2, 4, 8, 16])
+def test_grid_tiling_agrees_with_tiles_py(devices):
+    scan = Scan(window_px=16, step_px=3.0, slices=1)
+    layout = raster_layout((64, 64), scan.step_px, scan.window_px)
+    assert layout.object_shape[0] == layout.object_shape[1]
+    tiling = layout_tiling(layout, devices, 1.0)
+    exact = tile_sizes(tiling)
+    # the packed buffer of tiles.py's halo exchange is exactly the segments counted here
+    assert exact.segment_px == HaloExchange(tiling, 0, devices).pixels
+    grid = GridTiling(layout.object_shape[0], scan.window_px, scan.step_px, 1.0, devices).sizes()
+    # the halo bytes within 2%; the busiest held region within 15%, never under (an inner tile with
+    # a halo on every side, where tiles.py's edge tiles also own the canvas margins)
+    assert grid.segment_px == pytest.approx(exact.segment_px, rel=0.02)
+    assert exact.held_px <= grid.held_px <= 1.15 * exact.held_px
+    assert grid.owned_px == pytest.approx(exact.owned_px, rel=0.15)
+
+
+def test_split_exchange_bytes_and_collectives():
+    case = Case(object_px=100, n_patterns=10, window_px=4, slices=2, other_floats=96)
+    exchange = split_exchange(case, TileSizes(60, 50, 20, 5), [384])
+    # two halo all-reduces of 20 px x 16 B, and one DDP bucket of the 384 B of other parameters
+    assert exchange.bytes_per_step == 2 * 20 * 16 + 384
+    assert exchange.collectives_per_step == 3
