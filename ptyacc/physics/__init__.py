@@ -19,8 +19,21 @@ The forward chain is four stages, each an object with its forward and its adjoin
 forwards and adjoints chunk by chunk for the training loss and its gradient.
 """
 
-from ptyacc.physics.chain import detected_intensities
-from ptyacc.physics.detect import Detect, Detector, detector_response, far_field_intensities, summed_intensity
+from ptyacc.physics.chain import (
+    Detect,
+    Detector,
+    Multislice,
+    Patches,
+    ProbeShift,
+    detected_intensities,
+    detector_response,
+    exit_waves,
+    extract_patches,
+    far_field_intensities,
+    multislice_intensities,
+    summed_intensity,
+    transmission,
+)
 from ptyacc.physics.fidelity import (
     LOSS_KINDS,
     deviance_sums,
@@ -30,11 +43,8 @@ from ptyacc.physics.fidelity import (
     poisson_nll,
 )
 from ptyacc.physics.fused import ptycho_loss
-from ptyacc.physics.multislice import Multislice, exit_waves, multislice_intensities, transmission
-from ptyacc.physics.patches import Patches, extract_patches
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
-from ptyacc.physics.shift import ProbeShift
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [

@@ -1,14 +1,309 @@
-"""The forward chain, probe shift -> object patches -> multislice -> detection: its forward for
-prediction, simulation and the saved mean pattern. The training loss ``ptycho_loss`` runs the
-same stages' forward and backward in chunks."""
+"""The forward chain, probe shift -> object patches -> multislice -> detection, in one place:
+its four stages, each with its forward and its adjoint, and ``detected_intensities``, the
+chain's forward for prediction, simulation and the saved mean pattern. The training loss
+``ptycho_loss`` (fused.py) runs the same stages' forward and backward in chunks.
+
+Stage 1, ``ProbeShift``: the probe modes moved to each position's sub-pixel rest.
+Stage 2, ``Patches``: the object's windows under the probe at each position.
+Stage 3, ``Multislice``: multislice exit waves with incoherent probe and object modes.
+Stage 4, ``Detect``: exit waves to the field at the detector (far or near field), intensities
+summed over the modes, and the detector's response (gain per pattern, background).
+"""
+
+from dataclasses import dataclass
 
 import torch
 
-from ptyacc.physics.detect import Detect, Detector, detector_response, summed_intensity
-from ptyacc.physics.multislice import Multislice
-from ptyacc.physics.patches import extract_patches
-from ptyacc.physics.shift import ProbeShift
+# ------------------------------------------------------------------ stage 1: probe shift
 
+class ProbeShift:
+    """Probe modes (P, K, K) moved by each position's sub-pixel shift:
+    probes (B, P, K, K) = ifft2(fft2(probe) * ramps[:, None]), with ``ramps`` (B, K, K) the
+    Fourier multipliers of ``shift_ramp``; without ramps the probe itself as (1, P, K, K),
+    shared by the whole batch. Linear in the probe (``adjoint``) and in the ramps
+    (``ramps_adjoint``: what the gradient with respect to the positions needs).
+
+    The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
+    chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
+    ``forward`` and ``adjoint`` are made of."""
+
+    def __init__(self, ramps: torch.Tensor | None) -> None:
+        self.ramps = ramps
+
+    def forward(self, probe: torch.Tensor) -> torch.Tensor:
+        if self.ramps is None:
+            return probe[None]
+        return self.from_spectrum(torch.fft.fft2(probe))
+
+    def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
+        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe) (P, K, K)."""
+        return torch.fft.ifft2(spectrum * self.ramps[:, None])
+
+    def adjoint(self, grad: torch.Tensor) -> torch.Tensor:
+        """(P, K, K) from (B or 1, P, K, K): ifft2(sum_b fft2(grad_b) conj(ramps_b)), the adjoint
+        of ifft2(fft2(.) ramps) (fft2's adjoint is K^2 ifft2); without ramps the sum over the batch."""
+        if self.ramps is None:
+            return grad.sum(0)
+        return torch.fft.ifft2(self.spectrum_vjp(grad)[0])
+
+    def ramps_adjoint(self, grad: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
+        """(B, K, K) from (B, P, K, K): the adjoint of the map ramps -> forward(probe), linear in the ramps."""
+        return self.spectrum_vjp(grad, torch.fft.fft2(probe))[1]
+
+    def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """From the gradient (B, P, K, K) with respect to the shifted probes: (sum over the batch
+        of fft2(grad) conj(ramps) (P, K, K), which one ifft2 turns into the probe's gradient, so
+        that the chunks of a batch add their sums before that one transform; the gradient with
+        respect to the ramps (B, K, K) when the probe's ``spectrum`` is given, else None)."""
+        grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
+        grad_spectrum = (grad_x * self.ramps[:, None].conj()).sum(0)
+        if spectrum is None:
+            return grad_spectrum, None
+        return grad_spectrum, (grad_x * spectrum.conj()).sum(1) / grad.shape[-1] ** 2
+
+
+# ------------------------------------------------------------------ stage 2: patches
+
+class Patches:
+    """Windows (B, ..., size, size) of an image (..., Ny, Nx) whose pixel [0, 0] sits at
+    ``top_left`` (B, 2) integer (row, column), inside the image. ``forward`` indexes a strided
+    view of all windows (rows of ``size`` contiguous pixels: several times faster than a flat
+    gather); ``adjoint`` scatter-adds windows back into an image, overlapping windows adding up."""
+
+    def __init__(self, top_left: torch.Tensor, size: int) -> None:
+        self.top_left = top_left
+        self.size = size
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        windows = image.unfold(-2, self.size, 1).unfold(-2, self.size, 1)  # (..., Ny-size+1, Nx-size+1, size, size)
+        return windows[..., self.top_left[:, 0], self.top_left[:, 1], :, :].movedim(-3, 0)
+
+    def adjoint(self, patches: torch.Tensor, image_shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
+        """The image (image_shape) that is the sum of the ``patches`` (B, ..., size, size) put at their windows."""
+        image = torch.zeros(image_shape, dtype=patches.dtype, device=patches.device)
+        self.add_adjoint(image, patches)
+        return image
+
+    def add_adjoint(self, image: torch.Tensor, patches: torch.Tensor) -> None:
+        """Add ``adjoint(patches)`` into ``image`` (..., Ny, Nx), contiguous, in place: the chunks
+        of a batch accumulate into one gradient."""
+        *lead, _, nx = image.shape
+        offsets = torch.arange(self.size, device=patches.device)
+        rows = self.top_left[:, 0:1] + offsets  # (B, size)
+        cols = self.top_left[:, 1:2] + offsets
+        flat_index = (rows[:, :, None] * nx + cols[:, None, :]).reshape(-1)
+        image.view(*lead, -1).index_add_(-1, flat_index, patches.movedim(0, -3).reshape(*lead, -1))
+
+
+def extract_patches(image: torch.Tensor, top_left: torch.Tensor, size: int) -> torch.Tensor:
+    """``Patches(top_left, size).forward(image)`` for autograd: its backward is the scatter-add
+    ``adjoint``, not autograd's generic backward of indexing a strided view."""
+    return _ExtractPatches.apply(image, top_left, size)
+
+
+class _ExtractPatches(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, image: torch.Tensor, top_left: torch.Tensor, size: int) -> torch.Tensor:
+        ctx.save_for_backward(top_left)
+        ctx.image_shape = image.shape
+        ctx.size = size
+        return Patches(top_left, size).forward(image)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (top_left,) = ctx.saved_tensors
+        return Patches(top_left, ctx.size).adjoint(grad, ctx.image_shape), None, None
+
+
+# ------------------------------------------------------------------ stage 4: detection (before stage 3, which uses it)
+
+@dataclass
+class Detector:
+    """How exit waves become measured intensities, beyond the far-field FFT.
+
+    propagator: (K, K) complex, unshifted: near-field detection, the detector field is
+        ifft2(fft2(wave) * propagator) instead of fft2(wave) (both orthonormal).
+    mask:       (K, K) float, unshifted: 1 for pixels that count in the loss, 0 for bad ones.
+
+    A near-field image stays with the beam while the sample moves. The model puts each probe
+    window on the object's pixel grid and shifts the probe by the sub-pixel rest s (Fourier
+    multipliers ``ramps`` (B, K, K) from ``shift_ramp``), so the image of that window must be
+    shifted back by -s to land on the detector's pixels; otherwise the beam's own fringes jitter
+    by up to half a pixel from pattern to pattern. ``Detect`` folds that shift back into the
+    propagator, at no extra FFT. In the far field such a shift is a phase ramp that leaves the
+    intensity unchanged, so there the ramps are ignored.
+    """
+
+    propagator: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    def field(self, waves: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
+        """``Detect(self, ramps).forward(waves)``."""
+        return Detect(self, ramps).forward(waves)
+
+    def adjoint(self, grad_field: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
+        """``Detect(self, ramps).adjoint(grad_field)``."""
+        return Detect(self, ramps).adjoint(grad_field)
+
+
+class Detect:
+    """The detector field of a batch's exit waves (B, ..., K, K), modes between batch and
+    pixels: fft2 (orthonormal) in the far field; F* T F in the near field, with F the
+    orthonormal fft2 and the transfer function T = propagator * conj(ramps) (B, K, K), which
+    also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
+    ``adjoint`` is the inverse. ``mask`` is the detector's, for the data fidelity."""
+
+    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None) -> None:
+        self.mask = detector.mask
+        self.ramps = ramps if detector.propagator is not None else None
+        if detector.propagator is None:
+            self.transfer = None
+        else:
+            self.transfer = detector.propagator if ramps is None else ramps.conj() * detector.propagator
+
+    def forward(self, waves: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_spectrum(waves)[0]
+
+    def forward_with_spectrum(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the
+        gradient with respect to the ramps (None in the far field)."""
+        far = torch.fft.fft2(waves, norm="ortho")
+        if self.transfer is None:
+            return far, None
+        spectrum = far * self._transfer(waves.dim())
+        return torch.fft.ifft2(spectrum, norm="ortho"), spectrum
+
+    def adjoint(self, grad_field: torch.Tensor) -> torch.Tensor:
+        return self.vjp(grad_field)[0]
+
+    def vjp(self, grad_field: torch.Tensor, spectrum: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the gradient with respect to the waves, ``adjoint(grad_field)``; with the near
+        field's ``spectrum`` from ``forward_with_spectrum`` and ramps, the gradient (B, K, K)
+        with respect to the ramps, else None). The ramps are unimodular phase factors:
+        spectrum = G conj(R), so the gradient in R, conj(sum grad_spectrum conj(G)), equals
+        R sum conj(grad_spectrum) spectrum."""
+        if self.transfer is None:
+            return torch.fft.ifft2(grad_field, norm="ortho"), None
+        grad_spectrum = torch.fft.fft2(grad_field, norm="ortho")
+        grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim()).conj(), norm="ortho")
+        if spectrum is None or self.ramps is None:
+            return grad_waves, None
+        per_mode = grad_spectrum.conj() * spectrum
+        modes = tuple(range(1, per_mode.dim() - 2))  # the mode axes between batch and pixels
+        return grad_waves, self.ramps * (per_mode.sum(modes) if modes else per_mode)
+
+    def _transfer(self, ndim: int) -> torch.Tensor:
+        """The transfer function shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
+        if self.ramps is None:
+            return self.transfer
+        return self.transfer.reshape(self.transfer.shape[0], *([1] * (ndim - 3)), *self.transfer.shape[-2:])
+
+
+def summed_intensity(far: torch.Tensor) -> torch.Tensor:
+    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K).
+    re^2 + im^2 gives a contiguous result several times faster on CPU than abs()**2, squaring
+    view_as_real, or reducing a strided real view; a single mode skips the reduction."""
+    power = far.real.square() + far.imag.square()
+    power = power.reshape(far.shape[0], -1, *far.shape[-2:])
+    return power[:, 0] if power.shape[1] == 1 else power.sum(1)
+
+
+def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.Tensor:
+    """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K);
+    with ``transform`` False, |wave|^2 summed over the modes (for fields already at the detector)."""
+    return summed_intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
+
+
+def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = None,
+                      background: torch.Tensor | None = None) -> torch.Tensor:
+    """The model intensity (B, K, K): weights (B,) * coherent (B, K, K) + background (K, K),
+    each factor optional. All elementwise, so ``torch.compile`` fuses it with the loss terms."""
+    intensity = coherent if weights is None else coherent * weights[:, None, None]
+    return intensity if background is None else intensity + background
+
+
+# ------------------------------------------------------------------ stage 3: multislice
+
+def transmission(amplitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """Complex transmission amplitude * exp(i phase) from two real tensors of any shape."""
+    return torch.polar(amplitude, phase)
+
+
+class Multislice:
+    """Exit waves (B, P, O, K, K) complex of every probe mode through every object mode.
+
+    probes:     (B, P, K, K) complex, each probe mode already at its scan position
+                (or (1, P, K, K), shared by the whole batch).
+    patches:    (B, O, S, K, K) complex object transmissions: O object modes, S slices.
+    propagator: (K, K) complex Fresnel kernel between slices; unused when S == 1.
+
+    The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last
+    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector.
+
+    The exit waves are linear in the probes and in each slice on its own (not in all slices
+    together): ``vjp`` gives the gradients with respect to both, which for the probes, and for
+    one slice with the others held, is the adjoint of that linear map."""
+
+    def __init__(self, propagator: torch.Tensor | None) -> None:
+        self.propagator = propagator
+
+    def forward(self, probes: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+        return self._waves(probes, patches, None)
+
+    def forward_with_incident(self, probes: torch.Tensor, patches: torch.Tensor
+                              ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The exit waves and the waves incident on slices 1 .. S-1 (S-1 of (B, P, O, K, K)), which ``vjp`` needs."""
+        incident = []
+        return self._waves(probes, patches, incident), incident
+
+    def _waves(self, probes: torch.Tensor, patches: torch.Tensor, incident: list | None) -> torch.Tensor:
+        wave = probes[:, :, None] * patches[:, None, :, 0]  # (B, P, O, K, K)
+        for s in range(1, patches.shape[2]):
+            wave = torch.fft.ifft2(torch.fft.fft2(wave) * self.propagator)
+            if incident is not None:
+                incident.append(wave)
+            wave = wave * patches[:, None, :, s]
+        return wave
+
+    def vjp(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients (shaped as ``probes``, as ``patches``) from the gradient (B, P, O, K, K) with
+        respect to the exit waves, slice by slice backwards: for t = a b the gradient in a is
+        g conj(b); for a propagation ifft2(fft2(.) H) it is ifft2(fft2(g) conj(H)); a probe
+        shared by the batch (1, P, K, K) sums over it."""
+        n_slices = patches.shape[2]
+        grad_slices = [None] * n_slices
+        for s in range(n_slices - 1, 0, -1):
+            grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
+            grad = torch.fft.ifft2(torch.fft.fft2(grad * patches[:, None, :, s].conj()) * self.propagator.conj())
+        grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
+        grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(grad_slices, dim=2)
+        grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
+        if probes.shape[0] == 1:
+            grad_probes = grad_probes.sum(0, keepdim=True)
+        return grad_probes, grad_patches
+
+
+def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over ``dim``; a view when it has size 1 (a reduction over it would cost a full pass)."""
+    return tensor.squeeze(dim) if tensor.shape[dim] == 1 else tensor.sum(dim)
+
+
+def exit_waves(probes: torch.Tensor, transmissions: torch.Tensor, propagator: torch.Tensor | None) -> torch.Tensor:
+    """``Multislice(propagator).forward(probes, transmissions)``: see ``Multislice`` for the shapes."""
+    return Multislice(propagator).forward(probes, transmissions)
+
+
+def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
+                           propagator: torch.Tensor | None) -> torch.Tensor:
+    """Far-field intensities (B, K, K), unshifted layout, summed over all mode pairs
+    (see ``Multislice`` for the shapes): 2 S - 1 FFTs per (pattern, probe mode, object mode)."""
+    return far_field_intensities(exit_waves(probes, transmissions, propagator))
+
+
+# ------------------------------------------------------------------ the chain
 
 def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                          propagator: torch.Tensor | None, detector: Detector, weights: torch.Tensor | None = None,

@@ -12,7 +12,7 @@ and M the measured one, over the pixels of the detector's mask. Each formula is 
 
 import torch
 
-from ptyacc.physics.detect import Detect, Detector, detector_response, summed_intensity
+from ptyacc.physics.chain import Detect, Detector, detector_response, summed_intensity
 
 EPS = 1e-8
 LOSS_KINDS = ("amplitude", "poisson")

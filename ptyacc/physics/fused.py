@@ -14,11 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from ptyacc.physics.detect import Detect, Detector, summed_intensity
+from ptyacc.physics.chain import Detect, Detector, Multislice, Patches, ProbeShift, summed_intensity
 from ptyacc.physics.fidelity import intensity_loss_terms
-from ptyacc.physics.multislice import Multislice
-from ptyacc.physics.patches import Patches
-from ptyacc.physics.shift import ProbeShift
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 
