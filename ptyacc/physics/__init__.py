@@ -12,11 +12,11 @@ Conventions (shared by every function here):
   positive defocus = underfocus, i.e. the probe's focus lies below the entrance surface.
 - The object transmits t(r) = amplitude(r) exp(+i phase(r)).
 
-The forward chain is four stages, each an object with its forward and its adjoint (or vjp):
-``ProbeShift`` (shift.py) -> ``Patches`` (patches.py) -> ``Multislice`` (multislice.py) ->
-``Detect`` (detect.py), then the data fidelity (fidelity.py). ``detected_intensities``
-(chain.py) runs their forwards for prediction and simulation; ``ptycho_loss`` (fused.py) runs
-forwards and adjoints chunk by chunk for the training loss and its gradient.
+The forward chain is four stages, each an object with its forward and its adjoint (or vjp),
+all in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect``, then the data
+fidelity (fidelity.py). ``detected_intensities`` (chain.py) runs their forwards for prediction
+and simulation; ``ptycho_loss`` (fused.py) runs forwards and adjoints chunk by chunk for the
+training loss and its gradient.
 """
 
 from ptyacc.physics.chain import (
