@@ -191,7 +191,7 @@ def predict(config_file: str | None, overrides: tuple[str, ...], processes: str,
     predicted GPU speed-up tables. With it: calibrate the model here (gloo link; compute time
     from 1-process runs), launch CONFIG_FILE on each process count and batch size (one thread
     per process) and print predicted against measured. --link: measure the link only."""
-    from ptyacc.scaling import run_predict
+    from ptyacc.scaling_check import run_predict
 
     try:
         counts, batches = ([int(v) for v in text.split(",") if v.strip()] for text in (processes, batch_sizes))

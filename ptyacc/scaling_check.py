@@ -1,0 +1,297 @@
+"""The scaling model against this machine: the gloo link measured between local processes, the
+model checked against real launches of ``ptyacc speedtest``, and ``ptyacc predict``, the command
+that prints either or the reference tables (``ptyacc/scaling.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ptyacc.errors import PtyaccError
+from ptyacc.scaling import (
+    FLOAT32_BYTES,
+    Link,
+    StepCost,
+    dense_exchange,
+    epoch_load,
+    fit_step_cost,
+    footprint_exchange,
+    layout_from_config,
+    predict_iteration,
+    reference_tables,
+    ring_allreduce_s,
+)
+
+# ----------------------------------------------------------------------------- this machine's link
+
+
+@dataclass(frozen=True)
+class LinkMeasurement:
+    """Gloo all-reduce times between ``processes`` local processes: per buffer size, the times of
+    every repeat (the slowest rank's); and the links fitted to their medians and to their minima
+    (the least disturbed by other work on the machine)."""
+
+    processes: int
+    sizes_bytes: tuple[int, ...]
+    times_s: tuple[tuple[float, ...], ...]
+
+    @property
+    def median_s(self) -> list[float]:
+        return [statistics.median(t) for t in self.times_s]
+
+    @property
+    def min_s(self) -> list[float]:
+        return [min(t) for t in self.times_s]
+
+    @property
+    def link(self) -> Link:
+        return fit_link(self.sizes_bytes, self.median_s, self.processes, f"gloo, {self.processes} local processes, medians")
+
+    @property
+    def best_link(self) -> Link:
+        return fit_link(self.sizes_bytes, self.min_s, self.processes, f"gloo, {self.processes} local processes, minima")
+
+    def __add__(self, other: LinkMeasurement) -> LinkMeasurement:
+        """Both measurements' repeats pooled (same processes and sizes)."""
+        if (self.processes, self.sizes_bytes) != (other.processes, other.sizes_bytes):
+            raise ValueError("only measurements of the same processes and sizes can be pooled")
+        return LinkMeasurement(self.processes, self.sizes_bytes,
+                               tuple(a + b for a, b in zip(self.times_s, other.times_s, strict=True)))
+
+
+LINK_SIZES_BYTES = (8, 2**10, 2**14, 2**17, 2**20, 2**22, 2**24, 2**26)
+
+
+def measure_link(processes: int = 2, sizes_bytes: tuple[int, ...] = LINK_SIZES_BYTES, repeats: int = 15,
+                 timeout_s: float = 120.0) -> LinkMeasurement:
+    """Time gloo all-reduces of float32 buffers of ``sizes_bytes`` between ``processes`` local
+    processes (one thread each, started here), ``repeats`` times each after 2 untimed ones."""
+    import torch.multiprocessing as mp
+
+    from ptyacc.speedtest import free_port
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "link.json"
+        mp.start_processes(_link_worker, args=(processes, free_port(), list(sizes_bytes), repeats, str(out), timeout_s),
+                           nprocs=processes, start_method="spawn")
+        times = json.loads(out.read_text())
+    return LinkMeasurement(processes, tuple(sizes_bytes), tuple(tuple(t) for t in times))
+
+
+SMALL_BUFFER_BYTES = 2**14  # at most this: the time is nearly all latency
+LARGE_BUFFER_BYTES = 2**20  # at least this: the time is mostly bandwidth
+
+
+def fit_link(sizes_bytes, seconds, processes: int, name: str = "") -> Link:
+    """The ring model's latency and bandwidth from all-reduce times: the latency from the
+    buffers of 16 KiB or less (nearly all latency), the bandwidth from those of 1 MiB or more,
+    fitted in absolute terms so that the largest buffers, whose time matters most, decide it;
+    a few rounds, each using the other's latest value (exact for times the model made)."""
+    hops = 2 * (processes - 1)
+    b, t = np.asarray(sizes_bytes, dtype=float), np.asarray(seconds, dtype=float)
+    small, large = b <= SMALL_BUFFER_BYTES, b >= LARGE_BUFFER_BYTES
+    if not small.any() or not large.any():
+        raise ValueError("fit_link needs buffers of at most 16 KiB and of at least 1 MiB")
+    ring_bytes = hops / processes * b
+    inverse_bandwidth = 0.0
+    for _ in range(20):
+        latency = float(np.mean(t[small] - ring_bytes[small] * inverse_bandwidth)) / hops
+        x, y = ring_bytes[large], t[large] - hops * latency
+        inverse_bandwidth = float(np.dot(x, y) / np.dot(x, x))
+    if latency <= 0 or inverse_bandwidth <= 0:
+        raise ValueError(f"all-reduce times {list(seconds)} do not fit latency + bytes / bandwidth")
+    return Link(name or f"gloo, {processes} local processes", latency, 1 / inverse_bandwidth,
+                f"fitted to all-reduces of {int(b.min())} B to {b.max() / 2**20:.0f} MiB")
+
+
+def _link_worker(rank: int, processes: int, port: int, sizes_bytes: list[int], repeats: int, out: str,
+                 timeout_s: float) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        times = []
+        for size in sizes_bytes:
+            buffer = torch.ones(max(1, size // FLOAT32_BYTES))
+            for _ in range(2):
+                dist.all_reduce(buffer)
+            mine = []
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(buffer)
+                mine.append(time.perf_counter() - start)
+            slowest = torch.tensor(mine, dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            times.append(slowest.tolist())
+        if rank == 0:
+            Path(out).write_text(json.dumps(times))
+    finally:
+        dist.destroy_process_group()
+
+
+def format_link(measurement: LinkMeasurement) -> str:
+    lines = [f"gloo all-reduce between {measurement.processes} local processes, "
+             f"{len(measurement.times_s[0])} repeats per size:",
+             "| bytes | median s | min s | model (medians) s | model (minima) s |", "|---|---|---|---|---|"]
+    link, best = measurement.link, measurement.best_link
+    for size, med, low in zip(measurement.sizes_bytes, measurement.median_s, measurement.min_s, strict=True):
+        lines.append(f"| {size} | {med:.6f} | {low:.6f} | {ring_allreduce_s(size, measurement.processes, link):.6f} | "
+                     f"{ring_allreduce_s(size, measurement.processes, best):.6f} |")
+    for what, fitted in (("medians", link), ("minima", best)):
+        lines.append(f"fit to the {what}: latency {fitted.latency_s * 1e6:.0f} us per hop, "
+                     f"bandwidth {fitted.bandwidth_bytes_per_s / 1e9:.2f} GB/s")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the check on this machine
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """Predicted against measured seconds per iteration for one batch size and process count:
+    medians (typical) and minima (least disturbed by other work on the machine)."""
+
+    batch_size: int
+    processes: int
+    exchange: str  # the exchange the run used: the one whose bytes are nearest its measured bytes
+    measured_bytes: float | None  # all-reduced per iteration and process (results.h5), None for 1 process
+    dense_bytes: float  # per iteration, predicted
+    footprint_bytes: float  # per iteration, predicted for compact batches
+    measured_median_s: float
+    measured_min_s: float
+    predicted_median_s: float
+    predicted_min_s: float
+    predicted_exchange_s: float  # all-reduce seconds per iteration, link fitted to the medians
+    measured_exchange_s: float | None  # median of the run's own record (waits for the slower process included)
+
+
+def warm_iterations(times: list[float]) -> list[float]:
+    """The iteration times after the first (which warms up), or all of them when fewer than 3."""
+    return list(times[1:] if len(times) >= 3 else times)
+
+
+def check_against_launches(config_path: Path, overrides: list[str], process_counts: list[int], batch_sizes: list[int],
+                           trials: int, out_dir: Path, echo=print
+                           ) -> tuple[LinkMeasurement, list[CheckRow], StepCost, StepCost]:
+    """Calibrate the model on this machine and compare it with real launches.
+
+    Each trial measures the link (gloo all-reduces between 2 local processes) and then launches
+    ``ptyacc speedtest`` (4 iterations unless overridden, one thread per process) for every
+    batch size and process count, so that trials interleave and drifts of the machine's load
+    touch every configuration alike. fixed_s and per_pattern_s are fitted to the 1-process runs;
+    the 2-, 4-, ... process runs are predicted from that fit, the link, this machine's cores and
+    the bytes worked out from the geometry: dense, or the footprint of compact or random
+    batches, whichever is nearest the bytes the run measured. Once with medians, once with minima.
+    """
+    from ptyacc.config import load_config
+    from ptyacc.speedtest import run_speedtest
+
+    if 1 not in process_counts or len(set(batch_sizes)) < 2 or min(process_counts + batch_sizes) < 1:
+        raise PtyaccError("predict: the check fits the compute time to 1-process runs at two batch sizes or more: "
+                          "--processes must include 1 and --batch-sizes give two different sizes, all >= 1")
+    overrides = ["optim.iterations=4", *overrides]
+    config = load_config(config_path, overrides)
+    layout = layout_from_config(config)
+    n, cores = layout.n_patterns, os.cpu_count() or 1
+    if len({epoch_load(n, b, 1)[0] for b in batch_sizes}) < 2:
+        raise PtyaccError(f"predict: batch sizes {batch_sizes} all give {epoch_load(n, batch_sizes[0], 1)[0]} step(s) "
+                          f"per iteration of {n} positions; give sizes that give different numbers of steps")
+    measurement = None
+    times: dict[tuple[int, int], list[float]] = {}
+    comm: dict[tuple[int, int], list[int]] = {}
+    comm_s: dict[tuple[int, int], list[float]] = {}
+    for trial in range(trials):
+        echo(f"trial {trial + 1}/{trials}: gloo all-reduces between 2 local processes")
+        this = measure_link(2)
+        measurement = this if measurement is None else measurement + this
+        for batch in batch_sizes:
+            sets = [*overrides, f"optim.batch_size={batch}"]
+            for run in run_speedtest(config_path, process_counts, 1, out_dir / f"trial{trial}" / f"batch{batch}", sets,
+                                     threads_per_process=1, echo=lambda line, b=batch: echo(f"batch {b}, {line}{_load()}")):
+                times.setdefault((batch, run.processes), []).extend(warm_iterations(run.iteration_time_s))
+                comm.setdefault((batch, run.processes), []).extend(run.comm_bytes)
+                comm_s.setdefault((batch, run.processes), []).extend(run.comm_time_s)
+    echo(format_link(measurement))
+    fits = {stat: fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
+            for stat in (statistics.median, min)}
+    links = {statistics.median: measurement.link, min: measurement.best_link}
+    rows = []
+    for batch in batch_sizes:
+        for p in process_counts:
+            steps, _ = epoch_load(n, batch, p)
+            candidates = [dense_exchange(layout), *(footprint_exchange(layout, batch, grouping, config.runtime.seed, p)
+                                                    for grouping in ("compact", "random"))]
+            measured_bytes = float(statistics.median(comm[(batch, p)])) if comm[(batch, p)] else None
+            exchange = min(candidates, key=lambda e: abs(steps * e.bytes_per_step - (measured_bytes or 0.0)))
+            if measured_bytes is None:
+                exchange = candidates[0]
+            predicted = {stat: predict_iteration(fits[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
+            rows.append(CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
+                                 steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
+                                 statistics.median(times[(batch, p)]), min(times[(batch, p)]),
+                                 predicted[statistics.median].iteration_s, predicted[min].iteration_s,
+                                 predicted[statistics.median].exchange_s,
+                                 statistics.median(comm_s[(batch, p)]) if comm_s[(batch, p)] else None))
+    return measurement, rows, fits[statistics.median], fits[min]
+
+
+def _load() -> str:
+    """The machine's 1-minute load average, to read the timings by."""
+    return f" (load average {os.getloadavg()[0]:.1f})" if hasattr(os, "getloadavg") else ""
+
+
+def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost, cores: int | None = None) -> str:
+    cores = cores or os.cpu_count() or 1
+    lines = [f"compute fitted to the 1-process runs (one thread, {cores} cores): medians {median_cost.fixed_s * 1e3:.2f} ms "
+             f"per step + {median_cost.per_pattern_s * 1e6:.1f} us per pattern; minima {min_cost.fixed_s * 1e3:.2f} ms + "
+             f"{min_cost.per_pattern_s * 1e6:.1f} us",
+             "| batch | processes | exchange | MiB/iteration measured / dense / compact footprint | median s/iteration "
+             "predicted / measured | ratio | min s/iteration predicted / measured | ratio | all-reduce s/iteration "
+             "predicted / measured (medians) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        measured_mib = f"{r.measured_bytes / 2**20:.3f}" if r.measured_bytes is not None else "–"
+        exchange = (f"{r.predicted_exchange_s:.4f} / {r.measured_exchange_s:.4f}" if r.measured_exchange_s is not None
+                    else "–")
+        lines.append(f"| {r.batch_size} | {r.processes} | {r.exchange} | {measured_mib} / {r.dense_bytes / 2**20:.3f} / "
+                     f"{r.footprint_bytes / 2**20:.3f} | {r.predicted_median_s:.4f} / {r.measured_median_s:.4f} | "
+                     f"{r.predicted_median_s / r.measured_median_s:.2f} | {r.predicted_min_s:.4f} / "
+                     f"{r.measured_min_s:.4f} | {r.predicted_min_s / r.measured_min_s:.2f} | {exchange} |")
+    checked = [r for r in rows if r.processes > 1]
+    for what, ratio in (("medians", lambda r: r.predicted_median_s / r.measured_median_s),
+                        ("minima", lambda r: r.predicted_min_s / r.measured_min_s)):
+        worst = max((abs(ratio(r) - 1) for r in checked), default=0.0)
+        lines.append(f"{what}: largest deviation of the multi-process predictions {worst:.0%} "
+                     f"({'within' if worst <= 0.25 else 'NOT within'} 25%)")
+    lines.append("(1-process rows are the fit itself. The measured all-reduce time includes waiting for the slower "
+                 "process, which other work on a shared machine lengthens: every step waits for both.)")
+    return "\n".join(lines)
+
+
+def run_predict(config_path: Path | None, overrides: list[str], process_counts: list[int], batch_sizes: list[int],
+                trials: int, out_dir: Path, link_only: bool, echo=print) -> str:
+    """What ``ptyacc predict`` prints: the link measured here (``link_only``), the check against
+    launches of ``config_path``, or, without a config, the reference tables."""
+    if link_only:
+        counts = [p for p in process_counts if p > 1] or [2]
+        return "\n\n".join(format_link(measure_link(p, repeats=max(15, 5 * trials))) for p in counts)
+    if config_path is None:
+        from ptyacc.scaling_tiles import split_tables
+
+        return reference_tables() + "\n\n## Object split (runtime.shard_object)\n\n" + split_tables()
+    _, rows, median_cost, min_cost = check_against_launches(config_path, overrides, process_counts, batch_sizes, trials,
+                                                            out_dir, echo)
+    return format_check(rows, median_cost, min_cost)
