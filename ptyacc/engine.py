@@ -111,20 +111,21 @@ class Reconstructor:
         config = self.config
         torch.manual_seed(config.runtime.seed)
         self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data)
-        self.n_positions = self.data.n_patterns
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
-        self.tiles = self._tiles()
+        batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
+                                    config.runtime.seed)
+        self.tiles = self._tiles(batches.n_steps)
         self.model = self._initial_model(previous)
         self.groups = build_groups(config, self.model, self.accelerator.device)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
         self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
-        self._prepare(self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
-                                        config.runtime.seed, self.store))
+        batches.store = self.store
+        self._prepare(batches)
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint"
                                                 and self.tiles is None)
@@ -136,16 +137,15 @@ class Reconstructor:
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = self._hooks()
 
-    def _tiles(self) -> ObjectTiles | None:
-        """The object's split over the processes (``runtime.shard_object``, several processes)."""
+    def _tiles(self, steps: int) -> ObjectTiles | None:
+        """The object's split over the processes (``runtime.shard_object``, several processes), for
+        ``steps`` steps per iteration."""
         config = self.config
         if not config.runtime.shard_object:
             return None
         if self.world == 1:
             self.log.line("runtime.shard_object: one process holds the whole object (nothing to split)")
             return None
-        steps = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
-                                  config.runtime.seed).n_steps
         tiling = plan_tiling(config, self.plan, self.geometry.positions_px, self.geometry.shape,
                              self.data.detector_px, steps)
         tiles = ObjectTiles(tiling, self.accelerator.process_index, self.world)
@@ -241,7 +241,7 @@ class Reconstructor:
             for group in self.groups:
                 if group.after_iteration is not None:
                     group.after_iteration()
-            loss = float(self.accelerator.reduce(total, reduction="sum")) / self.n_positions
+            loss = float(self.accelerator.reduce(total, reduction="sum")) / self.data.n_patterns
         return loss, time.perf_counter() - tick
 
     def _step(self, iteration: int, step: Step) -> torch.Tensor:
