@@ -212,17 +212,25 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # a killed process stays a zombie until its parent reaps it (a killed launcher's workers wait
+    # for init, and a container's first process may never reap them): it holds nothing
+    return _proc_stat_field(pid, 0) != "Z"
 
 
 def _process_start(pid: int) -> str | None:
     """The process's start time in clock ticks after boot (Linux), to tell a reused pid apart."""
+    return _proc_stat_field(pid, 19)
+
+
+def _proc_stat_field(pid: int, index: int) -> str | None:
+    """Field ``index`` after the command name of /proc/<pid>/stat (0: the state, 19: the start
+    time); None where there is no /proc (macOS) or the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
+    return fields[index] if len(fields) > index else None
 
 
 def _remove_leftovers(folder: Path) -> None:

@@ -313,6 +313,29 @@ def test_a_lock_whose_process_has_ended_or_whose_pid_was_reused_is_stale(tmp_pat
         assert "was locked by a run that has ended" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="zombies are told by /proc (Linux)")
+def test_a_lock_held_by_a_killed_process_not_yet_reaped_is_stale(tmp_path, capsys):
+    """A SIGKILLed run's workers stay zombies until reaped (a killed launcher's children wait for
+    init): such a pid still answers kill(pid, 0) but holds nothing, so its lock is stale."""
+    from ptyacc.outdir import LOCK_NAME, hold_output_dir
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child did not end"
+        time.sleep(0.01)
+    try:
+        os.kill(child.pid, 0)  # still there: a zombie, not reaped yet
+        folder = tmp_path / "run"
+        folder.mkdir()
+        (folder / LOCK_NAME).write_text(lock_record(child.pid))
+        with hold_output_dir(folder, main=True):
+            assert json.loads((folder / LOCK_NAME).read_text())["pid"] == os.getpid()
+        assert "was locked by a run that has ended" in capsys.readouterr().err
+    finally:
+        child.wait()
+
+
 def test_a_lock_from_another_host_is_not_guessed_at(tmp_path):
     from ptyacc.errors import OutputError
     from ptyacc.outdir import LOCK_NAME, hold_output_dir
