@@ -1,6 +1,7 @@
 """Reliability: checkpoints and --resume after SIGKILL, atomic writes, the NaN guard, a dead
 process, and an output folder that is never overwritten by accident."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -61,14 +62,42 @@ def run_to_end(config: Path, out: Path, processes: int, *extra: str) -> None:
 
 
 def kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
-    """SIGKILL the whole process group (launcher and workers) once ``ready()`` holds."""
+    """SIGKILL the launcher and every process it started once ``ready()`` holds. The launcher's
+    workers run in sessions of their own (torch's elastic agent starts them so), so killing the
+    launcher's process group alone would leave them running; and a SIGKILLed worker takes a
+    moment to die after its launcher has been reaped."""
     end = time.monotonic() + timeout
     while not ready():
         assert proc.poll() is None, "the run ended before it could be killed"
         assert time.monotonic() < end, "timed out waiting to kill"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    family = [proc.pid, *descendants(proc.pid)]
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    end = time.monotonic() + 60
+    while any(running(pid) for pid in family):
+        assert time.monotonic() < end, "the killed processes did not end"
+        time.sleep(0.05)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state, ppid, ...), None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and (_stat(int(p)) or [0, 0])[1] == str(pid)]
+    return children + [d for child in children for d in descendants(child)]
+
+
+def running(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 _UNINTERRUPTED: dict = {}
