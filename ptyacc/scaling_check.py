@@ -85,6 +85,10 @@ def measure_link(processes: int = 2, sizes_bytes: tuple[int, ...] = LINK_SIZES_B
     return LinkMeasurement(processes, tuple(sizes_bytes), tuple(tuple(t) for t in times))
 
 
+class LinkFitError(PtyaccError, ValueError):
+    """Measured all-reduce times that no positive latency and bandwidth explain (a busy machine)."""
+
+
 SMALL_BUFFER_BYTES = 2**14  # at most this: the time is nearly all latency
 LARGE_BUFFER_BYTES = 2**20  # at least this: the time is mostly bandwidth
 
@@ -106,7 +110,9 @@ def fit_link(sizes_bytes, seconds, processes: int, name: str = "") -> Link:
         x, y = ring_bytes[large], t[large] - hops * latency
         inverse_bandwidth = float(np.dot(x, y) / np.dot(x, x))
     if latency <= 0 or inverse_bandwidth <= 0:
-        raise ValueError(f"all-reduce times {list(seconds)} do not fit latency + bytes / bandwidth")
+        times = ", ".join(f"{size} B {s * 1e3:.3f} ms" for size, s in zip(sizes_bytes, seconds, strict=True))
+        raise LinkFitError(f"the all-reduce times ({times}) do not fit latency + bytes / bandwidth: other work on "
+                           "this machine disturbed the measurement; run again when it is quiet, or with more --trials")
     return Link(name or f"gloo, {processes} local processes", latency, 1 / inverse_bandwidth,
                 f"fitted to all-reduces of {int(b.min())} B to {b.max() / 2**20:.0f} MiB")
 
@@ -129,10 +135,13 @@ def _link_worker(rank: int, processes: int, port: int, sizes_bytes: list[int], r
                 dist.all_reduce(buffer)
             mine = []
             for _ in range(repeats):
+                buffer.fill_(rank + 1)
                 dist.barrier()
                 start = time.perf_counter()
                 dist.all_reduce(buffer)
                 mine.append(time.perf_counter() - start)
+                if not bool((buffer == processes * (processes + 1) / 2).all()):
+                    raise RuntimeError(f"all-reduce of {size} B gave a wrong sum on rank {rank}")
             slowest = torch.tensor(mine, dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             times.append(slowest.tolist())

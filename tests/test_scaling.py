@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ptyacc.data import EpochBatches
+from ptyacc.errors import PtyaccError
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.scaling import (
@@ -237,10 +238,20 @@ def test_check_statistics_and_verdict():
 
 
 def test_measure_link_between_two_processes():
+    """Real processes; every timed all-reduce is checked for the right sum in the workers. The
+    times themselves are not asserted on (a busy machine may make 8 B slower than 1 MiB): the fit
+    is tested on known times above and below."""
     measurement = measure_link(2, sizes_bytes=(8, 2**20), repeats=3)
-    assert measurement.link.latency_s > 0
-    assert measurement.link.bandwidth_bytes_per_s > 1e6
-    assert len(measurement.median_s) == 2 and all(t > 0 for t in measurement.min_s)
+    assert measurement.sizes_bytes == (8, 2**20)
+    assert [len(t) for t in measurement.times_s] == [3, 3]
+    assert all(t > 0 for times in measurement.times_s for t in times)
+    assert measurement.min_s == [min(t) for t in measurement.times_s]
+
+
+def test_link_fit_of_disturbed_times_is_a_clear_error():
+    """What the failed CI run measured under load: 8 B slower than 1 MiB. One line, no traceback."""
+    with pytest.raises(PtyaccError, match="other work on this machine disturbed"):
+        fit_link((8, 2**20), [0.00353, 0.00337], 2)
 
 
 def test_predict_refuses_a_check_it_cannot_fit(capsys):
