@@ -69,10 +69,17 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device) -> li
         groups.append(ParameterGroup("detector", detector, opt.lr.detector,
                                      start.probe if start.detector == "probe" else start.detector,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
-    fast = _fast_adam(device)
+    fast, beta2 = _fast_adam(device), adam_beta2(config)
     for group in groups:
-        group.optimizer = torch.optim.Adam(group.params, lr=group.lr, **fast)
+        group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
     return groups
+
+
+def adam_beta2(config: Config) -> float:
+    """``optim.adam_beta2``, with auto resolved: 0.95 for one slice, 0.999 for multislice."""
+    if config.optim.adam_beta2 != "auto":
+        return float(config.optim.adam_beta2)
+    return 0.95 if config.model.slices == 1 else 0.999
 
 
 @torch.no_grad()

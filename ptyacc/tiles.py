@@ -369,7 +369,8 @@ class ObjectTiles:
         """Before ``accelerator.prepare``: the object leaves DDP and its group steps with TiledAdam."""
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
         group = next(g for g in groups if g.name == OBJECT)
-        self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world)
+        self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
+                                   betas=group.optimizer.defaults["betas"])
         group.optimizer = self.optimizer
 
     def connect(self, count) -> None:

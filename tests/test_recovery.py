@@ -7,6 +7,7 @@ import pytest
 
 import ptyacc
 from ptyacc.data import load_data
+from ptyacc.quality import scanned_region_ncc
 
 
 def scanned_region_phase_error(rec) -> float:
@@ -43,6 +44,23 @@ def test_recovers_a_known_phase_object():
 
 
 @pytest.mark.slow
+def test_default_adam_beta2_converges_further_than_torchs():
+    """Noise-free data, equal iterations: Adam with beta2 0.95 (the default for one slice) ends at
+    a lower loss and phase error than with PyTorch's 0.999, whose long memory of the first, large
+    gradients shrinks the late steps (measured: loss 176 against 251, error 0.236 against 0.259)."""
+    import dataclasses as dc
+
+    results = {}
+    for beta2 in ("auto", 0.999):
+        config = recovery_config(adam_beta2=beta2)
+        config = dc.replace(config, data=dc.replace(config.data, simulate=dc.replace(config.data.simulate, dose=None)))
+        rec = ptyacc.reconstruct(config, write=False)
+        results[beta2] = rec.loss[-1], scanned_region_phase_error(rec)
+    assert results["auto"][0] < 0.85 * results[0.999][0], results
+    assert results["auto"][1] < results[0.999][1], results
+
+
+@pytest.mark.slow
 def test_opposite_defocus_sign_fails_to_recover():
     """With the probe held fixed, the true defocus recovers the object and the opposite sign
     does not: the model's defocus, shift and FFT conventions agree with the simulation's, and
@@ -71,12 +89,45 @@ def test_demo_data_from_an_independent_simulator(tmp_path):
     with h5py.File(root / "examples" / "data" / "demo_mos2.h5") as f:
         truth = f["ground_truth/phase"][()]
         assert f["ground_truth/phase"].attrs["dx_A"] == rec.results.dx_A
-    # truth pixel [i, j] sits at (i, j) * dx; reconstruction pixel [a, b] at origin + (a, b) * dx
-    offset = np.round(-np.asarray(rec.results.origin_A) / rec.results.dx_A).astype(int)
-    px = rec.data.positions_A / rec.results.dx_A
-    (r0, c0), (r1, c1) = np.ceil(px.min(0)).astype(int), np.floor(px.max(0)).astype(int) + 1
-    true = truth[r0:r1, c0:c1]
-    found = rec.results.phase[r0 + offset[0]:r1 + offset[0], c0 + offset[1]:c1 + offset[1]]
-    ncc = np.corrcoef(true.ravel(), found.ravel())[0, 1]
+    ncc = scanned_region_ncc(rec.results.phase, rec.results.origin_A, rec.results.dx_A, rec.data.positions_A, truth)
     assert ncc > 0.9, ncc
     assert (tmp_path / "results.h5").is_file() and (tmp_path / "object_phase.png").is_file()
+
+
+def test_scanned_region_ncc_known_answers():
+    """Against answers known by construction: the truth itself on a canvas with an offset
+    origin, scaled and shifted in value, scores 1; reversed, -1; moved by one pixel, less."""
+    rng = np.random.default_rng(0)
+    truth = rng.normal(size=(40, 40))
+    dx, positions = 0.5, np.array([[5.0, 6.0], [12.0, 14.5]])  # scanned rows 10..24, columns 12..29
+    canvas = np.zeros((50, 50))
+    canvas[3:43, 4:44] = truth  # canvas pixel [a, b] at origin + (a, b) dx, origin = -(3, 4) dx
+    origin = (-3 * dx, -4 * dx)
+    assert scanned_region_ncc(2 * canvas + 3, origin, dx, positions, truth) == pytest.approx(1.0)
+    assert scanned_region_ncc(-canvas, origin, dx, positions, truth) == pytest.approx(-1.0)
+    assert scanned_region_ncc(np.roll(canvas, 1, axis=1), origin, dx, positions, truth) < 0.5
+    outside = canvas.copy()
+    outside[:13] = 0.0  # changes outside the scanned region do not count
+    assert scanned_region_ncc(outside, origin, dx, positions, truth) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="not inside"):
+        scanned_region_ncc(canvas[:20], origin, dx, positions, truth)
+
+
+@pytest.mark.slow
+def test_low_dose_demo_and_the_benchmark_script(capsys):
+    """The shipped 5e3-electron demo with the defaults: phase NCC 0.890 measured after 20
+    iterations (PtyRAD through the side-by-side harness: 0.724; a flat phase scores ~0). The
+    benchmark script scores a run exactly as the direct call does."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location("lowdose_benchmark", root / "examples" / "lowdose_benchmark.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ncc = bench.ptyacc_ncc(root / "examples" / "data" / "demo_mos2_dose5e3.h5", 20, [])
+    assert ncc > 0.86, ncc
+    assert bench.main(["--iterations", "2", "--cases", "5e3"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 5e3 |")]
+    direct = bench.ptyacc_ncc(root / "examples" / "data" / "demo_mos2_dose5e3.h5", 2, [])
+    assert row == [f"| 5e3 | {direct:.4f} | – |"]

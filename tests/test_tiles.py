@@ -67,16 +67,18 @@ def test_tiles_partition_the_object_and_follow_the_shards(layout, world):
                 assert (corners[:, 1] >= lx0).all() and (corners[:, 1] + K <= lx1).all()
 
 
-def test_tiled_adam_steps_like_torch_adam_and_reads_and_writes_its_state_dicts():
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.9, 0.95)])
+def test_tiled_adam_steps_like_torch_adam_and_reads_and_writes_its_state_dicts(betas):
     """One tile = the whole object: the same iterates as torch's (fused) Adam, a learning-rate
-    change included; the whole-object state dict is torch Adam's, and a tile of it is loaded."""
+    change included, with torch's betas and with ptyacc's default ones; the whole-object state
+    dict is torch Adam's, and a tile of it is loaded."""
     torch.manual_seed(0)
     shape = (12, 10)
     one = Tiling(shape, 4, ((0, 12, 0, 10),), ((0, 12, 0, 10),), (np.arange(3),))
     param = torch.nn.Parameter(torch.randn(1, 2, *shape, 2))
     reference = torch.nn.Parameter(param.detach().clone())
-    tiled = TiledAdam(param, 0.01, one, 0, 1)
-    adam = torch.optim.Adam([reference], lr=0.01, **_fast_adam(torch.device("cpu")))
+    tiled = TiledAdam(param, 0.01, one, 0, 1, betas=betas)
+    adam = torch.optim.Adam([reference], lr=0.01, betas=betas, **_fast_adam(torch.device("cpu")))
     for step in range(6):
         gradient = torch.randn_like(param)
         param.grad, reference.grad = gradient.clone(), gradient.clone()

@@ -69,6 +69,7 @@ import math
 import time
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 # ---- parameters -------------------------------------------------------------------------
@@ -161,11 +162,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("demo_mos2.h5"))
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--dose", type=float, nargs="+", default=[DOSE],
+                        help="incident electrons per pattern; several: one file each (the simulation runs once); "
+                             "0: noise-free (float32 expected counts at the default dose). A dose other than the "
+                             "default writes demo_mos2_dose<D>.h5 (demo_mos2_noisefree.h5) beside --out")
     args = parser.parse_args()
 
     import abtem
     import dask
-    import h5py
     from abtem.core.energy import energy2sigma
 
     abtem.config.set({"device": "cpu", "fft": "numpy", "precision": "float64",
@@ -203,20 +207,47 @@ def main() -> None:
                                atol=1e-6 * mine.max()), "FFT convention differs from abTEM's"
     clean = np.stack(rows)                                           # (sy, sx, 64, 64)
 
-    rng = np.random.default_rng(args.seed)
-    counts = rng.poisson(DOSE * clean)
-    dtype = np.uint16 if counts.max() < 2**16 else np.uint32
-    counts = counts.astype(dtype)
-
     phase_cell = fourier_crop(sigma * slices.sum(axis=0).T, CELL_PX)  # [y, x], dx_A pixels
     g = slice(GT_ORIGIN_PX, GT_ORIGIN_PX + GT_PX)
     phase = phase_cell[g, g].astype(np.float32)
     positions_gt = (positions - GT_ORIGIN_PX * DX_A).reshape(-1, 2)
-
+    print(f"abTEM {abtem.__version__}: {len(atoms)} atoms, S vacancy at (y, x) = "
+          f"({removed[1] - GT_ORIGIN_PX * DX_A:.2f}, {removed[0] - GT_ORIGIN_PX * DX_A:.2f}) Å "
+          f"in the ground-truth frame; {N_SLICES} slices of {slice_A:.3f} Å")
     wavelength = electron_wavelength_A(ENERGY_EV)
     dk = 1.0 / (DETECTOR_PX * DX_A)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with h5py.File(args.out, "w") as f:
+    print(f"sigma = {sigma:.6g} rad/(eV Å), lambda = {wavelength:.6f} Å, dk = {dk:.6f} 1/Å, "
+          f"dx = {DX_A} Å, bright-field radius = {SEMIANGLE_MRAD / (1000 * wavelength * dk):.3f} px")
+    print(f"ground-truth phase {phase.shape}, {phase.min():.3f} .. {phase.max():.3f} rad")
+    for dose in args.dose:
+        out = args.out if dose == DOSE else args.out.with_name(dose_file_name(dose))
+        counts = noisy_counts(clean, dose, args.seed)
+        write_demo(out, counts, phase, positions_gt, dose, f"abTEM {abtem.__version__}")
+        totals = counts.reshape(-1, DETECTOR_PX**2).sum(axis=1)
+        print(f"dose {dose:g}: patterns {counts.shape} {counts.dtype}, max count {counts.max():.0f}, "
+              f"mean total counts {totals.mean():.1f} (noise-free fraction on the detector "
+              f"{clean.sum(axis=(-2, -1)).mean():.4f}); wrote {out} ({out.stat().st_size / 1e6:.2f} MB) "
+              f"in {time.time() - t0:.0f} s")
+
+
+def dose_file_name(dose: float) -> str:
+    """demo_mos2_dose2e4.h5 for 2e4, demo_mos2_noisefree.h5 for 0."""
+    return "demo_mos2_noisefree.h5" if dose == 0 else f"demo_mos2_dose{dose:.0e}.h5".replace("e+0", "e").replace("e+", "e")
+
+
+def noisy_counts(clean: np.ndarray, dose: float, seed: int) -> np.ndarray:
+    """Poisson counts at ``dose`` incident electrons per pattern (uint16 where they fit);
+    ``dose`` 0: the noise-free expected counts at the default dose, float32."""
+    if dose == 0:
+        return (DOSE * clean).astype(np.float32)
+    counts = np.random.default_rng(seed).poisson(dose * clean)
+    return counts.astype(np.uint16 if counts.max() < 2**16 else np.uint32)
+
+
+def write_demo(out: Path, counts: np.ndarray, phase: np.ndarray, positions_gt: np.ndarray, dose: float,
+               simulator: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(out, "w") as f:
         f.create_dataset("patterns", data=counts, chunks=(1, SCAN_SHAPE[1], DETECTOR_PX, DETECTOR_PX),
                          compression="gzip", compression_opts=9, shuffle=True)
         f.create_dataset("positions_A", data=positions_gt.astype(np.float64))
@@ -227,24 +258,14 @@ def main() -> None:
         f.attrs["semiangle_mrad"] = SEMIANGLE_MRAD
         f.attrs["defocus_A"] = DEFOCUS_A
         f.attrs["scan_step_A"] = SCAN_STEP_A
-        f.attrs["dk_invA"] = dk
+        f.attrs["dk_invA"] = 1.0 / (DETECTOR_PX * DX_A)
         f.attrs["dx_A"] = DX_A
-        f.attrs["dose_per_pattern"] = DOSE
-        f.attrs["simulator"] = f"abTEM {abtem.__version__}"
+        f.attrs["dose_per_pattern"] = dose if dose else DOSE
+        if not dose:
+            f.attrs["noise"] = "none (expected counts)"
+        f.attrs["simulator"] = simulator
         f.attrs["sample"] = "MoS2 monolayer"
         f.attrs["scan_shape"] = np.array(SCAN_SHAPE, dtype=np.int64)
-
-    totals = counts.reshape(-1, DETECTOR_PX**2).sum(axis=1)
-    print(f"abTEM {abtem.__version__}: {len(atoms)} atoms, S vacancy at (y, x) = "
-          f"({removed[1] - GT_ORIGIN_PX * DX_A:.2f}, {removed[0] - GT_ORIGIN_PX * DX_A:.2f}) Å "
-          f"in the ground-truth frame; {N_SLICES} slices of {slice_A:.3f} Å")
-    print(f"sigma = {sigma:.6g} rad/(eV Å), lambda = {wavelength:.6f} Å, dk = {dk:.6f} 1/Å, "
-          f"dx = {DX_A} Å, bright-field radius = {SEMIANGLE_MRAD / (1000 * wavelength * dk):.3f} px")
-    print(f"patterns {counts.shape} {counts.dtype}, max count {counts.max()}, "
-          f"mean total counts {totals.mean():.1f} (noise-free fraction on the detector "
-          f"{clean.sum(axis=(-2, -1)).mean():.4f})")
-    print(f"ground-truth phase {phase.shape}, {phase.min():.3f} .. {phase.max():.3f} rad")
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB) in {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":

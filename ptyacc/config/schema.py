@@ -207,7 +207,7 @@ class ModelConfig:
     slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")
     object_padding_px: int = _f(0, "Extra object pixels around the scanned field, on each side.")
     object_amplitude_bounds: list[float] = _f(
-        factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each step.")
+        factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each iteration.")
     orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
     init_from: str | None = _f(None, "A previous results.h5 whose object, probe and positions start this run "
                                      "(relative to the config file; shapes must match).")
@@ -265,6 +265,11 @@ class OptimConfig:
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["amplitude", "poisson"] = _f("amplitude", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL.")
     lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
+    adam_beta2: float | Literal["auto"] = _f(
+        "auto", "Adam's beta2 (second-moment decay; beta1 is 0.9) for every group. auto: 0.95 for a single-slice "
+                "object, whose last iterations then still improve it (PyTorch's 0.999 remembers the first, large "
+                "gradients and shrinks the late steps); 0.999 for multislice, where faster late steps move "
+                "structure between slices (docs/user-guide.md, 'Convergence and low-dose data').")
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
@@ -277,6 +282,8 @@ class OptimConfig:
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
         _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(self.adam_beta2 == "auto" or 0 <= self.adam_beta2 < 1, f"{path}.adam_beta2",
+                 f"must be auto or in [0, 1), got {self.adam_beta2}")
         _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",
                  f"must be in (0, 1], got {self.lr_final_fraction}")
         _require(self.max_position_offset_fraction > 0, f"{path}.max_position_offset_fraction",
