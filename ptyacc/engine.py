@@ -18,6 +18,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import torch
@@ -33,7 +34,7 @@ from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.exchange import GradientExchange, Traffic
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.groups import build_groups, lr_factor
-from ptyacc.hooks import Checkpoints, History, IntermediateSaves, LogLine, NanGuard, ProgressBar, SyncCheck
+from ptyacc.hooks import History, NanGuard, iteration_hooks
 from ptyacc.initial import build_model, previous_results, start_from
 from ptyacc.model import PtychoModel
 from ptyacc.outdir import hold_output_dir
@@ -135,7 +136,8 @@ class Reconstructor:
                            self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text))
         self.history = self._history()
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
-        self.hooks = self._hooks()
+        self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
+                                     self.history, self.data)
 
     def _tiles(self, steps: int) -> ObjectTiles | None:
         """The object's split over the processes (``runtime.shard_object``, several processes), for
@@ -187,7 +189,7 @@ class Reconstructor:
 
     def _prepare(self, batches) -> None:
         """Model, optimizers and loader through ``accelerator.prepare`` (DDP for several processes)."""
-        loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=_single_item)
+        loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=itemgetter(0))  # an item is a whole step
         optimizers = [g.optimizer for g in self.groups]
         with warnings.catch_warnings():
             # torch deprecates broadcast_buffers=False in favour of a DDP option accelerate cannot pass yet
@@ -198,20 +200,6 @@ class Reconstructor:
         self.model = unwrap(self.wrapped)
         if self.config.runtime.compile:
             self.model.loss_terms = CompiledTerms(report=lambda text: _tell(self.accelerator, self.log, text))
-
-    def _hooks(self) -> list:
-        """What runs after every iteration, in this order."""
-        config = self.config
-        hooks = [LogLine(self.log)]
-        if ProgressBar.wanted(self.accelerator, config.runtime.progress):
-            hooks.append(ProgressBar(config.optim.iterations, self.history.done, self.data.n_patterns))
-        if config.runtime.check_sync_every:
-            hooks.append(SyncCheck(self.accelerator, self.wrapped, config.runtime.check_sync_every))
-        if config.output.checkpoint_every:
-            hooks.append(Checkpoints(self.saver, self.groups, config.output.checkpoint_every))
-        if config.output.save_every:
-            hooks.append(IntermediateSaves(self.saver, config.output.save_every))
-        return hooks
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
@@ -330,8 +318,3 @@ def _tell(accelerator, log: RunLog, text: str) -> None:
     log.line(text)
     if accelerator.is_main_process:
         print(f"ptyacc: {text}", file=sys.stderr)
-
-
-def _single_item(items: list) -> object:
-    """Collate for batch size 1: the dataset item itself (indices, global batch size)."""
-    return items[0]

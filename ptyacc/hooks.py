@@ -1,7 +1,7 @@
 """What happens at the end of an iteration, one small hook each: the run.log line, the progress
-bar, the sync check, checkpoints, intermediate saves; and the guard that undoes an iteration
-whose loss is not finite. The loop calls them in order; each decides for itself whether this
-iteration is its turn."""
+bar, the sync check, checkpoints, intermediate saves (``iteration_hooks`` picks them from the
+config); and the guard that undoes an iteration whose loss is not finite. The loop calls them in
+order; each decides for itself whether this iteration is its turn."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ptyacc.config import Config
+from ptyacc.data import PtychoData
 from ptyacc.distributed import check_in_sync
 from ptyacc.errors import PtyaccError
 from ptyacc.exchange import Traffic
@@ -113,6 +115,23 @@ class IntermediateSaves:
     def __call__(self, history: History) -> None:
         if history.done % self.every == 0 and history.done < history.iterations:
             self.saver.save(history)
+
+
+def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, groups: list[ParameterGroup], wrapped,
+                    history: History, data: PtychoData) -> list:
+    """What runs after every iteration, in this order: the run.log line, then what ``config``
+    asks for. ``wrapped``: the model as prepared (DDP for several processes), whose parameters
+    the sync check compares."""
+    hooks = [LogLine(log)]
+    if ProgressBar.wanted(accelerator, config.runtime.progress):
+        hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
+    if config.runtime.check_sync_every:
+        hooks.append(SyncCheck(accelerator, wrapped, config.runtime.check_sync_every))
+    if config.output.checkpoint_every:
+        hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every))
+    if config.output.save_every:
+        hooks.append(IntermediateSaves(saver, config.output.save_every))
+    return hooks
 
 
 class NanGuard:

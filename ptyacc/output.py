@@ -93,6 +93,7 @@ def save_results(path: Path, results: Results) -> None:
     arrays = (results.object, results.probe, results.positions_A, results.loss, results.iteration_time_s,
               results.mean_pattern_measured, results.mean_pattern_predicted, results.comm_bytes, results.comm_time_s)
     needed = sum(np.asarray(a).nbytes for a in arrays if a is not None)
+    xray = _is_xray(results)
     with atomic_write(path, needed, "the run stops: free space and run again (--resume continues from the newest "
                       "checkpoint, if output.checkpoint_every is set)") as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("object", data=results.object.astype(np.complex64))
@@ -109,7 +110,7 @@ def save_results(path: Path, results: Results) -> None:
             f.create_dataset("comm_time_s", data=np.asarray(results.comm_time_s, dtype=np.float64))
         f.attrs["dx_A"] = results.dx_A
         f.attrs["origin_A"] = np.asarray(results.origin_A, dtype=np.float64)
-        if _is_xray(results):
+        if xray:
             f.create_dataset("positions_m", data=results.positions_A.astype(np.float64) * METRE_PER_A)
             f.attrs["dx_m"] = results.dx_A * METRE_PER_A
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A

@@ -56,7 +56,6 @@ def convert_patterns(source: Path, target: Path, key: str | None = None, **optio
 def _write(source: PatternFile, f: h5py.File, scan_shape: tuple[int, int] | None) -> None:
     """Patterns batch by batch, then the mask, background, positions and attributes."""
     info = source.info
-    extras = source.read(rows=np.arange(0))  # first, so that a bad mask or translations stop before any copying
     n, (k_y, k_x) = info.n_patterns, info.shape[-2:]
     chunk = (min(n, max(1, CHUNK_BYTES // (4 * k_y * k_x))), k_y, k_x)
     patterns = f.create_dataset("patterns", (n, k_y, k_x), np.float32, chunks=chunk, compression="gzip", shuffle=True)
@@ -64,13 +63,13 @@ def _write(source: PatternFile, f: h5py.File, scan_shape: tuple[int, int] | None
     for start in range(0, n, per_batch):
         rows = np.arange(start, min(n, start + per_batch))
         patterns[start:start + len(rows)] = source.read(rows).patterns
-    if extras.positions_A is not None:
-        f["positions_A"] = extras.positions_A
-    if extras.mask is not None:
-        f["mask"] = extras.mask.astype(np.uint8)
+    if info.positions_A is not None:
+        f["positions_A"] = info.positions_A
+    if info.mask is not None:
+        f["mask"] = info.mask.astype(np.uint8)
         f["mask"].attrs["meaning"] = "1 = good pixel, 0 = bad"
-    if extras.background is not None:
-        f["background"] = extras.background.astype(np.float32)
+    if info.background is not None:
+        f["background"] = info.background.astype(np.float32)
     f.attrs.update(info.attrs)
     if scan_shape is not None:
         f.attrs["scan_shape"] = np.asarray(scan_shape)

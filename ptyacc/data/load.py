@@ -36,18 +36,17 @@ def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
 def _read(config: Config, source: PatternFile, keep: Keep | None) -> PtychoData:
     """The dataset of the open file ``source``: calibration first, then the patterns ``keep`` selects."""
     info, data, name = source.info, config.data, str(source.path)
+    facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, _named_positions(config, source))
+    calibration = calibrate(config.experiment, facts, data.scan_shape)
     prep = Preparation.from_config(data.transform, info.shape[-2:], config.experiment.geometry == "far_field", name,
                                    info.attrs)
-    extras = source.read(rows=np.zeros(0, dtype=np.int64))  # mask, dark frame, the file's own positions
-    facts = SourceFacts(name, info.shape, info.attrs, extras.positions_A, _named_positions(config, source))
-    calibration = calibrate(config.experiment, facts, data.scan_shape)
     prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
-                                  extras.background if data.subtract_background else None)
+                                  info.background if data.subtract_background else None)
     if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
         radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
         calibration = calibrate(config.experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
     rows = None if keep is None else np.asarray(keep(calibration.positions_A))
-    mask = prep.mask(extras.mask if data.use_mask else None)
+    mask = prep.mask(info.mask if data.use_mask else None)
     return PtychoData.calibrated(torch.from_numpy(source.read(rows, prepare).patterns), calibration,
                                  prep.object_pixel_A(calibration.stored_dx_A), name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),

@@ -14,9 +14,10 @@ Conventions (shared by every function here):
 
 The forward chain is four stages, each an object with its forward and its adjoint (or vjp),
 all in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect``, then the data
-fidelity (fidelity.py). ``detected_intensities`` (chain.py) runs their forwards for prediction
+fidelity (fidelity.py: the detector's response, the losses and their gradients; it needs no
+other physics module). ``detected_intensities`` (chain.py) runs their forwards for prediction
 and simulation; ``ptycho_loss`` (fused.py) runs forwards and adjoints chunk by chunk for the
-training loss and its gradient.
+training loss and its gradient, and ``far_field_loss`` (fused.py) is its autograd reference.
 """
 
 from ptyacc.physics.chain import (
@@ -26,7 +27,6 @@ from ptyacc.physics.chain import (
     Patches,
     ProbeShift,
     detected_intensities,
-    detector_response,
     exit_waves,
     extract_patches,
     far_field_intensities,
@@ -36,13 +36,13 @@ from ptyacc.physics.chain import (
 )
 from ptyacc.physics.fidelity import (
     LOSS_KINDS,
+    detector_response,
     deviance_sums,
-    far_field_loss,
     intensity_loss_terms,
     loss_from_intensities,
     poisson_nll,
 )
-from ptyacc.physics.fused import ptycho_loss
+from ptyacc.physics.fused import far_field_loss, ptycho_loss
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A

@@ -7,12 +7,15 @@ Stage 1, ``ProbeShift``: the probe modes moved to each position's sub-pixel rest
 Stage 2, ``Patches``: the object's windows under the probe at each position.
 Stage 3, ``Multislice``: multislice exit waves with incoherent probe and object modes.
 Stage 4, ``Detect``: exit waves to the field at the detector (far or near field), intensities
-summed over the modes, and the detector's response (gain per pattern, background).
+summed over the modes, and the detector's response (gain per pattern, background:
+``detector_response``, which lives in fidelity.py beside its gradient).
 """
 
 from dataclasses import dataclass
 
 import torch
+
+from ptyacc.physics.fidelity import detector_response
 
 # ------------------------------------------------------------------ stage 1: probe shift
 
@@ -214,14 +217,6 @@ def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.
     """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K);
     with ``transform`` False, |wave|^2 summed over the modes (for fields already at the detector)."""
     return summed_intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
-
-
-def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = None,
-                      background: torch.Tensor | None = None) -> torch.Tensor:
-    """The model intensity (B, K, K): weights (B,) * coherent (B, K, K) + background (K, K),
-    each factor optional. All elementwise, so ``torch.compile`` fuses it with the loss terms."""
-    intensity = coherent if weights is None else coherent * weights[:, None, None]
-    return intensity if background is None else intensity + background
 
 
 # ------------------------------------------------------------------ stage 3: multislice

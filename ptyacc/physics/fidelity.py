@@ -3,16 +3,17 @@
 Losses are SUMS over the given patterns; the caller divides by the global batch size.
 - amplitude: sum over pixels of (sqrt(I) - sqrt(M))^2 (Gaussian noise on amplitudes)
 - poisson:   sum over pixels of I - M log(I) (Poisson negative log-likelihood, data term dropped)
-with I the model intensity (``detector_response`` of the intensity summed over modes) plus EPS,
-and M the measured one, over the pixels of the detector's mask. Each formula is written once
-(``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss
-(``intensity_loss_terms``), the autograd reference (``loss_from_intensities``,
-``far_field_loss``) and the Poisson deviance of the final model (``deviance_sums``).
+with I the model intensity (``detector_response``: the intensity summed over modes times a gain
+per pattern, plus a background) plus EPS, and M the measured one, over the pixels of the
+detector's mask. Each formula is written once (``detector_response``, ``_amplitude``,
+``poisson_nll``) and serves the hand-written gradient of the chunked loss
+(``intensity_loss_terms``, which also gives the gradients of the gain and the background), the
+autograd reference (``loss_from_intensities``; ``far_field_loss`` in fused.py) and the Poisson
+deviance of the final model (``deviance_sums``). No other physics module is needed here: the
+chain (chain.py) and the chunked loss (fused.py) build on this one.
 """
 
 import torch
-
-from ptyacc.physics.chain import Detect, Detector, detector_response, summed_intensity
 
 EPS = 1e-8
 LOSS_KINDS = ("amplitude", "poisson")
@@ -36,9 +37,17 @@ def _poisson(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Ten
     return poisson_nll(intensity, measured), 1.0 - measured / intensity
 
 
-def _check_kind(kind: str) -> None:
+def check_kind(kind: str) -> None:
     if kind not in LOSS_KINDS:
         raise ValueError(f"loss must be one of {LOSS_KINDS}, got {kind!r}")
+
+
+def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = None,
+                      background: torch.Tensor | None = None) -> torch.Tensor:
+    """The model intensity (B, K, K): weights (B,) * coherent (B, K, K) + background (K, K),
+    each factor optional. All elementwise, so ``torch.compile`` fuses it with the loss terms."""
+    intensity = coherent if weights is None else coherent * weights[:, None, None]
+    return intensity if background is None else intensity + background
 
 
 def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: str,
@@ -71,20 +80,6 @@ def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind:
     return per_pixel.sum() if reduce else per_pixel
 
 
-def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
-                   detector: Detector | None = None, weights: torch.Tensor | None = None,
-                   background: torch.Tensor | None = None, ramps: torch.Tensor | None = None) -> torch.Tensor:
-    """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
-    both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
-    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K);
-    ramps (B, K, K): the probes' sub-pixel shifts, undone at a near-field detector (``Detect``)."""
-    _check_kind(kind)
-    detect = Detect(detector or Detector(), ramps)
-    intensity = detector_response(summed_intensity(detect.forward(waves)), weights, background)
-    per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False)
-    return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
-
-
 def deviance_sums(predicted: torch.Tensor, measured: torch.Tensor, mask: torch.Tensor | None = None
                   ) -> torch.Tensor:
     """(sum of the Poisson deviance terms, number of pixel values >= 1) (2,) float64 over the
@@ -99,3 +94,11 @@ def deviance_sums(predicted: torch.Tensor, measured: torch.Tensor, mask: torch.T
     if mask is not None:
         terms, counted = terms * mask, counted * mask
     return torch.stack([terms.sum(), counted.sum().double()])
+
+
+def __getattr__(name: str):
+    if name == "far_field_loss":  # moved to fused.py, next to the loss it is the reference for
+        from ptyacc.physics.fused import far_field_loss
+
+        return far_field_loss
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

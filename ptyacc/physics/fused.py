@@ -7,7 +7,7 @@ patterns, runs the stages of the forward chain (``ProbeShift``, ``Patches``, ``M
 ``Detect``, then the data fidelity ``intensity_loss_terms``) forward and backward for each chunk
 while its waves are still in cache, and keeps only the gradients: its autograd backward merely
 scales them. The same value and gradients as autograd through ``detected_intensities``'s chain
-and ``far_field_loss`` (tests compare the two).
+and ``far_field_loss``, the plain reference kept here beside it (tests compare the two).
 """
 
 from collections.abc import Callable
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ptyacc.physics.chain import Detect, Detector, Multislice, Patches, ProbeShift, summed_intensity
-from ptyacc.physics.fidelity import intensity_loss_terms
+from ptyacc.physics.fidelity import check_kind, detector_response, intensity_loss_terms, loss_from_intensities
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 
@@ -64,14 +64,22 @@ class _PtychoLoss(torch.autograd.Function):
         grad_weights = torch.empty_like(weights) if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
         for start in range(0, top_left.shape[0], chunk):
+            # one chunk while its waves are in cache: each stage's forward, the data fidelity's
+            # gradient in the detector field, then each stage's vjp in reverse order
             part = slice(start, start + chunk)
             shift = ProbeShift(ramps[part] if shifted else None)
             patches = Patches(top_left[part], k)
+            detect = Detect(detector, shift.ramps)
             probes = shift.from_spectrum(spectrum) if shifted else shift.forward(probe)
-            loss, grad_probes, grad_patches, grad_w, grad_b, grad_back = _chunk_value_and_grad(
-                probes, patches.forward(obj), multislice, Detect(detector, shift.ramps), measured[part], kind,
-                weights[part] if weights is not None else None, background, terms,
-                shifted and grad_ramps is not None)
+            windows = patches.forward(obj)  # (C, O, S, K, K)
+            waves, incident = multislice.forward_with_incident(probes, windows)
+            far, far_spectrum = detect.forward_with_spectrum(waves)
+            loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured[part], kind,
+                                                 weights[part] if weights is not None else None, background,
+                                                 detect.mask)
+            ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
+            grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
+            grad_probes, grad_patches = multislice.vjp(grad_waves, probes, windows, incident)
             total += loss
             if grad_weights is not None:
                 grad_weights[part] = grad_w
@@ -99,20 +107,18 @@ class _PtychoLoss(torch.autograd.Function):
         return (*(None if g is None else g * grad_loss for g in grads), *[None] * 7)
 
 
-def _chunk_value_and_grad(probes, patches, multislice, detect, measured, kind, weights, background,
-                          terms=intensity_loss_terms, ramp_grad=False):
-    """Loss of one chunk and its gradients with respect to the probes (C or 1, P, K, K), the
-    patches (C, O, S, K, K), the weights (C,), the background (K, K) and, in the near field when
-    ``ramp_grad``, the probe-shift ramps (C, K, K) through the image's shift back at the
-    detector (``Detect.vjp``; else None): each stage's forward, the data fidelity's gradient in
-    the detector field, then each stage's vjp in reverse order."""
-    waves, incident = multislice.forward_with_incident(probes, patches)
-    far, spectrum = detect.forward_with_spectrum(waves)
-    loss, factor, grad_weights, grad_background = terms(summed_intensity(far), measured, kind, weights, background,
-                                                        detect.mask)
-    grad_waves, grad_ramps = detect.vjp(far * factor[:, None, None], spectrum if ramp_grad else None)
-    grad_probes, grad_patches = multislice.vjp(grad_waves, probes, patches, incident)
-    return loss, grad_probes, grad_patches, grad_weights, grad_background, grad_ramps
+def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
+                   detector: Detector | None = None, weights: torch.Tensor | None = None,
+                   background: torch.Tensor | None = None, ramps: torch.Tensor | None = None) -> torch.Tensor:
+    """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
+    both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
+    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K);
+    ramps (B, K, K): the probes' sub-pixel shifts, undone at a near-field detector (``Detect``)."""
+    check_kind(kind)
+    detect = Detect(detector or Detector(), ramps)
+    intensity = detector_response(summed_intensity(detect.forward(waves)), weights, background)
+    per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False)
+    return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
 
 
 class CompiledTerms:

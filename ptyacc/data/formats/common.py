@@ -31,6 +31,8 @@ class PatternsInfo:
                 ``detector_distance_m``, ``detector_pixel_m`` (or ``detector_pixel_y_m`` and
                 ``detector_pixel_x_m`` when they differ) and ``scan_shape`` when known
     format:     the name of the format in ``ptyacc.data.formats.READERS``
+    mask, background, positions_A: what the file says beside the patterns, read with the rest
+                of this record (see ``RawPatterns``); None when the file has none
     """
 
     key: str
@@ -38,6 +40,9 @@ class PatternsInfo:
     scan_shape: tuple[int, int] | None
     attrs: dict
     format: str = "hdf5"
+    mask: np.ndarray | None = None
+    background: np.ndarray | None = None
+    positions_A: np.ndarray | None = None
 
     @property
     def n_patterns(self) -> int:

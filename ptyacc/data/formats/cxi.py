@@ -40,24 +40,8 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
     - detector_1/distance (m) -> ``detector_distance_m``
     - detector_1/y_pixel_size, x_pixel_size (m) -> ``detector_pixel_m`` (or ``_y_m``, ``_x_m``)
     - detector_1/basis_vectors (3, 2) (m) -> ``detector_basis_vectors_m`` as stored
-    """
-    if key is None:
-        key = next((k for k in DATA_KEYS if isinstance(f.get(k), h5py.Dataset)), None)
-        if key is None:
-            raise DataError(f"{path}: CXI file without patterns at {' or '.join(DATA_KEYS)}; set data.key; "
-                            f"datasets: {', '.join(hdf5.datasets(f)) or 'none'}")
-    dset = hdf5.find_patterns(f, path, key)
-    check_patterns(path, dset.name, dset.shape, dset.dtype)
-    scan_shape = scan_shape_4d(dset.shape)
-    attrs = _calibration(f, path)
-    if scan_shape is not None:
-        attrs["scan_shape"] = scan_shape
-    return PatternsInfo(dset.name, tuple(dset.shape), scan_shape, attrs, "cxi")
 
-
-def read(f: h5py.File, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,
-         rows: np.ndarray | None) -> RawPatterns:
-    """Patterns, and when present:
+    and, read with them (see ``RawPatterns``):
 
     - mask: detector_1/mask (ky, kx), CXI's pixel flags: 0 = good, any bit set = bad
     - background: detector_1/data_dark (one dark frame or a stack, averaged), else
@@ -67,15 +51,33 @@ def read(f: h5py.File, path: Path, info: PatternsInfo, options: ReadOptions, pre
       sample; the probe moves the opposite way over it, so the probe centres are
       ``positions_A = -translation[:, [1, 0]] * 1e10`` ((y, x) in Å).
     """
-    pattern_shape = info.shape[-2:]
-    patterns = copy_rows(f[info.key], pattern_shape, rows, prepare)
+    if key is None:
+        key = next((k for k in DATA_KEYS if isinstance(f.get(k), h5py.Dataset)), None)
+        if key is None:
+            raise DataError(f"{path}: CXI file without patterns at {' or '.join(DATA_KEYS)}; set data.key; "
+                            f"datasets: {', '.join(hdf5.datasets(f)) or 'none'}")
+    dset = hdf5.find_patterns(f, path, key)
+    shape, pattern_shape = tuple(dset.shape), tuple(dset.shape[-2:])
+    check_patterns(path, dset.name, shape, dset.dtype)
+    scan_shape = scan_shape_4d(shape)
+    attrs = _calibration(f, path)
+    if scan_shape is not None:
+        attrs["scan_shape"] = scan_shape
     mask = hdf5.image(f, path, f"{DETECTOR}/mask", pattern_shape)
     background = hdf5.image(f, path, f"{DETECTOR}/data_dark", pattern_shape, average_leading=True)
     if background is None:
         background = hdf5.image(f, path, f"{DETECTOR}/background", pattern_shape)
-    positions_A = _positions_A(f, path, info.n_patterns)
-    return RawPatterns(patterns, info.scan_shape, info.attrs, str(path), None if mask is None else mask == 0,
-                       None if background is None else background.astype(np.float32), positions_A, "cxi")
+    return PatternsInfo(dset.name, shape, scan_shape, attrs, "cxi", None if mask is None else mask == 0,
+                        None if background is None else background.astype(np.float32),
+                        _positions_A(f, path, math.prod(shape[:-2])))
+
+
+def read(f: h5py.File, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,
+         rows: np.ndarray | None) -> RawPatterns:
+    """Patterns, with what ``inspect`` found beside them."""
+    patterns = copy_rows(f[info.key], info.shape[-2:], rows, prepare)
+    return RawPatterns(patterns, info.scan_shape, info.attrs, str(path), info.mask, info.background, info.positions_A,
+                       "cxi")
 
 
 def _calibration(f: h5py.File, path: Path) -> dict:

@@ -5,6 +5,7 @@ files are HDF5 files)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import h5py
@@ -34,31 +35,33 @@ def open_file(path: Path, options: ReadOptions) -> h5py.File:
 
 def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> PatternsInfo:
     """The pattern dataset (``key``, or 'patterns', or the only 3D/4D numeric dataset), its
-    scan shape (4D data, or a root 'scan_shape' attribute) and the file's root attributes."""
+    scan shape (4D data, or a root 'scan_shape' attribute), the file's root attributes, and
+    ptyacc's layout's root datasets when present: ``mask`` (ky, kx), non-zero = good pixel;
+    ``background`` (ky, kx); ``positions_A`` (N, 2), taken only when it has that shape (a config
+    that names it checks it and says what is wrong)."""
     dset = find_patterns(f, path, key)
-    check_patterns(path, dset.name, dset.shape, dset.dtype)
-    scan_shape = scan_shape_4d(dset.shape)
+    shape, pattern_shape = tuple(dset.shape), tuple(dset.shape[-2:])
+    check_patterns(path, dset.name, shape, dset.dtype)
+    scan_shape = scan_shape_4d(shape)
     if scan_shape is None and "scan_shape" in f.attrs:
         scan_shape = scan_shape_attribute(f.attrs["scan_shape"])
     attrs = {k: plain(v) for k, v in f.attrs.items()}
-    return PatternsInfo(dset.name, tuple(dset.shape), scan_shape, attrs, "hdf5")
+    mask = image(f, path, "mask", pattern_shape)
+    background = image(f, path, "background", pattern_shape)
+    positions = f.get("positions_A")
+    usable = (isinstance(positions, h5py.Dataset) and positions.shape == (math.prod(shape[:-2]), 2)
+              and positions.dtype.kind in "iuf")
+    return PatternsInfo(dset.name, shape, scan_shape, attrs, "hdf5", None if mask is None else mask != 0,
+                        None if background is None else background.astype(np.float32),
+                        positions[()].astype(np.float64) if usable else None)
 
 
 def read(f: h5py.File, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,
          rows: np.ndarray | None) -> RawPatterns:
-    """Patterns of ``info.key``, and ptyacc's layout's root datasets when present: ``mask``
-    (ky, kx), non-zero = good pixel; ``background`` (ky, kx); ``positions_A`` (N, 2), taken only
-    when it has that shape (a config that names it checks it and says what is wrong)."""
-    pattern_shape = info.shape[-2:]
-    patterns = copy_rows(f[info.key], pattern_shape, rows, prepare)
-    mask = image(f, path, "mask", pattern_shape)
-    background = image(f, path, "background", pattern_shape)
-    positions = f.get("positions_A")
-    usable = (isinstance(positions, h5py.Dataset) and positions.shape == (info.n_patterns, 2)
-              and positions.dtype.kind in "iuf")
-    positions_A = positions[()].astype(np.float64) if usable else None
-    return RawPatterns(patterns, info.scan_shape, info.attrs, str(path), None if mask is None else mask != 0,
-                       None if background is None else background.astype(np.float32), positions_A, "hdf5")
+    """Patterns of ``info.key``, with what ``inspect`` found beside them."""
+    patterns = copy_rows(f[info.key], info.shape[-2:], rows, prepare)
+    return RawPatterns(patterns, info.scan_shape, info.attrs, str(path), info.mask, info.background, info.positions_A,
+                       "hdf5")
 
 
 def open_hdf5(path: Path) -> h5py.File:
