@@ -257,6 +257,32 @@ class StartIterations:
 
 
 @dataclass
+class RegularizeConfig:
+    """Optional priors on the object, all off by default (see "Regularisers: when to use them" in
+    docs/user-guide.md). They act identically on every process, whatever the process count."""
+
+    tv_phase: float = _f(
+        0.0, "Weight of the phase total variation: weight x (sum over object pixels, slices and modes of "
+             "sqrt(|u(y+1, x) - u(y, x)|^2 + |u(y, x+1) - u(y, x)|^2 + eps^2) - eps), u the unit phasor of the "
+             "transmission (|du| ~ the phase step in rad, free of 2 pi wrapping), added to the data loss summed over "
+             "all patterns; its gradient joins the object's after the exchange between processes. Low dose: "
+             "try 0.01-1 (amplitude loss) and compare; 0 = off.")
+    tv_epsilon_rad: float = _f(
+        1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
+              "quadratically, so the penalty is differentiable at zero.")
+    depth_blur_slices: float = _f(
+        0.0, "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
+             "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
+             "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
+             "0.5-1 typical, 0 = off.")
+
+    def _check(self, path: str) -> None:
+        for name in ("tv_phase", "depth_blur_slices"):
+            _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")
+
+
+@dataclass
 class OptimConfig:
     """How the reconstruction is optimised."""
 
@@ -270,6 +296,7 @@ class OptimConfig:
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
     max_position_offset_fraction: float = _f(
         0.25, "Largest position correction, as a fraction of the probe window's width (applied after each iteration).")
+    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
     on_nan: Literal["stop", "rollback"] = _f(
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
@@ -341,6 +368,11 @@ class Config:
     output: OutputConfig = _f(factory=OutputConfig, doc="Output.")
     runtime: RuntimeConfig = _f(factory=RuntimeConfig, doc="Runtime.")
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
+
+    def _check(self, path: str) -> None:
+        if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
+            raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
+                              "model.slices > 1 or leave it at 0")
 
     def resolve_input(self, path: str) -> Path:
         """An input path as given in the config, resolved against the config file's folder."""
