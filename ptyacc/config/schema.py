@@ -296,10 +296,10 @@ class OptimConfig:
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
     max_position_offset_fraction: float = _f(
         0.25, "Largest position correction, as a fraction of the probe window's width (applied after each iteration).")
-    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
     on_nan: Literal["stop", "rollback"] = _f(
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
+    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
 
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
