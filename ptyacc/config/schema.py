@@ -262,11 +262,12 @@ class RegularizeConfig:
     docs/user-guide.md). They act identically on every process, whatever the process count."""
 
     tv_phase: float = _f(
-        0.0, "Weight of the phase total variation: weight x (sum over object pixels, slices and modes of "
-             "sqrt(|u(y+1, x) - u(y, x)|^2 + |u(y, x+1) - u(y, x)|^2 + eps^2) - eps), u the unit phasor of the "
-             "transmission (|du| ~ the phase step in rad, free of 2 pi wrapping), added to the data loss summed over "
-             "all patterns; its gradient joins the object's after the exchange between processes. Low dose: "
-             "try 0.01-1 (amplitude loss) and compare; 0 = off.")
+        0.0, "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
+             "sum over object pixels, slices and modes of sqrt(dy^2 + dx^2 + eps^2) - eps, dy and dx the lengths of "
+             "the differences between a pixel's unit phasor (transmission / amplitude) and its neighbours' below "
+             "and to the right (about the phase steps in rad, free of 2 pi wrapping). Low dose: about 0.3-1 with "
+             "the amplitude loss (more with poisson, whose gradient grows with the dose); sweep by factors of 3. "
+             "0 = off.")
     tv_epsilon_rad: float = _f(
         1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
               "quadratically, so the penalty is differentiable at zero.")
