@@ -275,7 +275,7 @@ class RegularizeConfig:
         0.0, "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
              "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
              "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
-             "0.5-1 typical, 0 = off.")
+             "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
 
     def _check(self, path: str) -> None:
         for name in ("tv_phase", "depth_blur_slices"):
