@@ -1,9 +1,15 @@
 """One parameter group per optimised quantity (object, probe, positions, detector): its
-tensors, its Adam, its learning rate and schedule, its start iteration and its projections.
+tensors, its Adam, its learning rate and schedule, its start iteration, its projections and
+its regulariser (``optim.regularize``).
 
 A group that has not started yet is not stepped, but its tensors keep requiring gradients
 and take part in every forward (DESIGN rule 2). Projections run identically on every
 process, whether the group has started or not, so parameters stay bit-identical.
+
+A regulariser's gradient is added to the gradient after the exchange between processes (when
+``step`` runs, the gradient is already the sum over processes, footprint exchange or not), on
+every process alike, from the same parameters: it counts once whatever the process count, on
+every pixel, including those outside the step's footprint that the exchange does not send.
 """
 
 from __future__ import annotations
@@ -16,12 +22,17 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.model import PtychoModel, orthogonalize_modes
+from ptyacc.physics.regularizers import depth_blur, phase_total_variation_gradient
 
 
 @dataclass
 class ParameterGroup:
     """An optimised quantity. ``after_step`` runs after every step, ``after_iteration`` after
-    every iteration (projections onto the allowed set); ``start`` None = never updated."""
+    every iteration (projections onto the allowed set); ``start`` None = never updated.
+    ``regularizer(values, grad)`` adds the gradient of a penalty at ``values`` to ``grad`` in
+    place, for each tensor, before each update. ``exact_projection`` False: ``after_iteration``
+    uses functions (angle, polar) whose last bit may depend on where a value sits in a tensor, so
+    copies of a pixel held by several processes (``runtime.shard_object``) are refreshed afterwards."""
 
     name: str
     params: list[torch.nn.Parameter]
@@ -30,6 +41,8 @@ class ParameterGroup:
     after_step: Callable[[], None] | None = None
     after_iteration: Callable[[], None] | None = None
     optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
+    regularizer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    exact_projection: bool = True
 
     def active(self, iteration: int) -> bool:
         return self.start is not None and iteration >= self.start
@@ -41,6 +54,11 @@ class ParameterGroup:
 
     def step(self, iteration: int) -> None:
         if self.active(iteration):
+            if self.regularizer is not None:
+                for param in self.params:
+                    if param.grad is None:
+                        param.grad = torch.zeros_like(param)
+                    self.regularizer(param.detach(), param.grad)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -49,11 +67,9 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device) -> li
     """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
     its Adam (the fused kernel where ``device`` has one)."""
     opt, start = config.optim, config.optim.start
-    low, high = config.model.object_amplitude_bounds
     probe_modes = model.probe.shape[0]
     groups = [
-        ParameterGroup("object", [model.object], opt.lr.object, start.object,
-                       after_iteration=lambda: clamp_amplitude(model.object, low, high)),
+        _object_group(config, model),
         ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
                        after_iteration=(lambda: orthogonalize(model.probe))
                        if config.model.orthogonalize_probe and probe_modes > 1 else None),
@@ -80,6 +96,46 @@ def adam_beta2(config: Config) -> float:
     if config.optim.adam_beta2 != "auto":
         return float(config.optim.adam_beta2)
     return 0.95 if config.model.slices == 1 else 0.999
+
+
+def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
+    """The object: amplitude bounds after every iteration, after the depth blur when asked for,
+    and the phase total variation (``optim.regularize``)."""
+    low, high = config.model.object_amplitude_bounds
+    regularize = config.optim.regularize
+    sigma = regularize.depth_blur_slices if model.object.shape[1] > 1 else 0.0
+
+    def project() -> None:
+        if sigma > 0:
+            blur_depth(model.object, sigma)
+        clamp_amplitude(model.object, low, high)
+
+    regularizer = None
+    if regularize.tv_phase > 0:
+        # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
+        # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too
+        regularizer = PhaseTV(regularize.tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
+    return ParameterGroup("object", [model.object], config.optim.lr.object, config.optim.start.object,
+                          after_iteration=project, regularizer=regularizer, exact_projection=sigma == 0)
+
+
+@dataclass
+class PhaseTV:
+    """``weight`` x phase total variation (``phase_total_variation``) of the object, as a
+    regularizer: adds its gradient to a gradient in place."""
+
+    weight: float
+    epsilon_rad: float
+
+    def __call__(self, values: torch.Tensor, grad: torch.Tensor) -> None:
+        _, penalty_grad = phase_total_variation_gradient(values, self.epsilon_rad)
+        grad.add_(penalty_grad, alpha=self.weight)
+
+
+@torch.no_grad()
+def blur_depth(obj: torch.Tensor, sigma_slices: float) -> None:
+    """Object (O, S, Ny, Nx, 2) blurred along depth in place (``depth_blur``)."""
+    obj.copy_(depth_blur(obj, sigma_slices))
 
 
 @torch.no_grad()

@@ -237,8 +237,9 @@ class TiledAdam:
     ``load_state_dict`` takes either."""
 
     def __init__(self, param: nn.Parameter, lr: float, tiling: Tiling, rank: int, world: int,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, regularizer=None) -> None:
         self.param, self.tiling, self.rank, self.world = param, tiling, rank, world
+        self.regularizer = regularizer  # (values, grad) -> None, the group's, added after the exchange
         self.betas, self.eps = betas, eps
         self.param_groups = [{"lr": lr, "params": [param]}]
         self.exchange = HaloExchange(tiling, rank, world) if world > 1 else None
@@ -259,6 +260,10 @@ class TiledAdam:
             # DDP's average: the loss is scaled by W / B, so the average is the global sum / B
             grad.div_(self.world)
             self.exchange.sum_gradients(grad)
+        if self.regularizer is not None:
+            # on the held region: exact on the owned pixels, whose neighbours are all held
+            # (``needs_one_pixel_ring``); only those are stepped
+            self.regularizer(self.param.detach(), grad)
         rows, cols = self.owned
         owned_grad, owned = grad[..., rows, cols, :], self.param[..., rows, cols, :]
         if self.exp_avg is None:
@@ -321,6 +326,19 @@ class TiledAdam:
         return True
 
 
+def needs_one_pixel_ring(tiling: Tiling) -> None:
+    """A ConfigError unless every process holds the pixels next to its tile (one pixel around
+    O_r, within the object), which a penalty on neighbouring pixels (the phase total variation)
+    needs to get its gradient on the owned pixels right from the held region alone."""
+    ny, nx = tiling.shape
+    for rank, ((y0, y1, x0, x1), held) in enumerate(zip(tiling.owned, tiling.local, strict=True)):
+        ring = (max(y0 - 1, 0), min(y1 + 1, ny), max(x0 - 1, 0), min(x1 + 1, nx))
+        if _bounding(ring, held) != held:
+            raise ConfigError(f"runtime.shard_object: process {rank} does not hold the pixels around its tile that "
+                              "optim.regularize.tv_phase needs (a scan with no overlap between windows?); set "
+                              "runtime.shard_object: false or optim.regularize.tv_phase: 0")
+
+
 def gather_tiles(tile: torch.Tensor, tiling: Tiling, rank: int, world: int) -> torch.Tensor | None:
     """The whole (O, S, Ny, Nx, 2) tensor on the main process's CPU from every process's owned
     ``tile``, received one tile at a time (None on the other processes)."""
@@ -366,12 +384,23 @@ class ObjectTiles:
                 f"holds rows {ly0}:{ly1}, columns {lx0}:{lx1} (all processes together hold {held:.2f}x the object)")
 
     def take_over(self, model: nn.Module, groups: list) -> None:
-        """Before ``accelerator.prepare``: the object leaves DDP and its group steps with TiledAdam."""
+        """Before ``accelerator.prepare``: the object leaves DDP and its group steps with TiledAdam,
+        which adds the group's regularizer after the halo exchange; a projection that is not exact
+        to the last bit is followed by a refresh of the halos from their owners."""
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
         group = next(g for g in groups if g.name == OBJECT)
+        if group.regularizer is not None:
+            needs_one_pixel_ring(self.tiling)
         self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
-                                   betas=group.optimizer.defaults["betas"])
-        group.optimizer = self.optimizer
+                                   betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
+        group.optimizer, group.regularizer = self.optimizer, None
+        project, exchange = group.after_iteration, self.optimizer.exchange
+        if project is not None and not group.exact_projection and exchange is not None:
+            def project_and_refresh() -> None:
+                project()
+                exchange.share_values(model.object.data)
+
+            group.after_iteration = project_and_refresh
 
     def connect(self, count) -> None:
         """``count(nbytes, seconds)`` is told every object collective (the exchange's traffic)."""

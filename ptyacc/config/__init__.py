@@ -14,6 +14,7 @@ from ptyacc.config.schema import (
     OptimConfig,
     OutputConfig,
     PositionsFileConfig,
+    RegularizeConfig,
     RuntimeConfig,
     SimulateConfig,
     StartIterations,
@@ -22,6 +23,7 @@ from ptyacc.config.schema import (
 
 __all__ = [
     "ABERRATION_NAMES", "Config", "DataConfig", "ExperimentConfig", "LearningRates", "ModelConfig", "OptimConfig",
-    "OutputConfig", "PositionsFileConfig", "RuntimeConfig", "SimulateConfig", "StartIterations", "TransformConfig",
+    "OutputConfig", "PositionsFileConfig", "RegularizeConfig", "RuntimeConfig", "SimulateConfig", "StartIterations",
+    "TransformConfig",
     "config_reference", "load_config", "yaml_error_message",
 ]

@@ -257,6 +257,33 @@ class StartIterations:
 
 
 @dataclass
+class RegularizeConfig:
+    """Optional priors on the object, all off by default (see "Regularisers: when to use them" in
+    docs/user-guide.md). They act identically on every process, whatever the process count."""
+
+    tv_phase: float = _f(
+        0.0, "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
+             "sum over object pixels, slices and modes of sqrt(dy^2 + dx^2 + eps^2) - eps, dy and dx the lengths of "
+             "the differences between a pixel's unit phasor (transmission / amplitude) and its neighbours' below "
+             "and to the right (about the phase steps in rad, free of 2 pi wrapping). Low dose: about 0.3-1 with "
+             "the amplitude loss (more with poisson, whose gradient grows with the dose); sweep by factors of 3. "
+             "0 = off.")
+    tv_epsilon_rad: float = _f(
+        1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
+              "quadratically, so the penalty is differentiable at zero.")
+    depth_blur_slices: float = _f(
+        0.0, "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
+             "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
+             "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
+             "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
+
+    def _check(self, path: str) -> None:
+        for name in ("tv_phase", "depth_blur_slices"):
+            _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
+        _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")
+
+
+@dataclass
 class OptimConfig:
     """How the reconstruction is optimised."""
 
@@ -278,6 +305,7 @@ class OptimConfig:
     on_nan: Literal["stop", "rollback"] = _f(
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
+    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
 
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
@@ -348,6 +376,11 @@ class Config:
     output: OutputConfig = _f(factory=OutputConfig, doc="Output.")
     runtime: RuntimeConfig = _f(factory=RuntimeConfig, doc="Runtime.")
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
+
+    def _check(self, path: str) -> None:
+        if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
+            raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
+                              "model.slices > 1 or leave it at 0")
 
     def resolve_input(self, path: str) -> Path:
         """An input path as given in the config, resolved against the config file's folder."""

@@ -1,0 +1,96 @@
+"""Priors on the object: pure tensor functions of the object's real/imaginary pairs.
+
+- ``phase_total_variation``: a smooth (Charbonnier) isotropic total variation of the phase,
+  measured by differences of unit phasors u = t / |t|: |u_b - u_a| = 2 |sin(dphi / 2)|, which
+  is the phase step dphi for small steps and never sees the 2 pi jumps of a wrapped angle.
+- ``depth_blur``: a Gaussian low-pass along the slices of a multislice object, on amplitude and
+  phase, with mirror boundaries (the kz low-pass of the object's even extension in depth).
+
+The object is (object_modes, slices, Ny, Nx, 2) float, real and imaginary parts (``PtychoModel``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# A pixel's phasor is t / sqrt(|t|^2 + floor^2): unit where |t| >> floor, shrinking smoothly to
+# 0 where the transmission vanishes (a phase there means nothing, and t / |t| has no gradient).
+PHASOR_AMPLITUDE_FLOOR = 1e-3
+
+
+def unit_phasors(obj: torch.Tensor, floor: float = PHASOR_AMPLITUDE_FLOOR) -> torch.Tensor:
+    """(..., 2) real/imaginary pairs scaled to unit length, t / sqrt(|t|^2 + floor^2) (..., 2)."""
+    return obj * torch.rsqrt(obj.square().sum(-1, keepdim=True) + floor * floor)
+
+
+def phase_total_variation(obj: torch.Tensor, epsilon_rad: float) -> torch.Tensor:
+    """Sum over modes, slices and pixels (y, x) of sqrt(|u[y+1, x] - u[y, x]|^2 + |u[y, x+1] - u[y, x]|^2
+    + eps^2) - eps, u = ``unit_phasors(obj)``; a step past the last row or column counts as 0.
+
+    obj: (O, S, Ny, Nx, 2) float. Returns a scalar of obj's dtype; 0 for a uniform phase; the
+    gradient is 0 where the phase is locally flat (smooth in the steps for eps > 0)."""
+    u = unit_phasors(obj)
+    step_y = (u[..., 1:, :, :] - u[..., :-1, :, :]).square().sum(-1)  # (O, S, Ny - 1, Nx)
+    step_x = (u[..., :, 1:, :] - u[..., :, :-1, :]).square().sum(-1)  # (O, S, Ny, Nx - 1)
+    squared = F.pad(step_y, (0, 0, 0, 1)) + F.pad(step_x, (0, 1))
+    return (torch.sqrt(squared + epsilon_rad * epsilon_rad) - epsilon_rad).sum()
+
+
+def phase_total_variation_gradient(obj: torch.Tensor, epsilon_rad: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(value, d value / d obj) of ``phase_total_variation`` at ``obj`` (O, S, Ny, Nx, 2), by
+    autograd on a detached copy (obj's own graph, if any, is untouched)."""
+    with torch.enable_grad():
+        leaf = obj.detach().requires_grad_(True)
+        value = phase_total_variation(leaf, epsilon_rad)
+        (grad,) = torch.autograd.grad(value, leaf)
+    return value.detach(), grad
+
+
+def depth_blur_weights(slices: int, sigma_slices: float) -> np.ndarray:
+    """(S, S) float64 weights W of a Gaussian blur (standard deviation ``sigma_slices``) along
+    depth, mirrored at both ends (the signal continued as ... x1 x0 | x0 x1 ... x_{S-1} | x_{S-1} ...):
+    out[s] = sum_t W[s, t] x[t]. W is symmetric and every row and column sums to 1, so the sum
+    over slices of every pixel is kept; a signal constant in depth is unchanged."""
+    if sigma_slices <= 0 or slices == 1:
+        return np.eye(slices)
+    reach = int(math.ceil(8 * sigma_slices)) + 1
+    distance = np.arange(-reach, reach + 1)
+    kernel = np.exp(-0.5 * (distance / sigma_slices) ** 2)
+    kernel /= kernel.sum()
+    weights = np.zeros((slices, slices))
+    for s in range(slices):
+        for d, w in zip(distance, kernel):
+            weights[s, _mirrored(s + d, slices)] += w
+    return weights
+
+
+def _mirrored(index: int, slices: int) -> int:
+    """The slice that position ``index`` of the mirrored continuation (period 2 S) holds."""
+    index %= 2 * slices
+    return index if index < slices else 2 * slices - 1 - index
+
+
+@torch.no_grad()
+def depth_blur(obj: torch.Tensor, sigma_slices: float) -> torch.Tensor:
+    """The object (O, S, Ny, Nx, 2) with amplitude and phase blurred along depth (``depth_blur_weights``).
+
+    The phase is taken relative to each pixel's circular mean over the slices, angle(sum_s t_s),
+    so that a phase that wraps at +-pi is blurred as the continuous quantity it is; the blur is
+    linear, so blurring the relative phase and adding the mean back blurs the phase. (A pixel
+    whose slices spread more than pi either side of that mean would still wrap.)"""
+    weights = depth_blur_weights(obj.shape[1], sigma_slices)
+    transmission = torch.view_as_complex(obj.contiguous())  # (O, S, Ny, Nx)
+    amplitude = transmission.abs()
+    mean_phase = torch.angle(transmission.sum(1, keepdim=True))  # (O, 1, Ny, Nx)
+    relative = torch.angle(transmission * torch.polar(torch.ones_like(mean_phase), -mean_phase))
+    blurred_amplitude, blurred_phase = torch.zeros_like(amplitude), torch.zeros_like(relative)
+    for s in range(obj.shape[1]):
+        for t in range(obj.shape[1]):
+            if weights[s, t] != 0:
+                blurred_amplitude[:, s].add_(amplitude[:, t], alpha=float(weights[s, t]))
+                blurred_phase[:, s].add_(relative[:, t], alpha=float(weights[s, t]))
+    return torch.view_as_real(torch.polar(blurred_amplitude, blurred_phase + mean_phase))
