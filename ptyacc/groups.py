@@ -103,7 +103,7 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
     and the phase total variation (``optim.regularize``)."""
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
-    sigma = regularize.depth_blur_slices if model.object.shape[1] > 1 else 0.0
+    sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
 
     def project() -> None:
         if sigma > 0:

@@ -6,6 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def scanned_region(positions_px: np.ndarray) -> tuple[slice, slice]:
+    """(rows, columns) of the scanned region in a frame whose pixel [i, j] sits at (i, j) px:
+    the bounding box of the probe centres ``positions_px`` (N, 2) (y, x), rows
+    ceil(min y) .. floor(max y), columns likewise (both ends included)."""
+    px = np.asarray(positions_px, dtype=float)
+    (r0, c0), (r1, c1) = np.ceil(px.min(0)).astype(int), np.floor(px.max(0)).astype(int) + 1
+    return slice(r0, r1), slice(c0, c1)
+
+
 def scanned_region_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray,
                        truth: np.ndarray) -> float:
     """Zero-shift normalised cross-correlation of a reconstructed phase (Ny, Nx), whose pixel
@@ -14,10 +23,9 @@ def scanned_region_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np
     ceil(min y / dx) .. floor(max y / dx), columns likewise. No shift is searched: it is what a
     user sees. 1 = identical up to a constant and a positive scale; -1 = the phase reversed."""
     offset = np.round(-np.asarray(origin_A, dtype=float) / dx_A).astype(int)
-    px = np.asarray(positions_A, dtype=float) / dx_A
-    (r0, c0), (r1, c1) = np.ceil(px.min(0)).astype(int), np.floor(px.max(0)).astype(int) + 1
-    true = np.asarray(truth)[r0:r1, c0:c1]
-    found = np.asarray(phase)[r0 + offset[0]:r1 + offset[0], c0 + offset[1]:c1 + offset[1]]
+    rows, cols = scanned_region(np.asarray(positions_A, dtype=float) / dx_A)
+    true = np.asarray(truth)[rows, cols]
+    found = np.asarray(phase)[rows.start + offset[0]:rows.stop + offset[0], cols.start + offset[1]:cols.stop + offset[1]]
     if true.shape != found.shape or true.size == 0:
         raise ValueError(f"the scanned region {true.shape} is not inside the reconstruction {np.shape(phase)}")
     return float(np.corrcoef(true.ravel(), found.ravel())[0, 1])

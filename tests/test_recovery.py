@@ -7,17 +7,16 @@ import pytest
 
 import ptyacc
 from ptyacc.data import load_data
-from ptyacc.quality import scanned_region_ncc
+from ptyacc.quality import scanned_region, scanned_region_ncc
 
 
 def scanned_region_phase_error(rec) -> float:
     """RMS phase error over the scanned region after removing the constant offset, relative
     to the RMS of the true phase there (0 = perfect, 1 = no better than a flat phase)."""
     truth = rec.data.ground_truth
-    pos = truth["geometry"].positions_px
-    (r0, c0), (r1, c1) = np.ceil(pos.min(0)).astype(int), np.floor(pos.max(0)).astype(int) + 1
-    true = truth["phase"].sum(0)[r0:r1, c0:c1]
-    found = rec.results.phase[r0:r1, c0:c1]
+    rows, cols = scanned_region(truth["geometry"].positions_px)
+    true = truth["phase"].sum(0)[rows, cols]
+    found = rec.results.phase[rows, cols]
     true, found = true - true.mean(), found - found.mean()
     return float(np.sqrt(np.mean((true - found) ** 2)) / true.std())
 

@@ -19,6 +19,7 @@ from ptyacc.physics.regularizers import (
     phase_total_variation,
     phase_total_variation_gradient,
 )
+from ptyacc.quality import scanned_region
 from ptyacc.tiles import Tiling, needs_one_pixel_ring
 
 EPS = 0.05
@@ -237,10 +238,9 @@ def phase_noise_and_correlation(rec) -> tuple[float, float]:
     """(std of the phase where the true phase is flat (< 2 % of its peak), correlation of the
     phase with the truth) over the scanned region."""
     truth = rec.data.ground_truth
-    pos = truth["geometry"].positions_px
-    (r0, c0), (r1, c1) = np.ceil(pos.min(0)).astype(int), np.floor(pos.max(0)).astype(int) + 1
-    true = truth["phase"].sum(0)[r0:r1, c0:c1]
-    found = rec.results.phase[r0:r1, c0:c1]
+    rows, cols = scanned_region(truth["geometry"].positions_px)
+    true = truth["phase"].sum(0)[rows, cols]
+    found = rec.results.phase[rows, cols]
     flat = true < true.min() + 0.02 * np.ptp(true)
     return float(found[flat].std()), float(np.corrcoef(true.ravel(), found.ravel())[0, 1])
 

@@ -10,6 +10,7 @@ import matplotlib
 import numpy as np
 
 import ptyacc
+from ptyacc.quality import scanned_region
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -29,9 +30,7 @@ def config(slices: int = 1, dose: float | None = 100.0, **regularize) -> ptyacc.
 
 
 def scanned(rec) -> tuple[slice, slice]:
-    pos = rec.data.ground_truth["geometry"].positions_px
-    (r0, c0), (r1, c1) = np.ceil(pos.min(0)).astype(int), np.floor(pos.max(0)).astype(int) + 1
-    return slice(r0, r1), slice(c0, c1)
+    return scanned_region(rec.data.ground_truth["geometry"].positions_px)
 
 
 def phase_panels(axes) -> None:

@@ -87,10 +87,6 @@ def depth_blur(obj: torch.Tensor, sigma_slices: float) -> torch.Tensor:
     amplitude = transmission.abs()
     mean_phase = torch.angle(transmission.sum(1, keepdim=True))  # (O, 1, Ny, Nx)
     relative = torch.angle(transmission * torch.polar(torch.ones_like(mean_phase), -mean_phase))
-    blurred_amplitude, blurred_phase = torch.zeros_like(amplitude), torch.zeros_like(relative)
-    for s in range(obj.shape[1]):
-        for t in range(obj.shape[1]):
-            if weights[s, t] != 0:
-                blurred_amplitude[:, s].add_(amplitude[:, t], alpha=float(weights[s, t]))
-                blurred_phase[:, s].add_(relative[:, t], alpha=float(weights[s, t]))
+    w = torch.as_tensor(weights, dtype=amplitude.dtype, device=amplitude.device)
+    blurred_amplitude, blurred_phase = (torch.einsum("st,otyx->osyx", w, x) for x in (amplitude, relative))
     return torch.view_as_real(torch.polar(blurred_amplitude, blurred_phase + mean_phase))
