@@ -95,12 +95,17 @@ class StepCost:
         object pixel): the same on every device, so it does not shrink with N.
     copy_bytes_per_s: memory bandwidth for the exchange's copies (into the all-reduce buffer,
         the division, back out: 6 bytes moved per byte exchanged); None leaves them out.
+    shared_slowdown: processes sharing one machine's cores (``cores`` in ``predict_iteration``)
+        compute this much slower than one process alone, as they share its memory bandwidth and
+        caches; measured by running independent 1-process runs side by side
+        (``scaling_check.measure_shared_slowdown``); 1 for dedicated devices.
     """
 
     fixed_s: float
     per_pattern_s: float
     update_s: float = 0.0
     copy_bytes_per_s: float | None = None
+    shared_slowdown: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -146,10 +151,13 @@ def predict_iteration(cost: StepCost, exchange: Exchange, link: Link, devices: i
     cores: the devices are processes sharing this many CPU cores (one thread each): with more
     processes than cores every process gets cores/devices of a core, for its computation and
     for the copies and reductions of its all-reduces alike (on one machine gloo's all-reduce is
-    memory copies done by the processes themselves). None: dedicated devices (GPUs).
+    memory copies done by the processes themselves), and each runs ``cost.shared_slowdown``
+    slower than alone. None: dedicated devices (GPUs).
     """
     steps, busiest = epoch_load(n_patterns, batch_size, devices)
     share = max(1.0, devices / cores) if cores else 1.0
+    if cores and devices > 1:
+        share *= cost.shared_slowdown
     compute = share * (steps * cost.fixed_s + busiest * cost.per_pattern_s)
     update = share * steps * cost.update_s
     if devices == 1:

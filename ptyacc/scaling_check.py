@@ -200,8 +200,11 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     Each trial measures the link (gloo all-reduces between 2 local processes) and then launches
     ``ptyacc speedtest`` (4 iterations unless overridden, one thread per process) for every
     batch size and process count, so that trials interleave and drifts of the machine's load
-    touch every configuration alike. fixed_s and per_pattern_s are fitted to the 1-process runs;
-    the 2-, 4-, ... process runs are predicted from that fit, the link, this machine's cores and
+    touch every configuration alike; then it starts min(processes, cores) independent 1-process
+    runs side by side, whose slowdown against the lone run is the cost of sharing the machine
+    (memory bandwidth, caches; ``StepCost.shared_slowdown``). fixed_s and per_pattern_s are
+    fitted to the 1-process runs; the 2-, 4-, ... process runs are predicted from that fit, the
+    slowdown, the link, this machine's cores and
     the bytes worked out from the geometry: dense, or the footprint of compact or random
     batches, whichever is nearest the bytes the run measured. Once with medians, once with minima.
     """
@@ -219,6 +222,8 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
         raise PtyaccError(f"predict: batch sizes {batch_sizes} all give {epoch_load(n, batch_sizes[0], 1)[0]} step(s) "
                           f"per iteration of {n} positions; give sizes that give different numbers of steps")
     measurement = None
+    side_by_side = min(max(process_counts), cores)  # processes that compute at once
+    beside: dict[int, list[float]] = {}
     times: dict[tuple[int, int], list[float]] = {}
     comm: dict[tuple[int, int], list[int]] = {}
     comm_s: dict[tuple[int, int], list[float]] = {}
@@ -233,9 +238,18 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
                 times.setdefault((batch, run.processes), []).extend(warm_iterations(run.iteration_time_s))
                 comm.setdefault((batch, run.processes), []).extend(run.comm_bytes)
                 comm_s.setdefault((batch, run.processes), []).extend(run.comm_time_s)
+            if side_by_side > 1:
+                echo(f"batch {batch}, {side_by_side} independent 1-process runs side by side{_load()}")
+                beside.setdefault(batch, []).extend(
+                    run_side_by_side(config_path, sets, side_by_side, out_dir / f"trial{trial}" / f"beside{batch}"))
     echo(format_link(measurement))
-    fits = {stat: fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
-            for stat in (statistics.median, min)}
+    fits = {}
+    for stat in (statistics.median, min):
+        cost = fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
+        if beside:  # the slowdown of sharing the machine, the mean over the batch sizes
+            slowdown = float(np.mean([stat(beside[b]) / stat(times[(b, 1)]) for b in batch_sizes]))
+            cost = StepCost(cost.fixed_s, cost.per_pattern_s, shared_slowdown=slowdown)
+        fits[stat] = cost
     links = {statistics.median: measurement.link, min: measurement.best_link}
     rows = []
     for batch in batch_sizes:
@@ -257,6 +271,31 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     return measurement, rows, fits[statistics.median], fits[min]
 
 
+def run_side_by_side(config_path: Path, overrides: list[str], copies: int, out_dir: Path) -> list[float]:
+    """Warm iteration times of ``copies`` independent 1-process runs of ``config_path`` started
+    together, one thread each: how fast a process computes while as many others share the
+    machine (no process group, no exchange). Pooled over the copies."""
+    import subprocess
+
+    from ptyacc.output import load_results
+    from ptyacc.speedtest import launch_command
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    folders = [out_dir / f"copy{i}" for i in range(copies)]
+    procs = [subprocess.Popen(launch_command(config_path, 1, [*overrides, f"output.dir={folder}", "output.figures=false"]),
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for folder in folders]
+    failed = [proc.communicate()[1] for proc in procs if proc.wait() != 0]
+    if failed:
+        tail = (failed[0].strip().splitlines() or ["(no output)"])[-1]
+        raise PtyaccError(f"predict: a 1-process run beside others failed: {tail}")
+    times = []
+    for folder in folders:
+        times += warm_iterations(load_results(folder / "results.h5").iteration_time_s.tolist())
+    return times
+
+
 def _load() -> str:
     """The machine's 1-minute load average, to read the timings by."""
     return f" (load average {os.getloadavg()[0]:.1f})" if hasattr(os, "getloadavg") else ""
@@ -266,7 +305,9 @@ def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost
     cores = cores or os.cpu_count() or 1
     lines = [f"compute fitted to the 1-process runs (one thread, {cores} cores): medians {median_cost.fixed_s * 1e3:.2f} ms "
              f"per step + {median_cost.per_pattern_s * 1e6:.1f} us per pattern; minima {min_cost.fixed_s * 1e3:.2f} ms + "
-             f"{min_cost.per_pattern_s * 1e6:.1f} us",
+             f"{min_cost.per_pattern_s * 1e6:.1f} us; computing beside other processes (independent runs side by "
+             f"side) slows a process by x{median_cost.shared_slowdown:.2f} (medians) / x{min_cost.shared_slowdown:.2f} "
+             "(minima)",
              "| batch | processes | exchange | MiB/iteration measured / dense / compact footprint | median s/iteration "
              "predicted / measured | ratio | min s/iteration predicted / measured | ratio | all-reduce s/iteration "
              "predicted / measured (medians) |",

@@ -111,6 +111,43 @@ def test_more_processes_than_cores_share_them():
     assert predict_iteration(cost, exchange, link, 2, 64, 16, cores=2) == predict_iteration(cost, exchange, link, 2, 64, 16)
 
 
+def test_shared_slowdown_stretches_shared_cores_only():
+    link = Link("test", latency_s=1e-4, bandwidth_bytes_per_s=1e8)
+    cost, slowed = StepCost(1e-3, 1e-4), StepCost(1e-3, 1e-4, update_s=2e-4, shared_slowdown=1.3)
+    exchange = Exchange("dense", 1e5, 1)
+    base = predict_iteration(StepCost(1e-3, 1e-4, update_s=2e-4), exchange, link, 2, 64, 16, cores=2)
+    shared = predict_iteration(slowed, exchange, link, 2, 64, 16, cores=2)
+    assert (shared.compute_s, shared.update_s, shared.exchange_s) == pytest.approx(
+        (1.3 * base.compute_s, 1.3 * base.update_s, 1.3 * base.exchange_s))
+    # four processes on two cores: half a core each, and the slowdown of sharing on top
+    four = predict_iteration(slowed, exchange, link, 4, 64, 16, cores=2)
+    assert four.compute_s == pytest.approx(2 * 1.3 * predict_iteration(cost, exchange, link, 4, 64, 16).compute_s)
+    # one process has the machine to itself; dedicated devices (no cores given) share nothing
+    assert predict_iteration(slowed, exchange, link, 1, 64, 16, cores=2).compute_s == pytest.approx(
+        predict_iteration(cost, exchange, link, 1, 64, 16).compute_s)
+    assert predict_iteration(slowed, exchange, link, 2, 64, 16).compute_s == pytest.approx(
+        predict_iteration(cost, exchange, link, 2, 64, 16).compute_s)
+
+
+def test_side_by_side_runs_are_independent_whole_runs(tmp_path):
+    """The runs started together for the slowdown each run the whole config alone (no process
+    group): the same losses as a lone run, and every warm iteration's time comes back."""
+    from pathlib import Path
+
+    import ptyacc
+    from ptyacc.output import load_results
+    from ptyacc.scaling_check import run_side_by_side
+
+    config = Path(__file__).parents[1] / "configs" / "simulated.yaml"
+    sets = ["optim.iterations=3", "data.simulate.scan_shape=[6,6]", "data.simulate.detector_px=16",
+            "runtime.progress=false"]
+    times = run_side_by_side(config, sets, 2, tmp_path / "beside")
+    assert len(times) == 2 * 2 and all(t > 0 for t in times)  # 2 copies x the 2 iterations after the first
+    lone = ptyacc.reconstruct(ptyacc.load_config(config, [*sets, f"output.dir={tmp_path / 'lone'}"]), write=False)
+    for copy in ("copy0", "copy1"):
+        assert load_results(tmp_path / "beside" / copy / "results.h5").loss.tolist() == pytest.approx(lone.loss, rel=1e-6)
+
+
 # ----------------------------------------------------------------------------- bytes from the geometry
 
 
