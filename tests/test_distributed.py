@@ -18,6 +18,7 @@ from ptyacc.data import load_data
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.distributed import (
     _refuse_mixed_precision,
+    bare_optimizer,
     check_world_size,
     choose_backend,
     get_attribute,
@@ -126,6 +127,34 @@ def test_get_attribute_sees_through_ddp(tmp_path):
         assert parameter_checksum(wrapped) == parameter_checksum(model)
     finally:
         dist.destroy_process_group()
+
+
+def test_bare_optimizer_steps_as_accelerates_wrapper():
+    """Stepping the optimizer inside Accelerate's wrapper gives the wrapper's parameters bit for
+    bit; a wrapper with a gradient scaler is kept (its step does more than the inner one's)."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    results = []
+    for bare in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        assert bare_optimizer(optimizer) is optimizer.optimizer
+        for _ in range(3):
+            model(torch.arange(8.0).view(2, 4)).square().sum().backward()
+            (bare_optimizer(optimizer) if bare else optimizer).step()
+            optimizer.zero_grad(set_to_none=True)
+        results.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+    plain = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    assert bare_optimizer(plain) is plain
+
+    class Scaled:
+        optimizer, scaler = plain, object()
+
+    assert isinstance(bare_optimizer(Scaled()), Scaled)
 
 
 def test_no_model_module_access_and_no_unused_parameter_search():
