@@ -134,7 +134,8 @@ class Reconstructor:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
                            self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text))
-        self.history = self._history()
+        history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None)
+        self.history = self._resumed(history) if self.resume else history
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data)
@@ -170,11 +171,9 @@ class Reconstructor:
             _tell(self.accelerator, self.log, f"override: {text}")
         return model
 
-    def _history(self) -> History:
-        """No iterations yet, or those of the newest checkpoint (``--resume``), restored into the model."""
-        history = History(self.config.optim.iterations, traffic=[] if self.exchange is not None else None)
-        if not self.resume:
-            return history
+    def _resumed(self, history: History) -> History:
+        """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose
+        state is restored into the model and the optimizers."""
         found = latest_checkpoint(self.out_dir)
         if found is None:
             raise ConfigError(f"output.dir: --resume given but {checkpoint_folder(self.out_dir)} holds no complete "
@@ -217,19 +216,24 @@ class Reconstructor:
     def _iteration(self, iteration: int) -> tuple[float, float]:
         """One pass over all positions: the mean loss per pattern over all processes, and the seconds."""
         opt = self.config.optim
-        self.loader.set_epoch(iteration)
         factor = self.guard.lr_scale * lr_factor(iteration, opt.iterations, opt.lr_final_fraction)
         for group in self.groups:
             group.schedule(factor)
+        self.loader.set_epoch(iteration)
         total = torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
         tick = time.perf_counter()
-        with _collective_errors(self.world, iteration, self.out_dir):
+        try:
             for step in self.loader:
                 total += self._step(iteration, step)
             for group in self.groups:
                 if group.after_iteration is not None:
                     group.after_iteration()
             loss = float(self.accelerator.reduce(total, reduction="sum")) / self.data.n_patterns
+        except RuntimeError as exc:
+            lost = _lost_contact(exc, self.world, iteration, self.out_dir)
+            if lost is None:
+                raise
+            raise lost from None
         return loss, time.perf_counter() - tick
 
     def _step(self, iteration: int, step: Step) -> torch.Tensor:
@@ -296,21 +300,18 @@ def poisson_deviance_sums(model: PtychoModel, store: PatternStore, indices: torc
     return total
 
 
-@contextlib.contextmanager
-def _collective_errors(world: int, iteration: int, out_dir: Path):
-    """A collective that fails because another process died becomes one clear error."""
-    try:
-        yield
-    except RuntimeError as exc:
-        text = str(exc)
-        lost = world > 1 and (isinstance(exc, getattr(torch.distributed, "DistBackendError", ())) or any(
-            word in text for word in ("Connection", "connection", "gloo", "NCCL", "timed out", "Timeout")))
-        if not lost:
-            raise
-        raise DistributedError(f"lost contact with the other processes in iteration {iteration} "
-                               f"({text.splitlines()[0][:200]}): another process failed or was killed (the "
-                               f"launcher's log names it); the newest checkpoint in {checkpoint_folder(out_dir)} "
-                               "can be resumed with --resume") from None
+def _lost_contact(exc: RuntimeError, world: int, iteration: int, out_dir: Path) -> DistributedError | None:
+    """A collective that failed because another process died, as one clear error; None for any
+    other error (raised as it is)."""
+    text = str(exc)
+    lost = world > 1 and (isinstance(exc, getattr(torch.distributed, "DistBackendError", ())) or any(
+        word in text for word in ("Connection", "connection", "gloo", "NCCL", "timed out", "Timeout")))
+    if not lost:
+        return None
+    return DistributedError(f"lost contact with the other processes in iteration {iteration} "
+                            f"({text.splitlines()[0][:200]}): another process failed or was killed (the "
+                            f"launcher's log names it); the newest checkpoint in {checkpoint_folder(out_dir)} "
+                            "can be resumed with --resume")
 
 
 def _tell(accelerator, log: RunLog, text: str) -> None:

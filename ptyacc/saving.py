@@ -53,12 +53,13 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
             if tiles is not None:
                 origin_A = tuple(float(v) for v in geometry.to_A(model.object_origin.cpu().numpy().astype(float)))
         probe = model.complex_probe().cpu().numpy()
+    positions_A = geometry.to_A(positions_px)
     import yaml
 
     attrs = {"config": config.to_yaml(), "versions": yaml.safe_dump(versions()), "world_size": world_size,
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
-    return Results(object=obj, probe=probe, positions_A=geometry.to_A(positions_px), loss=np.asarray(history),
+    return Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                    dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
 
 
@@ -86,6 +87,7 @@ class Saver:
         self.deviance: float | None = None
 
     def save(self, history: History, figures: bool | None = None) -> Results:
+        mean_patterns = self._mean_patterns() if self.writes else (None, None)
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
                                   self.accelerator.num_processes, self.tiles)
         results.iteration_time_s = np.asarray(history.seconds)
@@ -93,8 +95,8 @@ class Saver:
             setattr(results, name, values)
         if self.deviance is not None:
             results.attrs["poisson_deviance"] = self.deviance
+        results.mean_pattern_measured, results.mean_pattern_predicted = mean_patterns
         if self.writes:
-            results.mean_pattern_measured, results.mean_pattern_predicted = self._mean_patterns()
             save_results(self.out_dir / "results.h5", results)
             if self.config.output.figures if figures is None else figures:
                 try:

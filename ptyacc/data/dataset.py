@@ -19,6 +19,9 @@ class PtychoData:
 
     patterns:     (N, K, K) float32 intensities, unshifted FFT layout (zero frequency at [0, 0]).
     positions_A:  (N, 2) float64 probe centres (y, x) in Å, in the patterns' order.
+    n_patterns:   N, the number of positions (all of them, also when only some patterns are held).
+    detector_px:  K; dk_invA: the reciprocal pixel 1 / (K dx_A) (1/Å). These three are set at
+                  construction from the fields above (``dataclasses.replace`` sets them again).
     """
 
     patterns: torch.Tensor
@@ -36,6 +39,14 @@ class PtychoData:
     stored_pattern_shape: tuple[int, int] | None = None  # (ky, kx) in the file, before data.transform
     ground_truth: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
+    n_patterns: int = field(init=False)
+    detector_px: int = field(init=False)
+    dk_invA: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n_patterns = len(self.positions_A)
+        self.detector_px = self.patterns.shape[-1]
+        self.dk_invA = 1.0 / (self.detector_px * self.dx_A)
 
     @classmethod
     def calibrated(cls, patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
@@ -47,19 +58,6 @@ class PtychoData:
                    aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
                    radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
                    overrides=calibration.overrides, **fields)
-
-    @property
-    def n_patterns(self) -> int:
-        """Number of positions (all of them, also when only some patterns are held)."""
-        return len(self.positions_A)
-
-    @property
-    def detector_px(self) -> int:
-        return self.patterns.shape[-1]
-
-    @property
-    def dk_invA(self) -> float:
-        return 1.0 / (self.detector_px * self.dx_A)
 
     @property
     def mean_intensity(self) -> float:
