@@ -116,7 +116,8 @@ def test_scanned_region_ncc_known_answers():
 def test_low_dose_demo_and_the_benchmark_script(capsys):
     """The shipped 5e3-electron demo with the defaults: phase NCC 0.890 measured after 20
     iterations (PtyRAD through the side-by-side harness: 0.724; a flat phase scores ~0). The
-    benchmark script scores a run exactly as the direct call does."""
+    benchmark script scores a run exactly as the direct call does, and with --seeds prints the mean
+and range of the runs with seeds 0 .. N-1."""
     import importlib.util
     from pathlib import Path
 
@@ -130,3 +131,10 @@ def test_low_dose_demo_and_the_benchmark_script(capsys):
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 5e3 |")]
     direct = bench.ptyacc_ncc(root / "examples" / "data" / "demo_mos2_dose5e3.h5", 2, [])
     assert row == [f"| 5e3 | {direct:.4f} | – |"]
+    assert bench.main(["--iterations", "1", "--cases", "5e3", "--seeds", "2"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 5e3 |")]
+    per_seed = [bench.ptyacc_ncc(root / "examples" / "data" / "demo_mos2_dose5e3.h5", 1, [f"runtime.seed={seed}"])
+                for seed in (0, 1)]
+    assert per_seed[0] != per_seed[1], per_seed
+    mean = sum(per_seed) / 2
+    assert row == [f"| 5e3 | {mean:.4f} ({min(per_seed):.4f}-{max(per_seed):.4f}) | – |"]
