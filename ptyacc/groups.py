@@ -61,7 +61,7 @@ class ParameterGroup:
                         param.grad = torch.zeros_like(param)
                     self.regularizer(param.detach(), param.grad)
             bare_optimizer(self.optimizer).step()
-        self.optimizer.zero_grad(set_to_none=True)
+        bare_optimizer(self.optimizer).zero_grad(set_to_none=True)
 
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device) -> list[ParameterGroup]:

@@ -89,6 +89,7 @@ class LinkFitError(PtyaccError, ValueError):
     """Measured all-reduce times that no positive latency and bandwidth explain (a busy machine)."""
 
 
+NO_LINK = Link("none (one process)", 0.0, float("inf"))
 SMALL_BUFFER_BYTES = 2**14  # at most this: the time is nearly all latency
 LARGE_BUFFER_BYTES = 2**20  # at least this: the time is mostly bandwidth
 
@@ -194,10 +195,12 @@ def warm_iterations(times: list[float]) -> list[float]:
 
 def check_against_launches(config_path: Path, overrides: list[str], process_counts: list[int], batch_sizes: list[int],
                            trials: int, out_dir: Path, echo=print
-                           ) -> tuple[LinkMeasurement, list[CheckRow], StepCost, StepCost]:
+                           ) -> tuple[dict[int, LinkMeasurement], list[CheckRow], StepCost, StepCost]:
     """Calibrate the model on this machine and compare it with real launches.
 
-    Each trial measures the link (gloo all-reduces between 2 local processes) and then launches
+    Each trial measures the link for every process count N > 1 (gloo all-reduces between N local
+    processes: with more processes than cores, a hop also waits for its receiver to be scheduled,
+    which the measured latency then holds) and then launches
     ``ptyacc speedtest`` (4 iterations unless overridden, one thread per process) for every
     batch size and process count, so that trials interleave and drifts of the machine's load
     touch every configuration alike; then it starts min(processes, cores) independent 1-process
@@ -221,16 +224,17 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     if len({epoch_load(n, b, 1)[0] for b in batch_sizes}) < 2:
         raise PtyaccError(f"predict: batch sizes {batch_sizes} all give {epoch_load(n, batch_sizes[0], 1)[0]} step(s) "
                           f"per iteration of {n} positions; give sizes that give different numbers of steps")
-    measurement = None
+    measurements: dict[int, LinkMeasurement] = {}  # per process count: N processes sharing the cores
     side_by_side = min(max(process_counts), cores)  # processes that compute at once
     beside: dict[int, list[float]] = {}
     times: dict[tuple[int, int], list[float]] = {}
     comm: dict[tuple[int, int], list[int]] = {}
     comm_s: dict[tuple[int, int], list[float]] = {}
     for trial in range(trials):
-        echo(f"trial {trial + 1}/{trials}: gloo all-reduces between 2 local processes")
-        this = measure_link(2)
-        measurement = this if measurement is None else measurement + this
+        for p in sorted({p for p in process_counts if p > 1}):
+            echo(f"trial {trial + 1}/{trials}: gloo all-reduces between {p} local processes")
+            this = measure_link(p)
+            measurements[p] = measurements[p] + this if p in measurements else this
         for batch in batch_sizes:
             sets = [*overrides, f"optim.batch_size={batch}"]
             for run in run_speedtest(config_path, process_counts, 1, out_dir / f"trial{trial}" / f"batch{batch}", sets,
@@ -242,7 +246,8 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
                 echo(f"batch {batch}, {side_by_side} independent 1-process runs side by side{_load()}")
                 beside.setdefault(batch, []).extend(
                     run_side_by_side(config_path, sets, side_by_side, out_dir / f"trial{trial}" / f"beside{batch}"))
-    echo(format_link(measurement))
+    for measurement in measurements.values():
+        echo(format_link(measurement))
     fits = {}
     for stat in (statistics.median, min):
         cost = fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
@@ -250,7 +255,6 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
             slowdown = float(np.mean([stat(beside[b]) / stat(times[(b, 1)]) for b in batch_sizes]))
             cost = StepCost(cost.fixed_s, cost.per_pattern_s, shared_slowdown=slowdown)
         fits[stat] = cost
-    links = {statistics.median: measurement.link, min: measurement.best_link}
     rows = []
     for batch in batch_sizes:
         for p in process_counts:
@@ -261,6 +265,8 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
             exchange = min(candidates, key=lambda e: abs(steps * e.bytes_per_step - (measured_bytes or 0.0)))
             if measured_bytes is None:
                 exchange = candidates[0]
+            links = ({statistics.median: measurements[p].link, min: measurements[p].best_link} if p > 1
+                     else dict.fromkeys(fits, NO_LINK))
             predicted = {stat: predict_iteration(fits[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
             rows.append(CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
                                  steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
@@ -268,7 +274,7 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
                                  predicted[statistics.median].iteration_s, predicted[min].iteration_s,
                                  predicted[statistics.median].exchange_s,
                                  statistics.median(comm_s[(batch, p)]) if comm_s[(batch, p)] else None))
-    return measurement, rows, fits[statistics.median], fits[min]
+    return measurements, rows, fits[statistics.median], fits[min]
 
 
 def run_side_by_side(config_path: Path, overrides: list[str], copies: int, out_dir: Path) -> list[float]:

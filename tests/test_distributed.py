@@ -145,7 +145,8 @@ def test_bare_optimizer_steps_as_accelerates_wrapper():
         for _ in range(3):
             model(torch.arange(8.0).view(2, 4)).square().sum().backward()
             (bare_optimizer(optimizer) if bare else optimizer).step()
-            optimizer.zero_grad(set_to_none=True)
+            (bare_optimizer(optimizer) if bare else optimizer).zero_grad(set_to_none=True)
+            assert all(p.grad is None for p in model.parameters())
         results.append([p.detach().clone() for p in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
     plain = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
