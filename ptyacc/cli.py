@@ -53,6 +53,7 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
     run.log to output.dir (and checkpoints every output.checkpoint_every iterations).
     Launch under `accelerate launch -m ptyacc.run` for several processes."""
     from ptyacc.config import load_config
+    from ptyacc.distributed import end_process_group
     from ptyacc.engine import reconstruct
 
     config = load_config(config_file, overrides)
@@ -66,6 +67,7 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
         deviance = f"; Poisson deviance {rec.poisson_deviance:.4g} per counted pixel" if rec.poisson_deviance else ""
         click.echo(f"ptyacc: {len(rec.loss)} iterations on {rec.world_size} process(es) in {rec.wall_time_s:.1f} s; "
                    f"final loss {rec.loss[-1]:.6g}{deviance}; results in {rec.output_dir / 'results.h5'}", err=True)
+    end_process_group()
 
 
 @cli.command()

@@ -31,12 +31,25 @@ def bare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     every ``step`` (``is_lomo_available``: two ``importlib`` look-ups, ~0.2 ms each on this
     project's machine) and reads the inner ``zero_grad``'s signature in every ``zero_grad``
     (~0.1 ms): with two groups about a tenth of a demo step. Without a gradient scaler (ptyacc
-    refuses mixed precision), XLA or gradient accumulation both are the inner optimizer's, so
-    ptyacc calls those; the wrapper stays for the state dicts."""
+    refuses mixed precision), XLA or gradient accumulation both are the inner optimizer's, and
+    so are its state dicts: the parameter groups hold the inner optimizer once Accelerate has
+    prepared it."""
     inner = getattr(optimizer, "optimizer", None)
     if isinstance(inner, torch.optim.Optimizer) and getattr(optimizer, "scaler", None) is None:
         return inner
     return optimizer
+
+
+def end_process_group() -> None:
+    """At the end of a launched run: wait for every process, then leave the process group in
+    order. A process that exits with the group alive leaves the backend's threads and
+    connections to be torn down during interpreter exit, which can abort (SIGABRT) a run that
+    has already finished; torch asks for this call too. Nothing to do for one process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def get_attribute(model: nn.Module, name: str):

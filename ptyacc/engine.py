@@ -29,7 +29,7 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
 from ptyacc.data.store import PatternStore, load_planned
-from ptyacc.distributed import check_in_sync, make_accelerator, unwrap
+from ptyacc.distributed import bare_optimizer, check_in_sync, make_accelerator, unwrap
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.exchange import GradientExchange, Traffic
 from ptyacc.geometry import ObjectGeometry
@@ -195,7 +195,7 @@ class Reconstructor:
             warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
             self.wrapped, *optimizers, self.loader = self.accelerator.prepare(self.model, *optimizers, loader)
         for group, optimizer in zip(self.groups, optimizers, strict=True):
-            group.optimizer = optimizer
+            group.optimizer = bare_optimizer(optimizer)  # prepared; stepped without the wrapper's per-call costs
         self.model = unwrap(self.wrapped)
         if self.config.runtime.compile:
             self.model.loss_terms = CompiledTerms(report=lambda text: _tell(self.accelerator, self.log, text))

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
-from ptyacc.distributed import bare_optimizer
 from ptyacc.model import PtychoModel, orthogonalize_modes
 from ptyacc.physics.regularizers import depth_blur, phase_total_variation_gradient
 
@@ -60,8 +59,8 @@ class ParameterGroup:
                     if param.grad is None:
                         param.grad = torch.zeros_like(param)
                     self.regularizer(param.detach(), param.grad)
-            bare_optimizer(self.optimizer).step()
-        bare_optimizer(self.optimizer).zero_grad(set_to_none=True)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device) -> list[ParameterGroup]:

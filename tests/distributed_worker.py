@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 import ptyacc
-from ptyacc.distributed import get_attribute, parameter_checksum
+from ptyacc.distributed import end_process_group, get_attribute, parameter_checksum
 
 
 def main() -> None:
@@ -66,6 +66,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(record))
+    if "error" not in record:
+        end_process_group()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from ptyacc.data.positions import raster_positions_A
 from ptyacc.distributed import (
     _refuse_mixed_precision,
     bare_optimizer,
+    end_process_group,
     check_world_size,
     choose_backend,
     get_attribute,
@@ -156,6 +157,17 @@ def test_bare_optimizer_steps_as_accelerates_wrapper():
         optimizer, scaler = plain, object()
 
     assert isinstance(bare_optimizer(Scaled()), Scaled)
+
+
+def test_end_process_group_leaves_the_group(tmp_path):
+    """The end of a launched run leaves the process group (and does nothing without one)."""
+    import torch.distributed as dist
+
+    end_process_group()  # no group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    end_process_group()
+    assert not dist.is_initialized()
 
 
 def test_no_model_module_access_and_no_unused_parameter_search():
