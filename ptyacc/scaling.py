@@ -98,7 +98,7 @@ class StepCost:
     shared_slowdown: processes sharing one machine's cores (``cores`` in ``predict_iteration``)
         compute this much slower than one process alone, as they share its memory bandwidth and
         caches; measured by running independent 1-process runs side by side
-        (``scaling_check.measure_shared_slowdown``); 1 for dedicated devices.
+        (``scaling_check.run_side_by_side``); 1 for dedicated devices.
     """
 
     fixed_s: float

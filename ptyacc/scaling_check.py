@@ -292,7 +292,8 @@ def run_side_by_side(config_path: Path, overrides: list[str], copies: int, out_d
     procs = [subprocess.Popen(launch_command(config_path, 1, [*overrides, f"output.dir={folder}", "output.figures=false"]),
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for folder in folders]
-    failed = [proc.communicate()[1] for proc in procs if proc.wait() != 0]
+    errors = [proc.communicate()[1] for proc in procs]  # read every pipe to the end: a full one would stall its run
+    failed = [error for proc, error in zip(procs, errors, strict=True) if proc.returncode != 0]
     if failed:
         tail = (failed[0].strip().splitlines() or ["(no output)"])[-1]
         raise PtyaccError(f"predict: a 1-process run beside others failed: {tail}")

@@ -19,9 +19,9 @@ from ptyacc.data.positions import raster_positions_A
 from ptyacc.distributed import (
     _refuse_mixed_precision,
     bare_optimizer,
-    end_process_group,
     check_world_size,
     choose_backend,
+    end_process_group,
     get_attribute,
     parameter_checksum,
     unwrap,

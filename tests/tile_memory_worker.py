@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 import ptyacc
-from ptyacc.distributed import make_accelerator
+from ptyacc.distributed import end_process_group, make_accelerator
 from ptyacc.engine import Reconstructor
 
 
@@ -33,9 +33,7 @@ def main() -> None:
     (folder / f"rank{accelerator.process_index}.json").write_text(json.dumps(record))
     # an orderly end: all ranks done before the process group goes (one of 4 ranks aborted with
     # SIGABRT at exit twice on a loaded machine when each rank simply returned)
-    accelerator.wait_for_everyone()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_process_group()
 
 
 def _tensors(value):
