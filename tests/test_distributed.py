@@ -220,8 +220,16 @@ def launch(args: list[str], processes: int, timeout: int = 300, extra: list[str]
         command = [*ACCELERATE, "--config_file", str(CPU_CONFIG), "--num_processes", str(processes),
                    "--main_process_port", str(free_port()), *extra, *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, _failure_report(done.stderr)
     return done
+
+
+def _failure_report(stderr: str) -> str:
+    """What a failed launch printed: the lines that name a cause wherever they stand (a rank's
+    own message is followed by pages of the launcher's), then the end."""
+    words = ("Error", "error", "terminate", "what()", "Abort", "abort", "Traceback", "signal", "Signal")
+    causes = [line for line in stderr.splitlines() if any(word in line for word in words)]
+    return "\n".join(causes[:40]) + "\n--- end of stderr ---\n" + stderr[-2000:]
 
 
 def ranks(out: Path) -> list[dict]:
