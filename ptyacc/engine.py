@@ -29,7 +29,7 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
 from ptyacc.data.store import PatternStore, load_planned
-from ptyacc.distributed import bare_optimizer, check_in_sync, make_accelerator, unwrap
+from ptyacc.distributed import bare_optimizer, make_accelerator, unwrap
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.exchange import GradientExchange, Traffic
 from ptyacc.geometry import ObjectGeometry
@@ -117,15 +117,14 @@ class Reconstructor:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
+        self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
-                                    config.runtime.seed)
+                                    config.runtime.seed, self.store)
         self.tiles = self._tiles(batches.n_steps)
         self.model = self._initial_model(previous)
         self.groups = build_groups(config, self.model, self.accelerator.device)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
-        self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
-        batches.store = self.store
         self._prepare(batches)
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint"
@@ -182,7 +181,7 @@ class Reconstructor:
         if self.tiles is not None:
             state = self.tiles.localize(state)
         restore(self.model, [g.optimizer for g in self.groups], state, path)
-        history.loss, history.seconds = list(state["loss"]), list(state["iteration_time_s"])
+        history.resume(state["loss"], state["iteration_time_s"])
         self.log.line(f"resumed from {path} after iteration {state['iterations_done']}")
         return history
 
@@ -204,7 +203,6 @@ class Reconstructor:
     def run(self) -> None:
         """The iterations; an iteration with a non-finite loss is undone (and maybe retried)."""
         while self.history.done < self.config.optim.iterations:
-            self.guard.snapshot()
             loss, seconds = self._iteration(self.history.done)
             traffic = self.exchange.take() if self.exchange is not None else None
             if not self.guard.accept(loss, self.history):
@@ -215,10 +213,6 @@ class Reconstructor:
 
     def _iteration(self, iteration: int) -> tuple[float, float]:
         """One pass over all positions: the mean loss per pattern over all processes, and the seconds."""
-        opt = self.config.optim
-        factor = self.guard.lr_scale * lr_factor(iteration, opt.iterations, opt.lr_final_fraction)
-        for group in self.groups:
-            group.schedule(factor)
         self.loader.set_epoch(iteration)
         total = torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
         tick = time.perf_counter()
@@ -256,9 +250,9 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ finish
     def finish(self) -> Reconstruction:
-        """Check the processes agree, compute the deviance (Poisson runs), save, report."""
+        """Compute the deviance (Poisson runs), save, report. (That the processes agree was
+        checked after the last iteration, ``hooks.SyncCheck``.)"""
         config, history = self.config, self.history
-        check_in_sync(self.accelerator, self.wrapped, config.optim.iterations - 1)
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
         wall = time.perf_counter() - self.started

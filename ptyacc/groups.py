@@ -26,6 +26,20 @@ from ptyacc.physics.regularizers import depth_blur, phase_total_variation_gradie
 
 
 @dataclass
+class LrSchedule:
+    """The learning rates' factor: a cosine decay from 1 at the first of ``iterations`` to
+    ``final_fraction`` at the last (``optim.lr_final_fraction``), times ``scale`` (halved by
+    each rollback after a non-finite loss, ``hooks.NanGuard``). One schedule serves every group."""
+
+    iterations: int
+    final_fraction: float
+    scale: float = 1.0
+
+    def factor(self, iteration: int) -> float:
+        return self.scale * lr_factor(iteration, self.iterations, self.final_fraction)
+
+
+@dataclass
 class ParameterGroup:
     """An optimised quantity. ``after_step`` runs after every step, ``after_iteration`` after
     every iteration (projections onto the allowed set); ``start`` None = never updated.
@@ -43,16 +57,17 @@ class ParameterGroup:
     optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
     regularizer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
     exact_projection: bool = True
+    schedule: LrSchedule = field(default_factory=lambda: LrSchedule(1, 1.0))
 
     def active(self, iteration: int) -> bool:
         return self.start is not None and iteration >= self.start
 
-    def schedule(self, factor: float) -> None:
-        """Set the learning rate to ``factor`` times the configured one."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr * factor
-
     def step(self, iteration: int) -> None:
+        """The update of one step of ``iteration``, at that iteration's learning rate (set also
+        before the group starts, so that checkpoints hold the same rate for every group)."""
+        rate = self.lr * self.schedule.factor(iteration)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
         if self.active(iteration):
             if self.regularizer is not None:
                 for param in self.params:
@@ -86,8 +101,10 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device) -> li
                                      start.probe if start.detector == "probe" else start.detector,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
     fast, beta2 = _fast_adam(device), adam_beta2(config)
+    schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
     for group in groups:
         group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
+        group.schedule = schedule
     return groups
 
 

@@ -34,16 +34,18 @@ class History:
     loss: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     traffic: list[Traffic] | None = None
-
-    @property
-    def done(self) -> int:
-        return len(self.loss)
+    done: int = 0  # iterations done: len(loss)
 
     def record(self, loss: float, seconds: float, traffic: Traffic | None) -> None:
         self.loss.append(loss)
         self.seconds.append(seconds)
+        self.done = len(self.loss)
         if traffic is not None:
             self.traffic.append(traffic)
+
+    def resume(self, loss: list[float], seconds: list[float]) -> None:
+        """Continue after the iterations of a checkpoint, whose losses and times are these."""
+        self.loss, self.seconds, self.done = list(loss), list(seconds), len(loss)
 
 
 class LogLine:
@@ -85,13 +87,14 @@ class ProgressBar:
 
 
 class SyncCheck:
-    """Every ``every`` iterations, stop if the processes' parameters are not bit-identical."""
+    """Several processes: after the last iteration, and every ``every`` iterations if ``every``
+    is not 0, stop if the processes' parameters are not bit-identical."""
 
     def __init__(self, accelerator, model, every: int) -> None:
         self.accelerator, self.model, self.every = accelerator, model, every
 
     def __call__(self, history: History) -> None:
-        if history.done % self.every == 0:
+        if (self.every and history.done % self.every == 0) or history.done == history.iterations:
             check_in_sync(self.accelerator, self.model, history.done - 1)
 
 
@@ -125,7 +128,7 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
     hooks = [LogLine(log)]
     if ProgressBar.wanted(accelerator, config.runtime.progress):
         hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
-    if config.runtime.check_sync_every:
+    if accelerator.num_processes > 1:
         hooks.append(SyncCheck(accelerator, wrapped, config.runtime.check_sync_every))
     if config.output.checkpoint_every:
         hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every))
@@ -135,32 +138,37 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
 
 
 class NanGuard:
-    """Keeps a copy of the state at the start of each iteration; an iteration whose loss is not
-    finite is undone, then retried with half the learning rates (``optim.on_nan: rollback``,
-    at most MAX_ROLLBACKS times per run) or the run stops with the last good state saved."""
+    """Keeps a copy of the last good state (the start, then the state after each accepted
+    iteration); an iteration whose loss is not finite is undone, then retried with half the
+    learning rates (``optim.on_nan: rollback``, at most MAX_ROLLBACKS times per run) or the run
+    stops with the last good state saved."""
 
     def __init__(self, model: PtychoModel, groups: list[ParameterGroup], on_nan: str, saver: Saver,
                  log: RunLog) -> None:
         self.model, self.groups, self.on_nan, self.saver, self.log = model, groups, on_nan, saver, log
-        self.lr_scale, self.retries = 1.0, 0
-        self.good: tuple[dict, list] | None = None
+        self.retries = 0
+        self.snapshot()
 
     def snapshot(self) -> None:
         params = {name: p.detach().clone() for name, p in self.model.named_parameters()}
         self.good = params, [copy.deepcopy(g.optimizer.state_dict()) for g in self.groups]
 
     def accept(self, loss: float, history: History) -> bool:
-        """True for a finite loss; False after a rollback (retry the iteration); raises to stop."""
+        """True for a finite loss (its state becomes the last good one unless it is the last
+        iteration); False after a rollback (retry the iteration); raises to stop."""
         if math.isfinite(loss):
+            if history.done + 1 < history.iterations:
+                self.snapshot()
             return True
         bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
         self._restore()
         iteration = history.done
         if self.on_nan == "rollback" and self.retries < MAX_ROLLBACKS:
             self.retries += 1
-            self.lr_scale *= 0.5
+            schedule = self.groups[0].schedule  # shared by every group
+            schedule.scale *= 0.5
             self.log.line(f"iteration {iteration}: loss {loss} (non-finite: {', '.join(bad)}); rolled back, "
-                          f"learning rates x{self.lr_scale:g}")
+                          f"learning rates x{schedule.scale:g}")
             return False
         self.saver.save(history)
         where = f"{self.saver.out_dir / 'results.h5'}" if self.saver.write else "memory"

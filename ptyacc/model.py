@@ -18,7 +18,6 @@ from ptyacc.physics import (
     ptycho_loss,
     shift_ramp,
     shift_ramps_1d,
-    transmission,
 )
 
 
@@ -50,6 +49,12 @@ class PtychoModel(nn.Module):
         n_probe, k, _ = probe.shape
         self.window = k
         self.object_shape = geometry.shape
+        positions_px = torch.as_tensor(np.asarray(geometry.positions_px), dtype=torch.float32)
+        corners, fractions = self._window_corners(positions_px)
+        # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
+        self.needs_shift = refine_positions or bool(fractions.abs().max() > 1e-4)
+        # Fixed positions: window corners and shift factors are computed once, not every step.
+        ramp_y, ramp_x = shift_ramps_1d(fractions, k)
         generator = torch.Generator().manual_seed(seed)
         shape = (object_modes, slices, *geometry.shape)
         y0, y1, x0, x1 = region if region is not None else (0, geometry.shape[0], 0, geometry.shape[1])
@@ -59,13 +64,12 @@ class PtychoModel(nn.Module):
             # object, so that a held region starts from the same pixels as the whole object
             noise = object_init_noise * torch.randn(shape[0] - 1, *shape[1:], generator=generator)
             phase[1:] = noise[..., y0:y1, x0:x1]
-        shape = phase.shape
         self.register_buffer("object_origin", torch.tensor([y0, x0]), persistent=False)
-        self.object = nn.Parameter(torch.view_as_real(transmission(torch.ones(shape), phase)).contiguous())
+        # transmission exp(i phase), amplitude 1
+        self.object = nn.Parameter(torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous())
         scale = probe.abs().max().clamp_min(1e-30).to(torch.float32)
         self.register_buffer("probe_scale", scale)
         self.probe = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
-        positions_px = torch.as_tensor(np.asarray(geometry.positions_px), dtype=torch.float32)
         self.register_buffer("positions_px", positions_px)
         if refine_positions:
             self.position_offsets = nn.Parameter(torch.zeros_like(positions_px))
@@ -76,11 +80,6 @@ class PtychoModel(nn.Module):
             raise ValueError("a multislice model needs a propagator")
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
         self.register_buffer("propagator", prop.contiguous())
-        corners, fractions = self._window_corners(positions_px)
-        # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
-        self.needs_shift = refine_positions or bool(fractions.abs().max() > 1e-4)
-        # Fixed positions: window corners and shift factors are computed once, not every step.
-        ramp_y, ramp_x = shift_ramps_1d(fractions, k)
         self.register_buffer("fixed_corners", corners)
         self.register_buffer("fixed_ramps", torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)).contiguous())
         detector = detector or Detector()

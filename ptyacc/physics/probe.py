@@ -5,8 +5,6 @@ import re
 
 import torch
 
-from ptyacc.physics.propagation import spatial_frequencies
-
 _ABERRATION = re.compile(r"^C(\d)(\d)([ab]?)$")
 
 
@@ -45,7 +43,7 @@ def stem_probe(n: int, dk_invA: float, wavelength_A: float, semiangle_mrad: floa
                aberrations: dict[str, float] | None = None, dtype: torch.dtype = torch.complex64) -> torch.Tensor:
     """Real-space STEM probe (n, n), centred at pixel (n/2, n/2), unit total intensity.
     Its spectrum is aperture(k) exp(-i chi(k)) on the grid k = fftfreq(n) * n * dk_invA."""
-    k = spatial_frequencies(n, 1.0 / (n * dk_invA))
+    k = torch.fft.fftfreq(n, d=1.0 / (n * dk_invA), dtype=torch.float64)  # (n,) 1/Å, unshifted
     ky, kx = k[:, None], k[None, :]
     spectrum = aperture(ky, kx, wavelength_A, semiangle_mrad, dk_invA) * torch.exp(
         -1j * aberration_phase(ky, kx, wavelength_A, aberrations or {}))
