@@ -29,6 +29,9 @@ import torch
 from torch import nn
 
 BUCKET_CAP_MB = 4096  # one DDP bucket for all gradients: one collective per step
+# a footprint covering at least this fraction of the object is sent whole, in DDP's own buffer:
+# packing it would copy nearly every byte twice (in and out of the packed buffer) to save a few
+WHOLE_FRACTION = 0.9
 KINDS = ("object", "probe", "other")
 
 
@@ -81,11 +84,14 @@ class GradientExchange:
         return exchange
 
     def begin_step(self, batch: torch.Tensor) -> None:
-        """The footprint of the step whose global batch is ``batch`` (B,), from the current positions."""
+        """The footprint of the step whose global batch is ``batch`` (B,), from the current
+        positions; None (the whole object) when it covers ``WHOLE_FRACTION`` of it or more."""
         if not self.footprint:
             return
-        corners, _ = self.model.window_corners(batch.to(self.model.positions_px.device))
-        self.box = footprint_box(corners.cpu().numpy(), self.model.window)
+        corners = self.model.corners_of(batch.to(self.model.positions_px.device))
+        y0, y1, x0, x1 = footprint_box(corners.cpu().numpy(), self.model.window)
+        height, width = self.model.object_shape
+        self.box = None if (y1 - y0) * (x1 - x0) >= WHOLE_FRACTION * height * width else (y0, y1, x0, x1)
 
     def count(self, kind: str, nbytes: int, wait_s: float) -> None:
         """A collective made outside the hook (the object tiles' halo exchange, ``ptyacc/tiles.py``)."""
@@ -103,6 +109,8 @@ class GradientExchange:
 
         # the bucket's buffer is its parameters' gradients one after another, in this order
         buffer, pieces, kinds, offset = bucket.buffer(), [], [], 0
+        if self.box is None:  # everything: summed in place, nothing packed
+            return self._whole(buffer, bucket.parameters())
         for param in bucket.parameters():
             grad = buffer[offset:offset + param.numel()].view(param.shape)
             offset += param.numel()
@@ -129,6 +137,22 @@ class GradientExchange:
             return buffer
 
         return future.then(unpack)
+
+    def _whole(self, buffer: torch.Tensor, params: list[torch.Tensor]):
+        import torch.distributed as dist
+
+        for param in params:
+            self.current.bytes[self._kind(param)] += param.numel() * buffer.element_size()
+        self.current.calls += 1
+        buffer.div_(self.world)
+        start = time.perf_counter()
+        future = dist.all_reduce(buffer, async_op=True).get_future()
+
+        def summed(fut) -> torch.Tensor:
+            self.current.wait_s += time.perf_counter() - start
+            return fut.value()[0]
+
+        return future.then(summed)
 
     def _kind(self, param: torch.Tensor) -> str:
         if param is self.model.object:

@@ -138,6 +138,11 @@ class PtychoModel(nn.Module):
         they are now: where the forward pass puts their windows."""
         return self._window_corners(self.positions_px[indices] + self.position_offsets[indices].detach())
 
+    def corners_of(self, indices: torch.Tensor) -> torch.Tensor:
+        """Window corners (B, 2) long of the positions ``indices`` (B,) as the forward pass puts
+        them now (fixed positions: looked up, as forward does)."""
+        return self.window_corners(indices)[0] if self.refine_positions else self.fixed_corners[indices]
+
     # ------------------------------------------------------------------ views of the state
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""

@@ -27,6 +27,7 @@ from ptyacc.distributed import (
     unwrap,
 )
 from ptyacc.errors import DistributedError
+from ptyacc.exchange import WHOLE_FRACTION
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.speedtest import free_port
 
@@ -204,6 +205,36 @@ def test_model_state_is_real_valued():
     assert not [name for name, t in tensors.items() if t.is_complex()]
 
 
+@pytest.mark.parametrize("refine", [False, True])
+def test_step_footprint_is_the_box_of_its_windows_or_the_whole_object(refine, monkeypatch):
+    """The footprint of a step is the bounding box of its windows where the forward pass puts
+    them (fixed corners, or the current refined positions); a box covering WHOLE_FRACTION of
+    the object or more is sent whole (None)."""
+    from ptyacc import exchange as exchange_module
+    from ptyacc.engine import build_model
+    from ptyacc.exchange import GradientExchange
+
+    config = ptyacc.load_config(tiny_config(Path("/tmp")), ["optim.start.positions=0"] if refine else [])
+    data = load_data(config)
+    geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
+    model = build_model(config, data, geometry)
+    if refine:
+        with torch.no_grad():
+            model.position_offsets[3] = torch.tensor([2.0, -3.0])
+    exchange, k = GradientExchange(model, world=2), data.detector_px
+    positions = (geometry.positions_px + model.position_offsets.detach().numpy())[[3, 4]]
+    corners = np.clip(np.round(positions - k // 2), 0, np.array(geometry.shape) - k).astype(int)
+    exchange.begin_step(torch.tensor([3, 4]))
+    assert exchange.box == (corners[:, 0].min(), corners[:, 0].max() + k, corners[:, 1].min(), corners[:, 1].max() + k)
+    everything = torch.arange(data.n_patterns)
+    exchange.begin_step(everything)  # this object's margin leaves the windows 86% of it
+    y0, y1, x0, x1 = exchange.box
+    assert 0.8 < (y1 - y0) * (x1 - x0) / (geometry.shape[0] * geometry.shape[1]) < WHOLE_FRACTION
+    monkeypatch.setattr(exchange_module, "WHOLE_FRACTION", 0.8)
+    exchange.begin_step(everything)
+    assert exchange.box is None
+
+
 # ----------------------------------------------------------------------------- real processes
 
 
@@ -331,6 +362,8 @@ def test_exchange_sends_the_footprint_in_one_collective_per_step(mp_config, one_
             if iteration < 2:  # positions still as loaded
                 boxes = [(c[:, 0].max() + k - c[:, 0].min()) * (c[:, 1].max() + k - c[:, 1].min())
                          for c in (corners[step] for step in steps)]
+                area = geometry.shape[0] * geometry.shape[1]  # a box of WHOLE_FRACTION or more: sent whole
+                boxes = [box if box < WHOLE_FRACTION * area else area for box in boxes]
                 assert traffic["object"] == object_bytes_per_px * sum(boxes)
             assert traffic["object"] < len(steps) * sizes["object"]
         assert all(t > 0 for t in record["comm_time_s"]) and len(record["comm_time_s"]) == 10
