@@ -99,6 +99,11 @@ class StepCost:
         compute this much slower than one process alone, as they share its memory bandwidth and
         caches; measured by running independent 1-process runs side by side
         (``scaling_check.run_side_by_side``); 1 for dedicated devices.
+    exchange_fixed_s: per step of a run on several devices, the work of taking part in the
+        exchange apart from the transfer: DDP's bookkeeping, the exchange hook (footprint, packing
+        and its copies), handing the collective to the backend and back. Measured with DDP and the
+        hook on a one-process group (``scaling_check.measure_exchange_overhead``), where the
+        all-reduce transfers nothing; 0 leaves it out.
     """
 
     fixed_s: float
@@ -106,6 +111,7 @@ class StepCost:
     update_s: float = 0.0
     copy_bytes_per_s: float | None = None
     shared_slowdown: float = 1.0
+    exchange_fixed_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ def predict_iteration(cost: StepCost, exchange: Exchange, link: Link, devices: i
     wire = steps * exchange_step_s(exchange, devices, link)
     wire += exchange.collectives_per_iteration * ring_allreduce_s(0, devices, link)
     copies = steps * 6 * exchange.bytes_per_step / cost.copy_bytes_per_s if cost.copy_bytes_per_s else 0.0
-    return Prediction(devices, compute, update, share * (wire + copies))
+    return Prediction(devices, compute, update, share * (wire + copies + steps * cost.exchange_fixed_s))
 
 
 def exchange_step_s(exchange: Exchange, devices: int, link: Link) -> float:

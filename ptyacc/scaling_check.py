@@ -4,6 +4,7 @@ that prints either or the reference tables (``ptyacc/scaling.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -166,6 +167,81 @@ def format_link(measurement: LinkMeasurement) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- taking part in the exchange
+
+
+@dataclass(frozen=True)
+class ExchangeOverhead:
+    """Iteration times of one reconstruction run twice in one process, iterations interleaved:
+    plain, and as a member of a one-process group (DDP with ptyacc's settings and the exchange
+    hook), where the all-reduce transfers nothing. The difference per step is what taking part
+    in the exchange costs a process beyond the transfer (``StepCost.exchange_fixed_s``)."""
+
+    steps: int  # per iteration
+    plain_s: tuple[float, ...]
+    joined_s: tuple[float, ...]
+    same_loss: bool = True  # the two runs' losses were equal in every iteration (the same computation)
+
+    def per_step_s(self, stat=statistics.median) -> float:
+        return max(0.0, (stat(self.joined_s) - stat(self.plain_s)) / self.steps)
+
+    def __add__(self, other: ExchangeOverhead) -> ExchangeOverhead:
+        """Both measurements' iterations pooled (same steps per iteration)."""
+        if self.steps != other.steps:
+            raise ValueError("only measurements of the same steps per iteration can be pooled")
+        return ExchangeOverhead(self.steps, self.plain_s + other.plain_s, self.joined_s + other.joined_s,
+                                self.same_loss and other.same_loss)
+
+
+def measure_exchange_overhead(config_path: Path, overrides: list[str], iterations: int = 6) -> ExchangeOverhead:
+    """``ExchangeOverhead`` of ``config_path`` (one thread, in a process started here)."""
+    import torch.multiprocessing as mp
+
+    from ptyacc.speedtest import free_port
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "overhead.json"
+        mp.start_processes(_overhead_worker, args=(str(config_path), list(overrides), iterations, free_port(), str(out)),
+                           nprocs=1, start_method="spawn")
+        found = json.loads(out.read_text())
+    return ExchangeOverhead(found["steps"], tuple(found["plain"]), tuple(found["joined"]), found["same_loss"])
+
+
+def _overhead_worker(rank: int, config_path: str, overrides: list[str], iterations: int, port: int, out: str) -> None:
+    import warnings
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ptyacc.config import load_config
+    from ptyacc.distributed import kwargs_handlers
+    from ptyacc.engine import Reconstructor
+    from ptyacc.exchange import GradientExchange
+
+    config = load_config(config_path, [*overrides, "runtime.threads=1", "runtime.progress=false"])
+    plain, joined = Reconstructor(config, write=False), Reconstructor(config, write=False)
+    plain.build()
+    joined.build(plain.data)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+            joined.wrapped = DistributedDataParallel(joined.model, **kwargs_handlers(config.runtime, "cpu")[0].to_kwargs())
+        joined.exchange = GradientExchange(joined.model, 1, footprint=config.runtime.object_exchange == "footprint")
+        joined.wrapped.register_comm_hook(None, joined.exchange.hook)
+        times: dict[str, list[float]] = {"plain": [], "joined": []}
+        same_loss = True
+        for iteration in range(iterations):
+            (loss, plain_s), (joined_loss, joined_s) = plain._iteration(iteration), joined._iteration(iteration)
+            times["plain"].append(plain_s)
+            times["joined"].append(joined_s)
+            same_loss &= loss == joined_loss
+        found = {"steps": len(joined.loader), "same_loss": same_loss, **{k: warm_iterations(v) for k, v in times.items()}}
+        Path(out).write_text(json.dumps(found))
+    finally:
+        dist.destroy_process_group()
+
+
 # ----------------------------------------------------------------------------- the check on this machine
 
 
@@ -186,6 +262,7 @@ class CheckRow:
     predicted_min_s: float
     predicted_exchange_s: float  # all-reduce seconds per iteration, link fitted to the medians
     measured_exchange_s: float | None  # median of the run's own record (waits for the slower process included)
+    exchange_fixed_s: float = 0.0  # per step, taking part in the exchange beyond the transfer (medians)
 
 
 def warm_iterations(times: list[float]) -> list[float]:
@@ -205,7 +282,9 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     batch size and process count, so that trials interleave and drifts of the machine's load
     touch every configuration alike; then it starts min(processes, cores) independent 1-process
     runs side by side, whose slowdown against the lone run is the cost of sharing the machine
-    (memory bandwidth, caches; ``StepCost.shared_slowdown``). fixed_s and per_pattern_s are
+    (memory bandwidth, caches; ``StepCost.shared_slowdown``), and measures what taking part in the
+    exchange costs a process per step beyond the transfer, in one process
+    (``measure_exchange_overhead``, ``StepCost.exchange_fixed_s``). fixed_s and per_pattern_s are
     fitted to the 1-process runs; the 2-, 4-, ... process runs are predicted from that fit, the
     slowdown, the link, this machine's cores and
     the bytes worked out from the geometry: dense, or the footprint of compact or random
@@ -227,6 +306,7 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     measurements: dict[int, LinkMeasurement] = {}  # per process count: N processes sharing the cores
     side_by_side = min(max(process_counts), cores)  # processes that compute at once
     beside: dict[int, list[float]] = {}
+    overheads: dict[int, ExchangeOverhead] = {}
     times: dict[tuple[int, int], list[float]] = {}
     comm: dict[tuple[int, int], list[int]] = {}
     comm_s: dict[tuple[int, int], list[float]] = {}
@@ -246,6 +326,10 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
                 echo(f"batch {batch}, {side_by_side} independent 1-process runs side by side{_load()}")
                 beside.setdefault(batch, []).extend(
                     run_side_by_side(config_path, sets, side_by_side, out_dir / f"trial{trial}" / f"beside{batch}"))
+            if max(process_counts) > 1:
+                echo(f"batch {batch}, one process with and without DDP and the exchange hook{_load()}")
+                measured = measure_exchange_overhead(config_path, sets)
+                overheads[batch] = overheads[batch] + measured if batch in overheads else measured
     for measurement in measurements.values():
         echo(format_link(measurement))
     fits = {}
@@ -267,13 +351,16 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
                 exchange = candidates[0]
             links = ({statistics.median: measurements[p].link, min: measurements[p].best_link} if p > 1
                      else dict.fromkeys(fits, NO_LINK))
-            predicted = {stat: predict_iteration(fits[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
+            costs = {stat: dataclasses.replace(fits[stat], exchange_fixed_s=overheads[batch].per_step_s(stat))
+                     if batch in overheads else fits[stat] for stat in fits}
+            predicted = {stat: predict_iteration(costs[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
             rows.append(CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
                                  steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
                                  statistics.median(times[(batch, p)]), min(times[(batch, p)]),
                                  predicted[statistics.median].iteration_s, predicted[min].iteration_s,
                                  predicted[statistics.median].exchange_s,
-                                 statistics.median(comm_s[(batch, p)]) if comm_s[(batch, p)] else None))
+                                 statistics.median(comm_s[(batch, p)]) if comm_s[(batch, p)] else None,
+                                 costs[statistics.median].exchange_fixed_s if p > 1 else 0.0))
     return measurements, rows, fits[statistics.median], fits[min]
 
 
@@ -315,6 +402,9 @@ def format_check(rows: list[CheckRow], median_cost: StepCost, min_cost: StepCost
              f"{min_cost.per_pattern_s * 1e6:.1f} us; computing beside other processes (independent runs side by "
              f"side) slows a process by x{median_cost.shared_slowdown:.2f} (medians) / x{min_cost.shared_slowdown:.2f} "
              "(minima)",
+             *(f"batch {batch}: taking part in the exchange costs a process {1e3 * fixed:.2f} ms per step beyond the "
+               "transfer (medians; DDP and the exchange hook on a one-process group)"
+               for batch, fixed in sorted({(r.batch_size, r.exchange_fixed_s) for r in rows if r.processes > 1})),
              "| batch | processes | exchange | MiB/iteration measured / dense / compact footprint | median s/iteration "
              "predicted / measured | ratio | min s/iteration predicted / measured | ratio | all-reduce s/iteration "
              "predicted / measured (medians) |",

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from ptyacc.data import EpochBatches
 from ptyacc.errors import PtyaccError
@@ -32,9 +33,11 @@ from ptyacc.scaling import (
 )
 from ptyacc.scaling_check import (
     CheckRow,
+    ExchangeOverhead,
     LinkMeasurement,
     fit_link,
     format_check,
+    measure_exchange_overhead,
     measure_link,
     warm_iterations,
 )
@@ -261,6 +264,46 @@ def test_link_measurements_pool_their_repeats():
     assert pooled.link.bandwidth_bytes_per_s == pytest.approx(true.bandwidth_bytes_per_s)  # medians: the fast ones
     with pytest.raises(ValueError, match="same processes"):
         slow + LinkMeasurement(4, sizes, slow.times_s)
+
+
+def test_taking_part_in_the_exchange_costs_every_step_of_a_multi_device_run():
+    """exchange_fixed_s: per step, on every device of a multi-device run (times the time-sharing
+    share on a CPU), not on one device."""
+    exchange, link = Exchange("any", bytes_per_step=1e5, collectives_per_step=1), Link("l", 1e-4, 1e9)
+    plain, joined = StepCost(1e-3, 1e-4), StepCost(1e-3, 1e-4, exchange_fixed_s=5e-4)
+    for devices, cores, share in ((2, None, 1.0), (4, 2, 2.0)):
+        base = predict_iteration(plain, exchange, link, devices, 64, 16)
+        more = predict_iteration(joined, exchange, link, devices, 64, 16)
+        if cores:
+            base = predict_iteration(plain, exchange, link, devices, 64, 16, cores=cores)
+            more = predict_iteration(joined, exchange, link, devices, 64, 16, cores=cores)
+        assert more.exchange_s - base.exchange_s == pytest.approx(share * 4 * 5e-4)  # 4 steps per iteration
+        assert (more.compute_s, more.update_s) == (base.compute_s, base.update_s)
+    assert predict_iteration(joined, exchange, link, 1, 64, 16) == predict_iteration(plain, exchange, link, 1, 64, 16)
+
+
+def test_exchange_overhead_per_step_and_pooling():
+    a = ExchangeOverhead(4, (1.0, 1.2), (1.4, 1.8))
+    assert a.per_step_s() == pytest.approx((1.6 - 1.1) / 4)
+    assert a.per_step_s(min) == pytest.approx((1.4 - 1.0) / 4)
+    assert ExchangeOverhead(4, (1.0,), (0.9,)).per_step_s() == 0.0  # faster joined: noise, no negative cost
+    pooled = a + ExchangeOverhead(4, (1.0,), (1.0,), same_loss=False)
+    assert pooled.plain_s == (1.0, 1.2, 1.0) and not pooled.same_loss
+    with pytest.raises(ValueError, match="same steps"):
+        a + ExchangeOverhead(8, (1.0,), (1.0,))
+
+
+def test_measure_exchange_overhead_in_one_process(tmp_path):
+    """A real one-process group: the run with DDP and the exchange hook computes exactly what the
+    plain run computes (the same loss every iteration), with the loader's steps per iteration.
+    The times are not asserted on."""
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"simulate": {"scan_shape": [6, 6], "detector_px": 32}},
+                                      "optim": {"batch_size": 8}, "output": {"dir": str(tmp_path / "out")}}))
+    measured = measure_exchange_overhead(config, [], iterations=3)
+    assert measured.steps == 36 // 8
+    assert len(measured.plain_s) == len(measured.joined_s) == 2  # the first iteration warms up
+    assert measured.same_loss
 
 
 def test_check_statistics_and_verdict():
