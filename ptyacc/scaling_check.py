@@ -10,7 +10,7 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +193,9 @@ class ExchangeOverhead:
                                 self.same_loss and other.same_loss)
 
 
+OVERHEAD_ITERATIONS = 12  # the difference of two iteration times is small: many iterations
+
+
 def measure_exchange_overhead(config_path: Path, overrides: list[str], iterations: int = 6) -> ExchangeOverhead:
     """``ExchangeOverhead`` of ``config_path`` (one thread, in a process started here)."""
     import torch.multiprocessing as mp
@@ -291,7 +294,6 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     batches, whichever is nearest the bytes the run measured. Once with medians, once with minima.
     """
     from ptyacc.config import load_config
-    from ptyacc.speedtest import run_speedtest
 
     if 1 not in process_counts or len(set(batch_sizes)) < 2 or min(process_counts + batch_sizes) < 1:
         raise PtyaccError("predict: the check fits the compute time to 1-process runs at two batch sizes or more: "
@@ -303,65 +305,92 @@ def check_against_launches(config_path: Path, overrides: list[str], process_coun
     if len({epoch_load(n, b, 1)[0] for b in batch_sizes}) < 2:
         raise PtyaccError(f"predict: batch sizes {batch_sizes} all give {epoch_load(n, batch_sizes[0], 1)[0]} step(s) "
                           f"per iteration of {n} positions; give sizes that give different numbers of steps")
-    measurements: dict[int, LinkMeasurement] = {}  # per process count: N processes sharing the cores
-    side_by_side = min(max(process_counts), cores)  # processes that compute at once
-    beside: dict[int, list[float]] = {}
-    overheads: dict[int, ExchangeOverhead] = {}
-    times: dict[tuple[int, int], list[float]] = {}
-    comm: dict[tuple[int, int], list[int]] = {}
-    comm_s: dict[tuple[int, int], list[float]] = {}
+    samples = CheckSamples()
     for trial in range(trials):
+        samples.take_trial(config_path, overrides, process_counts, batch_sizes, out_dir / f"trial{trial}",
+                           lambda line, t=trial: echo(f"trial {t + 1}/{trials}: {line}"))
+    for measurement in samples.links.values():
+        echo(format_link(measurement))
+    fits = samples.fits(n, batch_sizes)
+    rows = [samples.row(layout, config.runtime.seed, fits, batch, p, cores) for batch in batch_sizes
+            for p in process_counts]
+    return samples.links, rows, fits[statistics.median], fits[min]
+
+
+@dataclass
+class CheckSamples:
+    """What the check's trials measured, pooled over the trials: the link per process count,
+    and per batch size (and process count) the warm iteration times, the bytes and seconds of
+    the runs' exchanges, the times of independent runs side by side, and what taking part in
+    the exchange costs a process."""
+
+    links: dict[int, LinkMeasurement] = field(default_factory=dict)
+    times: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    comm: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    comm_s: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    beside: dict[int, list[float]] = field(default_factory=dict)
+    overheads: dict[int, ExchangeOverhead] = field(default_factory=dict)
+
+    def take_trial(self, config_path: Path, overrides: list[str], process_counts: list[int], batch_sizes: list[int],
+                   out_dir: Path, echo) -> None:
+        from ptyacc.speedtest import run_speedtest
+
+        side_by_side = min(max(process_counts), os.cpu_count() or 1)  # processes that compute at once
         for p in sorted({p for p in process_counts if p > 1}):
-            echo(f"trial {trial + 1}/{trials}: gloo all-reduces between {p} local processes")
+            echo(f"gloo all-reduces between {p} local processes")
             this = measure_link(p)
-            measurements[p] = measurements[p] + this if p in measurements else this
+            self.links[p] = self.links[p] + this if p in self.links else this
         for batch in batch_sizes:
             sets = [*overrides, f"optim.batch_size={batch}"]
-            for run in run_speedtest(config_path, process_counts, 1, out_dir / f"trial{trial}" / f"batch{batch}", sets,
+            for run in run_speedtest(config_path, process_counts, 1, out_dir / f"batch{batch}", sets,
                                      threads_per_process=1, echo=lambda line, b=batch: echo(f"batch {b}, {line}{_load()}")):
-                times.setdefault((batch, run.processes), []).extend(warm_iterations(run.iteration_time_s))
-                comm.setdefault((batch, run.processes), []).extend(run.comm_bytes)
-                comm_s.setdefault((batch, run.processes), []).extend(run.comm_time_s)
+                self.times.setdefault((batch, run.processes), []).extend(warm_iterations(run.iteration_time_s))
+                self.comm.setdefault((batch, run.processes), []).extend(run.comm_bytes)
+                self.comm_s.setdefault((batch, run.processes), []).extend(run.comm_time_s)
             if side_by_side > 1:
                 echo(f"batch {batch}, {side_by_side} independent 1-process runs side by side{_load()}")
-                beside.setdefault(batch, []).extend(
-                    run_side_by_side(config_path, sets, side_by_side, out_dir / f"trial{trial}" / f"beside{batch}"))
+                self.beside.setdefault(batch, []).extend(
+                    run_side_by_side(config_path, sets, side_by_side, out_dir / f"beside{batch}"))
             if max(process_counts) > 1:
                 echo(f"batch {batch}, one process with and without DDP and the exchange hook{_load()}")
-                measured = measure_exchange_overhead(config_path, sets)
-                overheads[batch] = overheads[batch] + measured if batch in overheads else measured
-    for measurement in measurements.values():
-        echo(format_link(measurement))
-    fits = {}
-    for stat in (statistics.median, min):
-        cost = fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(times[(b, 1)])) for b in batch_sizes])
-        if beside:  # the slowdown of sharing the machine, the mean over the batch sizes
-            slowdown = float(np.mean([stat(beside[b]) / stat(times[(b, 1)]) for b in batch_sizes]))
-            cost = StepCost(cost.fixed_s, cost.per_pattern_s, shared_slowdown=slowdown)
-        fits[stat] = cost
-    rows = []
-    for batch in batch_sizes:
-        for p in process_counts:
-            steps, _ = epoch_load(n, batch, p)
-            candidates = [dense_exchange(layout), *(footprint_exchange(layout, batch, grouping, config.runtime.seed, p)
-                                                    for grouping in ("compact", "random"))]
-            measured_bytes = float(statistics.median(comm[(batch, p)])) if comm[(batch, p)] else None
-            exchange = min(candidates, key=lambda e: abs(steps * e.bytes_per_step - (measured_bytes or 0.0)))
-            if measured_bytes is None:
-                exchange = candidates[0]
-            links = ({statistics.median: measurements[p].link, min: measurements[p].best_link} if p > 1
-                     else dict.fromkeys(fits, NO_LINK))
-            costs = {stat: dataclasses.replace(fits[stat], exchange_fixed_s=overheads[batch].per_step_s(stat))
-                     if batch in overheads else fits[stat] for stat in fits}
-            predicted = {stat: predict_iteration(costs[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
-            rows.append(CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
-                                 steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
-                                 statistics.median(times[(batch, p)]), min(times[(batch, p)]),
-                                 predicted[statistics.median].iteration_s, predicted[min].iteration_s,
-                                 predicted[statistics.median].exchange_s,
-                                 statistics.median(comm_s[(batch, p)]) if comm_s[(batch, p)] else None,
-                                 costs[statistics.median].exchange_fixed_s if p > 1 else 0.0))
-    return measurements, rows, fits[statistics.median], fits[min]
+                measured = measure_exchange_overhead(config_path, sets, OVERHEAD_ITERATIONS)
+                self.overheads[batch] = self.overheads[batch] + measured if batch in self.overheads else measured
+
+    def fits(self, n: int, batch_sizes: list[int]) -> dict:
+        """The step cost fitted to the 1-process runs, with the slowdown of sharing the machine
+        (the mean over the batch sizes): for the medians and for the minima."""
+        fits = {}
+        for stat in (statistics.median, min):
+            cost = fit_step_cost([(epoch_load(n, b, 1)[0], n, stat(self.times[(b, 1)])) for b in batch_sizes])
+            if self.beside:
+                slowdown = float(np.mean([stat(self.beside[b]) / stat(self.times[(b, 1)]) for b in batch_sizes]))
+                cost = StepCost(cost.fixed_s, cost.per_pattern_s, shared_slowdown=slowdown)
+            fits[stat] = cost
+        return fits
+
+    def row(self, layout, seed: int, fits: dict, batch: int, p: int, cores: int) -> CheckRow:
+        """Predicted against measured for ``batch`` on ``p`` processes, with the exchange whose
+        bytes are nearest those the run measured."""
+        n = layout.n_patterns
+        steps, _ = epoch_load(n, batch, p)
+        candidates = [dense_exchange(layout), *(footprint_exchange(layout, batch, grouping, seed, p)
+                                                for grouping in ("compact", "random"))]
+        measured_bytes = float(statistics.median(self.comm[(batch, p)])) if self.comm[(batch, p)] else None
+        exchange = min(candidates, key=lambda e: abs(steps * e.bytes_per_step - (measured_bytes or 0.0)))
+        if measured_bytes is None:
+            exchange = candidates[0]
+        links = ({statistics.median: self.links[p].link, min: self.links[p].best_link} if p > 1
+                 else dict.fromkeys(fits, NO_LINK))
+        costs = {stat: dataclasses.replace(fits[stat], exchange_fixed_s=self.overheads[batch].per_step_s(stat))
+                 if batch in self.overheads else fits[stat] for stat in fits}
+        predicted = {stat: predict_iteration(costs[stat], exchange, links[stat], p, n, batch, cores) for stat in fits}
+        comm_s = self.comm_s[(batch, p)]
+        return CheckRow(batch, p, exchange.name if p > 1 else "–", measured_bytes,
+                        steps * candidates[0].bytes_per_step, steps * candidates[1].bytes_per_step,
+                        statistics.median(self.times[(batch, p)]), min(self.times[(batch, p)]),
+                        predicted[statistics.median].iteration_s, predicted[min].iteration_s,
+                        predicted[statistics.median].exchange_s, statistics.median(comm_s) if comm_s else None,
+                        costs[statistics.median].exchange_fixed_s if p > 1 else 0.0)
 
 
 def run_side_by_side(config_path: Path, overrides: list[str], copies: int, out_dir: Path) -> list[float]:

@@ -33,6 +33,7 @@ from ptyacc.scaling import (
 )
 from ptyacc.scaling_check import (
     CheckRow,
+    CheckSamples,
     ExchangeOverhead,
     LinkMeasurement,
     fit_link,
@@ -291,6 +292,30 @@ def test_exchange_overhead_per_step_and_pooling():
     assert pooled.plain_s == (1.0, 1.2, 1.0) and not pooled.same_loss
     with pytest.raises(ValueError, match="same steps"):
         a + ExchangeOverhead(8, (1.0,), (1.0,))
+
+
+def test_check_rows_predict_with_the_measured_overhead_of_taking_part():
+    """The check's rows: 1-process rows are the fit; a multi-process row's prediction holds the
+    link measured for its process count and the overhead measured for its batch size, per step."""
+    layout, true = raster_layout((8, 8), 3.0, 16), Link("true", 2e-4, 1e9)
+    n, sizes = layout.n_patterns, (8, 2**14, 2**20)
+    samples = CheckSamples()
+    samples.links[2] = LinkMeasurement(2, sizes, tuple((ring_allreduce_s(b, 2, true),) for b in sizes))
+    for batch, one_s in ((8, 0.10), (32, 0.04)):
+        steps = epoch_load(n, batch, 1)[0]
+        samples.times[(batch, 1)], samples.times[(batch, 2)] = [one_s], [0.9 * one_s]
+        samples.comm[(batch, 1)], samples.comm_s[(batch, 1)] = [], []
+        samples.comm[(batch, 2)] = [steps * dense_exchange(layout).bytes_per_step]
+        samples.comm_s[(batch, 2)] = [0.01]
+    fits = samples.fits(n, [8, 32])
+    assert fits[min].fixed_s * 8 + fits[min].per_pattern_s * n == pytest.approx(0.10)
+    bare = samples.row(layout, 0, fits, 8, 2, cores=2)
+    assert bare.exchange_fixed_s == 0.0 and bare.exchange == "dense (whole object)"
+    samples.overheads[8] = ExchangeOverhead(8, (0.10, 0.10), (0.108, 0.108))  # 1 ms per step
+    row = samples.row(layout, 0, fits, 8, 2, cores=2)
+    assert row.exchange_fixed_s == pytest.approx(1e-3)
+    assert row.predicted_median_s - bare.predicted_median_s == pytest.approx(8 * 1e-3)
+    assert samples.row(layout, 0, fits, 8, 1, cores=2).predicted_median_s == pytest.approx(0.10)
 
 
 def test_measure_exchange_overhead_in_one_process(tmp_path):
