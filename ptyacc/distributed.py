@@ -40,6 +40,26 @@ def bare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer
 
 
+def prepare(accelerator, model: nn.Module, groups: list, batches) -> tuple[nn.Module, object]:
+    """``model``, the ``groups``' optimizers and a loader of ``batches`` (one item per step)
+    through ``accelerator.prepare``: (the model as prepared, DDP for several processes; the
+    loader). Each group then holds its prepared optimizer's inner torch optimizer
+    (``bare_optimizer``)."""
+    import warnings
+    from operator import itemgetter
+
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=itemgetter(0))  # an item is a whole step
+    with warnings.catch_warnings():
+        # torch deprecates broadcast_buffers=False in favour of a DDP option accelerate cannot pass yet
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+        wrapped, *optimizers, loader = accelerator.prepare(model, *[g.optimizer for g in groups], loader)
+    for group, optimizer in zip(groups, optimizers, strict=True):
+        group.optimizer = bare_optimizer(optimizer)  # stepped without the wrapper's per-call costs
+    return wrapped, loader
+
+
 def end_process_group() -> None:
     """At the end of a launched run: wait for every process, then leave the process group in
     order. A process that exits with the group alive leaves the backend's threads and

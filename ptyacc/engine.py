@@ -16,20 +16,17 @@ import contextlib
 import dataclasses
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 
 from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
 from ptyacc.data.store import PatternStore, load_planned
-from ptyacc.distributed import bare_optimizer, make_accelerator, unwrap
+from ptyacc.distributed import make_accelerator, prepare, unwrap
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.exchange import GradientExchange, Traffic
 from ptyacc.geometry import ObjectGeometry
@@ -125,7 +122,10 @@ class Reconstructor:
         self.groups = build_groups(config, self.model, self.accelerator.device)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
-        self._prepare(batches)
+        self.wrapped, self.loader = prepare(self.accelerator, self.model, self.groups, batches)
+        self.model = unwrap(self.wrapped)
+        if config.runtime.compile:
+            self.model.loss_terms = CompiledTerms(report=lambda text: _tell(self.accelerator, self.log, text))
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint"
                                                 and self.tiles is None)
@@ -184,20 +184,6 @@ class Reconstructor:
         history.resume(state["loss"], state["iteration_time_s"])
         self.log.line(f"resumed from {path} after iteration {state['iterations_done']}")
         return history
-
-    def _prepare(self, batches) -> None:
-        """Model, optimizers and loader through ``accelerator.prepare`` (DDP for several processes)."""
-        loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=itemgetter(0))  # an item is a whole step
-        optimizers = [g.optimizer for g in self.groups]
-        with warnings.catch_warnings():
-            # torch deprecates broadcast_buffers=False in favour of a DDP option accelerate cannot pass yet
-            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
-            self.wrapped, *optimizers, self.loader = self.accelerator.prepare(self.model, *optimizers, loader)
-        for group, optimizer in zip(self.groups, optimizers, strict=True):
-            group.optimizer = bare_optimizer(optimizer)  # prepared; stepped without the wrapper's per-call costs
-        self.model = unwrap(self.wrapped)
-        if self.config.runtime.compile:
-            self.model.loss_terms = CompiledTerms(report=lambda text: _tell(self.accelerator, self.log, text))
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
