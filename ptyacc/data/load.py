@@ -4,6 +4,7 @@ calibrated with the config (``calibration.calibrate``), then the patterns read a
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,42 +28,43 @@ def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
     (the others are never read); default all."""
     if config.data.simulate is not None:
         return keep_only(simulate_dataset(config), keep)
-    path = config.resolve_input(config.data.path)
-    options = {"scan_shape": tuple(config.data.scan_shape)} if config.data.scan_shape else {}
-    with open_patterns(path, config.data.key, **options) as source:
-        return _read(config, source, keep)
+    data, (path, named) = config.data, _paths(config)
+    options = {"scan_shape": tuple(data.scan_shape)} if data.scan_shape else {}
+    arrays = {named[1]: POSITIONS_SETTING} if named is not None and named[0] == path else {}
+    with open_patterns(path, data.key, arrays, **options) as source:
+        # the file's facts first (read by the opening), the calibration from them, then the patterns
+        info, name = source.info, str(source.path)
+        positions = None if named is None else (f"{named[0]}:{named[1]}", named[2] if named[2] is not None
+                                                else source.arrays[named[1]])
+        facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, positions)
+        calibration = calibrate(config.experiment, facts, data.scan_shape)
+        prep = Preparation.from_config(data.transform, info.shape[-2:], config.experiment.geometry == "far_field",
+                                       name, info.attrs)
+        prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
+                                      info.background if data.subtract_background else None)
+        if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
+            radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
+            calibration = calibrate(config.experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
+        rows = None if keep is None else np.asarray(keep(calibration.positions_A))
+        mask = prep.mask(info.mask if data.use_mask else None)
+        return PtychoData.calibrated(torch.from_numpy(source.read(rows, prepare).patterns), calibration,
+                                     prep.object_pixel_A(calibration.stored_dx_A), name, pattern_rows=rows,
+                                     mask=None if mask is None else torch.from_numpy(mask),
+                                     stored_pattern_shape=tuple(info.shape[-2:]))
 
 
-def _read(config: Config, source: PatternFile, keep: Keep | None) -> PtychoData:
-    """The dataset of the open file ``source``: calibration first, then the patterns ``keep`` selects."""
-    info, data, name = source.info, config.data, str(source.path)
-    facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, _named_positions(config, source))
-    calibration = calibrate(config.experiment, facts, data.scan_shape)
-    prep = Preparation.from_config(data.transform, info.shape[-2:], config.experiment.geometry == "far_field", name,
-                                   info.attrs)
-    prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
-                                  info.background if data.subtract_background else None)
-    if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
-        radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
-        calibration = calibrate(config.experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
-    rows = None if keep is None else np.asarray(keep(calibration.positions_A))
-    mask = prep.mask(info.mask if data.use_mask else None)
-    return PtychoData.calibrated(torch.from_numpy(source.read(rows, prepare).patterns), calibration,
-                                 prep.object_pixel_A(calibration.stored_dx_A), name, pattern_rows=rows,
-                                 mask=None if mask is None else torch.from_numpy(mask),
-                                 stored_pattern_shape=tuple(info.shape[-2:]))
+POSITIONS_SETTING = "experiment.positions.key"
 
 
-def _named_positions(config: Config, source: PatternFile) -> tuple[str, np.ndarray] | None:
-    """The dataset that ``experiment.positions`` names (in the data file unless it names
-    another), as read, and where; None for raster positions."""
-    spec = config.experiment.positions
+def _paths(config: Config) -> tuple[Path, tuple[Path, str, np.ndarray | None] | None]:
+    """The data file, and (file, dataset, array) of the positions that ``experiment.positions``
+    names (None for raster positions); the array is read here from another file, and None for
+    one in the data file itself (read when that opens)."""
+    data_path, spec = config.resolve_input(config.data.path), config.experiment.positions
     if spec == "raster":
-        return None
-    path = config.resolve_input(spec.path) if spec.path else source.path
-    setting = "experiment.positions.key"
-    array = source.array(spec.key, setting) if path == source.path else read_hdf5_array(path, spec.key, setting)
-    return f"{path}:{spec.key}", array
+        return data_path, None
+    path = config.resolve_input(spec.path) if spec.path else data_path
+    return data_path, (path, spec.key, None if path == data_path else read_hdf5_array(path, spec.key, POSITIONS_SETTING))
 
 
 def _bright_field_radius_px(source: PatternFile, prepare: Prepare) -> float:

@@ -6,7 +6,7 @@ NumPy or MATLAB header); ``ptyacc.data.formats`` has one module per format."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
@@ -31,8 +31,9 @@ class PatternFile:
     asked; ``array`` reads another dataset of the same HDF5 file."""
 
     def __init__(self, path: Path, reader: ModuleType, opened: object, info: PatternsInfo, options: ReadOptions,
-                 stack: ExitStack) -> None:
+                 stack: ExitStack, arrays: dict[str, np.ndarray] | None = None) -> None:
         self.path, self.info = path, info
+        self.arrays = arrays or {}  # the datasets asked for at opening (``open_patterns``'s ``arrays``)
         self._reader, self._opened, self._options, self._stack = reader, opened, options, stack
 
     def read(self, rows: np.ndarray | None = None, prepare: Prepare | None = None) -> RawPatterns:
@@ -45,9 +46,7 @@ class PatternFile:
 
     def array(self, key: str, setting: str = "") -> np.ndarray:
         """The whole dataset ``key`` of this file (HDF5 formats), named by the config key ``setting``."""
-        if isinstance(self._opened, h5py.File):
-            return hdf5.read_array(self._opened, self.path, key, setting)
-        return read_hdf5_array(self.path, key, setting)  # not HDF5: says so
+        return self.arrays[key] if key in self.arrays else hdf5.array_of(self._opened, self.path, key, setting)
 
     def close(self) -> None:
         self._stack.close()
@@ -59,22 +58,23 @@ class PatternFile:
         self.close()
 
 
-def open_patterns(path: Path, key: str | None = None, **options) -> PatternFile:
+def open_patterns(path: Path, key: str | None = None, arrays: Mapping[str, str] | None = None,
+                  **options) -> PatternFile:
     """The pattern file ``path``, opened once and inspected: the dataset or variable ``key``
     (default: found from the format), shape, scan shape, calibration in ptyacc's names and the
-    format, without reading the patterns. ``options`` are the fields of ``ReadOptions``."""
-    path, read_options = Path(path), ReadOptions(**options)
-    if read_options.file_format is not None and read_options.file_format not in READERS:
-        raise ConfigError(f"file_format: must be one of {', '.join(READERS)}, got {read_options.file_format!r}")
-    stack = ExitStack()
+    format, without reading the patterns. ``arrays``: other datasets of the same (HDF5) file to
+    read now, each named by the config key that chose it (``PatternFile.arrays``).
+    ``options`` are the fields of ``ReadOptions``."""
+    path, stack = Path(path), ExitStack()
     try:
-        name, opened = _open(path, read_options, stack)
+        name, opened, read_options = _open(path, options, stack)
+        read = {name_: hdf5.array_of(opened, path, name_, setting) for name_, setting in (arrays or {}).items()}
         reader = READERS[name]
         info = reader.inspect(opened, path, key, read_options)
     except BaseException:
         stack.close()
         raise
-    return PatternFile(path, reader, opened, info, read_options, stack)
+    return PatternFile(path, reader, opened, info, read_options, stack, read)
 
 
 def inspect_patterns(path: Path, key: str | None = None, **options) -> PatternsInfo:
@@ -97,8 +97,12 @@ def read_hdf5_array(path: Path, key: str, setting: str = "") -> np.ndarray:
         return hdf5.read_array(f, path, key, setting)
 
 
-def _open(path: Path, options: ReadOptions, stack: ExitStack) -> tuple[str, object]:
-    """(format, open file): ``options.file_format`` when given, else by extension, else by content."""
+def _open(path: Path, given: dict, stack: ExitStack) -> tuple[str, object, ReadOptions]:
+    """(format, open file, the read options ``given``): ``file_format`` when given, else by
+    extension, else by content."""
+    options = ReadOptions(**given)
+    if options.file_format is not None and options.file_format not in READERS:
+        raise ConfigError(f"file_format: must be one of {', '.join(READERS)}, got {options.file_format!r}")
     by_extension = options.file_format or EXTENSION_FORMATS.get(path.suffix.lower())
     check_file(path, READERS[by_extension or "hdf5"].KIND)
     if options.file_format is None and by_extension in ("hdf5", None):
@@ -108,9 +112,9 @@ def _open(path: Path, options: ReadOptions, stack: ExitStack) -> tuple[str, obje
             if by_extension == "hdf5":
                 raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
         else:
-            return ("cxi" if cxi.is_cxi(f) else "hdf5"), f
+            return ("cxi" if cxi.is_cxi(f) else "hdf5"), f, options
     name = by_extension or _format_from_content(path)
-    return name, stack.enter_context(READERS[name].open_file(path, options))
+    return name, stack.enter_context(READERS[name].open_file(path, options)), options
 
 
 def _format_from_content(path: Path) -> str:

@@ -72,6 +72,15 @@ def open_hdf5(path: Path) -> h5py.File:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 
 
+def array_of(opened: object, path: Path, key: str, setting: str = "") -> np.ndarray:
+    """``read_array`` of the file ``path`` opened as ``opened``, by its reader: if that is not
+    an HDF5 file, opening ``path`` as one says why it has no datasets."""
+    if isinstance(opened, h5py.File):
+        return read_array(opened, path, key, setting)
+    with open_hdf5(path) as f:
+        return read_array(f, path, key, setting)
+
+
 def datasets(f: h5py.File) -> list[str]:
     """Every dataset's name, hard links only (a CXI soft link is not listed twice)."""
     names: list[str] = []
