@@ -137,7 +137,7 @@ class Reconstructor:
         self.history = self._resumed(history) if self.resume else history
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
-                                     self.history, self.data)
+                                     self.history, self.data, self.started)
 
     def _tiles(self, steps: int) -> ObjectTiles | None:
         """The object's split over the processes (``runtime.shard_object``, several processes), for
@@ -236,19 +236,14 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ finish
     def finish(self) -> Reconstruction:
-        """Compute the deviance (Poisson runs), save, report. (That the processes agree was
-        checked after the last iteration, ``hooks.SyncCheck``.)"""
+        """Compute the deviance (Poisson runs), save, hand over the results. (That the processes
+        agree was checked after the last iteration, ``hooks.SyncCheck``; run.log's summary was
+        written then too, ``hooks.LogLine``.)"""
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
         wall = time.perf_counter() - self.started
-        self.log.line(f"done: {history.done} iterations in {wall:.1f} s, final loss {history.loss[-1]:.6g}")
         traffic = history.traffic or []
-        if traffic:
-            per_iteration = sum(t.total_bytes for t in traffic) / len(traffic) / 2**20
-            waiting = sum(t.wait_s for t in traffic) / sum(history.seconds[-len(traffic):])
-            self.log.line(f"communication: {per_iteration:.2f} MiB exchanged per iteration, {waiting:.0%} of the "
-                          "iteration time spent waiting")
         self.accelerator.wait_for_everyone()
         return Reconstruction(results=results, model=self.model, data=self.data, loss=history.loss,
                               iteration_times_s=history.seconds, wall_time_s=wall,

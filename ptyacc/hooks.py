@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -49,10 +50,11 @@ class History:
 
 
 class LogLine:
-    """One run.log line per iteration: loss, time, and what the exchange moved."""
+    """One run.log line per iteration: loss, time, and what the exchange moved; after the last
+    iteration, the run's summary (seconds since ``started``, a ``time.perf_counter`` reading)."""
 
-    def __init__(self, log: RunLog) -> None:
-        self.log = log
+    def __init__(self, log: RunLog, started: float) -> None:
+        self.log, self.started = log, started
 
     def __call__(self, history: History) -> None:
         comm = ""
@@ -61,8 +63,23 @@ class LogLine:
             split = ", ".join(f"{kind} {count / 2**20:.2f}" for kind, count in t.bytes.items())
             comm = (f", exchanged {t.total_bytes / 2**20:.2f} MiB ({split}) in {t.calls} collectives, "
                     f"waiting {t.wait_s:.3f} s ({t.wait_s / max(history.seconds[-1], 1e-12):.0%})")
-        self.log.line(f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}, "
-                      f"{history.seconds[-1]:.3f} s{comm}")
+        lines = [f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}, "
+                 f"{history.seconds[-1]:.3f} s{comm}"]
+        if history.done == history.iterations:
+            lines += self._summary(history)
+        for line in lines:
+            self.log.line(line)
+
+    def _summary(self, history: History) -> list[str]:
+        wall = time.perf_counter() - self.started
+        lines = [f"done: {history.done} iterations in {wall:.1f} s, final loss {history.loss[-1]:.6g}"]
+        traffic = history.traffic or []
+        if traffic:
+            per_iteration = sum(t.total_bytes for t in traffic) / len(traffic) / 2**20
+            waiting = sum(t.wait_s for t in traffic) / sum(history.seconds[-len(traffic):])
+            lines.append(f"communication: {per_iteration:.2f} MiB exchanged per iteration, {waiting:.0%} of the "
+                         "iteration time spent waiting")
+        return lines
 
 
 class ProgressBar:
@@ -121,11 +138,11 @@ class IntermediateSaves:
 
 
 def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, groups: list[ParameterGroup], wrapped,
-                    history: History, data: PtychoData) -> list:
+                    history: History, data: PtychoData, started: float) -> list:
     """What runs after every iteration, in this order: the run.log line, then what ``config``
     asks for. ``wrapped``: the model as prepared (DDP for several processes), whose parameters
-    the sync check compares."""
-    hooks = [LogLine(log)]
+    the sync check compares; ``started``: the run's start (``time.perf_counter``)."""
+    hooks = [LogLine(log, started)]
     if ProgressBar.wanted(accelerator, config.runtime.progress):
         hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
     if accelerator.num_processes > 1:
