@@ -11,7 +11,7 @@ import pytest
 
 from ptyacc.cli import main
 from ptyacc.data.convert import convert_patterns
-from ptyacc.data.formats import common
+from ptyacc.data.formats import chunks
 from ptyacc.data.readers import (
     inspect_patterns,
     read_patterns,
@@ -144,7 +144,7 @@ def test_rows_and_prepare_across_chunks(tmp_path, monkeypatch, fmt):
         "empad": lambda: write_empad(tmp_path / "d.raw", data),
     }[fmt]()
     options = {"scan_shape": (2, 7), "detector_shape": (6, 6)} if fmt == "empad" else {}
-    monkeypatch.setattr(common, "CHUNK_BYTES", 3 * 8 * 6 * 4)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 3 * 8 * 6 * 4)
     rows = np.array([0, 2, 3, 7, 12, 13])
     calls = []
 
@@ -164,7 +164,7 @@ def test_4d_rows_read_in_stretches_shorter_than_a_scan_row(tmp_path, monkeypatch
     """Chunks of 2 patterns inside scan rows of 5: every wanted pattern once, in order."""
     data = counts((3, 5, 6, 6))
     path = _h5(tmp_path / "d.h5", data)
-    monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 6 * 6 * 4)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 2 * 6 * 6 * 4)
     calls = []
 
     def prepare(chunk):

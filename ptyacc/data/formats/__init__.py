@@ -11,7 +11,7 @@ A format module has:
   no patterns read: shape, scan shape, calibration, and the file's mask, dark frame and probe
   positions when it has them
 - ``read(opened, path, info, options, prepare, rows) -> RawPatterns``: the patterns ``rows`` as
-  float32 (n, ky, kx), each chunk through ``prepare`` (see ``common.copy_rows``), with what
+  float32 (n, ky, kx), each chunk through ``prepare`` (see ``chunks.copy_rows``), with what
   ``inspect`` found beside them
 
 Adding a format is adding such a module and its line in ``READERS``; ``ptyacc.data.readers``

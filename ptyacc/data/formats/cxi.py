@@ -9,7 +9,8 @@ import h5py
 import numpy as np
 
 from ptyacc.data.formats import hdf5
-from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_patterns, copy_rows, scan_shape_4d
+from ptyacc.data.formats.chunks import copy_rows
+from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_patterns, scan_shape_4d
 from ptyacc.errors import DataError
 
 KIND = "a CXI file"

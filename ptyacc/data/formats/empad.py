@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_file, copy_rows, no_key
+from ptyacc.data.formats.chunks import copy_rows
+from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_file, no_key
 from ptyacc.errors import DataError
 
 KIND = "an EMPAD .raw file"

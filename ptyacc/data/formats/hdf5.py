@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from ptyacc.data.formats.chunks import copy_rows
 from ptyacc.data.formats.common import (
     PatternsInfo,
     Prepare,
@@ -18,7 +19,6 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
-    copy_rows,
     scan_shape_4d,
     scan_shape_attribute,
 )

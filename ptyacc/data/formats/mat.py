@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 
 from ptyacc.data.formats import hdf5
+from ptyacc.data.formats.chunks import copy_rows
 from ptyacc.data.formats.common import (
     PatternsInfo,
     Prepare,
@@ -17,7 +18,6 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
-    copy_rows,
     scan_shape_4d,
 )
 from ptyacc.errors import DataError

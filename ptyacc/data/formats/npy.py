@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptyacc.data.formats.chunks import copy_rows
 from ptyacc.data.formats.common import (
     PatternsInfo,
     Prepare,
@@ -14,7 +15,6 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
-    copy_rows,
     no_key,
     scan_shape_4d,
 )
