@@ -30,6 +30,8 @@ class PatternsInfo:
     format:     the name of the format in ``ptyacc.data.formats.READERS``
     mask, background, positions_A: what the file says beside the patterns, read with the rest
                 of this record (see ``RawPatterns``); None when the file has none
+    named_positions: the dataset ``ReadOptions.positions_key`` as stored, whatever its shape (the
+                calibration checks it); None when not asked for
     """
 
     key: str
@@ -40,6 +42,7 @@ class PatternsInfo:
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
     positions_A: np.ndarray | None = None
+    named_positions: np.ndarray | None = None
 
     @property
     def n_patterns(self) -> int:
@@ -82,6 +85,8 @@ class ReadOptions:
     mat_transpose:  the .mat variable is MATLAB-ordered (ky, kx, n) or (ky, kx, fast, slow), so
                     that ``data(:, :, n)`` is pattern n; False takes the axes as the file's reader
                     (h5py for v7.3, scipy for v5) gives them, already (n, ky, kx)
+    positions_key:  a dataset of probe positions in the same file (``experiment.positions.key``),
+                    read by ``inspect`` into ``PatternsInfo.named_positions``; HDF5 formats only
     """
 
     file_format: str | None = None
@@ -89,6 +94,7 @@ class ReadOptions:
     detector_shape: tuple[int, int] = (128, 128)
     frame_rows: int | None = None
     mat_transpose: bool = True
+    positions_key: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("scan_shape", "detector_shape"):
@@ -125,6 +131,14 @@ def check_file(path: Path, what: str) -> None:
 def no_key(path: Path, key: str | None, what: str) -> None:
     if key:
         raise DataError(f"{path}: {what} holds one array, so data.key {key!r} does not apply; leave data.key unset")
+
+
+def no_datasets(path: Path, options: ReadOptions, what: str) -> None:
+    """Only an HDF5 file holds datasets that ``ReadOptions.positions_key`` can name."""
+    if options.positions_key is not None:
+        raise DataError(f"{path}: {what} holds no HDF5 datasets, so experiment.positions.key "
+                        f"{options.positions_key!r} cannot name one in it; give the HDF5 file of the positions "
+                        f"with experiment.positions.path")
 
 
 def scan_shape_4d(shape: tuple[int, ...]) -> tuple[int, int] | None:

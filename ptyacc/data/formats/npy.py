@@ -15,6 +15,7 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
+    no_datasets,
     no_key,
     scan_shape_4d,
 )
@@ -43,6 +44,7 @@ def inspect(array: np.ndarray, path: Path, key: str | None, options: ReadOptions
     check_patterns(path, "", array.shape, array.dtype)
     scan_shape = scan_shape_4d(array.shape)
     attrs = {} if scan_shape is None else {"scan_shape": scan_shape}
+    no_datasets(path, options, KIND)
     return PatternsInfo("", tuple(array.shape), scan_shape, attrs, "npy")
 
 
