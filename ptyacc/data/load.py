@@ -1,9 +1,12 @@
-"""Reading the dataset of ``config.data``: the file opened once, what it says about itself
-calibrated with the config (``calibration.calibrate``), then the patterns read and prepared."""
+"""Reading the dataset of ``config.data``, in one line: the file opened once and inspected (what
+it says about itself, with the positions ``experiment.positions`` names in it), calibrated with
+the config (``calibration.calibrate``), the preparation planned, the patterns read and prepared,
+the file closed, the dataset built."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,6 +21,7 @@ from ptyacc.data.readers import PatternFile, open_patterns, read_hdf5_array
 from ptyacc.data.simulate import simulate_dataset
 
 Keep = Callable[[np.ndarray], np.ndarray]
+POSITIONS_SETTING = "experiment.positions.key"
 
 
 def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
@@ -27,42 +31,44 @@ def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
     (the others are never read); default all."""
     if config.data.simulate is not None:
         return keep_only(simulate_dataset(config), keep)
-    path = config.resolve_input(config.data.path)
-    options = {"scan_shape": tuple(config.data.scan_shape)} if config.data.scan_shape else {}
-    with open_patterns(path, config.data.key, **options) as source:
-        return _read(config, source, keep)
-
-
-def _read(config: Config, source: PatternFile, keep: Keep | None) -> PtychoData:
-    """The dataset of the open file ``source``: calibration first, then the patterns ``keep`` selects."""
-    info, data, name = source.info, config.data, str(source.path)
-    facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, _named_positions(config, source))
-    calibration = calibrate(config.experiment, facts, data.scan_shape)
-    prep = Preparation.from_config(data.transform, info.shape[-2:], config.experiment.geometry == "far_field", name,
-                                   info.attrs)
-    prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
-                                  info.background if data.subtract_background else None)
-    if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
-        radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
-        calibration = calibrate(config.experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
-    rows = None if keep is None else np.asarray(keep(calibration.positions_A))
-    mask = prep.mask(info.mask if data.use_mask else None)
-    return PtychoData.calibrated(torch.from_numpy(source.read(rows, prepare).patterns), calibration,
-                                 prep.object_pixel_A(calibration.stored_dx_A), name, pattern_rows=rows,
+    data, experiment = config.data, config.experiment
+    path, positions_path = _input_paths(config)
+    in_data_file = positions_path == path
+    options = {"scan_shape": tuple(data.scan_shape)} if data.scan_shape else {}
+    with open_patterns(path, data.key, positions_key=experiment.positions.key if in_data_file else None,
+                       **options) as source:
+        info, name = source.info, str(source.path)
+        named = None
+        if positions_path is not None:  # read with the rest when in the data file, else from its own file
+            array = info.named_positions if in_data_file else read_hdf5_array(
+                positions_path, experiment.positions.key, POSITIONS_SETTING)
+            named = f"{positions_path}:{experiment.positions.key}", array
+        facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
+        calibration = calibrate(experiment, facts, data.scan_shape)
+        prep = Preparation.from_config(data.transform, info.shape[-2:], experiment.geometry == "far_field", name,
+                                       info.attrs)
+        prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
+                                      info.background if data.subtract_background else None)
+        mask = prep.mask(info.mask if data.use_mask else None)
+        if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
+            radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
+            calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
+        dx_A = prep.object_pixel_A(calibration.stored_dx_A)
+        rows = None if keep is None else np.asarray(keep(calibration.positions_A))
+        patterns = source.read(rows, prepare).patterns
+    return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]))
 
 
-def _named_positions(config: Config, source: PatternFile) -> tuple[str, np.ndarray] | None:
-    """The dataset that ``experiment.positions`` names (in the data file unless it names
-    another), as read, and where; None for raster positions."""
+def _input_paths(config: Config) -> tuple[Path, Path | None]:
+    """The data file, and the file of the positions that ``experiment.positions`` names (the data
+    file unless it names another; None for raster positions), resolved like ``data.path``."""
+    path = config.resolve_input(config.data.path)
     spec = config.experiment.positions
     if spec == "raster":
-        return None
-    path = config.resolve_input(spec.path) if spec.path else source.path
-    setting = "experiment.positions.key"
-    array = source.array(spec.key, setting) if path == source.path else read_hdf5_array(path, spec.key, setting)
-    return f"{path}:{spec.key}", array
+        return path, None
+    return path, config.resolve_input(spec.path) if spec.path else path
 
 
 def _bright_field_radius_px(source: PatternFile, prepare: Prepare) -> float:
