@@ -11,7 +11,7 @@ import torch
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
-from ptyacc.data.formats import common
+from ptyacc.data.formats import chunks
 
 LIMIT = 1.3  # peak traced memory of load_data / float32 size of the patterns
 
@@ -25,7 +25,7 @@ def test_peak_memory_of_loading(tmp_path, monkeypatch, dtype, transform):
         f.create_dataset("patterns", data=patterns, chunks=(1, 8, 64, 64))
         f.attrs.update(energy_eV=80e3, semiangle_mrad=20.0, dk_invA=0.05, scan_step_A=0.5)
     del patterns
-    monkeypatch.setattr(common, "MIN_CHUNK_BYTES", 1)  # this small file is read in 32 chunks
+    monkeypatch.setattr(chunks, "MIN_CHUNK_BYTES", 1)  # this small file is read in 32 chunks
     config = load_config({"data": {"path": str(path), "transform": transform}})
     tracemalloc.start()
     try:

@@ -11,7 +11,7 @@ import yaml
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
-from ptyacc.data.formats import common
+from ptyacc.data.formats import chunks
 from ptyacc.data.prepare import Preparation, orientation_from_basis
 from ptyacc.errors import DataError
 
@@ -38,7 +38,7 @@ def counts(shape, seed=0):
 def test_crop_bin_flip_pad_match_numpy(tmp_path, monkeypatch):
     """Non-square stored (10 x 12) -> centred 8 x 8 crop -> 2 x 2 bins -> flip_x -> pad to 6,
     read in chunks of one pattern."""
-    monkeypatch.setattr(common, "CHUNK_BYTES", 10 * 12 * 4)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 10 * 12 * 4)
     stored = counts((3, 4, 10, 12))
     path = write(tmp_path / "p.h5", stored)
     data = load(path, {"crop": 8, "bin": 2, "flip_x": True, "pad": 6})

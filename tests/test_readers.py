@@ -11,7 +11,7 @@ import pytest
 
 from ptyacc.cli import main
 from ptyacc.data.convert import convert_patterns
-from ptyacc.data.formats import common
+from ptyacc.data.formats import chunks
 from ptyacc.data.readers import (
     inspect_patterns,
     read_patterns,
@@ -131,6 +131,44 @@ def test_hdf5_finds_the_only_pattern_dataset(tmp_path):
     assert inspect_patterns(path).key == "/scan/frames"
 
 
+@pytest.mark.parametrize("fmt", ["hdf5", "cxi", "mat"])
+def test_positions_key_is_read_with_the_rest(tmp_path, fmt):
+    """The dataset that experiment.positions names in the data file comes with the inspection,
+    as stored (any shape: the calibration checks it); a missing one is named."""
+    data, xy = counts((4, 6, 6)), np.arange(12.0).reshape(4, 3)
+    if fmt == "hdf5":
+        path = tmp_path / "d.h5"
+        with h5py.File(path, "w") as f:
+            f["patterns"], f["scan/xy"] = data, xy
+    elif fmt == "cxi":
+        path = write_cxi(tmp_path / "d.cxi", data)
+        with h5py.File(path, "a") as f:
+            f["scan/xy"] = xy
+    else:
+        path = write_mat_v73(tmp_path / "d.mat", {"dp": data.transpose(1, 2, 0)})
+        with h5py.File(path, "a") as f:
+            f["scan/xy"] = xy
+    assert inspect_patterns(path).named_positions is None
+    np.testing.assert_array_equal(inspect_patterns(path, positions_key="scan/xy").named_positions, xy)
+    with raises(f"{path}: no dataset 'xy' (experiment.positions.key); datasets: "):
+        inspect_patterns(path, positions_key="xy")
+
+
+@pytest.mark.parametrize("name, what", [("d.npy", "a .npy file"), ("scan_x2_y2.raw", "an EMPAD .raw file"),
+                                        ("d.mat", "a MATLAB v5 .mat file")])
+def test_positions_key_in_a_file_without_datasets(tmp_path, name, what):
+    data, path = counts((4, 8, 8)), tmp_path / name
+    if name.endswith(".npy"):
+        np.save(path, data)
+    elif name.endswith(".raw"):
+        write_empad(path, data.astype(np.float32), metadata_rows=0)
+    else:
+        write_mat_v5(path, {"dp": data.transpose(1, 2, 0)})
+    options = {"detector_shape": (8, 8), "frame_rows": 8} if name.endswith(".raw") else {}
+    with raises(f"{path}: {what} holds no HDF5 datasets, so experiment.positions.key 'xy' cannot name one"):
+        inspect_patterns(path, positions_key="xy", **options)
+
+
 @pytest.mark.parametrize("fmt", ["hdf5", "cxi", "npy", "mat", "empad"])
 def test_rows_and_prepare_across_chunks(tmp_path, monkeypatch, fmt):
     """Only the rows asked for come back, in order, each prepared once, also when they span
@@ -144,7 +182,7 @@ def test_rows_and_prepare_across_chunks(tmp_path, monkeypatch, fmt):
         "empad": lambda: write_empad(tmp_path / "d.raw", data),
     }[fmt]()
     options = {"scan_shape": (2, 7), "detector_shape": (6, 6)} if fmt == "empad" else {}
-    monkeypatch.setattr(common, "CHUNK_BYTES", 3 * 8 * 6 * 4)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 3 * 8 * 6 * 4)
     rows = np.array([0, 2, 3, 7, 12, 13])
     calls = []
 
@@ -164,7 +202,7 @@ def test_4d_rows_read_in_stretches_shorter_than_a_scan_row(tmp_path, monkeypatch
     """Chunks of 2 patterns inside scan rows of 5: every wanted pattern once, in order."""
     data = counts((3, 5, 6, 6))
     path = _h5(tmp_path / "d.h5", data)
-    monkeypatch.setattr(common, "CHUNK_BYTES", 2 * 6 * 6 * 4)
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 2 * 6 * 6 * 4)
     calls = []
 
     def prepare(chunk):

@@ -98,23 +98,27 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
     Raises ConfigError or DataError naming the key or file for what is missing or malformed."""
     _check_radiation(experiment, source)
     values = _values(experiment, source, defaults)
-    wavelength = _wavelength(experiment, source, values)
-    k = source.shape[-1]
     if experiment.dk_from_bright_field and values["semiangle_mrad"] is None:
         raise ConfigError("experiment.semiangle_mrad: needed by experiment.dk_from_bright_field, and the data file "
                           "has no 'semiangle_mrad' attribute")
-    stored_dx, near_distance = None, None
-    if not experiment.dk_from_bright_field or bright_field_radius_px is not None:
-        sampling = object_sampling(
-            k, wavelength, dx_A=values["dx_A"], dk_invA=values["dk_invA"], disk_radius_px=bright_field_radius_px,
-            semiangle_mrad=values["semiangle_mrad"], radiation=experiment.radiation, geometry=experiment.geometry,
-            detector_distance_m=values["detector_distance_m"], detector_pixel_m=values["detector_pixel_m"],
-            focus_to_sample_m=experiment.focus_to_sample_m)
-        stored_dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
-    overrides = _compared(experiment, source, scan_shape, wavelength, stored_dx)
+    overrides = _compared(experiment, source, scan_shape)
+    positions = probe_positions(source, scan_shape, values["scan_step_A"], experiment.scan_rotation_deg)
+    scan = tuple(scan_shape) if scan_shape else source.scan_shape
     aberrations = dict(experiment.aberrations)
     if values["defocus_A"] is not None:
         aberrations["C10"] = -values["defocus_A"]
+    wavelength = _wavelength(experiment, source, values)
+    stored_dx, near_distance = None, None
+    if not experiment.dk_from_bright_field or bright_field_radius_px is not None:
+        sampling = object_sampling(
+            source.shape[-1], wavelength, dx_A=values["dx_A"], dk_invA=values["dk_invA"],
+            disk_radius_px=bright_field_radius_px, semiangle_mrad=values["semiangle_mrad"],
+            radiation=experiment.radiation, geometry=experiment.geometry,
+            detector_distance_m=values["detector_distance_m"], detector_pixel_m=values["detector_pixel_m"],
+            focus_to_sample_m=experiment.focus_to_sample_m)
+        stored_dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
+    if experiment.dk_from_bright_field and stored_dx is not None:
+        overrides += _fitted_dk_override(source, stored_dx)
     return Calibration(
         radiation=experiment.radiation,
         wavelength_A=wavelength,
@@ -122,8 +126,8 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
         aberrations=aberrations,
         stored_dx_A=stored_dx,
         near_field_distance_A=near_distance,
-        scan_shape=tuple(scan_shape) if scan_shape else source.scan_shape,
-        positions_A=probe_positions(source, scan_shape, values["scan_step_A"], experiment.scan_rotation_deg),
+        scan_shape=scan,
+        positions_A=positions,
         overrides=tuple(overrides),
     )
 
@@ -160,10 +164,10 @@ def _check_radiation(experiment: ExperimentConfig, source: SourceFacts) -> None:
                           f"(attribute radiation); set experiment.radiation: {found}")
 
 
-def _compared(experiment: ExperimentConfig, source: SourceFacts, scan_shape: list[int] | None, wavelength: float,
-              stored_dx_A: float | None) -> list[str]:
+def _compared(experiment: ExperimentConfig, source: SourceFacts, scan_shape: list[int] | None) -> list[str]:
     """Where the config and the file both give a value: the overrides, one line each; raises for
-    a contradiction (see the module docstring). ``stored_dx_A``: the sampling found."""
+    a contradiction (see the module docstring). A fitted dk is compared once fitted
+    (``_fitted_dk_override``)."""
     overrides = _scan_shape_overrides(scan_shape, source)
     found = {name: _file_value(source, name) for name in (*FILE_NUMBERS, "wavelength_A")}
     for name in ("semiangle_mrad", "scan_step_A", "detector_distance_m", "detector_pixel_m"):
@@ -171,20 +175,24 @@ def _compared(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
     if experiment.energy_eV is not None and found["energy_eV"] is not None:
         overrides += _override("experiment.energy_eV", experiment.energy_eV, found["energy_eV"], "energy_eV", source)
     elif experiment.energy_eV is not None and found["wavelength_A"] is not None:
-        overrides += _override("experiment.energy_eV (wavelength_A)", wavelength, found["wavelength_A"],
+        overrides += _override("experiment.energy_eV (wavelength_A)",
+                               wavelength_A(experiment.energy_eV, experiment.radiation), found["wavelength_A"],
                                "wavelength_A", source)
     defocus_key = "experiment.aberrations.C10" if "C10" in experiment.aberrations else "experiment.defocus_A"
     defocus = -experiment.aberrations["C10"] if "C10" in experiment.aberrations else experiment.defocus_A
     overrides += _override(defocus_key, defocus, found["defocus_A"], "defocus_A", source, any_size=True)
     overrides += _sampling_override(experiment, source, found)
-    if experiment.dk_from_bright_field and stored_dx_A is not None and found["dk_invA"] is not None:
-        fitted_dk = 1.0 / (source.shape[-1] * stored_dx_A)
-        overrides += _override("experiment.dk_from_bright_field: the fitted dk_invA", fitted_dk, found["dk_invA"],
-                               "dk_invA", source, any_size=True)
     if experiment.scan_step_A is not None and source.positions_A is not None and source.named_positions is None:
         overrides.append(f"experiment.scan_step_A {experiment.scan_step_A:g}: a raster replaces the probe positions "
                          f"of {source.name}")
     return overrides
+
+
+def _fitted_dk_override(source: SourceFacts, stored_dx_A: float) -> list[str]:
+    """The dk that ``experiment.dk_from_bright_field`` fitted (the sampling ``stored_dx_A``) against the file's."""
+    fitted_dk = 1.0 / (source.shape[-1] * stored_dx_A)
+    return _override("experiment.dk_from_bright_field: the fitted dk_invA", fitted_dk, _file_value(source, "dk_invA"),
+                     "dk_invA", source, any_size=True)
 
 
 def _sampling_override(experiment: ExperimentConfig, source: SourceFacts, found: dict) -> list[str]:

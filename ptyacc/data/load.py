@@ -1,5 +1,7 @@
-"""Reading the dataset of ``config.data``: the file opened once, what it says about itself
-calibrated with the config (``calibration.calibrate``), then the patterns read and prepared."""
+"""Reading the dataset of ``config.data``, in one line: the file opened once and inspected (what
+it says about itself, with the positions ``experiment.positions`` names in it), calibrated with
+the config (``calibration.calibrate``), the preparation planned, the patterns read and prepared,
+the file closed, the dataset built."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ptyacc.data.readers import PatternFile, open_patterns, read_hdf5_array
 from ptyacc.data.simulate import simulate_dataset
 
 Keep = Callable[[np.ndarray], np.ndarray]
+POSITIONS_SETTING = "experiment.positions.key"
 
 
 def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
@@ -28,43 +31,44 @@ def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
     (the others are never read); default all."""
     if config.data.simulate is not None:
         return keep_only(simulate_dataset(config), keep)
-    data, (path, named) = config.data, _paths(config)
+    data, experiment = config.data, config.experiment
+    path, positions_path = _input_paths(config)
+    in_data_file = positions_path == path
     options = {"scan_shape": tuple(data.scan_shape)} if data.scan_shape else {}
-    arrays = {named[1]: POSITIONS_SETTING} if named is not None and named[0] == path else {}
-    with open_patterns(path, data.key, arrays, **options) as source:
-        # the file's facts first (read by the opening), the calibration from them, then the patterns
+    with open_patterns(path, data.key, positions_key=experiment.positions.key if in_data_file else None,
+                       **options) as source:
         info, name = source.info, str(source.path)
-        positions = None if named is None else (f"{named[0]}:{named[1]}", named[2] if named[2] is not None
-                                                else source.arrays[named[1]])
-        facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, positions)
-        calibration = calibrate(config.experiment, facts, data.scan_shape)
-        prep = Preparation.from_config(data.transform, info.shape[-2:], config.experiment.geometry == "far_field",
-                                       name, info.attrs)
+        named = None
+        if positions_path is not None:  # read with the rest when in the data file, else from its own file
+            array = info.named_positions if in_data_file else read_hdf5_array(
+                positions_path, experiment.positions.key, POSITIONS_SETTING)
+            named = f"{positions_path}:{experiment.positions.key}", array
+        facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
+        calibration = calibrate(experiment, facts, data.scan_shape)
+        prep = Preparation.from_config(data.transform, info.shape[-2:], experiment.geometry == "far_field", name,
+                                       info.attrs)
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                       info.background if data.subtract_background else None)
+        mask = prep.mask(info.mask if data.use_mask else None)
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
-            calibration = calibrate(config.experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
+            calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
+        dx_A = prep.object_pixel_A(calibration.stored_dx_A)
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
-        mask = prep.mask(info.mask if data.use_mask else None)
-        return PtychoData.calibrated(torch.from_numpy(source.read(rows, prepare).patterns), calibration,
-                                     prep.object_pixel_A(calibration.stored_dx_A), name, pattern_rows=rows,
-                                     mask=None if mask is None else torch.from_numpy(mask),
-                                     stored_pattern_shape=tuple(info.shape[-2:]))
+        patterns = source.read(rows, prepare).patterns
+    return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
+                                 mask=None if mask is None else torch.from_numpy(mask),
+                                 stored_pattern_shape=tuple(info.shape[-2:]))
 
 
-POSITIONS_SETTING = "experiment.positions.key"
-
-
-def _paths(config: Config) -> tuple[Path, tuple[Path, str, np.ndarray | None] | None]:
-    """The data file, and (file, dataset, array) of the positions that ``experiment.positions``
-    names (None for raster positions); the array is read here from another file, and None for
-    one in the data file itself (read when that opens)."""
-    data_path, spec = config.resolve_input(config.data.path), config.experiment.positions
+def _input_paths(config: Config) -> tuple[Path, Path | None]:
+    """The data file, and the file of the positions that ``experiment.positions`` names (the data
+    file unless it names another; None for raster positions), resolved like ``data.path``."""
+    path = config.resolve_input(config.data.path)
+    spec = config.experiment.positions
     if spec == "raster":
-        return data_path, None
-    path = config.resolve_input(spec.path) if spec.path else data_path
-    return data_path, (path, spec.key, None if path == data_path else read_hdf5_array(path, spec.key, POSITIONS_SETTING))
+        return path, None
+    return path, config.resolve_input(spec.path) if spec.path else path
 
 
 def _bright_field_radius_px(source: PatternFile, prepare: Prepare) -> float:

@@ -6,8 +6,8 @@ NumPy or MATLAB header); ``ptyacc.data.formats`` has one module per format."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from types import ModuleType
 
@@ -25,16 +25,20 @@ EXTENSION_FORMATS = {extension: name for name, reader in READERS.items() for ext
 Prepare = Callable[[np.ndarray], np.ndarray]
 
 
-class PatternFile:
+class PatternFile(AbstractContextManager):
     """A pattern file held open from ``open_patterns`` until ``close`` (or the end of a ``with``
-    block). ``info`` says what it holds; ``read`` reads its patterns, all or some, as often as
-    asked; ``array`` reads another dataset of the same HDF5 file."""
+    block, which it enters as itself). ``info`` says what it holds; ``read`` reads its patterns,
+    all or some, as often as asked; ``array`` reads another dataset of the same HDF5 file."""
 
-    def __init__(self, path: Path, reader: ModuleType, opened: object, info: PatternsInfo, options: ReadOptions,
-                 stack: ExitStack, arrays: dict[str, np.ndarray] | None = None) -> None:
-        self.path, self.info = path, info
-        self.arrays = arrays or {}  # the datasets asked for at opening (``open_patterns``'s ``arrays``)
-        self._reader, self._opened, self._options, self._stack = reader, opened, options, stack
+    def __init__(self, path: Path, key: str | None = None, **options) -> None:
+        """``path`` opened once and inspected; see ``open_patterns``."""
+        self.path, self._stack = Path(path), ExitStack()
+        try:
+            self._reader, self._opened, self._options = _open(self.path, options, self._stack)
+            self.info: PatternsInfo = self._reader.inspect(self._opened, self.path, key, self._options)
+        except BaseException:
+            self._stack.close()
+            raise
 
     def read(self, rows: np.ndarray | None = None, prepare: Prepare | None = None) -> RawPatterns:
         """Patterns (n, ky, kx) float32, all of them or only the strictly increasing pattern
@@ -46,35 +50,22 @@ class PatternFile:
 
     def array(self, key: str, setting: str = "") -> np.ndarray:
         """The whole dataset ``key`` of this file (HDF5 formats), named by the config key ``setting``."""
-        return self.arrays[key] if key in self.arrays else hdf5.array_of(self._opened, self.path, key, setting)
+        if isinstance(self._opened, h5py.File):
+            return hdf5.read_array(self._opened, self.path, key, setting)
+        return read_hdf5_array(self.path, key, setting)  # not HDF5: says so
 
     def close(self) -> None:
         self._stack.close()
-
-    def __enter__(self) -> PatternFile:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_patterns(path: Path, key: str | None = None, arrays: Mapping[str, str] | None = None,
-                  **options) -> PatternFile:
+def open_patterns(path: Path, key: str | None = None, **options) -> PatternFile:
     """The pattern file ``path``, opened once and inspected: the dataset or variable ``key``
     (default: found from the format), shape, scan shape, calibration in ptyacc's names and the
-    format, without reading the patterns. ``arrays``: other datasets of the same (HDF5) file to
-    read now, each named by the config key that chose it (``PatternFile.arrays``).
-    ``options`` are the fields of ``ReadOptions``."""
-    path, stack = Path(path), ExitStack()
-    try:
-        name, opened, read_options = _open(path, options, stack)
-        read = {name_: hdf5.array_of(opened, path, name_, setting) for name_, setting in (arrays or {}).items()}
-        reader = READERS[name]
-        info = reader.inspect(opened, path, key, read_options)
-    except BaseException:
-        stack.close()
-        raise
-    return PatternFile(path, reader, opened, info, read_options, stack, read)
+    format, without reading the patterns. ``options`` are the fields of ``ReadOptions``."""
+    return PatternFile(path, key, **options)
 
 
 def inspect_patterns(path: Path, key: str | None = None, **options) -> PatternsInfo:
@@ -97,24 +88,24 @@ def read_hdf5_array(path: Path, key: str, setting: str = "") -> np.ndarray:
         return hdf5.read_array(f, path, key, setting)
 
 
-def _open(path: Path, given: dict, stack: ExitStack) -> tuple[str, object, ReadOptions]:
-    """(format, open file, the read options ``given``): ``file_format`` when given, else by
-    extension, else by content."""
-    options = ReadOptions(**given)
-    if options.file_format is not None and options.file_format not in READERS:
-        raise ConfigError(f"file_format: must be one of {', '.join(READERS)}, got {options.file_format!r}")
-    by_extension = options.file_format or EXTENSION_FORMATS.get(path.suffix.lower())
+def _open(path: Path, options: dict, stack: ExitStack) -> tuple[ModuleType, object, ReadOptions]:
+    """(format module, open file on ``stack``, ``ReadOptions(**options)``): the format is
+    ``file_format`` when given, else by extension, else by content."""
+    read_options = ReadOptions(**options)
+    if read_options.file_format is not None and read_options.file_format not in READERS:
+        raise ConfigError(f"file_format: must be one of {', '.join(READERS)}, got {read_options.file_format!r}")
+    by_extension = read_options.file_format or EXTENSION_FORMATS.get(path.suffix.lower())
     check_file(path, READERS[by_extension or "hdf5"].KIND)
-    if options.file_format is None and by_extension in ("hdf5", None):
+    if read_options.file_format is None and by_extension in ("hdf5", None):
         try:
             f = stack.enter_context(h5py.File(path, "r"))
         except OSError as exc:
             if by_extension == "hdf5":
                 raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
         else:
-            return ("cxi" if cxi.is_cxi(f) else "hdf5"), f, options
-    name = by_extension or _format_from_content(path)
-    return name, stack.enter_context(READERS[name].open_file(path, options)), options
+            return (cxi if cxi.is_cxi(f) else hdf5), f, read_options
+    reader = READERS[by_extension or _format_from_content(path)]
+    return reader, stack.enter_context(reader.open_file(path, read_options)), read_options
 
 
 def _format_from_content(path: Path) -> str:

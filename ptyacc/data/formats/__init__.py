@@ -8,10 +8,10 @@ A format module has:
   HDF5 formats, recognised by opening the file; a CXI file is an HDF5 file with an entry_1 group)
 - ``open_file(path, options)``: a context manager giving the open file, handed to the two below
 - ``inspect(opened, path, key, options) -> PatternsInfo``: what the file holds, in one pass and
-  no patterns read: shape, scan shape, calibration, and the file's mask, dark frame and probe
-  positions when it has them
+  no patterns read: shape, scan shape, calibration, the file's mask, dark frame and probe
+  positions when it has them, and the dataset ``options.positions_key`` names (HDF5 formats)
 - ``read(opened, path, info, options, prepare, rows) -> RawPatterns``: the patterns ``rows`` as
-  float32 (n, ky, kx), each chunk through ``prepare`` (see ``common.copy_rows``), with what
+  float32 (n, ky, kx), each chunk through ``prepare`` (see ``chunks.copy_rows``), with what
   ``inspect`` found beside them
 
 Adding a format is adding such a module and its line in ``READERS``; ``ptyacc.data.readers``

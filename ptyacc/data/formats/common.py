@@ -1,5 +1,6 @@
-"""What every pattern file format shares: the records a reader returns, the read options, the
-checks of the patterns' shape and type, and the chunked copy into float32 (n, ky, kx)."""
+"""What every pattern file format shares: the records a reader returns, the read options and
+the checks of the file and of the patterns' shape and type (the chunked copy of the patterns
+is ``chunks.copy_rows``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.errors import ConfigError, DataError
-
-CHUNK_BYTES = 64 * 2**20  # the most read and converted at a time (as float32)
-MIN_CHUNK_BYTES = 2**20
-CHUNKS_AT_LEAST = 32  # the few chunk-sized copies alive at a time cost about a tenth of the result
 
 Prepare = Callable[[np.ndarray], np.ndarray]
 
@@ -33,6 +30,8 @@ class PatternsInfo:
     format:     the name of the format in ``ptyacc.data.formats.READERS``
     mask, background, positions_A: what the file says beside the patterns, read with the rest
                 of this record (see ``RawPatterns``); None when the file has none
+    named_positions: the dataset ``ReadOptions.positions_key`` as stored, whatever its shape (the
+                calibration checks it); None when not asked for
     """
 
     key: str
@@ -43,6 +42,7 @@ class PatternsInfo:
     mask: np.ndarray | None = None
     background: np.ndarray | None = None
     positions_A: np.ndarray | None = None
+    named_positions: np.ndarray | None = None
 
     @property
     def n_patterns(self) -> int:
@@ -85,6 +85,8 @@ class ReadOptions:
     mat_transpose:  the .mat variable is MATLAB-ordered (ky, kx, n) or (ky, kx, fast, slow), so
                     that ``data(:, :, n)`` is pattern n; False takes the axes as the file's reader
                     (h5py for v7.3, scipy for v5) gives them, already (n, ky, kx)
+    positions_key:  a dataset of probe positions in the same file (``experiment.positions.key``),
+                    read by ``inspect`` into ``PatternsInfo.named_positions``; HDF5 formats only
     """
 
     file_format: str | None = None
@@ -92,6 +94,7 @@ class ReadOptions:
     detector_shape: tuple[int, int] = (128, 128)
     frame_rows: int | None = None
     mat_transpose: bool = True
+    positions_key: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("scan_shape", "detector_shape"):
@@ -105,65 +108,6 @@ class ReadOptions:
         if rows is not None and (not integer or rows < self.detector_shape[0]):
             raise ConfigError(f"frame_rows: expected an integer >= detector_shape[0] = {self.detector_shape[0]}, "
                               f"got {rows!r}")
-
-
-def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, prepare: Prepare | None,
-              frame: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-    """(n, ky, kx) float32: the patterns ``rows`` of ``source``, or all of them.
-
-    source: (A, [B,] sy, sx) sliceable along its first axis (h5py dataset, memmap, array);
-            pattern i is the i-th frame of its leading axes in C order.
-    rows:   strictly increasing indices; only the stretches of ``source`` between wanted
-            patterns are read, then converted to float32, a chunk at a time: besides the
-            result, memory holds a few chunk-sized copies only, each at most CHUNK_BYTES and
-            1 / CHUNKS_AT_LEAST of the result (at least MIN_CHUNK_BYTES).
-    frame:  maps a block of stored frames (c, sy, sx) to patterns (c, ky, kx) (crop, transpose).
-    prepare: maps each float32 chunk (c, ky, kx) to its final form (c, ky', kx') as it arrives;
-            called once on an empty chunk (0, ky, kx) first to learn (ky', kx').
-    """
-    stored = tuple(source.shape[-2:])
-    per_first = int(np.prod(source.shape[1:-2]))  # patterns per index of the first axis
-    wanted = _checked_rows(rows, source.shape[0] * per_first)
-    empty = np.zeros((0, *pattern_shape), dtype=np.float32)
-    out_shape = pattern_shape if prepare is None else prepare(empty).shape[1:]
-    patterns = np.empty((len(wanted), *out_shape), dtype=np.float32)
-    budget = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, patterns.nbytes // CHUNKS_AT_LEAST))
-    per_chunk = max(1, budget // (max(4, source.dtype.itemsize) * stored[0] * stored[1]))  # patterns
-    start = 0
-    while start < len(wanted):
-        first = int(wanted[start])
-        row = first // per_first
-        if per_chunk >= per_first:  # whole indices of the first axis
-            base = row * per_first
-            end = int(np.searchsorted(wanted, base + (per_chunk // per_first) * per_first))
-            block = source[row:int(wanted[end - 1]) // per_first + 1].reshape(-1, *stored)
-        else:  # a stretch of one index of the first axis of a 4D source
-            base = first
-            end = int(np.searchsorted(wanted, min(first + per_chunk, (row + 1) * per_first)))
-            block = source[row, first - row * per_first:int(wanted[end - 1]) - row * per_first + 1]
-        take = wanted[start:end] - base
-        if len(take) < len(block):
-            block = block[take]
-        if frame is not None:
-            block = frame(block)
-        if prepare is None:
-            patterns[start:end] = block
-        else:
-            patterns[start:end] = prepare(block.astype(np.float32, copy=False))
-        start = end
-    return patterns
-
-
-def _checked_rows(rows: np.ndarray | None, n: int) -> np.ndarray:
-    if rows is None:
-        return np.arange(n)
-    wanted = np.asarray(rows)
-    if wanted.ndim != 1 or (wanted.size and wanted.dtype.kind not in "iu"):
-        raise ValueError(f"rows: expected 1-D integer pattern indices, got shape {wanted.shape} dtype {wanted.dtype}")
-    wanted = wanted.astype(np.int64)
-    if wanted.size and (wanted[0] < 0 or wanted[-1] >= n or (np.diff(wanted) <= 0).any()):
-        raise ValueError(f"rows: expected strictly increasing indices in [0, {n}), got {wanted.min()}..{wanted.max()}")
-    return wanted
 
 
 def check_patterns(path: Path, key: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -187,6 +131,14 @@ def check_file(path: Path, what: str) -> None:
 def no_key(path: Path, key: str | None, what: str) -> None:
     if key:
         raise DataError(f"{path}: {what} holds one array, so data.key {key!r} does not apply; leave data.key unset")
+
+
+def no_datasets(path: Path, options: ReadOptions, what: str) -> None:
+    """Only an HDF5 file holds datasets that ``ReadOptions.positions_key`` can name."""
+    if options.positions_key is not None:
+        raise DataError(f"{path}: {what} holds no HDF5 datasets, so experiment.positions.key "
+                        f"{options.positions_key!r} cannot name one in it; give the HDF5 file of the positions "
+                        f"with experiment.positions.path")
 
 
 def scan_shape_4d(shape: tuple[int, ...]) -> tuple[int, int] | None:

@@ -9,7 +9,8 @@ import h5py
 import numpy as np
 
 from ptyacc.data.formats import hdf5
-from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_patterns, copy_rows, scan_shape_4d
+from ptyacc.data.formats.chunks import copy_rows
+from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_patterns, scan_shape_4d
 from ptyacc.errors import DataError
 
 KIND = "a CXI file"
@@ -49,7 +50,8 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
     - positions_A from the sample translations (N, 3) (x, y, z) in m, at
       entry_1/sample_1/geometry_1/translation or entry_1/data_1/translation. CXI moves the
       sample; the probe moves the opposite way over it, so the probe centres are
-      ``positions_A = -translation[:, [1, 0]] * 1e10`` ((y, x) in Å).
+      ``positions_A = -translation[:, [1, 0]] * 1e10`` ((y, x) in Å)
+    - named_positions: the dataset ``options.positions_key``, as stored
     """
     if key is None:
         key = next((k for k in DATA_KEYS if isinstance(f.get(k), h5py.Dataset)), None)
@@ -69,7 +71,7 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
         background = hdf5.image(f, path, f"{DETECTOR}/background", pattern_shape)
     return PatternsInfo(dset.name, shape, scan_shape, attrs, "cxi", None if mask is None else mask == 0,
                         None if background is None else background.astype(np.float32),
-                        _positions_A(f, path, math.prod(shape[:-2])))
+                        _positions_A(f, path, math.prod(shape[:-2])), hdf5.named_positions(f, path, options))
 
 
 def read(f: h5py.File, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_file, copy_rows, no_key
+from ptyacc.data.formats.chunks import copy_rows
+from ptyacc.data.formats.common import PatternsInfo, Prepare, RawPatterns, ReadOptions, check_file, no_datasets, no_key
 from ptyacc.errors import DataError
 
 KIND = "an EMPAD .raw file"
@@ -44,6 +45,7 @@ def inspect(raw: np.ndarray, path: Path, key: str | None, options: ReadOptions) 
         raise DataError(f"{path}: expected {n * frame_bytes} bytes = {n} frames (scan_shape {list(scan_shape)}) of "
                         f"{frame_rows} x {k_x} float32 (detector_shape {list(options.detector_shape)}, frame_rows "
                         f"{frame_rows}), found {found} bytes{holds}")
+    no_datasets(path, options, KIND)
     # the name's scan shape is the file's own, which a different options.scan_shape overrides
     return PatternsInfo("", (n, k_y, k_x), tuple(scan_shape), {"scan_shape": named or tuple(scan_shape)}, "empad")
 

@@ -1,7 +1,7 @@
 """HDF5: ptyacc's layout, and any file with one pattern dataset.
 
-The other readers reuse ``open_hdf5``, ``find_patterns`` and ``image`` (CXI and MATLAB v7.3
-files are HDF5 files)."""
+The other readers reuse ``open_hdf5``, ``find_patterns``, ``image`` and ``named_positions`` (CXI
+and MATLAB v7.3 files are HDF5 files)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from ptyacc.data.formats.chunks import copy_rows
 from ptyacc.data.formats.common import (
     PatternsInfo,
     Prepare,
@@ -18,7 +19,6 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
-    copy_rows,
     scan_shape_4d,
     scan_shape_attribute,
 )
@@ -38,7 +38,7 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
     scan shape (4D data, or a root 'scan_shape' attribute), the file's root attributes, and
     ptyacc's layout's root datasets when present: ``mask`` (ky, kx), non-zero = good pixel;
     ``background`` (ky, kx); ``positions_A`` (N, 2), taken only when it has that shape (a config
-    that names it checks it and says what is wrong)."""
+    that names it checks it and says what is wrong); and the dataset ``options.positions_key``."""
     dset = find_patterns(f, path, key)
     shape, pattern_shape = tuple(dset.shape), tuple(dset.shape[-2:])
     check_patterns(path, dset.name, shape, dset.dtype)
@@ -53,7 +53,7 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
               and positions.dtype.kind in "iuf")
     return PatternsInfo(dset.name, shape, scan_shape, attrs, "hdf5", None if mask is None else mask != 0,
                         None if background is None else background.astype(np.float32),
-                        positions[()].astype(np.float64) if usable else None)
+                        positions[()].astype(np.float64) if usable else None, named_positions(f, path, options))
 
 
 def read(f: h5py.File, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,
@@ -72,13 +72,11 @@ def open_hdf5(path: Path) -> h5py.File:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 
 
-def array_of(opened: object, path: Path, key: str, setting: str = "") -> np.ndarray:
-    """``read_array`` of the file ``path`` opened as ``opened``, by its reader: if that is not
-    an HDF5 file, opening ``path`` as one says why it has no datasets."""
-    if isinstance(opened, h5py.File):
-        return read_array(opened, path, key, setting)
-    with open_hdf5(path) as f:
-        return read_array(f, path, key, setting)
+def named_positions(f: h5py.File, path: Path, options: ReadOptions) -> np.ndarray | None:
+    """The dataset ``options.positions_key`` as stored (``PatternsInfo.named_positions``), None when not asked for."""
+    if options.positions_key is None:
+        return None
+    return read_array(f, path, options.positions_key, "experiment.positions.key")
 
 
 def datasets(f: h5py.File) -> list[str]:

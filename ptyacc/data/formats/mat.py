@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 
 from ptyacc.data.formats import hdf5
+from ptyacc.data.formats.chunks import copy_rows
 from ptyacc.data.formats.common import (
     PatternsInfo,
     Prepare,
@@ -17,7 +18,7 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
-    copy_rows,
+    no_datasets,
     scan_shape_4d,
 )
 from ptyacc.errors import DataError
@@ -97,7 +98,12 @@ def inspect(source: h5py.File | MatV5, path: Path, key: str | None, options: Rea
     check_patterns(path, key, shape, dtype)
     scan_shape = scan_shape_4d(shape)
     attrs = {} if scan_shape is None else {"scan_shape": scan_shape}
-    return PatternsInfo(key, shape, scan_shape, attrs, "mat")
+    if isinstance(source, MatV5):
+        no_datasets(path, options, "a MATLAB v5 .mat file")
+        named = None
+    else:
+        named = hdf5.named_positions(source, path, options)
+    return PatternsInfo(key, shape, scan_shape, attrs, "mat", named_positions=named)
 
 
 def read(source: h5py.File | MatV5, path: Path, info: PatternsInfo, options: ReadOptions, prepare: Prepare | None,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptyacc.data.formats.chunks import copy_rows
 from ptyacc.data.formats.common import (
     PatternsInfo,
     Prepare,
@@ -14,7 +15,7 @@ from ptyacc.data.formats.common import (
     ReadOptions,
     check_file,
     check_patterns,
-    copy_rows,
+    no_datasets,
     no_key,
     scan_shape_4d,
 )
@@ -43,6 +44,7 @@ def inspect(array: np.ndarray, path: Path, key: str | None, options: ReadOptions
     check_patterns(path, "", array.shape, array.dtype)
     scan_shape = scan_shape_4d(array.shape)
     attrs = {} if scan_shape is None else {"scan_shape": scan_shape}
+    no_datasets(path, options, KIND)
     return PatternsInfo("", tuple(array.shape), scan_shape, attrs, "npy")
 
 
