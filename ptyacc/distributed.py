@@ -3,9 +3,11 @@ launches, the one unwrap helper, and the parameter checksum that proves ranks ag
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
+import warnings
 from datetime import timedelta
 
 import torch
@@ -45,19 +47,26 @@ def prepare(accelerator, model: nn.Module, groups: list, batches) -> tuple[nn.Mo
     through ``accelerator.prepare``: (the model as prepared, DDP for several processes; the
     loader). Each group then holds its prepared optimizer's inner torch optimizer
     (``bare_optimizer``)."""
-    import warnings
     from operator import itemgetter
 
     from torch.utils.data import DataLoader
 
     loader = DataLoader(batches, batch_size=1, shuffle=False, collate_fn=itemgetter(0))  # an item is a whole step
-    with warnings.catch_warnings():
-        # torch deprecates broadcast_buffers=False in favour of a DDP option accelerate cannot pass yet
-        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+    with quiet_ddp_settings():
         wrapped, *optimizers, loader = accelerator.prepare(model, *[g.optimizer for g in groups], loader)
     for group, optimizer in zip(groups, optimizers, strict=True):
         group.optimizer = bare_optimizer(optimizer)  # stepped without the wrapper's per-call costs
     return wrapped, loader
+
+
+@contextlib.contextmanager
+def quiet_ddp_settings():
+    """Wrapping a model in DDP with ptyacc's settings (``kwargs_handlers``) without torch's
+    warning that ``broadcast_buffers=False`` is deprecated: the option torch would have instead
+    cannot be passed through Accelerate yet."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+        yield
 
 
 def end_process_group() -> None:

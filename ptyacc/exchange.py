@@ -88,7 +88,7 @@ class GradientExchange:
         positions; None (the whole object) when it covers ``WHOLE_FRACTION`` of it or more."""
         if not self.footprint:
             return
-        corners = self.model.corners_of(batch.to(self.model.positions_px.device))
+        corners = self.model.window_corners(batch.to(self.model.positions_px.device))
         y0, y1, x0, x1 = footprint_box(corners.cpu().numpy(), self.model.window)
         height, width = self.model.object_shape
         self.box = None if (y1 - y0) * (x1 - x0) >= WHOLE_FRACTION * height * width else (y0, y1, x0, x1)
@@ -108,9 +108,7 @@ class GradientExchange:
         import torch.distributed as dist
 
         # the bucket's buffer is its parameters' gradients one after another, in this order
-        buffer, pieces, kinds, offset = bucket.buffer(), [], [], 0
-        if self.box is None:  # everything: summed in place, nothing packed
-            return self._whole(buffer, bucket.parameters())
+        buffer, pieces, offset = bucket.buffer(), [], 0
         for param in bucket.parameters():
             grad = buffer[offset:offset + param.numel()].view(param.shape)
             offset += param.numel()
@@ -119,40 +117,25 @@ class GradientExchange:
                 y0, y1, x0, x1 = self.box
                 grad = grad[..., y0:y1, x0:x1, :]  # (O, S, h, w, 2)
             pieces.append(grad)
-            kinds.append(kind)
-        packed = torch.cat([piece.reshape(-1) for piece in pieces]).div_(self.world)
-        for piece, kind in zip(pieces, kinds, strict=True):
-            self.current.bytes[kind] += piece.numel() * piece.element_size()
+            self.current.bytes[kind] += grad.numel() * grad.element_size()
         self.current.calls += 1
+        # nothing cut out (the whole object): the buffer itself is summed, in place, unpacked
+        packed = buffer if self.box is None else torch.cat([piece.reshape(-1) for piece in pieces])
+        packed.div_(self.world)
         start = time.perf_counter()
         future = dist.all_reduce(packed, async_op=True).get_future()
 
         def unpack(fut) -> torch.Tensor:
             summed = fut.value()[0]
-            offset = 0
-            for piece in pieces:
-                piece.copy_(summed[offset:offset + piece.numel()].view_as(piece))
-                offset += piece.numel()
+            if packed is not buffer:
+                offset = 0
+                for piece in pieces:
+                    piece.copy_(summed[offset:offset + piece.numel()].view_as(piece))
+                    offset += piece.numel()
             self.current.wait_s += time.perf_counter() - start
             return buffer
 
         return future.then(unpack)
-
-    def _whole(self, buffer: torch.Tensor, params: list[torch.Tensor]):
-        import torch.distributed as dist
-
-        for param in params:
-            self.current.bytes[self._kind(param)] += param.numel() * buffer.element_size()
-        self.current.calls += 1
-        buffer.div_(self.world)
-        start = time.perf_counter()
-        future = dist.all_reduce(buffer, async_op=True).get_future()
-
-        def summed(fut) -> torch.Tensor:
-            self.current.wait_s += time.perf_counter() - start
-            return fut.value()[0]
-
-        return future.then(summed)
 
     def _kind(self, param: torch.Tensor) -> str:
         if param is self.model.object:

@@ -133,15 +133,13 @@ class PtychoModel(nn.Module):
         corner = torch.minimum(torch.clamp(corner, min=0), high)
         return corner.long(), centres - half - corner
 
-    def window_corners(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Window corners (B, 2) and sub-pixel rests (B, 2) of the positions ``indices`` (B,) as
-        they are now: where the forward pass puts their windows."""
-        return self._window_corners(self.positions_px[indices] + self.position_offsets[indices].detach())
-
-    def corners_of(self, indices: torch.Tensor) -> torch.Tensor:
+    def window_corners(self, indices: torch.Tensor) -> torch.Tensor:
         """Window corners (B, 2) long of the positions ``indices`` (B,) as the forward pass puts
-        them now (fixed positions: looked up, as forward does)."""
-        return self.window_corners(indices)[0] if self.refine_positions else self.fixed_corners[indices]
+        them now (fixed positions: looked up, as forward does; refined ones: from the current
+        positions)."""
+        if not self.refine_positions:
+            return self.fixed_corners[indices]
+        return self._window_corners(self.positions_px[indices] + self.position_offsets[indices].detach())[0]
 
     # ------------------------------------------------------------------ views of the state
     def complex_probe(self) -> torch.Tensor:

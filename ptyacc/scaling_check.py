@@ -211,13 +211,11 @@ def measure_exchange_overhead(config_path: Path, overrides: list[str], iteration
 
 
 def _overhead_worker(rank: int, config_path: str, overrides: list[str], iterations: int, port: int, out: str) -> None:
-    import warnings
-
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     from ptyacc.config import load_config
-    from ptyacc.distributed import kwargs_handlers
+    from ptyacc.distributed import kwargs_handlers, quiet_ddp_settings
     from ptyacc.engine import Reconstructor
     from ptyacc.exchange import GradientExchange
 
@@ -227,8 +225,7 @@ def _overhead_worker(rank: int, config_path: str, overrides: list[str], iteratio
     joined.build(plain.data)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+        with quiet_ddp_settings():
             joined.wrapped = DistributedDataParallel(joined.model, **kwargs_handlers(config.runtime, "cpu")[0].to_kwargs())
         joined.exchange = GradientExchange(joined.model, 1, footprint=config.runtime.object_exchange == "footprint")
         joined.wrapped.register_comm_hook(None, joined.exchange.hook)

@@ -410,7 +410,7 @@ class ObjectTiles:
     def check_windows(self, model: nn.Module, indices: torch.Tensor) -> None:
         """Stop with a clear error if a window of ``indices`` (b,) left the held region (a
         position moved further than the halo allows)."""
-        corners, _ = model.window_corners(indices.to(model.positions_px.device))
+        corners = model.window_corners(indices.to(model.positions_px.device))
         local = corners - model.object_origin
         limit = torch.tensor(model.object.shape[2:4], device=local.device) - model.window
         if bool((local < 0).any() | (local > limit).any()):
