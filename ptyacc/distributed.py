@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch
 from torch import nn
 
-from ptyacc.config import RuntimeConfig
+from ptyacc.config import OutputConfig, RuntimeConfig
 from ptyacc.errors import DistributedError
 from ptyacc.exchange import BUCKET_CAP_MB
 
@@ -112,8 +112,9 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def make_accelerator(runtime: RuntimeConfig):
-    """An Accelerator on the configured device and backend, after the launch guards."""
+def make_accelerator(runtime: RuntimeConfig, output: OutputConfig | None = None):
+    """An Accelerator on the configured device and backend, after the launch guards; with
+    ``output``, its project folder is output.dir and its trackers output.trackers."""
     from accelerate import Accelerator
 
     _refuse_mixed_precision()
@@ -124,7 +125,9 @@ def make_accelerator(runtime: RuntimeConfig):
     if device_type == "cuda":
         _check_gpu_count()
     accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no",
-                              kwargs_handlers=kwargs_handlers(runtime, device_type))
+                              kwargs_handlers=kwargs_handlers(runtime, device_type),
+                              log_with=(output.trackers or None) if output else None,
+                              project_dir=output.dir if output else None)
     check_world_size(accelerator.num_processes)
     return accelerator
 

@@ -80,9 +80,10 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
     main = accelerator.is_main_process if accelerator is not None else None
     with hold_output_dir(Path(config.output.dir), main) if write else contextlib.nullcontext():
         reconstructor = Reconstructor(config, accelerator, write, on_step, resume, overwrite)
-        reconstructor.build(data)
-        reconstructor.run()
-        return reconstructor.finish()
+        with reconstructor.closing:  # run.log and the trackers are closed even when the run fails or is interrupted
+            reconstructor.build(data)
+            reconstructor.run()
+            return reconstructor.finish()
 
 
 class Reconstructor:
@@ -97,17 +98,25 @@ class Reconstructor:
             check_output_dir(self.out_dir, resume, overwrite)
         if config.runtime.threads:
             torch.set_num_threads(config.runtime.threads)
-        self.accelerator = accelerator or make_accelerator(config.runtime)
+        if write and config.output.trackers:
+            from ptyacc.trackers import require_packages  # imported only for a run with trackers
+
+            require_packages(config.output.trackers)
+        self.accelerator = accelerator or make_accelerator(config.runtime, config.output)
         self.world = self.accelerator.num_processes
         main = write and self.accelerator.is_main_process
+        self.closing = contextlib.ExitStack()  # what the run holds open
         self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume)
+        self.closing.callback(self.log.close)
         self.log.header(config, self.accelerator)
 
     # ------------------------------------------------------------------ build
     def build(self, data: PtychoData | None = None) -> None:
         """The state of the run, from the config (and ``data``, if already loaded)."""
+        from accelerate.utils import set_seed
+
         config = self.config
-        torch.manual_seed(config.runtime.seed)
+        set_seed(config.runtime.seed)  # Python's, NumPy's, torch's and CUDA's generators
         self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data)
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:
@@ -137,7 +146,7 @@ class Reconstructor:
         self.history = self._resumed(history) if self.resume else history
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
-                                     self.history, self.data, self.started)
+                                     self.history, self.data, self.started, self.closing if self.write else None)
 
     def _tiles(self, steps: int) -> ObjectTiles | None:
         """The object's split over the processes (``runtime.shard_object``, several processes), for

@@ -5,6 +5,7 @@ order; each decides for itself whether this iteration is its turn."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import sys
@@ -138,10 +139,12 @@ class IntermediateSaves:
 
 
 def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, groups: list[ParameterGroup], wrapped,
-                    history: History, data: PtychoData, started: float) -> list:
+                    history: History, data: PtychoData, started: float,
+                    closing: contextlib.ExitStack | None = None) -> list:
     """What runs after every iteration, in this order: the run.log line, then what ``config``
     asks for. ``wrapped``: the model as prepared (DDP for several processes), whose parameters
-    the sync check compares; ``started``: the run's start (``time.perf_counter``)."""
+    the sync check compares; ``started``: the run's start (``time.perf_counter``); ``closing``:
+    closes what a hook holds open (the trackers) at the run's end; None: a run that writes nothing."""
     hooks = [LogLine(log, started)]
     if ProgressBar.wanted(accelerator, config.runtime.progress):
         hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
@@ -151,6 +154,10 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
         hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every))
     if config.output.save_every:
         hooks.append(IntermediateSaves(saver, config.output.save_every))
+    if config.output.trackers and closing is not None:
+        from ptyacc.trackers import Trackers  # imported only for a run with trackers
+
+        hooks.append(closing.enter_context(Trackers(config, accelerator, saver, groups)))
     return hooks
 
 

@@ -1,10 +1,13 @@
 """run.log in the output folder: config, versions, processes and devices, one line per
-iteration, the end summary. Main process only; other processes contribute their device line.
-A line that cannot be written (a full disk) ends the log with one warning; the run goes on."""
+iteration, the end summary. The lines go through Accelerate's logger (``accelerate.logging``,
+named ``ptyacc``: main process only, and any handler a user adds sees them); run.log is a file
+handler of that logger. Other processes contribute their device line. A line that cannot be
+written (a full disk) ends the log with one warning; the run goes on."""
 
 from __future__ import annotations
 
-import datetime
+import logging
+import re
 import sys
 from pathlib import Path
 
@@ -12,32 +15,73 @@ import yaml
 
 from ptyacc.outdir import write_failure
 
+LOGGER_NAME = "ptyacc"
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"  # run.log's time stamp, to the second
+RANK_TAG = re.compile(r"(?<= )\[RANK \d+\] ")  # after the time stamp
 
-class RunLog:
-    """Appends lines to ``path``; with ``path`` None (other processes, or no output) it only
-    takes part in the collective that gathers the device of every process."""
 
-    def __init__(self, path: Path | None, append: bool = False) -> None:
-        """A new log replaces an old one, unless ``append`` (a resumed run continues its log)."""
-        self.path = path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not append:
-                path.unlink(missing_ok=True)
+class RunLogFile(logging.Handler):
+    """run.log: appends each record as ``<time stamp> <message>``, opening the file for each
+    line (so another process reading it sees every line at once). A line that cannot be written
+    prints one warning on the terminal and ends this handler: the log is a record, the run goes on."""
 
-    def line(self, text: str) -> None:
-        """Append a line. One that cannot be written (a full disk) stops the log with one warning
-        on the terminal: the log is a record, the run goes on."""
+    def __init__(self, path: Path) -> None:
+        super().__init__(logging.INFO)
+        self.path: Path | None = path
+        self.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt=STAMP_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
         if self.path is None:
             return
-        stamp = datetime.datetime.now().isoformat(timespec="seconds")
+        # Accelerate's adapter tags each message "[RANK 0] "; only the main process writes run.log
+        text = RANK_TAG.sub("", self.format(record), count=1)
         try:
             with open(self.path, "a") as f:
-                f.write(f"{stamp} {text}\n")
+                f.write(text + "\n")
         except OSError as exc:
             print(f"ptyacc: warning: {write_failure(self.path, exc, advice='run.log ends here, the run goes on')}",
                   file=sys.stderr)
             self.path = None
+
+
+def ptyacc_logger():
+    """ptyacc's logger: Accelerate's adapter (main process only unless told otherwise) around
+    the ``ptyacc`` logger, which passes INFO lines whatever ACCELERATE_LOG_LEVEL says: run.log
+    must hold them."""
+    from accelerate.logging import get_logger
+
+    adapter = get_logger(LOGGER_NAME)
+    adapter.logger.setLevel(logging.INFO)
+    return adapter
+
+
+class RunLog:
+    """ptyacc's messages of one run, into ``path`` (run.log) through ptyacc's logger; with
+    ``path`` None (other processes, or no output) the lines reach only the handlers a user added,
+    and it takes part in the collective that gathers the device of every process. ``close``
+    detaches run.log from the logger at the end of the run."""
+
+    def __init__(self, path: Path | None, append: bool = False) -> None:
+        """A new log replaces an old one, unless ``append`` (a resumed run continues its log)."""
+        self.path = path
+        self.logger = ptyacc_logger()
+        self.file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not append:
+                path.unlink(missing_ok=True)
+            self.file = RunLogFile(path)
+            self.logger.logger.addHandler(self.file)
+
+    def line(self, text: str) -> None:
+        """Log a line (main process)."""
+        self.logger.info(text)
+
+    def close(self) -> None:
+        """Detach run.log from ptyacc's logger (a later run in this process has its own)."""
+        if self.file is not None:
+            self.logger.logger.removeHandler(self.file)
+            self.file = None
 
     def header(self, config, accelerator) -> None:
         from ptyacc.output import versions

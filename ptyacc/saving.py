@@ -87,7 +87,7 @@ class Saver:
         self.deviance: float | None = None
 
     def save(self, history: History, figures: bool | None = None) -> Results:
-        mean_patterns = self._mean_patterns() if self.writes else (None, None)
+        mean_patterns = self.mean_patterns() if self.writes else (None, None)
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
                                   self.accelerator.num_processes, self.tiles)
         results.iteration_time_s = np.asarray(history.seconds)
@@ -105,7 +105,7 @@ class Saver:
                     self.tell(f"warning: not all figures written (results.h5 is saved): {exc}")
         return results
 
-    def _mean_patterns(self) -> tuple[np.ndarray, np.ndarray]:
+    def mean_patterns(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean of up to 128 held patterns and of the model's prediction for them (centred)."""
         measured, predicted = self.store.mean_of_sample(self.model)
         measured, predicted = measured.double().cpu(), predicted.double().cpu()

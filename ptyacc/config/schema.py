@@ -328,9 +328,23 @@ class OutputConfig:
     checkpoint_every: int = _f(0, "Write a resumable checkpoint (model, optimizers, iteration) every this many "
                                   "iterations into dir/checkpoints; 0 = never. Resume with `--resume`.")
     keep_checkpoints: int = _f(2, "How many of the newest checkpoints to keep.")
+    trackers: list[Literal["tensorboard", "wandb", "mlflow", "aim", "comet_ml", "clearml", "dvclive", "swanlab",
+                           "trackio"]] = _f(
+        factory=list, doc="Experiment trackers that follow the run live, through Accelerate's `log_with` (main process "
+                          "only): each needs its extra, e.g. `pip install 'ptyacc[tensorboard]'`. TensorBoard writes to "
+                          "dir/project, MLflow to dir/mlruns unless MLFLOW_TRACKING_URI is set. Empty: none, and "
+                          "nothing of them is imported. Not with the Python API's write=False.")
+    project: str = _f("ptyacc", "The trackers' project: TensorBoard's sub-folder of dir, the W&B project, the MLflow "
+                                "experiment.")
+    log_every: int = _f(1, "Send the scalars (loss, learning rates, timing, exchange, position correction, probe mode "
+                           "powers, Poisson deviance) to the trackers every this many iterations, and after the last.")
+    image_every: int = _f(10, "Send pictures (object phase and amplitude, probe modes, positions, mean patterns) to the "
+                              "trackers every this many iterations, and after the last; 0 = after the last only.")
 
     def _check(self, path: str) -> None:
         _require(self.save_every >= 0, f"{path}.save_every", f"must be >= 0, got {self.save_every}")
+        _require(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
+        _require(self.image_every >= 0, f"{path}.image_every", f"must be >= 0, got {self.image_every}")
         _require(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
         _require(self.keep_checkpoints >= 1, f"{path}.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
 

@@ -1,0 +1,209 @@
+"""A run watched live through Accelerate's experiment trackers (``output.trackers``:
+TensorBoard, Weights & Biases, MLflow, ...): ``Trackers`` starts them with the resolved config
+as hyperparameters, sends the scalars of an iteration every ``output.log_every`` iterations and
+pictures every ``output.image_every`` iterations and after the last (main process only, through
+each tracker's own call), and closes them when the run ends, fails or is interrupted.
+
+Imported only when ``output.trackers`` names one: a run without trackers loads none of this.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ptyacc.config import Config
+from ptyacc.errors import ConfigError
+from ptyacc.groups import ParameterGroup
+from ptyacc.physics.fidelity import TINY, poisson_nll
+from ptyacc.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
+
+if TYPE_CHECKING:
+    from ptyacc.hooks import History
+    from ptyacc.saving import Saver
+
+# the module each tracker needs, where it is not the tracker's name; each has a ptyacc extra
+# of the tracker's name: pip install 'ptyacc[tensorboard]'
+TRACKER_MODULES = {"comet_ml": "comet_ml"}
+# trackers whose Accelerate wrapper has ``log_images``; MLflow takes images through mlflow.log_image
+WITH_LOG_IMAGES = ("tensorboard", "wandb", "aim", "clearml", "swanlab")
+LOG_IMAGES_OPTIONS = {"tensorboard": {"dataformats": "NHWC"}}
+
+
+def require_packages(names: list[str]) -> None:
+    """Stop with the extra to install when a configured tracker's package is missing
+    (Accelerate would only drop the tracker with a debug message)."""
+    missing = [name for name in names if importlib.util.find_spec(TRACKER_MODULES.get(name, name)) is None]
+    if missing:
+        extras = ",".join(missing)
+        raise ConfigError(f"output.trackers: {', '.join(missing)} configured but not installed; install with "
+                          f"pip install 'ptyacc[{extras}]', or remove {'it' if len(missing) == 1 else 'them'} "
+                          "from output.trackers")
+
+
+def flat_config(config: Config) -> dict[str, bool | int | float | str]:
+    """The resolved config as one level of ``section.key`` hyperparameters: numbers, booleans and
+    strings as they are, lists and null as their YAML text (every tracker takes those)."""
+    import yaml
+
+    flat: dict[str, bool | int | float | str] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), inner)
+        elif isinstance(value, (bool, int, float, str)):
+            flat[prefix] = value
+        else:
+            flat[prefix] = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+    walk("", config.to_dict())
+    return flat
+
+
+def _mlflow_options(out_dir: str) -> dict:
+    """MLflow's experiment and its artifacts: without MLFLOW_TRACKING_URI, a file store under the
+    run's folder (``dir/mlruns``), like TensorBoard's files; a tracking server set by the
+    environment is used as it is."""
+    import os
+    from pathlib import Path
+
+    if "MLFLOW_TRACKING_URI" not in os.environ:
+        import mlflow
+
+        mlflow.set_tracking_uri((Path(out_dir).resolve() / "mlruns").as_uri())
+    return {}
+
+
+class Trackers:
+    """The trackers of one run, as an iteration hook and a context manager that closes them.
+
+    Scalars per logged iteration (``step`` = iterations done, as in run.log): ``loss``,
+    ``validation_error`` (with validation positions), ``lr/<group>`` (the rate the group stepped
+    with, 0 before its start), ``seconds_per_iteration``, several processes: ``exchange/<kind>_bytes``
+    and ``exchange/waiting_fraction``; ``positions/rms_correction_px`` (refined positions),
+    ``probe/mode_<m>_power_fraction``, Poisson runs: ``poisson_deviance``, the deviance per counted
+    pixel of the iteration's loss (the model moves during the iteration; the final model's
+    exact deviance is ``poisson_deviance_final`` after the last)."""
+
+    def __init__(self, config: Config, accelerator, saver: Saver, groups: list[ParameterGroup]) -> None:
+        self.config, self.accelerator, self.saver, self.groups = config, accelerator, saver, groups
+        output = config.output
+        self.main = accelerator.is_main_process
+        self.deviance_terms = _saturated_sums(saver) if config.optim.loss == "poisson" else None
+        if not accelerator.log_with:  # an accelerator made by the caller, without trackers
+            from accelerate.tracking import filter_trackers
+
+            accelerator.project_configuration.set_directories(output.dir)
+            accelerator.log_with = filter_trackers(output.trackers, output.dir)
+        options = {"mlflow": _mlflow_options(output.dir)} if "mlflow" in output.trackers and self.main else {}
+        accelerator.init_trackers(output.project, config=flat_config(config), init_kwargs=options)
+        self.open = True
+        if self.main:
+            self.wheel_logged = False
+            self.initial_px = saver.geometry.positions_px
+
+    def __enter__(self) -> Trackers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every tracker (what ``Accelerator.end_training`` does for them), leaving the
+        process group to its owner: a caller of ``ptyacc.reconstruct`` may go on using it."""
+        if not self.open:
+            return
+        self.open = False
+        for tracker in self.accelerator.trackers:
+            tracker.finish()
+        self.accelerator.trackers.clear()
+
+    def __call__(self, history: History) -> None:
+        if not self.main:
+            return
+        output, done = self.config.output, history.done
+        last = done == history.iterations
+        if done % output.log_every == 0 or last:
+            self.accelerator.log(self.scalars(history), step=done)
+        if (output.image_every and done % output.image_every == 0) or last:
+            self.log_images(self.images(), done)
+
+    # ------------------------------------------------------------------ what is logged
+    def scalars(self, history: History) -> dict[str, float]:
+        """The logged numbers of the newest iteration (see the class docstring)."""
+        iteration, model = history.done - 1, self.saver.model
+        values = {"loss": history.loss[-1], "seconds_per_iteration": history.seconds[-1]}
+        # optim.validation_fraction (another change) adds History.validation
+        validation = getattr(history, "validation", None)
+        if validation:
+            values["validation_error"] = validation[-1]
+        for group in self.groups:
+            values[f"lr/{group.name}"] = group.optimizer.param_groups[0]["lr"] if group.active(iteration) else 0.0
+        if history.traffic:
+            traffic = history.traffic[-1]
+            for kind, count in traffic.bytes.items():
+                values[f"exchange/{kind}_bytes"] = count
+            values["exchange/waiting_fraction"] = traffic.wait_s / max(history.seconds[-1], 1e-12)
+        with torch.no_grad():
+            if model.refine_positions:
+                shift = model.positions().double().cpu().numpy() - self.initial_px
+                values["positions/rms_correction_px"] = float(np.sqrt((shift ** 2).sum(axis=1).mean()))
+            power = model.complex_probe().abs().square().sum(dim=(-2, -1)).double().cpu().numpy()
+        for m, fraction in enumerate(power / power.sum()):
+            values[f"probe/mode_{m}_power_fraction"] = float(fraction)
+        if self.deviance_terms is not None:
+            saturated, counted = self.deviance_terms
+            values["poisson_deviance"] = (history.loss[-1] * self.saver.data.n_patterns - saturated) / (0.5 * counted)
+        if history.done == history.iterations and self.saver.deviance is not None:
+            values["poisson_deviance_final"] = self.saver.deviance
+        return values
+
+    def images(self) -> dict[str, np.ndarray]:
+        """The pictures of the model now (uint8 RGB (H, W, 3)): object phase and amplitude,
+        probe modes with the colour wheel, positions, measured against predicted mean pattern."""
+        model = self.saver.model
+        with torch.no_grad():
+            obj = model.complex_object().cpu().numpy()
+            probe = model.complex_probe().cpu().numpy()
+            now_px = model.positions().double().cpu().numpy()
+        # the object this process holds: the whole, or its tile from object_origin (runtime.shard_object)
+        region = scanned_region(now_px - model.object_origin.cpu().numpy(), obj.shape[-2:])
+        images = object_images(obj, region)
+        images["probe/modes"] = probe_image(probe)
+        images["positions"] = positions_image(self.initial_px, now_px)
+        measured, predicted = self.saver.mean_patterns()
+        images["mean_pattern/measured_vs_predicted"] = patterns_image(measured, predicted)
+        return images
+
+    def log_images(self, images: dict[str, np.ndarray], step: int) -> None:
+        """``images`` through each tracker's own image call: ``log_images`` where Accelerate's
+        wrapper has it, ``mlflow.log_image`` for MLflow; trackers with neither get scalars only."""
+        for tracker in self.accelerator.trackers:
+            if tracker.name in WITH_LOG_IMAGES:
+                batches = {name: image[None] for name, image in images.items()}  # (1, H, W, 3)
+                tracker.log_images(batches, step=step, **LOG_IMAGES_OPTIONS.get(tracker.name, {}))
+            elif tracker.name == "mlflow":
+                import mlflow
+
+                for name, image in images.items():
+                    mlflow.log_image(image, key=name.replace("/", "_"), step=step)
+
+
+def _saturated_sums(saver: Saver) -> tuple[float, float]:
+    """(sum over the detector mask of the Poisson loss of the measured patterns predicting
+    themselves, number of pixel values >= 1) over all positions: a Poisson loss minus the first,
+    over half the second, is the deviance per counted pixel (``physics.fidelity.deviance_sums``).
+    Every process takes part when each holds only its share of the patterns."""
+    store, mask = saver.store, saver.model.detector_mask
+    sums = torch.zeros(2, dtype=torch.float64, device=store.patterns.device)
+    for start in range(0, len(store.patterns), 256):
+        measured = store.patterns[start:start + 256].double()
+        sums[0] += (poisson_nll(measured.clamp_min(TINY), measured) * mask).sum()
+        sums[1] += ((measured >= 1) * mask).sum()
+    if len(store.held) < saver.data.n_patterns:
+        sums = saver.accelerator.reduce(sums, reduction="sum")
+    return float(sums[0]), float(sums[1])
