@@ -65,17 +65,20 @@ def flat_config(config: Config) -> dict[str, bool | int | float | str]:
 
 
 def _mlflow_options(out_dir: str) -> dict:
-    """MLflow's experiment and its artifacts: without MLFLOW_TRACKING_URI, a file store under the
-    run's folder (``dir/mlruns``), like TensorBoard's files; a tracking server set by the
-    environment is used as it is."""
+    """MLflow's settings for Accelerate's MLflowTracker: without MLFLOW_TRACKING_URI, the run is
+    recorded in the run's folder like TensorBoard's files, in MLflow's own local database
+    (``dir/mlflow.db``) with the artifacts (images) in ``dir/mlartifacts``; a tracking server
+    that the environment names is used as it is."""
     import os
     from pathlib import Path
 
-    if "MLFLOW_TRACKING_URI" not in os.environ:
-        import mlflow
+    if "MLFLOW_TRACKING_URI" in os.environ:
+        return {}
+    import mlflow
 
-        mlflow.set_tracking_uri((Path(out_dir).resolve() / "mlruns").as_uri())
-    return {}
+    folder = Path(out_dir).resolve()
+    mlflow.set_tracking_uri(f"sqlite:///{folder / 'mlflow.db'}")
+    return {"logging_dir": (folder / "mlartifacts").as_uri()}
 
 
 class Trackers:
@@ -87,7 +90,7 @@ class Trackers:
     and ``exchange/waiting_fraction``; ``positions/rms_correction_px`` (refined positions),
     ``probe/mode_<m>_power_fraction``, Poisson runs: ``poisson_deviance``, the deviance per counted
     pixel of the iteration's loss (the model moves during the iteration; the final model's
-    exact deviance is ``poisson_deviance_final`` after the last)."""
+    exact deviance is ``poisson_deviance_final``, logged when the run closes)."""
 
     def __init__(self, config: Config, accelerator, saver: Saver, groups: list[ParameterGroup]) -> None:
         self.config, self.accelerator, self.saver, self.groups = config, accelerator, saver, groups
@@ -101,7 +104,7 @@ class Trackers:
             accelerator.log_with = filter_trackers(output.trackers, output.dir)
         options = {"mlflow": _mlflow_options(output.dir)} if "mlflow" in output.trackers and self.main else {}
         accelerator.init_trackers(output.project, config=flat_config(config), init_kwargs=options)
-        self.open = True
+        self.open, self.step = True, 0
         if self.main:
             self.wheel_logged = False
             self.initial_px = saver.geometry.positions_px
@@ -118,6 +121,8 @@ class Trackers:
         if not self.open:
             return
         self.open = False
+        if self.saver.deviance is not None and self.main:  # computed after the last iteration's hooks
+            self.accelerator.log({"poisson_deviance_final": self.saver.deviance}, step=self.step)
         for tracker in self.accelerator.trackers:
             tracker.finish()
         self.accelerator.trackers.clear()
@@ -126,6 +131,7 @@ class Trackers:
         if not self.main:
             return
         output, done = self.config.output, history.done
+        self.step = done
         last = done == history.iterations
         if done % output.log_every == 0 or last:
             self.accelerator.log(self.scalars(history), step=done)
@@ -158,8 +164,6 @@ class Trackers:
         if self.deviance_terms is not None:
             saturated, counted = self.deviance_terms
             values["poisson_deviance"] = (history.loss[-1] * self.saver.data.n_patterns - saturated) / (0.5 * counted)
-        if history.done == history.iterations and self.saver.deviance is not None:
-            values["poisson_deviance_final"] = self.saver.deviance
         return values
 
     def images(self) -> dict[str, np.ndarray]:
