@@ -64,6 +64,18 @@ def flat_config(config: Config) -> dict[str, bool | int | float | str]:
     return flat
 
 
+def _tracker_options(names: list[str], out_dir: str) -> dict[str, dict]:
+    """Accelerate's ``init_kwargs``: where the trackers that keep local files keep them."""
+    import os
+
+    options = {}
+    if "mlflow" in names:
+        options["mlflow"] = _mlflow_options(out_dir)
+    if "wandb" in names and "WANDB_DIR" not in os.environ:  # W&B's files (offline runs) beside the results
+        options["wandb"] = {"dir": out_dir}
+    return options
+
+
 def _mlflow_options(out_dir: str) -> dict:
     """MLflow's settings for Accelerate's MLflowTracker: without MLFLOW_TRACKING_URI, the run is
     recorded in the run's folder like TensorBoard's files, in MLflow's own local database
@@ -102,7 +114,7 @@ class Trackers:
 
             accelerator.project_configuration.set_directories(output.dir)
             accelerator.log_with = filter_trackers(output.trackers, output.dir)
-        options = {"mlflow": _mlflow_options(output.dir)} if "mlflow" in output.trackers and self.main else {}
+        options = _tracker_options(output.trackers, output.dir) if self.main else {}
         accelerator.init_trackers(output.project, config=flat_config(config), init_kwargs=options)
         self.open, self.step = True, 0
         if self.main:
