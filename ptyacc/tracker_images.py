@@ -5,6 +5,8 @@ a matplotlib figure's tenth of a second. Grey levels span each image's 0.5 to 99
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 WHEEL_PX = 64  # the colour wheel's diameter
@@ -34,15 +36,19 @@ def object_images(obj: np.ndarray, region: tuple[slice, slice]) -> dict[str, np.
     return images
 
 
+@functools.cache
 def colour_wheel(diameter_px: int = WHEEL_PX) -> np.ndarray:
     """The key to ``probe_image``'s colours: hue = phase (angle around the centre, 0 to the
-    right, counter-clockwise as the image is shown), brightness = amplitude (radius), as uint8 RGB."""
+    right, counter-clockwise as the image is shown), brightness = amplitude (radius), as uint8 RGB
+    (read-only: drawn once)."""
     from ptyacc.output import _complex_to_rgb
 
     axis = np.linspace(-1.0, 1.0, diameter_px)
     field_ = axis[None, :] - 1j * axis[:, None]  # rows go down, so y = -row
     field_ = np.where(np.abs(field_) <= 1.0, field_, 0.0)
-    return (255 * _complex_to_rgb(field_)).astype(np.uint8)
+    wheel = (255 * _complex_to_rgb(field_)).astype(np.uint8)
+    wheel.flags.writeable = False
+    return wheel
 
 
 def probe_image(probe: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ NOTEBOOKS = sorted(p.name for p in EXAMPLES.glob("*.ipynb"))
 
 def test_every_notebook_is_committed_without_outputs():
     assert NOTEBOOKS == ["01_quickstart.ipynb", "02_multislice_electron.ipynb", "03_multi_process.ipynb",
-                         "04_xray_nearfield.ipynb"]
+                         "04_xray_nearfield.ipynb", "05_watch_a_run.ipynb"]
     for name in NOTEBOOKS:
         book = nbformat.read(EXAMPLES / name, as_version=4)
         assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), name
