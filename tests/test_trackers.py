@@ -147,6 +147,23 @@ def test_poisson_deviance_of_each_iteration(tmp_path):
     assert scalars.Scalars("poisson_deviance_final")[-1].value == pytest.approx(rec.poisson_deviance, rel=1e-6)
 
 
+def test_the_validation_error_is_logged_where_the_history_has_one(tmp_path):
+    """optim.validation_fraction (another change) gives History a ``validation`` list; without
+    one there is no validation scalar."""
+    pytest.importorskip("tensorboard")
+    from ptyacc.engine import Reconstructor
+    from ptyacc.trackers import Trackers
+
+    reconstructor = Reconstructor(ptyacc.load_config(tracked_config(tmp_path, ["tensorboard"])))
+    with reconstructor.closing:
+        reconstructor.build()
+        reconstructor.run()
+        (hook,) = [h for h in reconstructor.hooks if isinstance(h, Trackers)]
+        assert "validation_error" not in hook.scalars(reconstructor.history)
+        reconstructor.history.validation = [0.5, 0.25]
+        assert hook.scalars(reconstructor.history)["validation_error"] == 0.25
+
+
 def test_an_interrupted_run_closes_its_trackers(tmp_path):
     """Interrupted in iteration 3: the TensorBoard writer is closed (flushed), and its file
     holds the two iterations done, pictures included."""
@@ -237,4 +254,9 @@ def test_two_processes_log_once_from_the_main_process(tmp_path):
     logged = events(out / "watch").Scalars("loss")
     assert [e.step for e in logged] == list(range(1, ITERATIONS + 1))
     np.testing.assert_allclose([e.value for e in logged], h5py.File(out / "results.h5")["loss"][()], rtol=1e-6)
-    assert events(out / "watch").Scalars("exchange/object_bytes")[-1].value > 0
+    saved = ptyacc.load_results(out / "results.h5")
+    scalars = events(out / "watch")
+    for kind in ("object", "probe", "other"):
+        assert [e.value for e in scalars.Scalars(f"exchange/{kind}_bytes")] == getattr(saved, f"comm_bytes_{kind}").tolist()
+    np.testing.assert_allclose([e.value for e in scalars.Scalars("exchange/waiting_fraction")],
+                               saved.comm_time_s / saved.iteration_time_s, rtol=1e-5)
