@@ -52,13 +52,21 @@ def fft_bound_s(batch_sizes: list[int], probe_modes: int, object_modes: int, sli
 
 
 def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
-    """Time ``warmup + iterations`` reconstruction iterations on one process and the FFT bound."""
+    """Time ``warmup + iterations`` reconstruction iterations on one process and the FFT bound.
+    With ``output.trackers`` the run writes, into a temporary folder removed afterwards (trackers
+    need one), and ``s_per_iteration_with_hooks`` shows what they cost."""
+    import shutil
+    import tempfile
+
     from ptyacc.distributed import make_accelerator
     from ptyacc.engine import reconstruct
 
     config.optim.iterations = warmup + iterations
     config.runtime.progress = False
-    accelerator = make_accelerator(config.runtime)
+    writes = bool(config.output.trackers)
+    if writes:
+        config.output.dir, config.output.figures = tempfile.mkdtemp(prefix="ptyacc-bench-"), False
+    accelerator = make_accelerator(config.runtime, config.output)
     # code loaded on first use (the FFT library; torch._dynamo, ~70 MB, which the optimizers import) is
     # not the problem's memory: load it before the baseline
     torch.fft.fft2(torch.zeros(8, 8, dtype=torch.complex64))
@@ -70,15 +78,22 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     baseline_rss = _rss_bytes() - data.patterns.numel() * data.patterns.element_size()
     if accelerator.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    marks = {}
+    marks, starts = {}, {}
 
     def on_step(iteration, indices):
+        starts.setdefault(iteration, time.perf_counter())
         # the peak is taken over the timed iterations: start-up allocations and lazy imports are done by then
         if iteration == warmup and "rss" not in marks:
             marks["rss"], marks["reset"] = _rss_bytes(), _reset_peak_rss()
 
-    rec = reconstruct(config, accelerator=accelerator, data=data, write=False, on_step=on_step)
+    try:
+        rec = reconstruct(config, accelerator=accelerator, data=data, write=writes, on_step=on_step)
+    finally:
+        if writes:
+            shutil.rmtree(config.output.dir, ignore_errors=True)
     timed = rec.iteration_times_s[warmup:]
+    # from one iteration's first step to the next one's: the iteration and the hooks after it
+    with_hooks = [starts[i + 1] - starts[i] for i in range(warmup, warmup + iterations - 1)]
     per_iteration = statistics.median(timed)
     batches = EpochBatches(np.zeros((data.n_patterns, 2)), config.optim.batch_size, 1)
     bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
@@ -106,6 +121,8 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
         "iterations_timed": len(timed),
         "s_per_iteration": per_iteration,
         "s_per_iteration_all": timed,
+        "s_per_iteration_with_hooks": statistics.mean(with_hooks) if with_hooks else None,
+        "trackers": list(config.output.trackers),
         "patterns_per_s": data.n_patterns / per_iteration,
         "fft_bound_s": bound,
         "ratio": per_iteration / bound,
@@ -197,6 +214,9 @@ def format_report(report: dict) -> str:
         f"{report['probe_modes']} probe x {report['object_modes']} object modes, {report['slices']} slice(s), "
         f"positions {'refined' if report['refine_positions'] else 'fixed'}",
         f"iteration         {report['s_per_iteration']:.4f} s (median of {report['iterations_timed']})",
+        *([f"with hooks        {report['s_per_iteration_with_hooks']:.4f} s (mean of "
+           f"{report['iterations_timed'] - 1}; trackers: {', '.join(report['trackers']) or 'none'})"]
+          if report.get("s_per_iteration_with_hooks") is not None else []),
         f"patterns/s        {report['patterns_per_s']:.0f}",
         f"FFT bound         {report['fft_bound_s']:.4f} s",
         f"ratio             {report['ratio']:.2f}",

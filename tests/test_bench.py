@@ -49,3 +49,23 @@ def test_bench_json_memory_fields_are_consistent(tmp_path):
     assert report["memory_ratio"] == report["peak_memory_bytes"] / report["minimum_memory_bytes"]
     assert report["peak_memory_bytes"] > 0
     assert "minimum" in result.stdout and "ratio" in result.stdout
+
+
+def test_bench_with_trackers_times_the_hooks_and_leaves_no_folder(tmp_path, monkeypatch):
+    """With output.trackers the run writes into a temporary folder (removed after); the
+    iteration with its hooks is timed from one iteration's first step to the next one's."""
+    pytest.importorskip("tensorboard")
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(tmp_path, output={"trackers": ["tensorboard"], "image_every": 1})))
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(cli, ["bench", str(config), "-k", "3", "--warmup", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["trackers"] == ["tensorboard"] and "trackers: tensorboard" in result.stdout
+    # two spans (iterations 2-3 and 3-4), each at least as long as its iteration
+    assert report["s_per_iteration_with_hooks"] >= min(report["s_per_iteration_all"][:2])
+    assert list((tmp_path / "scratch").iterdir()) == [] and not (tmp_path / "out").exists()
