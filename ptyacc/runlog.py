@@ -63,7 +63,6 @@ class RunLog:
 
     def __init__(self, path: Path | None, append: bool = False) -> None:
         """A new log replaces an old one, unless ``append`` (a resumed run continues its log)."""
-        self.path = path
         self.logger = ptyacc_logger()
         self.file = None
         if path is not None:
