@@ -260,3 +260,40 @@ def test_two_processes_log_once_from_the_main_process(tmp_path):
         assert [e.value for e in scalars.Scalars(f"exchange/{kind}_bytes")] == getattr(saved, f"comm_bytes_{kind}").tolist()
     np.testing.assert_allclose([e.value for e in scalars.Scalars("exchange/waiting_fraction")],
                                saved.comm_time_s / saved.iteration_time_s, rtol=1e-5)
+
+
+def test_the_seed_reaches_python_and_numpy(tmp_path):
+    """runtime.seed goes through accelerate.utils.set_seed: after a run that draws nothing from
+    them, Python's and NumPy's generators are where the seed put them."""
+    import random
+
+    ptyacc.reconstruct(ptyacc.load_config(tiny_config(tmp_path, runtime={"seed": 11})), write=False)
+    drawn = random.random(), np.random.random()
+    random.seed(11)
+    np.random.seed(11)
+    assert drawn == (random.random(), np.random.random())
+
+
+def test_pictures_of_a_multislice_object_and_the_probe_key():
+    from ptyacc.output import _complex_to_rgb
+    from ptyacc.tracker_images import WHEEL_PX, colour_wheel, object_images, positions_image
+
+    rows, cols = np.mgrid[0:20, 0:30]
+    phases = np.stack([0.01 * cols, 0.02 * rows])  # (slices, Ny, Nx)
+    obj = (np.exp(1j * phases) * np.array([1.0, 0.5])[:, None, None])[None]  # (1, 2, 20, 30)
+    images = object_images(obj, (slice(0, 20), slice(0, 30)))
+    assert set(images) == {"object/phase_sum", "object/amplitude", "object/phase_slice_0", "object/phase_slice_1"}
+    total = phases.sum(axis=0)
+    summed = images["object/phase_sum"][..., 0].astype(int)
+    assert summed[np.unravel_index(total.argmax(), total.shape)] == 255 and summed[0, 0] == 0
+    assert np.all(np.diff(images["object/phase_slice_0"][0, :, 0].astype(int)) >= 0)  # phase grows along x
+    assert images["object/phase_sum"].shape == (20, 30, 3) and images["object/phase_sum"].dtype == np.uint8
+
+    wheel = colour_wheel().astype(int)
+    right, top = wheel[WHEEL_PX // 2, -2], wheel[1, WHEEL_PX // 2]  # just inside the rim
+    np.testing.assert_allclose(right, 255 * _complex_to_rgb(np.array([1.0 + 0j]))[0], atol=12)  # phase 0
+    np.testing.assert_allclose(top, 255 * _complex_to_rgb(np.array([1j]))[0], atol=12)  # phase +pi/2 upwards
+
+    picture = positions_image(np.array([[0.0, 0.0], [10.0, 10.0]]), np.array([[0.0, 0.0], [10.0, 5.0]]), 64)
+    assert tuple(picture[1, 1]) == (255, 40, 40) and tuple(picture[62, 62]) == (150, 150, 150)
+    assert tuple(picture[62, round(5 * 61 / 10) + 1]) == (255, 40, 40)
