@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from ptyacc.hooks import History
     from ptyacc.saving import Saver
 
-# the module each tracker needs, where it is not the tracker's name; each has a ptyacc extra
-# of the tracker's name: pip install 'ptyacc[tensorboard]'
-TRACKER_MODULES = {"comet_ml": "comet_ml"}
+# the modules a tracker needs besides its own (named as the tracker); each tracker has a ptyacc
+# extra of its name that installs them: pip install 'ptyacc[mlflow]'
+MORE_MODULES = {"mlflow": ("sqlalchemy", "alembic")}  # MLflow's local database (dir/mlflow.db)
 # trackers whose Accelerate wrapper has ``log_images``; MLflow takes images through mlflow.log_image
 WITH_LOG_IMAGES = ("tensorboard", "wandb", "aim", "clearml", "swanlab")
 LOG_IMAGES_OPTIONS = {"tensorboard": {"dataformats": "NHWC"}}
@@ -36,7 +36,8 @@ LOG_IMAGES_OPTIONS = {"tensorboard": {"dataformats": "NHWC"}}
 def require_packages(names: list[str]) -> None:
     """Stop with the extra to install when a configured tracker's package is missing
     (Accelerate would only drop the tracker with a debug message)."""
-    missing = [name for name in names if importlib.util.find_spec(TRACKER_MODULES.get(name, name)) is None]
+    missing = [name for name in names
+               if any(importlib.util.find_spec(module) is None for module in (name, *MORE_MODULES.get(name, ())))]
     if missing:
         extras = ",".join(missing)
         raise ConfigError(f"output.trackers: {', '.join(missing)} configured but not installed; install with "

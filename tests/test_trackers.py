@@ -192,10 +192,11 @@ def test_a_missing_tracker_package_names_the_extra(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    config = ptyacc.load_config(tracked_config(tmp_path, ["tensorboard", "wandb"]))
-    with pytest.raises(ConfigError, match=r"output.trackers: wandb configured but not installed; install with "
-                                          r"pip install 'ptyacc\[wandb\]'"):
+    absent = ("wandb", "alembic")  # a tracker, and a module the mlflow extra brings
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in absent else real(name, *a))
+    config = ptyacc.load_config(tracked_config(tmp_path, ["tensorboard", "wandb", "mlflow"]))
+    with pytest.raises(ConfigError, match=r"output.trackers: wandb, mlflow configured but not installed; install "
+                                          r"with pip install 'ptyacc\[wandb,mlflow\]', or remove them"):
         ptyacc.reconstruct(config)
     assert not (tmp_path / "out" / "watch").exists()
 
