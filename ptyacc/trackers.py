@@ -115,12 +115,14 @@ class Trackers:
 
             accelerator.project_configuration.set_directories(output.dir)
             accelerator.log_with = filter_trackers(output.trackers, output.dir)
-        options = _tracker_options(output.trackers, output.dir) if self.main else {}
-        accelerator.init_trackers(output.project, config=flat_config(config), init_kwargs=options)
         self.open, self.step = True, 0
-        if self.main:
-            self.wheel_logged = False
-            self.initial_px = saver.geometry.positions_px
+        self.initial_px = saver.geometry.positions_px  # (N, 2) px, where the positions started
+        options = _tracker_options(output.trackers, output.dir) if self.main else {}
+        try:
+            accelerator.init_trackers(output.project, config=flat_config(config), init_kwargs=options)
+        except BaseException:  # one that failed to start (a W&B login, say): close those that did
+            self.close()
+            raise
 
     def __enter__(self) -> Trackers:
         return self

@@ -188,6 +188,28 @@ def test_an_interrupted_run_closes_its_trackers(tmp_path):
     assert [e.step for e in logged.Images("probe/modes")] == [1, 2]
 
 
+def test_trackers_that_fail_to_start_are_closed(tmp_path, monkeypatch):
+    """A tracker that fails while starting (here TensorBoard's hyperparameters; a W&B login, in
+    life) stops the run, and the trackers already started are closed."""
+    pytest.importorskip("tensorboard")
+    from accelerate.tracking import TensorBoardTracker
+
+    from ptyacc.distributed import make_accelerator
+
+    started = []
+
+    def refuse(self, values):
+        started.append(self.writer)
+        raise RuntimeError("no hyperparameters today")
+
+    monkeypatch.setattr(TensorBoardTracker, "store_init_configuration", refuse)
+    config = ptyacc.load_config(tracked_config(tmp_path, ["tensorboard"]))
+    accelerator = make_accelerator(config.runtime, config.output)
+    with pytest.raises(RuntimeError, match="no hyperparameters today"):
+        ptyacc.reconstruct(config, accelerator=accelerator)
+    assert len(started) == 1 and started[0].all_writers is None and accelerator.trackers == []
+
+
 def test_a_missing_tracker_package_names_the_extra(tmp_path, monkeypatch):
     import importlib.util
 
