@@ -108,7 +108,11 @@ class Reconstructor:
         self.closing = contextlib.ExitStack()  # what the run holds open
         self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume)
         self.closing.callback(self.log.close)
-        self.log.header(config, self.accelerator)
+        try:
+            self.log.header(config, self.accelerator)
+        except BaseException:  # reconstruct's `with self.closing` is not entered yet
+            self.closing.close()
+            raise
 
     # ------------------------------------------------------------------ build
     def build(self, data: PtychoData | None = None) -> None:
