@@ -30,7 +30,14 @@ def make_sampler(tune: TuneConfig, rank: int):
 
     seed = tune.seed + rank
     if tune.sampler == "grid":
-        return optuna.samplers.GridSampler({key: p.choices for key, p in tune.params.items()}, seed=seed)
+        class Grid(optuna.samplers.GridSampler):
+            """Optuna's grid search without its ``study.stop()`` after the last point, which works
+            only inside ``study.optimize``; ptyacc's loop stops at the grid's size (``grid_size``)."""
+
+            def after_trial(self, *args) -> None:
+                pass
+
+        return Grid({key: p.choices for key, p in tune.params.items()}, seed=seed)
     if tune.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)

@@ -29,8 +29,9 @@ WAIT_S = 1.0  # how often the main process looks at the running trials of others
 
 def tune(config: Config, process: TuneProcess | None = None):
     """Run this process's share of the study that ``config.tune`` describes (``process``: found
-    from the launcher if None); the main process then waits for the others' running trials and
-    writes the reports (``report.py``). Returns the ``optuna.Study``."""
+    from the launcher if None) until it holds its trials, waiting at the end for the others'
+    running trials; the main process then writes the reports (``report.py``). Returns the
+    ``optuna.Study``."""
     process = process or detach_from_launcher()
     optuna = require_optuna()
     if not config.tune.params:
@@ -42,7 +43,11 @@ def tune(config: Config, process: TuneProcess | None = None):
     from ptyacc.tune.report import write_reports
 
     try:
-        run_trials(study, config, process, tune_dir)
+        while True:  # a trial failed while waiting (its process died) is run again
+            run_trials(study, config, process, tune_dir)
+            wait_for_running(study, config.tune.heartbeat_s)
+            if _count(study, optuna) >= budget(config):
+                break
     except KeyboardInterrupt:
         if process.main:
             write_reports(study, config, tune_dir)
@@ -50,7 +55,6 @@ def tune(config: Config, process: TuneProcess | None = None):
                           "continues the study)")
         raise
     if process.main:
-        wait_for_running(study, config.tune.heartbeat_s)
         write_reports(study, config, tune_dir)
         _say(process, f"study done: {_progress(study, config)}; reports in {tune_dir}")
     return study
@@ -83,13 +87,12 @@ def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path) -> N
     """Ask for trials and run them until the study holds its ``tune.trials`` (or the grid's size)."""
     import optuna
 
-    budget = min(config.tune.trials, grid_size(config.tune) or config.tune.trials)
     while True:
         fail_stale(study, config.tune.heartbeat_s)
-        if _count(study, optuna) >= budget:
+        if _count(study, optuna) >= budget(config):
             return
         trial = study.ask()
-        if _count(study, optuna, before=trial.number) >= budget:  # another process asked at the same moment
+        if _count(study, optuna, before=trial.number) >= budget(config):  # another process asked at the same moment
             trial.set_user_attr("error", "not run: the study already had its trials")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
@@ -97,6 +100,11 @@ def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path) -> N
         shown = f", validation error {value:.6g}" if value is not None else ""
         _say(process, f"trial {trial.number} {state.name.lower()}{shown} "
                       f"({trial.user_attrs.get('seconds', 0):.1f} s); {_progress(study, config)}")
+
+
+def budget(config: Config) -> int:
+    """The trials the study runs: tune.trials, or fewer when a grid has fewer points."""
+    return min(config.tune.trials, grid_size(config.tune) or config.tune.trials)
 
 
 def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path) -> tuple:
