@@ -80,7 +80,7 @@ def tune_cmd(config_file: str, overrides: tuple[str, ...]) -> None:
     Under `accelerate launch -m ptyacc.tune` each process runs its own trials on its own device."""
     from ptyacc.tune.processes import detach_from_launcher
 
-    process = detach_from_launcher()  # first: a GPU process must see only its GPU before CUDA starts
+    process = detach_from_launcher()  # before anything else reads the launcher's variables
     from ptyacc.config import load_config
     from ptyacc.tune import tune
 

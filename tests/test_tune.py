@@ -3,6 +3,7 @@ study, shares one study between processes (a killed one's trial fails, the study
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 import yaml
 from test_distributed import environment, launch
 
@@ -126,6 +128,27 @@ def test_the_same_command_continues_the_study(tmp_path):
     assert len(list(csv.DictReader((tmp_path / "out" / "tune" / "trials.csv").open()))) == 5
 
 
+@pytest.mark.slow
+def test_ctrl_c_fails_the_running_trial_keeps_the_others_and_the_command_continues(tmp_path):
+    path = tune_config(tmp_path, simulated_file(tmp_path, 6), trials=500, iterations=20, pruner="none")
+    worker = subprocess.Popen([sys.executable, "-m", "ptyacc.tune", str(path)], env=environment(),
+                              stderr=subprocess.PIPE, text=True)
+    tune_dir = tmp_path / "out" / "tune"
+    deadline = time.monotonic() + 120
+    while not ((tune_dir / "study.journal").exists() and any(t.state.name == "COMPLETE"
+                                                              for t in stored_study(tune_dir).trials)):
+        assert time.monotonic() < deadline and worker.poll() is None
+        time.sleep(0.2)
+    worker.send_signal(signal.SIGINT)
+    assert worker.wait(timeout=60) != 0
+    rows = list(csv.DictReader((tune_dir / "trials.csv").open()))
+    assert rows[-1]["state"] == "FAIL" and rows[-1]["error"] == "interrupted (Ctrl-C)"
+    assert all(row["state"] == "COMPLETE" for row in rows[:-1]) and len(rows) >= 2
+    study = tune(ptyacc.load_config(path, [f"tune.trials={len(rows)}", "tune.iterations=2"]), TuneProcess(0, 1))
+    assert [t.number for t in study.trials] == list(range(len(rows) + 1))  # one more for the failed one
+    assert study.trials[-1].state.name == "COMPLETE"
+
+
 def test_tune_section_errors_name_the_key(tmp_path):
     def check(params: dict, match: str, **tune_keys) -> None:
         with pytest.raises(ConfigError, match=match):
@@ -147,14 +170,17 @@ def test_missing_optuna_names_the_extra(monkeypatch):
         require_optuna()
 
 
-def test_a_process_leaves_the_launchers_group_and_keeps_its_gpu():
-    launched = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "x", "MASTER_PORT": "1",
-                "CUDA_VISIBLE_DEVICES": "4,5"}
-    process = detach_from_launcher(launched)
-    assert (process.rank, process.world, process.gpu) == (3, 4, "5")
-    assert launched == {"CUDA_VISIBLE_DEVICES": "5"}
+def test_a_process_leaves_the_launchers_group_and_takes_its_gpu(monkeypatch):
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    launched = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "MASTER_ADDR": "x", "MASTER_PORT": "1",
+                "OTHER": "kept"}
+    assert detach_from_launcher(launched) == TuneProcess(3, 4, 1) and chosen == [1]  # 4 processes, 2 GPUs
+    assert launched == {"OTHER": "kept"}
     on_cpu = {"RANK": "1", "WORLD_SIZE": "2", "ACCELERATE_USE_CPU": "1"}
-    assert detach_from_launcher(on_cpu) == TuneProcess(1, 2, None) and "CUDA_VISIBLE_DEVICES" not in on_cpu
+    assert detach_from_launcher(on_cpu) == TuneProcess(1, 2, None) and chosen == [1]
     assert detach_from_launcher({}) == TuneProcess(0, 1, None)
 
 
@@ -162,7 +188,7 @@ def test_a_process_leaves_the_launchers_group_and_keeps_its_gpu():
 def test_two_launched_processes_share_one_study(tmp_path):
     """`accelerate launch -m ptyacc.tune` with 2 processes: both run trials at the same time, and
     each trial number is run once."""
-    path = tune_config(tmp_path, simulated_file(tmp_path, 14), trials=12, iterations=4, pruner="none")
+    path = tune_config(tmp_path, simulated_file(tmp_path, 12), trials=12, iterations=4, pruner="none")
     launch(["-m", "ptyacc.tune", str(path)], 2)
     trials = stored_study(tmp_path / "out" / "tune").trials
     assert [t.number for t in trials] == list(range(12)) and all(t.state.name == "COMPLETE" for t in trials)

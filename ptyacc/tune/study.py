@@ -51,8 +51,7 @@ def tune(config: Config, process: TuneProcess | None = None):
     except KeyboardInterrupt:
         if process.main:
             write_reports(study, config, tune_dir)
-            _say(process, f"interrupted; {_count(study, optuna)} trials kept in {tune_dir} (the same command "
-                          "continues the study)")
+            _say(process, f"interrupted; the study so far is in {tune_dir} (the same command continues it)")
         raise
     if process.main:
         write_reports(study, config, tune_dir)
@@ -126,7 +125,8 @@ def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path) 
         except (PtyaccError, torch.OutOfMemoryError) as exc:  # this trial's values fail; the study goes on
             error = str(exc).splitlines()[0][:300]
         except BaseException as exc:  # Ctrl-C or a bug: the trial is failed, not left running
-            _end(study, trial, State.FAIL, None, f"{type(exc).__name__}: {exc}"[:300], started)
+            reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+            _end(study, trial, State.FAIL, None, reason[:300], started)
             raise
     _end(study, trial, state, value, error, started)
     if error and state == State.FAIL:
