@@ -27,6 +27,7 @@ optuna = pytest.importorskip("optuna")
 from ptyacc.tune import tune  # noqa: E402  (needs optuna)
 from ptyacc.tune.processes import TuneProcess, detach_from_launcher  # noqa: E402
 from ptyacc.tune.study import require_optuna  # noqa: E402
+from ptyacc.tune.trial import trial_config  # noqa: E402
 
 TUNE_WORKER = Path(__file__).with_name("tune_worker.py")
 TRUE_DEFOCUS_A, TRUE_THICKNESS_A = 30.0, 15.0
@@ -162,6 +163,21 @@ def test_tune_section_errors_name_the_key(tmp_path):
     check({"optim.lr.object": {"low": 0.1, "high": 1}}, "sampler: grid needs choices", sampler="grid")
     with pytest.raises(ConfigError, match="tune.params: name at least one"):
         tune(ptyacc.load_config({"output": {"dir": str(tmp_path)}}), TuneProcess(0, 1))
+
+
+def test_trial_configs_read_the_same_files_from_anywhere(tmp_path):
+    """Input paths relative to the config file become absolute in a trial's config (and best.yaml)."""
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "c.yaml"
+    path.write_text(yaml.safe_dump({"data": {"path": "../d.h5"}, "model": {"init_from": "prev/results.h5"},
+                                    "experiment": {"positions": {"path": "p.npy", "key": "positions_A"}}}))
+    config = trial_config(ptyacc.load_config(path), {"optim.lr.object": 0.02, "experiment.aberrations.C30": 1e4},
+                          tmp_path / "run")
+    assert config.data.path == str(tmp_path / "d.h5") and config.model.init_from == str(tmp_path / "sub/prev/results.h5")
+    assert config.experiment.positions.path == str(tmp_path / "sub" / "p.npy")
+    assert config.optim.lr.object == 0.02 and config.experiment.aberrations == {"C30": 1e4}
+    assert (config.optim.iterations, config.optim.validation_fraction) == (5, 0.05)  # the tune section's
+    assert config.output.dir == str(tmp_path / "run") and not config.output.figures
 
 
 def test_missing_optuna_names_the_extra(monkeypatch):
