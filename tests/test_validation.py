@@ -110,3 +110,16 @@ def test_two_processes_never_fit_validation_positions_and_agree_with_one(tmp_pat
             errors[processes, shard] = f["validation_error"][()]
     np.testing.assert_allclose(errors[2, "false"], errors[1, "false"], rtol=1e-5)
     assert np.all(np.isfinite(errors[2, "true"]))
+
+
+def test_a_resumed_run_marks_the_iterations_before_it_unknown(tmp_path):
+    raw = tiny_config(tmp_path, optim={"iterations": 2, "batch_size": 8, "validation_fraction": 0.2},
+                      output={"dir": str(tmp_path / "out"), "checkpoint_every": 1})
+    first = ptyacc.reconstruct(ptyacc.load_config(raw))
+    with h5py.File(first.output_dir / "results.h5") as f:
+        before = f["validation_error"][()]
+    raw["optim"]["iterations"] = 3
+    ptyacc.reconstruct(ptyacc.load_config(raw), resume=True)
+    with h5py.File(first.output_dir / "results.h5") as f:
+        after = f["validation_error"][()]
+    assert after.shape == (3,) and np.isnan(after[:2]).all() and after[2] < before[1]
