@@ -158,6 +158,7 @@ def test_tune_section_errors_name_the_key(tmp_path):
     check({"experiment.defocs_A": {"low": 0, "high": 1}}, r"tune.params.experiment.defocs_A: unknown .*defocus_A")
     check({"optim.lr": {"low": 0, "high": 1}}, "is a section")
     check({"output.dir": {"choices": ["a", "b"]}}, "cannot be tuned")
+    check({"runtime.seed": {"choices": [0, 1]}}, "runtime.seed cannot be tuned: it chooses the validation positions")
     check({"optim.grouping": {"low": 0, "high": 1}}, "not a number")
     check({"optim.lr.object": {"low": 0, "high": 1, "log": True}}, "log: a log scale needs low > 0")
     check({"optim.lr.object": {"low": 0.1, "high": 1}}, "sampler: grid needs choices", sampler="grid")

@@ -13,8 +13,14 @@ from typing import Any, Literal, Union
 from ptyacc.config.fields import _f, _require, _suggest
 from ptyacc.errors import ConfigError
 
-# Keys a trial sets itself, or that would make trials write over each other.
-UNTUNABLE = ("tune", "output.dir", "optim.iterations", "optim.validation_fraction")
+# Keys that cannot be searched, and why.
+UNTUNABLE = {
+    "tune": "it describes the search",
+    "output.dir": "each trial writes to its own folder under output.dir/tune/trials",
+    "optim.iterations": "tune.iterations sets it for every trial",
+    "optim.validation_fraction": "tune.validation_fraction sets it for every trial",
+    "runtime.seed": "it chooses the validation positions, which all trials must share to be compared",
+}
 
 
 @dataclass
@@ -88,8 +94,9 @@ def key_type(key: str, path: str) -> Any:
     exist, names a section or cannot be tuned stops with ``path`` and the reason."""
     from ptyacc.config.schema import Config  # here, not at the top: schema imports this module
 
-    if any(key == word or key.startswith(word + ".") for word in UNTUNABLE):
-        raise ConfigError(f"{path}: {key} cannot be tuned (the tune section sets it for every trial)")
+    for word, reason in UNTUNABLE.items():
+        if key == word or key.startswith(word + "."):
+            raise ConfigError(f"{path}: {key} cannot be tuned: {reason}")
     kind: Any = Config
     for depth, part in enumerate(key.split(".")):
         if typing.get_origin(kind) is dict:
