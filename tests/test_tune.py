@@ -150,6 +150,22 @@ def test_ctrl_c_fails_the_running_trial_keeps_the_others_and_the_command_continu
     assert study.trials[-1].state.name == "COMPLETE"
 
 
+def test_data_read_once_when_no_searched_key_changes_it(tmp_path, monkeypatch):
+    """Searching only the learning rate, the process reads the data once; its trials' errors are
+    those of fresh runs (best.yaml, read from the file, repeats the best)."""
+    import ptyacc.data.store as store
+
+    reads = []
+    monkeypatch.setattr(store, "load_data", lambda *args: reads.append(1) or load_data(*args))
+    path = tune_config(tmp_path, simulated_file(tmp_path, 5), trials=3, iterations=2, pruner="none",
+                       params={"optim.lr.object": {"low": 1e-3, "high": 1e-1, "log": True}})
+    study = tune(ptyacc.load_config(path), TuneProcess(0, 1))
+    assert len(reads) == 1 and len({t.params["optim.lr.object"] for t in study.trials}) == 3
+    assert main(["run", str(tmp_path / "out" / "tune" / "best.yaml"), "--quiet"]) == 0
+    with h5py.File(tmp_path / "out" / "tune" / "best" / "results.h5") as f:
+        assert f["validation_error"][-1] == pytest.approx(study.best_value, rel=1e-6)
+
+
 def test_tune_section_errors_name_the_key(tmp_path):
     def check(params: dict, match: str, **tune_keys) -> None:
         with pytest.raises(ConfigError, match=match):

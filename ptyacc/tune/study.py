@@ -22,7 +22,7 @@ from ptyacc.config import Config
 from ptyacc.errors import ConfigError, PtyaccError
 from ptyacc.tune.processes import TuneProcess, detach_from_launcher
 from ptyacc.tune.space import grid_size, make_pruner, make_sampler, suggest
-from ptyacc.tune.trial import run_trial, trial_config
+from ptyacc.tune.trial import LoadedOnce, run_trial, trial_config
 
 WAIT_S = 1.0  # how often the main process looks at the running trials of others when waiting for them
 
@@ -42,9 +42,10 @@ def tune(config: Config, process: TuneProcess | None = None):
     study = open_study(config, process, tune_dir)
     from ptyacc.tune.report import write_reports
 
+    loaded = LoadedOnce(config)
     try:
         while True:  # a trial failed while waiting (its process died) is run again
-            run_trials(study, config, process, tune_dir)
+            run_trials(study, config, process, tune_dir, loaded)
             wait_for_running(study, config.tune.heartbeat_s)
             if _count(study, optuna) >= budget(config):
                 break
@@ -82,7 +83,7 @@ def open_study(config: Config, process: TuneProcess, tune_dir: Path):
                                load_if_exists=True)
 
 
-def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path) -> None:
+def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path, loaded: LoadedOnce) -> None:
     """Ask for trials and run them until the study holds its ``tune.trials`` (or the grid's size)."""
     import optuna
 
@@ -95,7 +96,7 @@ def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path) -> N
             trial.set_user_attr("error", "not run: the study already had its trials")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
-        state, value = run_one(study, trial, config, process, tune_dir)
+        state, value = run_one(study, trial, config, process, tune_dir, loaded)
         shown = f", validation error {value:.6g}" if value is not None else ""
         _say(process, f"trial {trial.number} {state.name.lower()}{shown} "
                       f"({trial.user_attrs.get('seconds', 0):.1f} s); {_progress(study, config)}")
@@ -106,7 +107,7 @@ def budget(config: Config) -> int:
     return min(config.tune.trials, grid_size(config.tune) or config.tune.trials)
 
 
-def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path) -> tuple:
+def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path, loaded: LoadedOnce) -> tuple:
     """Run ``trial`` and tell the study how it ended: (state, value or None)."""
     import optuna
 
@@ -118,7 +119,7 @@ def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path) 
     state, value, error = State.FAIL, None, None
     with Heartbeat(study, trial, config.tune.heartbeat_s):
         try:
-            value = run_trial(trial_config(config, suggest(trial, config.tune), run_dir), trial)
+            value = run_trial(trial_config(config, suggest(trial, config.tune), run_dir), trial, loaded)
             state = State.COMPLETE
         except optuna.TrialPruned as exc:
             state, error = State.PRUNED, str(exc)

@@ -63,15 +63,33 @@ class PrunerReport:
             raise optuna.TrialPruned(f"pruned after iteration {history.done}")
 
 
-def run_trial(config: Config, trial) -> float:
-    """Reconstruct with the trial's ``config`` (``trial_config``) as one process; its validation
-    error after the last iteration."""
+class LoadedOnce:
+    """The dataset of one process's trials: read by its first trial and handed to the next ones
+    when no searched key changes what is read (no ``data.*`` or ``experiment.*`` key, no
+    simulated data, which depends on the model's keys, and no ``model.init_from``, whose
+    positions replace the data's)."""
+
+    def __init__(self, config: Config) -> None:
+        self.reusable = (config.data.simulate is None and config.model.init_from is None
+                         and not any(key.split(".")[0] in ("data", "experiment") for key in config.tune.params))
+        self.data = None
+
+    def keep(self, data) -> None:
+        if self.reusable and self.data is None:
+            self.data = data
+
+
+def run_trial(config: Config, trial, loaded: LoadedOnce | None = None) -> float:
+    """Reconstruct with the trial's ``config`` (``trial_config``) as one process (with the data
+    ``loaded`` already, if any); its validation error after the last iteration."""
     from ptyacc.engine import Reconstructor
     from ptyacc.outdir import hold_output_dir
 
     with hold_output_dir(Path(config.output.dir), main=True):
         run = Reconstructor(config, write=True, overwrite=True)
-        run.build()
+        run.build(loaded.data if loaded is not None else None)
+        if loaded is not None:
+            loaded.keep(run.data)
         run.hooks.append(PrunerReport(trial))
         run.run()
         run.finish()
