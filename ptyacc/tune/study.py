@@ -113,22 +113,22 @@ def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path, 
 
     State = optuna.trial.TrialState
     run_dir = tune_dir / "trials" / f"{trial.number:05d}"
-    for name, value in (("process", process.rank), ("gpu", process.gpu), ("run_dir", str(run_dir))):
-        trial.set_user_attr(name, value)
     started = time.perf_counter()
     state, value, error = State.FAIL, None, None
-    with Heartbeat(study, trial, config.tune.heartbeat_s):
-        try:
+    try:
+        for name, attribute in (("process", process.rank), ("gpu", process.gpu), ("run_dir", str(run_dir))):
+            trial.set_user_attr(name, attribute)
+        with Heartbeat(study, trial, config.tune.heartbeat_s):
             value = run_trial(trial_config(config, suggest(trial, config.tune), run_dir), trial, loaded)
-            state = State.COMPLETE
-        except optuna.TrialPruned as exc:
-            state, error = State.PRUNED, str(exc)
-        except (PtyaccError, torch.OutOfMemoryError) as exc:  # this trial's values fail; the study goes on
-            error = str(exc).splitlines()[0][:300]
-        except BaseException as exc:  # Ctrl-C or a bug: the trial is failed, not left running
-            reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-            _end(study, trial, State.FAIL, None, reason[:300], started)
-            raise
+        state = State.COMPLETE
+    except optuna.TrialPruned as exc:
+        state, error = State.PRUNED, str(exc)
+    except (PtyaccError, torch.OutOfMemoryError) as exc:  # this trial's values fail; the study goes on
+        error = str(exc).splitlines()[0][:300]
+    except BaseException as exc:  # Ctrl-C or a bug: the trial is failed, not left running
+        reason = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        _end(study, trial, State.FAIL, None, reason[:300], started)
+        raise
     _end(study, trial, state, value, error, started)
     if error and state == State.FAIL:
         _say(process, f"trial {trial.number} failed: {error}")
