@@ -41,7 +41,7 @@ from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
 from ptyacc.tiles import ObjectTiles, plan_tiling
-from ptyacc.validation import ValidationError, validation_positions
+from ptyacc.validation import ValidationHook, validation_positions
 
 __all__ = ["Reconstruction", "Reconstructor", "build_model", "check_output_dir", "lr_factor", "reconstruct"]
 
@@ -143,7 +143,7 @@ class Reconstructor:
         self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data, self.started)
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
-            self.hooks.insert(0, ValidationError(self.model, self.store, self.plan, self.left_out, config.optim.loss,
+            self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                  self.accelerator))
 
     def _tiles(self, steps: int) -> ObjectTiles | None:

@@ -35,7 +35,7 @@ def validation_positions(positions_A: np.ndarray, fraction: float, seed: int) ->
     return np.sort(np.array([rng.choice(group) for group in groups], dtype=np.int64))
 
 
-class ValidationError:
+class ValidationHook:
     """After each iteration: the loss per pattern (``loss``: the run's loss function) of the
     model's prediction for the validation positions, appended to ``history.validation``. Every
     process evaluates the validation positions of its share (``ShardPlan.evaluation_share``) and
