@@ -144,7 +144,7 @@ class Reconstructor:
                                      self.history, self.data, self.started)
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
-                                                 self.accelerator))
+                                                self.accelerator))
 
     def _tiles(self, steps: int) -> ObjectTiles | None:
         """The object's split over the processes (``runtime.shard_object``, several processes), for
