@@ -70,6 +70,23 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
     end_process_group()
 
 
+@cli.command("tune")
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@set_option
+@friendly_errors
+def tune_cmd(config_file: str, overrides: tuple[str, ...]) -> None:
+    """Search the keys of CONFIG_FILE's tune section for the lowest validation error, one short
+    reconstruction per trial; the study, trials.csv, best.yaml and figures go to output.dir/tune.
+    Under `accelerate launch -m ptyacc.tune` each process runs its own trials on its own device."""
+    from ptyacc.tune.processes import detach_from_launcher
+
+    process = detach_from_launcher()  # before anything else reads the launcher's variables
+    from ptyacc.config import load_config
+    from ptyacc.tune import tune
+
+    tune(load_config(config_file, overrides), process)
+
+
 @cli.command()
 @click.argument("config_file", type=click.Path(dir_okay=False))
 @set_option

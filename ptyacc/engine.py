@@ -41,6 +41,7 @@ from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
 from ptyacc.tiles import ObjectTiles, plan_tiling
+from ptyacc.validation import ValidationHook, validation_positions
 
 __all__ = ["Reconstruction", "Reconstructor", "build_model", "check_output_dir", "lr_factor", "reconstruct"]
 
@@ -122,6 +123,8 @@ class Reconstructor:
         config = self.config
         set_seed(config.runtime.seed)  # Python's, NumPy's, torch's and CUDA's generators
         self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data)
+        self.left_out = validation_positions(self.data.positions_A, config.optim.validation_fraction,
+                                             config.runtime.seed)
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
@@ -129,7 +132,7 @@ class Reconstructor:
                                               config.model.object_padding_px)
         self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
-                                    config.runtime.seed, self.store)
+                                    config.runtime.seed, self.store, self.left_out)
         self.tiles = self._tiles(batches.n_steps)
         self.model = self._initial_model(previous)
         self.groups = build_groups(config, self.model, self.accelerator.device)
@@ -146,11 +149,15 @@ class Reconstructor:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
                            self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text))
-        history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None)
+        history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
+                          validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data, self.started, self.closing if self.write else None)
+        if len(self.left_out):  # first, so that the run.log line and the other hooks see it
+            self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
+                                                self.accelerator))
 
     def _tiles(self, steps: int) -> ObjectTiles | None:
         """The object's split over the processes (``runtime.shard_object``, several processes), for
@@ -221,7 +228,7 @@ class Reconstructor:
             for group in self.groups:
                 if group.after_iteration is not None:
                     group.after_iteration()
-            loss = float(self.accelerator.reduce(total, reduction="sum")) / self.data.n_patterns
+            loss = float(self.accelerator.reduce(total, reduction="sum")) / (self.data.n_patterns - len(self.left_out))
         except RuntimeError as exc:
             lost = _lost_contact(exc, self.world, iteration, self.out_dir)
             if lost is None:

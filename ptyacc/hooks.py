@@ -29,13 +29,15 @@ MAX_ROLLBACKS = 3
 
 @dataclass
 class History:
-    """The iterations done so far: loss (mean per pattern over all processes), seconds, and the
-    exchange's traffic of each iteration of this launch (None for one process)."""
+    """The iterations done so far: loss (mean per pattern over all processes), seconds, the
+    exchange's traffic of each iteration of this launch (None for one process), and the
+    validation error (``ptyacc/validation.py``; None without validation positions)."""
 
     iterations: int  # planned
     loss: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     traffic: list[Traffic] | None = None
+    validation: list[float] | None = None
     done: int = 0  # iterations done: len(loss)
 
     def record(self, loss: float, seconds: float, traffic: Traffic | None) -> None:
@@ -64,7 +66,8 @@ class LogLine:
             split = ", ".join(f"{kind} {count / 2**20:.2f}" for kind, count in t.bytes.items())
             comm = (f", exchanged {t.total_bytes / 2**20:.2f} MiB ({split}) in {t.calls} collectives, "
                     f"waiting {t.wait_s:.3f} s ({t.wait_s / max(history.seconds[-1], 1e-12):.0%})")
-        lines = [f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}, "
+        valid = f", validation error {history.validation[-1]:.6g}" if history.validation else ""
+        lines = [f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}{valid}, "
                  f"{history.seconds[-1]:.3f} s{comm}"]
         if history.done == history.iterations:
             lines += self._summary(history)

@@ -8,6 +8,9 @@ results.h5 layout (a public contract; add, never rename):
 - ``iteration_time_s`` float64 (iterations done,) wall time of each iteration (main process)
 - ``mean_pattern_measured``, ``mean_pattern_predicted`` float64 (K, K), zero frequency at the
   centre: the mean of up to 128 measured patterns and of the model's prediction for them
+- ``validation_error`` float64 (iterations done,), runs with ``optim.validation_fraction`` > 0:
+  the loss per pattern of the positions left out of the fit, after each iteration (NaN for
+  iterations before a resume)
 - attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
   the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
   ``iterations_done``, ``wavelength_A``, ``loss_name``.
@@ -61,6 +64,7 @@ class Results:
     comm_bytes_probe: np.ndarray | None = None
     comm_bytes_other: np.ndarray | None = None
     comm_calls: np.ndarray | None = None
+    validation_error: np.ndarray | None = None  # runs with validation positions, per iteration
 
     @property
     def phase(self) -> np.ndarray:
@@ -100,7 +104,7 @@ def save_results(path: Path, results: Results) -> None:
         f.create_dataset("probe", data=results.probe.astype(np.complex64))
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
         f.create_dataset("loss", data=np.asarray(results.loss, dtype=np.float64))
-        for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted"):
+        for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted", "validation_error"):
             if getattr(results, name) is not None:
                 f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
         for name in COUNTS:
@@ -132,7 +136,8 @@ def load_results(path: str | Path) -> Results:
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
                            **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
-                                                             "mean_pattern_predicted", "comm_time_s", *COUNTS)
+                                                             "mean_pattern_predicted", "comm_time_s",
+                                                             "validation_error", *COUNTS)
                               if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
     except OSError as exc:

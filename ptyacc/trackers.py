@@ -159,7 +159,7 @@ class Trackers:
         iteration, model = history.done - 1, self.saver.model
         values = {"loss": history.loss[-1], "seconds_per_iteration": history.seconds[-1]}
         # optim.validation_fraction (another change) adds History.validation
-        validation = getattr(history, "validation", None)
+        validation = history.validation
         if validation:
             values["validation_error"] = validation[-1]
         for group in self.groups:

@@ -12,7 +12,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from ptyacc.config.schema import Config, _suggest
+from ptyacc.config.fields import _suggest
+from ptyacc.config.schema import Config
 from ptyacc.errors import ConfigError
 
 

@@ -13,13 +13,14 @@ directory of the config file; ``output.dir`` is relative to the working director
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from ptyacc.config.fields import _f, _require, _suggest
+from ptyacc.config.tune import TuneConfig
 from ptyacc.errors import ConfigError
 
 ABERRATION_NAMES = (
@@ -29,26 +30,6 @@ ABERRATION_NAMES = (
     "C41a", "C41b", "C43a", "C43b", "C45a", "C45b",
     "C50", "C52a", "C52b", "C54a", "C54b", "C56a", "C56b",
 )
-
-
-def _f(default: Any = dataclasses.MISSING, doc: str = "", factory: Any = None) -> Any:
-    """A field with its default (or default factory) and its line in the config reference."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
-
-
-def _require(ok: bool, path: str, reason: str) -> None:
-    """Stop with ``key.path: reason`` unless ``ok``."""
-    if not ok:
-        raise ConfigError(f"{path}: {reason}")
-
-
-def _suggest(word: str, choices: Any) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
 
 
 @dataclass
@@ -306,6 +287,10 @@ class OptimConfig:
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
     regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
+    validation_fraction: float = _f(
+        0.0, "Fraction of the positions (seeded by runtime.seed, spread over the scan) left out of the fit; after "
+             "each iteration the model predicts their patterns and their loss per pattern is the validation error "
+             "(run.log, results.h5 validation_error). 0 = every position is fitted.")
 
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
@@ -316,6 +301,8 @@ class OptimConfig:
                  f"must be in (0, 1], got {self.lr_final_fraction}")
         _require(self.max_position_offset_fraction > 0, f"{path}.max_position_offset_fraction",
                  f"must be > 0, got {self.max_position_offset_fraction}")
+        _require(0 <= self.validation_fraction < 1, f"{path}.validation_fraction",
+                 f"must be in [0, 1), got {self.validation_fraction}")
 
 
 @dataclass
@@ -389,6 +376,7 @@ class Config:
     optim: OptimConfig = _f(factory=OptimConfig, doc="Optimisation.")
     output: OutputConfig = _f(factory=OutputConfig, doc="Output.")
     runtime: RuntimeConfig = _f(factory=RuntimeConfig, doc="Runtime.")
+    tune: TuneConfig = _f(factory=TuneConfig, doc="The search of `ptyacc tune` (unused by `ptyacc run`).")
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:

@@ -37,13 +37,18 @@ class EpochBatches(Dataset):
     positions_px: (N, 2) probe centres, used by ``compact`` grouping to form spatial clusters.
     shards: optional partition of range(N) into ``world_size`` arrays (see ``spatial_shards``).
     store: answers ``measured(indices)`` with the patterns of those positions (``PatternStore``).
+    left_out: positions never drawn (the validation positions, ``ptyacc/validation.py``).
     Items are ``Step`` records.
     """
 
     def __init__(self, positions_px: np.ndarray, batch_size: int, world_size: int = 1,
                  grouping: str = "random", seed: int = 0, shards: list[np.ndarray] | None = None,
-                 store=None) -> None:
-        n = len(positions_px)
+                 store=None, left_out: np.ndarray | None = None) -> None:
+        self.members = np.arange(len(positions_px))
+        if left_out is not None and len(left_out):
+            self.members = np.setdiff1d(self.members, left_out)
+            shards = None if shards is None else [np.setdiff1d(shard, left_out) for shard in shards]
+        n = len(self.members)
         if n < world_size:
             raise ValueError(f"{n} positions cannot be shared by {world_size} processes")
         if shards is not None and len(shards) != world_size:
@@ -84,7 +89,7 @@ class EpochBatches(Dataset):
         """pieces[step][process]: random or spatially compact groups, steps in random order."""
         rng = np.random.default_rng([self.seed, self.epoch])
         if self.shards is None:
-            batches = self._groups(np.arange(len(self.positions_px)), rng)
+            batches = self._groups(self.members, rng)
             return [np.array_split(batch, self.world_size) for batch in batches]
         per_process = [self._groups(np.asarray(shard), rng) for shard in self.shards]
         return [list(step) for step in zip(*per_process, strict=True)]

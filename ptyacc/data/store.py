@@ -43,10 +43,11 @@ class ShardPlan:
         return None if self.shards is None else self.shards[self.rank]
 
     def batches(self, positions_px: np.ndarray, batch_size: int, grouping: str, seed: int,
-                store: PatternStore | None = None) -> EpochBatches:
-        """The steps of every epoch: each process's positions drawn from what it holds."""
+                store: PatternStore | None = None, left_out: np.ndarray | None = None) -> EpochBatches:
+        """The steps of every epoch: each process's positions drawn from what it holds, except
+        the positions ``left_out``."""
         shards = list(self.shards) if self.shards is not None else None
-        return EpochBatches(positions_px, batch_size, self.world, grouping, seed, shards, store)
+        return EpochBatches(positions_px, batch_size, self.world, grouping, seed, shards, store, left_out)
 
     def evaluation_share(self, n_positions: int) -> np.ndarray:
         """The positions this process evaluates when all of them are evaluated once (deviance):
