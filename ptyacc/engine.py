@@ -168,6 +168,9 @@ class Reconstructor:
                       f"dx {data.dx_A:.4g} A, object {self.geometry.shape[0]} x {self.geometry.shape[1]} px")
         for text in data.overrides:
             _tell(self.accelerator, self.log, f"override: {text}")
+        self.log.line("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()))
+        for text in data.checks:
+            self.log.line(text)
         return model
 
     def _resumed(self, history: History) -> History:

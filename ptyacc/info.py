@@ -66,7 +66,7 @@ def data_report(config, sample: int = 64) -> list[str]:
              f"{geometry.shape[1] * dx:.4g} A",
              f"scan extent (y, x) {span_A[0]:.4g} x {span_A[1]:.4g} A = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
              f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)",
-             *(f"override: {text}" for text in data.overrides)]
+             *(f"override: {text}" for text in data.overrides), *data.checks]
     warnings = []
     if data.radiation == "electron" and data.semiangle_mrad:
         probe_lines, probe_warnings = _electron_probe_report(data)

@@ -16,6 +16,11 @@ results.h5 layout (a public contract; add, never rename):
   on the main process (waiting for the slowest process included); ``comm_bytes_object``,
   ``comm_bytes_probe``, ``comm_bytes_other`` int64, the same bytes by kind of parameter (they sum
   to ``comm_bytes``), and ``comm_calls`` int64, the collectives launched
+- group ``calibration``: every calibration value the run used, one attribute each (energy_eV,
+  wavelength_A, semiangle_mrad, defocus_A, scan_step_A, scan_rotation_deg, stored_dk_invA or
+  stored_dx_A (as calibrated, before ``data.transform``), dx_A and dk_invA (as used), X-ray
+  detector_distance_m and detector_pixel_m), and beside each ``<name>_source``: where it came
+  from (config, file, default, fitted, derived)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -55,6 +60,7 @@ class Results:
     iteration_time_s: np.ndarray | None = None
     mean_pattern_measured: np.ndarray | None = None  # (K, K), zero frequency at the centre
     mean_pattern_predicted: np.ndarray | None = None
+    calibration: dict[str, tuple[float, str]] | None = None  # {name: (value, source)}
     comm_bytes: np.ndarray | None = None  # multi-process runs, per iteration of this launch
     comm_time_s: np.ndarray | None = None
     comm_bytes_object: np.ndarray | None = None
@@ -116,6 +122,10 @@ def save_results(path: Path, results: Results) -> None:
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
         for key, value in results.attrs.items():
             f.attrs[key] = value
+        if results.calibration:
+            group = f.create_group("calibration")
+            for name, (value, source) in results.calibration.items():
+                group.attrs[name], group.attrs[f"{name}_source"] = value, source
 
 
 def load_results(path: str | Path) -> Results:
@@ -129,14 +139,23 @@ def load_results(path: str | Path) -> Results:
             if missing:
                 raise DataError(f"{path}: not a ptyacc results file (missing {', '.join(missing)})")
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            calibration = _read_calibration(f["calibration"]) if "calibration" in f else None
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
                            **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
                                                              "mean_pattern_predicted", "comm_time_s", *COUNTS)
                               if name in f},
-                           origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
+                           origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs,
+                           calibration=calibration)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
+
+
+def _read_calibration(group: h5py.Group) -> dict[str, tuple[float, str]]:
+    """The ``calibration`` group as {name: (value, source)}."""
+    attrs = group.attrs
+    return {name: (float(attrs[name]), str(attrs[f"{name}_source"])) for name in attrs
+            if not name.endswith("_source")}
 
 
 def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray | None = None) -> list[Path]:

@@ -60,7 +60,7 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
     return Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
-                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
+                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration))
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:

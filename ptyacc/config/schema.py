@@ -172,6 +172,11 @@ class ExperimentConfig:
                                                "(Fresnel scaling: magnification (z1 + z2) / z1).")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
+    check_calibration: bool = _f(
+        True, "Before the first iteration, check the calibration against the data and stop (exit 2) naming the "
+              "likely unit slip: electrons, the bright-field disk predicted from energy, semi-angle and dk against "
+              "the measured one (20%); X-rays, the scan against the probe window and the near-field Fresnel "
+              "number. false skips the checks.")
 
     def _check(self, path: str) -> None:
         for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
