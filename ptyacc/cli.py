@@ -25,8 +25,9 @@ def friendly_errors(func):
         try:
             return func(*args, **kwargs)
         except PtyaccError as exc:
-            click.echo(f"ptyacc: error: {exc}", err=True)
-            sys.exit(EXIT_USAGE)
+            code = getattr(exc, "exit_code", EXIT_USAGE)  # 128 + signal for an interrupted run
+            click.echo(f"ptyacc: {'error: ' if code == EXIT_USAGE else ''}{exc}", err=True)
+            sys.exit(code)
 
     return wrapper
 
@@ -50,7 +51,9 @@ def cli() -> None:
 @friendly_errors
 def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool, overwrite: bool) -> None:
     """Reconstruct the dataset that CONFIG_FILE describes; write results.h5, figures and
-    run.log to output.dir (and checkpoints every output.checkpoint_every iterations).
+    run.log to output.dir (and checkpoints every output.checkpoint_minutes, and every
+    output.checkpoint_every iterations). Ctrl-C or SIGTERM saves a checkpoint and results.h5,
+    prints the --resume command and exits 130 / 143.
     Launch under `accelerate launch -m ptyacc.run` for several processes."""
     from ptyacc.config import load_config
     from ptyacc.distributed import end_process_group

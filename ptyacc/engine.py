@@ -33,6 +33,7 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.groups import build_groups, lr_factor
 from ptyacc.hooks import History, NanGuard, iteration_hooks
 from ptyacc.initial import build_model, previous_results, start_from
+from ptyacc.interrupt import Interrupt, keep_work
 from ptyacc.model import PtychoModel
 from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results
@@ -179,7 +180,7 @@ class Reconstructor:
         found = latest_checkpoint(self.out_dir)
         if found is None:
             raise ConfigError(f"output.dir: --resume given but {checkpoint_folder(self.out_dir)} holds no complete "
-                              "checkpoint (set output.checkpoint_every, or run without --resume)")
+                              "checkpoint (set output.checkpoint_every or output.checkpoint_minutes, or run without --resume)")
         path, state = found
         if self.tiles is not None:
             state = self.tiles.localize(state)
@@ -190,7 +191,12 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
-        """The iterations; an iteration with a non-finite loss is undone (and maybe retried)."""
+        """The iterations; an iteration with a non-finite loss is undone (and maybe retried); a
+        SIGINT or SIGTERM stops after the current step, keeping the work (``ptyacc.interrupt``)."""
+        with Interrupt(self.accelerator) as self.interrupt:
+            self._iterations()
+
+    def _iterations(self) -> None:
         while self.history.done < self.config.optim.iterations:
             loss, seconds = self._iteration(self.history.done)
             traffic = self.exchange.take() if self.exchange is not None else None
@@ -208,6 +214,8 @@ class Reconstructor:
         try:
             for step in self.loader:
                 total += self._step(iteration, step)
+                if signum := self.interrupt.requested():
+                    raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
             for group in self.groups:
                 if group.after_iteration is not None:
                     group.after_iteration()

@@ -19,6 +19,7 @@ from ptyacc.distributed import check_in_sync
 from ptyacc.errors import PtyaccError
 from ptyacc.exchange import Traffic
 from ptyacc.groups import ParameterGroup
+from ptyacc.interrupt import WallClock
 from ptyacc.model import PtychoModel
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver
@@ -116,13 +117,15 @@ class SyncCheck:
 
 
 class Checkpoints:
-    """A resumable checkpoint every ``every`` iterations and after the last one."""
+    """A resumable checkpoint every ``every`` iterations (0: never) and after the last one, and
+    whenever ``clock`` says one is due (``output.checkpoint_minutes``)."""
 
-    def __init__(self, saver: Saver, groups: list[ParameterGroup], every: int) -> None:
-        self.saver, self.groups, self.every = saver, groups, every
+    def __init__(self, saver: Saver, groups: list[ParameterGroup], every: int, clock: WallClock) -> None:
+        self.saver, self.groups, self.every, self.clock = saver, groups, every, clock
 
     def __call__(self, history: History) -> None:
-        if history.done % self.every == 0 or history.done == history.iterations:
+        due = self.clock.due() and history.done < history.iterations
+        if due or self.every and (history.done % self.every == 0 or history.done == history.iterations):
             self.saver.checkpoint([g.optimizer for g in self.groups], history.loss, history.seconds)
 
 
@@ -147,8 +150,9 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
         hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
     if accelerator.num_processes > 1:
         hooks.append(SyncCheck(accelerator, wrapped, config.runtime.check_sync_every))
-    if config.output.checkpoint_every:
-        hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every))
+    if config.output.checkpoint_every or config.output.checkpoint_minutes:
+        hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every,
+                                 WallClock(accelerator, config.output.checkpoint_minutes)))
     if config.output.save_every:
         hooks.append(IntermediateSaves(saver, config.output.save_every))
     return hooks
@@ -178,7 +182,7 @@ class NanGuard:
                 self.snapshot()
             return True
         bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
-        self._restore()
+        self.restore()
         iteration = history.done
         if self.on_nan == "rollback" and self.retries < MAX_ROLLBACKS:
             self.retries += 1
@@ -193,7 +197,8 @@ class NanGuard:
                           f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
                           "Lower optim.lr, or set optim.on_nan: rollback")
 
-    def _restore(self) -> None:
+    def restore(self) -> None:
+        """Back to the last good state (also after an interrupted iteration, ``ptyacc.interrupt``)."""
         params, states = self.good
         with torch.no_grad():
             for name, p in self.model.named_parameters():

@@ -332,11 +332,16 @@ class OutputConfig:
     figures: bool = _f(True, "Write PNG figures with each save.")
     checkpoint_every: int = _f(0, "Write a resumable checkpoint (model, optimizers, iteration) every this many "
                                   "iterations into dir/checkpoints; 0 = never. Resume with `--resume`.")
+    checkpoint_minutes: float = _f(10.0, "Also write a resumable checkpoint whenever this many minutes of wall time "
+                                          "have passed since the last one, so that a killed run loses at most that "
+                                          "much; 0 = never. SIGINT (Ctrl-C) and SIGTERM always save before stopping.")
     keep_checkpoints: int = _f(2, "How many of the newest checkpoints to keep.")
 
     def _check(self, path: str) -> None:
         _require(self.save_every >= 0, f"{path}.save_every", f"must be >= 0, got {self.save_every}")
         _require(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
+        _require(self.checkpoint_minutes >= 0, f"{path}.checkpoint_minutes",
+                 f"must be >= 0, got {self.checkpoint_minutes}")
         _require(self.keep_checkpoints >= 1, f"{path}.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
 
 
