@@ -21,6 +21,7 @@ from ptyacc.exchange import Traffic
 from ptyacc.groups import ParameterGroup
 from ptyacc.interrupt import WallClock
 from ptyacc.model import PtychoModel
+from ptyacc.progress import in_notebook, progress_bar
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver
 
@@ -84,17 +85,15 @@ class LogLine:
 
 
 class ProgressBar:
-    """A progress bar on the main process, in terminals only."""
+    """A progress bar on the main process, in terminals and notebooks only (not in log files)."""
 
     def __init__(self, total: int, initial: int, patterns: int) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
+        self.bar = progress_bar(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
         self.patterns = patterns
 
     @classmethod
     def wanted(cls, accelerator, enabled: bool) -> bool:
-        return accelerator.is_main_process and enabled and sys.stderr.isatty()
+        return accelerator.is_main_process and enabled and (sys.stderr.isatty() or in_notebook())
 
     def __call__(self, history: History) -> None:
         rate = self.patterns / max(history.seconds[-1], 1e-9)

@@ -16,9 +16,10 @@ from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError, OutputError
 from ptyacc.exchange import KINDS, Traffic
+from ptyacc.figures import save_figures
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
-from ptyacc.output import Results, save_figures, save_results, versions
+from ptyacc.output import Results, save_results, versions
 from ptyacc.tiles import ObjectTiles
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
     return Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
-                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration))
+                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
+                   initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:
