@@ -129,6 +129,21 @@ def plot(results_file: str, output_dir: str | None) -> None:
 
 
 @cli.command()
+@click.argument("results_file", type=click.Path(dir_okay=False))
+@click.option("--output-dir", "-o", type=click.Path(file_okay=False), help="Folder for the TIFFs (default: beside the file).")
+@friendly_errors
+def export(results_file: str, output_dir: str | None) -> None:
+    """Write the object phase (summed and per slice) and the probe (amplitude, phase) of a
+    results.h5 as 32-bit float TIFF with the pixel size (needs ptyacc[formats])."""
+    from ptyacc.output import load_results
+    from ptyacc.tiff import export_tiff
+
+    folder = Path(output_dir) if output_dir else Path(results_file).parent
+    for path in export_tiff(load_results(results_file), folder):
+        click.echo(str(path))
+
+
+@cli.command()
 @click.argument("config_file", type=click.Path(dir_okay=False))
 @set_option
 @click.option("--iterations", "-k", default=5, show_default=True, help="Timed iterations.")
@@ -268,7 +283,7 @@ def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
 @click.option("--scan-shape", nargs=2, type=int, metavar="SLOW FAST",
               help="Scan shape; needed for EMPAD .raw files, which do not store it.")
 @click.option("--format", "file_format", metavar="FORMAT",
-              help="Read INPUT_FILE as hdf5, cxi, npy, mat or empad whatever its extension.")
+              help="Read INPUT_FILE as hdf5, cxi, npy, mat, empad or rsciio whatever its extension.")
 @click.option("--detector-shape", nargs=2, type=int, default=(128, 128), show_default=True, metavar="KY KX",
               help="Pixels of an EMPAD frame.")
 @click.option("--frame-rows", type=int, help="Rows stored per EMPAD frame, metadata included (default: KY + 2).")
