@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ptyacc.errors import PtyaccError
+from ptyacc.errors import OutputError, PtyaccError
 
 EXIT_USAGE = 2
 
@@ -126,6 +126,28 @@ def plot(results_file: str, output_dir: str | None) -> None:
     folder = Path(output_dir) if output_dir else Path(results_file).parent
     for path in save_figures(folder, results):
         click.echo(str(path))
+
+
+@cli.command()
+@click.argument("data_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Config to write (default: DATA_FILE's name, .yaml).")
+@click.option("--force", is_flag=True, help="Replace an existing config.")
+@friendly_errors
+def init(data_file: str, output: str | None, force: bool) -> None:
+    """Write a commented config for DATA_FILE, filled with what the file says (calibration,
+    positions, shape, a suggested batch), ending with what `ptyacc info` derives from it."""
+    from ptyacc.init_config import init_config, report
+    from ptyacc.outdir import write_text
+
+    path = Path(output or Path(data_file).with_suffix(".yaml").name)
+    if path.exists() and not force:
+        raise OutputError(f"{path} exists; pass --force to replace it, or -o another file")
+    text = init_config(Path(data_file), path)
+    write_text(path, text)
+    found = report(path)
+    write_text(path, text + "\n# ptyacc info:\n" + "\n".join(found) + "\n")
+    ready = not found[0].startswith("# not ready")
+    click.echo(f"{path}: " + ("ready: ptyacc run " + str(path) if ready else found[0][2:] + "; fill in the NEEDED keys"))
 
 
 @cli.command()
