@@ -25,8 +25,12 @@ def friendly_errors(func):
         try:
             return func(*args, **kwargs)
         except PtyaccError as exc:
+            from ptyacc.distributed import tell_launcher
+
             code = getattr(exc, "exit_code", EXIT_USAGE)  # 128 + signal for an interrupted run
-            click.echo(f"ptyacc: {'error: ' if code == EXIT_USAGE else ''}{exc}", err=True)
+            line = f"ptyacc: {'error: ' if code == EXIT_USAGE else ''}{exc}"
+            click.echo(line, err=True)
+            tell_launcher(line)
             sys.exit(code)
 
     return wrapper
@@ -258,7 +262,7 @@ def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) 
     window and diameter, object size, scan extent, bright-field disk) and warnings where the
     probe or scan do not fit. FILE is a config (.yaml), or a data file read with the settings
     of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`."""
-    from ptyacc.info import data_report, environment_report
+    from ptyacc.info import data_report, environment_report, file_radiation
 
     for line in environment_report():
         click.echo(line)
@@ -271,8 +275,17 @@ def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) 
             raise click.UsageError(f"{file} is a config; give a data file with --config {config_file}")
         config_file, file = file, None
     data_overrides = [f"data.path={Path(file).resolve()}", "data.simulate=null"] if file is not None else []
+    if file is not None and config_file is None:
+        data_overrides += file_radiation(Path(file))
     config = load_config(config_file or {}, [*data_overrides, *overrides])
-    for line in data_report(config):
+    try:
+        lines = data_report(config)
+    except PtyaccError as exc:
+        if config_file is None and file is not None:  # only the file's own attributes were there to use
+            exc.args = (f"{exc}; give the experiment's settings with --config c.yaml or --set experiment.KEY=VALUE, "
+                        f"or write a config to fill in with `ptyacc init {file}`",)
+        raise
+    for line in lines:
         click.echo(line)
 
 
@@ -328,6 +341,10 @@ def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int
 
 
 def main(argv: list[str] | None = None) -> int:
+    unjoined = set_without_equals(sys.argv[1:] if argv is None else argv)
+    if unjoined:
+        click.echo(f"ptyacc: error: {unjoined}", err=True)
+        return EXIT_USAGE
     try:
         cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)
     except click.exceptions.ClickException as exc:
@@ -338,6 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def set_without_equals(argv: list[str]) -> str | None:
+    """The message for a ``--set KEY VALUE`` (a space where ``=`` belongs), which click would
+    report only as an unexpected extra argument; None when every --set has its ``=``."""
+    for i, word in enumerate(argv[:-1]):
+        item = argv[i + 1]
+        if word == "--set" and "=" not in item:
+            value = argv[i + 2] if i + 2 < len(argv) and not argv[i + 2].startswith("-") else "VALUE"
+            return f"--set {item} {value}: write --set {item}={value} (KEY=VALUE as one word, no spaces around =)"
+    return None
 
 
 def entry_point() -> None:

@@ -118,8 +118,10 @@ class SimulateConfig:
 class DataConfig:
     """Where the diffraction patterns come from."""
 
-    path: str | None = _f(None, "HDF5 file with patterns (relative to the config file).")
-    key: str | None = _f(None, "Dataset inside the HDF5 file; default 'patterns' or the one 3D/4D dataset.")
+    path: str | None = _f(None, "Pattern file, relative to the config file: HDF5, CXI, .npy, .mat, EMPAD .raw; with "
+                                "ptyacc[formats] Merlin .mib, Gatan .dm3/.dm4, .emd, .blo, .hspy/.zspy.")
+    key: str | None = _f(None, "Dataset (HDF5, CXI, MAT v7.3) or variable (MAT v5) holding the patterns; default "
+                               "'patterns' or the one 3D/4D dataset. Formats holding one array take none.")
     scan_shape: list[int] | None = _f(None, "Scan [slow, fast]; read from 4D data or the file's attribute if omitted.")
     transform: TransformConfig = _f(factory=TransformConfig, doc="Preparation of each pattern: crop, bin, orientation, padding.")
     simulate: SimulateConfig | None = _f(None, "Synthetic dataset instead of `path`.")
