@@ -360,10 +360,8 @@ def main(argv: list[str] | None = None) -> int:
 def set_without_equals(argv: list[str]) -> str | None:
     """The message for a ``--set KEY VALUE`` (a space where ``=`` belongs), which click would
     report only as an unexpected extra argument; None when every --set has its ``=``."""
-    for i, word in enumerate(argv[:-1]):
-        item = argv[i + 1]
-        if word == "--set" and "=" not in item:
-            value = argv[i + 2] if i + 2 < len(argv) and not argv[i + 2].startswith("-") else "VALUE"
+    for word, item, value in zip(argv, argv[1:], argv[2:]):
+        if word == "--set" and "=" not in item and not value.startswith("-"):
             return f"--set {item} {value}: write --set {item}={value} (KEY=VALUE as one word, no spaces around =)"
     return None
 

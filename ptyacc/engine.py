@@ -100,6 +100,7 @@ class Reconstructor:
             torch.set_num_threads(config.runtime.threads)
         self.accelerator = accelerator or make_accelerator(config.runtime)
         self.world = self.accelerator.num_processes
+        self.interrupt = Interrupt(self.accelerator)  # listens during run() only
         main = write and self.accelerator.is_main_process
         self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume)
         self.log.header(config, self.accelerator)
@@ -193,7 +194,7 @@ class Reconstructor:
     def run(self) -> None:
         """The iterations; an iteration with a non-finite loss is undone (and maybe retried); a
         SIGINT or SIGTERM stops after the current step, keeping the work (``ptyacc.interrupt``)."""
-        with Interrupt(self.accelerator) as self.interrupt:
+        with self.interrupt:
             self._iterations()
 
     def _iterations(self) -> None:

@@ -47,15 +47,18 @@ class Interrupt:
     def __init__(self, accelerator) -> None:
         self.accelerator = accelerator
         self.signum = 0
+        self.active = False  # between __enter__ and __exit__; outside, nothing is asked (no collective)
         self.previous: dict[int, object] = {}
 
     def __enter__(self) -> Interrupt:
+        self.active = True
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 self.previous[signum] = signal.signal(signum, self._remember)
         return self
 
     def __exit__(self, *exc) -> None:
+        self.active = False
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous.clear()
@@ -70,7 +73,7 @@ class Interrupt:
 
     def requested(self) -> int:
         """The signal number any process received (0: none), the same on every process."""
-        if self.accelerator.num_processes == 1:
+        if self.accelerator.num_processes == 1 or not self.active:
             return self.signum
         return agreed_max(self.accelerator, self.signum)
 

@@ -5,7 +5,7 @@ imports it too, so ptyacc imports it first, once, with that warning silenced).""
 
 from __future__ import annotations
 
-import sys
+import builtins
 import warnings
 
 with warnings.catch_warnings():
@@ -14,8 +14,8 @@ with warnings.catch_warnings():
 
 
 def in_notebook() -> bool:
-    """True inside a Jupyter kernel."""
-    return "ipykernel" in sys.modules
+    """True inside IPython (a Jupyter kernel: stderr is no terminal there, yet a bar is wanted)."""
+    return hasattr(builtins, "__IPYTHON__")
 
 
 def progress_bar(**options) -> tqdm:
