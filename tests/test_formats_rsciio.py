@@ -132,3 +132,20 @@ def test_export_writes_32_bit_tiffs_with_the_pixel_size(tmp_path):
             assert tif.imagej_metadata["unit"] == "nm"
             x_resolution = tif.pages[0].tags["XResolution"].value
             assert x_resolution[0] / x_resolution[1] == pytest.approx(1 / 0.025)  # pixels per nm
+
+
+def test_ncem_emd_reads_the_hdf5_patterns_and_its_axes(tmp_path):
+    """An NCEM/Berkeley .emd by rsciio's writer (it keeps the axes' units, not which navigate)."""
+    from rsciio.emd import file_writer
+
+    data = patterns_4d()
+    names = (("y", 0.5, "nm"), ("x", 0.5, "nm"), ("ky", 0.2, "1/nm"), ("kx", 0.2, "1/nm"))
+    axes = [{"name": name, "size": size, "scale": scale, "units": units, "navigate": i < 2, "offset": 0.0}
+            for i, ((name, scale, units), size) in enumerate(zip(names, data.shape))]
+    file_writer(str(tmp_path / "scan.emd"), {"data": data, "axes": axes, "original_metadata": {},
+                                            "metadata": {"General": {"title": "test"}, "Signal": {"signal_type": ""}}})
+    h5 = write_hdf5(tmp_path / "scan.h5", data)
+    with open_patterns(tmp_path / "scan.emd") as source:
+        np.testing.assert_array_equal(source.read(np.array([2, 3, 10])).patterns,
+                                      read_patterns(h5, rows=np.array([2, 3, 10])).patterns)
+        assert source.info.attrs["dk_invA"] == pytest.approx(0.02) and source.info.attrs["scan_step_A"] == 5.0

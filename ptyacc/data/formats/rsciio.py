@@ -4,8 +4,9 @@ Gatan DigitalMicrograph ``.dm3``/``.dm4``, Velox and NCEM ``.emd``, NanoMegas ``
 HyperSpy ``.hspy``/``.zspy``.
 
 Read lazily (rsciio gives a dask array): only the rows asked for are read from disk. The patterns
-are the last two axes that do not navigate, as rsciio orients them (it flips Merlin frames
-upside down, as Merlin stores them); the scan axes before them, (slow, fast). The calibration the
+are the last two axes (the only ones that do not navigate, where the format says which do), as
+rsciio orients them (it flips Merlin frames upside down, as Merlin stores them); the scan axes
+before them, (slow, fast). The calibration the
 file carries goes into ``PatternsInfo.attrs`` in ptyacc's names: ``energy_eV`` (beam energy),
 ``semiangle_mrad`` (convergence angle), ``camera_length_m``, ``dk_invA`` (detector axes in 1/nm,
 1/Å, or mrad with the energy) and ``scan_step_A`` (scan axes in pm, Å, nm or µm).
@@ -70,7 +71,7 @@ def open_file(path: Path, options: ReadOptions) -> AbstractContextManager[dict]:
         signals = reader(str(path), lazy=True, **kwargs)
     except Exception as exc:  # rsciio raises many kinds for a file it cannot parse
         raise DataError(f"{path}: RosettaSciIO ({plugin}) cannot read it: {type(exc).__name__}: {exc}") from None
-    patterns = [s for s in signals if len(s["data"].shape) in (3, 4) and _signal_axes(s) == 2]
+    patterns = [s for s in signals if len(s["data"].shape) in (3, 4) and _detector_last(s)]
     if not patterns:
         shapes = ", ".join(str(tuple(s["data"].shape)) for s in signals) or "none"
         raise DataError(f"{path}: no 3D or 4D patterns (scan axes then two detector axes) among its signals, "
@@ -105,8 +106,7 @@ def calibration_attrs(signal: dict) -> dict[str, float]:
         if _positive(tem.get(key)):
             attrs[name] = float(tem[key]) * factor
     axes = signal.get("axes") or []
-    detector = [a for a in axes if not a.get("navigate", False)][-2:]
-    scan = [a for a in axes if a.get("navigate", False)]
+    detector, scan = axes[-2:], axes[:-2]  # rsciio lists the axes in array order
     dk = _common_scale(detector, RECIPROCAL_PER_A)
     if dk is None and "energy_eV" in attrs:
         mrad = _common_scale(detector, {"mrad": 1e-3})  # radians per pixel
@@ -119,8 +119,12 @@ def calibration_attrs(signal: dict) -> dict[str, float]:
     return attrs
 
 
-def _signal_axes(signal: dict) -> int:
-    return sum(not a.get("navigate", False) for a in signal.get("axes") or [])
+def _detector_last(signal: dict) -> bool:
+    """Whether the last two axes are the detector's: the only ones that do not navigate, or, in
+    formats that do not say (NCEM EMD), no axis navigates."""
+    navigates = [bool(a.get("navigate", False)) for a in signal.get("axes") or []]
+    return len(navigates) == len(signal["data"].shape) and (navigates[-2:] == [False, False] and
+                                                           (all(navigates[:-2]) or not any(navigates)))
 
 
 def _common_scale(axes: list[dict], units: dict[str, float]) -> float | None:
