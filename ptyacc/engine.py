@@ -37,7 +37,8 @@ from ptyacc.interrupt import Interrupt, keep_work
 from ptyacc.model import PtychoModel
 from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results
-from ptyacc.physics import deviance_sums
+from ptyacc.physics import deviance_sums, poisson_nll
+from ptyacc.physics.fidelity import TINY
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
@@ -271,19 +272,26 @@ class Reconstructor:
             sums = self.accelerator.reduce(sums, reduction="sum")
         deviance = float(sums[0] / (0.5 * sums[1]))
         self.log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
+        # what turns the loss history into the deviance per counted pixel (ptyacc.figures.plot_loss)
+        self.saver.deviance_scale = {"poisson_data_nll_per_pattern": float(sums[2]) / self.data.n_patterns,
+                                     "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns}
         return deviance
 
 
 @torch.no_grad()
 def poisson_deviance_sums(model: PtychoModel, store: PatternStore, indices: torch.Tensor,
                           chunk: int = 64) -> torch.Tensor:
-    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1) of the
-    model's prediction for ``indices`` against their patterns, in chunks (``deviance_sums``);
-    divided by half the count the deviance is ~1 for a model at the noise level."""
-    total = torch.zeros(2, dtype=torch.float64, device=indices.device)
+    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1, sum of
+    the data-only term poisson_nll(M, M) that the loss leaves out) of the model's prediction for
+    ``indices`` against their patterns, in chunks (``deviance_sums``); divided by half the count
+    the deviance is ~1 for a model at the noise level."""
+    total = torch.zeros(3, dtype=torch.float64, device=indices.device)
+    mask = model.detector_mask
     for start in range(0, len(indices), chunk):
         part = indices[start:start + chunk]
-        total += deviance_sums(model(part), store.measured(part), model.detector_mask)
+        measured = store.measured(part).double()
+        data_term = poisson_nll(measured.clamp_min(TINY), measured) * (1 if mask is None else mask)
+        total += torch.cat([deviance_sums(model(part), measured, mask), data_term.sum().reshape(1)])
     return total
 
 

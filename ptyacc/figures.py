@@ -125,21 +125,39 @@ def length_unit(results: Results) -> tuple[str, float]:
 
 
 def plot_loss(ax: Axes, results: Results) -> None:
-    """The loss as it was: log scale when positive (amplitude); the Poisson loss, which leaves
-    out a data-only constant and can be negative, on a linear scale, with the final Poisson
-    deviance per counted pixel (~1 at the noise level) in the title when it was computed."""
+    """The loss as it was: log scale when positive (amplitude); the Poisson loss as the Poisson
+    deviance per counted pixel (~1 at the noise level, ``poisson_deviance_history``), or where
+    results.h5 lacks what that needs, as it is (it leaves out a data-only term and can be
+    negative) on a linear scale."""
     loss, name = np.asarray(results.loss), results.attrs.get("loss_name", "")
     iterations = np.arange(1, len(loss) + 1)
     title = f"loss ({name})"
-    if len(loss) and np.min(loss) > 0:
+    deviance = poisson_deviance_history(results)
+    if deviance is not None:
+        ax.semilogy(iterations, deviance)
+        ax.axhline(1.0, color="0.6", lw=0.8, ls="--")  # the noise level
+        ax.set_ylabel("Poisson deviance per counted pixel")
+        title = f"Poisson deviance (1 = noise level); final model {float(results.attrs['poisson_deviance']):.4g}"
+    elif len(loss) and np.min(loss) > 0:
         ax.semilogy(iterations, loss)
         ax.set_ylabel(f"loss ({name})")
     else:
         ax.plot(iterations, loss)
         ax.set_ylabel("loss per pattern (up to a data-only constant)")
-    if "poisson_deviance" in results.attrs:
+    if deviance is None and "poisson_deviance" in results.attrs:
         title += f"; final Poisson deviance {float(results.attrs['poisson_deviance']):.4g} per pixel"
     ax.set(xlabel="iteration", title=title)
+
+
+def poisson_deviance_history(results: Results) -> np.ndarray | None:
+    """The Poisson loss of each iteration as the deviance per counted pixel, (loss - data term) /
+    (counted / 2), from the data term and the count saved with the final deviance; None for
+    other losses or results without them."""
+    attrs = results.attrs
+    if "poisson_data_nll_per_pattern" not in attrs or "counted_pixel_values_per_pattern" not in attrs:
+        return None
+    offset, counted = float(attrs["poisson_data_nll_per_pattern"]), float(attrs["counted_pixel_values_per_pattern"])
+    return (np.asarray(results.loss) - offset) / (0.5 * counted)
 
 
 def complex_to_rgb(field_: np.ndarray) -> np.ndarray:

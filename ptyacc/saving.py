@@ -87,6 +87,7 @@ class Saver:
         self.writes = write and accelerator.is_main_process
         self.tell = tell  # a message for the user, on the terminal and in run.log
         self.deviance: float | None = None
+        self.deviance_scale: dict[str, float] = {}  # poisson_data_nll_per_pattern, counted_pixel_values_per_pattern
 
     def save(self, history: History, figures: bool | None = None) -> Results:
         mean_patterns = self._mean_patterns() if self.writes else (None, None)
@@ -97,6 +98,7 @@ class Saver:
             setattr(results, name, values)
         if self.deviance is not None:
             results.attrs["poisson_deviance"] = self.deviance
+            results.attrs.update(self.deviance_scale)
         results.mean_pattern_measured, results.mean_pattern_predicted = mean_patterns
         if self.writes:
             save_results(self.out_dir / "results.h5", results)

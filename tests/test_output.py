@@ -136,3 +136,29 @@ def test_plot_redraws_the_runs_figures_exactly(tmp_path):
     assert result.exit_code == 0, result.output
     for name in ("object_phase.png", "probe.png", "loss.png", "positions.png", "summary.png"):
         assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_poisson_runs_draw_the_deviance_per_iteration(tmp_path):
+    """The Poisson loss leaves out the data-only term sum(M - M log M); results.h5 keeps it (and
+    the count of pixel values >= 1), so the loss history becomes the deviance per counted pixel,
+    whose last value is near the final model's deviance."""
+    from ptyacc.figures import loss_figure, poisson_deviance_history
+
+    config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 6, "loss": "poisson"},
+                                            data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
+                                                               "dose": 1e4}}))
+    rec = ptyacc.reconstruct(config)
+    measured = np.fft.fftshift(rec.data.patterns.double().numpy(), axes=(-2, -1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        data_term = np.where(measured > 0, measured - measured * np.log(measured), 0.0).sum(axis=(1, 2)).mean()
+    results = ptyacc.load_results(tmp_path / "out" / "results.h5")
+    assert results.attrs["poisson_data_nll_per_pattern"] == pytest.approx(data_term, rel=1e-9)
+    assert results.attrs["counted_pixel_values_per_pattern"] == pytest.approx((measured >= 1).sum() / len(measured))
+    deviance = poisson_deviance_history(results)
+    expected = (results.loss - data_term) / (0.5 * (measured >= 1).sum() / len(measured))
+    np.testing.assert_allclose(deviance, expected, rtol=1e-9)
+    assert deviance[-1] == pytest.approx(results.attrs["poisson_deviance"], rel=0.2)
+    assert deviance[0] > deviance[-1] > 0
+    ax = loss_figure(results).axes[0]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), deviance)
+    assert ax.get_ylabel() == "Poisson deviance per counted pixel"
