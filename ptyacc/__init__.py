@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+import ptyacc.progress  # noqa: E402, F401  (first: tqdm.auto imported without its notebook warning)
 from ptyacc.config import Config, load_config  # noqa: E402
 from ptyacc.engine import Reconstruction, reconstruct  # noqa: E402
 from ptyacc.errors import ConfigError, DataError, DistributedError, OutputError, PtyaccError  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ptyacc.errors import PtyaccError
+from ptyacc.errors import OutputError, PtyaccError
 
 EXIT_USAGE = 2
 
@@ -25,8 +25,13 @@ def friendly_errors(func):
         try:
             return func(*args, **kwargs)
         except PtyaccError as exc:
-            click.echo(f"ptyacc: error: {exc}", err=True)
-            sys.exit(EXIT_USAGE)
+            from ptyacc.distributed import tell_launcher
+
+            code = getattr(exc, "exit_code", EXIT_USAGE)  # 128 + signal for an interrupted run
+            line = f"ptyacc: {'error: ' if code == EXIT_USAGE else ''}{exc}"
+            click.echo(line, err=True)
+            tell_launcher(line)
+            sys.exit(code)
 
     return wrapper
 
@@ -50,7 +55,9 @@ def cli() -> None:
 @friendly_errors
 def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool, overwrite: bool) -> None:
     """Reconstruct the dataset that CONFIG_FILE describes; write results.h5, figures and
-    run.log to output.dir (and checkpoints every output.checkpoint_every iterations).
+    run.log to output.dir (and checkpoints every output.checkpoint_minutes, and every
+    output.checkpoint_every iterations). Ctrl-C or SIGTERM saves a checkpoint and results.h5,
+    prints the --resume command and exits 130 / 143.
     Launch under `accelerate launch -m ptyacc.run` for several processes."""
     from ptyacc.config import load_config
     from ptyacc.distributed import end_process_group
@@ -139,6 +146,43 @@ def plot(results_file: str, output_dir: str | None) -> None:
     results = load_results(results_file)
     folder = Path(output_dir) if output_dir else Path(results_file).parent
     for path in save_figures(folder, results):
+        click.echo(str(path))
+
+
+@cli.command()
+@click.argument("data_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Config to write (default: DATA_FILE's name, .yaml).")
+@click.option("--force", is_flag=True, help="Replace an existing config.")
+@friendly_errors
+def init(data_file: str, output: str | None, force: bool) -> None:
+    """Write a commented config for DATA_FILE, filled with what the file says (calibration,
+    positions, shape, a suggested batch), ending with what `ptyacc info` derives from it."""
+    from ptyacc.init_config import init_config, report
+    from ptyacc.outdir import write_text
+
+    path = Path(output or Path(data_file).with_suffix(".yaml").name)
+    if path.exists() and not force:
+        raise OutputError(f"{path} exists; pass --force to replace it, or -o another file")
+    text = init_config(Path(data_file), path)
+    write_text(path, text)
+    found = report(path)
+    write_text(path, text + "\n# ptyacc info:\n" + "\n".join(found) + "\n")
+    ready = not found[0].startswith("# not ready")
+    click.echo(f"{path}: " + ("ready: ptyacc run " + str(path) if ready else found[0][2:] + "; fill in the NEEDED keys"))
+
+
+@cli.command()
+@click.argument("results_file", type=click.Path(dir_okay=False))
+@click.option("--output-dir", "-o", type=click.Path(file_okay=False), help="Folder for the TIFFs (default: beside the file).")
+@friendly_errors
+def export(results_file: str, output_dir: str | None) -> None:
+    """Write the object phase (summed and per slice) and the probe (amplitude, phase) of a
+    results.h5 as 32-bit float TIFF with the pixel size (needs ptyacc[formats])."""
+    from ptyacc.output import load_results
+    from ptyacc.tiff import export_tiff
+
+    folder = Path(output_dir) if output_dir else Path(results_file).parent
+    for path in export_tiff(load_results(results_file), folder):
         click.echo(str(path))
 
 
@@ -235,7 +279,7 @@ def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) 
     window and diameter, object size, scan extent, bright-field disk) and warnings where the
     probe or scan do not fit. FILE is a config (.yaml), or a data file read with the settings
     of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`."""
-    from ptyacc.info import data_report, environment_report
+    from ptyacc.info import data_report, environment_report, file_radiation
 
     for line in environment_report():
         click.echo(line)
@@ -248,8 +292,17 @@ def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) 
             raise click.UsageError(f"{file} is a config; give a data file with --config {config_file}")
         config_file, file = file, None
     data_overrides = [f"data.path={Path(file).resolve()}", "data.simulate=null"] if file is not None else []
+    if file is not None and config_file is None:
+        data_overrides += file_radiation(Path(file))
     config = load_config(config_file or {}, [*data_overrides, *overrides])
-    for line in data_report(config):
+    try:
+        lines = data_report(config)
+    except PtyaccError as exc:
+        if config_file is None and file is not None:  # only the file's own attributes were there to use
+            exc.args = (f"{exc}; give the experiment's settings with --config c.yaml or --set experiment.KEY=VALUE, "
+                        f"or write a config to fill in with `ptyacc init {file}`",)
+        raise
+    for line in lines:
         click.echo(line)
 
 
@@ -282,7 +335,7 @@ def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
 @click.option("--scan-shape", nargs=2, type=int, metavar="SLOW FAST",
               help="Scan shape; needed for EMPAD .raw files, which do not store it.")
 @click.option("--format", "file_format", metavar="FORMAT",
-              help="Read INPUT_FILE as hdf5, cxi, npy, mat or empad whatever its extension.")
+              help="Read INPUT_FILE as hdf5, cxi, npy, mat, empad or rsciio whatever its extension.")
 @click.option("--detector-shape", nargs=2, type=int, default=(128, 128), show_default=True, metavar="KY KX",
               help="Pixels of an EMPAD frame.")
 @click.option("--frame-rows", type=int, help="Rows stored per EMPAD frame, metadata included (default: KY + 2).")
@@ -305,6 +358,10 @@ def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int
 
 
 def main(argv: list[str] | None = None) -> int:
+    unjoined = set_without_equals(sys.argv[1:] if argv is None else argv)
+    if unjoined:
+        click.echo(f"ptyacc: error: {unjoined}", err=True)
+        return EXIT_USAGE
     try:
         cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)
     except click.exceptions.ClickException as exc:
@@ -315,6 +372,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def set_without_equals(argv: list[str]) -> str | None:
+    """The message for a ``--set KEY VALUE`` (a space where ``=`` belongs), which click would
+    report only as an unexpected extra argument; None when every --set has its ``=``."""
+    for word, item, value in zip(argv, argv[1:], argv[2:]):
+        if word == "--set" and "=" not in item and not value.startswith("-"):
+            return f"--set {item} {value}: write --set {item}={value} (KEY=VALUE as one word, no spaces around =)"
+    return None
 
 
 def entry_point() -> None:

@@ -33,10 +33,12 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.groups import build_groups, lr_factor
 from ptyacc.hooks import History, NanGuard, iteration_hooks
 from ptyacc.initial import build_model, previous_results, start_from
+from ptyacc.interrupt import Interrupt, keep_work
 from ptyacc.model import PtychoModel
 from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results
-from ptyacc.physics import deviance_sums
+from ptyacc.physics import deviance_sums, poisson_nll
+from ptyacc.physics.fidelity import TINY
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
@@ -105,6 +107,7 @@ class Reconstructor:
             require_packages(config.output.trackers)
         self.accelerator = accelerator or make_accelerator(config.runtime, config.output)
         self.world = self.accelerator.num_processes
+        self.interrupt = Interrupt(self.accelerator)  # listens during run() only
         main = write and self.accelerator.is_main_process
         self.closing = contextlib.ExitStack()  # what the run holds open
         self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume)
@@ -188,6 +191,9 @@ class Reconstructor:
                       f"dx {data.dx_A:.4g} A, object {self.geometry.shape[0]} x {self.geometry.shape[1]} px")
         for text in data.overrides:
             _tell(self.accelerator, self.log, f"override: {text}")
+        self.log.line("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()))
+        for text in data.checks:
+            self.log.line(text)
         return model
 
     def _resumed(self, history: History) -> History:
@@ -196,7 +202,7 @@ class Reconstructor:
         found = latest_checkpoint(self.out_dir)
         if found is None:
             raise ConfigError(f"output.dir: --resume given but {checkpoint_folder(self.out_dir)} holds no complete "
-                              "checkpoint (set output.checkpoint_every, or run without --resume)")
+                              "checkpoint (set output.checkpoint_every or output.checkpoint_minutes, or run without --resume)")
         path, state = found
         if self.tiles is not None:
             state = self.tiles.localize(state)
@@ -207,7 +213,12 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
-        """The iterations; an iteration with a non-finite loss is undone (and maybe retried)."""
+        """The iterations; an iteration with a non-finite loss is undone (and maybe retried); a
+        SIGINT or SIGTERM stops after the current step, keeping the work (``ptyacc.interrupt``)."""
+        with self.interrupt:
+            self._iterations()
+
+    def _iterations(self) -> None:
         while self.history.done < self.config.optim.iterations:
             loss, seconds = self._iteration(self.history.done)
             traffic = self.exchange.take() if self.exchange is not None else None
@@ -225,6 +236,8 @@ class Reconstructor:
         try:
             for step in self.loader:
                 total += self._step(iteration, step)
+                if signum := self.interrupt.requested():
+                    raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
             for group in self.groups:
                 if group.after_iteration is not None:
                     group.after_iteration()
@@ -279,19 +292,26 @@ class Reconstructor:
             sums = self.accelerator.reduce(sums, reduction="sum")
         deviance = float(sums[0] / (0.5 * sums[1]))
         self.log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
+        # what turns the loss history into the deviance per counted pixel (ptyacc.figures.plot_loss)
+        self.saver.deviance_scale = {"poisson_data_nll_per_pattern": float(sums[2]) / self.data.n_patterns,
+                                     "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns}
         return deviance
 
 
 @torch.no_grad()
 def poisson_deviance_sums(model: PtychoModel, store: PatternStore, indices: torch.Tensor,
                           chunk: int = 64) -> torch.Tensor:
-    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1) of the
-    model's prediction for ``indices`` against their patterns, in chunks (``deviance_sums``);
-    divided by half the count the deviance is ~1 for a model at the noise level."""
-    total = torch.zeros(2, dtype=torch.float64, device=indices.device)
+    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1, sum of
+    the data-only term poisson_nll(M, M) that the loss leaves out) of the model's prediction for
+    ``indices`` against their patterns, in chunks (``deviance_sums``); divided by half the count
+    the deviance is ~1 for a model at the noise level."""
+    total = torch.zeros(3, dtype=torch.float64, device=indices.device)
+    mask = model.detector_mask
     for start in range(0, len(indices), chunk):
         part = indices[start:start + chunk]
-        total += deviance_sums(model(part), store.measured(part), model.detector_mask)
+        measured = store.measured(part).double()
+        data_term = poisson_nll(measured.clamp_min(TINY), measured) * (1 if mask is None else mask)
+        total += torch.cat([deviance_sums(model(part), measured, mask), data_term.sum().reshape(1)])
     return total
 
 

@@ -20,7 +20,9 @@ from ptyacc.distributed import check_in_sync
 from ptyacc.errors import PtyaccError
 from ptyacc.exchange import Traffic
 from ptyacc.groups import ParameterGroup
+from ptyacc.interrupt import WallClock
 from ptyacc.model import PtychoModel
+from ptyacc.progress import in_notebook, progress_bar
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver
 
@@ -87,17 +89,15 @@ class LogLine:
 
 
 class ProgressBar:
-    """A progress bar on the main process, in terminals only."""
+    """A progress bar on the main process, in terminals and notebooks only (not in log files)."""
 
     def __init__(self, total: int, initial: int, patterns: int) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
+        self.bar = progress_bar(total=total, initial=initial, desc="ptyacc", unit="it", dynamic_ncols=True)
         self.patterns = patterns
 
     @classmethod
     def wanted(cls, accelerator, enabled: bool) -> bool:
-        return accelerator.is_main_process and enabled and sys.stderr.isatty()
+        return accelerator.is_main_process and enabled and (sys.stderr.isatty() or in_notebook())
 
     def __call__(self, history: History) -> None:
         rate = self.patterns / max(history.seconds[-1], 1e-9)
@@ -120,13 +120,15 @@ class SyncCheck:
 
 
 class Checkpoints:
-    """A resumable checkpoint every ``every`` iterations and after the last one."""
+    """A resumable checkpoint every ``every`` iterations (0: never) and after the last one, and
+    whenever ``clock`` says one is due (``output.checkpoint_minutes``)."""
 
-    def __init__(self, saver: Saver, groups: list[ParameterGroup], every: int) -> None:
-        self.saver, self.groups, self.every = saver, groups, every
+    def __init__(self, saver: Saver, groups: list[ParameterGroup], every: int, clock: WallClock) -> None:
+        self.saver, self.groups, self.every, self.clock = saver, groups, every, clock
 
     def __call__(self, history: History) -> None:
-        if history.done % self.every == 0 or history.done == history.iterations:
+        due = self.clock.due() and history.done < history.iterations
+        if due or self.every and (history.done % self.every == 0 or history.done == history.iterations):
             self.saver.checkpoint([g.optimizer for g in self.groups], history.loss, history.seconds)
 
 
@@ -153,8 +155,9 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
         hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
     if accelerator.num_processes > 1:
         hooks.append(SyncCheck(accelerator, wrapped, config.runtime.check_sync_every))
-    if config.output.checkpoint_every:
-        hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every))
+    if config.output.checkpoint_every or config.output.checkpoint_minutes:
+        hooks.append(Checkpoints(saver, groups, config.output.checkpoint_every,
+                                 WallClock(accelerator, config.output.checkpoint_minutes)))
     if config.output.save_every:
         hooks.append(IntermediateSaves(saver, config.output.save_every))
     if config.output.trackers and closing is not None:
@@ -188,7 +191,7 @@ class NanGuard:
                 self.snapshot()
             return True
         bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
-        self._restore()
+        self.restore()
         iteration = history.done
         if self.on_nan == "rollback" and self.retries < MAX_ROLLBACKS:
             self.retries += 1
@@ -203,7 +206,8 @@ class NanGuard:
                           f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
                           "Lower optim.lr, or set optim.on_nan: rollback")
 
-    def _restore(self) -> None:
+    def restore(self) -> None:
+        """Back to the last good state (also after an interrupted iteration, ``ptyacc.interrupt``)."""
         params, states = self.good
         with torch.no_grad():
             for name, p in self.model.named_parameters():

@@ -44,6 +44,25 @@ def _accelerate_config() -> str | None:
     return str(path) if path.is_file() else None
 
 
+def file_radiation(path: Path) -> list[str]:
+    """``--set`` overrides for a data file read without a config: ``experiment.radiation=xray``
+    when the file says it holds X-ray data (a CXI file, or a 'radiation' attribute)."""
+    from ptyacc.data.readers import inspect_patterns
+    from ptyacc.errors import PtyaccError
+
+    try:
+        info = inspect_patterns(path)
+    except PtyaccError:
+        return []  # reading it again in data_report gives the error where it belongs
+    return ["experiment.radiation=xray"] if info.format == "cxi" or info.attrs.get("radiation") == "xray" else []
+
+
+def _length(*values_A: float, xray: bool) -> str:
+    """Lengths for people, "a x b unit": µm for X-rays (Å would be 1e4 of them), Å for electrons."""
+    unit, per_A = ("µm", 1e-4) if xray else ("A", 1.0)
+    return " x ".join(f"{v * per_A:.4g}" for v in values_A) + f" {unit}"
+
+
 def data_report(config, sample: int = 64) -> list[str]:
     """Derived sampling and geometry for the config's data, with warnings where they do not fit.
     Reads all positions but only ``sample`` evenly spread patterns (for the mean counts)."""
@@ -58,22 +77,24 @@ def data_report(config, sample: int = 64) -> list[str]:
     stored = data.stored_pattern_shape
     prepared = "" if stored is None or stored == (k, k) else f" (stored {stored[0]} x {stored[1]}, data.transform)"
     span_A = data.positions_A.max(axis=0) - data.positions_A.min(axis=0)
+    xray = data.radiation == "xray"
+    reciprocal = f"{data.dk_invA * 1e4:.6g} 1/µm" if xray else f"{data.dk_invA:.6g} 1/A"
     lines = [f"data: {data.source}: {data.n_patterns} patterns of {k} x {k} px{prepared}"
              + (f", scan {data.scan_shape[0]} x {data.scan_shape[1]}" if data.scan_shape else ""),
-             f"wavelength {data.wavelength_A:.6g} A; dk {data.dk_invA:.6g} 1/A; dx {dx:.6g} A; "
-             f"probe window {k} x {k} px = {window_A:.4g} A",
-             f"object {geometry.shape[0]} x {geometry.shape[1]} px = {geometry.shape[0] * dx:.4g} x "
-             f"{geometry.shape[1] * dx:.4g} A",
-             f"scan extent (y, x) {span_A[0]:.4g} x {span_A[1]:.4g} A = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
+             f"wavelength {data.wavelength_A:.6g} A; dk {reciprocal}; dx {_length(dx, xray=xray)}; "
+             f"probe window {k} x {k} px = {_length(window_A, xray=xray)}",
+             f"object {geometry.shape[0]} x {geometry.shape[1]} px = "
+             f"{_length(geometry.shape[0] * dx, geometry.shape[1] * dx, xray=xray)}",
+             f"scan extent (y, x) {_length(*span_A, xray=xray)} = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
              f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)",
-             *(f"override: {text}" for text in data.overrides)]
+             *(f"override: {text}" for text in data.overrides), *data.checks]
     warnings = []
     if data.radiation == "electron" and data.semiangle_mrad:
         probe_lines, probe_warnings = _electron_probe_report(data)
         lines += probe_lines
         warnings += probe_warnings
     step = np.median(np.linalg.norm(np.diff(data.positions_A, axis=0), axis=1)) if data.n_patterns > 1 else 0.0
-    lines.append(f"median step between consecutive positions {step:.4g} A = {step / dx:.3g} px")
+    lines.append(f"median step between consecutive positions {_length(step, xray=xray)} = {step / dx:.3g} px")
     if step > window_A / 2:
         warnings.append("positions are more than half a window apart: the probes barely overlap")
     return lines + [f"warning: {w}" for w in warnings]

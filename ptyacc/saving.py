@@ -16,9 +16,10 @@ from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError, OutputError
 from ptyacc.exchange import KINDS, Traffic
+from ptyacc.figures import save_figures
 from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
-from ptyacc.output import Results, save_figures, save_results, versions
+from ptyacc.output import Results, save_results, versions
 from ptyacc.tiles import ObjectTiles
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
     return Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
-                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
+                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
+                   initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:
@@ -85,6 +87,7 @@ class Saver:
         self.writes = write and accelerator.is_main_process
         self.tell = tell  # a message for the user, on the terminal and in run.log
         self.deviance: float | None = None
+        self.deviance_scale: dict[str, float] = {}  # poisson_data_nll_per_pattern, counted_pixel_values_per_pattern
 
     def save(self, history: History, figures: bool | None = None) -> Results:
         mean_patterns = self.mean_patterns() if self.writes else (None, None)
@@ -97,6 +100,7 @@ class Saver:
             results.attrs["poisson_deviance"] = self.deviance
         if history.validation is not None:
             results.validation_error = np.asarray(history.validation)
+            results.attrs.update(self.deviance_scale)
         results.mean_pattern_measured, results.mean_pattern_predicted = mean_patterns
         if self.writes:
             save_results(self.out_dir / "results.h5", results)

@@ -172,12 +172,10 @@ def format_summary(trials: list[Trial]) -> str:
 
 
 def plot_loss_vs_time(trials: list[Trial], path: Path) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure  # a Figure needs no backend: the session's stays as it is
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     colors = {}
     for t in trials:
         elapsed, total = [], 0.0
@@ -192,7 +190,6 @@ def plot_loss_vs_time(trials: list[Trial], path: Path) -> None:
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
     write_bytes(path, png.getvalue())
 
 

@@ -203,6 +203,7 @@ def test_figure_axes_in_micrometres_for_xray(tmp_path, monkeypatch, radiation, u
     Å for electron results; the image extent follows the unit."""
     import yaml
 
+    from ptyacc import figures as drawn
     from ptyacc import output
 
     results = output.Results(object=np.ones((1, 1, 10, 20), np.complex64), probe=np.ones((1, 4, 4), np.complex64),
@@ -210,7 +211,7 @@ def test_figure_axes_in_micrometres_for_xray(tmp_path, monkeypatch, radiation, u
                              dx_A=1000.0, origin_A=(100.0, 200.0),
                              attrs={"config": yaml.safe_dump({"experiment": {"radiation": radiation}})})
     figures = []
-    monkeypatch.setattr(output, "_save", lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(drawn, "_save", lambda fig, path: figures.append(fig) or path)
     output.save_figures(tmp_path, results)
     ax = figures[0].axes[0]
     assert ax.get_xlabel() == f"x ({unit})" and ax.get_ylabel() == f"y ({unit})"

@@ -92,7 +92,7 @@ def test_xray_far_field_binning_scales_the_detector_pixel(tmp_path):
     """dx = lambda z / (K * bin * p), K the final size."""
     path = write(tmp_path / "p.h5", counts((2, 2, 16, 16)))
     experiment = {"radiation": "xray", "energy_eV": 8000.0, "detector_distance_m": 2.0, "detector_pixel_m": 75e-6,
-                  "scan_step_A": 1e3}
+                  "scan_step_A": 1e3, "check_calibration": False}  # a scan of a third of a pixel
     data = load(path, {"crop": 12, "bin": 3}, experiment)
     assert data.patterns.shape == (4, 4, 4)
     assert data.dx_A == pytest.approx(data.wavelength_A * 2.0 / (4 * 3 * 75e-6))
@@ -101,7 +101,8 @@ def test_xray_far_field_binning_scales_the_detector_pixel(tmp_path):
 def test_near_field_binning_scales_the_image_pixel(tmp_path):
     path = write(tmp_path / "p.h5", counts((2, 2, 8, 8)))
     experiment = {"radiation": "xray", "geometry": "near_field", "energy_eV": 8000.0, "detector_distance_m": 1.0,
-                  "detector_pixel_m": 1e-6, "focus_to_sample_m": 1e-2, "scan_step_A": 1e3}
+                  "detector_pixel_m": 1e-6, "focus_to_sample_m": 1e-2, "scan_step_A": 1e3,
+                  "check_calibration": False}  # a scan of a twentieth of a pixel
     data = load(path, {"bin": 2, "pad": 6}, experiment)
     ref = np.zeros((4, 6, 6), np.float32)
     ref[:, 1:5, 1:5] = counts((2, 2, 8, 8)).reshape(4, 4, 2, 4, 2).sum(axis=(2, 4))

@@ -293,7 +293,7 @@ def test_format_from_content_or_option(tmp_path):
 
 def test_bad_options(tmp_path):
     path = _npy(tmp_path / "d.npy", counts((3, 4, 4)))
-    with raises("file_format: must be one of hdf5, cxi, npy, mat, empad, got 'tiff'", ConfigError):
+    with raises("file_format: must be one of hdf5, cxi, npy, mat, empad, rsciio, got 'tiff'", ConfigError):
         inspect_patterns(path, file_format="tiff")
     with raises("scan_shape: expected two positive integers, got (0, 3)", ConfigError):
         inspect_patterns(path, scan_shape=(0, 3))

@@ -99,8 +99,10 @@ class SimulateConfig:
 class DataConfig:
     """Where the diffraction patterns come from."""
 
-    path: str | None = _f(None, "HDF5 file with patterns (relative to the config file).")
-    key: str | None = _f(None, "Dataset inside the HDF5 file; default 'patterns' or the one 3D/4D dataset.")
+    path: str | None = _f(None, "Pattern file, relative to the config file: HDF5, CXI, .npy, .mat, EMPAD .raw; with "
+                                "ptyacc[formats] Merlin .mib, Gatan .dm3/.dm4, .emd, .blo, .hspy/.zspy.")
+    key: str | None = _f(None, "Dataset (HDF5, CXI, MAT v7.3) or variable (MAT v5) holding the patterns; default "
+                               "'patterns' or the one 3D/4D dataset. Formats holding one array take none.")
     scan_shape: list[int] | None = _f(None, "Scan [slow, fast]; read from 4D data or the file's attribute if omitted.")
     transform: TransformConfig = _f(factory=TransformConfig, doc="Preparation of each pattern: crop, bin, orientation, padding.")
     simulate: SimulateConfig | None = _f(None, "Synthetic dataset instead of `path`.")
@@ -153,6 +155,11 @@ class ExperimentConfig:
                                                "(Fresnel scaling: magnification (z1 + z2) / z1).")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
+    check_calibration: bool = _f(
+        True, "Before the first iteration, check the calibration against the data and stop (exit 2) naming the "
+              "likely unit slip: electrons, the bright-field disk predicted from energy, semi-angle and dk against "
+              "the measured one (20%); X-rays, the scan against the probe window and the near-field Fresnel "
+              "number. false skips the checks.")
 
     def _check(self, path: str) -> None:
         for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
@@ -314,6 +321,9 @@ class OutputConfig:
     figures: bool = _f(True, "Write PNG figures with each save.")
     checkpoint_every: int = _f(0, "Write a resumable checkpoint (model, optimizers, iteration) every this many "
                                   "iterations into dir/checkpoints; 0 = never. Resume with `--resume`.")
+    checkpoint_minutes: float = _f(10.0, "Also write a resumable checkpoint whenever this many minutes of wall time "
+                                          "have passed since the last one, so that a killed run loses at most that "
+                                          "much; 0 = never. SIGINT (Ctrl-C) and SIGTERM always save before stopping.")
     keep_checkpoints: int = _f(2, "How many of the newest checkpoints to keep.")
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "aim", "comet_ml", "clearml", "dvclive", "swanlab",
                            "trackio"]] = _f(
@@ -333,6 +343,8 @@ class OutputConfig:
         _require(self.log_every >= 1, f"{path}.log_every", f"must be >= 1, got {self.log_every}")
         _require(self.image_every >= 0, f"{path}.image_every", f"must be >= 0, got {self.image_every}")
         _require(self.checkpoint_every >= 0, f"{path}.checkpoint_every", f"must be >= 0, got {self.checkpoint_every}")
+        _require(self.checkpoint_minutes >= 0, f"{path}.checkpoint_minutes",
+                 f"must be >= 0, got {self.checkpoint_minutes}")
         _require(self.keep_checkpoints >= 1, f"{path}.keep_checkpoints", f"must be >= 1, got {self.keep_checkpoints}")
 
 

@@ -18,6 +18,7 @@ simulation's), else it is needed. Where the config and the file both give a valu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +75,8 @@ class Calibration:
                   ``data.transform`` with ``Preparation.object_pixel_A``); None while the
                   bright-field fit of ``experiment.dk_from_bright_field`` awaits its radius
     positions_A:  (N, 2) float64 probe centres (y, x) in Å
+    sources:      where each of FILE_NUMBERS that has a value came from: "config", "file",
+                  "default" (a simulation's) or "fitted" (dk of ``experiment.dk_from_bright_field``)
     """
 
     radiation: str
@@ -85,6 +88,8 @@ class Calibration:
     scan_shape: tuple[int, int] | None
     positions_A: np.ndarray
     overrides: tuple[str, ...] = ()
+    values: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: list[int] | None = None,
@@ -97,7 +102,7 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
     defaults: values for the keys that neither the config nor the file gives (a simulation's).
     Raises ConfigError or DataError naming the key or file for what is missing or malformed."""
     _check_radiation(experiment, source)
-    values = _values(experiment, source, defaults)
+    values, sources = _values(experiment, source, defaults)
     if experiment.dk_from_bright_field and values["semiangle_mrad"] is None:
         raise ConfigError("experiment.semiangle_mrad: needed by experiment.dk_from_bright_field, and the data file "
                           "has no 'semiangle_mrad' attribute")
@@ -108,6 +113,8 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
     if values["defocus_A"] is not None:
         aberrations["C10"] = -values["defocus_A"]
     wavelength = _wavelength(experiment, source, values)
+    sources["wavelength_A"] = "derived" if values["energy_eV"] is not None else "file"
+    values["scan_rotation_deg"], sources["scan_rotation_deg"] = experiment.scan_rotation_deg, "config"
     stored_dx, near_distance = None, None
     if not experiment.dk_from_bright_field or bright_field_radius_px is not None:
         sampling = object_sampling(
@@ -119,6 +126,7 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
         stored_dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
     if experiment.dk_from_bright_field and stored_dx is not None:
         overrides += _fitted_dk_override(source, stored_dx)
+        values["dk_invA"], sources["dk_invA"] = 1.0 / (source.shape[-1] * stored_dx), "fitted"
     return Calibration(
         radiation=experiment.radiation,
         wavelength_A=wavelength,
@@ -129,32 +137,56 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
         scan_shape=scan,
         positions_A=positions,
         overrides=tuple(overrides),
+        values=values,
+        sources=sources,
     )
+
+
+def calibration_record(calibration: Calibration, dx_A: float, k: int) -> dict[str, tuple[float, str]]:
+    """Every calibration value used, as {name: (value, source)} for run.log and results.h5: those
+    of ``calibration`` (with their ``sources``), its wavelength, and the object pixel ``dx_A`` and
+    reciprocal pixel of the patterns as prepared, ``k`` px wide ("derived")."""
+    record = {name: (float(value), calibration.sources.get(name, "derived"))
+              for name, value in calibration.values.items() if value is not None}
+    record.update({name: value for name, value in (("stored_dk_invA", record.pop("dk_invA", None)),
+                                                   ("stored_dx_A", record.pop("dx_A", None))) if value is not None})
+    record["wavelength_A"] = (calibration.wavelength_A, calibration.sources.get("wavelength_A", "derived"))
+    record["dx_A"], record["dk_invA"] = (dx_A, "derived"), (1.0 / (k * dx_A), "derived")
+    return record
 
 
 FILE_NUMBERS = ("energy_eV", "semiangle_mrad", "defocus_A", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
                 "detector_pixel_m")
 
 
-def _values(experiment: ExperimentConfig, source: SourceFacts, defaults: Mapping[str, float]) -> dict[str, float | None]:
-    """Each of FILE_NUMBERS from the config, else the file, else ``defaults``, else None. The
+def _values(experiment: ExperimentConfig, source: SourceFacts,
+            defaults: Mapping[str, float]) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Each of FILE_NUMBERS from the config, else the file, else ``defaults``, else None, and
+    where each value came from ("config", "file", "default"; none for None). The
     file's dk_invA and dx_A are left out when the config samples otherwise (dk_invA, dx_A or
     the bright-field fit), its defocus when the config gives aberrations.C10; of the file's
     dk_invA and dx_A, dk (the measured one) is taken."""
     config_samples = experiment.dk_invA is not None or experiment.dx_A is not None or experiment.dk_from_bright_field
     values: dict[str, float | None] = {}
+    sources: dict[str, str] = {}
     for name in FILE_NUMBERS:
-        given = getattr(experiment, name)
-        if given is None and (name in ("dk_invA", "dx_A") and config_samples or
-                              name == "defocus_A" and "C10" in experiment.aberrations):
+        given, where = getattr(experiment, name), "config"
+        if given is None and name == "defocus_A" and "C10" in experiment.aberrations:
+            given = -experiment.aberrations["C10"]
+        elif given is None and name in ("dk_invA", "dx_A") and config_samples:
             values[name] = None
             continue
         if given is None and name in source.attrs:
-            given = _file_number(source, name)
-        values[name] = given if given is not None else defaults.get(name)
+            given, where = _file_number(source, name), "file"
+        if given is None and name in defaults:
+            given, where = defaults[name], "default"
+        values[name] = given
+        if given is not None:
+            sources[name] = where
     if not config_samples and values["dk_invA"] is not None:
         values["dx_A"] = None
-    return values
+        sources.pop("dx_A", None)
+    return values, sources
 
 
 def _check_radiation(experiment: ExperimentConfig, source: SourceFacts) -> None:

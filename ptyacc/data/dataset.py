@@ -39,6 +39,9 @@ class PtychoData:
     stored_pattern_shape: tuple[int, int] | None = None  # (ky, kx) in the file, before data.transform
     ground_truth: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
+    checks: tuple[str, ...] = ()  # what the calibration checks found (ptyacc.data.sanity), one line each
+    # every calibration value used, {name: (value, source)} (``calibration.calibration_record``)
+    calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
     n_patterns: int = field(init=False)
     detector_px: int = field(init=False)
     dk_invA: float = field(init=False)
@@ -53,11 +56,14 @@ class PtychoData:
                    **fields: Any) -> PtychoData:
         """``patterns`` with the positions and calibration of ``calibration``, object pixel ``dx_A``
         (the calibration's after ``data.transform``); ``fields``: the other fields."""
+        from ptyacc.data.calibration import calibration_record
+
+        record = calibration_record(calibration, dx_A, patterns.shape[-1])
         return cls(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
                    wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
                    aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
                    radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
-                   overrides=calibration.overrides, **fields)
+                   overrides=calibration.overrides, calibration=record, **fields)
 
     @property
     def mean_intensity(self) -> float:

@@ -13,12 +13,14 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data.bright_field import bright_field_radius_px, sample_rows
-from ptyacc.data.calibration import SourceFacts, calibrate
+from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.formats.common import Prepare
 from ptyacc.data.prepare import Preparation, pattern_preparation
 from ptyacc.data.readers import PatternFile, open_patterns, read_hdf5_array
+from ptyacc.data.sanity import check_bright_field, check_xray
 from ptyacc.data.simulate import simulate_dataset
+from ptyacc.errors import DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
 POSITIONS_SETTING = "experiment.positions.key"
@@ -54,11 +56,12 @@ def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
             radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
+        checks = _checked(config, calibration, dx_A, source, prepare, prep) if experiment.check_calibration else ()
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns = source.read(rows, prepare).patterns
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
-                                 stored_pattern_shape=tuple(info.shape[-2:]))
+                                 stored_pattern_shape=tuple(info.shape[-2:]), checks=checks)
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:
@@ -69,6 +72,27 @@ def _input_paths(config: Config) -> tuple[Path, Path | None]:
     if spec == "raster":
         return path, None
     return path, config.resolve_input(spec.path) if spec.path else path
+
+
+def _checked(config: Config, calibration: Calibration, dx_A: float, source: PatternFile, prepare: Prepare,
+             prep: Preparation) -> tuple[str, ...]:
+    """The physical sanity checks of ``calibration`` against the data (``ptyacc.data.sanity``):
+    their lines for run.log, or a ConfigError naming the likely slip. Electrons in the far
+    field with a semi-angle: the bright-field disk (skipped, with a line saying why, when the
+    mean pattern shows no single disk); X-rays: the scan and the near-field Fresnel number."""
+    experiment, k = config.experiment, source.info.shape[-1]
+    if experiment.radiation == "xray":
+        return tuple(check_xray(calibration.positions_A, dx_A, prep.shape[-1], calibration.wavelength_A,
+                                calibration.near_field_distance_A))
+    if calibration.semiangle_mrad is None or experiment.dk_from_bright_field or calibration.values.get(
+            "energy_eV") is None:
+        return ()
+    values = dict(calibration.values, dx_A=calibration.stored_dx_A)
+    try:
+        radius_px = _bright_field_radius_px(source, prepare) * prep.bin
+    except DataError as exc:
+        return (f"calibration check skipped: {str(exc).split('; ')[0]}",)
+    return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path)),)
 
 
 def _bright_field_radius_px(source: PatternFile, prepare: Prepare) -> float:

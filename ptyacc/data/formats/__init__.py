@@ -18,9 +18,9 @@ Adding a format is adding such a module and its line in ``READERS``; ``ptyacc.da
 chooses the format of a file and opens it once.
 """
 
-from ptyacc.data.formats import cxi, empad, hdf5, mat, npy
+from ptyacc.data.formats import cxi, empad, hdf5, mat, npy, rsciio
 from ptyacc.data.formats.common import PatternsInfo, RawPatterns, ReadOptions
 
-READERS = {"hdf5": hdf5, "cxi": cxi, "npy": npy, "mat": mat, "empad": empad}
+READERS = {"hdf5": hdf5, "cxi": cxi, "npy": npy, "mat": mat, "empad": empad, "rsciio": rsciio}
 
 __all__ = ["READERS", "PatternsInfo", "RawPatterns", "ReadOptions"]

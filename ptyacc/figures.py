@@ -1,0 +1,301 @@
+"""The figures of a run: object phase (with a scale bar), probe modes (hue = phase, with its
+colour wheel), loss, positions, and summary.png with all of them plus the object amplitude, the
+probe's spectrum and the mean diffraction patterns on k (1/Å) and mrad axes.
+
+Drawn on ``matplotlib.figure.Figure`` objects, which need no backend: the library never switches
+the backend of the session that imports it, so in Jupyter the figures of ``make_figures`` (and
+the user's own) display inline. ``ptyacc plot`` redraws a run's figures from results.h5 alone
+(the initial positions are saved there too).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ptyacc.outdir import write_bytes, writing
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from ptyacc.output import Results
+
+MIN_DRAWN_SHIFT_PX = 1e-3  # position corrections below this (rounding noise) are not drawn
+FIGURE_ADVICE = "free space, or make the figures elsewhere with `ptyacc plot RESULTS.h5 -o FOLDER`"
+
+
+def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray | None = None) -> list[Path]:
+    """The PNGs of ``make_figures`` in ``folder``. A figure that cannot be written raises
+    OutputError; those written before it are kept."""
+    with writing(folder, advice=FIGURE_ADVICE):
+        folder.mkdir(parents=True, exist_ok=True)
+    return [_save(fig, folder / name) for name, fig in make_figures(results, initial_positions_A).items()]
+
+
+def make_figures(results: Results, initial_positions_A: np.ndarray | None = None) -> dict[str, Figure]:
+    """{file name: Figure} of a run; ``initial_positions_A`` (N, 2) default to the results' own."""
+    initial = results.initial_positions_A if initial_positions_A is None else initial_positions_A
+    return {"object_phase.png": object_figure(results), "probe.png": probe_figure(results),
+            "loss.png": loss_figure(results), "positions.png": positions_figure(results, initial),
+            "summary.png": summary_figure(results, initial)}
+
+
+def object_figure(results: Results) -> Figure:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 5.5))
+    ax = fig.subplots()
+    _object_panel(fig, ax, results.phase, results, "object phase, summed over slices (rad)", shrink=0.8)
+    return fig
+
+
+def probe_figure(results: Results) -> Figure:
+    from matplotlib.figure import Figure
+
+    modes = results.probe
+    power = (np.abs(modes) ** 2).sum(axis=(1, 2))
+    fig = Figure(figsize=(3 * len(modes), 3.3))
+    axes = fig.subplots(1, len(modes), squeeze=False)[0]
+    for i, ax in enumerate(axes):
+        _probe_panel(ax, modes[i], results, f"probe mode {i}: {100 * power[i] / power.sum():.1f}%")
+    return fig
+
+
+def loss_figure(results: Results) -> Figure:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5, 3.5))
+    plot_loss(fig.subplots(), results)
+    return fig
+
+
+def positions_figure(results: Results, initial_positions_A: np.ndarray | None) -> Figure:
+    """The positions; the initial ones beside them (and a legend) only when they were refined
+    and moved."""
+    from matplotlib.figure import Figure
+
+    unit, per_A = length_unit(results)
+    fig = Figure(figsize=(5, 5))
+    ax = fig.subplots()
+    now = results.positions_A * per_A
+    moved = _largest_shift(results, initial_positions_A) > 0 and _positions_refined(results) is not False
+    if moved:
+        start = initial_positions_A * per_A
+        ax.plot(start[:, 1], start[:, 0], ".", ms=3, color="0.6", label="initial")
+    ax.plot(now[:, 1], now[:, 0], ".", ms=3, label="refined" if moved else None)
+    title = "probe positions" + ("" if moved else " (not refined)" if _positions_refined(results) is False else "")
+    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", title=title, aspect="equal")
+    ax.invert_yaxis()
+    if moved:
+        ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def summary_figure(results: Results, initial_positions_A: np.ndarray | None) -> Figure:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(17, 8.5))
+    axes = fig.subplots(2, 4)
+    amplitude = np.abs(results.object[0]).prod(axis=0)
+    _object_panel(fig, axes[0, 0], results.phase, results, "object phase (rad, summed over slices)")
+    _object_panel(fig, axes[0, 1], amplitude, results, "object amplitude (product over slices)")
+    _probe_panel(axes[0, 2], results.probe[0], results, f"probe mode 0 of {len(results.probe)} (hue = phase)")
+    spectrum = np.fft.fftshift(np.abs(np.fft.fft2(np.fft.ifftshift(results.probe[0]))))
+    _pattern_panel(axes[0, 3], np.log10(spectrum + spectrum.max() * 1e-4), results,
+                   "probe mode 0, |FFT| (log)", "magma")
+    _position_panel(axes[1, 0], results, initial_positions_A)
+    plot_loss(axes[1, 1], results)
+    for ax, pattern, title in ((axes[1, 2], results.mean_pattern_measured, "mean measured pattern (log)"),
+                               (axes[1, 3], results.mean_pattern_predicted, "mean predicted pattern (log)")):
+        if pattern is None:
+            ax.set_title(title)
+            ax.axis("off")
+            continue
+        _pattern_panel(ax, np.log10(np.maximum(pattern, pattern.max() * 1e-5)), results, title, "viridis")
+    return fig
+
+
+def length_unit(results: Results) -> tuple[str, float]:
+    """The unit of the figures' axes and its size per Å: µm for X-ray runs, Å otherwise."""
+    return ("µm", 1e-4) if results.is_xray else ("Å", 1.0)
+
+
+def plot_loss(ax: Axes, results: Results) -> None:
+    """The loss as it was: log scale when positive (amplitude); the Poisson loss as the Poisson
+    deviance per counted pixel (~1 at the noise level, ``poisson_deviance_history``), or where
+    results.h5 lacks what that needs, as it is (it leaves out a data-only term and can be
+    negative) on a linear scale."""
+    loss, name = np.asarray(results.loss), results.attrs.get("loss_name", "")
+    iterations = np.arange(1, len(loss) + 1)
+    title = f"loss ({name})"
+    deviance = poisson_deviance_history(results)
+    if deviance is not None:
+        ax.semilogy(iterations, deviance)
+        ax.axhline(1.0, color="0.6", lw=0.8, ls="--")  # the noise level
+        ax.set_ylabel("Poisson deviance per counted pixel")
+        title = f"Poisson deviance (1 = noise level); final model {float(results.attrs['poisson_deviance']):.4g}"
+    elif len(loss) and np.min(loss) > 0:
+        ax.semilogy(iterations, loss)
+        ax.set_ylabel(f"loss ({name})")
+    else:
+        ax.plot(iterations, loss)
+        ax.set_ylabel("loss per pattern (up to a data-only constant)")
+    if deviance is None and "poisson_deviance" in results.attrs:
+        title += f"; final Poisson deviance {float(results.attrs['poisson_deviance']):.4g} per pixel"
+    ax.set(xlabel="iteration", title=title)
+
+
+def poisson_deviance_history(results: Results) -> np.ndarray | None:
+    """The Poisson loss of each iteration as the deviance per counted pixel, (loss - data term) /
+    (counted / 2), from the data term and the count saved with the final deviance; None for
+    other losses or results without them."""
+    attrs = results.attrs
+    if "poisson_data_nll_per_pattern" not in attrs or "counted_pixel_values_per_pattern" not in attrs:
+        return None
+    offset, counted = float(attrs["poisson_data_nll_per_pattern"]), float(attrs["counted_pixel_values_per_pattern"])
+    return (np.asarray(results.loss) - offset) / (0.5 * counted)
+
+
+def complex_to_rgb(field_: np.ndarray) -> np.ndarray:
+    """Hue = phase, brightness = amplitude."""
+    from matplotlib.colors import hsv_to_rgb
+
+    amplitude = np.abs(field_)
+    hsv = np.stack([(np.angle(field_) + np.pi) / (2 * np.pi), np.ones_like(amplitude),
+                    amplitude / max(amplitude.max(), 1e-30)], axis=-1)
+    return hsv_to_rgb(hsv)
+
+
+def colour_wheel(ax: Axes) -> Axes:
+    """An inset in the corner of ``ax``: the colours of ``complex_to_rgb`` for amplitude 0 to 1
+    (centre to rim) and phase -pi to pi (around)."""
+    inset = ax.inset_axes([0.72, 0.72, 0.27, 0.27])
+    y, x = np.mgrid[-1:1:65j, -1:1:65j]
+    wheel = np.where(np.hypot(y, x) <= 1, np.hypot(y, x) * np.exp(1j * np.arctan2(-y, x)), 0)
+    inset.imshow(complex_to_rgb(wheel))
+    inset.set_axis_off()
+    inset.text(1.0, 0.5, "0", transform=inset.transAxes, fontsize=6, color="w", ha="right", va="center")
+    inset.text(0.0, 0.5, "π", transform=inset.transAxes, fontsize=6, color="w", ha="left", va="center")
+    return inset
+
+
+def scale_bar(ax: Axes, width: float, unit: str) -> float:
+    """A bar of a 1-2-5 length near a fifth of ``width`` (data units, ``unit``) in the lower right
+    corner of ``ax``; its length."""
+    from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
+
+    length = round_down_125(0.2 * width)
+    ax.add_artist(AnchoredSizeBar(ax.transData, length, f"{length:g} {unit}", "lower right", color="yellow",
+                                  frameon=False, size_vertical=0.01 * width, pad=0.4))
+    return length
+
+
+def round_down_125(value: float) -> float:
+    """The largest 1, 2 or 5 x 10^k that is <= value (a readable scale)."""
+    power = 10.0 ** np.floor(np.log10(value))
+    return max(step * power for step in (1, 2, 5) if step * power <= value * (1 + 1e-9))
+
+
+def _object_panel(fig: Figure, ax: Axes, image: np.ndarray, results: Results, title: str,
+                  shrink: float = 0.75) -> None:
+    """``image`` (Ny, Nx) of the object in the positions' frame, its contrast from the scanned
+    region (the weakly lit rim is noisy and would wash it out), with a scale bar."""
+    unit, per_A = length_unit(results)
+    ny, nx = image.shape
+    oy, ox = results.origin_A
+    extent = tuple(v * per_A for v in (ox, ox + nx * results.dx_A, oy + ny * results.dx_A, oy))
+    px = (results.positions_A - np.asarray(results.origin_A)) / results.dx_A
+    (r0, c0), (r1, c1) = np.floor(px.min(0)).astype(int), np.ceil(px.max(0)).astype(int) + 1
+    low, high = np.percentile(image[max(r0, 0):r1, max(c0, 0):c1], [0.5, 99.5])
+    im = ax.imshow(image, cmap="gray", extent=extent, vmin=low, vmax=high)
+    ax.set(title=title, xlabel=f"x ({unit})", ylabel=f"y ({unit})")
+    fig.colorbar(im, ax=ax, shrink=shrink)
+    scale_bar(ax, nx * results.dx_A * per_A, unit)
+
+
+def _probe_panel(ax: Axes, mode: np.ndarray, results: Results, title: str) -> None:
+    """One probe mode (K, K) in colour (hue = phase) with a scale bar and the colour wheel."""
+    unit, per_A = length_unit(results)
+    width = mode.shape[-1] * results.dx_A * per_A
+    ax.imshow(complex_to_rgb(mode), extent=(0, width, width, 0))
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    scale_bar(ax, width, unit)
+    colour_wheel(ax)
+
+
+def _pattern_panel(ax: Axes, image: np.ndarray, results: Results, title: str, cmap: str) -> None:
+    """A (K, K) reciprocal-space image (zero frequency at the centre) on k axes (1/Å; 1/µm for
+    X-rays) with the scattering angle in mrad on the top axis; a near-field image plainly."""
+    ax.set_title(title)
+    config = results.config or {}
+    if (config.get("experiment") or {}).get("geometry") == "near_field" or "wavelength_A" not in results.attrs:
+        ax.imshow(image, cmap=cmap)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    k = image.shape[-1]
+    dk_invA = 1.0 / (k * results.dx_A)
+    unit, per_invA = ("1/µm", 1e4) if results.is_xray else ("1/Å", 1.0)
+    low, high = (-k // 2 - 0.5) * dk_invA * per_invA, (k - k // 2 - 0.5) * dk_invA * per_invA
+    ax.imshow(image, cmap=cmap, extent=(low, high, high, low))
+    ax.set(xlabel=f"k_x ({unit})", ylabel=f"k_y ({unit})")
+    mrad_per_k = float(results.attrs["wavelength_A"]) * 1e3 / per_invA  # angle = k wavelength
+    top = ax.secondary_xaxis("top", functions=(lambda v: v * mrad_per_k, lambda v: v / mrad_per_k))
+    top.set_xlabel("scattering angle (mrad)", fontsize=8)
+
+
+def _largest_shift(results: Results, initial_positions_A: np.ndarray | None) -> float:
+    """The largest position correction (Å) above MIN_DRAWN_SHIFT_PX, else 0 (also without initial positions)."""
+    if initial_positions_A is None:
+        return 0.0
+    shift = results.positions_A - initial_positions_A
+    largest = float(np.hypot(shift[:, 0], shift[:, 1]).max())
+    return largest if largest > MIN_DRAWN_SHIFT_PX * results.dx_A else 0.0
+
+
+def _position_panel(ax: Axes, results: Results, initial_positions_A: np.ndarray | None) -> None:
+    """Arrows from the initial to the refined positions, magnified by a factor stated in the
+    title and a scale arrow; only the positions when they were not refined (the differences are
+    then rounding noise) or moved by less than MIN_DRAWN_SHIFT_PX."""
+    unit, per_A = length_unit(results)
+    ax.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", aspect="equal")
+    ax.invert_yaxis()
+    now = results.positions_A * per_A
+    refined = _positions_refined(results)
+    largest = _largest_shift(results, initial_positions_A) * per_A
+    if refined is False or not largest:
+        ax.plot(now[:, 1], now[:, 0], ".", ms=2)
+        ax.set_title("positions fixed (not refined)" if refined is False else "refined positions"
+                     if initial_positions_A is None else f"position corrections: none above {MIN_DRAWN_SHIFT_PX:g} px")
+        return
+    start = initial_positions_A * per_A
+    shift = now - start
+    span = float(np.ptp(start, axis=0).max()) or 1.0
+    magnify = round_down_125(0.05 * span / largest)
+    arrows = ax.quiver(start[:, 1], start[:, 0], shift[:, 1], shift[:, 0], angles="xy", scale_units="xy",
+                       scale=1 / magnify, color="C3", width=0.004)
+    key = round_down_125(largest)
+    ax.quiverkey(arrows, 0.8, -0.14, key, f"{key:g} {unit}", labelpos="E", coordinates="axes")
+    ax.set_title(f"position corrections, arrows x{magnify:g}\n(largest {largest:.3g} {unit}; scale arrow below)")
+
+
+def _positions_refined(results: Results) -> bool | None:
+    """Whether the run refined positions (optim.start.positions set); None without a config."""
+    optim = (results.config or {}).get("optim")
+    if not isinstance(optim, dict):
+        return None
+    return (optim.get("start") or {}).get("positions") is not None
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Render ``fig`` as PNG in memory, then write it atomically (OutputError if it does not fit)."""
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    return write_bytes(path, png.getvalue(), FIGURE_ADVICE)

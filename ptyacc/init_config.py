@@ -1,0 +1,91 @@
+"""``ptyacc init DATAFILE``: a commented config for a data file, filled with what the file says
+about itself (the same inspection as ``ptyacc info``): its patterns, the calibration it carries
+(left to the file, shown in comments), what it lacks (a ``null`` to fill in, marked NEEDED), the
+positions, and a batch size and window suggested from its size; then what ``ptyacc info`` derives
+from it, or why it cannot yet."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ptyacc.data.readers import PatternsInfo, inspect_patterns
+from ptyacc.errors import PtyaccError
+
+CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
+    "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
+    "semiangle_mrad": ("probe-forming aperture semi-angle in mrad", True, False),
+    "defocus_A": ("defocus in Å, positive = underfocus", False, False),
+    "dk_invA": ("detector pixel in 1/Å (or dx_A, or dk_from_bright_field: true)", True, False),
+    "scan_step_A": ("raster scan step in Å", False, False),
+    "detector_distance_m": ("sample-to-detector distance in m", False, True),
+    "detector_pixel_m": ("detector pixel size in m", False, True),
+}
+
+
+def init_config(data_path: Path, config_path: Path) -> str:
+    """The text of a config for ``data_path``, to be written at ``config_path`` (data.path is
+    relative to it)."""
+    info = inspect_patterns(data_path)
+    xray = info.format == "cxi" or info.attrs.get("radiation") == "xray"
+    relative = os.path.relpath(data_path.resolve(), config_path.resolve().parent)
+    relative = data_path.resolve() if relative.startswith("..") else relative
+    n, (ky, kx) = info.n_patterns, info.shape[-2:]
+    lines = [f"# ptyacc config for {data_path.name}, written by `ptyacc init`; every key: docs/config-reference.md",
+             f"# {info.format} file: {n} patterns of {ky} x {kx} px"
+             + (f", scan {info.scan_shape[0]} x {info.scan_shape[1]}" if info.scan_shape else ""),
+             "# Run: ptyacc run THIS.yaml   (check first: ptyacc info THIS.yaml)", "data:", f"  path: {relative}"]
+    if info.key and info.format == "hdf5":
+        lines.append(f"  key: {info.key.lstrip('/')}")
+    if len(info.shape) == 3 and info.scan_shape is None and "scan_shape" not in info.attrs and info.positions_A is None:
+        lines.append("  scan_shape: null   # NEEDED: [slow, fast] of the raster scan")
+    if kx > 256:
+        lines.append(f"  # transform: {{bin: 2}}   # {kx} px patterns: binning halves the window and quarters the time")
+    lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
+    lines += _calibration_lines(info, xray)
+    if info.positions_A is not None and "scan_step_A" in info.attrs:
+        lines.append("  positions: {key: positions_A}   # the file's measured positions, not a raster")
+    batch = int(np.clip(n // 20, 4, 64))
+    lines += ["optim:", "  iterations: 20", f"  batch_size: {batch}   # suggested for {n} positions: about 20 steps "
+              "per iteration", "output:", f"  dir: results/{data_path.stem}"]
+    return "\n".join(lines) + "\n"
+
+
+def _calibration_lines(info: PatternsInfo, xray: bool) -> list[str]:
+    """One line per calibration key: the file's value in a comment, or the key to fill in."""
+    lines = []
+    found_wavelength = "wavelength_A" in info.attrs
+    for key, (what, electron_needs, xray_needs) in CALIBRATION.items():
+        if key in info.attrs:
+            lines.append(f"  # {key}: {_number(info.attrs[key])}   # from the file; uncomment to override")
+        elif key == "dk_invA" and "dx_A" in info.attrs:
+            lines.append(f"  # dx_A: {_number(info.attrs['dx_A'])}   # from the file; uncomment to override")
+        elif key == "energy_eV" and found_wavelength:
+            lines.append(f"  # energy_eV: from the file's wavelength ({_number(info.attrs['wavelength_A'])} Å)")
+        elif (xray_needs if xray else electron_needs) and not (key == "scan_step_A" and info.positions_A is not None):
+            lines.append(f"  {key}: null   # NEEDED: {what}")
+        elif key == "scan_step_A" and info.positions_A is None:
+            lines.append(f"  {key}: null   # NEEDED for a raster scan: {what}")
+        elif not xray or key.startswith("detector"):
+            lines.append(f"  # {key}:   # {what}")
+    if xray:
+        lines.append("  # geometry: near_field   # with focus_to_sample_m, for Fresnel-scaled near-field images")
+    return lines
+
+
+def _number(value: object) -> str:
+    array = np.asarray(value)
+    return f"{float(array.ravel()[0]):g}" if array.size == 1 and array.dtype.kind in "iuf" else str(value)
+
+
+def report(config_path: Path) -> list[str]:
+    """What ``ptyacc info`` derives from the written config, or what it still lacks, as comments."""
+    from ptyacc.config import load_config
+    from ptyacc.info import data_report
+
+    try:
+        return [f"# {line}" for line in data_report(load_config(config_path))]
+    except PtyaccError as exc:
+        return [f"# not ready: {exc}"]
