@@ -98,9 +98,9 @@ class Saver:
             setattr(results, name, values)
         if self.deviance is not None:
             results.attrs["poisson_deviance"] = self.deviance
+            results.attrs.update(self.deviance_scale)
         if history.validation is not None:
             results.validation_error = np.asarray(history.validation)
-            results.attrs.update(self.deviance_scale)
         results.mean_pattern_measured, results.mean_pattern_predicted = mean_patterns
         if self.writes:
             save_results(self.out_dir / "results.h5", results)
