@@ -25,7 +25,8 @@ from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
-from ptyacc.data.store import PatternStore, load_planned
+from ptyacc.data.hold import hold_line, peak_memory_line
+from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
 from ptyacc.distributed import make_accelerator, prepare, unwrap
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.exchange import GradientExchange, Traffic
@@ -108,13 +109,15 @@ class Reconstructor:
         """The state of the run, from the config (and ``data``, if already loaded)."""
         config = self.config
         torch.manual_seed(config.runtime.seed)
-        self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data)
+        self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data,
+                                            self.accelerator.device)
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
-        self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
+        self.store = pattern_store(self.data, self.plan, self.accelerator.device, config.data.hold)
+        _tell(self.accelerator, self.log, hold_line(self.data, self.store, self.accelerator.device))
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store)
         self.tiles = self._tiles(batches.n_steps)
@@ -157,7 +160,7 @@ class Reconstructor:
     def _initial_model(self, previous: Results | None) -> PtychoModel:
         """The model, its probe scaled to the mean counts per pattern over all processes' patterns."""
         data = self.data
-        held_sum = data.patterns.sum(dtype=torch.float64).to(self.accelerator.device)
+        held_sum = data.held_counts_total().to(self.accelerator.device)
         if self.plan.shards is not None:
             held_sum = self.accelerator.reduce(held_sum, reduction="sum")
         model = build_model(self.config, data, self.geometry, mean_intensity=float(held_sum) / data.n_patterns,
@@ -242,6 +245,7 @@ class Reconstructor:
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
+        self.log.line(peak_memory_line(self.accelerator.device))
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
         self.accelerator.wait_for_everyone()
@@ -263,7 +267,7 @@ class Reconstructor:
 
 
 @torch.no_grad()
-def poisson_deviance_sums(model: PtychoModel, store: PatternStore, indices: torch.Tensor,
+def poisson_deviance_sums(model: PtychoModel, store: PatternStore | StreamedStore, indices: torch.Tensor,
                           chunk: int = 64) -> torch.Tensor:
     """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1) of the
     model's prediction for ``indices`` against their patterns, in chunks (``deviance_sums``);

@@ -1,0 +1,161 @@
+"""Where the patterns live during a run (``data.hold``): the free-memory figures, the choice
+that ``auto`` makes from them, and the one line that says which mode was chosen and why.
+
+The figures come from ``memory_figures`` alone, so that tests can replace it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ptyacc.data.stream import FileRows, HostRows, ReadRows, compact_dtype, fill_compact, sample_of
+
+PATTERN_VALUE_BYTES = 4  # prepared patterns are float32 on the device
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """device_free_bytes: free memory of the run's device (for a CPU device, the host's available
+    memory); host_available_bytes: the host's available memory (what the OS can give without swapping)."""
+
+    device_free_bytes: int
+    host_available_bytes: int
+
+
+def memory_figures(device: torch.device | str) -> MemoryFigures:
+    """The free memory of ``device`` and of the host, now."""
+    import psutil  # accelerate's own dependency
+
+    host = int(psutil.virtual_memory().available)
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return MemoryFigures(int(free), host)
+    return MemoryFigures(host, host)
+
+
+@dataclass(frozen=True)
+class HoldChoice:
+    """The mode (device, host or disk) and the reason, one line for the terminal and run.log."""
+
+    mode: str
+    reason: str
+
+
+def choose_hold(requested: str, fraction: float, device_bytes: int, host_bytes: int,
+                device: torch.device | str) -> HoldChoice:
+    """``requested`` as it is, or for ``auto`` the first of device, host and disk whose memory
+    holds the patterns within ``fraction`` of its free memory: ``device_bytes`` the prepared
+    float32 patterns this process holds, ``host_bytes`` what they take in host memory (their
+    stored integer type when they are counts)."""
+    if requested != "auto":
+        return HoldChoice(requested, "data.hold: " + requested)
+    figures = memory_figures(device)
+    device_room, host_room = fraction * figures.device_free_bytes, fraction * figures.host_available_bytes
+    where = torch.device(device).type
+    if device_bytes <= device_room:
+        return HoldChoice("device", f"{_mib(device_bytes)} fit in {fraction:g} x {_mib(figures.device_free_bytes)} "
+                                    f"free on the {where} device")
+    if host_bytes <= host_room:
+        return HoldChoice("host", f"{_mib(device_bytes)} do not fit in {fraction:g} x "
+                                  f"{_mib(figures.device_free_bytes)} free on the {where} device; {_mib(host_bytes)} "
+                                  f"fit in {fraction:g} x {_mib(figures.host_available_bytes)} available host memory")
+    return HoldChoice("disk", f"{_mib(host_bytes)} do not fit in {fraction:g} x {_mib(figures.host_available_bytes)} "
+                              f"available host memory (nor {_mib(device_bytes)} in {fraction:g} x "
+                              f"{_mib(figures.device_free_bytes)} free on the {where} device)")
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / MIB:.1f} MiB"
+
+
+@dataclass
+class StreamedPatterns:
+    """The held patterns of a run that does not keep them on the device (``data.hold`` host or
+    disk), as ``load_data`` leaves them.
+
+    read:          sorted distinct position indices (n,) -> prepared patterns (n, K, K) float32
+    counts_total:  sum of all held prepared patterns (float64), for the probe's scaling
+    pattern_sum:   (K, K) float64 per-pixel sum over the held patterns (model layout)
+    bytes:         what the patterns take on "disk" (the held share of the file), in "host"
+                   memory and on the "device", in this mode
+    """
+
+    read: ReadRows
+    counts_total: float
+    pattern_sum: np.ndarray
+    bytes: dict[str, int] = field(default_factory=dict)
+
+
+def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device: torch.device | str,
+                  open_again: Callable[[], object]
+                  ) -> tuple[np.ndarray, StreamedPatterns | None, HoldChoice]:
+    """The held patterns ``rows`` (None = all) of the open ``source`` (a ``readers.PatternFile``)
+    where ``data_config.hold`` puts them: (prepared float32 (H, K, K), None, the choice) on the
+    device, else ((0, K, K), their ``StreamedPatterns``, the choice). ``open_again`` opens the
+    file anew for the disk reader (``source`` is closed after loading)."""
+    n_file = source.info.n_patterns
+    held = np.arange(n_file) if rows is None else np.asarray(rows)
+    shape = tuple(prepare(np.zeros((0, *source.info.shape[-2:]), dtype=np.float32)).shape[1:])
+    device_bytes = len(held) * shape[0] * shape[1] * PATTERN_VALUE_BYTES
+    from_file = FileRows(source, prepare)
+    dtype = None
+    if data_config.hold in ("auto", "host"):
+        dtype = compact_dtype(from_file(sample_of(held)))
+    host_bytes = device_bytes if dtype is None else len(held) * shape[0] * shape[1] * dtype.itemsize
+    choice = choose_hold(data_config.hold, data_config.hold_memory_fraction, device_bytes, host_bytes, device)
+    if choice.mode == "device":
+        return source.read(rows, prepare).patterns, None, choice
+    disk_bytes = source.path.stat().st_size * len(held) // max(n_file, 1)
+    if choice.mode == "host":
+        read = HostRows(fill_compact(from_file, held, shape, dtype), held)
+        host_bytes = read.patterns.nbytes
+    else:
+        read, host_bytes = FileRows(open_again(), prepare), 0
+    total, pixel_sum = held_sums(read, held, shape)
+    streamed = StreamedPatterns(read, total, pixel_sum, {"disk": disk_bytes, "host": host_bytes, "device": 0})
+    return np.zeros((0, *shape), dtype=np.float32), streamed, choice
+
+
+def held_sums(read: ReadRows, held: np.ndarray, shape: tuple[int, int], block_bytes: int = 64 * 2**20
+              ) -> tuple[float, np.ndarray]:
+    """(sum of all values, (K, K) per-pixel sum), float64, of the prepared patterns ``held``,
+    read ``block_bytes`` of float32 at a time."""
+    pixel_sum = np.zeros(shape, dtype=np.float64)
+    per_block = max(1, block_bytes // (4 * shape[0] * shape[1]))
+    for start in range(0, len(held), per_block):
+        pixel_sum += read(held[start:start + per_block]).sum(axis=0, dtype=np.float64)
+    return float(pixel_sum.sum()), pixel_sum
+
+
+def hold_line(data, store, device: torch.device | str) -> str:
+    """Where this run holds the patterns and why, with the bytes they take on disk, in host
+    memory and on the device (one line for the terminal and run.log)."""
+    device = torch.device(device)
+    if data.streamed is not None:
+        nbytes = dict(data.streamed.bytes)
+    else:  # in memory: on the device, or (data.hold: host for patterns given in memory) on the host
+        in_memory = data.n_held * data.detector_px**2 * PATTERN_VALUE_BYTES
+        on_host = not store.holds_on_device or device.type != "cpu"  # a GPU run keeps the loaded copy too
+        nbytes = {"disk": 0, "host": in_memory if on_host else 0, "device": in_memory if store.holds_on_device else 0}
+    mode, reason = (data.hold.mode, data.hold.reason) if data.hold is not None else (
+        "device" if store.holds_on_device else "host", "patterns given in memory")
+    sizes = ", ".join(f"{_mib(nbytes[where])} {label}" for where, label in
+                      (("disk", "on disk"), ("host", "in host memory"), ("device", "on the device")))
+    return f"data.hold: {mode} ({reason}); patterns: {sizes}"
+
+
+def peak_memory_line(device: torch.device | str) -> str:
+    """The peak host memory (RSS) of this process so far, and its peak device memory (CUDA)."""
+    import resource
+    import sys
+
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    device = torch.device(device)
+    on_device = (f"{_mib(torch.cuda.max_memory_allocated(device))} peak on {device}" if device.type == "cuda"
+                 else "no separate device memory")
+    return f"memory: {_mib(peak_rss)} peak host RSS, {on_device}"
