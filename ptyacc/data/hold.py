@@ -13,8 +13,9 @@ import torch
 
 from ptyacc.data.stream import FileRows, HostRows, ReadRows, compact_dtype, fill_compact, sample_of
 
-PATTERN_VALUE_BYTES = 4  # prepared patterns are float32 on the device
 MIB = 2**20
+PATTERN_VALUE_BYTES = 4  # prepared patterns are float32 on the device
+BLOCK_BYTES = 4 * MIB  # float32 read at a time when a pass goes over all held patterns (host memory stays flat)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,11 @@ def choose_hold(requested: str, fraction: float, device_bytes: int, host_bytes: 
 
 
 def _mib(nbytes: int) -> str:
-    return f"{nbytes / MIB:.1f} MiB"
+    """``nbytes`` in KiB, MiB or GiB, whichever reads best."""
+    for unit, size in (("GiB", 2**30), ("MiB", MIB)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes / 1024:.1f} KiB"
 
 
 @dataclass
@@ -112,7 +117,7 @@ def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device:
         return source.read(rows, prepare).patterns, None, choice
     disk_bytes = source.path.stat().st_size * len(held) // max(n_file, 1)
     if choice.mode == "host":
-        read = HostRows(fill_compact(from_file, held, shape, dtype), held)
+        read = HostRows(fill_compact(from_file, held, shape, dtype, BLOCK_BYTES), held)
         host_bytes = read.patterns.nbytes
     else:
         read, host_bytes = FileRows(open_again(), prepare), 0
@@ -121,7 +126,7 @@ def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device:
     return np.zeros((0, *shape), dtype=np.float32), streamed, choice
 
 
-def held_sums(read: ReadRows, held: np.ndarray, shape: tuple[int, int], block_bytes: int = 64 * 2**20
+def held_sums(read: ReadRows, held: np.ndarray, shape: tuple[int, int], block_bytes: int = BLOCK_BYTES
               ) -> tuple[float, np.ndarray]:
     """(sum of all values, (K, K) per-pixel sum), float64, of the prepared patterns ``held``,
     read ``block_bytes`` of float32 at a time."""

@@ -132,7 +132,7 @@ def compact_dtype(sample: np.ndarray) -> np.dtype:
 
 
 def fill_compact(read: ReadRows, rows: np.ndarray, shape: tuple[int, int], dtype: np.dtype,
-                 block_bytes: int = 64 * 2**20) -> np.ndarray:
+                 block_bytes: int) -> np.ndarray:
     """(n, K, K) the prepared patterns ``rows`` read ``block_bytes`` of float32 at a time into
     ``dtype``; a block whose values ``dtype`` cannot hold exactly turns the whole into float32."""
     out = np.empty((len(rows), *shape), dtype=dtype)

@@ -1,0 +1,243 @@
+"""data.hold: patterns on the device, in host memory or read from the file each step give the
+same reconstruction for every reader, on one process and on two (shard_data); auto chooses from
+the free memory (mocked here) and says why; disk mode's host memory does not grow with the data."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import tiny_config
+from test_distributed import launch
+
+import ptyacc
+from ptyacc.config import load_config
+from ptyacc.data import hold as hold_module
+from ptyacc.data.hold import MemoryFigures
+from ptyacc.data.load import load_data
+from ptyacc.data.simulate import simulate_dataset
+from ptyacc.data.stream import StreamedStore
+from ptyacc.errors import ConfigError
+
+WORKER = Path(__file__).with_name("hold_worker.py")
+MODES = ("device", "host", "disk")
+SCAN = (6, 6)
+K = 16
+
+
+def simulated(tmp_path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(36, 16, 16) uint16 Poisson counts, zero frequency at the centre, and their positions (Å)."""
+    config = load_config(tiny_config(tmp_path, data={"simulate": {"scan_shape": list(SCAN), "detector_px": K,
+                                                                  "atoms": 6, "dose": 2e4}}))
+    data = simulate_dataset(config)
+    centred = torch.fft.fftshift(data.patterns, dim=(-2, -1)).numpy()
+    return np.rint(centred).astype(np.uint16), data.positions_A
+
+
+def write_files(folder: Path) -> dict[str, dict]:
+    """One file per reader holding the same patterns; for each, the ``data`` section that reads it
+    and the ``experiment.positions`` it needs."""
+    counts, positions = simulated(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with h5py.File(folder / "positions.h5", "w") as f:
+        f["positions_A"] = positions
+    elsewhere = {"path": str(folder / "positions.h5"), "key": "positions_A"}
+    with h5py.File(folder / "scan.h5", "w") as f:  # one chunk per scan row, compressed: the demo's layout
+        f.create_dataset("patterns", data=counts.reshape(*SCAN, K, K), chunks=(1, SCAN[1], K, K), compression="gzip")
+        f["positions_A"] = positions
+    with h5py.File(folder / "scan.cxi", "w") as f:  # with a dark frame: prepared patterns are not counts
+        f["cxi_version"] = 160
+        f["entry_1/instrument_1/detector_1/data"] = counts
+        f["entry_1/instrument_1/detector_1/data_dark"] = np.full((K, K), 0.25, np.float32)
+        mask = np.zeros((K, K), np.uint32)
+        mask[2, 3] = 1
+        f["entry_1/instrument_1/detector_1/mask"] = mask
+    np.save(folder / "scan.npy", counts)
+    with h5py.File(folder / "scan.mat", "w", userblock_size=512) as f:
+        f["dp"] = counts.transpose(1, 2, 0).T  # MATLAB's dp(:, :, n) as MATLAB writes it
+    with open(folder / "scan.mat", "r+b") as fh:
+        fh.write(b"MATLAB 7.3 MAT-file, written by ptyacc tests".ljust(116))
+    frames = np.zeros((len(counts), 128 + 2, 128), "<f4")  # EMPAD's 128 x 128 detector, cropped to K x K
+    frames[:, 64 - K // 2:64 + K // 2, 64 - K // 2:64 + K // 2] = counts
+    frames.tofile(folder / "scan.raw")
+    scan = {"scan_shape": list(SCAN)}
+    matlab_v5 = {}
+    try:
+        from scipy.io import savemat
+    except ImportError:  # MAT v5 files are read through scipy, an optional dependency
+        pass
+    else:
+        savemat(folder / "v5.mat", {"dp": counts.transpose(1, 2, 0)})
+        matlab_v5 = {"mat_v5": {"data": {"path": str(folder / "v5.mat")}, "positions": elsewhere}}
+    return matlab_v5 | {"hdf5": {"data": {"path": str(folder / "scan.h5")}, "positions": {"key": "positions_A"}},
+            "cxi": {"data": {"path": str(folder / "scan.cxi")}, "positions": elsewhere},
+            "npy": {"data": {"path": str(folder / "scan.npy")}, "positions": elsewhere},
+            "mat": {"data": {"path": str(folder / "scan.mat"), "key": "dp"}, "positions": elsewhere},
+            "empad": {"data": {"path": str(folder / "scan.raw"), **scan, "transform": {"crop": K}}, "positions": elsewhere}}
+
+
+def reader_config(folder: Path, reader: dict, mode: str, **runtime) -> dict:
+    config = tiny_config(folder, optim={"iterations": 3, "batch_size": 8, "start": {"probe": 1, "positions": 2}},
+                         runtime=runtime)
+    config["data"] = {**reader["data"], "hold": mode}
+    config["experiment"]["positions"] = reader["positions"]
+    return config
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    folder = tmp_path_factory.mktemp("hold")
+    return folder, write_files(folder)
+
+
+def reconstruct(config: dict) -> ptyacc.engine.Reconstruction:
+    return ptyacc.reconstruct(load_config(config), write=False)
+
+
+@pytest.mark.parametrize("reader", ["hdf5", "cxi", "npy", "mat", "mat_v5", "empad"])
+def test_every_mode_gives_the_device_result_for_every_reader(files, reader):
+    """Object, probe and refined positions after 3 iterations (position refinement from the 2nd)
+    are bit-identical whether the patterns are on the device, in host memory or read from the
+    file; host mode keeps counts as uint16, and both streamed modes read steps ahead."""
+    folder, readers = files
+    if reader not in readers:
+        pytest.skip("MAT v5 files need scipy")
+    runs = {mode: reconstruct(reader_config(folder, readers[reader], mode)) for mode in MODES}
+    device = runs["device"].model
+    for mode in ("host", "disk"):
+        model = runs[mode].model
+        for name in ("object", "probe", "positions_px"):
+            assert torch.equal(getattr(model, name), getattr(device, name)), (reader, mode, name)
+        assert runs[mode].data.hold.mode == mode
+    assert runs["disk"].data.streamed.bytes["host"] == 0
+    counts = reader != "cxi"  # a dark frame is subtracted from the CXI patterns: float32 in host memory
+    expected = np.uint16 if counts else np.float32
+    assert runs["host"].data.streamed.read.patterns.dtype == expected
+
+
+def test_prefetch_reads_the_steps_ahead(files):
+    """The steps the loop asks for are the ones the store read ahead (none read when asked but the
+    sample of the saved mean patterns), and their patterns equal the device store's."""
+    folder, readers = files
+    config = load_config(reader_config(folder, readers["hdf5"], "disk"))
+    data = load_data(config)
+    store = StreamedStore(data.streamed.read, None, data.n_patterns, "cpu")
+    in_memory = load_data(load_config(reader_config(folder, readers["hdf5"], "device"))).patterns
+    from ptyacc.data.batches import EpochBatches
+
+    batches = EpochBatches(np.zeros((data.n_patterns, 2)), 8, 1, "random", 3, store=store)
+    for epoch in range(2):
+        batches.set_epoch(epoch)
+        for item in range(len(batches)):
+            step = batches[item]
+            assert torch.equal(step.measured, in_memory[step.indices])
+    assert (store.prefetched, store.direct) == (2 * len(batches), 0)
+    shuffled = torch.tensor([7, 3, 30, 3])
+    assert torch.equal(store.measured(shuffled), in_memory[shuffled])
+    assert store.direct == 1
+
+
+@pytest.mark.slow
+def test_two_processes_sharded_every_mode_and_reader(files):
+    """Two processes with runtime.shard_data (each reads only its share): for every reader, host
+    and disk modes give the device mode's object bit for bit (one launch runs them all)."""
+    folder, readers = files
+    jobs = {}
+    for name, reader in readers.items():
+        for mode in MODES:
+            path = folder / f"mp_{name}_{mode}.yaml"
+            path.write_text(yaml.safe_dump(reader_config(folder, reader, mode, shard_data=True)))
+            jobs[f"{name}_{mode}"] = str(path)
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    out = folder / "mp_objects"
+    launch([str(WORKER), str(folder / "jobs.json"), str(out)], 2)
+    for name in readers:
+        two = {mode: np.load(out / f"{name}_{mode}.npy") for mode in MODES}
+        for mode in ("host", "disk"):
+            assert np.array_equal(two[mode], two["device"]), (name, mode, np.abs(two[mode] - two["device"]).max())
+    assert not np.array_equal(two["device"], np.ones_like(two["device"]))  # the object did change
+
+
+def fake_memory(monkeypatch, device_free_mib: float, host_available_mib: float) -> None:
+    figures = MemoryFigures(int(device_free_mib * 2**20), int(host_available_mib * 2**20))
+    monkeypatch.setattr(hold_module, "memory_figures", lambda device: figures)
+
+
+@pytest.mark.parametrize(("device_mib", "host_mib", "expected"), [(1.0, 1.0, "device"), (0.05, 0.2, "host"),
+                                                                    (0.05, 0.03, "disk")])
+def test_auto_chooses_by_the_free_memory_and_says_why(files, monkeypatch, capsys, device_mib, host_mib, expected):
+    """36 prepared float32 patterns of 16^2 take 36 KiB on the device and 18 KiB as uint16 in host
+    memory; auto keeps them within half of the (mocked) free memory and names the figures."""
+    folder, readers = files
+    fake_memory(monkeypatch, device_mib, host_mib)
+    config = reader_config(folder, readers["hdf5"], "auto")
+    config["optim"]["iterations"] = 1
+    config["output"]["dir"] = str(folder / f"auto_{expected}")
+    ptyacc.reconstruct(load_config(config))
+    said = capsys.readouterr().err
+    line = next(line for line in said.splitlines() if "data.hold:" in line)
+    assert line.startswith(f"ptyacc: data.hold: {expected} (")
+    assert {"device": "36.0 KiB fit in 0.5 x 1.0 MiB free on the cpu device",
+            "host": "36.0 KiB do not fit in 0.5 x 51.2 KiB free on the cpu device; 18.0 KiB fit in 0.5 x 204.8 KiB "
+                    "available host memory",
+            "disk": "18.0 KiB do not fit in 0.5 x 30.7 KiB available host memory"}[expected] in line
+    log = (folder / f"auto_{expected}" / "run.log").read_text()
+    assert f"data.hold: {expected} (" in log
+    assert re.search(r"memory: [\d.]+ MiB peak host RSS", log.splitlines()[-1])
+
+
+def test_disk_needs_a_file():
+    with pytest.raises(ConfigError, match="data.hold: disk reads the patterns from data.path"):
+        load_config({"data": {"simulate": {}, "hold": "disk"}})
+
+
+RSS_SCRIPT = """
+import resource, sys
+import ptyacc
+from ptyacc.config import load_config
+ptyacc.reconstruct(load_config(sys.argv[1]), write=False)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss_kib(config: dict, folder: Path, name: str) -> int:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # glibc raises its mmap threshold after each large free, so that freed step buffers stay in the
+    # heap and count in RSS for a while; a fixed threshold shows what the run itself holds
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    done = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(path)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.slow
+def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
+    """The same object area scanned with 16 x more patterns (each frame repeated 16 times): peak
+    RSS in disk mode rises by less than 3 %, in device mode by most of the added float32 bytes."""
+    repeat, k = 16, 64
+    rng = np.random.default_rng(0)
+    frames = rng.poisson(20.0, size=(1, 144, k, k)).astype(np.uint16)[0]
+    positions = np.stack(np.meshgrid(np.arange(12.0), np.arange(12.0), indexing="ij"), -1).reshape(-1, 2) * 0.6
+    peaks = {}
+    for copies in (1, repeat):
+        path = tmp_path / f"x{copies}.h5"
+        with h5py.File(path, "w") as f:
+            f.create_dataset("patterns", data=np.repeat(frames, copies, axis=0), chunks=(16, k, k))
+            f["positions_A"] = np.repeat(positions, copies, axis=0)
+        for mode in ("device", "disk"):
+            config = tiny_config(tmp_path, optim={"iterations": 1, "batch_size": 128})
+            config["data"] = {"path": str(path), "hold": mode}
+            config["experiment"]["positions"] = {"key": "positions_A"}
+            peaks[mode, copies] = peak_rss_kib(config, tmp_path, f"{mode}{copies}")
+    added_kib = (repeat - 1) * frames.size * 4 // 1024
+    assert peaks["disk", repeat] < 1.03 * peaks["disk", 1], peaks
+    assert peaks["device", repeat] - peaks["device", 1] > 0.8 * added_kib, (peaks, added_kib)
