@@ -25,7 +25,7 @@ from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
-from ptyacc.data.hold import hold_line, peak_memory_line
+from ptyacc.data.hold import hold_lines, peak_memory_line
 from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
 from ptyacc.distributed import make_accelerator, prepare, unwrap
 from ptyacc.errors import ConfigError, DistributedError
@@ -117,7 +117,8 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, self.accelerator.device, config.data.hold)
-        _tell(self.accelerator, self.log, hold_line(self.data, self.store, self.accelerator.device))
+        for text in hold_lines(self.data, self.store, self.accelerator.device):
+            _tell(self.accelerator, self.log, text)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store)
         self.tiles = self._tiles(batches.n_steps)

@@ -241,3 +241,59 @@ def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
     added_kib = (repeat - 1) * frames.size * 4 // 1024
     assert peaks["disk", repeat] < 1.03 * peaks["disk", 1], peaks
     assert peaks["device", repeat] - peaks["device", 1] > 0.8 * added_kib, (peaks, added_kib)
+
+
+def test_a_step_reads_its_scattered_rows_in_one_selection(tmp_path, monkeypatch):
+    """Rows spread over an HDF5 dataset come in one selection of just those rows; contiguous
+    rows in one slice; the patterns are those of the file either way."""
+    from ptyacc.data.readers import read_patterns
+
+    data = np.random.default_rng(1).poisson(5.0, size=(200, 8, 8)).astype(np.uint16)
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("patterns", data=data, chunks=(1, 8, 8))
+    selections = []
+    original = h5py.Dataset.__getitem__
+
+    def spy(self, selection):
+        block = original(self, selection)
+        if self.name == "/patterns":
+            selections.append(len(block))
+        return block
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", spy)
+    scattered = np.array([3, 40, 41, 90, 150, 151, 152, 199])
+    np.testing.assert_array_equal(read_patterns(path, rows=scattered).patterns, data[scattered])
+    assert selections == [len(scattered)]  # the stretch 3..199 would be 197 patterns
+    selections.clear()
+    np.testing.assert_array_equal(read_patterns(path, rows=np.arange(20, 31)).patterns, data[20:31])
+    assert selections == [11]
+
+
+def test_slow_chunk_layout_is_named_with_its_cost_and_fixed_by_convert(files, tmp_path, capsys):
+    """The scan file's gzip chunks of 6 patterns pass; chunks of 36 patterns get one warning naming
+    the cost and the fix, which `ptyacc convert --streaming` applies (chunks of one pattern)."""
+    from ptyacc.cli import main
+
+    folder, readers = files
+    counts = np.load(folder / "scan.npy")
+    slow = tmp_path / "slow.h5"
+    with h5py.File(slow, "w") as f:
+        f.create_dataset("patterns", data=counts, chunks=(36, K, K), compression="gzip")
+        f["positions_A"] = h5py.File(folder / "positions.h5")["positions_A"][()]
+    config = reader_config(folder, {"data": {"path": str(slow)}, "positions": {"key": "positions_A"}}, "disk")
+    config["optim"]["iterations"] = 1
+    reconstruct(config)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1
+    assert "compressed chunks of 36 patterns" in warnings[0] and "up to 36 x the reading" in warnings[0]
+    assert "ptyacc convert slow.h5 OUT.h5 --streaming" in warnings[0]
+    fast = tmp_path / "fast.h5"
+    assert main(["convert", str(slow), str(fast), "--streaming"]) == 0
+    with h5py.File(fast) as f:
+        assert (f["patterns"].chunks, f["patterns"].compression) == ((1, K, K), None)
+        np.testing.assert_array_equal(f["patterns"][()], counts)
+    assert hold_module.SLOW_CHUNK_PATTERNS < 36
+    config["data"]["path"] = str(fast)
+    reconstruct(config)
+    assert "warning" not in capsys.readouterr().err

@@ -15,6 +15,7 @@ from ptyacc.data.stream import FileRows, HostRows, ReadRows, compact_dtype, fill
 
 MIB = 2**20
 PATTERN_VALUE_BYTES = 4  # prepared patterns are float32 on the device
+SLOW_CHUNK_PATTERNS = 8  # compressed chunks of more patterns than this are decompressed whole for each one read
 BLOCK_BYTES = 4 * MIB  # float32 read at a time when a pass goes over all held patterns (host memory stays flat)
 
 
@@ -88,12 +89,14 @@ class StreamedPatterns:
     pattern_sum:   (K, K) float64 per-pixel sum over the held patterns (model layout)
     bytes:         what the patterns take on "disk" (the held share of the file), in "host"
                    memory and on the "device", in this mode
+    warning:       a chunk layout that makes reading slow, its cost and the fix; "" if none
     """
 
     read: ReadRows
     counts_total: float
     pattern_sum: np.ndarray
     bytes: dict[str, int] = field(default_factory=dict)
+    warning: str = ""
 
 
 def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device: torch.device | str,
@@ -122,8 +125,21 @@ def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device:
     else:
         read, host_bytes = FileRows(open_again(), prepare), 0
     total, pixel_sum = held_sums(read, held, shape)
-    streamed = StreamedPatterns(read, total, pixel_sum, {"disk": disk_bytes, "host": host_bytes, "device": 0})
+    streamed = StreamedPatterns(read, total, pixel_sum, {"disk": disk_bytes, "host": host_bytes, "device": 0},
+                                slow_layout(source) if choice.mode == "disk" else "")
     return np.zeros((0, *shape), dtype=np.float32), streamed, choice
+
+
+def slow_layout(source) -> str:
+    """A warning when the file's chunks make each step's reads slow (compressed chunks of many
+    patterns, each decompressed whole for every pattern a step takes from it); "" otherwise."""
+    chunks = source.stored_chunks()
+    if chunks is None or not chunks[1] or chunks[0] <= SLOW_CHUNK_PATTERNS:
+        return ""
+    return (f"warning: {source.path} stores the patterns in compressed chunks of {chunks[0]} patterns: data.hold: disk "
+            f"decompresses a whole chunk for each pattern a step reads from it, up to {chunks[0]} x the reading "
+            f"of the patterns themselves; rewrite it for streaming with `ptyacc convert {source.path.name} "
+            "OUT.h5 --streaming` (chunks of one pattern, uncompressed), or use data.hold: host")
 
 
 def held_sums(read: ReadRows, held: np.ndarray, shape: tuple[int, int], block_bytes: int = BLOCK_BYTES
@@ -137,9 +153,10 @@ def held_sums(read: ReadRows, held: np.ndarray, shape: tuple[int, int], block_by
     return float(pixel_sum.sum()), pixel_sum
 
 
-def hold_line(data, store, device: torch.device | str) -> str:
+def hold_lines(data, store, device: torch.device | str) -> list[str]:
     """Where this run holds the patterns and why, with the bytes they take on disk, in host
-    memory and on the device (one line for the terminal and run.log)."""
+    memory and on the device, and any warning about reading them (lines for the terminal and
+    run.log)."""
     device = torch.device(device)
     if data.streamed is not None:
         nbytes = dict(data.streamed.bytes)
@@ -151,7 +168,8 @@ def hold_line(data, store, device: torch.device | str) -> str:
         "device" if store.holds_on_device else "host", "patterns given in memory")
     sizes = ", ".join(f"{_mib(nbytes[where])} {label}" for where, label in
                       (("disk", "on disk"), ("host", "in host memory"), ("device", "on the device")))
-    return f"data.hold: {mode} ({reason}); patterns: {sizes}"
+    warning = [data.streamed.warning] if data.streamed is not None and data.streamed.warning else []
+    return [f"data.hold: {mode} ({reason}); patterns: {sizes}", *warning]
 
 
 def peak_memory_line(device: torch.device | str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import h5py
 import numpy as np
 
 from ptyacc.data.formats.common import Prepare
@@ -40,7 +41,10 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     while start < len(wanted):
         first = int(wanted[start])
         row = first // per_first
-        if per_chunk >= per_first:  # whole indices of the first axis
+        if per_chunk >= per_first and _scattered(source, wanted[start:start + per_chunk]):
+            end = min(start + per_chunk, len(wanted))
+            block = source[wanted[start:end]]  # one HDF5 selection of just those rows
+        elif per_chunk >= per_first:  # whole indices of the first axis
             base = row * per_first
             end = int(np.searchsorted(wanted, base + (per_chunk // per_first) * per_first))
             block = source[row:int(wanted[end - 1]) // per_first + 1].reshape(-1, *stored)
@@ -48,9 +52,8 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
             base = first
             end = int(np.searchsorted(wanted, min(first + per_chunk, (row + 1) * per_first)))
             block = source[row, first - row * per_first:int(wanted[end - 1]) - row * per_first + 1]
-        take = wanted[start:end] - base
-        if len(take) < len(block):
-            block = block[take]
+        if len(block) > end - start:
+            block = block[wanted[start:end] - base]
         if frame is not None:
             block = frame(block)
         if prepare is None:
@@ -59,6 +62,13 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
             patterns[start:end] = prepare(block.astype(np.float32, copy=False))
         start = end
     return patterns
+
+
+def _scattered(source, rows: np.ndarray) -> bool:
+    """Whether ``rows`` (strictly increasing) are better read as one HDF5 selection of just those
+    rows than as the stretch that spans them: from a 3D HDF5 dataset (a memory map touches only
+    the rows taken from a stretch anyway) when they fill less than half of the stretch."""
+    return isinstance(source, h5py.Dataset) and source.ndim == 3 and 2 * len(rows) < int(rows[-1] - rows[0]) + 1
 
 
 def _checked_rows(rows: np.ndarray | None, n: int) -> np.ndarray:
