@@ -297,3 +297,40 @@ def test_slow_chunk_layout_is_named_with_its_cost_and_fixed_by_convert(files, tm
     config["data"]["path"] = str(fast)
     reconstruct(config)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_xray_probe_from_the_mean_pattern_is_the_same_in_every_mode(tmp_path):
+    """X-ray data start from the mean pattern (not from optics): for noise-free (float-valued)
+    patterns held in the file or in host memory, that mean and the counts that scale the probe
+    give the probe and object of the patterns on the device, bit for bit."""
+    from ptyacc.data.export import write_dataset
+
+    experiment = {"radiation": "xray", "energy_eV": 8000.0, "detector_distance_m": 2.0, "detector_pixel_m": 75e-6,
+                  "scan_step_A": 2000.0}
+    simulated = load_data(load_config({"data": {"simulate": {"scan_shape": [4, 4], "detector_px": 16, "atoms": 4,
+                                                             }}, "experiment": experiment}))
+    write_dataset(tmp_path / "x.h5", simulated)
+    models = {}
+    for mode in MODES:
+        config = {"data": {"path": str(tmp_path / "x.h5"), "hold": mode},
+                  "experiment": {**experiment, "positions": {"key": "positions_A"}},
+                  "optim": {"iterations": 2, "batch_size": 4, "start": {"probe": 1}},
+                  "runtime": {"progress": False}}
+        models[mode] = reconstruct(config).model
+    for mode in ("host", "disk"):
+        for name in ("object", "probe"):
+            assert torch.equal(getattr(models[mode], name), getattr(models["device"], name)), (mode, name)
+
+
+def test_info_states_the_bytes_of_each_mode_and_the_choice(files, monkeypatch):
+    """`ptyacc info` gives the patterns' bytes on disk, on the device (float32) and in host memory
+    (uint16 counts), and the mode auto would choose under the (mocked) free memory."""
+    from ptyacc.info import data_report
+
+    folder, readers = files
+    fake_memory(monkeypatch, 0.05, 0.2)
+    lines = data_report(load_config(reader_config(folder, readers["npy"], "auto")), sample=8)
+    size = (folder / "scan.npy").stat().st_size / 1024
+    assert (f"patterns: {size:.1f} KiB on disk; data.hold device: 36.0 KiB on the device (float32); host: 18.0 KiB "
+            "in host memory (uint16)") in "\n".join(lines)
+    assert any(line.startswith("data.hold: host on cpu (36.0 KiB do not fit") for line in lines)

@@ -82,10 +82,11 @@ class PtychoData:
         return torch.tensor(self.streamed.counts_total, dtype=torch.float64)
 
     def held_mean_pattern(self) -> torch.Tensor:
-        """(K, K) float32 mean of the held patterns, wherever they are held."""
+        """(K, K) float64 mean of the held patterns, wherever they are held (float64, so that the
+        order of the sums, which differs between the two, stays far below float32 rounding)."""
         if self.streamed is None:
-            return self.patterns.mean(0)
-        return torch.from_numpy(self.streamed.pattern_sum).float() / self.n_held
+            return self.patterns.mean(0, dtype=torch.float64)
+        return torch.from_numpy(self.streamed.pattern_sum) / self.n_held
 
 
 def keep_only(data: PtychoData, keep) -> PtychoData:
