@@ -147,7 +147,8 @@ def test_prefetch_reads_the_steps_ahead(files):
 @pytest.mark.slow
 def test_two_processes_sharded_every_mode_and_reader(files):
     """Two processes with runtime.shard_data (each reads only its share): for every reader, host
-    and disk modes give the device mode's object bit for bit (one launch runs them all)."""
+    and disk modes give the device mode's object bit for bit (one launch runs them all); so does
+    disk mode with runtime.shard_object (the main process's tile)."""
     folder, readers = files
     jobs = {}
     for name, reader in readers.items():
@@ -155,6 +156,12 @@ def test_two_processes_sharded_every_mode_and_reader(files):
             path = folder / f"mp_{name}_{mode}.yaml"
             path.write_text(yaml.safe_dump(reader_config(folder, reader, mode, shard_data=True)))
             jobs[f"{name}_{mode}"] = str(path)
+    for mode in ("device", "disk"):  # with the object split too (runtime.shard_object)
+        path = folder / f"mp_tiles_{mode}.yaml"
+        config = reader_config(folder, readers["hdf5"], mode, shard_object=True)
+        config["model"] = {"object_padding_px": 4}  # tiles at least a probe window wide
+        path.write_text(yaml.safe_dump(config))
+        jobs[f"tiles_{mode}"] = str(path)
     (folder / "jobs.json").write_text(json.dumps(jobs))
     out = folder / "mp_objects"
     launch([str(WORKER), str(folder / "jobs.json"), str(out)], 2)
@@ -163,6 +170,7 @@ def test_two_processes_sharded_every_mode_and_reader(files):
         for mode in ("host", "disk"):
             assert np.array_equal(two[mode], two["device"]), (name, mode, np.abs(two[mode] - two["device"]).max())
     assert not np.array_equal(two["device"], np.ones_like(two["device"]))  # the object did change
+    assert np.array_equal(np.load(out / "tiles_disk.npy"), np.load(out / "tiles_device.npy"))
 
 
 def fake_memory(monkeypatch, device_free_mib: float, host_available_mib: float) -> None:
@@ -334,3 +342,19 @@ def test_info_states_the_bytes_of_each_mode_and_the_choice(files, monkeypatch):
     assert (f"patterns: {size:.1f} KiB on disk; data.hold device: 36.0 KiB on the device (float32); host: 18.0 KiB "
             "in host memory (uint16)") in "\n".join(lines)
     assert any(line.startswith("data.hold: host on cpu (36.0 KiB do not fit") for line in lines)
+
+
+def test_resume_in_disk_mode(files, tmp_path):
+    """Stopped after 2 of 3 iterations and resumed from the checkpoint: disk mode ends where device
+    mode, stopped and resumed the same way, ends (the resumed epoch's steps are read ahead too)."""
+    folder, readers = files
+    objects = {}
+    for mode in ("device", "disk"):
+        config = reader_config(folder, readers["hdf5"], mode)
+        config["output"].update(dir=str(tmp_path / mode), checkpoint_every=1, figures=False)
+        config["optim"]["iterations"] = 2
+        ptyacc.reconstruct(load_config(config))
+        config["optim"]["iterations"] = 3
+        objects[mode] = ptyacc.reconstruct(load_config(config), resume=True).model.object
+        assert "resumed from" in (tmp_path / mode / "run.log").read_text()
+    assert torch.equal(objects["disk"], objects["device"])
