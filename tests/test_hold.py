@@ -251,9 +251,9 @@ def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
     assert peaks["device", repeat] - peaks["device", 1] > 0.8 * added_kib, (peaks, added_kib)
 
 
-def test_a_step_reads_its_scattered_rows_in_one_selection(tmp_path, monkeypatch):
-    """Rows spread over an HDF5 dataset come in one selection of just those rows; contiguous
-    rows in one slice; the patterns are those of the file either way."""
+def test_a_step_reads_its_scattered_rows_run_by_run(tmp_path, monkeypatch):
+    """Rows spread over an HDF5 dataset are read as their runs of consecutive rows, one slice
+    each; contiguous rows in one slice; the patterns are those of the file either way."""
     from ptyacc.data.readers import read_patterns
 
     data = np.random.default_rng(1).poisson(5.0, size=(200, 8, 8)).astype(np.uint16)
@@ -272,7 +272,7 @@ def test_a_step_reads_its_scattered_rows_in_one_selection(tmp_path, monkeypatch)
     monkeypatch.setattr(h5py.Dataset, "__getitem__", spy)
     scattered = np.array([3, 40, 41, 90, 150, 151, 152, 199])
     np.testing.assert_array_equal(read_patterns(path, rows=scattered).patterns, data[scattered])
-    assert selections == [len(scattered)]  # the stretch 3..199 would be 197 patterns
+    assert selections == [1, 2, 1, 3, 1]  # its runs; the stretch 3..199 would be 197 patterns
     selections.clear()
     np.testing.assert_array_equal(read_patterns(path, rows=np.arange(20, 31)).patterns, data[20:31])
     assert selections == [11]

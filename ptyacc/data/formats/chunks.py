@@ -43,7 +43,7 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
         row = first // per_first
         if per_chunk >= per_first and _scattered(source, wanted[start:start + per_chunk]):
             end = min(start + per_chunk, len(wanted))
-            block = source[wanted[start:end]]  # one HDF5 selection of just those rows
+            block = _runs(source, wanted[start:end])
         elif per_chunk >= per_first:  # whole indices of the first axis
             base = row * per_first
             end = int(np.searchsorted(wanted, base + (per_chunk // per_first) * per_first))
@@ -65,10 +65,18 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
 
 
 def _scattered(source, rows: np.ndarray) -> bool:
-    """Whether ``rows`` (strictly increasing) are better read as one HDF5 selection of just those
-    rows than as the stretch that spans them: from a 3D HDF5 dataset (a memory map touches only
-    the rows taken from a stretch anyway) when they fill less than half of the stretch."""
+    """Whether ``rows`` (strictly increasing) are better read run by run than as the stretch that
+    spans them: from a 3D HDF5 dataset (a memory map touches only the rows taken from a stretch
+    anyway) when they fill less than half of the stretch."""
     return isinstance(source, h5py.Dataset) and source.ndim == 3 and 2 * len(rows) < int(rows[-1] - rows[0]) + 1
+
+
+def _runs(source, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), ky, kx) the ``rows`` (strictly increasing) of ``source``, each run of
+    consecutive rows read as one slice (h5py reads slices far faster than a selection of points)."""
+    starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
+    ends = np.append(starts[1:], len(rows))
+    return np.concatenate([source[int(rows[a]):int(rows[b - 1]) + 1] for a, b in zip(starts, ends, strict=True)])
 
 
 def _checked_rows(rows: np.ndarray | None, n: int) -> np.ndarray:
