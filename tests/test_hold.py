@@ -358,3 +358,25 @@ def test_resume_in_disk_mode(files, tmp_path):
         objects[mode] = ptyacc.reconstruct(load_config(config), resume=True).model.object
         assert "resumed from" in (tmp_path / mode / "run.log").read_text()
     assert torch.equal(objects["disk"], objects["device"])
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_cgroup_memory_limit_bounds_the_host_memory(tmp_path, version):
+    """Inside a container or batch job whose cgroup caps memory, auto judges host memory by what
+    the cap leaves (limit - usage); without a cap (v2 "max", v1's huge number) there is no bound."""
+    from ptyacc.data.hold import cgroup_room_bytes
+
+    proc = tmp_path / "cgroup"
+    if version == "v2":
+        proc.write_text("0::/job/step\n")
+        folder, names = tmp_path / "job" / "step", ("memory.max", "memory.current")
+    else:
+        proc.write_text("9:cpu,cpuacct:/job\n4:memory:/job\n")
+        folder, names = tmp_path / "memory" / "job", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    folder.mkdir(parents=True)
+    (folder / names[0]).write_text(f"{2**30}\n")
+    (folder / names[1]).write_text(f"{2**28}\n")
+    assert cgroup_room_bytes(proc, tmp_path) == 2**30 - 2**28
+    (folder / names[0]).write_text("max\n" if version == "v2" else "9223372036854771712\n")
+    assert cgroup_room_bytes(proc, tmp_path) is None
+    assert cgroup_room_bytes(tmp_path / "none", tmp_path) is None

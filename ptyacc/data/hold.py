@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,15 +30,43 @@ class MemoryFigures:
 
 
 def memory_figures(device: torch.device | str) -> MemoryFigures:
-    """The free memory of ``device`` and of the host, now."""
+    """The free memory of ``device`` and of the host, now; the host's is what this process's
+    cgroup leaves it when that is less (a container's or a batch job's memory limit)."""
     import psutil  # accelerate's own dependency
 
     host = int(psutil.virtual_memory().available)
+    room = cgroup_room_bytes()
+    host = host if room is None else min(host, room)
     device = torch.device(device)
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return MemoryFigures(int(free), host)
     return MemoryFigures(host, host)
+
+
+def cgroup_room_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+                      ) -> int | None:
+    """The memory left under the limit of this process's cgroup (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``, less what it uses); None when there is no limit or none can be read."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, where = line.split(":", 2)
+        if controllers == "":
+            folder, limit_name, usage_name = root / where.lstrip("/"), "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            folder, limit_name, usage_name = root / "memory" / where.lstrip("/"), "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            limit, usage = (folder / limit_name).read_text().strip(), int((folder / usage_name).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit != "max" and int(limit) < 2**60:  # v1 writes "no limit" as a huge number
+            return max(int(limit) - usage, 0)
+    return None
 
 
 @dataclass(frozen=True)
