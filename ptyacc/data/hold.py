@@ -77,12 +77,12 @@ class HoldChoice:
     reason: str
 
 
-def choose_hold(requested: str, fraction: float, device_bytes: int, host_bytes: int,
+def choose_hold(requested: str, fraction: float, device_bytes: int, host_bytes: Callable[[], int],
                 device: torch.device | str) -> HoldChoice:
     """``requested`` as it is, or for ``auto`` the first of device, host and disk whose memory
     holds the patterns within ``fraction`` of its free memory: ``device_bytes`` the prepared
-    float32 patterns this process holds, ``host_bytes`` what they take in host memory (their
-    stored integer type when they are counts)."""
+    float32 patterns this process holds, ``host_bytes()`` what they take in host memory (as
+    counts when they are; asked only when they do not fit on the device)."""
     if requested != "auto":
         return HoldChoice(requested, "data.hold: " + requested)
     figures = memory_figures(device)
@@ -91,6 +91,7 @@ def choose_hold(requested: str, fraction: float, device_bytes: int, host_bytes: 
     if device_bytes <= device_room:
         return HoldChoice("device", f"{_mib(device_bytes)} fit in {fraction:g} x {_mib(figures.device_free_bytes)} "
                                     f"free on the {where} device")
+    host_bytes = host_bytes()
     if host_bytes <= host_room:
         return HoldChoice("host", f"{_mib(device_bytes)} do not fit in {fraction:g} x "
                                   f"{_mib(figures.device_free_bytes)} free on the {where} device; {_mib(host_bytes)} "
@@ -140,15 +141,16 @@ def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device:
     shape = tuple(prepare(np.zeros((0, *source.info.shape[-2:]), dtype=np.float32)).shape[1:])
     device_bytes = len(held) * shape[0] * shape[1] * PATTERN_VALUE_BYTES
     from_file = FileRows(source, prepare)
-    dtype = None
-    if data_config.hold in ("auto", "host"):
-        dtype = compact_dtype(from_file(sample_of(held)))
-    host_bytes = device_bytes if dtype is None else len(held) * shape[0] * shape[1] * dtype.itemsize
+
+    def host_bytes() -> int:  # as counts (uint16) when a sample of them are counts
+        return len(held) * shape[0] * shape[1] * compact_dtype(from_file(sample_of(held))).itemsize
+
     choice = choose_hold(data_config.hold, data_config.hold_memory_fraction, device_bytes, host_bytes, device)
     if choice.mode == "device":
         return source.read(rows, prepare).patterns, None, choice
     disk_bytes = source.path.stat().st_size * len(held) // max(n_file, 1)
     if choice.mode == "host":
+        dtype = compact_dtype(from_file(sample_of(held)))
         read = HostRows(fill_compact(from_file, held, shape, dtype, BLOCK_BYTES), held)
         host_bytes = read.patterns.nbytes
     else:
@@ -213,7 +215,7 @@ def hold_report(config, sample) -> list[str]:
     host_bytes = n * k * k * dtype.itemsize
     disk_bytes = config.resolve_input(config.data.path).stat().st_size if config.data.path else 0
     device = resolve_device(config.runtime.device)
-    choice = choose_hold(config.data.hold, config.data.hold_memory_fraction, device_bytes, host_bytes, device)
+    choice = choose_hold(config.data.hold, config.data.hold_memory_fraction, device_bytes, lambda: host_bytes, device)
     return [f"patterns: {_mib(disk_bytes)} on disk; data.hold device: {_mib(device_bytes)} on the device (float32); "
             f"host: {_mib(host_bytes)} in host memory ({dtype.name}); disk: only the steps in flight "
             "(runtime.shard_data divides each by the number of processes)",
