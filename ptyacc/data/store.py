@@ -12,7 +12,7 @@ import torch
 from ptyacc.data.batches import Cut, EpochBatches, spatial_bisection
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.load import load_data
-from ptyacc.data.stream import HostRows, StreamedStore
+from ptyacc.data.stream import HostRows, StreamedStore, mean_of_sample
 from ptyacc.errors import ConfigError
 
 
@@ -112,12 +112,12 @@ class PatternStore:
         indices = indices.to(self.patterns.device)
         return self.patterns[indices] if self._row_of is None else self.patterns[self._row_of[indices]]
 
+    @property
+    def device(self) -> torch.device:
+        return self.patterns.device
+
     def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean measured pattern and mean prediction over a seeded random sample of up to ``most``
-        held positions (every n-th position would alias with a raster scan and the crystal lattice
-        and draw stripes that the data do not have)."""
-        sample = np.random.default_rng(0).choice(len(self.held), size=min(most, len(self.held)), replace=False)
-        pick = torch.as_tensor(self.held[np.sort(sample)], device=self.patterns.device)
-        with torch.no_grad():
-            return self.measured(pick).mean(0), predict(pick).mean(0)
+        held positions (``stream.mean_of_sample``)."""
+        return mean_of_sample(self, predict, most)

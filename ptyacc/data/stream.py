@@ -70,10 +70,7 @@ class StreamedStore:
     def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """As ``PatternStore.mean_of_sample``: the same sample, read without the rest."""
-        sample = np.random.default_rng(0).choice(len(self.held), size=min(most, len(self.held)), replace=False)
-        pick = torch.as_tensor(self.held[np.sort(sample)], device=self.device)
-        with torch.no_grad():
-            return self.measured(pick).mean(0), predict(pick).mean(0)
+        return mean_of_sample(self, predict, most)
 
     def close(self) -> None:
         self._reader.shutdown(wait=True, cancel_futures=True)
@@ -122,6 +119,17 @@ class HostRows:
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         return self.patterns[self._row_of[rows]].astype(np.float32)
+
+
+def mean_of_sample(store, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean measured pattern and mean prediction over a seeded random sample of up to ``most`` of
+    the positions ``store`` holds (every n-th position would alias with a raster scan and the
+    crystal lattice and draw stripes that the data do not have)."""
+    sample = np.random.default_rng(0).choice(len(store.held), size=min(most, len(store.held)), replace=False)
+    pick = torch.as_tensor(store.held[np.sort(sample)], device=store.device)
+    with torch.no_grad():
+        return store.measured(pick).mean(0), predict(pick).mean(0)
 
 
 def compact_dtype(sample: np.ndarray) -> np.dtype:
