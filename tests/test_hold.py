@@ -229,12 +229,14 @@ def peak_rss_kib(config: dict, folder: Path, name: str) -> int:
 
 @pytest.mark.slow
 def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
-    """The same object area scanned with 16 x more patterns (each frame repeated 16 times): peak
-    RSS in disk mode rises by less than 3 %, in device mode by most of the added float32 bytes."""
-    repeat, k = 16, 64
+    """The same object area scanned with 16 x more patterns (each frame repeated 16 times, 64 MiB
+    more as float32): peak RSS in disk mode rises by less than 5 % (a few MiB of per-position
+    state and reader buffers), in device mode by most of the added bytes."""
+    repeat, k, side = 16, 64, 16
     rng = np.random.default_rng(0)
-    frames = rng.poisson(20.0, size=(1, 144, k, k)).astype(np.uint16)[0]
-    positions = np.stack(np.meshgrid(np.arange(12.0), np.arange(12.0), indexing="ij"), -1).reshape(-1, 2) * 0.6
+    frames = rng.poisson(20.0, size=(side * side, k, k)).astype(np.uint16)
+    positions = np.stack(np.meshgrid(np.arange(float(side)), np.arange(float(side)), indexing="ij"), -1
+                         ).reshape(-1, 2) * 0.6
     peaks = {}
     for copies in (1, repeat):
         path = tmp_path / f"x{copies}.h5"
@@ -247,7 +249,8 @@ def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
             config["experiment"]["positions"] = {"key": "positions_A"}
             peaks[mode, copies] = peak_rss_kib(config, tmp_path, f"{mode}{copies}")
     added_kib = (repeat - 1) * frames.size * 4 // 1024
-    assert peaks["disk", repeat] < 1.03 * peaks["disk", 1], peaks
+    assert peaks["disk", repeat] < 1.05 * peaks["disk", 1], peaks
+    assert peaks["disk", repeat] - peaks["disk", 1] < 0.25 * added_kib, (peaks, added_kib)
     assert peaks["device", repeat] - peaks["device", 1] > 0.8 * added_kib, (peaks, added_kib)
 
 
