@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ptyacc.data.stream import FileRows, HostRows, ReadRows, compact_dtype, fill_compact, sample_of
+from ptyacc.data.stream import PREFETCH_STEPS, FileRows, HostRows, ReadRows, compact_dtype, fill_compact, sample_of
 
 MIB = 2**20
 PATTERN_VALUE_BYTES = 4  # prepared patterns are float32 on the device
@@ -184,13 +184,14 @@ def held_sums(read: ReadRows, held: np.ndarray, shape: tuple[int, int], block_by
     return float(pixel_sum.sum()), pixel_sum
 
 
-def hold_lines(data, store, device: torch.device | str) -> list[str]:
+def hold_lines(data, store, device: torch.device | str, batch_positions: int) -> list[str]:
     """Where this run holds the patterns and why, with the bytes they take on disk, in host
-    memory and on the device, and any warning about reading them (lines for the terminal and
-    run.log)."""
+    memory and on the device (streamed: the steps in flight, of ``batch_positions`` each), and
+    any warning about reading them (lines for the terminal and run.log)."""
     device = torch.device(device)
     if data.streamed is not None:
-        nbytes = dict(data.streamed.bytes)
+        in_flight = (PREFETCH_STEPS + 1) * batch_positions * data.detector_px**2 * PATTERN_VALUE_BYTES
+        nbytes = {**data.streamed.bytes, "device": in_flight}
     else:  # in memory: on the device, or (data.hold: host for patterns given in memory) on the host
         in_memory = data.n_held * data.detector_px**2 * PATTERN_VALUE_BYTES
         on_host = not store.holds_on_device or device.type != "cpu"  # a GPU run keeps the loaded copy too
