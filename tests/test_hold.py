@@ -383,3 +383,23 @@ def test_a_cgroup_memory_limit_bounds_the_host_memory(tmp_path, version):
     (folder / names[0]).write_text("max\n" if version == "v2" else "9223372036854771712\n")
     assert cgroup_room_bytes(proc, tmp_path) is None
     assert cgroup_room_bytes(tmp_path / "none", tmp_path) is None
+
+
+def test_a_file_that_fails_during_the_run_is_named(files, monkeypatch):
+    """A read that fails in the middle of a disk-mode run (the file moved or cut short) is a
+    DataError naming the file and the fix, raised where the loop asked for the step."""
+    from ptyacc.data.readers import PatternFile
+    from ptyacc.data.store import ShardPlan, pattern_store
+    from ptyacc.errors import DataError
+
+    folder, readers = files
+    data = load_data(load_config(reader_config(folder, readers["hdf5"], "disk")))
+    store = pattern_store(data, ShardPlan(1, 0), "cpu")
+
+    def broken(self, rows=None, prepare=None):
+        raise OSError("Can't read data (file truncated)")
+
+    monkeypatch.setattr(PatternFile, "read", broken)
+    with pytest.raises(DataError, match=r"scan.h5: reading 3 patterns during the run failed \(Can't read data.*"
+                                        r"the file must stay in place"):
+        store.measured(torch.tensor([4, 0, 9]))

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ptyacc.data.bright_field import sample_rows
+from ptyacc.errors import DataError
 
 ReadRows = Callable[[np.ndarray], np.ndarray]  # sorted distinct position indices -> (n, K, K) float32 prepared
 PREFETCH_STEPS = 2  # steps read ahead: one being copied while one waits, a batch's memory each
@@ -105,7 +106,12 @@ class FileRows:
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         with self._lock:
-            return self.source.read(rows, self.prepare).patterns
+            try:
+                return self.source.read(rows, self.prepare).patterns
+            except (OSError, RuntimeError) as exc:  # what h5py and memory maps raise for a file gone wrong
+                raise DataError(f"{self.source.path}: reading {len(rows)} patterns during the run failed ({exc}); "
+                                "with data.hold: disk the file must stay in place and unchanged until the run "
+                                "ends (or use data.hold: host or device)") from exc
 
 
 class HostRows:
