@@ -25,7 +25,7 @@ from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
-from ptyacc.data.hold import hold_lines, peak_memory_line
+from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
 from ptyacc.distributed import make_accelerator, prepare, unwrap
 from ptyacc.errors import ConfigError, DistributedError
@@ -246,7 +246,8 @@ class Reconstructor:
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
-        self.log.line(peak_memory_line(self.accelerator.device))
+        for text in peak_memory_lines(self.accelerator):
+            self.log.line(text)
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
         self.accelerator.wait_for_everyone()

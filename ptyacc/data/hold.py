@@ -223,13 +223,19 @@ def hold_report(config, sample) -> list[str]:
             f"data.hold: {choice.mode} on {device} ({choice.reason})"]
 
 
-def peak_memory_line(device: torch.device | str) -> str:
-    """The peak host memory (RSS) of this process so far, and its peak device memory (CUDA)."""
+def peak_memory_lines(accelerator) -> list[str]:
+    """The peak host memory (RSS) of each process so far, and its peak device memory (CUDA): one
+    line, or one per process (a collective: every process calls it)."""
     import resource
     import sys
 
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    device = torch.device(device)
+    device = accelerator.device
     on_device = (f"{_mib(torch.cuda.max_memory_allocated(device))} peak on {device}" if device.type == "cuda"
                  else "no separate device memory")
-    return f"memory: {_mib(peak_rss)} peak host RSS, {on_device}"
+    line = f"{_mib(peak_rss)} peak host RSS, {on_device}"
+    if accelerator.num_processes == 1:
+        return [f"memory: {line}"]
+    from accelerate.utils import gather_object
+
+    return [f"memory of rank {rank}: {text}" for rank, text in enumerate(gather_object([line]))]
