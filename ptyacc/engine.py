@@ -117,7 +117,8 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, self.accelerator.device, config.data.hold)
-        for text in hold_lines(self.data, self.store, self.accelerator.device, -(-config.optim.batch_size // self.world)):
+        per_process_batch = -(-config.optim.batch_size // self.world)
+        for text in hold_lines(self.data, self.store, self.accelerator.device, per_process_batch):
             _tell(self.accelerator, self.log, text)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store)

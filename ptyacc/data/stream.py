@@ -73,9 +73,6 @@ class StreamedStore:
         """As ``PatternStore.mean_of_sample``: the same sample, read without the rest."""
         return mean_of_sample(self, predict, most)
 
-    def close(self) -> None:
-        self._reader.shutdown(wait=True, cancel_futures=True)
-
     def _fill(self) -> None:
         """Keep PREFETCH_STEPS reads under way (caller holds the lock)."""
         while self._upcoming and len(self._pending) < PREFETCH_STEPS:
@@ -116,7 +113,8 @@ class FileRows:
 
 class HostRows:
     """Prepared patterns (H, K, K) held in host memory, in a compact type when they are counts
-    (``compact_dtype``); ``read`` gives rows of them as float32, values unchanged."""
+    (``compact_dtype``); called with position indices, it gives their rows as float32, values
+    unchanged."""
 
     def __init__(self, patterns: np.ndarray, held: np.ndarray) -> None:
         self.patterns = patterns
