@@ -223,13 +223,23 @@ def hold_report(config, sample) -> list[str]:
             f"data.hold: {choice.mode} on {device} ({choice.reason})"]
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory: Linux's VmHWM (``getrusage`` would count the parent's
+    peak too, as it survives fork and exec), elsewhere ``getrusage``."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        import resource
+        import sys
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:"))
+
+
 def peak_memory_lines(accelerator) -> list[str]:
     """The peak host memory (RSS) of each process so far, and its peak device memory (CUDA): one
     line, or one per process (a collective: every process calls it)."""
-    import resource
-    import sys
-
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    peak_rss = peak_rss_bytes()
     device = accelerator.device
     on_device = (f"{_mib(torch.cuda.max_memory_allocated(device))} peak on {device}" if device.type == "cuda"
                  else "no separate device memory")

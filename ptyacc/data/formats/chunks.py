@@ -3,6 +3,7 @@ one float32 (n, ky, kx) array, each chunk prepared as it arrives; every format's
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 
 import h5py
@@ -60,8 +61,18 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
             patterns[start:end] = block
         else:
             patterns[start:end] = prepare(block.astype(np.float32, copy=False))
+        _release_mapped_pages(source)
         start = end
     return patterns
+
+
+def _release_mapped_pages(source) -> None:
+    """Unmap the file pages a memory-mapped ``source`` (.npy, EMPAD) has touched, so that they
+    stop counting in this process's resident memory (they stay in the page cache): without this a
+    run that streams a file (``data.hold: disk``) would show all of it resident after one epoch."""
+    mapping = getattr(source, "_mmap", None)  # numpy.memmap and its views keep the mmap here
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
+        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def _scattered(source, rows: np.ndarray) -> bool:
