@@ -339,9 +339,11 @@ def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
 @click.option("--detector-shape", nargs=2, type=int, default=(128, 128), show_default=True, metavar="KY KX",
               help="Pixels of an EMPAD frame.")
 @click.option("--frame-rows", type=int, help="Rows stored per EMPAD frame, metadata included (default: KY + 2).")
+@click.option("--streaming", is_flag=True, help="Chunks of one pattern, uncompressed: data.hold: disk then reads "
+              "just the patterns of each step (default: compressed chunks of about 1 MiB).")
 @friendly_errors
 def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int, int] | None,
-            file_format: str | None, detector_shape: tuple[int, int], frame_rows: int | None) -> None:
+            file_format: str | None, detector_shape: tuple[int, int], frame_rows: int | None, streaming: bool) -> None:
     """Rewrite the patterns of INPUT_FILE (HDF5, CXI, .npy, .mat or EMPAD .raw) with its mask,
     background, probe positions and calibration as OUTPUT in ptyacc's HDF5 layout, readable as
     `data.path` with no other keys."""
@@ -350,7 +352,7 @@ def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int
 
     # convert_patterns writes OUTPUT.partial and removes it on any error; a full disk becomes one line here
     with writing(Path(output), advice="free space or choose another OUTPUT"):
-        info, written = convert_patterns(Path(input_file), Path(output), key, scan_shape=scan_shape or None,
+        info, written = convert_patterns(Path(input_file), Path(output), key, streaming, scan_shape=scan_shape or None,
                                          file_format=file_format, detector_shape=detector_shape, frame_rows=frame_rows)
     click.echo(f"ptyacc: {info.n_patterns} patterns {' x '.join(map(str, info.shape[-2:]))} from {info.format} "
                f"{info.key or ''}; wrote {', '.join(written)}", err=True)

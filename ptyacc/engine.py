@@ -25,7 +25,8 @@ from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
-from ptyacc.data.store import PatternStore, load_planned
+from ptyacc.data.hold import hold_lines, peak_memory_lines
+from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
 from ptyacc.distributed import make_accelerator, prepare, unwrap
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.exchange import GradientExchange, Traffic
@@ -125,7 +126,8 @@ class Reconstructor:
 
         config = self.config
         set_seed(config.runtime.seed)  # Python's, NumPy's, torch's and CUDA's generators
-        self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data)
+        self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data,
+                                            self.accelerator.device)
         self.left_out = validation_positions(self.data.positions_A, config.optim.validation_fraction,
                                              config.runtime.seed)
         previous = previous_results(config, self.data) if config.model.init_from else None
@@ -133,7 +135,10 @@ class Reconstructor:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
-        self.store = PatternStore(self.data.patterns, self.plan.held, self.data.n_patterns, self.accelerator.device)
+        self.store = pattern_store(self.data, self.plan, self.accelerator.device, config.data.hold)
+        per_process_batch = -(-config.optim.batch_size // self.world)
+        for text in hold_lines(self.data, self.store, self.accelerator.device, per_process_batch):
+            _tell(self.accelerator, self.log, text)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         self.tiles = self._tiles(batches.n_steps)
@@ -180,7 +185,7 @@ class Reconstructor:
     def _initial_model(self, previous: Results | None) -> PtychoModel:
         """The model, its probe scaled to the mean counts per pattern over all processes' patterns."""
         data = self.data
-        held_sum = data.patterns.sum(dtype=torch.float64).to(self.accelerator.device)
+        held_sum = data.held_counts_total().to(self.accelerator.device)
         if self.plan.shards is not None:
             held_sum = self.accelerator.reduce(held_sum, reduction="sum")
         model = build_model(self.config, data, self.geometry, mean_intensity=float(held_sum) / data.n_patterns,
@@ -275,6 +280,8 @@ class Reconstructor:
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
+        for text in peak_memory_lines(self.accelerator):
+            self.log.line(text)
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
         self.accelerator.wait_for_everyone()
@@ -299,7 +306,7 @@ class Reconstructor:
 
 
 @torch.no_grad()
-def poisson_deviance_sums(model: PtychoModel, store: PatternStore, indices: torch.Tensor,
+def poisson_deviance_sums(model: PtychoModel, store: PatternStore | StreamedStore, indices: torch.Tensor,
                           chunk: int = 64) -> torch.Tensor:
     """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1, sum of
     the data-only term poisson_nll(M, M) that the loss leaves out) of the model's prediction for

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 from pathlib import Path
@@ -68,9 +69,11 @@ def data_report(config, sample: int = 64) -> list[str]:
     Reads all positions but only ``sample`` evenly spread patterns (for the mean counts)."""
     from ptyacc.data import load_data
     from ptyacc.data.bright_field import sample_rows
+    from ptyacc.data.hold import hold_report
     from ptyacc.geometry import ObjectGeometry
 
-    data = load_data(config, lambda positions: sample_rows(len(positions), sample))
+    sampled = dataclasses.replace(config, data=dataclasses.replace(config.data, hold="device"))  # the sample in memory
+    data = load_data(sampled, lambda positions: sample_rows(len(positions), sample))
     k, dx = data.detector_px, data.dx_A
     window_A = k * dx
     geometry = ObjectGeometry.around(data.positions_A, dx, k, config.model.object_padding_px)
@@ -87,7 +90,8 @@ def data_report(config, sample: int = 64) -> list[str]:
              f"{_length(geometry.shape[0] * dx, geometry.shape[1] * dx, xray=xray)}",
              f"scan extent (y, x) {_length(*span_A, xray=xray)} = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
              f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)",
-             *(f"override: {text}" for text in data.overrides), *data.checks]
+             *(f"override: {text}" for text in data.overrides), *data.checks,
+             *hold_report(config, data)]
     warnings = []
     if data.radiation == "electron" and data.semiangle_mrad:
         probe_lines, probe_warnings = _electron_probe_report(data)

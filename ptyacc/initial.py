@@ -73,7 +73,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                               "has no 'semiangle_mrad' attribute")
         probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
     else:
-        probe = probe_from_patterns(data.patterns.mean(0), detector)
+        probe = probe_from_patterns(data.held_mean_pattern(), detector)
     try:
         probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())),
                                   config.model.probe_modes)

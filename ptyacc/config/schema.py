@@ -110,6 +110,15 @@ class DataConfig:
     negative: Literal["clip", "error"] = _f("clip", "What to do with negative pattern values (clip sets them to 0).")
     use_mask: bool = _f(True, "Leave out the bad pixels of the file's detector mask (CXI) from the loss.")
     subtract_background: bool = _f(True, "Subtract the file's dark/background frame (CXI) from every pattern.")
+    hold: Literal["auto", "device", "host", "disk"] = _f(
+        "auto", "Where the patterns live during the run. device: all on the device (fastest); host: in host memory "
+        "(in their stored integer type when they are counts), each step's batch copied to the device, the next "
+        "one's copy overlapped; disk: read from data.path each step by a background reader that prefetches the "
+        "next steps; auto: device when the prepared patterns fit in hold_memory_fraction of the device's free "
+        "memory, else host when they fit in that fraction of the available host memory, else disk. Every mode "
+        "gives the same result.")
+    hold_memory_fraction: float = _f(0.5, "The fraction of free device (or available host) memory that "
+                                     "data.hold: auto lets the patterns take.")
 
     def _check(self, path: str) -> None:
         if (self.path is None) == (self.simulate is None):
@@ -117,6 +126,11 @@ class DataConfig:
         if self.simulate is not None and self.transform != TransformConfig():
             raise ConfigError(f"{path}.transform: prepares patterns read from data.path; a data.simulate dataset "
                               "is made in its final form (remove data.transform)")
+        _require(0 < self.hold_memory_fraction <= 1, f"{path}.hold_memory_fraction",
+                 f"must be in (0, 1], got {self.hold_memory_fraction}")
+        if self.simulate is not None and self.hold == "disk":
+            raise ConfigError(f"{path}.hold: disk reads the patterns from data.path; a data.simulate dataset has no "
+                              "file (use host or device, or save it with `ptyacc simulate` and give its path)")
         if self.scan_shape is not None:
             _require(len(self.scan_shape) == 2 and min(self.scan_shape) >= 1, f"{path}.scan_shape",
                      f"must be two positive integers [slow, fast], got {self.scan_shape}")

@@ -71,6 +71,8 @@ class EpochBatches(Dataset):
         if epoch != self.epoch:
             self.epoch = epoch
             self._pieces = self._make_pieces()
+        if self.store is not None:  # the store may read the epoch's patterns ahead
+            self.store.expect(self._pieces)
 
     def global_batches(self) -> list[np.ndarray]:
         """The epoch's global batches (arrays of position indices)."""

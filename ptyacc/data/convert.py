@@ -27,11 +27,14 @@ BATCH_BYTES = 256 * 2**20
 CHUNK_BYTES = 2**20
 
 
-def convert_patterns(source: Path, target: Path, key: str | None = None, **options) -> tuple[PatternsInfo, list[str]]:
+def convert_patterns(source: Path, target: Path, key: str | None = None, streaming: bool = False,
+                     **options) -> tuple[PatternsInfo, list[str]]:
     """Write the patterns of ``source`` (dataset or variable ``key``; ``options`` as for
     ``read_patterns``) to ``target`` in ptyacc's layout, a batch at a time so that no more than
     BATCH_BYTES of patterns are in memory. ``source`` is opened once; ``target`` appears only
-    once complete. Returns the source's PatternsInfo and the names of the datasets written."""
+    once complete. ``streaming``: chunks of one pattern, uncompressed, so that ``data.hold:
+    disk`` reads just the patterns of each step (default: compressed chunks of CHUNK_BYTES).
+    Returns the source's PatternsInfo and the names of the datasets written."""
     source, target = Path(source), Path(target)
     if target.exists() and target.resolve() == source.resolve():
         raise DataError(f"{target}: is the input file; write the converted file elsewhere")
@@ -45,7 +48,7 @@ def convert_patterns(source: Path, target: Path, key: str | None = None, **optio
         partial = target.with_name(target.name + ".partial")
         try:
             with h5py.File(partial, "w") as f:
-                _write(opened, f, scan_shape)
+                _write(opened, f, scan_shape, streaming)
                 written = list(f.keys())
             os.replace(partial, target)
         finally:
@@ -53,12 +56,16 @@ def convert_patterns(source: Path, target: Path, key: str | None = None, **optio
     return info, written
 
 
-def _write(source: PatternFile, f: h5py.File, scan_shape: tuple[int, int] | None) -> None:
+def _write(source: PatternFile, f: h5py.File, scan_shape: tuple[int, int] | None, streaming: bool = False) -> None:
     """Patterns batch by batch, then the mask, background, positions and attributes."""
     info = source.info
     n, (k_y, k_x) = info.n_patterns, info.shape[-2:]
-    chunk = (min(n, max(1, CHUNK_BYTES // (4 * k_y * k_x))), k_y, k_x)
-    patterns = f.create_dataset("patterns", (n, k_y, k_x), np.float32, chunks=chunk, compression="gzip", shuffle=True)
+    if streaming:
+        packing = {"chunks": (1, k_y, k_x)}
+    else:
+        packing = {"chunks": (min(n, max(1, CHUNK_BYTES // (4 * k_y * k_x))), k_y, k_x), "compression": "gzip",
+                   "shuffle": True}
+    patterns = f.create_dataset("patterns", (n, k_y, k_x), np.float32, **packing)
     per_batch = max(1, BATCH_BYTES // (4 * k_y * k_x))
     for start in range(0, n, per_batch):
         rows = np.arange(start, min(n, start + per_batch))

@@ -11,13 +11,15 @@ import torch
 
 if TYPE_CHECKING:
     from ptyacc.data.calibration import Calibration
+    from ptyacc.data.hold import HoldChoice, StreamedPatterns
 
 
 @dataclass
 class PtychoData:
     """Everything the model needs to know about a measurement.
 
-    patterns:     (N, K, K) float32 intensities, unshifted FFT layout (zero frequency at [0, 0]).
+    patterns:     (N, K, K) float32 intensities, unshifted FFT layout (zero frequency at [0, 0]);
+                  (0, K, K) when they are not in memory (``streamed``, ``data.hold`` host or disk).
     positions_A:  (N, 2) float64 probe centres (y, x) in Å, in the patterns' order.
     n_patterns:   N, the number of positions (all of them, also when only some patterns are held).
     detector_px:  K; dk_invA: the reciprocal pixel 1 / (K dx_A) (1/Å). These three are set at
@@ -42,6 +44,8 @@ class PtychoData:
     checks: tuple[str, ...] = ()  # what the calibration checks found (ptyacc.data.sanity), one line each
     # every calibration value used, {name: (value, source)} (``calibration.calibration_record``)
     calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
+    hold: HoldChoice | None = None  # where data.hold put the patterns read from a file, and why
+    streamed: StreamedPatterns | None = None  # the held patterns when they are not in ``patterns``
     n_patterns: int = field(init=False)
     detector_px: int = field(init=False)
     dk_invA: float = field(init=False)
@@ -67,8 +71,28 @@ class PtychoData:
 
     @property
     def mean_intensity(self) -> float:
-        """Mean total counts per pattern."""
+        """Mean total counts per held pattern."""
+        if self.streamed is not None:
+            return float(self.held_counts_total()) / self.n_held
         return float(self.patterns.sum(dim=(-2, -1), dtype=torch.float64).mean())
+
+    @property
+    def n_held(self) -> int:
+        """The number of patterns held (by this process)."""
+        return self.n_patterns if self.pattern_rows is None else len(self.pattern_rows)
+
+    def held_counts_total(self) -> torch.Tensor:
+        """() float64: the sum of every held pattern's counts, wherever they are held."""
+        if self.streamed is None:
+            return self.patterns.sum(dtype=torch.float64)
+        return torch.tensor(self.streamed.counts_total, dtype=torch.float64)
+
+    def held_mean_pattern(self) -> torch.Tensor:
+        """(K, K) float64 mean of the held patterns, wherever they are held (float64, so that the
+        order of the sums, which differs between the two, stays far below float32 rounding)."""
+        if self.streamed is None:
+            return self.patterns.mean(0, dtype=torch.float64)
+        return torch.from_numpy(self.streamed.pattern_sum) / self.n_held
 
 
 def keep_only(data: PtychoData, keep) -> PtychoData:

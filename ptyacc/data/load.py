@@ -16,6 +16,7 @@ from ptyacc.data.bright_field import bright_field_radius_px, sample_rows
 from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.formats.common import Prepare
+from ptyacc.data.hold import hold_patterns
 from ptyacc.data.prepare import Preparation, pattern_preparation
 from ptyacc.data.readers import PatternFile, open_patterns, read_hdf5_array
 from ptyacc.data.sanity import check_bright_field, check_xray
@@ -26,11 +27,13 @@ Keep = Callable[[np.ndarray], np.ndarray]
 POSITIONS_SETTING = "experiment.positions.key"
 
 
-def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
+def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
     """Read or simulate the dataset that ``config.data`` describes, calibrated by
     ``config.experiment`` (values it leaves out come from the file's attributes).
     keep: given all positions (N, 2) in Å, the sorted indices of the patterns to hold
-    (the others are never read); default all."""
+    (the others are never read); default all.
+    device: where the run computes; ``data.hold`` chooses from its free memory whether the
+    patterns are read now (device) or held in host memory or left in the file (``streamed``)."""
     if config.data.simulate is not None:
         return keep_only(simulate_dataset(config), keep)
     data, experiment = config.data, config.experiment
@@ -58,10 +61,12 @@ def load_data(config: Config, keep: Keep | None = None) -> PtychoData:
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
         checks = _checked(config, calibration, dx_A, source, prepare, prep) if experiment.check_calibration else ()
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
-        patterns = source.read(rows, prepare).patterns
+        patterns, streamed, choice = hold_patterns(data, source, rows, prepare, device,
+                                                   lambda: open_patterns(path, info.key, **options))
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
-                                 stored_pattern_shape=tuple(info.shape[-2:]), checks=checks)
+                                 stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
+                                 hold=choice, streamed=streamed)
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

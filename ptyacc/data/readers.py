@@ -54,6 +54,16 @@ class PatternFile(AbstractContextManager):
             return hdf5.read_array(self._opened, self.path, key, setting)
         return read_hdf5_array(self.path, key, setting)  # not HDF5: says so
 
+    def stored_chunks(self) -> tuple[int, bool] | None:
+        """(patterns per stored chunk, whether the chunks are compressed) of the patterns of an
+        HDF5-based file (HDF5, CXI, MAT v7.3) stored in chunks; None for any other file."""
+        if not isinstance(self._opened, h5py.File) or self.info.key not in self._opened:
+            return None
+        dataset = self._opened[self.info.key]
+        if not isinstance(dataset, h5py.Dataset) or dataset.chunks is None:
+            return None
+        return int(np.prod(dataset.chunks[:-2])), dataset.compression is not None
+
     def close(self) -> None:
         self._stack.close()
 

@@ -12,6 +12,7 @@ import torch
 from ptyacc.data.batches import Cut, EpochBatches, spatial_bisection
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.load import load_data
+from ptyacc.data.stream import HostRows, StreamedStore, mean_of_sample
 from ptyacc.errors import ConfigError
 
 
@@ -55,12 +56,13 @@ class ShardPlan:
         return self.held if self.held is not None else np.arange(n_positions)[self.rank::self.world]
 
 
-def load_planned(config, world: int, rank: int, data: PtychoData | None = None) -> tuple[PtychoData, ShardPlan]:
+def load_planned(config, world: int, rank: int, data: PtychoData | None = None,
+                 device: torch.device | str = "cpu") -> tuple[PtychoData, ShardPlan]:
     """The dataset as this process needs it, and the plan it was cut by: with
     ``runtime.shard_data`` only this process's spatial share of the patterns is read (or kept,
-    for ``data`` given whole)."""
+    for ``data`` given whole); ``data.hold`` places them for a run on ``device``."""
     if not (config.runtime.shard_data or config.runtime.shard_object):  # shard_object implies shard_data
-        return (data if data is not None else load_data(config)), ShardPlan(world, rank)
+        return (data if data is not None else load_data(config, device=device)), ShardPlan(world, rank)
     plans: list[ShardPlan] = []
 
     def keep(positions_A: np.ndarray) -> np.ndarray:
@@ -68,16 +70,31 @@ def load_planned(config, world: int, rank: int, data: PtychoData | None = None) 
         return plans[-1].held
 
     if data is None:
-        data = load_data(config, keep)
+        data = load_data(config, keep, device)
     elif data.pattern_rows is None:
         data = keep_only(data, keep)
     return data, plans[0] if plans else ShardPlan.spatial(data.positions_A, world, rank)
 
 
+def pattern_store(data: PtychoData, plan: ShardPlan, device: torch.device | str, hold: str = "device"
+                  ) -> PatternStore | StreamedStore:
+    """The store of the patterns this process holds: on the device (``PatternStore``), or
+    streamed to it (``StreamedStore``) when ``load_data`` left them in host memory or in the file,
+    or when ``hold`` is host for patterns given in memory (simulated or passed in)."""
+    if data.streamed is not None:
+        return StreamedStore(data.streamed.read, plan.held, data.n_patterns, device, plan.rank)
+    if hold == "host":
+        held = plan.held if plan.held is not None else np.arange(data.n_patterns)
+        return StreamedStore(HostRows(data.patterns.numpy(), held), plan.held, data.n_patterns, device, plan.rank)
+    return PatternStore(data.patterns, plan.held, data.n_patterns, device)
+
+
 class PatternStore:
     """The measured patterns (H, K, K) this process holds, on its device, looked up by position
-    index. They are in memory today; a store that streams them from disk would answer the
-    same ``measured`` and leave the loop as it is."""
+    index (``data.hold: device``; ``stream.StreamedStore`` answers the same ``measured`` for
+    patterns held elsewhere)."""
+
+    holds_on_device = True
 
     def __init__(self, patterns: torch.Tensor, held: np.ndarray | None, n_positions: int,
                  device: torch.device | str = "cpu") -> None:
@@ -88,17 +105,20 @@ class PatternStore:
             self._row_of = torch.full((n_positions,), -1, dtype=torch.long, device=device)
             self._row_of[torch.as_tensor(self.held, device=device)] = torch.arange(len(self.held), device=device)
 
+    def expect(self, pieces: list[list[np.ndarray]]) -> None:
+        """The coming epoch's steps (see ``StreamedStore.expect``): nothing to read ahead here."""
+
     def measured(self, indices: torch.Tensor) -> torch.Tensor:
         """(b, K, K) patterns of the positions ``indices`` (b,), which this process must hold."""
         indices = indices.to(self.patterns.device)
         return self.patterns[indices] if self._row_of is None else self.patterns[self._row_of[indices]]
 
+    @property
+    def device(self) -> torch.device:
+        return self.patterns.device
+
     def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean measured pattern and mean prediction over a seeded random sample of up to ``most``
-        held positions (every n-th position would alias with a raster scan and the crystal lattice
-        and draw stripes that the data do not have)."""
-        sample = np.random.default_rng(0).choice(len(self.held), size=min(most, len(self.held)), replace=False)
-        pick = torch.as_tensor(self.held[np.sort(sample)], device=self.patterns.device)
-        with torch.no_grad():
-            return self.measured(pick).mean(0), predict(pick).mean(0)
+        held positions (``stream.mean_of_sample``)."""
+        return mean_of_sample(self, predict, most)

@@ -3,8 +3,10 @@ one float32 (n, ky, kx) array, each chunk prepared as it arrives; every format's
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 
+import h5py
 import numpy as np
 
 from ptyacc.data.formats.common import Prepare
@@ -40,7 +42,10 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     while start < len(wanted):
         first = int(wanted[start])
         row = first // per_first
-        if per_chunk >= per_first:  # whole indices of the first axis
+        if per_chunk >= per_first and _scattered(source, wanted[start:start + per_chunk]):
+            end = min(start + per_chunk, len(wanted))
+            block = _runs(source, wanted[start:end])
+        elif per_chunk >= per_first:  # whole indices of the first axis
             base = row * per_first
             end = int(np.searchsorted(wanted, base + (per_chunk // per_first) * per_first))
             block = source[row:int(wanted[end - 1]) // per_first + 1].reshape(-1, *stored)
@@ -48,17 +53,41 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
             base = first
             end = int(np.searchsorted(wanted, min(first + per_chunk, (row + 1) * per_first)))
             block = source[row, first - row * per_first:int(wanted[end - 1]) - row * per_first + 1]
-        take = wanted[start:end] - base
-        if len(take) < len(block):
-            block = block[take]
+        if len(block) > end - start:
+            block = block[wanted[start:end] - base]
         if frame is not None:
             block = frame(block)
         if prepare is None:
             patterns[start:end] = block
         else:
             patterns[start:end] = prepare(block.astype(np.float32, copy=False))
+        _release_mapped_pages(source)
         start = end
     return patterns
+
+
+def _release_mapped_pages(source) -> None:
+    """Unmap the file pages a memory-mapped ``source`` (.npy, EMPAD) has touched, so that they
+    stop counting in this process's resident memory (they stay in the page cache): without this a
+    run that streams a file (``data.hold: disk``) would show all of it resident after one epoch."""
+    mapping = getattr(source, "_mmap", None)  # numpy.memmap and its views keep the mmap here
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
+        mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def _scattered(source, rows: np.ndarray) -> bool:
+    """Whether ``rows`` (strictly increasing) are better read run by run than as the stretch that
+    spans them: from a 3D HDF5 dataset (a memory map touches only the rows taken from a stretch
+    anyway) when they fill less than half of the stretch."""
+    return isinstance(source, h5py.Dataset) and source.ndim == 3 and 2 * len(rows) < int(rows[-1] - rows[0]) + 1
+
+
+def _runs(source, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), ky, kx) the ``rows`` (strictly increasing) of ``source``, each run of
+    consecutive rows read as one slice (h5py reads slices far faster than a selection of points)."""
+    starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
+    ends = np.append(starts[1:], len(rows))
+    return np.concatenate([source[int(rows[a]):int(rows[b - 1]) + 1] for a, b in zip(starts, ends, strict=True)])
 
 
 def _checked_rows(rows: np.ndarray | None, n: int) -> np.ndarray:
