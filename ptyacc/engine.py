@@ -156,7 +156,8 @@ class Reconstructor:
         if self.tiles is not None:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
-                           self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text))
+                           self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text),
+                           left_out=self.left_out)
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history

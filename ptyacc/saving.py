@@ -80,8 +80,10 @@ class Saver:
 
     def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
                  store: PatternStore, out_dir: Path, write: bool, tiles: ObjectTiles | None = None,
-                 tell: Callable[[str], None] = print) -> None:
+                 tell: Callable[[str], None] = print, left_out: np.ndarray | None = None) -> None:
         self.accelerator, self.config, self.model, self.tiles = accelerator, config, model, tiles
+        # the positions left out of the fit (optim.validation_fraction): the loss is per fitted pattern
+        self.left_out = np.empty(0, dtype=np.int64) if left_out is None else left_out
         self.data, self.geometry, self.store = data, geometry, store
         self.out_dir, self.write = out_dir, write
         self.writes = write and accelerator.is_main_process

@@ -178,7 +178,8 @@ class Trackers:
             values[f"probe/mode_{m}_power_fraction"] = float(fraction)
         if self.deviance_terms is not None:
             saturated, counted = self.deviance_terms
-            values["poisson_deviance"] = (history.loss[-1] * self.saver.data.n_patterns - saturated) / (0.5 * counted)
+            fitted = self.saver.data.n_patterns - len(self.saver.left_out)
+            values["poisson_deviance"] = (history.loss[-1] * fitted - saturated) / (0.5 * counted)
         return values
 
     def images(self) -> dict[str, np.ndarray]:
@@ -214,13 +215,15 @@ class Trackers:
 
 def _saturated_sums(saver: Saver) -> tuple[float, float]:
     """(sum over the detector mask of the Poisson loss of the measured patterns predicting
-    themselves, number of pixel values >= 1) over all positions: a Poisson loss minus the first,
-    over half the second, is the deviance per counted pixel (``physics.fidelity.deviance_sums``).
-    Every process takes part when each holds only its share of the patterns."""
+    themselves, number of pixel values >= 1) over the fitted positions: a Poisson loss summed over
+    them minus the first, over half the second, is the deviance per counted pixel
+    (``physics.fidelity.deviance_sums``). Read through the store, whatever ``data.hold`` chose;
+    every process takes part when each holds only its share of the patterns."""
     store, mask = saver.store, saver.model.detector_mask
-    sums = torch.zeros(2, dtype=torch.float64, device=store.patterns.device)
-    for start in range(0, len(store.patterns), 256):
-        measured = store.patterns[start:start + 256].double()
+    fitted = torch.as_tensor(np.setdiff1d(store.held, saver.left_out), dtype=torch.long, device=store.device)
+    sums = torch.zeros(2, dtype=torch.float64, device=store.device)
+    for start in range(0, len(fitted), 256):
+        measured = store.measured(fitted[start:start + 256]).double()
         sums[0] += (poisson_nll(measured.clamp_min(TINY), measured) * mask).sum()
         sums[1] += ((measured >= 1) * mask).sum()
     if len(store.held) < saver.data.n_patterns:

@@ -147,6 +147,30 @@ def test_poisson_deviance_of_each_iteration(tmp_path):
     assert scalars.Scalars("poisson_deviance_final")[-1].value == pytest.approx(rec.poisson_deviance, rel=1e-6)
 
 
+def test_poisson_deviance_of_the_fitted_positions_read_from_the_file(tmp_path):
+    """With positions left out of the fit and the patterns left in the file (data.hold: disk),
+    the logged deviance is that of the fitted positions, whose loss is per fitted pattern."""
+    pytest.importorskip("tensorboard")
+    from ptyacc.data import load_data
+    from ptyacc.data.export import write_dataset
+    from ptyacc.validation import validation_positions
+
+    simulated = tracked_config(tmp_path, ["tensorboard"], image_every=0)
+    write_dataset(tmp_path / "data.h5", load_data(ptyacc.load_config(simulated)))
+    config = ptyacc.load_config({**simulated, "data": {"path": str(tmp_path / "data.h5"), "hold": "disk"},
+                                 "experiment": {"positions": {"key": "positions_A"}}})
+    config.optim.loss, config.optim.validation_fraction = "poisson", 0.25
+    rec = ptyacc.reconstruct(config)
+    left_out = validation_positions(rec.data.positions_A, 0.25, config.runtime.seed)
+    with h5py.File(tmp_path / "data.h5") as f:
+        measured = np.delete(f["patterns"][()].astype(np.float64), left_out, axis=0)
+    saturated = (measured - measured * np.log(np.maximum(measured, 1e-30))).sum()
+    counted = (measured >= 1).sum()
+    logged = events(tmp_path / "out" / "watch").Scalars("poisson_deviance")
+    expected = (np.asarray(rec.loss) * len(measured) - saturated) / (0.5 * counted)
+    np.testing.assert_allclose([e.value for e in logged], expected, rtol=1e-5)
+
+
 def test_the_validation_error_is_logged_where_the_history_has_one(tmp_path):
     """optim.validation_fraction (another change) gives History a ``validation`` list; without
     one there is no validation scalar."""
