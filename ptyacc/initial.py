@@ -15,6 +15,7 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, load_results
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
+from ptyacc.slices import SlicePropagation
 
 
 def previous_results(config: Config, data: PtychoData) -> Results:
@@ -86,7 +87,20 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
                        refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed,
                        detector=detector, fit_background=config.model.background,
-                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region)
+                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
+                       propagation=slice_propagation(config, data, len(geometry.positions_px)))
+
+
+def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> SlicePropagation | None:
+    """The tilt and slice thickness of a multislice model, when tilted or refined (else None: the
+    model keeps its constant Fresnel propagator)."""
+    model, start = config.model, config.optim.start
+    tilted = any(config.experiment.tilt_mrad) or model.tilt == "per_position"
+    if model.slices == 1 or not (tilted or start.tilt is not None or start.slice_thickness is not None):
+        return None
+    return SlicePropagation(data.detector_px, data.dx_A, data.wavelength_A, model.slice_thickness_A,
+                            tuple(config.experiment.tilt_mrad), n_positions, model.tilt == "per_position",
+                            refine_tilt=start.tilt is not None, refine_thickness=start.slice_thickness is not None)
 
 
 def probe_from_patterns(mean_pattern: torch.Tensor, detector: Detector) -> torch.Tensor:

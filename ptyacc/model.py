@@ -19,6 +19,7 @@ from ptyacc.physics import (
     shift_ramp,
     shift_ramps_1d,
 )
+from ptyacc.slices import SlicePropagation
 
 
 class PtychoModel(nn.Module):
@@ -33,6 +34,9 @@ class PtychoModel(nn.Module):
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
+    ``propagation`` (``SlicePropagation``, multislice with a tilt or a refined slice thickness):
+    the propagator made at every forward pass from the tilt and the thickness, instead of the
+    constant ``propagator``.
 
     ``region`` (y0, y1, x0, x1): the part of the object this process holds (``runtime.shard_object``,
     ``ptyacc/tiles.py``); the object parameter is then (object_modes, slices, y1 - y0, x1 - x0, 2)
@@ -44,7 +48,8 @@ class PtychoModel(nn.Module):
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
-                 region: tuple[int, int, int, int] | None = None) -> None:
+                 region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None
+                 ) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -91,6 +96,7 @@ class PtychoModel(nn.Module):
         self.register_buffer("background_scale", torch.tensor(float(background_scale)))
         self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
         self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
+        self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
@@ -102,7 +108,7 @@ class PtychoModel(nn.Module):
         indices = indices.reshape(-1)
         probe = self.complex_probe()
         obj = self.complex_object()
-        propagator = torch.view_as_complex(self.propagator) if obj.shape[1] > 1 else None
+        propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None
         if self.refine_positions:
             top_left, fraction = self._window_corners(self.positions_px[indices] + self.position_offsets[indices])
             ramps = shift_ramp(fraction, self.window)
@@ -118,6 +124,12 @@ class PtychoModel(nn.Module):
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background)
+
+    def slice_propagator(self, indices: torch.Tensor) -> torch.Tensor:
+        """The propagator between slices (K, K) complex64, or (B, K, K) with a tilt per position of ``indices`` (B,)."""
+        if self.propagation is not None:
+            return self.propagation(indices)
+        return torch.view_as_complex(self.propagator)
 
     def detector(self) -> Detector:
         """The detection of this model: near-field propagator and bad-pixel mask, when used."""

@@ -16,6 +16,9 @@ results.h5 layout (a public contract; add, never rename):
   on the main process (waiting for the slowest process included); ``comm_bytes_object``,
   ``comm_bytes_probe``, ``comm_bytes_other`` int64, the same bytes by kind of parameter (they sum
   to ``comm_bytes``), and ``comm_calls`` int64, the collectives launched
+- multislice runs with a tilt (``experiment.tilt_mrad``, ``optim.start.tilt``): ``tilt_mrad`` float64
+  (2,) or (N, 2) per position, [y, x] in mrad (the convention in ptyacc/physics/tilt.py); with a
+  tilt or a refined slice thickness, the attribute ``slice_thickness_A`` (the refined value)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -61,6 +64,7 @@ class Results:
     comm_bytes_probe: np.ndarray | None = None
     comm_bytes_other: np.ndarray | None = None
     comm_calls: np.ndarray | None = None
+    tilt_mrad: np.ndarray | None = None  # (2,) or (N, 2) [y, x] mrad, multislice with a tilt
 
     @property
     def phase(self) -> np.ndarray:
@@ -100,7 +104,7 @@ def save_results(path: Path, results: Results) -> None:
         f.create_dataset("probe", data=results.probe.astype(np.complex64))
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
         f.create_dataset("loss", data=np.asarray(results.loss, dtype=np.float64))
-        for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted"):
+        for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted", "tilt_mrad"):
             if getattr(results, name) is not None:
                 f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
         for name in COUNTS:
@@ -132,7 +136,8 @@ def load_results(path: str | Path) -> Results:
             return Results(object=f["object"][()], probe=f["probe"][()], positions_A=f["positions_A"][()],
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
                            **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
-                                                             "mean_pattern_predicted", "comm_time_s", *COUNTS)
+                                                             "mean_pattern_predicted", "comm_time_s", "tilt_mrad",
+                                                             *COUNTS)
                               if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs)
     except OSError as exc:

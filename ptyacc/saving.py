@@ -59,8 +59,12 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     attrs = {"config": config.to_yaml(), "versions": yaml.safe_dump(versions()), "world_size": world_size,
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
-    return Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
-                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
+    results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
+                      dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
+    if model.propagation is not None:
+        results.tilt_mrad = model.propagation.tilt_mrad.detach().double().cpu().numpy()
+        attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
+    return results
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:

@@ -172,8 +172,13 @@ class ExperimentConfig:
                                                "(Fresnel scaling: magnification (z1 + z2) / z1).")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
+    tilt_mrad: list[float] = _f(
+        factory=lambda: [0.0, 0.0], doc="[y, x] beam tilt against the crystal's zone axis in mrad (multislice): a "
+                                        "beam tilted by +t along y travels toward increasing y, the zone axis appears "
+                                        "at ky = -t/lambda. The start value when optim.start.tilt is set.")
 
     def _check(self, path: str) -> None:
+        _require(len(self.tilt_mrad) == 2, f"{path}.tilt_mrad", f"must be [y, x] in mrad, got {self.tilt_mrad}")
         for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
                      "detector_pixel_m", "focus_to_sample_m"):
             value = getattr(self, name)
@@ -213,11 +218,20 @@ class ModelConfig:
                                      "(relative to the config file; shapes must match).")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
+    tilt: Literal["global", "per_position"] = _f(
+        "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
+                  "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
+    tilt_smoothing_A: float | None = _f(
+        None, "model.tilt: per_position: standard deviation in Å of the Gaussian over neighbouring positions by "
+              "which the tilts are averaged after every iteration; null = twice the median distance between "
+              "neighbouring positions.")
 
     def _check(self, path: str) -> None:
         for name in ("probe_modes", "object_modes", "slices"):
             _require(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
         _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", f"must be > 0, got {self.slice_thickness_A}")
+        _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
+                 f"must be > 0 or null, got {self.tilt_smoothing_A}")
         _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")
         lo_hi = self.object_amplitude_bounds
         _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",
@@ -233,9 +247,11 @@ class LearningRates:
     probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
     positions: float = _f(1e-2, "Position step size in pixels.")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
+    tilt: float = _f(0.1, "Tilt step size in mrad.")
+    slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -248,9 +264,12 @@ class StartIterations:
     positions: int | None = _f(None, "First iteration that refines positions; null = positions fixed.")
     detector: int | Literal["probe"] | None = _f(
         "probe", "First iteration that updates the detector background and intensity weights; probe = with the probe.")
+    tilt: int | None = _f(None, "First iteration that refines the tilt (multislice); null = fixed at experiment.tilt_mrad.")
+    slice_thickness: int | None = _f(None, "First iteration that refines model.slice_thickness_A (multislice); "
+                                           "null = fixed.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")
@@ -381,6 +400,10 @@ class Config:
         if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
             raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
                               "model.slices > 1 or leave it at 0")
+        for key in ("tilt", "slice_thickness"):
+            if getattr(self.optim.start, key) is not None and self.model.slices == 1:
+                raise ConfigError(f"optim.start.{key}: the {key.replace('_', ' ')} acts between slices; set "
+                                  "model.slices > 1 or leave it null")
 
     def resolve_input(self, path: str) -> Path:
         """An input path as given in the config, resolved against the config file's folder."""
