@@ -118,14 +118,15 @@ def slice_groups(config: Config, model: PtychoModel) -> list[ParameterGroup]:
         return groups
     tilt, thickness = propagation.tilt_mrad, propagation.slice_thickness_A
     if isinstance(tilt, torch.nn.Parameter):
-        smooth = None
+        tilts, smooth = [tilt], None
         if propagation.per_position:
             sigma_A = config.model.tilt_smoothing_A
             sigma_px = (sigma_A / propagation.dx_A if sigma_A is not None
                         else 2 * median_neighbour_distance(model.positions_px.cpu().numpy()))
-            smoothing = TiltSmoothing(model.positions_px, sigma_px)
-            smooth = lambda: smoothing(tilt)  # noqa: E731
-        groups.append(ParameterGroup("tilt", [tilt], opt.lr.tilt, opt.start.tilt, after_iteration=smooth))
+            smoothing, offsets = TiltSmoothing(model.positions_px, sigma_px), propagation.tilt_offsets_mrad
+            tilts.append(offsets)
+            smooth = lambda: smoothing(offsets)  # noqa: E731
+        groups.append(ParameterGroup("tilt", tilts, opt.lr.tilt, opt.start.tilt, after_iteration=smooth))
     if isinstance(thickness, torch.nn.Parameter):
         floor_A = 0.01 * config.model.slice_thickness_A
         groups.append(ParameterGroup("slice_thickness", [thickness], opt.lr.slice_thickness

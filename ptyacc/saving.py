@@ -62,7 +62,7 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs)
     if model.propagation is not None:
-        results.tilt_mrad = model.propagation.tilt_mrad.detach().double().cpu().numpy()
+        results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
     return results
 

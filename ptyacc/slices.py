@@ -24,7 +24,11 @@ class SlicePropagation(nn.Module):
 
     Parameters, or buffers when not refined:
     - slice_thickness_A: () float32, the distance between slices in Å
-    - tilt_mrad: (2,) float32 [y, x] mrad, or (N, 2) one per position (``per_position``)
+    - tilt_mrad: (2,) float32 [y, x] mrad, the tilt of the whole scan
+    - tilt_offsets_mrad: (N, 2) float32, with ``per_position`` only: each position's tilt minus
+      ``tilt_mrad``. Split so that the common tilt learns from every pattern's gradient (one
+      pattern alone constrains its tilt poorly) and the offsets only the variation, kept at
+      zero mean and smooth (``TiltSmoothing``).
     Buffers: ky_invA, kx_invA (K,) float64 spatial frequencies (1/Å), unshifted layout.
     """
 
@@ -37,15 +41,19 @@ class SlicePropagation(nn.Module):
         freqs = spatial_frequencies(window, dx_A)
         self.register_buffer("ky_invA", freqs)
         self.register_buffer("kx_invA", freqs.clone())
-        tilt = torch.tensor(tilt_mrad, dtype=torch.float32)
-        tilt = tilt.expand(n_positions, 2).clone() if per_position else tilt
         thickness = torch.tensor(float(thickness_A), dtype=torch.float32)
-        _state(self, "tilt_mrad", tilt, refine_tilt)
+        _state(self, "tilt_mrad", torch.tensor(tilt_mrad, dtype=torch.float32), refine_tilt)
+        if per_position:
+            _state(self, "tilt_offsets_mrad", torch.zeros(n_positions, 2), refine_tilt)
         _state(self, "slice_thickness_A", thickness, refine_thickness)
+
+    def tilts(self) -> torch.Tensor:
+        """The tilts (2,), or (N, 2) one per position, [y, x] mrad."""
+        return self.tilt_mrad + self.tilt_offsets_mrad if self.per_position else self.tilt_mrad
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Propagator (K, K) complex64, or (B, K, K) for per-position tilts of ``indices`` (B,)."""
-        tilt = self.tilt_mrad[indices] if self.per_position else self.tilt_mrad
+        tilt = self.tilt_mrad + self.tilt_offsets_mrad[indices] if self.per_position else self.tilt_mrad
         return tilted_propagator(self.ky_invA, self.kx_invA, self.wavelength_A, self.slice_thickness_A, tilt)
 
 
@@ -58,10 +66,11 @@ def _state(module: nn.Module, name: str, value: torch.Tensor, refined: bool) -> 
 
 
 class TiltSmoothing:
-    """Per-position tilts (N, 2) replaced by their Gaussian-weighted mean over neighbouring
-    positions (standard deviation ``sigma_px``, cut at 3 sigma), in place: a tilt varies slowly
-    across a crystal, and each pattern alone constrains its tilt poorly. The weights are a
-    sparse (N, N) matrix made once from the positions (N, 2) px; rows sum to 1."""
+    """Per-position tilt offsets (N, 2) replaced by their Gaussian-weighted mean over
+    neighbouring positions (standard deviation ``sigma_px``, cut at 3 sigma), less their mean
+    over all positions, in place: a tilt varies slowly across a crystal, and the common part
+    belongs to the global tilt. The weights are a sparse (N, N) matrix made once from the
+    positions (N, 2) px; rows sum to 1."""
 
     def __init__(self, positions_px: torch.Tensor, sigma_px: float, chunk: int = 2048) -> None:
         points = positions_px.double().cpu()
@@ -76,12 +85,12 @@ class TiltSmoothing:
         rows, cols, values = torch.cat(rows), torch.cat(cols), torch.cat(values)
         totals = torch.zeros(len(points), dtype=torch.float64).index_add_(0, rows, values)
         self.weights = torch.sparse_coo_tensor(torch.stack([rows, cols]), values / totals[rows],
-                                               (len(points), len(points))).coalesce()
+                                               (len(points), len(points)), check_invariants=True).coalesce()
 
     @torch.no_grad()
-    def __call__(self, tilts: torch.Tensor) -> None:
-        weights = self.weights.to(tilts.device)
-        tilts.copy_(torch.sparse.mm(weights, tilts.double()).to(tilts.dtype))
+    def __call__(self, offsets: torch.Tensor) -> None:
+        smooth = torch.sparse.mm(self.weights.to(offsets.device), offsets.double())
+        offsets.copy_((smooth - smooth.mean(0)).to(offsets.dtype))
 
 
 def median_neighbour_distance(positions_px: np.ndarray) -> float:

@@ -36,27 +36,20 @@ def column_phase(shape, dx_A, spacing_A=1.6, peak_rad=0.12, sigma_A=0.3) -> np.n
     return phase
 
 
-def tilted_crystal(config: dict, tilt_mrad=(0.0, 0.0), positions_px=None):
+def tilted_crystal(config: dict, tilt_mrad=(0.0, 0.0)):
     """The dataset of ``config`` (``crystal_config``) made again from a crystal tilted by
-    ``tilt_mrad`` (one [y, x] for all, or (N, 2) one per position), probes at ``positions_px``
-    (N, 2) (default: the nominal ones); its ground truth's phase is the crystal's (S, Ny, Nx)."""
+    ``tilt_mrad`` [y, x]; its ground truth's phase is the crystal's (S, Ny, Nx)."""
     loaded = ptyacc.load_config(config)
     data = load_data(loaded)
     geometry = data.ground_truth["geometry"]
     slices, thickness = loaded.model.slices, loaded.model.slice_thickness_A
     phase = np.repeat(column_phase(geometry.shape, data.dx_A)[None], slices, 0)
-    k = data.detector_px
-    freqs = spatial_frequencies(k, data.dx_A)
-    probe = torch.from_numpy(data.ground_truth["probe"])
-    centres = geometry.positions_px if positions_px is None else positions_px
-    tilts = np.broadcast_to(np.asarray(tilt_mrad, dtype=float), (len(centres), 2))
-    patterns = []
-    for centre, tilt in zip(centres, tilts, strict=True):  # one position at a time: a tilt each
-        propagator = tilted_propagator(freqs, freqs, data.wavelength_A, torch.tensor(thickness), torch.tensor(tilt))
-        patterns.append(_forward(probe, torch.from_numpy(phase), centre[None], propagator.to(torch.complex128)))
+    freqs = spatial_frequencies(data.detector_px, data.dx_A)
+    propagator = tilted_propagator(freqs, freqs, data.wavelength_A, torch.tensor(thickness), torch.tensor(tilt_mrad))
+    patterns = _forward(torch.from_numpy(data.ground_truth["probe"]), torch.from_numpy(phase),
+                        geometry.positions_px, propagator.to(torch.complex128))
     truth = dict(data.ground_truth, phase=phase)
-    return dataclasses.replace(data, patterns=torch.cat(patterns).float(), ground_truth=truth)
-
+    return dataclasses.replace(data, patterns=patterns.float(), ground_truth=truth)
 
 def phase_ncc(rec) -> float:
     """Zero-shift NCC of the reconstruction's phase summed over slices with the crystal's, over the scanned region."""

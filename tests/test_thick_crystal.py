@@ -1,10 +1,13 @@
 """End-to-end on a thick crystal simulated in the test (tests/crystal_data.py): the refined
 beam tilt and slice thickness come back from a wrong start, and the object with them."""
 
+import numpy as np
 import pytest
+import torch
 from crystal_data import crystal_config, phase_ncc, tilted_crystal
 
 import ptyacc
+from ptyacc.slices import TiltSmoothing
 
 TILT_MRAD = (3.0, -2.0)
 # identical slices are the crystal's prior: without it the slices may shear to absorb the tilt
@@ -24,6 +27,36 @@ def test_refined_tilt_recovers_the_tilt_and_the_untilted_quality():
     assert tilt.shape == (2,)
     assert abs(tilt[0] - TILT_MRAD[0]) < 0.2 and abs(tilt[1] - TILT_MRAD[1]) < 0.2, tilt
     assert phase_ncc(rec) > phase_ncc(untilted) - 0.01, (phase_ncc(rec), phase_ncc(untilted))
+
+
+@pytest.mark.slow
+def test_per_position_tilts_find_a_uniform_tilt():
+    """model.tilt: per_position on a uniformly tilted crystal: (N, 2) tilts, all near the truth
+    (the common part is learnt from every pattern, the smoothed offsets stay small)."""
+    config = crystal_config(**BLUR, start={"tilt": 0}, lr={"tilt": 0.5})
+    config["model"]["tilt"] = "per_position"
+    data = tilted_crystal(config, TILT_MRAD)
+    tilts = ptyacc.reconstruct(ptyacc.load_config(config), data=data, write=False).results.tilt_mrad
+    assert tilts.shape == (data.n_patterns, 2)
+    error = np.abs(tilts - np.asarray(TILT_MRAD))
+    assert np.abs(tilts.mean(0) - TILT_MRAD).max() < 0.2 and error.max() < 0.5, (tilts.mean(0), error.max())
+
+
+def test_tilt_smoothing_keeps_a_smooth_field_and_averages_noise():
+    """On a 10 x 10 grid: a linear field minus its mean passes (inside, away from the edges),
+    noise shrinks, and the result has zero mean."""
+    grid = torch.stack(torch.meshgrid(torch.arange(10.0), torch.arange(10.0), indexing="ij"), -1).reshape(-1, 2)
+    ramp = 0.3 * (grid[:, :1] - 4.5).repeat(1, 2)
+    noise = torch.randn(100, 2, generator=torch.Generator().manual_seed(0))
+    smoothing = TiltSmoothing(grid, sigma_px=1.0)
+    offsets = (ramp + noise).clone()
+    smoothing(offsets)
+    torch.testing.assert_close(offsets.mean(0), torch.zeros(2), rtol=0, atol=1e-6)
+    inner = ((grid >= 3) & (grid <= 6)).all(1)
+    assert float((offsets - ramp)[inner].std()) < 0.5 * float(noise[inner].std())
+    smooth_only = ramp.clone()
+    smoothing(smooth_only)
+    torch.testing.assert_close(smooth_only[inner], ramp[inner], rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow
