@@ -94,6 +94,9 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device) -> li
         limit_px = opt.max_position_offset_fraction * model.window
         groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
                                      after_iteration=lambda: clamp(model.position_offsets, -limit_px, limit_px)))
+    if model.scan_affine is not None:
+        groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
+                                     after_iteration=lambda: zero_mean(model.position_offsets)))
     groups += slice_groups(config, model)
     detector = [p for p in (model.background, model.intensity_weights) if p is not None]
     if detector:
@@ -185,6 +188,13 @@ def blur_depth(obj: torch.Tensor, sigma_slices: float) -> None:
 @torch.no_grad()
 def clamp(tensor: torch.Tensor, low: float | None, high: float | None) -> None:
     tensor.clamp_(low, high)
+
+
+@torch.no_grad()
+def zero_mean(offsets: torch.Tensor) -> None:
+    """Position offsets (N, 2) less their mean, in place: a common shift of all positions is the
+    object's shift, and with a scan affine it would let the corrections drift together."""
+    offsets.sub_(offsets.mean(0))
 
 
 @torch.no_grad()

@@ -85,10 +85,12 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                   if slices > 1 else None)
     pixel_mean = mean_intensity / k**2
     return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
-                       refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed,
+                       refine_positions=config.optim.start.positions is not None
+                       or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
                        detector=detector, fit_background=config.model.background,
                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
-                       propagation=slice_propagation(config, data, len(geometry.positions_px)))
+                       propagation=slice_propagation(config, data, len(geometry.positions_px)),
+                       scan_affine=config.optim.start.scan_affine is not None)
 
 
 def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> SlicePropagation | None:

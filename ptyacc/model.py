@@ -30,6 +30,9 @@ class PtychoModel(nn.Module):
     - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
       so that Adam's step sizes are relative to the probe's peak amplitude
     - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
+    - scan_affine: (2, 2) float32, with ``scan_affine``: the scan's distortion M (scale, rotation,
+      shear, asymmetry), so that position = centre + (I + M) (nominal - centre) + offset, centre
+      the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
     - background: (K, K) float32 detector background in units of ``background_scale`` (optional)
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
@@ -48,8 +51,8 @@ class PtychoModel(nn.Module):
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
-                 region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None
-                 ) -> None:
+                 region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
+                 scan_affine: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -81,6 +84,8 @@ class PtychoModel(nn.Module):
         else:
             self.register_buffer("position_offsets", torch.zeros_like(positions_px))
         self.refine_positions = refine_positions
+        self.scan_affine = nn.Parameter(torch.zeros(2, 2)) if scan_affine else None
+        self.register_buffer("scan_centre", positions_px.mean(0), persistent=False)
         if slices > 1 and propagator is None:
             raise ValueError("a multislice model needs a propagator")
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
@@ -110,7 +115,7 @@ class PtychoModel(nn.Module):
         obj = self.complex_object()
         propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None
         if self.refine_positions:
-            top_left, fraction = self._window_corners(self.positions_px[indices] + self.position_offsets[indices])
+            top_left, fraction = self._window_corners(self._centres(indices))
             ramps = shift_ramp(fraction, self.window)
         else:
             top_left = self.fixed_corners[indices]
@@ -151,7 +156,16 @@ class PtychoModel(nn.Module):
         positions)."""
         if not self.refine_positions:
             return self.fixed_corners[indices]
-        return self._window_corners(self.positions_px[indices] + self.position_offsets[indices].detach())[0]
+        return self._window_corners(self._centres(indices).detach())[0]
+
+    def _centres(self, indices: torch.Tensor) -> torch.Tensor:
+        """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal,
+        distorted by the scan affine (when refined), plus the position offsets."""
+        nominal = self.positions_px[indices]
+        if self.scan_affine is not None:
+            distortion = torch.eye(2, device=nominal.device) + self.scan_affine
+            nominal = self.scan_centre + (nominal - self.scan_centre) @ distortion.T
+        return nominal + self.position_offsets[indices]
 
     # ------------------------------------------------------------------ views of the state
     def complex_probe(self) -> torch.Tensor:
@@ -165,7 +179,7 @@ class PtychoModel(nn.Module):
 
     def positions(self) -> torch.Tensor:
         """(N, 2) current probe centres in object pixels."""
-        return self.positions_px + self.position_offsets
+        return self._centres(torch.arange(len(self.positions_px), device=self.positions_px.device))
 
 
 def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:

@@ -249,9 +249,10 @@ class LearningRates:
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
     tilt: float = _f(0.1, "Tilt step size in mrad.")
     slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
+    scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -267,9 +268,13 @@ class StartIterations:
     tilt: int | None = _f(None, "First iteration that refines the tilt (multislice); null = fixed at experiment.tilt_mrad.")
     slice_thickness: int | None = _f(None, "First iteration that refines model.slice_thickness_A (multislice); "
                                            "null = fixed.")
+    scan_affine: int | None = _f(
+        None, "First iteration that refines a global affine distortion of the scan (scale, rotation, shear, "
+              "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
+              "correction is kept at zero. Start it with or before positions. null = off.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")
