@@ -65,6 +65,9 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
                           f"probe window ({k} x {k} px)")
     mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
+    if config.model.recenter.probe and data.near_field_distance_A is not None:
+        raise ConfigError("model.recenter.probe: moving the probe and the positions together leaves far-field "
+                          "patterns unchanged, not near-field images; set it false for near-field data")
     near = (fresnel_propagator(k, data.dx_A, data.wavelength_A, data.near_field_distance_A)
             if data.near_field_distance_A is not None else None)
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
@@ -90,7 +93,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                        detector=detector, fit_background=config.model.background,
                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
                        propagation=slice_propagation(config, data, len(geometry.positions_px)),
-                       scan_affine=config.optim.start.scan_affine is not None)
+                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=config.model.recenter.probe)
 
 
 def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> SlicePropagation | None:

@@ -52,15 +52,18 @@ class PtychoModel(nn.Module):
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
                  region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
-                 scan_affine: bool = False) -> None:
+                 scan_affine: bool = False, movable_scan: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
         self.object_shape = geometry.shape
         positions_px = torch.as_tensor(np.asarray(geometry.positions_px), dtype=torch.float32)
+        # what ``move_scan`` (allowed when ``movable_scan``) has added to every position (px): the
+        # object's shift in the data's frame; saved in checkpoints only when it can change
+        self.register_buffer("scan_shift_px", torch.zeros(2), persistent=movable_scan)
         corners, fractions = self._window_corners(positions_px)
         # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
-        self.needs_shift = refine_positions or bool(fractions.abs().max() > 1e-4)
+        self.needs_shift = refine_positions or movable_scan or bool(fractions.abs().max() > 1e-4)
         # Fixed positions: window corners and shift factors are computed once, not every step.
         ramp_y, ramp_x = shift_ramps_1d(fractions, k)
         generator = torch.Generator().manual_seed(seed)
@@ -143,9 +146,11 @@ class PtychoModel(nn.Module):
 
     def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Integer window corners (B, 2), clamped inside the object, and the sub-pixel
-        remainder (B, 2) that the probe shift must supply (differentiable in the centres)."""
+        remainder (B, 2) that the probe shift must supply (differentiable in the centres). The
+        corners are those of the centres before ``move_scan``: a move changes only the remainder,
+        so the probe shift absorbs it exactly."""
         half = self.window // 2
-        corner = torch.round(centres.detach() - half)
+        corner = torch.round(centres.detach() - self.scan_shift_px - half)
         high = torch.tensor(self.object_shape, device=centres.device, dtype=centres.dtype) - self.window
         corner = torch.minimum(torch.clamp(corner, min=0), high)
         return corner.long(), centres - half - corner
@@ -157,6 +162,19 @@ class PtychoModel(nn.Module):
         if not self.refine_positions:
             return self.fixed_corners[indices]
         return self._window_corners(self._centres(indices).detach())[0]
+
+    @torch.no_grad()
+    def move_scan(self, shift_px: torch.Tensor) -> None:
+        """Move every probe position by ``shift_px`` (2,) (y, x) px against the object, keeping
+        the precomputed windows and shift factors of fixed positions in step (``ptyacc/recenter.py``;
+        the model must have been built with ``movable_scan``, so that it shifts the probe always)."""
+        self.positions_px += shift_px
+        self.scan_centre += shift_px
+        self.scan_shift_px += shift_px
+        corners, fractions = self._window_corners(self.positions_px)
+        ramp_y, ramp_x = shift_ramps_1d(fractions, self.window)
+        self.fixed_corners.copy_(corners)
+        self.fixed_ramps.copy_(torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)))
 
     def _centres(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal,

@@ -11,7 +11,7 @@ import torch
 import ptyacc
 from ptyacc.data import load_data
 from ptyacc.data.simulate import _forward
-from ptyacc.physics import spatial_frequencies
+from ptyacc.physics import fourier_shift, spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator
 from ptyacc.quality import scanned_region_ncc
 
@@ -51,7 +51,22 @@ def tilted_crystal(config: dict, tilt_mrad=(0.0, 0.0)):
     truth = dict(data.ground_truth, phase=phase)
     return dataclasses.replace(data, patterns=patterns.float(), ground_truth=truth)
 
-def phase_ncc(rec) -> float:
-    """Zero-shift NCC of the reconstruction's phase summed over slices with the crystal's, over the scanned region."""
-    truth = rec.data.ground_truth["phase"].sum(0)
-    return scanned_region_ncc(rec.results.phase, rec.results.origin_A, rec.results.dx_A, rec.data.positions_A, truth)
+def phase_ncc(rec, shift_px=(0.0, 0.0)) -> float:
+    """NCC of the reconstruction's phase summed over slices with the truth's over the scanned
+    region, the reconstruction placed at its origin_A exactly (sub-pixel, by a Fourier shift),
+    then moved by ``shift_px`` (y, x) more (0: what a user sees)."""
+    truth = rec.data.ground_truth
+    frame = np.asarray(truth["geometry"].origin_A)
+    origin_px = (np.asarray(rec.results.origin_A) - frame) / rec.results.dx_A - np.asarray(shift_px)
+    whole = np.round(origin_px)
+    # the reconstruction's pixel a lies at truth pixel a + origin_px: resampled at whole pixels
+    phase = torch.from_numpy(rec.results.phase).to(torch.complex128)
+    placed = fourier_shift(phase[None], torch.from_numpy(origin_px - whole)[None])[0].real.numpy()
+    return scanned_region_ncc(placed, whole * rec.results.dx_A, rec.results.dx_A, rec.data.positions_A - frame,
+                              truth["phase"].sum(0))
+
+
+def best_shift_ncc(rec, span_px=1.0, step_px=0.1) -> float:
+    """The highest ``phase_ncc`` over shifts up to ``span_px`` in steps of ``step_px``."""
+    steps = np.arange(-span_px, span_px + 1e-9, step_px)
+    return max(phase_ncc(rec, (dy, dx)) for dy in steps for dx in steps)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from ptyacc.config.recenter import RecenterConfig
 from ptyacc.errors import ConfigError
 
 ABERRATION_NAMES = (
@@ -221,6 +222,7 @@ class ModelConfig:
     tilt: Literal["global", "per_position"] = _f(
         "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
                   "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
+    recenter: RecenterConfig = _f(factory=RecenterConfig, doc="Keep the reconstruction in place (off by default).")
     tilt_smoothing_A: float | None = _f(
         None, "model.tilt: per_position: standard deviation in Å of the Gaussian over neighbouring positions by "
               "which the tilts are averaged after every iteration; null = twice the median distance between "
@@ -405,6 +407,9 @@ class Config:
         if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
             raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
                               "model.slices > 1 or leave it at 0")
+        if self.model.recenter.object_z and self.runtime.shard_object:
+            raise ConfigError("model.recenter.object_z: needs the whole object on every process; set "
+                              "runtime.shard_object false or leave object_z off")
         for key in ("tilt", "slice_thickness"):
             if getattr(self.optim.start, key) is not None and self.model.slices == 1:
                 raise ConfigError(f"optim.start.{key}: the {key.replace('_', ' ')} acts between slices; set "
