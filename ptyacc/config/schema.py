@@ -267,9 +267,11 @@ class StartIterations:
     positions: int | None = _f(None, "First iteration that refines positions; null = positions fixed.")
     detector: int | Literal["probe"] | None = _f(
         "probe", "First iteration that updates the detector background and intensity weights; probe = with the probe.")
-    tilt: int | None = _f(None, "First iteration that refines the tilt (multislice); null = fixed at experiment.tilt_mrad.")
+    tilt: int | None = _f(None, "First iteration that refines the tilt (multislice); null = fixed at "
+                                "experiment.tilt_mrad. Start it once the object shows structure (a few iterations): "
+                                "through a flat object the tilt changes nothing and its gradient is rounding noise.")
     slice_thickness: int | None = _f(None, "First iteration that refines model.slice_thickness_A (multislice); "
-                                           "null = fixed.")
+                                           "null = fixed. Like tilt, start it once the object shows structure.")
     scan_affine: int | None = _f(
         None, "First iteration that refines a global affine distortion of the scan (scale, rotation, shear, "
               "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
