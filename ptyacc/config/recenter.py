@@ -14,7 +14,7 @@ def _doc(default, doc: str):
 
 @dataclass
 class RecenterConfig:
-    """Keep the reconstruction in place (docs/user-guide.md, "Keeping the reconstruction in
+    """Keep the reconstruction in place (docs/thick-crystals.md, "Keeping the reconstruction in
     place"). All off by default; each runs after every iteration, identically on every process."""
 
     probe: bool = _doc(
