@@ -11,9 +11,9 @@ import torch
 import ptyacc
 from ptyacc.data import load_data
 from ptyacc.data.simulate import _forward
-from ptyacc.physics import fourier_shift, spatial_frequencies
+from ptyacc.physics import spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator
-from ptyacc.quality import scanned_region_ncc
+from ptyacc.quality import placed_ncc
 
 
 def crystal_config(slices=4, thickness_A=10.0, scan=12, **optim) -> dict:
@@ -52,18 +52,12 @@ def tilted_crystal(config: dict, tilt_mrad=(0.0, 0.0)):
     return dataclasses.replace(data, patterns=patterns.float(), ground_truth=truth)
 
 def phase_ncc(rec, shift_px=(0.0, 0.0)) -> float:
-    """NCC of the reconstruction's phase summed over slices with the truth's over the scanned
-    region, the reconstruction placed at its origin_A exactly (sub-pixel, by a Fourier shift),
-    then moved by ``shift_px`` (y, x) more (0: what a user sees)."""
+    """``placed_ncc`` of the reconstruction's phase summed over slices with the truth's (whose
+    pixel [0, 0] sits at its canvas's origin_A), moved by ``shift_px`` (y, x) more."""
     truth = rec.data.ground_truth
     frame = np.asarray(truth["geometry"].origin_A)
-    origin_px = (np.asarray(rec.results.origin_A) - frame) / rec.results.dx_A - np.asarray(shift_px)
-    whole = np.round(origin_px)
-    # the reconstruction's pixel a lies at truth pixel a + origin_px: resampled at whole pixels
-    phase = torch.from_numpy(rec.results.phase).to(torch.complex128)
-    placed = fourier_shift(phase[None], torch.from_numpy(origin_px - whole)[None])[0].real.numpy()
-    return scanned_region_ncc(placed, whole * rec.results.dx_A, rec.results.dx_A, rec.data.positions_A - frame,
-                              truth["phase"].sum(0))
+    return placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) - frame, rec.results.dx_A,
+                      rec.data.positions_A - frame, truth["phase"].sum(0), shift_px)
 
 
 def best_shift_ncc(rec, span_px=1.0, step_px=0.1) -> float:

@@ -120,3 +120,19 @@ def write_shifted_start(path: Path, data, shift_px):
     save_results(path, Results(object=np.ones((1, 1, *geometry.shape), np.complex64), probe=probe.numpy(),
                                positions_A=data.positions_A, loss=np.zeros(0), dx_A=data.dx_A,
                                origin_A=geometry.origin_A))
+
+
+def test_placed_ncc_places_the_reconstruction_at_its_fractional_origin():
+    """A band-limited truth, and the same image resampled 0.4 px and 0.3 px off with that origin:
+    placed exactly, the NCC is 1 to rounding; rounded to whole pixels (scanned_region_ncc), less."""
+    from ptyacc.quality import placed_ncc, scanned_region_ncc
+
+    y, x = np.mgrid[0:40, 0:40] * (2 * np.pi / 40)
+    truth = np.cos(3 * y + x) + np.sin(2 * x - y)
+    offset_px = np.array([0.4, -0.3])
+    # reconstruction pixel a lies at truth pixel a + offset: values truth(a + offset)
+    moved = fourier_shift(torch.from_numpy(truth).to(torch.complex128)[None], torch.from_numpy(-offset_px)[None])
+    image, dx_A = moved[0].real.numpy(), 0.5
+    positions_A = np.array([[8.0, 8.0], [12.0, 12.0]])
+    assert placed_ncc(image, offset_px * dx_A, dx_A, positions_A, truth) > 1 - 1e-9
+    assert scanned_region_ncc(image, offset_px * dx_A, dx_A, positions_A, truth) < 0.995
