@@ -169,7 +169,6 @@ class PtychoModel(nn.Module):
         the precomputed windows and shift factors of fixed positions in step (``ptyacc/recenter.py``;
         the model must have been built with ``movable_scan``, so that it shifts the probe always)."""
         self.positions_px += shift_px
-        self.scan_centre += shift_px
         self.scan_shift_px += shift_px
         corners, fractions = self._window_corners(self.positions_px)
         ramp_y, ramp_x = shift_ramps_1d(fractions, self.window)
@@ -182,7 +181,8 @@ class PtychoModel(nn.Module):
         nominal = self.positions_px[indices]
         if self.scan_affine is not None:
             distortion = torch.eye(2, device=nominal.device) + self.scan_affine
-            nominal = self.scan_centre + (nominal - self.scan_centre) @ distortion.T
+            centre = self.scan_centre + self.scan_shift_px  # the nominal positions' mean, moved with them
+            nominal = centre + (nominal - centre) @ distortion.T
         return nominal + self.position_offsets[indices]
 
     # ------------------------------------------------------------------ views of the state

@@ -73,3 +73,20 @@ def test_split_object_gives_the_sharded_data_answer_with_the_new_features(tmp_pa
     split, records = run(config, 2, "split", "runtime.shard_object=true")
     assert_same(data, split, loose=5.0)
     assert len({r["checksum"] for r in records}) == 1
+
+
+def test_resume_from_a_checkpoint_continues_the_new_parameters(tmp_path):
+    """Tilts per position, thickness, scan affine and the probe centring's scan shift are in the
+    checkpoint: resuming from iteration 2 of 4 ends where the uninterrupted run ends."""
+    settings = yaml.safe_load(write_config(tmp_path).read_text())
+    settings["optim"]["iterations"] = 4
+    settings["output"].update(checkpoint_every=2, keep_checkpoints=2)
+    config = ptyacc.load_config(settings)
+    whole = ptyacc.reconstruct(config).results
+    folders = sorted((Path(config.output.dir) / "checkpoints").iterdir())
+    assert len(folders) == 2
+    folders[-1].unlink()  # back to the state after iteration 2
+    resumed = ptyacc.reconstruct(config, resume=True).results
+    assert np.array_equal(resumed.object, whole.object) and np.array_equal(resumed.tilt_mrad, whole.tilt_mrad)
+    assert np.array_equal(resumed.positions_A, whole.positions_A) and resumed.origin_A == whole.origin_A
+    assert resumed.attrs["slice_thickness_A"] == whole.attrs["slice_thickness_A"]

@@ -67,3 +67,18 @@ def test_refined_slice_thickness_recovers_from_a_start_30_percent_off():
     rec = ptyacc.reconstruct(ptyacc.load_config(config), data=data, write=False)
     thickness = rec.results.attrs["slice_thickness_A"]
     assert abs(thickness / 10.0 - 1) < 0.05, thickness
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"experiment": {"tilt_mrad": [1.0]}}, "experiment.tilt_mrad: must be [y, x] in mrad"),
+    ({"optim": {"start": {"tilt": 0}}}, "optim.start.tilt: the tilt acts between slices; set model.slices > 1"),
+    ({"optim": {"start": {"slice_thickness": 0}}}, "optim.start.slice_thickness: the slice thickness acts between"),
+    ({"optim": {"lr": {"tilt": -1}}}, "optim.lr.tilt: must be >= 0"),
+    ({"model": {"tilt_smoothing_A": 0}}, "model.tilt_smoothing_A: must be > 0 or null"),
+    ({"model": {"recenter": {"probe_mask_mrad": -2}}}, "model.recenter.probe_mask_mrad: must be > 0 or null"),
+    ({"model": {"slices": 2, "recenter": {"object_z": True}}, "runtime": {"shard_object": True}},
+     "model.recenter.object_z: needs the whole object on every process"),
+])
+def test_bad_settings_name_the_key(settings, expected):
+    with pytest.raises(ptyacc.ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        ptyacc.load_config(settings)
