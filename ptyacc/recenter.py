@@ -70,9 +70,9 @@ class ObjectDepthCentring:
     """A multislice object (O, S, Ny, Nx) whose depth centre of mass, sum_s s w_s / sum_s w_s
     with w_s the slice's summed |phase| (mode 0), lies n >= 1 whole slices from the middle
     (S - 1) / 2 is moved by n slices toward the middle: slice s becomes slice s - n, the
-    emptied slices flat (transmission 1); the probe is propagated by n slices' thickness, so
-    that it meets the moved object where it met the old one (exact when the slices dropped
-    were flat)."""
+    emptied slices flat (transmission 1); the probe is propagated by n slices, so that it meets
+    the moved object where it met the old one (exact when the slices dropped were flat and the
+    tilt, if any, is one for all positions)."""
 
     def __init__(self, model: PtychoModel, dx_A: float, wavelength_A: float, thickness_A: float) -> None:
         self.model = model
@@ -95,8 +95,13 @@ class ObjectDepthCentring:
             moved[:, -steps:] = obj[:, :slices + steps]
         obj.copy_(moved)
         # the object now begins n slices deeper (n > 0: its first n slices were dropped):
-        # the probe must arrive n slices' thickness further along the beam
-        kernel = fresnel_propagator(model.window, self.dx_A, self.wavelength_A, steps * self.thickness_A)
+        # the probe must arrive n slices further along the beam (n < 0: back), through the
+        # model's own propagator when it has one (tilt, refined thickness; the common tilt)
+        if model.propagation is not None:
+            one = model.propagation.common()
+            kernel = (one if steps > 0 else one.conj()) ** abs(steps)
+        else:
+            kernel = fresnel_propagator(model.window, self.dx_A, self.wavelength_A, steps * self.thickness_A)
         probe = torch.view_as_complex(model.probe)
         probe.copy_(torch.fft.ifft2(torch.fft.fft2(probe) * kernel.to(probe.device)))
 

@@ -51,6 +51,10 @@ class SlicePropagation(nn.Module):
         """The tilts (2,), or (N, 2) one per position, [y, x] mrad."""
         return self.tilt_mrad + self.tilt_offsets_mrad if self.per_position else self.tilt_mrad
 
+    def common(self) -> torch.Tensor:
+        """The propagator (K, K) complex64 of the common tilt (without per-position offsets)."""
+        return tilted_propagator(self.ky_invA, self.kx_invA, self.wavelength_A, self.slice_thickness_A, self.tilt_mrad)
+
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Propagator (K, K) complex64, or (B, K, K) for per-position tilts of ``indices`` (B,)."""
         tilt = self.tilt_mrad + self.tilt_offsets_mrad[indices] if self.per_position else self.tilt_mrad

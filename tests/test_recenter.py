@@ -22,8 +22,9 @@ SIM = {"data": {"simulate": {"scan_shape": [8, 8], "detector_px": 32, "dose": 1e
        "runtime": {"progress": False, "threads": 2}}
 
 
-def built_model(slices=1, **model):
-    config = ptyacc.load_config({**SIM, "model": {"slices": slices, **model}})
+def built_model(slices=1, tilt_mrad=(0.0, 0.0), **model):
+    config = ptyacc.load_config({**SIM, "model": {"slices": slices, **model},
+                                 "experiment": {**SIM["experiment"], "tilt_mrad": list(tilt_mrad)}})
     data = load_data(config)
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
     model = build_model(config, data, geometry)
@@ -75,11 +76,12 @@ def test_probe_mask_zeroes_the_spectrum_beyond_the_angle_only():
 
 
 @pytest.mark.parametrize("empty", ["top", "bottom"])
-def test_depth_centring_moves_the_object_toward_the_middle_and_keeps_the_patterns(empty):
+@pytest.mark.parametrize("tilt_mrad", [None, [3.0, -2.0]])
+def test_depth_centring_moves_the_object_toward_the_middle_and_keeps_the_patterns(empty, tilt_mrad):
     """5 slices whose first (or last) two are flat: the object moves by a whole slice toward the
-    middle (slice weights' centre within half a slice of it), the probe's focus with it, and the
-    predicted patterns stay the same."""
-    model, data = built_model(5)
+    middle (slice weights' centre within half a slice of it), the probe with it (through the
+    tilted propagator when there is a tilt), and the predicted patterns stay the same."""
+    model, data = built_model(5) if tilt_mrad is None else built_model(5, tilt_mrad=tilt_mrad)
     with torch.no_grad():
         flat = slice(0, 2) if empty == "top" else slice(3, 5)
         torch.view_as_complex(model.object)[:, flat] = 1
