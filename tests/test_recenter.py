@@ -138,3 +138,15 @@ def test_placed_ncc_places_the_reconstruction_at_its_fractional_origin():
     positions_A = np.array([[8.0, 8.0], [12.0, 12.0]])
     assert placed_ncc(image, offset_px * dx_A, dx_A, positions_A, truth) > 1 - 1e-9
     assert scanned_region_ncc(image, offset_px * dx_A, dx_A, positions_A, truth) < 0.995
+
+
+def test_a_rolled_back_iteration_restores_the_moved_positions_too(tmp_path):
+    """optim.on_nan: rollback with probe centring: the poisoned iteration's centring moved the
+    positions by a NaN; the rollback restores them with the parameters, and the run ends finite."""
+    from conftest import tiny_config
+    from test_checkpoint import run_with_poison
+
+    settings = tiny_config(tmp_path, optim={"iterations": 6, "on_nan": "rollback"}, model={"recenter": {"probe": True}})
+    rec = run_with_poison(ptyacc.load_config(settings), 3)
+    assert len(rec.loss) == 6 and np.isfinite(rec.loss).all()
+    assert np.isfinite(rec.results.positions_A).all() and np.isfinite(rec.results.origin_A).all()
