@@ -52,6 +52,8 @@ def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, 
         y1, x1 = min(oy + ny, target.shape[-2]), min(ox + nx, target.shape[-1])
         if y1 > y0 and x1 > x0:
             target[..., y0:y1, x0:x1] = old[..., y0 - oy:y1 - oy, x0 - ox:x1 - ox]
+    if model.propagation is not None:
+        model.propagation.start_from(previous.tilt_mrad, previous.attrs.get("slice_thickness_A"))
 
 
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,

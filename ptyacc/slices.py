@@ -47,6 +47,21 @@ class SlicePropagation(nn.Module):
             _state(self, "tilt_offsets_mrad", torch.zeros(n_positions, 2), refine_tilt)
         _state(self, "slice_thickness_A", thickness, refine_thickness)
 
+    @torch.no_grad()
+    def start_from(self, tilt_mrad: np.ndarray | None, thickness_A: float | None) -> None:
+        """Take a previous run's tilts ((2,) or (N, 2), ``/tilt_mrad``) and slice thickness, where
+        it saved them (``model.init_from``): per-position tilts become the common tilt (their
+        mean) plus offsets, or only their mean for a global tilt."""
+        if thickness_A is not None:
+            self.slice_thickness_A.fill_(float(thickness_A))
+        if tilt_mrad is None:
+            return
+        tilts = torch.as_tensor(np.asarray(tilt_mrad), dtype=torch.float32, device=self.tilt_mrad.device)
+        common = tilts.reshape(-1, 2).mean(0)
+        self.tilt_mrad.copy_(common)
+        if self.per_position and tilts.dim() == 2 and tilts.shape == self.tilt_offsets_mrad.shape:
+            self.tilt_offsets_mrad.copy_(tilts - common)
+
     def tilts(self) -> torch.Tensor:
         """The tilts (2,), or (N, 2) one per position, [y, x] mrad."""
         return self.tilt_mrad + self.tilt_offsets_mrad if self.per_position else self.tilt_mrad

@@ -82,3 +82,19 @@ def test_refined_slice_thickness_recovers_from_a_start_30_percent_off():
 def test_bad_settings_name_the_key(settings, expected):
     with pytest.raises(ptyacc.ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
         ptyacc.load_config(settings)
+
+
+def test_init_from_carries_the_refined_tilts_and_thickness(tmp_path):
+    """A run started from a previous results.h5 (model.init_from) starts from its tilts and slice
+    thickness: with nothing refined and no iteration's change, they are the saved ones."""
+    config = crystal_config(scan=6, start={"tilt": 0, "slice_thickness": 0}, iterations=3)
+    config["model"]["tilt"] = "per_position"
+    config["output"] = {"dir": str(tmp_path / "first"), "figures": False}
+    first = ptyacc.reconstruct(ptyacc.load_config(config), data=tilted_crystal(config, TILT_MRAD)).results
+    config["model"]["init_from"] = str(tmp_path / "first" / "results.h5")
+    config["optim"].update(iterations=1, start={"object": None, "probe": None})
+    config["output"]["dir"] = str(tmp_path / "second")
+    second = ptyacc.reconstruct(ptyacc.load_config(config), data=tilted_crystal(config, TILT_MRAD)).results
+    np.testing.assert_allclose(second.tilt_mrad, first.tilt_mrad, rtol=0, atol=1e-5)
+    assert np.abs(first.tilt_mrad).max() > 1e-3  # the first run refined them
+    assert second.attrs["slice_thickness_A"] == pytest.approx(first.attrs["slice_thickness_A"], rel=1e-6)
