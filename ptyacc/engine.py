@@ -41,6 +41,7 @@ from ptyacc.output import Results
 from ptyacc.physics import deviance_sums, poisson_nll
 from ptyacc.physics.fidelity import TINY
 from ptyacc.physics.fused import CompiledTerms
+from ptyacc.recenter import attach_recentring
 from ptyacc.runlog import RunLog
 from ptyacc.saving import Saver, check_output_dir
 from ptyacc.tiles import ObjectTiles, plan_tiling
@@ -144,6 +145,7 @@ class Reconstructor:
         self.tiles = self._tiles(batches.n_steps)
         self.model = self._initial_model(previous)
         self.groups = build_groups(config, self.model, self.accelerator.device)
+        attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
         self.wrapped, self.loader = prepare(self.accelerator, self.model, self.groups, batches)

@@ -23,6 +23,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.model import PtychoModel, orthogonalize_modes
 from ptyacc.physics.regularizers import depth_blur, phase_total_variation_gradient
+from ptyacc.slices import TiltSmoothing, median_neighbour_distance
 
 
 @dataclass
@@ -93,6 +94,10 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device) -> li
         limit_px = opt.max_position_offset_fraction * model.window
         groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
                                      after_iteration=lambda: clamp(model.position_offsets, -limit_px, limit_px)))
+    if model.scan_affine is not None:
+        groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
+                                     after_iteration=lambda: zero_mean(model.position_offsets)))
+    groups += slice_groups(config, model)
     detector = [p for p in (model.background, model.intensity_weights) if p is not None]
     if detector:
         # a negative background or weight could make the predicted intensity negative (and the
@@ -105,6 +110,31 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device) -> li
     for group in groups:
         group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
+    return groups
+
+
+def slice_groups(config: Config, model: PtychoModel) -> list[ParameterGroup]:
+    """The refined tilt (smoothed over neighbouring positions after every iteration when there is
+    one per position) and slice thickness (kept above a hundredth of its start), if any."""
+    propagation, opt, groups = model.propagation, config.optim, []
+    if propagation is None:
+        return groups
+    tilt, thickness = propagation.tilt_mrad, propagation.slice_thickness_A
+    if isinstance(tilt, torch.nn.Parameter):
+        tilts, smooth = [tilt], None
+        if propagation.per_position:
+            sigma_A = config.model.tilt_smoothing_A
+            sigma_px = (sigma_A / propagation.dx_A if sigma_A is not None
+                        else 2 * median_neighbour_distance(model.positions_px.cpu().numpy()))
+            smoothing, offsets = TiltSmoothing(model.positions_px, sigma_px), propagation.tilt_offsets_mrad
+            tilts.append(offsets)
+            smooth = lambda: smoothing(offsets)  # noqa: E731
+        groups.append(ParameterGroup("tilt", tilts, opt.lr.tilt, opt.start.tilt, after_iteration=smooth))
+    if isinstance(thickness, torch.nn.Parameter):
+        floor_A = 0.01 * config.model.slice_thickness_A
+        groups.append(ParameterGroup("slice_thickness", [thickness], opt.lr.slice_thickness
+                                     * config.model.slice_thickness_A, opt.start.slice_thickness,
+                                     after_step=lambda: clamp(thickness, floor_A, None)))
     return groups
 
 
@@ -158,6 +188,13 @@ def blur_depth(obj: torch.Tensor, sigma_slices: float) -> None:
 @torch.no_grad()
 def clamp(tensor: torch.Tensor, low: float | None, high: float | None) -> None:
     tensor.clamp_(low, high)
+
+
+@torch.no_grad()
+def zero_mean(offsets: torch.Tensor) -> None:
+    """Position offsets (N, 2) less their mean, in place: a common shift of all positions is the
+    object's shift, and with a scan affine it would let the corrections drift together."""
+    offsets.sub_(offsets.mean(0))
 
 
 @torch.no_grad()

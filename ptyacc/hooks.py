@@ -180,7 +180,9 @@ class NanGuard:
         self.snapshot()
 
     def snapshot(self) -> None:
-        params = {name: p.detach().clone() for name, p in self.model.named_parameters()}
+        # buffers too: model.recenter.probe moves the positions (buffers) with the probe
+        params = {name: p.detach().clone() for name, p in (*self.model.named_parameters(),
+                                                            *self.model.named_buffers())}
         self.good = params, [copy.deepcopy(g.optimizer.state_dict()) for g in self.groups]
 
     def accept(self, loss: float, history: History) -> bool:
@@ -210,7 +212,7 @@ class NanGuard:
         """Back to the last good state (also after an interrupted iteration, ``ptyacc.interrupt``)."""
         params, states = self.good
         with torch.no_grad():
-            for name, p in self.model.named_parameters():
+            for name, p in (*self.model.named_parameters(), *self.model.named_buffers()):
                 p.copy_(params[name])
         for group, state in zip(self.groups, states, strict=True):
             group.optimizer.load_state_dict(state)

@@ -15,6 +15,7 @@ from ptyacc.geometry import ObjectGeometry
 from ptyacc.model import PtychoModel
 from ptyacc.output import Results, load_results
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
+from ptyacc.slices import SlicePropagation
 
 
 def previous_results(config: Config, data: PtychoData) -> Results:
@@ -51,6 +52,8 @@ def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, 
         y1, x1 = min(oy + ny, target.shape[-2]), min(ox + nx, target.shape[-1])
         if y1 > y0 and x1 > x0:
             target[..., y0:y1, x0:x1] = old[..., y0 - oy:y1 - oy, x0 - ox:x1 - ox]
+    if model.propagation is not None:
+        model.propagation.start_from(previous.tilt_mrad, previous.attrs.get("slice_thickness_A"))
 
 
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
@@ -64,6 +67,9 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
                           f"probe window ({k} x {k} px)")
     mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
+    if config.model.recenter.probe and data.near_field_distance_A is not None:
+        raise ConfigError("model.recenter.probe: moving the probe and the positions together leaves far-field "
+                          "patterns unchanged, not near-field images; set it false for near-field data")
     near = (fresnel_propagator(k, data.dx_A, data.wavelength_A, data.near_field_distance_A)
             if data.near_field_distance_A is not None else None)
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
@@ -84,9 +90,24 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                   if slices > 1 else None)
     pixel_mean = mean_intensity / k**2
     return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
-                       refine_positions=config.optim.start.positions is not None, seed=config.runtime.seed,
+                       refine_positions=config.optim.start.positions is not None
+                       or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
                        detector=detector, fit_background=config.model.background,
-                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region)
+                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
+                       propagation=slice_propagation(config, data, len(geometry.positions_px)),
+                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=config.model.recenter.probe)
+
+
+def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> SlicePropagation | None:
+    """The tilt and slice thickness of a multislice model, when tilted or refined (else None: the
+    model keeps its constant Fresnel propagator)."""
+    model, start = config.model, config.optim.start
+    tilted = any(config.experiment.tilt_mrad) or model.tilt == "per_position"
+    if model.slices == 1 or not (tilted or start.tilt is not None or start.slice_thickness is not None):
+        return None
+    return SlicePropagation(data.detector_px, data.dx_A, data.wavelength_A, model.slice_thickness_A,
+                            tuple(config.experiment.tilt_mrad), n_positions, model.tilt == "per_position",
+                            refine_tilt=start.tilt is not None, refine_thickness=start.slice_thickness is not None)
 
 
 def probe_from_patterns(mean_pattern: torch.Tensor, detector: Detector) -> torch.Tensor:

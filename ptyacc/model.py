@@ -19,6 +19,7 @@ from ptyacc.physics import (
     shift_ramp,
     shift_ramps_1d,
 )
+from ptyacc.slices import SlicePropagation
 
 
 class PtychoModel(nn.Module):
@@ -29,10 +30,16 @@ class PtychoModel(nn.Module):
     - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
       so that Adam's step sizes are relative to the probe's peak amplitude
     - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
+    - scan_affine: (2, 2) float32, with ``scan_affine``: the scan's distortion M (scale, rotation,
+      shear, asymmetry), so that position = centre + (I + M) (nominal - centre) + offset, centre
+      the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
     - background: (K, K) float32 detector background in units of ``background_scale`` (optional)
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
+    ``propagation`` (``SlicePropagation``, multislice with a tilt or a refined slice thickness):
+    the propagator made at every forward pass from the tilt and the thickness, instead of the
+    constant ``propagator``.
 
     ``region`` (y0, y1, x0, x1): the part of the object this process holds (``runtime.shard_object``,
     ``ptyacc/tiles.py``); the object parameter is then (object_modes, slices, y1 - y0, x1 - x0, 2)
@@ -44,15 +51,19 @@ class PtychoModel(nn.Module):
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
-                 region: tuple[int, int, int, int] | None = None) -> None:
+                 region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
+                 scan_affine: bool = False, movable_scan: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
         self.object_shape = geometry.shape
         positions_px = torch.as_tensor(np.asarray(geometry.positions_px), dtype=torch.float32)
+        # what ``move_scan`` (allowed when ``movable_scan``) has added to every position (px): the
+        # object's shift in the data's frame; saved in checkpoints only when it can change
+        self.register_buffer("scan_shift_px", torch.zeros(2), persistent=movable_scan)
         corners, fractions = self._window_corners(positions_px)
         # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
-        self.needs_shift = refine_positions or bool(fractions.abs().max() > 1e-4)
+        self.needs_shift = refine_positions or movable_scan or bool(fractions.abs().max() > 1e-4)
         # Fixed positions: window corners and shift factors are computed once, not every step.
         ramp_y, ramp_x = shift_ramps_1d(fractions, k)
         generator = torch.Generator().manual_seed(seed)
@@ -76,6 +87,8 @@ class PtychoModel(nn.Module):
         else:
             self.register_buffer("position_offsets", torch.zeros_like(positions_px))
         self.refine_positions = refine_positions
+        self.scan_affine = nn.Parameter(torch.zeros(2, 2)) if scan_affine else None
+        self.register_buffer("scan_centre", positions_px.mean(0), persistent=False)
         if slices > 1 and propagator is None:
             raise ValueError("a multislice model needs a propagator")
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
@@ -91,6 +104,7 @@ class PtychoModel(nn.Module):
         self.register_buffer("background_scale", torch.tensor(float(background_scale)))
         self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
         self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
+        self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
@@ -102,9 +116,9 @@ class PtychoModel(nn.Module):
         indices = indices.reshape(-1)
         probe = self.complex_probe()
         obj = self.complex_object()
-        propagator = torch.view_as_complex(self.propagator) if obj.shape[1] > 1 else None
+        propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None
         if self.refine_positions:
-            top_left, fraction = self._window_corners(self.positions_px[indices] + self.position_offsets[indices])
+            top_left, fraction = self._window_corners(self._centres(indices))
             ramps = shift_ramp(fraction, self.window)
         else:
             top_left = self.fixed_corners[indices]
@@ -119,6 +133,12 @@ class PtychoModel(nn.Module):
                                weights=weights, background=background, terms=self.loss_terms)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background)
 
+    def slice_propagator(self, indices: torch.Tensor) -> torch.Tensor:
+        """The propagator between slices (K, K) complex64, or (B, K, K) with a tilt per position of ``indices`` (B,)."""
+        if self.propagation is not None:
+            return self.propagation(indices)
+        return torch.view_as_complex(self.propagator)
+
     def detector(self) -> Detector:
         """The detection of this model: near-field propagator and bad-pixel mask, when used."""
         return Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
@@ -126,9 +146,11 @@ class PtychoModel(nn.Module):
 
     def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Integer window corners (B, 2), clamped inside the object, and the sub-pixel
-        remainder (B, 2) that the probe shift must supply (differentiable in the centres)."""
+        remainder (B, 2) that the probe shift must supply (differentiable in the centres). The
+        corners are those of the centres before ``move_scan``: a move changes only the remainder,
+        so the probe shift absorbs it exactly."""
         half = self.window // 2
-        corner = torch.round(centres.detach() - half)
+        corner = torch.round(centres.detach() - self.scan_shift_px - half)
         high = torch.tensor(self.object_shape, device=centres.device, dtype=centres.dtype) - self.window
         corner = torch.minimum(torch.clamp(corner, min=0), high)
         return corner.long(), centres - half - corner
@@ -139,7 +161,29 @@ class PtychoModel(nn.Module):
         positions)."""
         if not self.refine_positions:
             return self.fixed_corners[indices]
-        return self._window_corners(self.positions_px[indices] + self.position_offsets[indices].detach())[0]
+        return self._window_corners(self._centres(indices).detach())[0]
+
+    @torch.no_grad()
+    def move_scan(self, shift_px: torch.Tensor) -> None:
+        """Move every probe position by ``shift_px`` (2,) (y, x) px against the object, keeping
+        the precomputed windows and shift factors of fixed positions in step (``ptyacc/recenter.py``;
+        the model must have been built with ``movable_scan``, so that it shifts the probe always)."""
+        self.positions_px += shift_px
+        self.scan_shift_px += shift_px
+        corners, fractions = self._window_corners(self.positions_px)
+        ramp_y, ramp_x = shift_ramps_1d(fractions, self.window)
+        self.fixed_corners.copy_(corners)
+        self.fixed_ramps.copy_(torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)))
+
+    def _centres(self, indices: torch.Tensor) -> torch.Tensor:
+        """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal,
+        distorted by the scan affine (when refined), plus the position offsets."""
+        nominal = self.positions_px[indices]
+        if self.scan_affine is not None:
+            distortion = torch.eye(2, device=nominal.device) + self.scan_affine
+            centre = self.scan_centre + self.scan_shift_px  # the nominal positions' mean, moved with them
+            nominal = centre + (nominal - centre) @ distortion.T
+        return nominal + self.position_offsets[indices]
 
     # ------------------------------------------------------------------ views of the state
     def complex_probe(self) -> torch.Tensor:
@@ -153,7 +197,7 @@ class PtychoModel(nn.Module):
 
     def positions(self) -> torch.Tensor:
         """(N, 2) current probe centres in object pixels."""
-        return self.positions_px + self.position_offsets
+        return self._centres(torch.arange(len(self.positions_px), device=self.positions_px.device))
 
 
 def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,9 @@ results.h5 layout (a public contract; add, never rename):
   stored_dx_A (as calibrated, before ``data.transform``), dx_A and dk_invA (as used), X-ray
   detector_distance_m and detector_pixel_m), and beside each ``<name>_source``: where it came
   from (config, file, default, fitted, derived)
+- multislice runs with a tilt (``experiment.tilt_mrad``, ``optim.start.tilt``): ``tilt_mrad`` float64
+  (2,) or (N, 2) per position, [y, x] in mrad (the convention in ptyacc/physics/tilt.py); with a
+  tilt or a refined slice thickness, the attribute ``slice_thickness_A`` (the refined value)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -71,6 +74,7 @@ class Results:
     comm_bytes_other: np.ndarray | None = None
     comm_calls: np.ndarray | None = None
     validation_error: np.ndarray | None = None  # runs with validation positions, per iteration
+    tilt_mrad: np.ndarray | None = None  # (2,) or (N, 2) [y, x] mrad, multislice with a tilt
 
     @property
     def phase(self) -> np.ndarray:
@@ -115,7 +119,7 @@ def save_results(path: Path, results: Results) -> None:
         f.create_dataset("positions_A", data=results.positions_A.astype(np.float64))
         f.create_dataset("loss", data=np.asarray(results.loss, dtype=np.float64))
         for name in ("iteration_time_s", "mean_pattern_measured", "mean_pattern_predicted", "validation_error",
-                     "initial_positions_A"):
+                     "initial_positions_A", "tilt_mrad"):
             if getattr(results, name) is not None:
                 f.create_dataset(name, data=np.asarray(getattr(results, name), dtype=np.float64))
         for name in COUNTS:
@@ -153,7 +157,8 @@ def load_results(path: str | Path) -> Results:
                            loss=f["loss"][()], dx_A=float(attrs.pop("dx_A")),
                            **{name: f[name][()] for name in ("iteration_time_s", "mean_pattern_measured",
                                                              "mean_pattern_predicted", "comm_time_s",
-                                                             "validation_error", "initial_positions_A", *COUNTS)
+                                                             "validation_error", "initial_positions_A", "tilt_mrad",
+                                                             *COUNTS)
                               if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs,
                            calibration=calibration)

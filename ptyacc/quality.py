@@ -29,3 +29,20 @@ def scanned_region_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np
     if true.shape != found.shape or true.size == 0:
         raise ValueError(f"the scanned region {true.shape} is not inside the reconstruction {np.shape(phase)}")
     return float(np.corrcoef(true.ravel(), found.ravel())[0, 1])
+
+
+def placed_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray, truth: np.ndarray,
+               shift_px=(0.0, 0.0)) -> float:
+    """``scanned_region_ncc`` with the reconstruction placed at its ``origin_A`` exactly: its
+    fractional part applied by a Fourier shift (DESIGN: never rounded), then moved by
+    ``shift_px`` (y, x) more (0: what a user sees; a search over shifts gives the best-shift NCC)."""
+    import torch
+
+    from ptyacc.physics import fourier_shift
+
+    origin_px = np.asarray(origin_A, dtype=float) / dx_A - np.asarray(shift_px, dtype=float)
+    whole = np.round(origin_px)
+    # reconstruction pixel a lies at truth pixel a + origin_px: resampled onto whole pixels
+    image = torch.from_numpy(np.asarray(phase, dtype=float)).to(torch.complex128)
+    placed = fourier_shift(image[None], torch.from_numpy(origin_px - whole)[None])[0].real.numpy()
+    return scanned_region_ncc(placed, whole * dx_A, dx_A, positions_A, truth)

@@ -43,16 +43,19 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     """The model's state as a Results record (CPU, NumPy). With the object split over the
     processes (``tiles``; every process must call this then) the main process's record holds
     the whole object, the others' the region they hold (with its own origin_A)."""
-    origin_A = geometry.origin_A
+    # positions moved against the object (``model.recenter.probe``) move the object in the data's frame
+    shift_px = model.scan_shift_px.double().cpu().numpy()
+    origin_A = tuple(float(v) for v in geometry.to_A(-shift_px)) if shift_px.any() else geometry.origin_A
     with torch.no_grad():
-        positions_px = model.positions().double().cpu().numpy()
+        positions_px = model.positions().double().cpu().numpy() - shift_px
         whole = tiles.whole_object(model) if tiles is not None else None
         if whole is not None:
             obj = torch.view_as_complex(whole).numpy()
         else:
             obj = model.complex_object().cpu().numpy()
             if tiles is not None:
-                origin_A = tuple(float(v) for v in geometry.to_A(model.object_origin.cpu().numpy().astype(float)))
+                corner_px = model.object_origin.cpu().numpy().astype(float) - shift_px
+                origin_A = tuple(float(v) for v in geometry.to_A(corner_px))
         probe = model.complex_probe().cpu().numpy()
     positions_A = geometry.to_A(positions_px)
     import yaml
@@ -60,9 +63,13 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     attrs = {"config": config.to_yaml(), "versions": yaml.safe_dump(versions()), "world_size": world_size,
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
-    return Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
-                   dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
-                   initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))
+    results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
+                      dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
+                      initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))
+    if model.propagation is not None:
+        results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
+        attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
+    return results
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:

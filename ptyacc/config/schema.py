@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from ptyacc.config.fields import _f, _require, _suggest
+from ptyacc.config.recenter import RecenterConfig
 from ptyacc.config.tune import TuneConfig
 from ptyacc.errors import ConfigError
 
@@ -174,8 +175,13 @@ class ExperimentConfig:
               "likely unit slip: electrons, the bright-field disk predicted from energy, semi-angle and dk against "
               "the measured one (20%); X-rays, the scan against the probe window and the near-field Fresnel "
               "number. false skips the checks.")
+    tilt_mrad: list[float] = _f(
+        factory=lambda: [0.0, 0.0], doc="[y, x] beam tilt against the crystal's zone axis in mrad (multislice): a "
+                                        "beam tilted by +t along y travels toward increasing y, the zone axis appears "
+                                        "at ky = -t/lambda. The start value when optim.start.tilt is set.")
 
     def _check(self, path: str) -> None:
+        _require(len(self.tilt_mrad) == 2, f"{path}.tilt_mrad", f"must be [y, x] in mrad, got {self.tilt_mrad}")
         for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
                      "detector_pixel_m", "focus_to_sample_m"):
             value = getattr(self, name)
@@ -215,11 +221,21 @@ class ModelConfig:
                                      "(relative to the config file; shapes must match).")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
+    tilt: Literal["global", "per_position"] = _f(
+        "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
+                  "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
+    recenter: RecenterConfig = _f(factory=RecenterConfig, doc="Keep the reconstruction in place (off by default).")
+    tilt_smoothing_A: float | None = _f(
+        None, "model.tilt: per_position: standard deviation in Å of the Gaussian over neighbouring positions by "
+              "which the tilts are averaged after every iteration; null = twice the median distance between "
+              "neighbouring positions.")
 
     def _check(self, path: str) -> None:
         for name in ("probe_modes", "object_modes", "slices"):
             _require(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
         _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", f"must be > 0, got {self.slice_thickness_A}")
+        _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
+                 f"must be > 0 or null, got {self.tilt_smoothing_A}")
         _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")
         lo_hi = self.object_amplitude_bounds
         _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",
@@ -235,9 +251,12 @@ class LearningRates:
     probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
     positions: float = _f(1e-2, "Position step size in pixels.")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
+    tilt: float = _f(0.1, "Tilt step size in mrad.")
+    slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
+    scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -250,9 +269,18 @@ class StartIterations:
     positions: int | None = _f(None, "First iteration that refines positions; null = positions fixed.")
     detector: int | Literal["probe"] | None = _f(
         "probe", "First iteration that updates the detector background and intensity weights; probe = with the probe.")
+    tilt: int | None = _f(None, "First iteration that refines the tilt (multislice); null = fixed at "
+                                "experiment.tilt_mrad. Start it once the object shows structure (a few iterations): "
+                                "through a flat object the tilt changes nothing and its gradient is rounding noise.")
+    slice_thickness: int | None = _f(None, "First iteration that refines model.slice_thickness_A (multislice); "
+                                           "null = fixed. Like tilt, start it once the object shows structure.")
+    scan_affine: int | None = _f(
+        None, "First iteration that refines a global affine distortion of the scan (scale, rotation, shear, "
+              "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
+              "correction is kept at zero. Start it with or before positions. null = off.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")
@@ -409,6 +437,13 @@ class Config:
         if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
             raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
                               "model.slices > 1 or leave it at 0")
+        if self.model.recenter.object_z and self.runtime.shard_object:
+            raise ConfigError("model.recenter.object_z: needs the whole object on every process; set "
+                              "runtime.shard_object false or leave object_z off")
+        for key in ("tilt", "slice_thickness"):
+            if getattr(self.optim.start, key) is not None and self.model.slices == 1:
+                raise ConfigError(f"optim.start.{key}: the {key.replace('_', ' ')} acts between slices; set "
+                                  "model.slices > 1 or leave it null")
 
     def resolve_input(self, path: str) -> Path:
         """An input path as given in the config, resolved against the config file's folder."""

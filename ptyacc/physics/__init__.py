@@ -11,6 +11,9 @@ Conventions (shared by every function here):
 - Aberration phase chi(k) in Krivanek notation; the probe is A(k) exp(-i chi(k)); defocus = -C10,
   positive defocus = underfocus, i.e. the probe's focus lies below the entrance surface.
 - The object transmits t(r) = amplitude(r) exp(+i phase(r)).
+- A beam tilted against the crystal ([y, x] mrad, beam's direction relative to the zone axis)
+  enters through the propagator between slices, ``tilted_propagator`` (tilt.py, which states
+  the convention).
 
 The forward chain is four stages, each an object with its forward and its adjoint (or vjp),
 all in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect``, then the data
@@ -45,6 +48,7 @@ from ptyacc.physics.fidelity import (
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
+from ptyacc.physics.tilt import tilted_propagator
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [
@@ -53,5 +57,5 @@ __all__ = [
     "extract_patches", "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator",
     "intensity_loss_terms", "loss_from_intensities", "mixed_state_probe", "multislice_intensities", "poisson_nll",
     "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe", "summed_intensity",
-    "transmission", "wavelength_A", "xray_wavelength_A",
+    "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
 ]

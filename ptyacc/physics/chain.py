@@ -232,7 +232,8 @@ class Multislice:
     probes:     (B, P, K, K) complex, each probe mode already at its scan position
                 (or (1, P, K, K), shared by the whole batch).
     patches:    (B, O, S, K, K) complex object transmissions: O object modes, S slices.
-    propagator: (K, K) complex Fresnel kernel between slices; unused when S == 1.
+    propagator: (K, K) complex Fresnel kernel between slices, or (B, K, K), one per position
+                (a tilt per position, ``tilted_propagator``); unused when S == 1.
 
     The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last
     slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector.
@@ -242,21 +243,29 @@ class Multislice:
     one slice with the others held, is the adjoint of that linear map."""
 
     def __init__(self, propagator: torch.Tensor | None) -> None:
-        self.propagator = propagator
+        self.per_position = propagator is not None and propagator.dim() == 3
+        # one kernel per position broadcasts over the probe and object modes: (B, 1, 1, K, K)
+        self.propagator = propagator[:, None, None] if self.per_position else propagator
 
     def forward(self, probes: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         return self._waves(probes, patches, None)
 
-    def forward_with_incident(self, probes: torch.Tensor, patches: torch.Tensor
+    def forward_with_incident(self, probes: torch.Tensor, patches: torch.Tensor, spectra: list | None = None
                               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The exit waves and the waves incident on slices 1 .. S-1 (S-1 of (B, P, O, K, K)), which ``vjp`` needs."""
+        """The exit waves and the waves incident on slices 1 .. S-1 (S-1 of (B, P, O, K, K)), which
+        ``vjp`` needs; given a list ``spectra``, it receives the S-1 spectra fft2 of the waves leaving
+        slices 0 .. S-2, which the gradient with respect to the propagator needs (``vjp_all``)."""
         incident = []
-        return self._waves(probes, patches, incident), incident
+        return self._waves(probes, patches, incident, spectra), incident
 
-    def _waves(self, probes: torch.Tensor, patches: torch.Tensor, incident: list | None) -> torch.Tensor:
+    def _waves(self, probes: torch.Tensor, patches: torch.Tensor, incident: list | None,
+               spectra: list | None = None) -> torch.Tensor:
         wave = probes[:, :, None] * patches[:, None, :, 0]  # (B, P, O, K, K)
         for s in range(1, patches.shape[2]):
-            wave = torch.fft.ifft2(torch.fft.fft2(wave) * self.propagator)
+            spectrum = torch.fft.fft2(wave)
+            if spectra is not None:
+                spectra.append(spectrum)
+            wave = torch.fft.ifft2(spectrum * self.propagator)
             if incident is not None:
                 incident.append(wave)
             wave = wave * patches[:, None, :, s]
@@ -265,20 +274,37 @@ class Multislice:
     def vjp(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor]
             ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gradients (shaped as ``probes``, as ``patches``) from the gradient (B, P, O, K, K) with
-        respect to the exit waves, slice by slice backwards: for t = a b the gradient in a is
-        g conj(b); for a propagation ifft2(fft2(.) H) it is ifft2(fft2(g) conj(H)); a probe
-        shared by the batch (1, P, K, K) sums over it."""
+        respect to the exit waves (``vjp_all`` without the propagator's)."""
+        return self.vjp_all(grad, probes, patches, incident)[:2]
+
+    def vjp_all(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor],
+                spectra: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Gradients (shaped as ``probes``, as ``patches``, as the propagator or None without
+        ``spectra``) from the gradient (B, P, O, K, K) with respect to the exit waves, slice by slice
+        backwards: for t = a b the gradient in a is g conj(b); for a propagation ifft2(fft2(.) H) it is
+        ifft2(fft2(g) conj(H)) in the wave and conj(fft2(wave)) fft2(g) / K^2 in H (fft2's adjoint is
+        K^2 ifft2), summed over the slices and the modes (and the batch, for one kernel for all); a
+        probe shared by the batch (1, P, K, K) sums over it."""
         n_slices = patches.shape[2]
         grad_slices = [None] * n_slices
+        grad_propagator = None
         for s in range(n_slices - 1, 0, -1):
             grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
-            grad = torch.fft.ifft2(torch.fft.fft2(grad * patches[:, None, :, s].conj()) * self.propagator.conj())
+            grad_spectrum = torch.fft.fft2(grad * patches[:, None, :, s].conj())
+            if spectra is not None:
+                term = spectra[s - 1].conj() * grad_spectrum
+                grad_propagator = term if grad_propagator is None else grad_propagator + term
+            grad = torch.fft.ifft2(grad_spectrum * self.propagator.conj())
         grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
         grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(grad_slices, dim=2)
         grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
         if probes.shape[0] == 1:
             grad_probes = grad_probes.sum(0, keepdim=True)
-        return grad_probes, grad_patches
+        if grad_propagator is not None:
+            k2 = grad.shape[-1] * grad.shape[-2]
+            summed = grad_propagator.sum((1, 2)) if self.per_position else grad_propagator.sum(tuple(range(3)))
+            grad_propagator = summed / k2  # (B, K, K) or (K, K)
+        return grad_probes, grad_patches, grad_propagator
 
 
 def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:

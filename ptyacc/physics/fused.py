@@ -31,7 +31,8 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     top_left:   (B, 2) long, corner of each position's K x K window in the object.
     ramps:      (B, K, K) complex Fourier multipliers of each position's sub-pixel probe shift
                 (``shift_ramp``), or None for no shift. Differentiable (position refinement).
-    propagator: (K, K) complex Fresnel kernel between slices (S > 1), else None.
+    propagator: (K, K) complex Fresnel kernel between slices (S > 1), or (B, K, K), one per position
+                (``tilted_propagator``), else None. Differentiable (tilt, slice thickness).
     measured:   (B, K, K) intensities, unshifted layout.
     chunk:      patterns per chunk; default: a chunk's waves fill CHUNK_BYTES.
     detector:   near-field propagation and bad-pixel mask (``Detector``); default far field, all pixels.
@@ -51,7 +52,8 @@ class _PtychoLoss(torch.autograd.Function):
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
                 terms):
         k = probe.shape[-1]
-        multislice = Multislice(propagator)
+        per_position = propagator is not None and propagator.dim() == 3
+        grad_propagator = torch.zeros_like(propagator) if ctx.needs_input_grad[6] else None
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
         if shifted:
@@ -70,17 +72,23 @@ class _PtychoLoss(torch.autograd.Function):
             shift = ProbeShift(ramps[part] if shifted else None)
             patches = Patches(top_left[part], k)
             detect = Detect(detector, shift.ramps)
+            multislice = Multislice(propagator[part] if per_position else propagator)
+            spectra = [] if grad_propagator is not None else None
             probes = shift.from_spectrum(spectrum) if shifted else shift.forward(probe)
             windows = patches.forward(obj)  # (C, O, S, K, K)
-            waves, incident = multislice.forward_with_incident(probes, windows)
+            waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
             loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured[part], kind,
                                                  weights[part] if weights is not None else None, background,
                                                  detect.mask)
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
-            grad_probes, grad_patches = multislice.vjp(grad_waves, probes, windows, incident)
+            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
             total += loss
+            if grad_h is not None and per_position:
+                grad_propagator[part] = grad_h
+            elif grad_h is not None:
+                grad_propagator += grad_h
             if grad_weights is not None:
                 grad_weights[part] = grad_w
             if grad_background is not None:
@@ -97,14 +105,16 @@ class _PtychoLoss(torch.autograd.Function):
                 grad_probe += shift.adjoint(grad_probes)
         if shifted:
             grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
-        ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background)
+        # in the order of forward's inputs; None for those without a gradient
+        ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background, None,
+                     grad_propagator)
         return total
 
     @staticmethod
     def backward(ctx, grad_loss):
         grads = ctx.grads
         del ctx.grads
-        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 7)
+        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 5)
 
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",

@@ -1,0 +1,125 @@
+"""The state of the propagation between multislice slices: the slice thickness and the beam's
+tilt against the crystal (``experiment.tilt_mrad``, ``model.tilt``), fixed or refined, and the
+propagator they make at every forward pass (``tilted_propagator``; the convention is in
+ptyacc/physics/tilt.py).
+
+A refined quantity is a parameter from construction on and enters every forward pass, refined
+or not yet (DESIGN rule 2): its group delays it by not stepping. Per-position tilts are smoothed
+over neighbouring positions after every iteration (``TiltSmoothing``), identically on every
+process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from ptyacc.physics import spatial_frequencies
+from ptyacc.physics.tilt import tilted_propagator
+
+
+class SlicePropagation(nn.Module):
+    """Slice thickness and tilt, and the propagator (K, K) or (B, K, K) they make.
+
+    Parameters, or buffers when not refined:
+    - slice_thickness_A: () float32, the distance between slices in Å
+    - tilt_mrad: (2,) float32 [y, x] mrad, the tilt of the whole scan
+    - tilt_offsets_mrad: (N, 2) float32, with ``per_position`` only: each position's tilt minus
+      ``tilt_mrad``. Split so that the common tilt learns from every pattern's gradient (one
+      pattern alone constrains its tilt poorly) and the offsets only the variation, kept at
+      zero mean and smooth (``TiltSmoothing``).
+    Buffers: ky_invA, kx_invA (K,) float64 spatial frequencies (1/Å), unshifted layout.
+    """
+
+    def __init__(self, window: int, dx_A: float, wavelength_A: float, thickness_A: float,
+                 tilt_mrad: tuple[float, float], n_positions: int, per_position: bool = False,
+                 refine_tilt: bool = False, refine_thickness: bool = False) -> None:
+        super().__init__()
+        self.wavelength_A, self.dx_A = wavelength_A, dx_A
+        self.per_position = per_position
+        freqs = spatial_frequencies(window, dx_A)
+        self.register_buffer("ky_invA", freqs)
+        self.register_buffer("kx_invA", freqs.clone())
+        thickness = torch.tensor(float(thickness_A), dtype=torch.float32)
+        _state(self, "tilt_mrad", torch.tensor(tilt_mrad, dtype=torch.float32), refine_tilt)
+        if per_position:
+            _state(self, "tilt_offsets_mrad", torch.zeros(n_positions, 2), refine_tilt)
+        _state(self, "slice_thickness_A", thickness, refine_thickness)
+
+    @torch.no_grad()
+    def start_from(self, tilt_mrad: np.ndarray | None, thickness_A: float | None) -> None:
+        """Take a previous run's tilts ((2,) or (N, 2), ``/tilt_mrad``) and slice thickness, where
+        it saved them (``model.init_from``): per-position tilts become the common tilt (their
+        mean) plus offsets, or only their mean for a global tilt."""
+        if thickness_A is not None:
+            self.slice_thickness_A.fill_(float(thickness_A))
+        if tilt_mrad is None:
+            return
+        tilts = torch.as_tensor(np.asarray(tilt_mrad), dtype=torch.float32, device=self.tilt_mrad.device)
+        common = tilts.reshape(-1, 2).mean(0)
+        self.tilt_mrad.copy_(common)
+        if self.per_position and tilts.dim() == 2 and tilts.shape == self.tilt_offsets_mrad.shape:
+            self.tilt_offsets_mrad.copy_(tilts - common)
+
+    def tilts(self) -> torch.Tensor:
+        """The tilts (2,), or (N, 2) one per position, [y, x] mrad."""
+        return self.tilt_mrad + self.tilt_offsets_mrad if self.per_position else self.tilt_mrad
+
+    def common(self) -> torch.Tensor:
+        """The propagator (K, K) complex64 of the common tilt (without per-position offsets)."""
+        return tilted_propagator(self.ky_invA, self.kx_invA, self.wavelength_A, self.slice_thickness_A, self.tilt_mrad)
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        """Propagator (K, K) complex64, or (B, K, K) for per-position tilts of ``indices`` (B,)."""
+        tilt = self.tilt_mrad + self.tilt_offsets_mrad[indices] if self.per_position else self.tilt_mrad
+        return tilted_propagator(self.ky_invA, self.kx_invA, self.wavelength_A, self.slice_thickness_A, tilt)
+
+
+def _state(module: nn.Module, name: str, value: torch.Tensor, refined: bool) -> None:
+    """``value`` as a parameter of ``module`` when ``refined``, else as a buffer."""
+    if refined:
+        module.register_parameter(name, nn.Parameter(value))
+    else:
+        module.register_buffer(name, value)
+
+
+class TiltSmoothing:
+    """Per-position tilt offsets (N, 2) replaced by their Gaussian-weighted mean over
+    neighbouring positions (standard deviation ``sigma_px``, cut at 3 sigma), less their mean
+    over all positions, in place: a tilt varies slowly across a crystal, and the common part
+    belongs to the global tilt. The weights are a sparse (N, N) matrix made once from the
+    positions (N, 2) px; rows sum to 1."""
+
+    def __init__(self, positions_px: torch.Tensor, sigma_px: float, chunk: int = 2048) -> None:
+        points = positions_px.double().cpu()
+        rows, cols, values = [], [], []
+        for start in range(0, len(points), chunk):  # chunks bound the (chunk, N) distance matrix
+            distance = torch.cdist(points[start:start + chunk], points)
+            near = (distance <= 3 * sigma_px).nonzero()
+            weight = torch.exp(-0.5 * (distance[near[:, 0], near[:, 1]] / sigma_px) ** 2)
+            rows.append(near[:, 0] + start)
+            cols.append(near[:, 1])
+            values.append(weight)
+        rows, cols, values = torch.cat(rows), torch.cat(cols), torch.cat(values)
+        totals = torch.zeros(len(points), dtype=torch.float64).index_add_(0, rows, values)
+        self.weights = torch.sparse_coo_tensor(torch.stack([rows, cols]), values / totals[rows],
+                                               (len(points), len(points)), check_invariants=True).coalesce()
+
+    @torch.no_grad()
+    def __call__(self, offsets: torch.Tensor) -> None:
+        smooth = torch.sparse.mm(self.weights.to(offsets.device), offsets.double())
+        offsets.copy_((smooth - smooth.mean(0)).to(offsets.dtype))
+
+
+def median_neighbour_distance(positions_px: np.ndarray) -> float:
+    """The median over positions (N, 2) of the distance to the nearest other position (px)."""
+    points = torch.as_tensor(np.asarray(positions_px), dtype=torch.float64)
+    if len(points) < 2:
+        return 1.0
+    nearest = []
+    for start in range(0, len(points), 2048):
+        distance = torch.cdist(points[start:start + 2048], points)
+        distance[torch.arange(distance.shape[0]), torch.arange(start, start + distance.shape[0])] = float("inf")
+        nearest.append(distance.min(1).values)
+    return float(torch.cat(nearest).median())
