@@ -140,10 +140,10 @@ def make_accelerator(runtime: RuntimeConfig, output: OutputConfig | None = None)
     choose_backend(runtime.backend, device_type)  # refuse a forced backend this device cannot use, even alone
     if device_type == "cuda":
         _check_gpu_count()
+    # only a run with trackers asks for them: without, the Accelerator is made as it always was
+    tracking = {"log_with": output.trackers, "project_dir": output.dir} if output and output.trackers else {}
     accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no",
-                              kwargs_handlers=kwargs_handlers(runtime, device_type),
-                              log_with=(output.trackers or None) if output else None,
-                              project_dir=output.dir if output else None)
+                              kwargs_handlers=kwargs_handlers(runtime, device_type), **tracking)
     check_world_size(accelerator.num_processes)
     return accelerator
 
