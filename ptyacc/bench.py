@@ -100,12 +100,7 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
                         config.model.object_modes, config.model.slices, data.detector_px,
                         rec.model.refine_positions, accelerator.device)
     high_water = _status_bytes("VmHWM") if marks.get("reset") else None
-    if accelerator.device.type == "cuda":
-        peak, memory_measure = torch.cuda.max_memory_allocated(), "CUDA allocator peak"
-    elif high_water is not None:
-        peak, memory_measure = max(high_water - baseline_rss, 0), "resident set, timed iterations"
-    else:
-        peak, memory_measure = max(_peak_rss_bytes() - baseline_rss, 0), "peak resident set of the process (coarse)"
+    peak, memory_measure = _peak_memory(accelerator.device, high_water, baseline_rss)
     minimum = _minimum_bytes(rec.model, data, config.optim.batch_size)
     transient = max(high_water - marks["rss"], 0) if high_water is not None else None
     return {
@@ -135,6 +130,17 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
         "torch": str(torch.__version__),
         "python": sys.version.split()[0],
     }
+
+
+def _peak_memory(device: torch.device, high_water: int | None, baseline_rss: int) -> tuple[int, str]:
+    """The run's peak memory in bytes beyond the baseline, and how it was measured: the CUDA
+    allocator's peak, else the resident set's high-water mark over the timed iterations
+    (``high_water``, None where it could not be reset), else the process's coarse peak."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(), "CUDA allocator peak"
+    if high_water is not None:
+        return max(high_water - baseline_rss, 0), "resident set, timed iterations"
+    return max(_peak_rss_bytes() - baseline_rss, 0), "peak resident set of the process (coarse)"
 
 
 ADAM_MOMENTS = 2  # Adam keeps two moments per parameter value
