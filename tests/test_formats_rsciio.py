@@ -1,12 +1,14 @@
 """Detector formats through RosettaSciIO (ptyacc[formats]): files made here (by rsciio's own
-writer, or byte by byte for Merlin .mib, which rsciio only reads) give the same patterns as the
-equivalent HDF5 file, only the rows asked for, and their calibration."""
+writer, or byte by byte for Merlin .mib and Gatan .dm3/.dm4, and with h5py in Velox's layout for
+Velox .emd, which rsciio only reads) give the same patterns as the equivalent HDF5 file, only the
+rows asked for, and their calibration."""
 
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from gatan_dm import write_dm
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
@@ -149,3 +151,32 @@ def test_ncem_emd_reads_the_hdf5_patterns_and_its_axes(tmp_path):
         np.testing.assert_array_equal(source.read(np.array([2, 3, 10])).patterns,
                                       read_patterns(h5, rows=np.array([2, 3, 10])).patterns)
         assert source.info.attrs["dk_invA"] == pytest.approx(0.02) and source.info.attrs["scan_step_A"] == 5.0
+
+
+@pytest.mark.parametrize("version, dtype", [(4, np.uint16), (3, np.float32)])
+def test_gatan_dm_reads_the_hdf5_patterns_only_the_rows_asked_for_and_its_calibration(tmp_path, version, dtype):
+    """A 4D-STEM stack in a DM file written here (tests/gatan_dm.py): 0.5 nm scan steps, detector
+    in 0.2 1/nm, 80 kV and a 100 mm camera length in the microscope tags, as Gatan's software keeps them."""
+    from rsciio.digitalmicrograph import file_reader
+
+    data = patterns_4d(dtype)
+    tags = {"Microscope Info": {"Voltage": 80e3, "STEM Camera Length": 100.0, "Illumination Mode": "STEM"}}
+    dm = write_dm(tmp_path / f"scan.dm{version}", data, [0.5, 0.5, 0.2, 0.2], ["nm", "nm", "1/nm", "1/nm"], tags,
+                  version=version)
+    (signal,) = file_reader(str(dm))  # rsciio itself reads the file as written
+    np.testing.assert_array_equal(signal["data"], data)
+    assert [(a["units"], a["navigate"]) for a in signal["axes"]] == [("nm", True)] * 2 + [("1/nm", False)] * 2
+    h5, rows = write_hdf5(tmp_path / "scan.h5", data), np.array([1, 5, 11])
+    with open_patterns(dm) as source:
+        assert source.info.format == "rsciio" and source.info.shape == (*SCAN, *DETECTOR)
+        assert source.info.scan_shape == SCAN
+        np.testing.assert_array_equal(source.read(rows).patterns, read_patterns(h5, rows=rows).patterns)
+        np.testing.assert_array_equal(source.read().patterns, read_patterns(h5).patterns)
+        attrs = source.info.attrs
+    # the voltage and camera length are only in DM's tags (rsciio maps them for HyperSpy to apply)
+    assert attrs["energy_eV"] == 80e3 and attrs["camera_length_m"] == pytest.approx(0.1)
+    assert attrs["dk_invA"] == pytest.approx(0.02) and attrs["scan_step_A"] == pytest.approx(5.0)
+    loaded = load_data(load_config({"data": {"path": str(dm)}, "experiment": {"check_calibration": False}}))
+    assert loaded.calibration["energy_eV"] == (80e3, "file")
+    assert loaded.calibration["stored_dk_invA"] == (pytest.approx(0.02), "file")
+    assert loaded.positions_A[1].tolist() == [0.0, pytest.approx(5.0)]  # fast axis x
