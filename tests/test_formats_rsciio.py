@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 from gatan_dm import write_dm
+from velox_emd import write_velox
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
@@ -180,3 +181,31 @@ def test_gatan_dm_reads_the_hdf5_patterns_only_the_rows_asked_for_and_its_calibr
     assert loaded.calibration["energy_eV"] == (80e3, "file")
     assert loaded.calibration["stored_dk_invA"] == (pytest.approx(0.02), "file")
     assert loaded.positions_A[1].tolist() == [0.0, pytest.approx(5.0)]  # fast axis x
+
+
+def test_velox_emd_reads_the_hdf5_frames_only_the_rows_asked_for_and_its_calibration(tmp_path):
+    """Velox keeps a camera's frames as an image stack (tests/velox_emd.py): rsciio reads it as
+    (frame, ky, kx), the scan shape given in the config. 300 kV, 0.1 m camera length, and detector
+    pixels of 0.02 1/Å, which rsciio gives as 200 "1 / µm" (it picks the prefix by the detector's size)."""
+    from rsciio.emd import file_reader
+
+    frames = patterns_4d().reshape(-1, *DETECTOR)
+    emd = write_velox(tmp_path / "scan.emd", frames, pixel_size=2e8, pixel_unit="1/m", voltage_V=300e3,
+                      camera_length_m=0.1)
+    (signal,) = file_reader(str(emd))  # rsciio itself reads the file as written
+    np.testing.assert_array_equal(signal["data"], frames)
+    assert [a["navigate"] for a in signal["axes"]] == [True, False, False] and signal["axes"][1]["units"] == "1 / µm"
+    h5, rows = write_hdf5(tmp_path / "scan.h5", frames), np.array([0, 4, 11])
+    with open_patterns(emd) as source:
+        assert source.info.format == "rsciio" and source.info.shape == frames.shape
+        np.testing.assert_array_equal(source.read(rows).patterns, read_patterns(h5, rows=rows).patterns)
+        np.testing.assert_array_equal(source.read().patterns, read_patterns(h5).patterns)
+        attrs = source.info.attrs
+    assert attrs["energy_eV"] == 300e3 and attrs["camera_length_m"] == pytest.approx(0.1)
+    assert attrs["dk_invA"] == pytest.approx(0.02) and "scan_step_A" not in attrs  # frames carry no scan step
+    config = {"data": {"path": str(emd), "scan_shape": list(SCAN)},
+              "experiment": {"check_calibration": False, "scan_step_A": 5.0}}
+    loaded = load_data(load_config(config))
+    assert loaded.calibration["energy_eV"] == (300e3, "file")
+    assert loaded.calibration["stored_dk_invA"] == (pytest.approx(0.02), "file")
+    assert loaded.scan_shape == SCAN and loaded.positions_A[SCAN[1]].tolist() == [5.0, 0.0]  # frame 4 starts row 1

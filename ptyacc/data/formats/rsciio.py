@@ -8,8 +8,10 @@ are the last two axes (the only ones that do not navigate, where the format says
 rsciio orients them (it flips Merlin frames upside down, as Merlin stores them); the scan axes
 before them, (slow, fast). The calibration the
 file carries goes into ``PatternsInfo.attrs`` in ptyacc's names: ``energy_eV`` (beam energy),
-``semiangle_mrad`` (convergence angle), ``camera_length_m``, ``dk_invA`` (detector axes in 1/nm,
-1/Å, or mrad with the energy) and ``scan_step_A`` (scan axes in pm, Å, nm or µm).
+``semiangle_mrad`` (convergence angle), ``camera_length_m``, ``dk_invA`` (detector axes per
+length, e.g. 1/nm, 1/Å, 1 / µm, or in mrad with the energy) and ``scan_step_A`` (scan axes in pm,
+Å, nm, µm, mm or m); the instrument's values from rsciio's metadata, or from its original
+metadata through the ``mapping`` rsciio gives for HyperSpy to apply (DigitalMicrograph, Velox).
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ PLUGINS = {".mib": "quantumdetector", ".dm3": "digitalmicrograph", ".dm4": "digi
            ".blo": "blockfile", ".hspy": "hspy", ".zspy": "zspy"}
 EXTENSIONS = tuple(PLUGINS)
 MAGIC = None
-RECIPROCAL_PER_A = {"1/nm": 0.1, "nm^-1": 0.1, "1 / nm": 0.1, "1/Å": 1.0, "1/A": 1.0, "Å^-1": 1.0, "1 / Å": 1.0}
 INSTRUMENT = (("energy_eV", "beam_energy", 1e3), ("semiangle_mrad", "convergence_angle", 1.0),
               ("camera_length_m", "camera_length", 1e-3))  # ptyacc's name, rsciio's (keV, mrad, mm), factor
-LENGTH_IN_A = {"pm": 0.01, "Å": 1.0, "A": 1.0, "nm": 10.0, "µm": 1e4, "um": 1e4}
+LENGTH_IN_A = {"pm": 0.01, "Å": 1.0, "A": 1.0, "nm": 10.0, "µm": 1e4, "um": 1e4, "mm": 1e7, "m": 1e10}
+# "1/nm" (DM, HyperSpy), "1 / µm" or "1 / nm" (Velox: rsciio picks the prefix by the detector's size)
+RECIPROCAL_PER_A = {f"1{space}/{space}{unit}": 1 / length for unit, length in LENGTH_IN_A.items() for space in ("", " ")}
+RECIPROCAL_PER_A |= {"nm^-1": 0.1, "Å^-1": 1.0}
 
 
 class Lazy:
