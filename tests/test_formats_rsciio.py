@@ -154,19 +154,27 @@ def test_ncem_emd_reads_the_hdf5_patterns_and_its_axes(tmp_path):
         assert source.info.attrs["dk_invA"] == pytest.approx(0.02) and source.info.attrs["scan_step_A"] == 5.0
 
 
-@pytest.mark.parametrize("version, dtype", [(4, np.uint16), (3, np.float32)])
-def test_gatan_dm_reads_the_hdf5_patterns_only_the_rows_asked_for_and_its_calibration(tmp_path, version, dtype):
-    """A 4D-STEM stack in a DM file written here (tests/gatan_dm.py): 0.5 nm scan steps, detector
-    in 0.2 1/nm, 80 kV and a 100 mm camera length in the microscope tags, as Gatan's software keeps them."""
+LAMBDA_80KV_A = 12.2643 / np.sqrt(80e3 * (1 + 0.978476e-6 * 80e3))  # relativistic electron wavelength
+
+
+@pytest.mark.parametrize("version, dtype, detector, dk_invA", [(4, np.uint16, (0.2, "1/nm"), 0.02),
+                                                               (3, np.float32, (0.2, "1/nm"), 0.02),
+                                                               (4, np.float32, (0.5, "mrad"), 0.5e-3 / LAMBDA_80KV_A)])
+def test_gatan_dm_reads_the_hdf5_patterns_only_the_rows_asked_for_and_its_calibration(tmp_path, version, dtype,
+                                                                                       detector, dk_invA):
+    """A 4D-STEM stack in a DM file written here (tests/gatan_dm.py): 0.5 nm scan steps, the detector
+    in 1/nm or mrad, 80 kV and a 100 mm camera length in the microscope tags, as Gatan's software keeps
+    them (detector axes in mrad need that voltage)."""
     from rsciio.digitalmicrograph import file_reader
 
     data = patterns_4d(dtype)
+    scale, unit = detector
     tags = {"Microscope Info": {"Voltage": 80e3, "STEM Camera Length": 100.0, "Illumination Mode": "STEM"}}
-    dm = write_dm(tmp_path / f"scan.dm{version}", data, [0.5, 0.5, 0.2, 0.2], ["nm", "nm", "1/nm", "1/nm"], tags,
+    dm = write_dm(tmp_path / f"scan.dm{version}", data, [0.5, 0.5, scale, scale], ["nm", "nm", unit, unit], tags,
                   version=version)
     (signal,) = file_reader(str(dm))  # rsciio itself reads the file as written
     np.testing.assert_array_equal(signal["data"], data)
-    assert [(a["units"], a["navigate"]) for a in signal["axes"]] == [("nm", True)] * 2 + [("1/nm", False)] * 2
+    assert [(a["units"], a["navigate"]) for a in signal["axes"]] == [("nm", True)] * 2 + [(unit, False)] * 2
     h5, rows = write_hdf5(tmp_path / "scan.h5", data), np.array([1, 5, 11])
     with open_patterns(dm) as source:
         assert source.info.format == "rsciio" and source.info.shape == (*SCAN, *DETECTOR)
@@ -176,10 +184,10 @@ def test_gatan_dm_reads_the_hdf5_patterns_only_the_rows_asked_for_and_its_calibr
         attrs = source.info.attrs
     # the voltage and camera length are only in DM's tags (rsciio maps them for HyperSpy to apply)
     assert attrs["energy_eV"] == 80e3 and attrs["camera_length_m"] == pytest.approx(0.1)
-    assert attrs["dk_invA"] == pytest.approx(0.02) and attrs["scan_step_A"] == pytest.approx(5.0)
+    assert attrs["dk_invA"] == pytest.approx(dk_invA, rel=1e-4) and attrs["scan_step_A"] == pytest.approx(5.0)
     loaded = load_data(load_config({"data": {"path": str(dm)}, "experiment": {"check_calibration": False}}))
     assert loaded.calibration["energy_eV"] == (80e3, "file")
-    assert loaded.calibration["stored_dk_invA"] == (pytest.approx(0.02), "file")
+    assert loaded.calibration["stored_dk_invA"] == (pytest.approx(dk_invA, rel=1e-4), "file")
     assert loaded.positions_A[1].tolist() == [0.0, pytest.approx(5.0)]  # fast axis x
 
 
