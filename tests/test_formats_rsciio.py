@@ -217,3 +217,14 @@ def test_velox_emd_reads_the_hdf5_frames_only_the_rows_asked_for_and_its_calibra
     assert loaded.calibration["energy_eV"] == (300e3, "file")
     assert loaded.calibration["stored_dk_invA"] == (pytest.approx(0.02), "file")
     assert loaded.scan_shape == SCAN and loaded.positions_A[SCAN[1]].tolist() == [5.0, 0.0]  # frame 4 starts row 1
+
+
+def test_gatan_dm_in_tem_diffraction_gives_the_camera_length_from_the_indicated_magnification(tmp_path):
+    """In TEM diffraction DM keeps the camera length (mm) as the indicated magnification, and rsciio's
+    mapping spells that tag group "Microscope_Info"; a voltage that is not a number gives no energy."""
+    tags = {"Microscope Info": {"Voltage": "eighty kV", "Illumination Mode": "TEM", "Imaging Mode": "DIFFRACTION",
+                                "Indicated Magnification": 250.0}}
+    dm = write_dm(tmp_path / "scan.dm4", patterns_4d(), [0.5, 0.5, 0.2, 0.2], ["nm", "nm", "1/nm", "1/nm"], tags)
+    with open_patterns(dm) as source:
+        attrs = source.info.attrs
+    assert attrs["camera_length_m"] == pytest.approx(0.25) and "energy_eV" not in attrs
