@@ -132,8 +132,10 @@ def _instrument(signal: dict) -> dict:
     wanted = {key for _, key, _ in INSTRUMENT} - set(tem)
     for source, (target, convert) in (signal.get("mapping") or {}).items():
         prefix, _, key = target.rpartition(".")
+        if prefix != "Acquisition_instrument.TEM" or key not in wanted:
+            continue
         value = _find(signal.get("original_metadata") or {}, source.split("."))
-        if prefix == "Acquisition_instrument.TEM" and key in wanted and value is not None:
+        if value is not None:
             try:
                 tem[key] = convert(value) if convert else value
             except (TypeError, ValueError):  # a tag that is not a number: no calibration from it
