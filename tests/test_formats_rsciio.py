@@ -1,12 +1,15 @@
 """Detector formats through RosettaSciIO (ptyacc[formats]): files made here (by rsciio's own
-writer, or byte by byte for Merlin .mib, which rsciio only reads) give the same patterns as the
-equivalent HDF5 file, only the rows asked for, and their calibration."""
+writer, or byte by byte for Merlin .mib and Gatan .dm3/.dm4, and with h5py in Velox's layout for
+Velox .emd, which rsciio only reads) give the same patterns as the equivalent HDF5 file, only the
+rows asked for, and their calibration."""
 
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from gatan_dm import write_dm
+from velox_emd import write_velox
 
 from ptyacc.config import load_config
 from ptyacc.data import load_data
@@ -149,3 +152,79 @@ def test_ncem_emd_reads_the_hdf5_patterns_and_its_axes(tmp_path):
         np.testing.assert_array_equal(source.read(np.array([2, 3, 10])).patterns,
                                       read_patterns(h5, rows=np.array([2, 3, 10])).patterns)
         assert source.info.attrs["dk_invA"] == pytest.approx(0.02) and source.info.attrs["scan_step_A"] == 5.0
+
+
+LAMBDA_80KV_A = 12.2643 / np.sqrt(80e3 * (1 + 0.978476e-6 * 80e3))  # relativistic electron wavelength
+
+
+@pytest.mark.parametrize("version, dtype, detector, dk_invA", [(4, np.uint16, (0.2, "1/nm"), 0.02),
+                                                               (3, np.float32, (0.2, "1/nm"), 0.02),
+                                                               (4, np.float32, (0.5, "mrad"), 0.5e-3 / LAMBDA_80KV_A)])
+def test_gatan_dm_reads_the_hdf5_patterns_only_the_rows_asked_for_and_its_calibration(tmp_path, version, dtype,
+                                                                                       detector, dk_invA):
+    """A 4D-STEM stack in a DM file written here (tests/gatan_dm.py): 0.5 nm scan steps, the detector
+    in 1/nm or mrad, 80 kV and a 100 mm camera length in the microscope tags, as Gatan's software keeps
+    them (detector axes in mrad need that voltage)."""
+    from rsciio.digitalmicrograph import file_reader
+
+    data = patterns_4d(dtype)
+    scale, unit = detector
+    tags = {"Microscope Info": {"Voltage": 80e3, "STEM Camera Length": 100.0, "Illumination Mode": "STEM"}}
+    dm = write_dm(tmp_path / f"scan.dm{version}", data, [0.5, 0.5, scale, scale], ["nm", "nm", unit, unit], tags,
+                  version=version)
+    (signal,) = file_reader(str(dm))  # rsciio itself reads the file as written
+    np.testing.assert_array_equal(signal["data"], data)
+    assert [(a["units"], a["navigate"]) for a in signal["axes"]] == [("nm", True)] * 2 + [(unit, False)] * 2
+    h5, rows = write_hdf5(tmp_path / "scan.h5", data), np.array([1, 5, 11])
+    with open_patterns(dm) as source:
+        assert source.info.format == "rsciio" and source.info.shape == (*SCAN, *DETECTOR)
+        assert source.info.scan_shape == SCAN
+        np.testing.assert_array_equal(source.read(rows).patterns, read_patterns(h5, rows=rows).patterns)
+        np.testing.assert_array_equal(source.read().patterns, read_patterns(h5).patterns)
+        attrs = source.info.attrs
+    # the voltage and camera length are only in DM's tags (rsciio maps them for HyperSpy to apply)
+    assert attrs["energy_eV"] == 80e3 and attrs["camera_length_m"] == pytest.approx(0.1)
+    assert attrs["dk_invA"] == pytest.approx(dk_invA, rel=1e-4) and attrs["scan_step_A"] == pytest.approx(5.0)
+    loaded = load_data(load_config({"data": {"path": str(dm)}, "experiment": {"check_calibration": False}}))
+    assert loaded.calibration["energy_eV"] == (80e3, "file")
+    assert loaded.calibration["stored_dk_invA"] == (pytest.approx(dk_invA, rel=1e-4), "file")
+    assert loaded.positions_A[1].tolist() == [0.0, pytest.approx(5.0)]  # fast axis x
+
+
+def test_velox_emd_reads_the_hdf5_frames_only_the_rows_asked_for_and_its_calibration(tmp_path):
+    """Velox keeps a camera's frames as an image stack (tests/velox_emd.py): rsciio reads it as
+    (frame, ky, kx), the scan shape given in the config. 300 kV, 0.1 m camera length, and detector
+    pixels of 0.02 1/Å, which rsciio gives as 200 "1 / µm" (it picks the prefix by the detector's size)."""
+    from rsciio.emd import file_reader
+
+    frames = patterns_4d().reshape(-1, *DETECTOR)
+    emd = write_velox(tmp_path / "scan.emd", frames, pixel_size=2e8, pixel_unit="1/m", voltage_V=300e3,
+                      camera_length_m=0.1)
+    (signal,) = file_reader(str(emd))  # rsciio itself reads the file as written
+    np.testing.assert_array_equal(signal["data"], frames)
+    assert [a["navigate"] for a in signal["axes"]] == [True, False, False] and signal["axes"][1]["units"] == "1 / µm"
+    h5, rows = write_hdf5(tmp_path / "scan.h5", frames), np.array([0, 4, 11])
+    with open_patterns(emd) as source:
+        assert source.info.format == "rsciio" and source.info.shape == frames.shape
+        np.testing.assert_array_equal(source.read(rows).patterns, read_patterns(h5, rows=rows).patterns)
+        np.testing.assert_array_equal(source.read().patterns, read_patterns(h5).patterns)
+        attrs = source.info.attrs
+    assert attrs["energy_eV"] == 300e3 and attrs["camera_length_m"] == pytest.approx(0.1)
+    assert attrs["dk_invA"] == pytest.approx(0.02) and "scan_step_A" not in attrs  # frames carry no scan step
+    config = {"data": {"path": str(emd), "scan_shape": list(SCAN)},
+              "experiment": {"check_calibration": False, "scan_step_A": 5.0}}
+    loaded = load_data(load_config(config))
+    assert loaded.calibration["energy_eV"] == (300e3, "file")
+    assert loaded.calibration["stored_dk_invA"] == (pytest.approx(0.02), "file")
+    assert loaded.scan_shape == SCAN and loaded.positions_A[SCAN[1]].tolist() == [5.0, 0.0]  # frame 4 starts row 1
+
+
+def test_gatan_dm_in_tem_diffraction_gives_the_camera_length_from_the_indicated_magnification(tmp_path):
+    """In TEM diffraction DM keeps the camera length (mm) as the indicated magnification, and rsciio's
+    mapping spells that tag group "Microscope_Info"; a voltage that is not a number gives no energy."""
+    tags = {"Microscope Info": {"Voltage": "eighty kV", "Illumination Mode": "TEM", "Imaging Mode": "DIFFRACTION",
+                                "Indicated Magnification": 250.0}}
+    dm = write_dm(tmp_path / "scan.dm4", patterns_4d(), [0.5, 0.5, 0.2, 0.2], ["nm", "nm", "1/nm", "1/nm"], tags)
+    with open_patterns(dm) as source:
+        attrs = source.info.attrs
+    assert attrs["camera_length_m"] == pytest.approx(0.25) and "energy_eV" not in attrs

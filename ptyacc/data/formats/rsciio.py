@@ -8,8 +8,10 @@ are the last two axes (the only ones that do not navigate, where the format says
 rsciio orients them (it flips Merlin frames upside down, as Merlin stores them); the scan axes
 before them, (slow, fast). The calibration the
 file carries goes into ``PatternsInfo.attrs`` in ptyacc's names: ``energy_eV`` (beam energy),
-``semiangle_mrad`` (convergence angle), ``camera_length_m``, ``dk_invA`` (detector axes in 1/nm,
-1/Å, or mrad with the energy) and ``scan_step_A`` (scan axes in pm, Å, nm or µm).
+``semiangle_mrad`` (convergence angle), ``camera_length_m``, ``dk_invA`` (detector axes per
+length, e.g. 1/nm, 1/Å, 1 / µm, or in mrad with the energy) and ``scan_step_A`` (scan axes in pm,
+Å, nm, µm, mm or m); the instrument's values from rsciio's metadata, or from its original
+metadata through the ``mapping`` rsciio gives for HyperSpy to apply (DigitalMicrograph, Velox).
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ PLUGINS = {".mib": "quantumdetector", ".dm3": "digitalmicrograph", ".dm4": "digi
            ".blo": "blockfile", ".hspy": "hspy", ".zspy": "zspy"}
 EXTENSIONS = tuple(PLUGINS)
 MAGIC = None
-RECIPROCAL_PER_A = {"1/nm": 0.1, "nm^-1": 0.1, "1 / nm": 0.1, "1/Å": 1.0, "1/A": 1.0, "Å^-1": 1.0, "1 / Å": 1.0}
-LENGTH_IN_A = {"pm": 0.01, "Å": 1.0, "A": 1.0, "nm": 10.0, "µm": 1e4, "um": 1e4}
+INSTRUMENT = (("energy_eV", "beam_energy", 1e3), ("semiangle_mrad", "convergence_angle", 1.0),
+              ("camera_length_m", "camera_length", 1e-3))  # ptyacc's name, rsciio's (keV, mrad, mm), factor
+LENGTH_IN_A = {"pm": 0.01, "Å": 1.0, "A": 1.0, "nm": 10.0, "µm": 1e4, "um": 1e4, "mm": 1e7, "m": 1e10}
+# "1/nm" (DM, HyperSpy), "1 / µm" or "1 / nm" (Velox: rsciio picks the prefix by the detector's size)
+RECIPROCAL_PER_A = {f"1{space}/{space}{unit}": 1 / length for unit, length in LENGTH_IN_A.items() for space in ("", " ")}
+RECIPROCAL_PER_A |= {"nm^-1": 0.1, "Å^-1": 1.0}
 
 
 class Lazy:
@@ -99,10 +105,9 @@ def read(signal: dict, path: Path, info: PatternsInfo, options: ReadOptions, pre
 
 def calibration_attrs(signal: dict) -> dict[str, float]:
     """The calibration in rsciio's metadata and axes, in ptyacc's names (module docstring)."""
-    tem = ((signal.get("metadata") or {}).get("Acquisition_instrument") or {}).get("TEM") or {}
+    tem = _instrument(signal)
     attrs: dict[str, float] = {}
-    for name, key, factor in (("energy_eV", "beam_energy", 1e3), ("semiangle_mrad", "convergence_angle", 1.0),
-                              ("camera_length_m", "camera_length", 1e-3)):
+    for name, key, factor in INSTRUMENT:
         if _positive(tem.get(key)):
             attrs[name] = float(tem[key]) * factor
     axes = signal.get("axes") or []
@@ -117,6 +122,36 @@ def calibration_attrs(signal: dict) -> dict[str, float]:
     if step is not None:
         attrs["scan_step_A"] = step
     return attrs
+
+
+def _instrument(signal: dict) -> dict:
+    """The signal's ``Acquisition_instrument.TEM`` metadata, completed from its original metadata by
+    rsciio's ``mapping``: the DigitalMicrograph and Velox readers leave that step to HyperSpy, so
+    their beam energy and camera length are only there."""
+    tem = dict(((signal.get("metadata") or {}).get("Acquisition_instrument") or {}).get("TEM") or {})
+    wanted = {key for _, key, _ in INSTRUMENT} - set(tem)
+    for source, (target, convert) in (signal.get("mapping") or {}).items():
+        prefix, _, key = target.rpartition(".")
+        if prefix != "Acquisition_instrument.TEM" or key not in wanted:
+            continue
+        value = _find(signal.get("original_metadata") or {}, source.split("."))
+        if value is not None:
+            try:
+                tem[key] = convert(value) if convert else value
+            except (TypeError, ValueError):  # a tag that is not a number: no calibration from it
+                pass
+    return tem
+
+
+def _find(tree: dict, path: list[str]) -> object:
+    """The value at ``path`` in nested dicts, a space and an underscore in a name being the same
+    (rsciio's mappings spell DM's "Microscope Info" both ways); None when absent."""
+    for name in path:
+        if not isinstance(tree, dict):
+            return None
+        keys = {str(key).replace(" ", "_"): key for key in tree}
+        tree = tree.get(keys.get(name.replace(" ", "_")))
+    return tree
 
 
 def _detector_last(signal: dict) -> bool:
