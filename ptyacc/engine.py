@@ -137,13 +137,11 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, self.accelerator.device, config.data.hold)
-        per_process_batch = -(-config.optim.batch_size // self.world)
-        for text in hold_lines(self.data, self.store, self.accelerator.device, per_process_batch):
-            _tell(self.accelerator, self.log, text)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         self.tiles = self._tiles(batches.n_steps)
         self.model = self._initial_model(previous)
+        self._tell_hold(config.optim.batch_size)
         self.groups = build_groups(config, self.model, self.accelerator.device)
         attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
@@ -203,6 +201,15 @@ class Reconstructor:
         for text in data.checks:
             self.log.line(text)
         return model
+
+    def _tell_hold(self, batch_size: int) -> None:
+        """Where data.hold put the patterns and what they take: on the terminal for patterns read
+        from a file, whose place was chosen; patterns given in memory (simulated, or passed to
+        ``reconstruct``) had no choice to make, so run.log only. Said once the model is built, so
+        that a config error found while building stays the one line a user sees."""
+        per_process_batch = -(-batch_size // self.world)
+        for text in hold_lines(self.data, self.store, self.accelerator.device, per_process_batch):
+            _tell(self.accelerator, self.log, text) if self.data.hold is not None else self.log.line(text)
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

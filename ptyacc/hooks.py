@@ -180,10 +180,15 @@ class NanGuard:
         self.snapshot()
 
     def snapshot(self) -> None:
-        # buffers too: model.recenter.probe moves the positions (buffers) with the probe
-        params = {name: p.detach().clone() for name, p in (*self.model.named_parameters(),
-                                                            *self.model.named_buffers())}
+        params = {name: p.detach().clone() for name, p in self._state()}
         self.good = params, [copy.deepcopy(g.optimizer.state_dict()) for g in self.groups]
+
+    def _state(self) -> list[tuple[str, torch.Tensor]]:
+        """The parameters, and the buffers a constraint moves (``PtychoModel.moving_buffers``:
+        probe centring moves the positions with the probe); the others never change, and copying
+        the per-position ones every iteration would cost memory that grows with the scan."""
+        moving = self.model.moving_buffers
+        return [*self.model.named_parameters(), *((n, b) for n, b in self.model.named_buffers() if n in moving)]
 
     def accept(self, loss: float, history: History) -> bool:
         """True for a finite loss (its state becomes the last good one unless it is the last
@@ -212,7 +217,7 @@ class NanGuard:
         """Back to the last good state (also after an interrupted iteration, ``ptyacc.interrupt``)."""
         params, states = self.good
         with torch.no_grad():
-            for name, p in (*self.model.named_parameters(), *self.model.named_buffers()):
+            for name, p in self._state():
                 p.copy_(params[name])
         for group, state in zip(self.groups, states, strict=True):
             group.optimizer.load_state_dict(state)

@@ -61,6 +61,8 @@ class PtychoModel(nn.Module):
         # what ``move_scan`` (allowed when ``movable_scan``) has added to every position (px): the
         # object's shift in the data's frame; saved in checkpoints only when it can change
         self.register_buffer("scan_shift_px", torch.zeros(2), persistent=movable_scan)
+        # the buffers ``move_scan`` changes: a rollback (hooks.NanGuard) restores them with the parameters
+        self.moving_buffers = ("positions_px", "scan_shift_px", "fixed_corners", "fixed_ramps") if movable_scan else ()
         corners, fractions = self._window_corners(positions_px)
         # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
         self.needs_shift = refine_positions or movable_scan or bool(fractions.abs().max() > 1e-4)

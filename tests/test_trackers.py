@@ -283,7 +283,9 @@ def test_run_log_lines_reach_the_handlers_of_ptyaccs_logger(tmp_path):
     lines = (tmp_path / "out" / "run.log").read_text().splitlines()
     assert len(records) == len(lines) and "[RANK" not in "".join(lines)
     assert [line.split(" ", 1)[1] for line in lines] == [r.getMessage().removeprefix("[RANK 0] ") for r in records]
-    assert lines[-1].split(" ", 1)[1].startswith("done: 2 iterations")
+    # the summary, then (data.hold) the run's peak memory: the last lines reach the handlers too
+    assert lines[-2].split(" ", 1)[1].startswith("done: 2 iterations")
+    assert lines[-1].split(" ", 1)[1].startswith("memory: ")
 
 
 @pytest.mark.slow

@@ -158,7 +158,7 @@ def test_data_read_once_when_no_searched_key_changes_it(tmp_path, monkeypatch):
     import ptyacc.data.store as store
 
     reads = []
-    monkeypatch.setattr(store, "load_data", lambda *args: reads.append(1) or load_data(*args))
+    monkeypatch.setattr(store, "load_data", lambda *args, **kwargs: reads.append(1) or load_data(*args, **kwargs))
     path = tune_config(tmp_path, simulated_file(tmp_path, 5), trials=3, iterations=2, pruner="none",
                        params={"optim.lr.object": {"low": 1e-3, "high": 1e-1, "log": True}})
     study = tune(ptyacc.load_config(path), TuneProcess(0, 1))

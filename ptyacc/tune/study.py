@@ -11,6 +11,7 @@ same command again continues the study; Ctrl-C fails the running trial and keeps
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.errors import ConfigError, PtyaccError
+from ptyacc.interrupt import Interrupted
 from ptyacc.tune.processes import TuneProcess, detach_from_launcher
 from ptyacc.tune.space import grid_size, make_pruner, make_sampler, suggest
 from ptyacc.tune.trial import LoadedOnce, run_trial, trial_config
@@ -49,10 +51,13 @@ def tune(config: Config, process: TuneProcess | None = None):
             wait_for_running(study, config.tune.heartbeat_s)
             if _count(study, optuna) >= budget(config):
                 break
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as exc:
+        kept = f"the study so far is in {tune_dir} (the same command continues it)"
         if process.main:
             write_reports(study, config, tune_dir)
-            _say(process, f"interrupted; the study so far is in {tune_dir} (the same command continues it)")
+            _say(process, f"interrupted; {kept}")
+        if isinstance(exc, Interrupted):  # exit 130 / 143 as a run would, saying what the study kept
+            raise Interrupted(f"tune interrupted; {kept}", exc.exit_code - 128) from None
         raise
     if process.main:
         write_reports(study, config, tune_dir)
@@ -123,6 +128,10 @@ def run_one(study, trial, config: Config, process: TuneProcess, tune_dir: Path, 
         state = State.COMPLETE
     except optuna.TrialPruned as exc:
         state, error = State.PRUNED, str(exc)
+    except Interrupted as exc:  # SIGINT/SIGTERM during the trial's run, which stopped after its step: so does the study
+        _end(study, trial, State.FAIL, None, "interrupted (Ctrl-C)" if exc.exit_code == 128 + signal.SIGINT
+             else f"interrupted (signal {exc.exit_code - 128})", started)
+        raise
     except (PtyaccError, torch.OutOfMemoryError) as exc:  # this trial's values fail; the study goes on
         error = str(exc).splitlines()[0][:300]
     except BaseException as exc:  # Ctrl-C or a bug: the trial is failed, not left running
