@@ -60,7 +60,7 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
     prints the --resume command and exits 130 / 143.
     Launch under `accelerate launch -m ptyacc.run` for several processes."""
     from ptyacc.config import load_config
-    from ptyacc.distributed import end_process_group
+    from ptyacc.distributed import end_process_group, exit_after_launch
     from ptyacc.engine import reconstruct
 
     config = load_config(config_file, overrides)
@@ -75,6 +75,7 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
         click.echo(f"ptyacc: {len(rec.loss)} iterations on {rec.world_size} process(es) in {rec.wall_time_s:.1f} s; "
                    f"final loss {rec.loss[-1]:.6g}{deviance}; results in {rec.output_dir / 'results.h5'}", err=True)
     end_process_group()
+    exit_after_launch()
 
 
 @cli.command("tune")

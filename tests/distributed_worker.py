@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 import ptyacc
-from ptyacc.distributed import end_process_group, get_attribute, parameter_checksum
+from ptyacc.distributed import end_process_group, exit_after_launch, get_attribute, parameter_checksum
 
 
 def main() -> None:
@@ -68,6 +68,7 @@ def main() -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     if "error" not in record:
         end_process_group()
+        exit_after_launch()
 
 
 if __name__ == "__main__":

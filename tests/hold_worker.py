@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 import ptyacc
-from ptyacc.distributed import end_process_group, make_accelerator
+from ptyacc.distributed import end_process_group, exit_after_launch, make_accelerator
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
         if accelerator.is_main_process:
             np.save(out / f"{name}.npy", result.model.object.detach().cpu().numpy())
     end_process_group()
+    exit_after_launch()
 
 
 if __name__ == "__main__":

@@ -160,6 +160,31 @@ def test_bare_optimizer_steps_as_accelerates_wrapper():
     assert isinstance(bare_optimizer(Scaled()), Scaled)
 
 
+EXIT_SCRIPT = """
+import atexit, sys
+from pathlib import Path
+from ptyacc.distributed import exit_after_launch
+atexit.register(lambda: Path(sys.argv[1]).write_text("at-exit ran"))
+print("flushed", end="")
+exit_after_launch(7)
+print("not a launched process: went on")
+"""
+
+
+@pytest.mark.parametrize("world", ["1", "2"])
+def test_exit_after_launch_ends_a_launched_process_after_its_exit_handlers(tmp_path, world):
+    """Launched (WORLD_SIZE 2): the at-exit handlers run, the output is flushed and the process
+    exits with the given code at once; alone (WORLD_SIZE 1) nothing happens."""
+    marker = tmp_path / "marker"
+    done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(marker)], capture_output=True, text=True,
+                          env={**os.environ, "WORLD_SIZE": world}, timeout=120)
+    assert marker.read_text() == "at-exit ran"
+    if world == "2":
+        assert (done.returncode, done.stdout) == (7, "flushed")
+    else:
+        assert (done.returncode, done.stdout) == (0, "flushednot a launched process: went on\n")
+
+
 def test_end_process_group_leaves_the_group(tmp_path):
     """The end of a launched run leaves the process group (and does nothing without one)."""
     import torch.distributed as dist

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 import ptyacc
-from ptyacc.distributed import end_process_group, make_accelerator
+from ptyacc.distributed import end_process_group, exit_after_launch, make_accelerator
 from ptyacc.engine import Reconstructor
 
 
@@ -34,6 +34,7 @@ def main() -> None:
     # an orderly end: all ranks done before the process group goes (one of 4 ranks aborted with
     # SIGABRT at exit twice on a loaded machine when each rank simply returned)
     end_process_group()
+    exit_after_launch()
 
 
 def _tensors(value):
