@@ -38,8 +38,8 @@ from ptyacc.interrupt import Interrupt, keep_work
 from ptyacc.model import PtychoModel
 from ptyacc.outdir import hold_output_dir
 from ptyacc.output import Results
-from ptyacc.physics import deviance_sums, poisson_nll
-from ptyacc.physics.fidelity import TINY
+from ptyacc.physics import deviance_sums
+from ptyacc.physics.fidelity import saturated_sums
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.recenter import attach_recentring
 from ptyacc.runlog import RunLog
@@ -326,9 +326,8 @@ def poisson_deviance_sums(model: PtychoModel, store: PatternStore | StreamedStor
     mask = model.detector_mask
     for start in range(0, len(indices), chunk):
         part = indices[start:start + chunk]
-        measured = store.measured(part).double()
-        data_term = poisson_nll(measured.clamp_min(TINY), measured) * (1 if mask is None else mask)
-        total += torch.cat([deviance_sums(model(part), measured, mask), data_term.sum().reshape(1)])
+        measured = store.measured(part)
+        total += torch.cat([deviance_sums(model(part), measured, mask), saturated_sums(measured, mask)[:1]])
     return total
 
 

@@ -18,7 +18,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.errors import ConfigError
 from ptyacc.groups import ParameterGroup
-from ptyacc.physics.fidelity import TINY, poisson_nll
+from ptyacc.physics.fidelity import saturated_sums
 from ptyacc.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
 
 if TYPE_CHECKING:
@@ -223,9 +223,7 @@ def _saturated_sums(saver: Saver) -> tuple[float, float]:
     fitted = torch.as_tensor(np.setdiff1d(store.held, saver.left_out), dtype=torch.long, device=store.device)
     sums = torch.zeros(2, dtype=torch.float64, device=store.device)
     for start in range(0, len(fitted), 256):
-        measured = store.measured(fitted[start:start + 256]).double()
-        sums[0] += (poisson_nll(measured.clamp_min(TINY), measured) * mask).sum()
-        sums[1] += ((measured >= 1) * mask).sum()
+        sums += saturated_sums(store.measured(fitted[start:start + 256]), mask)
     if len(store.held) < saver.data.n_patterns:
         sums = saver.accelerator.reduce(sums, reduction="sum")
     return float(sums[0]), float(sums[1])

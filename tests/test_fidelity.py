@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ptyacc.physics import detector_response, deviance_sums, intensity_loss_terms, loss_from_intensities
+from ptyacc.physics.fidelity import saturated_sums
 
 
 @pytest.mark.parametrize("kind", ["amplitude", "poisson"])
@@ -54,6 +55,27 @@ def test_deviance_sums_against_numpy(with_mask):
     assert sums.dtype == torch.float64 and sums.shape == (2,)
     assert float(sums[0]) == pytest.approx(expected, rel=1e-12)
     assert float(sums[1]) == ((measured >= 1) * mask).sum()
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_saturated_sums_against_numpy(with_mask):
+    """sum of I - I log I (0 log 0 = 0) and the number of pixel values >= 1 over the mask; with
+    them, a loss summed over the same pixels gives the deviance_sums of that prediction."""
+    rng = np.random.default_rng(4)
+    model = rng.uniform(0.05, 8, (4, 6, 6))
+    measured = rng.poisson(model).astype(float)
+    measured[1, 2, :4] = 0.0
+    mask = (rng.random((6, 6)) > 0.2).astype(float) if with_mask else np.ones((6, 6))
+    torch_mask = torch.tensor(mask) if with_mask else None
+    sums = saturated_sums(torch.tensor(measured, dtype=torch.float32), torch_mask)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        i_log_i = np.where(measured > 0, measured * np.log(measured), 0.0)
+    assert sums.dtype == torch.float64 and sums.shape == (2,)
+    assert float(sums[0]) == pytest.approx(((measured - i_log_i) * mask).sum(), rel=1e-12)
+    assert float(sums[1]) == ((measured >= 1) * mask).sum()
+    loss = ((model - measured * np.log(model)) * mask).sum()
+    deviance = deviance_sums(torch.tensor(model), torch.tensor(measured), torch_mask)
+    assert loss - float(sums[0]) == pytest.approx(float(deviance[0]), rel=1e-10)
 
 
 def test_deviance_is_zero_for_the_measured_counts():

@@ -96,6 +96,18 @@ def deviance_sums(predicted: torch.Tensor, measured: torch.Tensor, mask: torch.T
     return torch.stack([terms.sum(), counted.sum().double()])
 
 
+def saturated_sums(measured: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(sum of poisson_nll(I, I), number of pixel values >= 1) (2,) float64 over the pixels of
+    measured counts I (B, K, K) where ``mask`` (K, K) is 1: the Poisson loss of the counts
+    predicting themselves, which the loss leaves out, and the count that turns a summed loss
+    minus the first into a deviance per counted pixel (see ``deviance_sums``)."""
+    measured = measured.double()
+    terms, counted = poisson_nll(measured.clamp_min(TINY), measured), measured >= 1
+    if mask is not None:
+        terms, counted = terms * mask, counted * mask
+    return torch.stack([terms.sum(), counted.sum().double()])
+
+
 def __getattr__(name: str):
     if name == "far_field_loss":  # moved to fused.py, next to the loss it is the reference for
         from ptyacc.physics.fused import far_field_loss
