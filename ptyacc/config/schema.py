@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from ptyacc.config.fields import _f, _require, _suggest
+from ptyacc.config.preparation import SimulateConfig, TransformConfig
 from ptyacc.config.recenter import RecenterConfig
 from ptyacc.config.tune import TuneConfig
 from ptyacc.errors import ConfigError
@@ -31,69 +32,6 @@ ABERRATION_NAMES = (
     "C41a", "C41b", "C43a", "C43b", "C45a", "C45b",
     "C50", "C52a", "C52b", "C54a", "C54b", "C56a", "C56b",
 )
-
-
-@dataclass
-class TransformConfig:
-    """Preparation of every diffraction pattern as it is read, in this order: subtract the
-    background (data.subtract_background); crop; NaN/Inf and negative values (data.nonfinite,
-    data.negative); bin; transpose, then flip_y, then flip_x; zero-pad. The detector mask
-    follows the crop, bin (a binned pixel is good only if all its pixels are), orientation and
-    pad (padded pixels are left out of the loss). experiment.dk_invA, dx_A and
-    detector_pixel_m describe the patterns as stored: binning multiplies dk (and the X-ray
-    detector pixel) by bin, and the object pixel is dx = 1 / (K dk) with K the final size, so
-    crop and pad change it too (near field: dx grows by bin only)."""
-
-    orientation: Literal["manual", "auto"] = _f(
-        "manual", "auto: transpose, flip_y and flip_x from the detector's basis_vectors (CXI, or a file converted "
-                  "from one), so that rows run along +y and columns along +x of the frame of the sample "
-                  "translations; manual: the three keys below.")
-    transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
-    flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
-    flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
-    crop: int | None = _f(None, "Keep crop x crop pixels of each stored pattern, centred on pixel (ky // 2, kx // 2) "
-                                "(zero frequency stays at the centre); null = no crop.")
-    crop_offset: list[int] | None = _f(None, "[row, col] of the first kept pixel in the stored pattern, instead of "
-                                             "a centred crop; needs crop.")
-    bin: int = _f(1, "Sum bin x bin pixel blocks after the crop (counts stay counts); the crop size must be a "
-                     "multiple of bin.")
-    pad: int | None = _f(None, "Zero-pad to pad x pad pixels, centred, after binning; the padded pixels are "
-                               "masked out of the loss. null = no padding.")
-
-    def _check(self, path: str) -> None:
-        _require(self.crop is None or self.crop >= 1, f"{path}.crop", f"must be >= 1 or null, got {self.crop}")
-        if self.crop_offset is not None:
-            _require(self.crop is not None, f"{path}.crop_offset", "needs crop (the size of the kept block)")
-            _require(len(self.crop_offset) == 2 and min(self.crop_offset) >= 0, f"{path}.crop_offset",
-                     f"must be two integers >= 0 [row, col], got {self.crop_offset}")
-        _require(self.bin >= 1, f"{path}.bin", f"must be >= 1, got {self.bin}")
-        if self.orientation == "auto" and (self.transpose or self.flip_y or self.flip_x):
-            raise ConfigError(f"{path}.orientation: auto sets transpose, flip_y and flip_x from the file; leave "
-                              "them false or use orientation: manual")
-        _require(self.pad is None or self.pad >= 1, f"{path}.pad", f"must be >= 1 or null, got {self.pad}")
-
-
-@dataclass
-class SimulateConfig:
-    """A synthetic dataset made with ptyacc's own forward model (for tests and tutorials)."""
-
-    scan_shape: list[int] = _f(factory=lambda: [16, 16], doc="Scan positions [slow, fast].")
-    detector_px: int = _f(64, "Pattern size K (K x K pixels).")
-    dose: float | None = _f(None, "Electrons per pattern for Poisson noise; null = noise-free.")
-    atoms: int = _f(0, "Number of random atoms; 0 = about one per 4 square Å of object.")
-    atom_phase_rad: float = _f(0.4, "Peak phase of one atom (Gaussian, 0.35 Å sigma).")
-    position_jitter_A: float = _f(0.0, "Random error added to the true raster positions (Å).")
-    seed: int = _f(1, "Seed of the random object, positions and noise.")
-
-    def _check(self, path: str) -> None:
-        _require(len(self.scan_shape) == 2 and min(self.scan_shape) >= 1, f"{path}.scan_shape",
-                 f"must be two positive integers, got {self.scan_shape}")
-        _require(self.detector_px >= 8 and self.detector_px % 2 == 0, f"{path}.detector_px",
-                 f"must be an even integer >= 8, got {self.detector_px}")
-        _require(self.dose is None or self.dose > 0, f"{path}.dose", f"must be > 0, got {self.dose}")
-        _require(self.atoms >= 0, f"{path}.atoms", f"must be >= 0, got {self.atoms}")
-        _require(self.position_jitter_A >= 0, f"{path}.position_jitter_A",
-                 f"must be >= 0, got {self.position_jitter_A}")
 
 
 @dataclass
