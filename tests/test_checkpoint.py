@@ -47,8 +47,9 @@ def kill_config(tmp_path_factory) -> Path:
     return path
 
 
-def command(config: Path, out: Path, processes: int, *extra: str) -> list[str]:
-    run = ["-m", "ptyacc.run", str(config), "--set", f"output.dir={out}", "--quiet", *extra]
+def command(config: Path, out: Path, processes: int, *extra: str, entry: tuple[str, ...] = ("-m", "ptyacc.run")
+            ) -> list[str]:
+    run = [*entry, str(config), "--set", f"output.dir={out}", "--quiet", *extra]
     if processes == 1:
         return [sys.executable, *run]
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_CONFIG),
@@ -117,20 +118,38 @@ def uninterrupted(kill_config) -> ptyacc.Results:
     return uninterrupted_run(kill_config, 1)
 
 
+HOLD_AFTER_10 = """
+import sys, time
+import ptyacc.checkpoint as ck
+real = ck.write_checkpoint_file
+def hold(path, state):
+    if state["iterations_done"] == 12:   # checkpoint 10 is whole and in place: wait to be killed
+        time.sleep(300)
+    real(path, state)
+ck.write_checkpoint_file = hold
+from ptyacc.run import run_main
+sys.exit(run_main())
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [1, 2])
 def test_sigkill_then_resume_equals_an_uninterrupted_run(kill_config, processes, tmp_path):
     """Killed with SIGKILL after 10+ iterations, resumed with --resume: the same final object,
-    positions and loss history as a run on as many processes that was never interrupted."""
+    positions and loss history as a run on as many processes that was never interrupted. The killed
+    run waits before its checkpoint at 12 (a quiet machine could otherwise finish all 60 iterations
+    between two looks at the folder)."""
     uninterrupted = uninterrupted_run(kill_config, processes)
     out = tmp_path / "run"
-    proc = subprocess.Popen(command(kill_config, out, processes), env=env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    script = tmp_path / "hold_after_10.py"
+    script.write_text(HOLD_AFTER_10)
+    proc = subprocess.Popen(command(kill_config, out, processes, entry=(str(script),)), env=env(),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kill_when(proc, lambda: (out / "checkpoints" / "ckpt_000010.pt").exists())
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "results.h5").exists()
     found = latest_checkpoint(out)
-    assert found is not None and ITERATIONS > found[1]["iterations_done"] >= 10
+    assert found is not None and found[1]["iterations_done"] == 10
     resume_and_compare(kill_config, out, processes, uninterrupted)
     assert "resumed from" in (out / "run.log").read_text()
 
