@@ -411,3 +411,15 @@ def test_a_file_that_fails_during_the_run_is_named(files, monkeypatch):
     with pytest.raises(DataError, match=r"scan.h5: reading 3 patterns during the run failed \(Can't read data.*"
                                         r"the file must stay in place"):
         store.measured(torch.tensor([4, 0, 9]))
+
+
+def test_a_pattern_held_by_another_process_is_an_error_not_a_wrong_row():
+    """A store holding positions 3, 5 and 7 of 10 answers those and refuses position 4 (once its
+    missing rows were -1, and -1 silently read the last held pattern)."""
+    from ptyacc.data.store import PatternStore
+
+    patterns = torch.arange(3 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2)
+    store = PatternStore(patterns, np.array([3, 5, 7]), n_positions=10)
+    np.testing.assert_array_equal(store.measured(torch.tensor([7, 3])).numpy(), patterns[[2, 0]].numpy())
+    with pytest.raises(IndexError):
+        store.measured(torch.tensor([4]))

@@ -101,8 +101,8 @@ class PatternStore:
         self.patterns = patterns.to(device)
         self.held = np.arange(n_positions) if held is None else np.asarray(held)
         self._row_of: torch.Tensor | None = None
-        if held is not None:  # position index -> row; -1 (an indexing error) for patterns held elsewhere
-            self._row_of = torch.full((n_positions,), -1, dtype=torch.long, device=device)
+        if held is not None:  # position index -> row; one past the last row (an IndexError) for patterns held elsewhere
+            self._row_of = torch.full((n_positions,), len(self.held), dtype=torch.long, device=device)
             self._row_of[torch.as_tensor(self.held, device=device)] = torch.arange(len(self.held), device=device)
 
     def expect(self, pieces: list[list[np.ndarray]]) -> None:
