@@ -40,6 +40,9 @@ class Interrupted(PtyaccError):
         self.exit_code = 128 + signum
 
 
+AGREE_EVERY_STEPS = 8
+
+
 class Interrupt:
     """Remembers SIGINT/SIGTERM while active (a context manager; main thread only, elsewhere it
     does nothing). ``accelerator``: whose processes must agree."""
@@ -71,10 +74,15 @@ class Interrupt:
             print(f"\nptyacc: {signal.Signals(signum).name} received: finishing the current step, then saving "
                   "(send it again to stop at once)", file=sys.stderr, flush=True)
 
-    def requested(self) -> int:
-        """The signal number any process received (0: none), the same on every process."""
+    def requested(self, step: int = 0, last: bool = True) -> int:
+        """The signal number any process received (0: none), the same on every process. Several
+        processes agree (one all-reduce, which waits for the slowest and syncs a GPU) only at every
+        ``AGREE_EVERY_STEPS``-th ``step`` of an iteration and at its ``last`` one; a stop is then at
+        most that many steps late, and the state kept is the last whole iteration either way."""
         if self.accelerator.num_processes == 1 or not self.active:
             return self.signum
+        if not last and (step + 1) % AGREE_EVERY_STEPS:
+            return 0
         return agreed_max(self.accelerator, self.signum)
 
 

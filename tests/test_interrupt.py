@@ -83,3 +83,22 @@ def test_checkpoints_by_wall_clock_are_on_by_default(tmp_path):
     kept = sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir())
     assert kept == ["ckpt_000001.pt", "ckpt_000002.pt"]  # due after every iteration but the last
     assert latest_checkpoint(tmp_path / "out")[1]["iterations_done"] == 2
+
+
+def test_several_processes_agree_on_a_signal_every_few_steps_and_at_an_iterations_end(monkeypatch):
+    """The all-reduce that makes every process stop at the same step is asked at every 8th step and
+    at the iteration's last one (20 steps: 3 all-reduces, not 20); a signal waits at most until then."""
+    import types
+
+    import ptyacc.interrupt as interrupt
+
+    asked = []
+    monkeypatch.setattr(interrupt, "agreed_max", lambda accelerator, value: asked.append(value) or value)
+    watch = interrupt.Interrupt(types.SimpleNamespace(num_processes=2))
+    watch.active = True
+    answers = [watch.requested(step, last=step == 19) for step in range(20)]
+    assert len(asked) == 3 and answers == [0] * 20
+    asked.clear()
+    watch.signum = signal.SIGTERM
+    answers = [watch.requested(step, last=step == 19) for step in range(9)]
+    assert answers == [0] * 7 + [signal.SIGTERM, 0] and len(asked) == 1
