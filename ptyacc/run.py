@@ -3,7 +3,7 @@
 
 import sys
 
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 
 
 def run_main(argv: list[str] | None = None) -> int:

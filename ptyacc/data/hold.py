@@ -208,7 +208,7 @@ def hold_report(config, sample) -> list[str]:
     """For ``ptyacc info``: the bytes all the patterns of ``config.data`` take on disk, in host
     memory and on the device in each mode, judged from the prepared ``sample`` (a PtychoData of a
     few of them), and the mode ``data.hold`` would choose now on ``runtime.device``."""
-    from ptyacc.distributed import resolve_device
+    from ptyacc.reconstruction.distributed import resolve_device
 
     n, k = sample.n_patterns, sample.detector_px
     device_bytes = n * k * k * PATTERN_VALUE_BYTES

@@ -13,7 +13,6 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData
-from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
     Detector,
     detected_intensities,
@@ -22,6 +21,7 @@ from ptyacc.physics import (
     stem_probe,
     transmission,
 )
+from ptyacc.reconstruction.geometry import ObjectGeometry
 
 DEFAULTS = {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 100.0, "scan_step_A": 0.5}
 ATOM_SIGMA_A = 0.35

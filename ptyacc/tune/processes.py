@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ptyacc.distributed import _launcher_forces_cpu
+from ptyacc.reconstruction.distributed import _launcher_forces_cpu
 
 # What a launcher sets for a process group; a trial must see none of it.
 GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ptyacc.config import Config
 from ptyacc.errors import OutputError
-from ptyacc.outdir import atomic_write, write_text
+from ptyacc.results.outdir import atomic_write, write_text
 from ptyacc.tune.trial import trial_config
 
 FIGURES = {  # file name: Optuna's matplotlib plot that draws it

@@ -21,7 +21,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.errors import ConfigError, PtyaccError
-from ptyacc.interrupt import Interrupted
+from ptyacc.reconstruction.interrupt import Interrupted
 from ptyacc.tune.processes import TuneProcess, detach_from_launcher
 from ptyacc.tune.space import grid_size, make_pruner, make_sampler, suggest
 from ptyacc.tune.trial import LoadedOnce, run_trial, trial_config

@@ -82,8 +82,8 @@ class LoadedOnce:
 def run_trial(config: Config, trial, loaded: LoadedOnce | None = None) -> float:
     """Reconstruct with the trial's ``config`` (``trial_config``) as one process (with the data
     ``loaded`` already, if any); its validation error after the last iteration."""
-    from ptyacc.engine import Reconstructor
-    from ptyacc.outdir import hold_output_dir
+    from ptyacc.reconstruction.engine import Reconstructor
+    from ptyacc.results.outdir import hold_output_dir
 
     with hold_output_dir(Path(config.output.dir), main=True):
         run = Reconstructor(config, write=True, overwrite=True)

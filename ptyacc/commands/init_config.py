@@ -82,8 +82,8 @@ def _number(value: object) -> str:
 
 def report(config_path: Path) -> list[str]:
     """What ``ptyacc info`` derives from the written config, or what it still lacks, as comments."""
+    from ptyacc.commands.info import data_report
     from ptyacc.config import load_config
-    from ptyacc.info import data_report
 
     try:
         return [f"# {line}" for line in data_report(load_config(config_path))]

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ptyacc.outdir import write_bytes, writing
+from ptyacc.results.outdir import write_bytes, writing
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from ptyacc.output import Results
+    from ptyacc.results.h5file import Results
 
 MIN_DRAWN_SHIFT_PX = 1e-3  # position corrections below this (rounding noise) are not drawn
 FIGURE_ADVICE = "free space, or make the figures elsewhere with `ptyacc plot RESULTS.h5 -o FOLDER`"

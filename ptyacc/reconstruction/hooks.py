@@ -16,15 +16,15 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
-from ptyacc.distributed import check_in_sync
 from ptyacc.errors import PtyaccError
-from ptyacc.exchange import Traffic
-from ptyacc.groups import ParameterGroup
-from ptyacc.interrupt import WallClock
-from ptyacc.model import PtychoModel
-from ptyacc.progress import in_notebook, progress_bar
-from ptyacc.runlog import RunLog
-from ptyacc.saving import Saver
+from ptyacc.reconstruction.distributed import check_in_sync
+from ptyacc.reconstruction.exchange import Traffic
+from ptyacc.reconstruction.groups import ParameterGroup
+from ptyacc.reconstruction.interrupt import WallClock
+from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.saving import Saver
+from ptyacc.results.runlog import RunLog
+from ptyacc.watch.progress import in_notebook, progress_bar
 
 MAX_ROLLBACKS = 3
 
@@ -161,7 +161,7 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
     if config.output.save_every:
         hooks.append(IntermediateSaves(saver, config.output.save_every))
     if config.output.trackers and closing is not None:
-        from ptyacc.trackers import Trackers  # imported only for a run with trackers
+        from ptyacc.watch.trackers import Trackers  # imported only for a run with trackers
 
         hooks.append(closing.enter_context(Trackers(config, accelerator, saver, groups)))
     return hooks
@@ -214,7 +214,7 @@ class NanGuard:
                           "Lower optim.lr, or set optim.on_nan: rollback")
 
     def restore(self) -> None:
-        """Back to the last good state (also after an interrupted iteration, ``ptyacc.interrupt``)."""
+        """Back to the last good state (also after an interrupted iteration, ``ptyacc.reconstruction.interrupt``)."""
         params, states = self.good
         with torch.no_grad():
             for name, p in self._state():

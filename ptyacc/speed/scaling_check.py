@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.errors import PtyaccError
-from ptyacc.scaling import (
+from ptyacc.speed.scaling import (
     FLOAT32_BYTES,
     Link,
     StepCost,
@@ -76,7 +76,7 @@ def measure_link(processes: int = 2, sizes_bytes: tuple[int, ...] = LINK_SIZES_B
     processes (one thread each, started here), ``repeats`` times each after 2 untimed ones."""
     import torch.multiprocessing as mp
 
-    from ptyacc.speedtest import free_port
+    from ptyacc.speed.speedtest import free_port
 
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "link.json"
@@ -200,7 +200,7 @@ def measure_exchange_overhead(config_path: Path, overrides: list[str], iteration
     """``ExchangeOverhead`` of ``config_path`` (one thread, in a process started here)."""
     import torch.multiprocessing as mp
 
-    from ptyacc.speedtest import free_port
+    from ptyacc.speed.speedtest import free_port
 
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "overhead.json"
@@ -215,9 +215,9 @@ def _overhead_worker(rank: int, config_path: str, overrides: list[str], iteratio
     from torch.nn.parallel import DistributedDataParallel
 
     from ptyacc.config import load_config
-    from ptyacc.distributed import kwargs_handlers, quiet_ddp_settings
-    from ptyacc.engine import Reconstructor
-    from ptyacc.exchange import GradientExchange
+    from ptyacc.reconstruction.distributed import kwargs_handlers, quiet_ddp_settings
+    from ptyacc.reconstruction.engine import Reconstructor
+    from ptyacc.reconstruction.exchange import GradientExchange
 
     config = load_config(config_path, [*overrides, "runtime.threads=1", "runtime.progress=false"])
     plain, joined = Reconstructor(config, write=False), Reconstructor(config, write=False)
@@ -330,7 +330,7 @@ class CheckSamples:
 
     def take_trial(self, config_path: Path, overrides: list[str], process_counts: list[int], batch_sizes: list[int],
                    out_dir: Path, echo) -> None:
-        from ptyacc.speedtest import run_speedtest
+        from ptyacc.speed.speedtest import run_speedtest
 
         side_by_side = min(max(process_counts), os.cpu_count() or 1)  # processes that compute at once
         for p in sorted({p for p in process_counts if p > 1}):
@@ -396,8 +396,8 @@ def run_side_by_side(config_path: Path, overrides: list[str], copies: int, out_d
     machine (no process group, no exchange). Pooled over the copies."""
     import subprocess
 
-    from ptyacc.output import load_results
-    from ptyacc.speedtest import launch_command
+    from ptyacc.results.h5file import load_results
+    from ptyacc.speed.speedtest import launch_command
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("WORLD_SIZE", None)
@@ -462,7 +462,7 @@ def run_predict(config_path: Path | None, overrides: list[str], process_counts: 
         counts = [p for p in process_counts if p > 1] or [2]
         return "\n\n".join(format_link(measure_link(p, repeats=max(15, 5 * trials))) for p in counts)
     if config_path is None:
-        from ptyacc.scaling_tiles import split_tables
+        from ptyacc.speed.scaling_tiles import split_tables
 
         return reference_tables() + "\n\n## Object split (runtime.shard_object)\n\n" + split_tables()
     _, rows, median_cost, min_cost = check_against_launches(config_path, overrides, process_counts, batch_sizes, trials,

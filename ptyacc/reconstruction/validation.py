@@ -14,7 +14,7 @@ import torch
 from ptyacc.data.batches import spatial_bisection
 from ptyacc.data.store import PatternStore, ShardPlan
 from ptyacc.errors import ConfigError
-from ptyacc.model import PtychoModel
+from ptyacc.reconstruction.model import PtychoModel
 
 CHUNK = 64  # validation patterns per forward call
 

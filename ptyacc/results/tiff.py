@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.errors import OutputError
-from ptyacc.outdir import atomic_write
-from ptyacc.output import Results
+from ptyacc.results.h5file import Results
+from ptyacc.results.outdir import atomic_write
 
 
 def export_tiff(results: Results, folder: Path) -> list[Path]:

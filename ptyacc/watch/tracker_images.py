@@ -41,7 +41,7 @@ def colour_wheel(diameter_px: int = WHEEL_PX) -> np.ndarray:
     """The key to ``probe_image``'s colours: hue = phase (angle around the centre, 0 to the
     right, counter-clockwise as the image is shown), brightness = amplitude (radius), as uint8 RGB
     (read-only: drawn once)."""
-    from ptyacc.output import _complex_to_rgb
+    from ptyacc.results.h5file import _complex_to_rgb
 
     axis = np.linspace(-1.0, 1.0, diameter_px)
     field_ = axis[None, :] - 1j * axis[:, None]  # rows go down, so y = -row
@@ -54,7 +54,7 @@ def colour_wheel(diameter_px: int = WHEEL_PX) -> np.ndarray:
 def probe_image(probe: np.ndarray) -> np.ndarray:
     """The probe modes (modes, K, K) complex side by side, hue = phase and brightness =
     amplitude (each mode scaled to its own maximum), then the colour wheel, as uint8 RGB."""
-    from ptyacc.output import _complex_to_rgb
+    from ptyacc.results.h5file import _complex_to_rgb
 
     k = probe.shape[-1]
     gap = np.zeros((k, 2, 3), dtype=np.uint8)

@@ -1,4 +1,4 @@
-"""results.h5 (the figures are ``ptyacc.figures``). Called on the main process only.
+"""results.h5 (the figures are ``ptyacc.results.figures``). Called on the main process only.
 
 results.h5 layout (a public contract; add, never rename):
 - ``object``       complex64 (object_modes, slices, Ny, Nx) transmission
@@ -45,7 +45,7 @@ import numpy as np
 import yaml
 
 from ptyacc.errors import DataError
-from ptyacc.outdir import atomic_write
+from ptyacc.results.outdir import atomic_write
 
 METRE_PER_A = 1e-10
 COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
@@ -177,9 +177,9 @@ def _is_xray(results: Results) -> bool:
     return ((results.config or {}).get("experiment") or {}).get("radiation") == "xray"
 
 
-# the figures moved to ptyacc.figures; these names stay importable from here
-from ptyacc.figures import FIGURE_ADVICE, length_unit, save_figures  # noqa: E402
-from ptyacc.figures import complex_to_rgb as _complex_to_rgb  # noqa: E402
+# the figures moved to ptyacc.results.figures; these names stay importable from here
+from ptyacc.results.figures import FIGURE_ADVICE, length_unit, save_figures  # noqa: E402
+from ptyacc.results.figures import complex_to_rgb as _complex_to_rgb  # noqa: E402
 
 __all__ = ["FIGURE_ADVICE", "Results", "_complex_to_rgb", "length_unit", "load_results", "save_figures",
            "save_results", "versions"]

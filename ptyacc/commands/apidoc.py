@@ -1,6 +1,6 @@
 """The Python API reference, generated from the docstrings by pdoc (the extra ``ptyacc[docs]``):
-``python -m ptyacc.apidoc docs/api`` writes HTML pages for every public module into that
-folder (open ``index.html``); ``pdoc ptyacc.engine ptyacc.config ...`` serves them live instead.
+``python -m ptyacc.commands.apidoc docs/api`` writes HTML pages for every public module into that
+folder (open ``index.html``); ``pdoc ptyacc.reconstruction.engine ptyacc.config ...`` serves them live instead.
 Every module is listed explicitly: pdoc follows a package's ``__all__``, and ``ptyacc``'s names
 the user-facing functions, not its submodules."""
 

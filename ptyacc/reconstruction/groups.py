@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
-from ptyacc.model import PtychoModel, orthogonalize_modes
 from ptyacc.physics.regularizers import depth_blur, phase_total_variation_gradient
-from ptyacc.slices import TiltSmoothing, median_neighbour_distance
+from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
+from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
 @dataclass

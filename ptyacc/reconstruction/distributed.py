@@ -18,7 +18,7 @@ from torch import nn
 
 from ptyacc.config import OutputConfig, RuntimeConfig
 from ptyacc.errors import DistributedError
-from ptyacc.exchange import BUCKET_CAP_MB
+from ptyacc.reconstruction.exchange import BUCKET_CAP_MB
 
 
 def unwrap(model: nn.Module) -> nn.Module:

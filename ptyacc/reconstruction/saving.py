@@ -10,20 +10,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ptyacc.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError, OutputError
-from ptyacc.exchange import KINDS, Traffic
-from ptyacc.figures import save_figures
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.model import PtychoModel
-from ptyacc.output import Results, save_results, versions
-from ptyacc.tiles import ObjectTiles
+from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
+from ptyacc.reconstruction.exchange import KINDS, Traffic
+from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.tiles import ObjectTiles
+from ptyacc.results.figures import save_figures
+from ptyacc.results.h5file import Results, save_results, versions
 
 if TYPE_CHECKING:
-    from ptyacc.hooks import History
+    from ptyacc.reconstruction.hooks import History
 
 
 def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, load_data
-from ptyacc.outdir import write_text
+from ptyacc.results.outdir import write_text
 
 
 def fft_bound_s(batch_sizes: list[int], probe_modes: int, object_modes: int, slices: int, k: int,
@@ -58,8 +58,8 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     import shutil
     import tempfile
 
-    from ptyacc.distributed import make_accelerator
-    from ptyacc.engine import reconstruct
+    from ptyacc.reconstruction.distributed import make_accelerator
+    from ptyacc.reconstruction.engine import reconstruct
 
     config.optim.iterations = warmup + iterations
     config.runtime.progress = False

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptyacc.geometry import ObjectGeometry
 from ptyacc.physics import (
     Detector,
     detected_intensities,
@@ -19,7 +18,8 @@ from ptyacc.physics import (
     shift_ramp,
     shift_ramps_1d,
 )
-from ptyacc.slices import SlicePropagation
+from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.reconstruction.slices import SlicePropagation
 
 
 class PtychoModel(nn.Module):

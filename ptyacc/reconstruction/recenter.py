@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from ptyacc.model import PtychoModel
 from ptyacc.physics import fourier_shift, fresnel_propagator, spatial_frequencies
+from ptyacc.reconstruction.model import PtychoModel
 
 MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
 

@@ -17,13 +17,13 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.errors import ConfigError
-from ptyacc.groups import ParameterGroup
 from ptyacc.physics.fidelity import saturated_sums
-from ptyacc.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
+from ptyacc.reconstruction.groups import ParameterGroup
+from ptyacc.watch.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
 
 if TYPE_CHECKING:
-    from ptyacc.hooks import History
-    from ptyacc.saving import Saver
+    from ptyacc.reconstruction.hooks import History
+    from ptyacc.reconstruction.saving import Saver
 
 # the modules a tracker needs besides its own (named as the tracker); each tracker has a ptyacc
 # extra of its name that installs them: pip install 'ptyacc[mlflow]'

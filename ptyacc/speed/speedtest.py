@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ptyacc.errors import OutputError, PtyaccError
-from ptyacc.exchange import KINDS
-from ptyacc.outdir import hold_output_dir, write_bytes, write_text
-from ptyacc.output import load_results
+from ptyacc.reconstruction.exchange import KINDS
+from ptyacc.results.h5file import load_results
+from ptyacc.results.outdir import hold_output_dir, write_bytes, write_text
 
 
 @dataclass

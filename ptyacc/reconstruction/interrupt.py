@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ptyacc.checkpoint import checkpoint_folder
 from ptyacc.errors import PtyaccError
+from ptyacc.reconstruction.checkpoint import checkpoint_folder
 
 if TYPE_CHECKING:
-    from ptyacc.hooks import History, NanGuard
-    from ptyacc.saving import Saver
+    from ptyacc.reconstruction.hooks import History, NanGuard
+    from ptyacc.reconstruction.saving import Saver
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ptyacc.outdir import write_failure
+from ptyacc.results.outdir import write_failure
 
 LOGGER_NAME = "ptyacc"
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"  # run.log's time stamp, to the second
@@ -83,7 +83,7 @@ class RunLog:
             self.file = None
 
     def header(self, config, accelerator) -> None:
-        from ptyacc.output import versions
+        from ptyacc.results.h5file import versions
 
         device = accelerator.device
         name = device.type

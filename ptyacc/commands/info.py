@@ -14,8 +14,8 @@ def environment_report() -> list[str]:
     """Versions, devices (MIG slices marked), the backend `auto` would pick, accelerate config."""
     import torch
 
-    from ptyacc.distributed import choose_backend, resolve_device
-    from ptyacc.output import versions
+    from ptyacc.reconstruction.distributed import choose_backend, resolve_device
+    from ptyacc.results.h5file import versions
 
     lines = ["versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
              f"platform: {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
@@ -70,7 +70,7 @@ def data_report(config, sample: int = 64) -> list[str]:
     from ptyacc.data import load_data
     from ptyacc.data.bright_field import sample_rows
     from ptyacc.data.hold import hold_report
-    from ptyacc.geometry import ObjectGeometry
+    from ptyacc.reconstruction.geometry import ObjectGeometry
 
     sampled = dataclasses.replace(config, data=dataclasses.replace(config.data, hold="device"))  # the sample in memory
     data = load_data(sampled, lambda positions: sample_rows(len(positions), sample))

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ptyacc.errors import ConfigError
-from ptyacc.outdir import atomic_write
+from ptyacc.results.outdir import atomic_write
 
 FOLDER = "checkpoints"
 NAME = re.compile(r"^ckpt_(\d{6,})\.pt$")

@@ -13,7 +13,7 @@ exchange, split: per step two all-reduces of the packed halo segments (gradients
     all-reduce(s) of the other parameters (probe, positions...);
 update, split: Adam on the owned tile (and the other parameters) instead of the whole object.
 
-The tilings come from ``ptyacc.tiles`` (``Tiling.plan`` on ``spatial_bisection``, no processes
+The tilings come from ``ptyacc.reconstruction.tiles`` (``Tiling.plan`` on ``spatial_bisection``, no processes
 needed) where the positions are few enough to list; for the largest-object search (up to ~10^8
 positions) from ``GridTiling``, a geometric formula for the same bisection of a square raster,
 which ``tests/test_scaling.py`` checks against ``tiles.py`` on small cases.
@@ -26,9 +26,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ptyacc.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
 from ptyacc.data.batches import spatial_bisection
-from ptyacc.scaling import (
+from ptyacc.reconstruction.tiles import Tiling, halo_margin_px
+from ptyacc.speed.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
+from ptyacc.speed.scaling import (
     FLOAT32_BYTES,
     INFINIBAND_HDR,
     NVLINK,
@@ -44,7 +45,6 @@ from ptyacc.scaling import (
     predict_iteration,
     raster_layout,
 )
-from ptyacc.tiles import Tiling, halo_margin_px
 
 GB = 1e9
 DEVICE_BYTES = 80 * GB  # "80 GB" GPUs (H100 / A100 80GB: 80 x 10^9 bytes and a little more)

@@ -11,11 +11,11 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.model import PtychoModel
-from ptyacc.output import Results, load_results
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
-from ptyacc.slices import SlicePropagation
+from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.slices import SlicePropagation
+from ptyacc.results.h5file import Results, load_results
 
 
 def previous_results(config: Config, data: PtychoData) -> Results:

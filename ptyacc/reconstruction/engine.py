@@ -21,31 +21,31 @@ from pathlib import Path
 
 import torch
 
-from ptyacc.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.batches import Step
 from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
-from ptyacc.distributed import make_accelerator, prepare, unwrap
 from ptyacc.errors import ConfigError, DistributedError
-from ptyacc.exchange import GradientExchange, Traffic
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.groups import build_groups, lr_factor
-from ptyacc.hooks import History, NanGuard, iteration_hooks
-from ptyacc.initial import build_model, previous_results, start_from
-from ptyacc.interrupt import Interrupt, keep_work
-from ptyacc.model import PtychoModel
-from ptyacc.outdir import hold_output_dir
-from ptyacc.output import Results
 from ptyacc.physics import deviance_sums
 from ptyacc.physics.fidelity import saturated_sums
 from ptyacc.physics.fused import CompiledTerms
-from ptyacc.recenter import attach_recentring
-from ptyacc.runlog import RunLog
-from ptyacc.saving import Saver, check_output_dir
-from ptyacc.tiles import ObjectTiles, plan_tiling
-from ptyacc.validation import ValidationHook, validation_positions
+from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
+from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
+from ptyacc.reconstruction.exchange import GradientExchange, Traffic
+from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.reconstruction.groups import build_groups, lr_factor
+from ptyacc.reconstruction.hooks import History, NanGuard, iteration_hooks
+from ptyacc.reconstruction.initial import build_model, previous_results, start_from
+from ptyacc.reconstruction.interrupt import Interrupt, keep_work
+from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.recenter import attach_recentring
+from ptyacc.reconstruction.saving import Saver, check_output_dir
+from ptyacc.reconstruction.tiles import ObjectTiles, plan_tiling
+from ptyacc.reconstruction.validation import ValidationHook, validation_positions
+from ptyacc.results.h5file import Results
+from ptyacc.results.outdir import hold_output_dir
+from ptyacc.results.runlog import RunLog
 
 __all__ = ["Reconstruction", "Reconstructor", "build_model", "check_output_dir", "lr_factor", "reconstruct"]
 
@@ -104,7 +104,7 @@ class Reconstructor:
         if config.runtime.threads:
             torch.set_num_threads(config.runtime.threads)
         if write and config.output.trackers:
-            from ptyacc.trackers import require_packages  # imported only for a run with trackers
+            from ptyacc.watch.trackers import require_packages  # imported only for a run with trackers
 
             require_packages(config.output.trackers)
         self.accelerator = accelerator or make_accelerator(config.runtime, config.output)
@@ -229,7 +229,7 @@ class Reconstructor:
     # ------------------------------------------------------------------ run
     def run(self) -> None:
         """The iterations; an iteration with a non-finite loss is undone (and maybe retried); a
-        SIGINT or SIGTERM stops after the current step, keeping the work (``ptyacc.interrupt``)."""
+        SIGINT or SIGTERM stops after the current step, keeping the work (``ptyacc.reconstruction.interrupt``)."""
         with self.interrupt:
             self._iterations()
 
@@ -309,7 +309,7 @@ class Reconstructor:
             sums = self.accelerator.reduce(sums, reduction="sum")
         deviance = float(sums[0] / (0.5 * sums[1]))
         self.log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
-        # what turns the loss history into the deviance per counted pixel (ptyacc.figures.plot_loss)
+        # what turns the loss history into the deviance per counted pixel (ptyacc.results.figures.plot_loss)
         self.saver.deviance_scale = {"poisson_data_nll_per_pattern": float(sums[2]) / self.data.n_patterns,
                                      "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns}
         return deviance

@@ -25,7 +25,7 @@ def friendly_errors(func):
         try:
             return func(*args, **kwargs)
         except PtyaccError as exc:
-            from ptyacc.distributed import tell_launcher
+            from ptyacc.reconstruction.distributed import tell_launcher
 
             code = getattr(exc, "exit_code", EXIT_USAGE)  # 128 + signal for an interrupted run
             line = f"ptyacc: {'error: ' if code == EXIT_USAGE else ''}{exc}"
@@ -60,8 +60,8 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
     prints the --resume command and exits 130 / 143.
     Launch under `accelerate launch -m ptyacc.run` for several processes."""
     from ptyacc.config import load_config
-    from ptyacc.distributed import end_process_group, exit_after_launch
-    from ptyacc.engine import reconstruct
+    from ptyacc.reconstruction.distributed import end_process_group, exit_after_launch
+    from ptyacc.reconstruction.engine import reconstruct
 
     config = load_config(config_file, overrides)
     if quiet:
@@ -120,7 +120,7 @@ README_MARKERS = ("<!-- config-reference:start -->\n", "<!-- config-reference:en
 def config_reference_cmd(output: str | None, readme: str | None) -> None:
     """Print the reference of every config key, generated from ptyacc's config dataclasses."""
     from ptyacc.config import config_reference
-    from ptyacc.outdir import write_text
+    from ptyacc.results.outdir import write_text
 
     text = config_reference()
     if readme:
@@ -142,7 +142,7 @@ def config_reference_cmd(output: str | None, readme: str | None) -> None:
 @friendly_errors
 def plot(results_file: str, output_dir: str | None) -> None:
     """Make the PNG figures (object phase, probe modes, loss, positions) from a results.h5."""
-    from ptyacc.output import load_results, save_figures
+    from ptyacc.results.h5file import load_results, save_figures
 
     results = load_results(results_file)
     folder = Path(output_dir) if output_dir else Path(results_file).parent
@@ -158,8 +158,8 @@ def plot(results_file: str, output_dir: str | None) -> None:
 def init(data_file: str, output: str | None, force: bool) -> None:
     """Write a commented config for DATA_FILE, filled with what the file says (calibration,
     positions, shape, a suggested batch), ending with what `ptyacc info` derives from it."""
-    from ptyacc.init_config import init_config, report
-    from ptyacc.outdir import write_text
+    from ptyacc.commands.init_config import init_config, report
+    from ptyacc.results.outdir import write_text
 
     path = Path(output or Path(data_file).with_suffix(".yaml").name)
     if path.exists() and not force:
@@ -179,8 +179,8 @@ def init(data_file: str, output: str | None, force: bool) -> None:
 def export(results_file: str, output_dir: str | None) -> None:
     """Write the object phase (summed and per slice) and the probe (amplitude, phase) of a
     results.h5 as 32-bit float TIFF with the pixel size (needs ptyacc[formats])."""
-    from ptyacc.output import load_results
-    from ptyacc.tiff import export_tiff
+    from ptyacc.results.h5file import load_results
+    from ptyacc.results.tiff import export_tiff
 
     folder = Path(output_dir) if output_dir else Path(results_file).parent
     for path in export_tiff(load_results(results_file), folder):
@@ -199,8 +199,8 @@ def bench(config_file: str, overrides: tuple[str, ...], iterations: int, warmup:
     FFT bound: the time of exactly the FFTs one iteration must do, measured in the same
     process at the same batch shapes. Prints seconds per iteration, patterns/s, peak memory
     and ratio = iteration / bound."""
-    from ptyacc.bench import format_report, run_bench, write_json
     from ptyacc.config import load_config
+    from ptyacc.speed.bench import format_report, run_bench, write_json
 
     report = run_bench(load_config(config_file, overrides), iterations, warmup)
     click.echo(format_report(report))
@@ -223,7 +223,7 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
     speedtest.csv (per iteration), speedtest_summary.csv (speed-up, spread of final losses)
     and speedtest.png (loss against wall time), and print the summary table."""
     from ptyacc.config import load_config
-    from ptyacc.speedtest import format_summary, run_speedtest
+    from ptyacc.speed.speedtest import format_summary, run_speedtest
 
     load_config(config_file, overrides)  # fail early on a bad config
     try:
@@ -255,7 +255,7 @@ def predict(config_file: str | None, overrides: tuple[str, ...], processes: str,
     predicted GPU speed-up tables. With it: calibrate the model here (gloo link; compute time
     from 1-process runs), launch CONFIG_FILE on each process count and batch size (one thread
     per process) and print predicted against measured. --link: measure the link only."""
-    from ptyacc.scaling_check import run_predict
+    from ptyacc.speed.scaling_check import run_predict
 
     try:
         counts, batches = ([int(v) for v in text.split(",") if v.strip()] for text in (processes, batch_sizes))
@@ -280,7 +280,7 @@ def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) 
     window and diameter, object size, scan extent, bright-field disk) and warnings where the
     probe or scan do not fit. FILE is a config (.yaml), or a data file read with the settings
     of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`."""
-    from ptyacc.info import data_report, environment_report, file_radiation
+    from ptyacc.commands.info import data_report, environment_report, file_radiation
 
     for line in environment_report():
         click.echo(line)
@@ -318,7 +318,7 @@ def simulate(config_file: str, output: str, overrides: tuple[str, ...]) -> None:
     from ptyacc.config import load_config
     from ptyacc.data import load_data
     from ptyacc.data.export import write_dataset
-    from ptyacc.outdir import atomic_write
+    from ptyacc.results.outdir import atomic_write
 
     config = load_config(config_file, overrides)
     if config.data.simulate is None:
@@ -349,7 +349,7 @@ def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int
     background, probe positions and calibration as OUTPUT in ptyacc's HDF5 layout, readable as
     `data.path` with no other keys."""
     from ptyacc.data.convert import convert_patterns
-    from ptyacc.outdir import writing
+    from ptyacc.results.outdir import writing
 
     # convert_patterns writes OUTPUT.partial and removes it on any error; a full disk becomes one line here
     with writing(Path(output), advice="free space or choose another OUTPUT"):

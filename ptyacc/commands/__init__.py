@@ -1,0 +1,2 @@
+"""The command line: the ``ptyacc`` verbs, and the helpers behind ``info``, ``init`` and the API
+reference."""

@@ -1,0 +1,2 @@
+"""The reconstruction: the engine and its three phases, the model and its parameter groups, the
+hooks after an iteration, the exchange between processes, the initial state, checkpoints and saving."""

@@ -1,0 +1,2 @@
+"""What a run leaves on disk and how it is read back: results.h5, its figures, run.log, the output
+folder's safe writes, TIFF export and the quality measure against a known phase."""

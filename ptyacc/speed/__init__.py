@@ -1,0 +1,2 @@
+"""Measuring and predicting speed: ``ptyacc bench`` and ``speedtest``, the scaling model, its
+extension to the split object and its check against this machine."""

@@ -1,0 +1,1 @@
+"""Watching a run as it goes: progress bars, and experiment trackers with their pictures."""
