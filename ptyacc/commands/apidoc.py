@@ -6,6 +6,7 @@ the user-facing functions, not its submodules."""
 
 from __future__ import annotations
 
+import importlib
 import pkgutil
 import sys
 from pathlib import Path
@@ -15,9 +16,11 @@ from ptyacc.errors import OutputError
 
 
 def public_modules() -> list[str]:
-    """Every module of ptyacc whose name has no part starting with an underscore."""
+    """Every module of ptyacc whose name has no part starting with an underscore, less the names
+    kept for old paths (each is another module under its new name, documented there)."""
     found = pkgutil.walk_packages(ptyacc.__path__, prefix="ptyacc.")
-    return ["ptyacc", *sorted(m.name for m in found if not any(p.startswith("_") for p in m.name.split(".")))]
+    names = [m.name for m in found if not any(p.startswith("_") for p in m.name.split("."))]
+    return ["ptyacc", *sorted(name for name in names if importlib.import_module(name).__name__ == name)]
 
 
 def build(output_dir: Path) -> list[Path]:
