@@ -35,7 +35,9 @@ from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
 from ptyacc.reconstruction.geometry import ObjectGeometry
 from ptyacc.reconstruction.groups import build_groups, lr_factor
-from ptyacc.reconstruction.hooks import History, NanGuard, iteration_hooks
+from ptyacc.reconstruction.guard import NanGuard
+from ptyacc.reconstruction.history import History
+from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, keep_work
 from ptyacc.reconstruction.model import PtychoModel

@@ -23,7 +23,7 @@ from ptyacc.results.figures import save_figures
 from ptyacc.results.h5file import Results, save_results, versions
 
 if TYPE_CHECKING:
-    from ptyacc.reconstruction.hooks import History
+    from ptyacc.reconstruction.history import History
 
 
 def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
