@@ -1,7 +1,51 @@
-"""Kept for the old path ``ptyacc.scaling``: this name is the module ``ptyacc.speed.scaling`` itself."""
+"""Kept for the old path ``ptyacc.scaling``: the model is ``ptyacc.speed.scaling``, its GPU cases and
+tables ``ptyacc.speed.gpu_cases``; the names this module offered are theirs."""
 
-import sys
-
-from ptyacc.speed import scaling
-
-sys.modules[__name__] = scaling
+from ptyacc.speed.gpu_cases import (  # noqa: F401
+    A100_MEMORY_BYTES_PER_S,
+    DEVICE_COUNTS,
+    ELECTRON_STEP_PX,
+    H100_MEMORY_BYTES_PER_S,
+    LOSS_BYTES,
+    PATCH_BYTES_PER_SLICE,
+    PTYRAD_A100_ITERATION_S,
+    PTYRAD_CASE,
+    UPDATE_BYTES_PER_FLOAT,
+    WAVE_BYTES_FIRST_SLICE,
+    WAVE_BYTES_PER_EXTRA_SLICE,
+    XRAY_STEP_PX,
+    GpuAssumption,
+    describe_case,
+    gpu_step_cost,
+    h100_assumption,
+    pattern_bytes,
+    reference_cases,
+    reference_tables,
+    sensitivity,
+    speedup_table,
+)
+from ptyacc.speed.scaling import (  # noqa: F401
+    DDP_BUCKET_BYTES,
+    DDP_FIRST_BUCKET_BYTES,
+    ETHERNET_10G,
+    FLOAT32_BYTES,
+    INFINIBAND_HDR,
+    LINKS,
+    NVLINK,
+    PCIE,
+    Exchange,
+    Layout,
+    Link,
+    Prediction,
+    StepCost,
+    ddp_bucket_count,
+    dense_exchange,
+    epoch_load,
+    exchange_step_s,
+    fit_step_cost,
+    footprint_exchange,
+    layout_from_config,
+    predict_iteration,
+    raster_layout,
+    ring_allreduce_s,
+)
