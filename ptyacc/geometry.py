@@ -1,7 +1,7 @@
-"""Kept for the old path ``ptyacc.geometry``: this name is the module ``ptyacc.reconstruction.geometry`` itself."""
+"""Kept for the old path ``ptyacc.geometry``: this name is the module ``ptyacc.physics.geometry`` itself."""
 
 import sys
 
-from ptyacc.reconstruction import geometry
+from ptyacc.physics import geometry
 
 sys.modules[__name__] = geometry

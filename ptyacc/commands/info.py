@@ -70,7 +70,7 @@ def data_report(config, sample: int = 64) -> list[str]:
     from ptyacc.data import load_data
     from ptyacc.data.bright_field import sample_rows
     from ptyacc.data.hold import hold_report
-    from ptyacc.reconstruction.geometry import ObjectGeometry
+    from ptyacc.physics.geometry import ObjectGeometry
 
     sampled = dataclasses.replace(config, data=dataclasses.replace(config.data, hold="device"))  # the sample in memory
     data = load_data(sampled, lambda positions: sample_rows(len(positions), sample))

@@ -30,10 +30,10 @@ from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics import deviance_sums
 from ptyacc.physics.fidelity import saturated_sums
 from ptyacc.physics.fused import CompiledTerms
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
-from ptyacc.reconstruction.geometry import ObjectGeometry
 from ptyacc.reconstruction.groups import build_groups, lr_factor
 from ptyacc.reconstruction.guard import NanGuard
 from ptyacc.reconstruction.history import History

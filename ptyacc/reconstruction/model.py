@@ -18,7 +18,7 @@ from ptyacc.physics import (
     shift_ramp,
     shift_ramps_1d,
 )
-from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.slices import SlicePropagation
 
 

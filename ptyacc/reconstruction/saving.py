@@ -14,9 +14,9 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError, OutputError
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.reconstruction.exchange import KINDS, Traffic
-from ptyacc.reconstruction.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.tiles import ObjectTiles
 from ptyacc.results.figures import save_figures

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.data.batches import EpochBatches
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.exchange import footprint_box
-from ptyacc.reconstruction.geometry import ObjectGeometry
 
 FLOAT32_BYTES = 4
 
