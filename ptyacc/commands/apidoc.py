@@ -11,14 +11,16 @@ import pkgutil
 import sys
 from pathlib import Path
 
-import ptyacc
 from ptyacc.errors import OutputError
+from ptyacc.version import __version__
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # what it documents, not imported from here: it is the layer above
 
 
 def public_modules() -> list[str]:
     """Every module of ptyacc whose name has no part starting with an underscore, less the names
     kept for old paths (each is another module under its new name, documented there)."""
-    found = pkgutil.walk_packages(ptyacc.__path__, prefix="ptyacc.")
+    found = pkgutil.walk_packages([str(PACKAGE_DIR)], prefix="ptyacc.")
     names = [m.name for m in found if not any(p.startswith("_") for p in m.name.split("."))]
     return ["ptyacc", *sorted(name for name in names if importlib.import_module(name).__name__ == name)]
 
@@ -29,7 +31,7 @@ def build(output_dir: Path) -> list[Path]:
         import pdoc
     except ImportError:
         raise OutputError("the API reference is made by pdoc: pip install 'ptyacc[docs]'") from None
-    pdoc.render.configure(docformat="restructuredtext", footer_text=f"ptyacc {ptyacc.__version__}")
+    pdoc.render.configure(docformat="restructuredtext", footer_text=f"ptyacc {__version__}")
     pdoc.pdoc(*public_modules(), output_directory=Path(output_dir))
     return sorted(Path(output_dir).rglob("*.html"))
 
