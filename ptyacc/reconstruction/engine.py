@@ -3,8 +3,8 @@
 ``build`` turns the config into the state (data and shard plan, geometry, model, parameter
 groups, pattern store, loader, all prepared by Accelerate, and the gradient exchange),
 ``run`` is the loop, ``finish`` computes the Poisson deviance and saves. What happens after
-an iteration lives in ``ptyacc/hooks.py``, each group's update in ``ptyacc/groups.py``, the
-exchange between processes in ``ptyacc/exchange.py``.
+an iteration lives in ``ptyacc/reconstruction/hooks.py``, each group's update in ``ptyacc/reconstruction/groups.py``, the
+exchange between processes in ``ptyacc/reconstruction/exchange.py``.
 
 Everything that changes parameters (steps, projections) runs identically on every process;
 everything that writes (files, figures, progress) runs on the main process only.

@@ -11,7 +11,7 @@ from ptyacc.reconstruction.exchange import Traffic
 class History:
     """The iterations done so far: loss (mean per pattern over all processes), seconds, the
     exchange's traffic of each iteration of this launch (None for one process), and the
-    validation error (``ptyacc/validation.py``; None without validation positions)."""
+    validation error (``ptyacc/reconstruction/validation.py``; None without validation positions)."""
 
     iterations: int  # planned
     loss: list[float] = field(default_factory=list)

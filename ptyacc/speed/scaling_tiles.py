@@ -1,4 +1,4 @@
-"""The scaling model of ``ptyacc/scaling.py`` extended to the object split (``runtime.shard_object``).
+"""The scaling model of ``ptyacc/speed/scaling.py`` extended to the object split (``runtime.shard_object``).
 
 Predictions, not measurements. Per process, at the busiest process:
 
