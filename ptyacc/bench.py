@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.bench``: this name is the module ``ptyacc.speed.bench`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.speed import bench
 
-sys.modules[__name__] = bench
+modules[__name__] = bench

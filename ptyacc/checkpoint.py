@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.checkpoint``: this name is the module ``ptyacc.reconstruction.checkpoint`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import checkpoint
 
-sys.modules[__name__] = checkpoint
+modules[__name__] = checkpoint

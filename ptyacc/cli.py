@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.cli``: this name is the module ``ptyacc.commands.cli`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.commands import cli
 
-sys.modules[__name__] = cli
+modules[__name__] = cli

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.distributed``: this name is the module ``ptyacc.reconstruction.distributed`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import distributed
 
-sys.modules[__name__] = distributed
+modules[__name__] = distributed

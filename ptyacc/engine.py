@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.engine``: this name is the module ``ptyacc.reconstruction.engine`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import engine
 
-sys.modules[__name__] = engine
+modules[__name__] = engine

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.exchange``: this name is the module ``ptyacc.reconstruction.exchange`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import exchange
 
-sys.modules[__name__] = exchange
+modules[__name__] = exchange

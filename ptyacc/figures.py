@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.figures``: this name is the module ``ptyacc.results.figures`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.results import figures
 
-sys.modules[__name__] = figures
+modules[__name__] = figures

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.geometry``: this name is the module ``ptyacc.physics.geometry`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.physics import geometry
 
-sys.modules[__name__] = geometry
+modules[__name__] = geometry

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.groups``: this name is the module ``ptyacc.reconstruction.groups`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import groups
 
-sys.modules[__name__] = groups
+modules[__name__] = groups

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.hooks``: this name is the module ``ptyacc.reconstruction.hooks`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import hooks
 
-sys.modules[__name__] = hooks
+modules[__name__] = hooks

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.info``: this name is the module ``ptyacc.commands.info`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.commands import info
 
-sys.modules[__name__] = info
+modules[__name__] = info

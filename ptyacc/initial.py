@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.initial``: this name is the module ``ptyacc.reconstruction.initial`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import initial
 
-sys.modules[__name__] = initial
+modules[__name__] = initial

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.interrupt``: this name is the module ``ptyacc.reconstruction.interrupt`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import interrupt
 
-sys.modules[__name__] = interrupt
+modules[__name__] = interrupt

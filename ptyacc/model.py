@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.model``: this name is the module ``ptyacc.reconstruction.model`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import model
 
-sys.modules[__name__] = model
+modules[__name__] = model

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.outdir``: this name is the module ``ptyacc.results.outdir`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.results import outdir
 
-sys.modules[__name__] = outdir
+modules[__name__] = outdir

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.progress``: this name is the module ``ptyacc.watch.progress`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.watch import progress
 
-sys.modules[__name__] = progress
+modules[__name__] = progress

@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.quality``: this name is the module ``ptyacc.results.quality`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.results import quality
 
-sys.modules[__name__] = quality
+modules[__name__] = quality

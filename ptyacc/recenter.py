@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.recenter``: this name is the module ``ptyacc.reconstruction.recenter`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import recenter
 
-sys.modules[__name__] = recenter
+modules[__name__] = recenter

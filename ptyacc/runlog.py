@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.runlog``: this name is the module ``ptyacc.results.runlog`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.results import runlog
 
-sys.modules[__name__] = runlog
+modules[__name__] = runlog

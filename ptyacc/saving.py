@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.saving``: this name is the module ``ptyacc.reconstruction.saving`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import saving
 
-sys.modules[__name__] = saving
+modules[__name__] = saving

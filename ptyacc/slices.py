@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.slices``: this name is the module ``ptyacc.reconstruction.slices`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import slices
 
-sys.modules[__name__] = slices
+modules[__name__] = slices

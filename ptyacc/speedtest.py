@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.speedtest``: this name is the module ``ptyacc.speed.speedtest`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.speed import speedtest
 
-sys.modules[__name__] = speedtest
+modules[__name__] = speedtest

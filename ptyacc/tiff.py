@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.tiff``: this name is the module ``ptyacc.results.tiff`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.results import tiff
 
-sys.modules[__name__] = tiff
+modules[__name__] = tiff

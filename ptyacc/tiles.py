@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.tiles``: this name is the module ``ptyacc.reconstruction.tiles`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import tiles
 
-sys.modules[__name__] = tiles
+modules[__name__] = tiles

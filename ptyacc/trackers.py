@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.trackers``: this name is the module ``ptyacc.watch.trackers`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.watch import trackers
 
-sys.modules[__name__] = trackers
+modules[__name__] = trackers

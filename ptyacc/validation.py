@@ -1,7 +1,7 @@
 """Kept for the old path ``ptyacc.validation``: this name is the module ``ptyacc.reconstruction.validation`` itself."""
 
-import sys
+from sys import modules
 
 from ptyacc.reconstruction import validation
 
-sys.modules[__name__] = validation
+modules[__name__] = validation
