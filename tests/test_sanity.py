@@ -84,6 +84,29 @@ def test_check_calibration_false_skips_the_check(bare_file, tmp_path):
     assert "calibration check" not in (tmp_path / "run" / "run.log").read_text()
 
 
+def test_the_check_reads_no_pattern_twice(bare_file, monkeypatch):
+    """With every pattern held in memory, the disk is measured on the held patterns (each pattern
+    read from the file once); with some held (``keep``), the check reads its own sample. Both ways
+    measure the same disk."""
+    from ptyacc.data.readers import PatternFile
+
+    counts, real = [], PatternFile.read
+
+    def counted(self, rows=None, prepare=None):
+        counts.append(self.info.n_patterns if rows is None else len(rows))
+        return real(self, rows, prepare)
+
+    monkeypatch.setattr(PatternFile, "read", counted)
+    config = load_config(str(bare_file), ["data.hold=device"])
+    every = load_data(config)
+    assert every.checks[0].startswith("calibration check: bright-field disk radius predicted 2.87 px")
+    assert counts == [every.n_patterns]
+    counts.clear()
+    half = load_data(config, lambda positions: np.arange(0, len(positions), 2))
+    assert counts == [(every.n_patterns + 1) // 2, every.n_patterns]  # the held half, then the sample (all: fewer than 256)
+    assert half.checks == every.checks
+
+
 def test_the_demo_passes_its_check():
     data = load_data(load_config("configs/demo.yaml"), lambda p: np.arange(4))
     assert any(line.startswith("calibration check: bright-field disk radius predicted 7.66 px") for line in data.checks)

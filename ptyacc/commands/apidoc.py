@@ -6,18 +6,30 @@ the user-facing functions, not its submodules."""
 
 from __future__ import annotations
 
+import importlib
 import pkgutil
 import sys
 from pathlib import Path
 
-import ptyacc
 from ptyacc.errors import OutputError
+from ptyacc.version import __version__
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # what it documents, not imported from here: it is the layer above
 
 
 def public_modules() -> list[str]:
-    """Every module of ptyacc whose name has no part starting with an underscore."""
-    found = pkgutil.walk_packages(ptyacc.__path__, prefix="ptyacc.")
-    return ["ptyacc", *sorted(m.name for m in found if not any(p.startswith("_") for p in m.name.split(".")))]
+    """Every module of ptyacc whose name has no part starting with an underscore, less those kept
+    for old paths (each documented under its new name)."""
+    found = pkgutil.walk_packages([str(PACKAGE_DIR)], prefix="ptyacc.")
+    names = [m.name for m in found if not any(p.startswith("_") for p in m.name.split("."))]
+    return ["ptyacc", *sorted(name for name in names if not _kept_for_old_path(name))]
+
+
+def _kept_for_old_path(name: str) -> bool:
+    """A moved module's old name (the module itself under another name), or a module that only
+    offers moved names (its docstring says so)."""
+    module = importlib.import_module(name)
+    return module.__name__ != name or (module.__doc__ or "").startswith("Kept for the old path")
 
 
 def build(output_dir: Path) -> list[Path]:
@@ -26,7 +38,7 @@ def build(output_dir: Path) -> list[Path]:
         import pdoc
     except ImportError:
         raise OutputError("the API reference is made by pdoc: pip install 'ptyacc[docs]'") from None
-    pdoc.render.configure(docformat="restructuredtext", footer_text=f"ptyacc {ptyacc.__version__}")
+    pdoc.render.configure(docformat="restructuredtext", footer_text=f"ptyacc {__version__}")
     pdoc.pdoc(*public_modules(), output_directory=Path(output_dir))
     return sorted(Path(output_dir).rglob("*.html"))
 

@@ -142,7 +142,8 @@ def config_reference_cmd(output: str | None, readme: str | None) -> None:
 @friendly_errors
 def plot(results_file: str, output_dir: str | None) -> None:
     """Make the PNG figures (object phase, probe modes, loss, positions) from a results.h5."""
-    from ptyacc.results.h5file import load_results, save_figures
+    from ptyacc.results.figures import save_figures
+    from ptyacc.results.h5file import load_results
 
     results = load_results(results_file)
     folder = Path(output_dir) if output_dir else Path(results_file).parent

@@ -70,7 +70,8 @@ def data_report(config, sample: int = 64) -> list[str]:
     from ptyacc.data import load_data
     from ptyacc.data.bright_field import sample_rows
     from ptyacc.data.hold import hold_report
-    from ptyacc.reconstruction.geometry import ObjectGeometry
+    from ptyacc.physics.geometry import ObjectGeometry
+    from ptyacc.reconstruction.distributed import resolve_device
 
     sampled = dataclasses.replace(config, data=dataclasses.replace(config.data, hold="device"))  # the sample in memory
     data = load_data(sampled, lambda positions: sample_rows(len(positions), sample))
@@ -91,7 +92,7 @@ def data_report(config, sample: int = 64) -> list[str]:
              f"scan extent (y, x) {_length(*span_A, xray=xray)} = {span_A[0] / dx:.4g} x {span_A[1] / dx:.4g} px",
              f"mean counts per pattern {data.mean_intensity:.6g} (of {len(data.patterns)} patterns)",
              *(f"override: {text}" for text in data.overrides), *data.checks,
-             *hold_report(config, data)]
+             *hold_report(config, data, resolve_device(config.runtime.device))]
     warnings = []
     if data.radiation == "electron" and data.semiangle_mrad:
         probe_lines, probe_warnings = _electron_probe_report(data)

@@ -382,6 +382,7 @@ class Config:
             if getattr(self.optim.start, key) is not None and self.model.slices == 1:
                 raise ConfigError(f"optim.start.{key}: the {key.replace('_', ' ')} acts between slices; set "
                                   "model.slices > 1 or leave it null")
+        self.tune.check_params("tune", Config)
 
     def resolve_input(self, path: str) -> Path:
         """An input path as given in the config, resolved against the config file's folder."""

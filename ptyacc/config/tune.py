@@ -80,8 +80,12 @@ class TuneConfig:
                  f"{self.validation_fraction}")
         _require(self.keep_best >= 0, f"{path}.keep_best", f"must be >= 0, got {self.keep_best}")
         _require(self.heartbeat_s > 0, f"{path}.heartbeat_s", f"must be > 0, got {self.heartbeat_s}")
+
+    def check_params(self, path: str, root: type) -> None:
+        """The searched keys against the whole schema ``root`` (the ``Config`` class, whose check
+        calls this once every section is built: this module sits below the schema)."""
         for key, param in self.params.items():
-            kind = key_type(key, f"{path}.params.{key}")
+            kind = key_type(key, f"{path}.params.{key}", root)
             if param.choices is None and not {int, float} & set(_options(kind)):
                 raise ConfigError(f"{path}.params.{key}: {key} is not a number, so it cannot have a range; "
                                   "give choices instead")
@@ -89,15 +93,14 @@ class TuneConfig:
                 _require(param.choices is not None, f"{path}.params.{key}", "sampler: grid needs choices for every key")
 
 
-def key_type(key: str, path: str) -> Any:
-    """The type of the config key ``key`` (dotted, e.g. ``optim.lr.object``); a key that does not
-    exist, names a section or cannot be tuned stops with ``path`` and the reason."""
-    from ptyacc.config.schema import Config  # here, not at the top: schema imports this module
-
+def key_type(key: str, path: str, root: type) -> Any:
+    """The type of the config key ``key`` (dotted, e.g. ``optim.lr.object``) in the schema ``root``
+    (the ``Config`` class); a key that does not exist, names a section or cannot be tuned stops
+    with ``path`` and the reason."""
     for word, reason in UNTUNABLE.items():
         if key == word or key.startswith(word + "."):
             raise ConfigError(f"{path}: {key} cannot be tuned: {reason}")
-    kind: Any = Config
+    kind: Any = root
     for depth, part in enumerate(key.split(".")):
         if typing.get_origin(kind) is dict:
             kind = typing.get_args(kind)[1]

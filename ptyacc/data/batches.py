@@ -37,7 +37,7 @@ class EpochBatches(Dataset):
     positions_px: (N, 2) probe centres, used by ``compact`` grouping to form spatial clusters.
     shards: optional partition of range(N) into ``world_size`` arrays (see ``spatial_shards``).
     store: answers ``measured(indices)`` with the patterns of those positions (``PatternStore``).
-    left_out: positions never drawn (the validation positions, ``ptyacc/validation.py``).
+    left_out: positions never drawn (the validation positions, ``ptyacc/reconstruction/validation.py``).
     Items are ``Step`` records.
     """
 

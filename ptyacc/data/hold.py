@@ -204,18 +204,16 @@ def hold_lines(data, store, device: torch.device | str, batch_positions: int) ->
     return [f"data.hold: {mode} ({reason}); patterns: {sizes}", *warning]
 
 
-def hold_report(config, sample) -> list[str]:
+def hold_report(config, sample, device: str) -> list[str]:
     """For ``ptyacc info``: the bytes all the patterns of ``config.data`` take on disk, in host
     memory and on the device in each mode, judged from the prepared ``sample`` (a PtychoData of a
-    few of them), and the mode ``data.hold`` would choose now on ``runtime.device``."""
-    from ptyacc.reconstruction.distributed import resolve_device
-
+    few of them), and the mode ``data.hold`` would choose now on ``device`` (``runtime.device``
+    resolved)."""
     n, k = sample.n_patterns, sample.detector_px
     device_bytes = n * k * k * PATTERN_VALUE_BYTES
     dtype = compact_dtype(sample.patterns.numpy())
     host_bytes = n * k * k * dtype.itemsize
     disk_bytes = config.resolve_input(config.data.path).stat().st_size if config.data.path else 0
-    device = resolve_device(config.runtime.device)
     choice = choose_hold(config.data.hold, config.data.hold_memory_fraction, device_bytes, lambda: host_bytes, device)
     return [f"patterns: {_mib(disk_bytes)} on disk; data.hold device: {_mib(device_bytes)} on the device (float32); "
             f"host: {_mib(host_bytes)} in host memory ({dtype.name}); disk: only the steps in flight "

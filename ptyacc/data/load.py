@@ -59,10 +59,11 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
-        checks = _checked(config, calibration, dx_A, source, prepare, prep) if experiment.check_calibration else ()
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, device,
                                                    lambda: open_patterns(path, info.key, **options))
+        every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
+        checks = _checked(config, calibration, dx_A, source, prepare, prep, every) if experiment.check_calibration else ()
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
@@ -80,11 +81,13 @@ def _input_paths(config: Config) -> tuple[Path, Path | None]:
 
 
 def _checked(config: Config, calibration: Calibration, dx_A: float, source: PatternFile, prepare: Prepare,
-             prep: Preparation) -> tuple[str, ...]:
+             prep: Preparation, every: np.ndarray | None) -> tuple[str, ...]:
     """The physical sanity checks of ``calibration`` against the data (``ptyacc.data.sanity``):
     their lines for run.log, or a ConfigError naming the likely slip. Electrons in the far
     field with a semi-angle: the bright-field disk (skipped, with a line saying why, when the
-    mean pattern shows no single disk); X-rays: the scan and the near-field Fresnel number."""
+    mean pattern shows no single disk); X-rays: the scan and the near-field Fresnel number.
+    ``every``: all the prepared patterns (N, K, K) when the load holds them, whose sample the
+    disk is measured on instead of reading it from the file again; None: read the sample."""
     experiment, k = config.experiment, source.info.shape[-1]
     if experiment.radiation == "xray":
         return tuple(check_xray(calibration.positions_A, dx_A, prep.shape[-1], calibration.wavelength_A,
@@ -94,14 +97,16 @@ def _checked(config: Config, calibration: Calibration, dx_A: float, source: Patt
         return ()
     values = dict(calibration.values, dx_A=calibration.stored_dx_A)
     try:
-        radius_px = _bright_field_radius_px(source, prepare) * prep.bin
+        radius_px = _bright_field_radius_px(source, prepare, every) * prep.bin
     except DataError as exc:
         return (f"calibration check skipped: {str(exc).split('; ')[0]}",)
     return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path)),)
 
 
-def _bright_field_radius_px(source: PatternFile, prepare: Prepare) -> float:
+def _bright_field_radius_px(source: PatternFile, prepare: Prepare, every: np.ndarray | None = None) -> float:
     """Radius (prepared pixels) of the bright-field disk in the mean of an evenly spread sample of
-    the prepared patterns (the same on every process)."""
-    sample = source.read(sample_rows(source.info.n_patterns), prepare).patterns
+    the prepared patterns (the same on every process), taken from ``every`` (all of them, as
+    held) or read from ``source``: the same values either way."""
+    rows = sample_rows(source.info.n_patterns)
+    sample = source.read(rows, prepare).patterns if every is None else every[rows]
     return bright_field_radius_px(np.fft.fftshift(sample.mean(axis=0, dtype=np.float64)), str(source.path))

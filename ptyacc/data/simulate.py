@@ -21,7 +21,7 @@ from ptyacc.physics import (
     stem_probe,
     transmission,
 )
-from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.physics.geometry import ObjectGeometry
 
 DEFAULTS = {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 100.0, "scan_step_A": 0.5}
 ATOM_SIGMA_A = 0.35

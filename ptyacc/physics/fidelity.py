@@ -106,11 +106,3 @@ def saturated_sums(measured: torch.Tensor, mask: torch.Tensor | None = None) -> 
     if mask is not None:
         terms, counted = terms * mask, counted * mask
     return torch.stack([terms.sum(), counted.sum().double()])
-
-
-def __getattr__(name: str):
-    if name == "far_field_loss":  # moved to fused.py, next to the loss it is the reference for
-        from ptyacc.physics.fused import far_field_loss
-
-        return far_field_loss
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

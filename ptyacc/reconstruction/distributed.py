@@ -176,7 +176,7 @@ def kwargs_handlers(runtime: RuntimeConfig, device_type: str, environ: dict | No
     environ = os.environ if environ is None else environ
     # Buffers (positions, propagator) never change, so broadcasting them each step is waste;
     # every parameter takes part in every forward, so no search for unused ones.
-    # One bucket for all gradients: the exchange (ptyacc/exchange.py) sends each step in one collective.
+    # One bucket for all gradients: the exchange (ptyacc/reconstruction/exchange.py) sends each step in one collective.
     # Gradients as views of that bucket: DDP then copies the whole object gradient into the
     # bucket once per step and never back out (two whole-object copies fewer per step).
     handlers = [DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False,

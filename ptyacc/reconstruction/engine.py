@@ -3,8 +3,8 @@
 ``build`` turns the config into the state (data and shard plan, geometry, model, parameter
 groups, pattern store, loader, all prepared by Accelerate, and the gradient exchange),
 ``run`` is the loop, ``finish`` computes the Poisson deviance and saves. What happens after
-an iteration lives in ``ptyacc/hooks.py``, each group's update in ``ptyacc/groups.py``, the
-exchange between processes in ``ptyacc/exchange.py``.
+an iteration lives in ``ptyacc/reconstruction/hooks.py``, each group's update in ``ptyacc/reconstruction/groups.py``, the
+exchange between processes in ``ptyacc/reconstruction/exchange.py``.
 
 Everything that changes parameters (steps, projections) runs identically on every process;
 everything that writes (files, figures, progress) runs on the main process only.
@@ -30,12 +30,14 @@ from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics import deviance_sums
 from ptyacc.physics.fidelity import saturated_sums
 from ptyacc.physics.fused import CompiledTerms
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
-from ptyacc.reconstruction.geometry import ObjectGeometry
 from ptyacc.reconstruction.groups import build_groups, lr_factor
-from ptyacc.reconstruction.hooks import History, NanGuard, iteration_hooks
+from ptyacc.reconstruction.guard import NanGuard
+from ptyacc.reconstruction.history import History
+from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, keep_work
 from ptyacc.reconstruction.model import PtychoModel

@@ -94,7 +94,7 @@ class GradientExchange:
         self.box = None if (y1 - y0) * (x1 - x0) >= WHOLE_FRACTION * height * width else (y0, y1, x0, x1)
 
     def count(self, kind: str, nbytes: int, wait_s: float) -> None:
-        """A collective made outside the hook (the object tiles' halo exchange, ``ptyacc/tiles.py``)."""
+        """A collective made outside the hook (the object tiles' halo exchange, ``ptyacc/reconstruction/tiles.py``)."""
         self.current.bytes[kind] += nbytes
         self.current.calls += 1
         self.current.wait_s += wait_s

@@ -1,57 +1,23 @@
 """What happens at the end of an iteration, one small hook each: the run.log line, the progress
 bar, the sync check, checkpoints, intermediate saves (``iteration_hooks`` picks them from the
-config); and the guard that undoes an iteration whose loss is not finite. The loop calls them in
-order; each decides for itself whether this iteration is its turn."""
+config). The loop calls them in order; each decides for itself whether this iteration is its turn.
+The record they read is ``history.History``; the guard against a non-finite loss is ``guard.NanGuard``."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import math
 import sys
 import time
-from dataclasses import dataclass, field
-
-import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
-from ptyacc.errors import PtyaccError
 from ptyacc.reconstruction.distributed import check_in_sync
-from ptyacc.reconstruction.exchange import Traffic
 from ptyacc.reconstruction.groups import ParameterGroup
+from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.interrupt import WallClock
-from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.saving import Saver
 from ptyacc.results.runlog import RunLog
 from ptyacc.watch.progress import in_notebook, progress_bar
-
-MAX_ROLLBACKS = 3
-
-
-@dataclass
-class History:
-    """The iterations done so far: loss (mean per pattern over all processes), seconds, the
-    exchange's traffic of each iteration of this launch (None for one process), and the
-    validation error (``ptyacc/validation.py``; None without validation positions)."""
-
-    iterations: int  # planned
-    loss: list[float] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    traffic: list[Traffic] | None = None
-    validation: list[float] | None = None
-    done: int = 0  # iterations done: len(loss)
-
-    def record(self, loss: float, seconds: float, traffic: Traffic | None) -> None:
-        self.loss.append(loss)
-        self.seconds.append(seconds)
-        self.done = len(self.loss)
-        if traffic is not None:
-            self.traffic.append(traffic)
-
-    def resume(self, loss: list[float], seconds: list[float]) -> None:
-        """Continue after the iterations of a checkpoint, whose losses and times are these."""
-        self.loss, self.seconds, self.done = list(loss), list(seconds), len(loss)
 
 
 class LogLine:
@@ -165,59 +131,3 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
 
         hooks.append(closing.enter_context(Trackers(config, accelerator, saver, groups)))
     return hooks
-
-
-class NanGuard:
-    """Keeps a copy of the last good state (the start, then the state after each accepted
-    iteration); an iteration whose loss is not finite is undone, then retried with half the
-    learning rates (``optim.on_nan: rollback``, at most MAX_ROLLBACKS times per run) or the run
-    stops with the last good state saved."""
-
-    def __init__(self, model: PtychoModel, groups: list[ParameterGroup], on_nan: str, saver: Saver,
-                 log: RunLog) -> None:
-        self.model, self.groups, self.on_nan, self.saver, self.log = model, groups, on_nan, saver, log
-        self.retries = 0
-        self.snapshot()
-
-    def snapshot(self) -> None:
-        params = {name: p.detach().clone() for name, p in self._state()}
-        self.good = params, [copy.deepcopy(g.optimizer.state_dict()) for g in self.groups]
-
-    def _state(self) -> list[tuple[str, torch.Tensor]]:
-        """The parameters, and the buffers a constraint moves (``PtychoModel.moving_buffers``:
-        probe centring moves the positions with the probe); the others never change, and copying
-        the per-position ones every iteration would cost memory that grows with the scan."""
-        moving = self.model.moving_buffers
-        return [*self.model.named_parameters(), *((n, b) for n, b in self.model.named_buffers() if n in moving)]
-
-    def accept(self, loss: float, history: History) -> bool:
-        """True for a finite loss (its state becomes the last good one unless it is the last
-        iteration); False after a rollback (retry the iteration); raises to stop."""
-        if math.isfinite(loss):
-            if history.done + 1 < history.iterations:
-                self.snapshot()
-            return True
-        bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
-        self.restore()
-        iteration = history.done
-        if self.on_nan == "rollback" and self.retries < MAX_ROLLBACKS:
-            self.retries += 1
-            schedule = self.groups[0].schedule  # shared by every group
-            schedule.scale *= 0.5
-            self.log.line(f"iteration {iteration}: loss {loss} (non-finite: {', '.join(bad)}); rolled back, "
-                          f"learning rates x{schedule.scale:g}")
-            return False
-        self.saver.save(history)
-        where = f"{self.saver.out_dir / 'results.h5'}" if self.saver.write else "memory"
-        raise PtyaccError(f"optim: the loss became {loss} at iteration {iteration} (non-finite values in: "
-                          f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
-                          "Lower optim.lr, or set optim.on_nan: rollback")
-
-    def restore(self) -> None:
-        """Back to the last good state (also after an interrupted iteration, ``ptyacc.reconstruction.interrupt``)."""
-        params, states = self.good
-        with torch.no_grad():
-            for name, p in self._state():
-                p.copy_(params[name])
-        for group, state in zip(self.groups, states, strict=True):
-            group.optimizer.load_state_dict(state)

@@ -12,7 +12,7 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
-from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.results.h5file import Results, load_results

@@ -26,7 +26,8 @@ from ptyacc.errors import PtyaccError
 from ptyacc.reconstruction.checkpoint import checkpoint_folder
 
 if TYPE_CHECKING:
-    from ptyacc.reconstruction.hooks import History, NanGuard
+    from ptyacc.reconstruction.guard import NanGuard
+    from ptyacc.reconstruction.history import History
     from ptyacc.reconstruction.saving import Saver
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

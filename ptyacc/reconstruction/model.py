@@ -18,7 +18,7 @@ from ptyacc.physics import (
     shift_ramp,
     shift_ramps_1d,
 )
-from ptyacc.reconstruction.geometry import ObjectGeometry
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.slices import SlicePropagation
 
 
@@ -42,7 +42,7 @@ class PtychoModel(nn.Module):
     constant ``propagator``.
 
     ``region`` (y0, y1, x0, x1): the part of the object this process holds (``runtime.shard_object``,
-    ``ptyacc/tiles.py``); the object parameter is then (object_modes, slices, y1 - y0, x1 - x0, 2)
+    ``ptyacc/reconstruction/tiles.py``); the object parameter is then (object_modes, slices, y1 - y0, x1 - x0, 2)
     and the buffer object_origin () = (y0, x0) (not saved: it follows from the run's tiling).
     Window corners stay in pixels of the whole object and are shifted by the origin to index it.
     """
@@ -168,7 +168,7 @@ class PtychoModel(nn.Module):
     @torch.no_grad()
     def move_scan(self, shift_px: torch.Tensor) -> None:
         """Move every probe position by ``shift_px`` (2,) (y, x) px against the object, keeping
-        the precomputed windows and shift factors of fixed positions in step (``ptyacc/recenter.py``;
+        the precomputed windows and shift factors of fixed positions in step (``ptyacc/reconstruction/recenter.py``;
         the model must have been built with ``movable_scan``, so that it shifts the probe always)."""
         self.positions_px += shift_px
         self.scan_shift_px += shift_px

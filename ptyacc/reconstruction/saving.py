@@ -14,16 +14,16 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError, OutputError
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.reconstruction.exchange import KINDS, Traffic
-from ptyacc.reconstruction.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.tiles import ObjectTiles
 from ptyacc.results.figures import save_figures
 from ptyacc.results.h5file import Results, save_results, versions
 
 if TYPE_CHECKING:
-    from ptyacc.reconstruction.hooks import History
+    from ptyacc.reconstruction.history import History
 
 
 def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:

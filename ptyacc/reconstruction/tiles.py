@@ -22,7 +22,7 @@ and the iterates are those of ``runtime.shard_data`` alone. The bytes are those 
 segments, proportional to the tiles' perimeter, not their area.
 
 The object leaves DDP (it has another shape on each process): it is in DDP's parameters to
-ignore, and the comm hook of ``ptyacc/exchange.py`` sums only probe, positions and detector.
+ignore, and the comm hook of ``ptyacc/reconstruction/exchange.py`` sums only probe, positions and detector.
 For results.h5 and checkpoints the main process assembles the whole object (and Adam's
 moments) tile by tile: it holds the whole object once at save time, on the CPU.
 """

@@ -46,6 +46,7 @@ import yaml
 
 from ptyacc.errors import DataError
 from ptyacc.results.outdir import atomic_write
+from ptyacc.version import __version__
 
 METRE_PER_A = 1e-10
 COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
@@ -94,14 +95,8 @@ def versions() -> dict[str, str]:
     import accelerate
     import torch
 
-    return {"ptyacc": _own_version(), "python": sys.version.split()[0], "torch": str(torch.__version__),
+    return {"ptyacc": __version__, "python": sys.version.split()[0], "torch": str(torch.__version__),
             "accelerate": accelerate.__version__, "numpy": np.__version__, "h5py": h5py.__version__}
-
-
-def _own_version() -> str:
-    from ptyacc import __version__
-
-    return __version__
 
 
 def save_results(path: Path, results: Results) -> None:
@@ -175,11 +170,3 @@ def _read_calibration(group: h5py.Group) -> dict[str, tuple[float, str]]:
 
 def _is_xray(results: Results) -> bool:
     return ((results.config or {}).get("experiment") or {}).get("radiation") == "xray"
-
-
-# the figures moved to ptyacc.results.figures; these names stay importable from here
-from ptyacc.results.figures import FIGURE_ADVICE, length_unit, save_figures  # noqa: E402
-from ptyacc.results.figures import complex_to_rgb as _complex_to_rgb  # noqa: E402
-
-__all__ = ["FIGURE_ADVICE", "Results", "_complex_to_rgb", "length_unit", "load_results", "save_figures",
-           "save_results", "versions"]

@@ -1,4 +1,4 @@
-"""The scaling model of ``ptyacc/scaling.py`` extended to the object split (``runtime.shard_object``).
+"""The scaling model of ``ptyacc/speed/scaling.py`` extended to the object split (``runtime.shard_object``).
 
 Predictions, not measurements. Per process, at the busiest process:
 
@@ -29,19 +29,16 @@ import numpy as np
 from ptyacc.data.batches import spatial_bisection
 from ptyacc.reconstruction.tiles import Tiling, halo_margin_px
 from ptyacc.speed.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
+from ptyacc.speed.gpu_cases import DEVICE_COUNTS, UPDATE_BYTES_PER_FLOAT, GpuAssumption, gpu_step_cost, h100_assumption
 from ptyacc.speed.scaling import (
     FLOAT32_BYTES,
     INFINIBAND_HDR,
     NVLINK,
-    UPDATE_BYTES_PER_FLOAT,
     Exchange,
-    GpuAssumption,
     Layout,
     Link,
     ddp_bucket_count,
     footprint_exchange,
-    gpu_step_cost,
-    h100_assumption,
     predict_iteration,
     raster_layout,
 )
@@ -294,7 +291,6 @@ def link_for(devices: int) -> Link:
 
 # ----------------------------------------------------------------------------- tables
 
-DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 ELECTRON = Scan(128, 0.429 / 0.1494, slices=8, probe_modes=4, batch_size=128)
 XRAY = Scan(256, 40.0, slices=1, probe_modes=4, batch_size=512)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ptyacc.config.schema import Config
 from ptyacc.config.tune import TuneConfig, is_integer_key, key_type
 
 
@@ -15,7 +16,7 @@ def suggest(trial, tune: TuneConfig) -> dict[str, Any]:
     for key, param in tune.params.items():
         if param.choices is not None:
             values[key] = trial.suggest_categorical(key, param.choices)
-        elif is_integer_key(key_type(key, f"tune.params.{key}")):
+        elif is_integer_key(key_type(key, f"tune.params.{key}", Config)):
             values[key] = trial.suggest_int(key, math.ceil(param.low), math.floor(param.high),
                                             step=max(round(param.step or 1), 1), log=param.log)
         else:

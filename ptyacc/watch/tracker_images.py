@@ -9,6 +9,8 @@ import functools
 
 import numpy as np
 
+from ptyacc.results.figures import complex_to_rgb
+
 WHEEL_PX = 64  # the colour wheel's diameter
 POSITIONS_PX = 256  # the positions picture's longer side
 INITIAL_GREY = 150  # initial positions, drawn under the refined ones (red)
@@ -41,12 +43,10 @@ def colour_wheel(diameter_px: int = WHEEL_PX) -> np.ndarray:
     """The key to ``probe_image``'s colours: hue = phase (angle around the centre, 0 to the
     right, counter-clockwise as the image is shown), brightness = amplitude (radius), as uint8 RGB
     (read-only: drawn once)."""
-    from ptyacc.results.h5file import _complex_to_rgb
-
     axis = np.linspace(-1.0, 1.0, diameter_px)
     field_ = axis[None, :] - 1j * axis[:, None]  # rows go down, so y = -row
     field_ = np.where(np.abs(field_) <= 1.0, field_, 0.0)
-    wheel = (255 * _complex_to_rgb(field_)).astype(np.uint8)
+    wheel = (255 * complex_to_rgb(field_)).astype(np.uint8)
     wheel.flags.writeable = False
     return wheel
 
@@ -54,8 +54,6 @@ def colour_wheel(diameter_px: int = WHEEL_PX) -> np.ndarray:
 def probe_image(probe: np.ndarray) -> np.ndarray:
     """The probe modes (modes, K, K) complex side by side, hue = phase and brightness =
     amplitude (each mode scaled to its own maximum), then the colour wheel, as uint8 RGB."""
-    from ptyacc.results.h5file import _complex_to_rgb
-
     k = probe.shape[-1]
     gap = np.zeros((k, 2, 3), dtype=np.uint8)
     wheel = np.zeros((k, WHEEL_PX, 3), dtype=np.uint8)
@@ -63,7 +61,7 @@ def probe_image(probe: np.ndarray) -> np.ndarray:
     wheel[:side] = colour_wheel(WHEEL_PX)[:side]
     panels = []
     for mode in probe:
-        panels += [(255 * _complex_to_rgb(mode)).astype(np.uint8), gap]
+        panels += [(255 * complex_to_rgb(mode)).astype(np.uint8), gap]
     return np.concatenate([*panels, wheel], axis=1)
 
 

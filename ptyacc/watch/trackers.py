@@ -22,7 +22,7 @@ from ptyacc.reconstruction.groups import ParameterGroup
 from ptyacc.watch.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
 
 if TYPE_CHECKING:
-    from ptyacc.reconstruction.hooks import History
+    from ptyacc.reconstruction.history import History
     from ptyacc.reconstruction.saving import Saver
 
 # the modules a tracker needs besides its own (named as the tracker); each tracker has a ptyacc
