@@ -82,3 +82,23 @@ def test_sharded_batches_stay_inside_each_shard():
         for rank, pieces in enumerate(per_rank):
             assert set(np.concatenate(pieces)) == set(shards[rank])
         assert len(per_rank[0]) == len(per_rank[1])
+
+
+def test_the_store_is_told_an_epochs_steps_once():
+    """The engine and Accelerate's loader both set the epoch: the store hears the plan once (a
+    streaming store told twice drops and repeats its reads ahead); again for a retried epoch."""
+    import types
+
+    told = []
+    store = types.SimpleNamespace(expect=lambda pieces: told.append([p.copy() for step in pieces for p in step]),
+                                  measured=lambda indices: None)
+    batches = EpochBatches(np.zeros((20, 2)), batch_size=5, store=store)
+    batches.set_epoch(0)
+    batches.set_epoch(0)
+    assert len(told) == 1
+    steps = [batches[i] for i in range(len(batches))]
+    batches.set_epoch(0)  # the same epoch again, after its steps were taken: a retry
+    assert len(told) == 2 and all(np.array_equal(a, b) for a, b in zip(told[0], told[1], strict=True))
+    batches.set_epoch(1)
+    batches.set_epoch(1)
+    assert len(told) == 3 and len(steps) == 4

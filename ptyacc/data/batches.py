@@ -66,13 +66,20 @@ class EpochBatches(Dataset):
         self.n_steps = n_steps
         self.epoch = 0
         self._pieces = self._make_pieces()
+        self._told = False  # whether the store has this epoch's plan and no step of it was taken yet
 
     def set_epoch(self, epoch: int) -> None:
+        """The epoch to iterate; the store is told its steps once. The engine and Accelerate's
+        loader both set the epoch before an iteration; telling a streaming store twice would drop
+        its reads ahead and read them again. An epoch taken again (an iteration retried after a
+        non-finite loss) is told again."""
         if epoch != self.epoch:
             self.epoch = epoch
             self._pieces = self._make_pieces()
-        if self.store is not None:  # the store may read the epoch's patterns ahead
+            self._told = False
+        if self.store is not None and not self._told:  # the store may read the epoch's patterns ahead
             self.store.expect(self._pieces)
+            self._told = True
 
     def global_batches(self) -> list[np.ndarray]:
         """The epoch's global batches (arrays of position indices)."""
@@ -82,6 +89,7 @@ class EpochBatches(Dataset):
         return self.n_steps * self.world_size
 
     def __getitem__(self, item: int) -> Step:
+        self._told = False
         pieces = self._pieces[item // self.world_size]
         indices = torch.from_numpy(pieces[item % self.world_size])
         measured = self.store.measured(indices) if self.store is not None else None

@@ -251,9 +251,10 @@ class Reconstructor:
         total = torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
         tick = time.perf_counter()
         try:
+            steps = len(self.loader)
             for number, step in enumerate(self.loader):
                 total += self._step(iteration, step)
-                if signum := self.interrupt.requested(number, last=number == len(self.loader) - 1):
+                if signum := self.interrupt.requested(number, last=number == steps - 1):
                     raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
             for group in self.groups:
                 if group.after_iteration is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from functools import partial
 
 import h5py
 import numpy as np
@@ -38,12 +39,13 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     patterns = np.empty((len(wanted), *out_shape), dtype=np.float32)
     budget = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, patterns.nbytes // CHUNKS_AT_LEAST))
     per_chunk = max(1, budget // (max(4, source.dtype.itemsize) * stored[0] * stored[1]))  # patterns
+    release, by_runs = _page_release(source), _reads_runs(source, rows)
     start = 0
     while start < len(wanted):
         first = int(wanted[start])
         row = first // per_first
-        if per_chunk >= per_first and _scattered(source, wanted[start:start + per_chunk]):
-            end = min(start + per_chunk, len(wanted))
+        end = min(start + per_chunk, len(wanted))
+        if per_chunk >= per_first and by_runs and 2 * (end - start) < int(wanted[end - 1]) - first + 1:
             block = _runs(source, wanted[start:end])
         elif per_chunk >= per_first:  # whole indices of the first axis
             base = row * per_first
@@ -61,25 +63,28 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
             patterns[start:end] = block
         else:
             patterns[start:end] = prepare(block.astype(np.float32, copy=False))
-        _release_mapped_pages(source)
+        if release is not None:
+            release()
         start = end
     return patterns
 
 
-def _release_mapped_pages(source) -> None:
-    """Unmap the file pages a memory-mapped ``source`` (.npy, EMPAD) has touched, so that they
-    stop counting in this process's resident memory (they stay in the page cache): without this a
-    run that streams a file (``data.hold: disk``) would show all of it resident after one epoch."""
+def _page_release(source) -> Callable[[], None] | None:
+    """What unmaps the file pages a memory-mapped ``source`` (.npy, EMPAD) has touched, called after
+    each chunk, so that they stop counting in this process's resident memory (they stay in the page
+    cache): without it a run that streams a file (``data.hold: disk``) would show all of it resident
+    after one epoch. None for other sources, and on Windows."""
     mapping = getattr(source, "_mmap", None)  # numpy.memmap and its views keep the mmap here
-    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
-        mapping.madvise(mmap.MADV_DONTNEED)
+    if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    return partial(mapping.madvise, mmap.MADV_DONTNEED)
 
 
-def _scattered(source, rows: np.ndarray) -> bool:
-    """Whether ``rows`` (strictly increasing) are better read run by run than as the stretch that
-    spans them: from a 3D HDF5 dataset (a memory map touches only the rows taken from a stretch
-    anyway) when they fill less than half of the stretch."""
-    return isinstance(source, h5py.Dataset) and source.ndim == 3 and 2 * len(rows) < int(rows[-1] - rows[0]) + 1
+def _reads_runs(source, rows: np.ndarray | None) -> bool:
+    """Whether chunks of ``rows`` that fill less than half of the stretch spanning them are read
+    run by run (``_runs``) instead: for chosen rows of a 3D HDF5 dataset only (a memory map touches
+    only the rows taken from a stretch anyway, and all rows are one stretch)."""
+    return rows is not None and isinstance(source, h5py.Dataset) and source.ndim == 3
 
 
 def _runs(source, rows: np.ndarray) -> np.ndarray:
