@@ -150,3 +150,46 @@ def test_a_rolled_back_iteration_restores_the_moved_positions_too(tmp_path):
     rec = run_with_poison(ptyacc.load_config(settings), 3)
     assert len(rec.loss) == 6 and np.isfinite(rec.loss).all()
     assert np.isfinite(rec.results.positions_A).all() and np.isfinite(rec.results.origin_A).all()
+
+
+def test_holding_the_probe_returns_its_centre_to_where_it_started_and_keeps_the_patterns():
+    """model.recenter.hold_probe: a defocused probe whose centre of mass is not the window centre
+    (its tails wrap around), moved 0.37 px down and 0.81 px left: the hold brings the centre of
+    mass back to the initial probe's (not to the window centre), moves the positions by the
+    drift, and predicts the same patterns to float rounding."""
+    model, _ = built_model(recenter={"hold_probe": True})
+    start = probe_centre_offset_px(model.complex_probe().detach())
+    with torch.no_grad():
+        moved = fourier_shift(model.complex_probe()[None], torch.tensor([[0.37, -0.81]]))[0]
+        model.probe.copy_(torch.view_as_real(moved / model.probe_scale))
+    before, positions = predicted(model), model.positions().detach().clone()
+    drift = probe_centre_offset_px(model.complex_probe().detach()) - start
+    ProbeCentring(model, start)()
+    torch.testing.assert_close(predicted(model), before, rtol=0, atol=1e-4 * float(before.max()))
+    left = probe_centre_offset_px(model.complex_probe().detach()) - start
+    assert left.abs().max() < 0.1 * drift.abs().max(), (left, drift)
+    torch.testing.assert_close(model.positions().detach() - positions, drift.float().expand_as(positions),
+                               rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_hold_probe_reaches_the_run(tmp_path, hold):
+    """With model.recenter.hold_probe (the default) the run ends with the probe's centre of mass
+    where the initial probe had it, the scan moved by what the probe drifted; without it the
+    probe drifts and the scan stays."""
+    from conftest import tiny_config
+
+    config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 4, "batch_size": 8},
+                                            model={"recenter": {"hold_probe": hold}}))
+    data = load_data(config)
+    start = probe_centre_offset_px(build_model(config, data, ObjectGeometry.around(
+        data.positions_A, data.dx_A, data.detector_px)).complex_probe().detach())
+    rec = ptyacc.reconstruct(config, data=data)
+    end = probe_centre_offset_px(rec.model.complex_probe().detach())
+    moved = float(rec.model.scan_shift_px.abs().max()) if hold else 0.0
+    said = [line for line in (tmp_path / "out" / "run.log").read_text().splitlines() if "model.recenter.hold_probe: the probe" in line]
+    if hold:
+        assert (end - start).abs().max() < 0.02 and moved > 1e-3, (end, start, moved)
+        assert len(said) == 1 and f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px" in said[0], said
+    else:
+        assert (end - start).abs().max() > 1e-3 and not rec.model.moving_buffers and not said, (end, start)

@@ -11,13 +11,20 @@ from ptyacc.config.fields import _f, _require
 @dataclass
 class RecenterConfig:
     """Keep the reconstruction in place (docs/thick-crystals.md, "Keeping the reconstruction in
-    place"). All off by default; each runs after every iteration, identically on every process."""
+    place"). All but hold_probe off by default; each runs after every iteration, identically on every process."""
 
     probe: bool = _f(
         False, "Move the probe's centre of mass (all modes' intensity) back to the window centre, moving every "
                "position by the same amount so that the predicted patterns do not change (far field): the probe "
                "and the object can otherwise drift together by a fraction of a pixel. The saved object's "
                "origin_A follows; positions_A stay in the data's frame.")
+    hold_probe: bool = _f(
+        True, "Keep the probe's centre of mass where the initial probe has it (far field; model.recenter.probe "
+               "instead holds it at the window centre): after every iteration the probe is moved back by its drift "
+               "and every position with it, as model.recenter.probe does, so the predicted patterns do not change "
+               "and the object stays where the positions put it, even when the initial probe's centre of mass is "
+               "not the window centre (a defocused probe whose tails wrap around its window). Ignored for "
+               "near-field data.")
     probe_mask_mrad: float | None = _f(
         None, "Electrons: zero the probe's spectrum beyond this angle (mrad; a little above "
               "experiment.semiangle_mrad), so that it cannot grow intensity outside the aperture. null = off.")
