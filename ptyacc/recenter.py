@@ -35,19 +35,20 @@ def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
 
 
 class ProbeCentring:
-    """The probe's centre of mass moved back to ``target_px`` (2,) (y, x) px from the window centre
-    (zero: the centre; ``model.recenter.hold_probe``: where the initial probe has it), the
-    positions with it (module docstring)."""
+    """The centre of mass of the probe's first ``modes`` modes (None: all) moved back to
+    ``target_px`` (2,) (y, x) px from the window centre (zero: the centre;
+    ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
+    with it (module docstring)."""
 
-    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None) -> None:
-        self.model = model
+    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None) -> None:
+        self.model, self.modes = model, modes
         self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
 
     @torch.no_grad()
     def __call__(self) -> None:
         model = self.model
         probe = model.complex_probe()
-        offset = (probe_centre_offset_px(probe).cpu() - self.target_px).to(torch.float32).to(probe.device)
+        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
         if float(offset.abs().max()) < MIN_SHIFT_PX:
             return
         centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
@@ -129,9 +130,9 @@ def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wav
     if recenter.probe:
         steps.append(ProbeCentring(model))
     elif recenter.hold_probe and model.moving_buffers:  # movable exactly when the hold acts (holds_probe)
-        start = probe_centre_offset_px(model.complex_probe().detach())
-        steps.append(ProbeCentring(model, start))
-        said.append(f"model.recenter.hold_probe: the probe's centre of mass held where the initial probe has it, "
+        start = probe_centre_offset_px(model.complex_probe().detach()[:1])
+        steps.append(ProbeCentring(model, start, modes=1))
+        said.append(f"model.recenter.hold_probe: the probe's centre of mass (first mode) held where the initial probe has it, "
                     f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px (y, x) from the window centre")
     if not steps:
         return said

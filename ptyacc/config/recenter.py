@@ -19,12 +19,13 @@ class RecenterConfig:
                "and the object can otherwise drift together by a fraction of a pixel. The saved object's "
                "origin_A follows; positions_A stay in the data's frame.")
     hold_probe: bool = _f(
-        True, "Keep the probe's centre of mass where the initial probe has it (far field; model.recenter.probe "
-               "instead holds it at the window centre): after every iteration the probe is moved back by its drift "
-               "and every position with it, as model.recenter.probe does, so the predicted patterns do not change "
-               "and the object stays where the positions put it, even when the initial probe's centre of mass is "
-               "not the window centre (a defocused probe whose tails wrap around its window). Ignored for "
-               "near-field data.")
+        True, "Keep the centre of mass of the probe's first (strongest) mode where the initial probe has it "
+              "(far field; model.recenter.probe instead centres all modes in the window): after every iteration "
+              "the probe is moved back by its drift and every position with it, so the predicted patterns do not "
+              "change and the object stays where the positions put it, even when the initial probe's centre of "
+              "mass is not the window centre (a defocused probe whose tails wrap around its window). The first "
+              "mode only: the weaker modes' shapes change as they grow, which moves their centres of mass but not "
+              "the object. Ignored for near-field data. false: earlier versions' results.")
     probe_mask_mrad: float | None = _f(
         None, "Electrons: zero the probe's spectrum beyond this angle (mrad; a little above "
               "experiment.semiangle_mrad), so that it cannot grow intensity outside the aperture. null = off.")
