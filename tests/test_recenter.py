@@ -194,3 +194,26 @@ def test_hold_probe_reaches_the_run(tmp_path, hold, modes):
         assert len(said) == 1 and f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px" in said[0], said
     else:
         assert (end - start).abs().max() > 1e-3 and not rec.model.moving_buffers and not said, (end, start)
+
+
+def test_a_moved_whole_pixel_scan_shifts_the_probe_once_with_the_per_position_answer():
+    """A scan on the pixel grid (0.6 A steps of 0.3 A pixels) moved by a common sub-pixel amount
+    (what the hold does): every position has the same sub-pixel rest, so the model shifts the
+    probe once per step; its loss and gradients are those of shifting each position's probe
+    (the per-position path, forced). A scan off the grid (2.4 px steps) takes the per-position path."""
+    config = ptyacc.load_config({**SIM, "experiment": {**SIM["experiment"], "dx_A": 0.3}})
+    data = load_data(config)
+    model = build_model(config, data, ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px))
+    model.move_scan(torch.tensor([0.23, -0.41]))
+    assert model.uniform_shift and not built_model()[0].uniform_shift
+    indices = torch.arange(len(model.positions_px))
+    measured = predicted(model).float() * 1.1  # patterns the model does not fit exactly
+    answers = []
+    for once in (True, False):
+        model.uniform_shift = once
+        model.zero_grad(set_to_none=True)
+        loss = model(indices, measured)
+        loss.backward()
+        answers.append((loss.detach(), model.probe.grad.clone(), model.object.grad.clone()))
+    for fast, slow in zip(*answers):
+        torch.testing.assert_close(fast, slow, rtol=2e-5, atol=2e-5 * float(slow.abs().max()))
