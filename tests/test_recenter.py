@@ -150,3 +150,70 @@ def test_a_rolled_back_iteration_restores_the_moved_positions_too(tmp_path):
     rec = run_with_poison(ptyacc.load_config(settings), 3)
     assert len(rec.loss) == 6 and np.isfinite(rec.loss).all()
     assert np.isfinite(rec.results.positions_A).all() and np.isfinite(rec.results.origin_A).all()
+
+
+def test_holding_the_probe_returns_its_centre_to_where_it_started_and_keeps_the_patterns():
+    """model.recenter.hold_probe: a defocused probe whose centre of mass is not the window centre
+    (its tails wrap around), moved 0.37 px down and 0.81 px left: the hold brings the centre of
+    mass back to the initial probe's (not to the window centre), moves the positions by the
+    drift, and predicts the same patterns to float rounding."""
+    model, _ = built_model(recenter={"hold_probe": True})
+    start = probe_centre_offset_px(model.complex_probe().detach())
+    with torch.no_grad():
+        moved = fourier_shift(model.complex_probe()[None], torch.tensor([[0.37, -0.81]]))[0]
+        model.probe.copy_(torch.view_as_real(moved / model.probe_scale))
+    before, positions = predicted(model), model.positions().detach().clone()
+    drift = probe_centre_offset_px(model.complex_probe().detach()) - start
+    ProbeCentring(model, start)()
+    torch.testing.assert_close(predicted(model), before, rtol=0, atol=1e-4 * float(before.max()))
+    left = probe_centre_offset_px(model.complex_probe().detach()) - start
+    assert left.abs().max() < 0.1 * drift.abs().max(), (left, drift)
+    torch.testing.assert_close(model.positions().detach() - positions, drift.float().expand_as(positions),
+                               rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("hold, modes", [(True, 1), (True, 2), (False, 1)])
+def test_hold_probe_reaches_the_run(tmp_path, hold, modes):
+    """With model.recenter.hold_probe (the default) the run ends with the centre of mass of the
+    probe's first (strongest) mode where the initial probe had it, the scan moved by what the
+    probe drifted; without it the probe drifts and the scan stays."""
+    from conftest import tiny_config
+
+    config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 4, "batch_size": 8},
+                                            model={"recenter": {"hold_probe": hold}, "probe_modes": modes}))
+    data = load_data(config)
+    start = probe_centre_offset_px(build_model(config, data, ObjectGeometry.around(
+        data.positions_A, data.dx_A, data.detector_px)).complex_probe().detach()[:1])
+    rec = ptyacc.reconstruct(config, data=data)
+    end = probe_centre_offset_px(rec.model.complex_probe().detach()[:1])
+    moved = float(rec.model.scan_shift_px.abs().max()) if hold else 0.0
+    log = (tmp_path / "out" / "run.log").read_text().splitlines()
+    said = [line for line in log if "model.recenter.hold_probe: the probe" in line]
+    if hold:
+        assert (end - start).abs().max() < 0.02 and moved > 1e-3, (end, start, moved)
+        assert len(said) == 1 and f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px" in said[0], said
+    else:
+        assert (end - start).abs().max() > 1e-3 and not rec.model.moving_buffers and not said, (end, start)
+
+
+def test_a_moved_whole_pixel_scan_shifts_the_probe_once_with_the_per_position_answer():
+    """A scan on the pixel grid (0.6 A steps of 0.3 A pixels) moved by a common sub-pixel amount
+    (what the hold does): every position has the same sub-pixel rest, so the model shifts the
+    probe once per step; its loss and gradients are those of shifting each position's probe
+    (the per-position path, forced). A scan off the grid (2.4 px steps) takes the per-position path."""
+    config = ptyacc.load_config({**SIM, "experiment": {**SIM["experiment"], "dx_A": 0.3}})
+    data = load_data(config)
+    model = build_model(config, data, ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px))
+    model.move_scan(torch.tensor([0.23, -0.41]))
+    assert model.uniform_shift and not built_model()[0].uniform_shift
+    indices = torch.arange(len(model.positions_px))
+    measured = predicted(model).float() * 1.1  # patterns the model does not fit exactly
+    answers = []
+    for once in (True, False):
+        model.uniform_shift = once
+        model.zero_grad(set_to_none=True)
+        loss = model(indices, measured)
+        loss.backward()
+        answers.append((loss.detach(), model.probe.grad.clone(), model.object.grad.clone()))
+    for fast, slow in zip(*answers):
+        torch.testing.assert_close(fast, slow, rtol=2e-5, atol=2e-5 * float(slow.abs().max()))

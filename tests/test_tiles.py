@@ -176,11 +176,12 @@ def tiled_runs(tiled_config) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 4])
 def test_split_object_gives_the_sharded_data_answer(tiled_config, tiled_runs, processes):
-    """Same object (rel. L2 < 1e-4), positions and loss as runtime.shard_data alone, with
+    """Same object (rel. L2 < 1e-4), positions, origin and loss as runtime.shard_data alone, with
     position refinement and a delayed probe; the shared parameters stay bit-identical."""
     data = ptyacc.load_results(tiled_runs["shard_data", processes] / "results" / "results.h5")
     split = ptyacc.load_results(tiled_runs["shard_object", processes] / "results" / "results.h5")
-    assert split.object.shape == data.object.shape and split.origin_A == data.origin_A
+    # origin_A follows the probe's drift (model.recenter.hold_probe), which the two agree on to rounding
+    assert split.object.shape == data.object.shape and np.allclose(split.origin_A, data.origin_A, rtol=0, atol=1e-4)
     relative = np.linalg.norm(split.object - data.object) / np.linalg.norm(data.object)
     assert relative < 1e-4, relative
     np.testing.assert_allclose(split.loss, data.loss, rtol=1e-4)

@@ -162,7 +162,7 @@ class ModelConfig:
     tilt: Literal["global", "per_position"] = _f(
         "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
                   "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
-    recenter: RecenterConfig = _f(factory=RecenterConfig, doc="Keep the reconstruction in place (off by default).")
+    recenter: RecenterConfig = _f(factory=RecenterConfig, doc="Keep the reconstruction in place (only hold_probe on by default).")
     tilt_smoothing_A: float | None = _f(
         None, "model.tilt: per_position: standard deviation in Å of the Gaussian over neighbouring positions by "
               "which the tilts are averaged after every iteration; null = twice the median distance between "

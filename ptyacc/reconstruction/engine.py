@@ -145,7 +145,8 @@ class Reconstructor:
         self.model = self._initial_model(previous)
         self._tell_hold(config.optim.batch_size)
         self.groups = build_groups(config, self.model, self.accelerator.device)
-        attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
+        for text in attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A):
+            self.log.line(text)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
         self.wrapped, self.loader = prepare(self.accelerator, self.model, self.groups, batches)

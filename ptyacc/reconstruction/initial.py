@@ -14,6 +14,7 @@ from ptyacc.errors import ConfigError
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.recenter import holds_probe
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.results.h5file import Results, load_results
 
@@ -95,7 +96,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                        detector=detector, fit_background=config.model.background,
                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
                        propagation=slice_propagation(config, data, len(geometry.positions_px)),
-                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=config.model.recenter.probe)
+                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=config.model.recenter.probe
+                       or holds_probe(config, near_field=data.near_field_distance_A is not None))
 
 
 def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> SlicePropagation | None:

@@ -99,6 +99,9 @@ class PtychoModel(nn.Module):
         self.register_buffer("fixed_ramps", torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)).contiguous())
         detector = detector or Detector()
         self.near_field = detector.propagator is not None
+        # a scan that only recentring moves keeps one sub-pixel rest for all positions (on the
+        # pixel grid at first, as most scans): the probe is then shifted once per step, not per position
+        self.uniform_shift = movable_scan and not refine_positions and not self.near_field and _uniform(fractions)
         near = detector.propagator if self.near_field else torch.zeros(k, k, dtype=torch.complex64)
         self.register_buffer("detector_propagator", torch.view_as_real(near.to(torch.complex64)).contiguous())
         self.has_mask = detector.mask is not None
@@ -124,8 +127,10 @@ class PtychoModel(nn.Module):
             ramps = shift_ramp(fraction, self.window)
         else:
             top_left = self.fixed_corners[indices]
-            factors = torch.view_as_complex(self.fixed_ramps[indices])  # (B, 2, K)
-            ramps = torch.bmm(factors[:, 0, :, None], factors[:, 1, None, :]) if self.needs_shift else None
+            factors = torch.view_as_complex(self.fixed_ramps[:1] if self.uniform_shift else self.fixed_ramps[indices])
+            ramps = torch.bmm(factors[:, 0, :, None], factors[:, 1, None, :]) if self.needs_shift else None  # (B, K, K)
+            if self.uniform_shift:  # the same ramp for every position: the probe shifted once
+                probe, ramps = torch.fft.ifft2(torch.fft.fft2(probe) * ramps), None
         top_left = top_left - self.object_origin  # corners in the held part of the object
         detector = self.detector()
         weights = self.intensity_weights[indices] if self.intensity_weights is not None else None
@@ -174,6 +179,7 @@ class PtychoModel(nn.Module):
         self.scan_shift_px += shift_px
         corners, fractions = self._window_corners(self.positions_px)
         ramp_y, ramp_x = shift_ramps_1d(fractions, self.window)
+        self.uniform_shift = self.uniform_shift and _uniform(fractions)
         self.fixed_corners.copy_(corners)
         self.fixed_ramps.copy_(torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)))
 
@@ -200,6 +206,12 @@ class PtychoModel(nn.Module):
     def positions(self) -> torch.Tensor:
         """(N, 2) current probe centres in object pixels."""
         return self._centres(torch.arange(len(self.positions_px), device=self.positions_px.device))
+
+
+def _uniform(fractions: torch.Tensor, tolerance_px: float = 1e-4) -> bool:
+    """Whether the sub-pixel rests (N, 2) of all positions agree to ``tolerance_px`` (the
+    tolerance below which a position already counts as on the pixel grid)."""
+    return bool((fractions - fractions[:1]).abs().max() <= tolerance_px)
 
 
 def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:

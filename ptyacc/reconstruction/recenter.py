@@ -35,16 +35,20 @@ def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
 
 
 class ProbeCentring:
-    """The probe's centre of mass moved back to the window centre, the positions with it (module docstring)."""
+    """The centre of mass of the probe's first ``modes`` modes (None: all) moved back to
+    ``target_px`` (2,) (y, x) px from the window centre (zero: the centre;
+    ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
+    with it (module docstring)."""
 
-    def __init__(self, model: PtychoModel) -> None:
-        self.model = model
+    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None) -> None:
+        self.model, self.modes = model, modes
+        self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
 
     @torch.no_grad()
     def __call__(self) -> None:
         model = self.model
         probe = model.complex_probe()
-        offset = probe_centre_offset_px(probe).to(torch.float32)
+        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
         if float(offset.abs().max()) < MIN_SHIFT_PX:
             return
         centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
@@ -106,19 +110,32 @@ class ObjectDepthCentring:
         probe.copy_(torch.fft.ifft2(torch.fft.fft2(probe) * kernel.to(probe.device)))
 
 
-def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wavelength_A: float) -> None:
-    """Run the constraints ``config.model.recenter`` asks for after every iteration, after the
-    probe group's own projection (they change the probe; depth centring the object too)."""
+def holds_probe(config, near_field: bool) -> bool:
+    """Whether ``model.recenter.hold_probe`` acts: far-field data only (moving the probe and the
+    positions together changes near-field images), and not when ``model.recenter.probe`` centres it."""
     recenter = config.model.recenter
-    steps = []
+    return recenter.hold_probe and not recenter.probe and not near_field
+
+
+def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wavelength_A: float) -> list[str]:
+    """Run the constraints ``config.model.recenter`` asks for after every iteration, after the
+    probe group's own projection (they change the probe; depth centring the object too). Returns
+    lines for run.log saying what was chosen from the data (the held probe centre)."""
+    recenter = config.model.recenter
+    steps, said = [], []
     if recenter.probe_mask_mrad is not None:
         steps.append(ProbeMask(model, dx_A, wavelength_A, recenter.probe_mask_mrad))
     if recenter.object_z and config.model.slices > 1:
         steps.append(ObjectDepthCentring(model, dx_A, wavelength_A, config.model.slice_thickness_A))
     if recenter.probe:
         steps.append(ProbeCentring(model))
+    elif recenter.hold_probe and model.moving_buffers:  # movable exactly when the hold acts (holds_probe)
+        start = probe_centre_offset_px(model.complex_probe().detach()[:1])
+        steps.append(ProbeCentring(model, start, modes=1))
+        said.append(f"model.recenter.hold_probe: the probe's centre of mass (first mode) held where the initial probe has it, "
+                    f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px (y, x) from the window centre")
     if not steps:
-        return
+        return said
     group = next(g for g in groups if g.name == "probe")
     projection = group.after_iteration
 
@@ -129,3 +146,4 @@ def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wav
             step()
 
     group.after_iteration = after_iteration
+    return said

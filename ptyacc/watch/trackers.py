@@ -171,7 +171,9 @@ class Trackers:
             values["exchange/waiting_fraction"] = traffic.wait_s / max(history.seconds[-1], 1e-12)
         with torch.no_grad():
             if model.refine_positions:
-                shift = model.positions().double().cpu().numpy() - self.initial_px
+                # less the common move of model.recenter (an object shift, as results.h5's positions_A)
+                moved = model.positions() - model.scan_shift_px
+                shift = moved.double().cpu().numpy() - self.initial_px
                 values["positions/rms_correction_px"] = float(np.sqrt((shift ** 2).sum(axis=1).mean()))
             power = model.complex_probe().abs().square().sum(dim=(-2, -1)).double().cpu().numpy()
         for m, fraction in enumerate(power / power.sum()):
