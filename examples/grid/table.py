@@ -1,0 +1,84 @@
+"""The grid's Markdown table and summary, from the cached JSON of run_grid.py (no reconstruction)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+PTYACC_COLUMNS = ("defaults", "poisson", "recenter")
+# what each summary compares ptyacc's defaults with: (label, package, variants whose best counts)
+ANCHORS = (("PtyRAD tuned", "ptyrad", None), ("Pty-chi LSQML", "ptychi", ("lsqml",)),
+           ("Pty-chi Autodiff", "ptychi", ("autodiff",)))
+
+
+def load(cache: Path, names: list[str]) -> dict[str, dict[tuple[str, str], dict]]:
+    """{point name: {(package, variant): result}} for the points that have any result."""
+    found = {}
+    for name in names:
+        folder = cache / name
+        if folder.is_dir():
+            found[name] = {tuple(path.stem.split("__")): json.loads(path.read_text())
+                           for path in sorted(folder.glob("*.json"))}
+    return found
+
+
+def best_of(results: dict, package: str, variants) -> dict | None:
+    """The result of ``package`` with the highest zero-shift NCC among ``variants`` (all if None)."""
+    runs = [r for (p, v), r in results.items() if p == package and (variants is None or v in variants)]
+    return max(runs, key=lambda r: r["ncc_zero_shift"]) if runs else None
+
+
+def cell(result: dict | None) -> str:
+    return "–" if result is None else f"{result['ncc_zero_shift']:.4f} / {result['ncc_best_shift']:.4f}"
+
+
+def markdown(cache: Path, names: list[str]) -> str:
+    table = load(cache, names)
+    extra = sorted({v for results in table.values() for p, v in results if p == "ptyacc"} - set(PTYACC_COLUMNS))
+    ptyacc_columns = [*PTYACC_COLUMNS, *extra]
+    head = ["dose", "defocus Å", "edge mrad", "slices", "counts/px", *(f"ptyacc {c}" for c in ptyacc_columns),
+            "PtyRAD tuned (setting)", "Pty-chi LSQML", "Pty-chi Autodiff"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for results in table.values():
+        point = next(iter(results.values()))["point"]
+        ptyrad = best_of(results, "ptyrad", None)
+        cells = [f"{point['dose']:g}", f"{point['defocus_A']:+g}", f"{point['edge_mrad']:g}", str(point["slices"]),
+                 f"{next(iter(results.values()))['counts_per_px']:.1f}",
+                 *(cell(results.get(("ptyacc", c))) for c in ptyacc_columns),
+                 cell(ptyrad) + ("" if ptyrad is None else f" ({ptyrad['variant']})"),
+                 cell(results.get(("ptychi", "lsqml"))), cell(results.get(("ptychi", "autodiff")))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + summary(table, ptyacc_columns) + "\n\n" + timing(table)
+
+
+def summary(table: dict, ptyacc_columns: list[str]) -> str:
+    """How often each ptyacc variant is at or above each anchor's zero-shift NCC, on the points where both ran."""
+    lines = []
+    for column in ptyacc_columns:
+        for label, package, variants in ANCHORS:
+            pairs = [(r[("ptyacc", column)], best_of(r, package, variants)) for r in table.values()
+                     if ("ptyacc", column) in r and best_of(r, package, variants) is not None]
+            if not pairs:
+                continue
+            wins = sum(mine["ncc_zero_shift"] >= theirs["ncc_zero_shift"] for mine, theirs in pairs)
+            gap = np.array([mine["ncc_zero_shift"] - theirs["ncc_zero_shift"] for mine, theirs in pairs])
+            lines.append(f"- ptyacc {column} at or above {label}'s zero-shift NCC on {wins} of {len(pairs)} points "
+                         f"(difference: median {np.median(gap):+.4f}, worst {gap.min():+.4f}, best {gap.max():+.4f})")
+    return "\n".join(lines)
+
+
+def timing(table: dict) -> str:
+    """Median seconds per iteration per (package, variant) and slices, with the median load average."""
+    rows = {}
+    for results in table.values():
+        for (package, variant), r in results.items():
+            rows.setdefault((package, variant, r["point"]["slices"]), []).append((r["s_per_iter"], r["loadavg"][0]))
+    lines = ["| package / variant | slices | s/iteration, median (min-max) | load average, median | runs |",
+             "|---|---|---|---|---|"]
+    for (package, variant, slices), values in sorted(rows.items()):
+        seconds, load = np.array(values).T
+        lines.append(f"| {package} {variant} | {slices} | {np.median(seconds):.3f} ({seconds.min():.3f}-"
+                     f"{seconds.max():.3f}) | {np.median(load):.1f} | {len(values)} |")
+    return "\n".join(lines)
