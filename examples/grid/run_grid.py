@@ -12,6 +12,8 @@ without re-running and a new ptyacc variant costs only its own runs.
         --ptyrad-python /tmp/ptyrad-venv/bin/python --ptychi-python /tmp/ptychi-venv/bin/python
     python examples/grid/run_grid.py --work /tmp/grid/work --ptyacc-variant lr02 --set optim.lr.object=0.02
     python examples/grid/run_grid.py --work /tmp/grid/work --table                    # Markdown from the cache
+    python examples/grid/run_grid.py --work /tmp/grid/work --timing 3 --doses 1e5 --packages ptyacc ptyrad ptychi \
+        --ptyrad-variants p1e-3_noreg                                                   # s/iteration, interleaved
 """
 
 from __future__ import annotations
@@ -105,6 +107,22 @@ def jobs(args) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+def timing(args, rounds: int) -> None:
+    """Seconds per iteration of every job, interleaved (A, B, C, A, B, C, ...) at one point per slice
+    count (defocus 0, edge 60 mrad, the first dose), so that a machine's drifting load hits all alike."""
+    seconds: dict[tuple, list[float]] = {}
+    for _ in range(rounds):
+        for point in [(0.0, 60.0, args.doses[0], slices) for slices in SLICES]:
+            for package, variant, settings in jobs(args):
+                result = run_one(args, point, package, variant, settings)
+                seconds.setdefault((point_name(*point), package, variant), []).append(result["s_per_iter"])
+                print(f"{point_name(*point)} {package}/{variant}: {result['s_per_iter']:.3f} s/it, load "
+                      f"{result['loadavg'][0]:.1f}", flush=True)
+    (args.work / "timing.json").write_text(json.dumps({" ".join(k): v for k, v in seconds.items()}, indent=1))
+    for key, values in seconds.items():
+        print(" ".join(key), "median s/iteration", f"{sorted(values)[len(values) // 2]:.3f}", values)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True, help="data/ and cache/ go here")
@@ -118,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", type=Path, default=packages.BENCH, help="the harnesses' folder (../shared/bench)")
     parser.add_argument("--rerun", action="store_true", help="ignore the cache")
     parser.add_argument("--table", action="store_true", help="print the Markdown table from the cache and stop")
+    parser.add_argument("--timing", type=int, metavar="ROUNDS",
+                        help="time the jobs interleaved, ROUNDS times, without the cache, and stop")
     args = parser.parse_args(argv)
+    if args.timing:
+        timing(args, args.timing)
+        return 0
     if args.table:
         print(table.markdown(args.work / "cache", [point_name(*p) for p in points(args.doses)]))
         return 0
