@@ -24,14 +24,24 @@ def load(cache: Path, names: list[str]) -> dict[str, dict[tuple[str, str], dict]
     return found
 
 
+def zero_shift(result: dict) -> float:
+    """The zero-shift NCC, -1 for a reconstruction that diverged (NaN): ranked below any other."""
+    value = result["ncc_zero_shift"]
+    return -1.0 if np.isnan(value) else value
+
+
 def best_of(results: dict, package: str, variants) -> dict | None:
     """The result of ``package`` with the highest zero-shift NCC among ``variants`` (all if None)."""
     runs = [r for (p, v), r in results.items() if p == package and (variants is None or v in variants)]
-    return max(runs, key=lambda r: r["ncc_zero_shift"]) if runs else None
+    return max(runs, key=zero_shift) if runs else None
 
 
 def cell(result: dict | None) -> str:
-    return "–" if result is None else f"{result['ncc_zero_shift']:.4f} / {result['ncc_best_shift']:.4f}"
+    if result is None:
+        return "–"
+    if np.isnan(result["ncc_zero_shift"]):
+        return "NaN (diverged)"
+    return f"{result['ncc_zero_shift']:.4f} / {result['ncc_best_shift']:.4f}"
 
 
 def markdown(cache: Path, names: list[str]) -> str:
@@ -50,7 +60,7 @@ def markdown(cache: Path, names: list[str]) -> str:
                  cell(ptyrad) + ("" if ptyrad is None else f" ({ptyrad['variant']})"),
                  cell(results.get(("ptychi", "lsqml"))), cell(results.get(("ptychi", "autodiff")))]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + summary(table, ptyacc_columns) + "\n\n" + timing(table)
+    return "\n\n".join(["\n".join(lines), summary(table, ptyacc_columns), breakdown(table), timing(table)])
 
 
 def summary(table: dict, ptyacc_columns: list[str]) -> str:
@@ -62,10 +72,31 @@ def summary(table: dict, ptyacc_columns: list[str]) -> str:
                      if ("ptyacc", column) in r and best_of(r, package, variants) is not None]
             if not pairs:
                 continue
-            wins = sum(mine["ncc_zero_shift"] >= theirs["ncc_zero_shift"] for mine, theirs in pairs)
+            wins = sum(zero_shift(mine) >= zero_shift(theirs) for mine, theirs in pairs)
             gap = np.array([mine["ncc_zero_shift"] - theirs["ncc_zero_shift"] for mine, theirs in pairs])
+            diverged = int(np.isnan(gap).sum())
+            gap = gap[np.isfinite(gap)]
             lines.append(f"- ptyacc {column} at or above {label}'s zero-shift NCC on {wins} of {len(pairs)} points "
-                         f"(difference: median {np.median(gap):+.4f}, worst {gap.min():+.4f}, best {gap.max():+.4f})")
+                         f"(difference where both are finite: median {np.median(gap):+.4f}, worst {gap.min():+.4f}, "
+                         f"best {gap.max():+.4f}" + (f"; {diverged} NaN" if diverged else "") + ")")
+    return "\n".join(lines)
+
+
+def breakdown(table: dict, column: str = "defaults") -> str:
+    """Points where ptyacc's ``column`` is at or above each anchor, by dose and slice count."""
+    groups: dict[tuple, list] = {}
+    for results in table.values():
+        point = next(iter(results.values()))["point"]
+        groups.setdefault((point["dose"], point["slices"]), []).append(results)
+    lines = [f"| dose | slices | ptyacc {column} at or above: " + " | ".join(label for label, _, _ in ANCHORS) + " |",
+             "|---|---|" + "---|" * len(ANCHORS)]
+    for (dose, slices), members in groups.items():
+        cells = []
+        for _, package, variants in ANCHORS:
+            pairs = [(r[("ptyacc", column)], best_of(r, package, variants)) for r in members
+                     if ("ptyacc", column) in r and best_of(r, package, variants) is not None]
+            cells.append(f"{sum(zero_shift(a) >= zero_shift(b) for a, b in pairs)} of {len(pairs)}")
+        lines.append(f"| {dose:g} | {slices} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
