@@ -47,9 +47,9 @@ def point_name(defocus_A: float, edge_mrad: float, dose: float, slices: int) -> 
     return f"df{defocus_A:+.0f}_edge{edge_mrad:.0f}_dose{dose:.0e}_s{slices}".replace("+", "p").replace("-", "m")
 
 
-def points(doses: list[float]) -> list[tuple[float, float, float, int]]:
+def points(doses: list[float], slices: list[int] = SLICES) -> list[tuple[float, float, float, int]]:
     """(defocus_A, edge_mrad, dose, slices), doses outermost so a partial run covers whole doses."""
-    return [(f, e, d, s) for d, s, f, e in itertools.product(doses, SLICES, DEFOCI_A, EDGES_MRAD)]
+    return [(f, e, d, s) for d, s, f, e in itertools.product(doses, slices, DEFOCI_A, EDGES_MRAD)]
 
 
 def dataset(work: Path, point: tuple) -> Path:
@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True, help="data/ and cache/ go here")
     parser.add_argument("--doses", type=float, nargs="+", default=[5e3, 1e5, 2e4])
+    parser.add_argument("--slices", type=int, nargs="+", default=list(SLICES), choices=SLICES,
+                        help="only the points with these slice counts (a multislice-only candidate: --slices 4)")
     parser.add_argument("--packages", nargs="+", default=["ptyacc"], choices=["ptyacc", "ptyrad", "ptychi"])
     parser.add_argument("--ptyrad-variants", nargs="+", default=list(PTYRAD_VARIANTS), choices=list(PTYRAD_VARIANTS))
     parser.add_argument("--ptyacc-variant", help="a named ptyacc variant with the --set overrides (ptyacc only)")
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table.markdown(args.work / "cache", [point_name(*p) for p in points(args.doses)]))
         return 0
-    for point in points(args.doses):
+    for point in points(args.doses, args.slices):
         for package, variant, settings in jobs(args):
             cached = args.work / "cache" / point_name(*point) / f"{package}__{variant}.json"
             if cached.is_file() and not args.rerun:
