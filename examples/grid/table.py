@@ -45,22 +45,40 @@ def cell(result: dict | None) -> str:
 
 
 def markdown(cache: Path, names: list[str]) -> str:
+    """The main table (ptyacc's three settings and the anchors), the candidates' table, the
+    summary, the breakdown by dose and slices, and the timing table."""
     table = load(cache, names)
-    extra = sorted({v for results in table.values() for p, v in results if p == "ptyacc"} - set(PTYACC_COLUMNS))
-    ptyacc_columns = [*PTYACC_COLUMNS, *extra]
+    tried = {}  # candidate -> when its first result came: the columns in the order they were tried
+    for results in table.values():
+        for (package, variant), result in results.items():
+            if package == "ptyacc" and variant not in PTYACC_COLUMNS:
+                tried[variant] = min(tried.get(variant, result["finished"]), result["finished"])
+    extra = sorted(tried, key=tried.get)
+    anchors = {"PtyRAD tuned (setting)": lambda r: best_of(r, "ptyrad", None),
+               "Pty-chi LSQML": lambda r: r.get(("ptychi", "lsqml")),
+               "Pty-chi Autodiff": lambda r: r.get(("ptychi", "autodiff"))}
+    parts = [grid(table, list(PTYACC_COLUMNS), anchors)]
+    if extra:
+        parts.append(grid(table, ["defaults", *extra], {}))
+    return "\n\n".join([*parts, summary(table, [*PTYACC_COLUMNS, *extra]), breakdown(table), timing(table)])
+
+
+def grid(table: dict, ptyacc_columns: list[str], anchors: dict) -> str:
+    """One row per point: its coordinates, then a cell per ptyacc setting and per anchor."""
     head = ["dose", "defocus Å", "edge mrad", "slices", "counts/px", *(f"ptyacc {c}" for c in ptyacc_columns),
-            "PtyRAD tuned (setting)", "Pty-chi LSQML", "Pty-chi Autodiff"]
+            *anchors]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for results in table.values():
-        point = next(iter(results.values()))["point"]
-        ptyrad = best_of(results, "ptyrad", None)
+        first = next(iter(results.values()))
+        point = first["point"]
         cells = [f"{point['dose']:g}", f"{point['defocus_A']:+g}", f"{point['edge_mrad']:g}", str(point["slices"]),
-                 f"{next(iter(results.values()))['counts_per_px']:.1f}",
-                 *(cell(results.get(("ptyacc", c))) for c in ptyacc_columns),
-                 cell(ptyrad) + ("" if ptyrad is None else f" ({ptyrad['variant']})"),
-                 cell(results.get(("ptychi", "lsqml"))), cell(results.get(("ptychi", "autodiff")))]
+                 f"{first['counts_per_px']:.1f}", *(cell(results.get(("ptyacc", c))) for c in ptyacc_columns)]
+        for pick in anchors.values():
+            found = pick(results)
+            named = found is not None and found["package"] == "ptyrad"
+            cells.append(cell(found) + (f" ({found['variant']})" if named else ""))
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n\n".join(["\n".join(lines), summary(table, ptyacc_columns), breakdown(table), timing(table)])
+    return "\n".join(lines)
 
 
 def summary(table: dict, ptyacc_columns: list[str]) -> str:
