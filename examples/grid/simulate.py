@@ -1,0 +1,209 @@
+"""An independent electron ptychography simulator for the benchmark grid (NumPy and h5py only; it
+never imports ptyacc, so the grid does not score ptyacc on its own forward model).
+
+Physics and conventions (those of ../shared/bench/make_sim.py, so run_ptyrad.py, run_ptychi.py and
+ptyacc read the files unchanged):
+
+* wavelength: relativistic, lambda = hc / sqrt(E (2 m c^2 + E)), E in eV;
+* probe: psi(k) = A(k) exp(-i chi(k)), A = 1 for |k| <= semiangle / lambda (hard edge),
+  chi = pi lambda C10 |k|^2 with C10 = -defocus_A (defocus_A > 0 = underfocus);
+  probe(r) = fftshift(ifft2(ifftshift(psi))) normalised to sum |probe|^2 = 1, centre at (K/2, K/2);
+* detector: K x K pixels of dk = edge_mrad / 1000 / lambda / (K/2) (the edge at K/2 pixels is the
+  edge angle); object pixel dx = 1 / (K dk);
+* object: ``n_slices`` slices, each a pure phase exp(+i phase_s) of random atoms (Gaussians of random
+  strength at random positions at least ``min_distance_A`` apart); ground-truth pixel [i, j] sits
+  at (i dx, j dx) in Å;
+* scan: a raster of probe centres (y, x) in Å, y slow, row-major, placed off the pixel grid; the
+  window starts at round(c) - K/2 (c = centre in px) and the probe is moved by the remainder with
+  exp(-2 pi i k.f) on its spectrum (exact for a band-limited probe);
+* multislice: transmit slice 0, propagate by the slice thickness dz with the Fresnel kernel
+  exp(-i pi lambda dz |k|^2) (a probe with defocus f comes to focus after dz = f), transmit slice
+  1, ...; the last slice is not propagated (a phase in k, invisible in the intensity);
+* pattern: fftshift(|fft2(exit wave, norm="ortho")|^2) times the dose (electrons per pattern: the
+  pattern sums to it), then Poisson noise; zero frequency at (K/2, K/2), ky along rows.
+
+File layout (make_sim.py's, plus the per-slice truth):
+  /patterns (ny, nx, K, K) float32; /positions_A (ny*nx, 2) float64 (y, x) probe centres in Å;
+  /ground_truth/phase (H, W) float32, the projected phase (sum over slices), attr dx_A;
+  /ground_truth/potential_slices_phase (S, H, W) float32, attr slice_thickness_A;
+  /ground_truth/probe (K, K) complex64; root attributes energy_eV, semiangle_mrad, defocus_A,
+  scan_step_A, dk_invA, dx_A, wavelength_A, edge_mrad, dose_per_pattern, n_slices,
+  slice_thickness_A, scan_shape, seed.
+
+    python examples/grid/simulate.py out.h5 --defocus-A 150 --edge-mrad 60 --dose 2e4 --slices 4
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+
+import h5py
+import numpy as np
+
+HC_EV_A = 12398.419843320026  # h c in eV Å
+ELECTRON_REST_EV = 510998.95  # m c^2 in eV
+
+
+@dataclass
+class Setting:
+    """One dataset of the grid. Lengths in Å, angles in mrad, dose in electrons per pattern
+    (0 = no noise)."""
+
+    defocus_A: float = 0.0
+    edge_mrad: float = 60.0
+    dose: float = 1e5
+    slices: int = 1
+    slice_thickness_A: float = 8.0
+    energy_eV: float = 80e3
+    semiangle_mrad: float = 25.0
+    detector_px: int = 64
+    scan_shape: tuple[int, int] = (16, 16)
+    scan_step_A: float = 0.5
+    atoms_per_A2: float = 0.12
+    atom_phase_rad: tuple[float, float] = (0.3, 0.7)
+    atom_sigma_A: float = 0.35
+    min_distance_A: float = 1.0
+    seed: int = 0
+
+
+def wavelength_A(energy_eV: float) -> float:
+    """Relativistic electron wavelength in Å."""
+    return HC_EV_A / np.sqrt(energy_eV * (2.0 * ELECTRON_REST_EV + energy_eV))
+
+
+def centred_frequencies(n: int, dk_invA: float) -> tuple[np.ndarray, np.ndarray]:
+    """(ky, kx) grids (n, n) in 1/Å with zero frequency at index n // 2."""
+    k = (np.arange(n) - n // 2) * dk_invA
+    return np.meshgrid(k, k, indexing="ij")
+
+
+def probe_wave(n: int, dk_invA: float, lam_A: float, semiangle_mrad: float, defocus_A: float) -> np.ndarray:
+    """(n, n) complex probe, centre at (n/2, n/2), sum |p|^2 = 1."""
+    ky, kx = centred_frequencies(n, dk_invA)
+    k2 = ky ** 2 + kx ** 2
+    aperture = np.sqrt(k2) <= semiangle_mrad * 1e-3 / lam_A
+    chi = np.pi * lam_A * (-defocus_A) * k2
+    probe = np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(aperture * np.exp(-1j * chi))))
+    return probe / np.sqrt(np.sum(np.abs(probe) ** 2))
+
+
+def fresnel_kernel(n: int, dx_A: float, lam_A: float, dz_A: float) -> np.ndarray:
+    """(n, n) propagator exp(-i pi lambda dz |k|^2), unshifted layout (numpy fftfreq)."""
+    k = np.fft.fftfreq(n, d=dx_A)
+    return np.exp(-1j * np.pi * lam_A * dz_A * (k[:, None] ** 2 + k[None, :] ** 2))
+
+
+def random_atoms(shape_px: tuple[int, int], dx_A: float, setting: Setting, rng: np.random.Generator) -> np.ndarray:
+    """(H, W) phase of one slice: Gaussians of random peak phase at random positions (dart throwing
+    with a minimum distance), covering the canvas and a margin."""
+    height_A, width_A = shape_px[0] * dx_A, shape_px[1] * dx_A
+    wanted = int(setting.atoms_per_A2 * height_A * width_A)
+    sites: list[np.ndarray] = []
+    for _ in range(50 * wanted):
+        if len(sites) == wanted:
+            break
+        site = rng.uniform([-1.0, -1.0], [height_A + 1.0, width_A + 1.0])
+        if not sites or np.min(np.hypot(*(np.asarray(sites) - site).T)) >= setting.min_distance_A:
+            sites.append(site)
+    y = np.arange(shape_px[0]) * dx_A
+    x = np.arange(shape_px[1]) * dx_A
+    phase = np.zeros(shape_px)
+    for site, peak in zip(sites, rng.uniform(*setting.atom_phase_rad, size=len(sites))):
+        phase += peak * np.exp(-(y[:, None] - site[0]) ** 2 / (2 * setting.atom_sigma_A ** 2)) \
+                      * np.exp(-(x[None, :] - site[1]) ** 2 / (2 * setting.atom_sigma_A ** 2))
+    return phase
+
+
+def exit_wave(probe: np.ndarray, slices: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """Multislice: (K, K) probe through (S, K, K) complex transmissions, the kernel between slices."""
+    wave = probe * slices[0]
+    for transmission in slices[1:]:
+        wave = np.fft.ifft2(np.fft.fft2(wave) * kernel) * transmission
+    return wave
+
+
+def scan_positions_A(setting: Setting, canvas_A: float) -> np.ndarray:
+    """(N, 2) raster of probe centres (y, x) in Å, centred on the canvas, off the pixel grid."""
+    ny, nx = setting.scan_shape
+    start = canvas_A / 2 - (np.array([ny, nx]) - 1) * setting.scan_step_A / 2 + np.array([0.137, 0.061])
+    iy, ix = np.meshgrid(np.arange(ny), np.arange(nx), indexing="ij")
+    return np.stack([start[0] + iy.ravel() * setting.scan_step_A, start[1] + ix.ravel() * setting.scan_step_A], 1)
+
+
+def patterns_at(probe: np.ndarray, transmissions: np.ndarray, positions_px: np.ndarray, kernel: np.ndarray
+                ) -> np.ndarray:
+    """(N, K, K) noise-free fftshifted intensities (each sums to 1) of the probe at each centre
+    (N, 2) in object pixels through the (S, H, W) transmissions."""
+    n = probe.shape[0]
+    q = np.fft.fftfreq(n)
+    spectrum = np.fft.fft2(probe)
+    out = np.empty((len(positions_px), n, n))
+    for j, centre in enumerate(positions_px):
+        whole = np.round(centre).astype(int)
+        frac = centre - whole
+        moved = np.fft.ifft2(spectrum * np.exp(-2j * np.pi * (frac[0] * q[:, None] + frac[1] * q[None, :])))
+        top, left = whole - n // 2
+        if top < 0 or left < 0 or top + n > transmissions.shape[1] or left + n > transmissions.shape[2]:
+            raise ValueError(f"probe window at {centre} px leaves the object {transmissions.shape[1:]}")
+        wave = exit_wave(moved, transmissions[:, top:top + n, left:left + n], kernel)
+        out[j] = np.fft.fftshift(np.abs(np.fft.fft2(wave, norm="ortho")) ** 2)
+    return out
+
+
+def simulate(setting: Setting) -> dict:
+    """Everything the file holds, as arrays and attributes."""
+    rng = np.random.default_rng(setting.seed)
+    lam = wavelength_A(setting.energy_eV)
+    n = setting.detector_px
+    dk = setting.edge_mrad * 1e-3 / lam / (n // 2)
+    dx = 1.0 / (n * dk)
+    span_A = (max(setting.scan_shape) - 1) * setting.scan_step_A
+    size = int(np.ceil(span_A / dx)) + n + 16
+    size += size % 2
+    phases = np.stack([random_atoms((size, size), dx, setting, rng) for _ in range(setting.slices)])
+    probe = probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A)
+    positions = scan_positions_A(setting, size * dx)
+    kernel = fresnel_kernel(n, dx, lam, setting.slice_thickness_A)
+    clean = patterns_at(probe, np.exp(1j * phases), positions / dx, kernel)
+    patterns = rng.poisson(clean * setting.dose) if setting.dose > 0 else clean
+    return {"patterns": patterns.reshape(*setting.scan_shape, n, n).astype(np.float32), "positions_A": positions,
+            "phases": phases, "probe": probe, "dk_invA": dk, "dx_A": dx, "wavelength_A": lam}
+
+
+def write(path: str, setting: Setting) -> None:
+    """Simulate and write the bench layout to ``path``."""
+    sim = simulate(setting)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("patterns", data=sim["patterns"])
+        f.create_dataset("positions_A", data=sim["positions_A"])
+        truth = f.create_group("ground_truth")
+        truth.create_dataset("phase", data=sim["phases"].sum(0).astype(np.float32)).attrs["dx_A"] = sim["dx_A"]
+        slices = truth.create_dataset("potential_slices_phase", data=sim["phases"].astype(np.float32))
+        slices.attrs["slice_thickness_A"] = setting.slice_thickness_A
+        slices.attrs["dx_A"] = sim["dx_A"]
+        truth.create_dataset("probe", data=sim["probe"].astype(np.complex64))
+        attrs = {key: value for key, value in asdict(setting).items() if not isinstance(value, (tuple, list))}
+        attrs.update(dk_invA=sim["dk_invA"], dx_A=sim["dx_A"], wavelength_A=sim["wavelength_A"],
+                     dose_per_pattern=setting.dose, n_slices=setting.slices, scan_shape=np.array(setting.scan_shape),
+                     simulator="examples/grid/simulate.py (NumPy multislice, independent of ptyacc)")
+        for key, value in attrs.items():
+            f.attrs[key] = value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out")
+    parser.add_argument("--defocus-A", type=float, default=0.0)
+    parser.add_argument("--edge-mrad", type=float, default=60.0)
+    parser.add_argument("--dose", type=float, default=1e5, help="electrons per pattern; 0 = no noise")
+    parser.add_argument("--slices", type=int, default=1)
+    parser.add_argument("--slice-thickness-A", type=float, default=8.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    write(args.out, Setting(defocus_A=args.defocus_A, edge_mrad=args.edge_mrad, dose=args.dose, slices=args.slices,
+                            slice_thickness_A=args.slice_thickness_A, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()
