@@ -234,18 +234,21 @@ def peak_rss_kib(config: dict, folder: Path, name: str) -> int:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak RSS of this process alone: Linux's VmHWM")
 def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
-    """The same object area scanned with 32 x more patterns (each frame repeated 32 times, 124 MiB
-    more as float32): peak RSS in disk mode rises by less than a fifth of that (measured: 10-16 MiB
-    from 1 to 16 copies, 0-5 MiB more from 16 to 32: per-position state, reader buffers and the
-    allocator, not the patterns), from HDF5 and from a memory-mapped .npy file (whose pages read
-    are let go), in device mode by most of the added bytes."""
-    repeat, k, side = 32, 64, 16
+    """The same object area scanned with 8 and with 32 copies of each frame (96 MiB more as float32
+    between the two): peak RSS in disk mode rises by less than a quarter of that, from HDF5 and
+    from a memory-mapped .npy file (whose pages read are let go), in device mode by most of the
+    added bytes. What disk mode does hold per position is small beside a pattern: the sub-pixel
+    shift ramps (2 K complex64, 1 KiB at K = 64, a 16th of a float32 pattern), the positions and
+    the epoch's plan: measured 10 MiB from 256 to 2048 positions and 15 MiB from 2048 to 8192.
+    (From 1 copy the rise includes a one-time part of up to ~10 MiB, which crossed a tighter
+    bound under load.)"""
+    base, repeat, k, side = 8, 32, 64, 16
     rng = np.random.default_rng(0)
     frames = rng.poisson(20.0, size=(side * side, k, k)).astype(np.uint16)
     positions = np.stack(np.meshgrid(np.arange(float(side)), np.arange(float(side)), indexing="ij"), -1
                          ).reshape(-1, 2) * 0.6
     peaks = {}
-    for copies in (1, repeat):
+    for copies in (base, repeat):
         path = tmp_path / f"x{copies}.h5"
         with h5py.File(path, "w") as f:
             f.create_dataset("patterns", data=np.repeat(frames, copies, axis=0), chunks=(16, k, k))
@@ -256,10 +259,10 @@ def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
             config["data"] = {"path": str(data_path), "hold": mode.split("_")[0]}
             config["experiment"]["positions"] = {"path": str(path), "key": "positions_A"}
             peaks[mode, copies] = peak_rss_kib(config, tmp_path, f"{mode}{copies}")
-    added_kib = (repeat - 1) * frames.size * 4 // 1024
+    added_kib = (repeat - base) * frames.size * 4 // 1024
     for disk in ("disk", "disk_npy"):
-        assert peaks[disk, repeat] - peaks[disk, 1] < 0.2 * added_kib, (peaks, added_kib)
-    assert peaks["device", repeat] - peaks["device", 1] > 0.8 * added_kib, (peaks, added_kib)
+        assert peaks[disk, repeat] - peaks[disk, base] < 0.25 * added_kib, (peaks, added_kib)
+    assert peaks["device", repeat] - peaks["device", base] > 0.8 * added_kib, (peaks, added_kib)
 
 
 def test_a_step_reads_its_scattered_rows_run_by_run(tmp_path, monkeypatch):
