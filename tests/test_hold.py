@@ -235,13 +235,11 @@ def peak_rss_kib(config: dict, folder: Path, name: str) -> int:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak RSS of this process alone: Linux's VmHWM")
 def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
     """The same object area scanned with 8 and with 32 copies of each frame (96 MiB more as float32
-    between the two): peak RSS in disk mode rises by less than a quarter of that, from HDF5 and
+    between the two): peak RSS in disk mode rises by less than an eighth of that, from HDF5 and
     from a memory-mapped .npy file (whose pages read are let go), in device mode by most of the
-    added bytes. What disk mode does hold per position is small beside a pattern: the sub-pixel
-    shift ramps (2 K complex64, 1 KiB at K = 64, a 16th of a float32 pattern), the positions and
-    the epoch's plan: measured 10 MiB from 256 to 2048 positions and 15 MiB from 2048 to 8192.
-    (From 1 copy the rise includes a one-time part of up to ~10 MiB, which crossed a tighter
-    bound under load.)"""
+    added bytes. Measured: +1 MiB from 2048 to 8192 positions; +15 MiB while the model kept every
+    position's sub-pixel shift factors (1 KiB each at K = 64), which this bound refuses. (From 1
+    copy the rise includes a one-time part of up to ~10 MiB.)"""
     base, repeat, k, side = 8, 32, 64, 16
     rng = np.random.default_rng(0)
     frames = rng.poisson(20.0, size=(side * side, k, k)).astype(np.uint16)
@@ -261,7 +259,7 @@ def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
             peaks[mode, copies] = peak_rss_kib(config, tmp_path, f"{mode}{copies}")
     added_kib = (repeat - base) * frames.size * 4 // 1024
     for disk in ("disk", "disk_npy"):
-        assert peaks[disk, repeat] - peaks[disk, base] < 0.25 * added_kib, (peaks, added_kib)
+        assert peaks[disk, repeat] - peaks[disk, base] < 0.125 * added_kib, (peaks, added_kib)
     assert peaks["device", repeat] - peaks["device", base] > 0.8 * added_kib, (peaks, added_kib)
 
 

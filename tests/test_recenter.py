@@ -217,3 +217,20 @@ def test_a_moved_whole_pixel_scan_shifts_the_probe_once_with_the_per_position_an
         answers.append((loss.detach(), model.probe.grad.clone(), model.object.grad.clone()))
     for fast, slow in zip(*answers):
         torch.testing.assert_close(fast, slow, rtol=2e-5, atol=2e-5 * float(slow.abs().max()))
+
+
+def test_a_checkpoint_with_the_old_whole_shift_factors_loads_to_the_same_model():
+    """Checkpoints written before the shift factors were made per step hold them whole
+    ('fixed_ramps' (N, 2, K, 2), computed from each position's sub-pixel rest); such a state,
+    moved scan included, loads into today's model with the same rests and the same patterns."""
+    from ptyacc.physics.propagation import shift_ramps_1d
+
+    old, new = built_model(recenter={"probe": True})[0], built_model(recenter={"probe": True})[0]
+    old.move_scan(torch.tensor([0.23, -0.41]))
+    state = old.state_dict()
+    ramp_y, ramp_x = shift_ramps_1d(state.pop("fixed_fractions"), old.window)
+    state["fixed_ramps"] = torch.view_as_real(torch.stack([ramp_y, ramp_x], 1))
+    new.load_state_dict(state)
+    assert torch.equal(new.fixed_fractions, old.fixed_fractions)
+    assert not torch.equal(new.fixed_fractions, built_model(recenter={"probe": True})[0].fixed_fractions)
+    torch.testing.assert_close(predicted(new), predicted(old), rtol=0, atol=0)

@@ -62,12 +62,12 @@ class PtychoModel(nn.Module):
         # object's shift in the data's frame; saved in checkpoints only when it can change
         self.register_buffer("scan_shift_px", torch.zeros(2), persistent=movable_scan)
         # the buffers ``move_scan`` changes: a rollback (hooks.NanGuard) restores them with the parameters
-        self.moving_buffers = ("positions_px", "scan_shift_px", "fixed_corners", "fixed_ramps") if movable_scan else ()
+        self.moving_buffers = ("positions_px", "scan_shift_px", "fixed_corners", "fixed_fractions") if movable_scan else ()
         corners, fractions = self._window_corners(positions_px)
         # With fixed positions on the pixel grid the probe never needs shifting: skip 2 FFTs.
         self.needs_shift = refine_positions or movable_scan or bool(fractions.abs().max() > 1e-4)
-        # Fixed positions: window corners and shift factors are computed once, not every step.
-        ramp_y, ramp_x = shift_ramps_1d(fractions, k)
+        # Fixed positions: window corners and sub-pixel rests are computed once, not every step; the
+        # shift factors (2 K complex numbers, 1 KiB per position at K = 64) from the rests per step
         generator = torch.Generator().manual_seed(seed)
         shape = (object_modes, slices, *geometry.shape)
         y0, y1, x0, x1 = region if region is not None else (0, geometry.shape[0], 0, geometry.shape[1])
@@ -96,7 +96,8 @@ class PtychoModel(nn.Module):
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
         self.register_buffer("propagator", prop.contiguous())
         self.register_buffer("fixed_corners", corners)
-        self.register_buffer("fixed_ramps", torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)).contiguous())
+        self.register_buffer("fixed_fractions", fractions.contiguous())
+        self._register_load_state_dict_pre_hook(self._rests_from_old_state)
         detector = detector or Detector()
         self.near_field = detector.propagator is not None
         # a scan that only recentring moves keeps one sub-pixel rest for all positions (on the
@@ -127,8 +128,11 @@ class PtychoModel(nn.Module):
             ramps = shift_ramp(fraction, self.window)
         else:
             top_left = self.fixed_corners[indices]
-            factors = torch.view_as_complex(self.fixed_ramps[:1] if self.uniform_shift else self.fixed_ramps[indices])
-            ramps = torch.bmm(factors[:, 0, :, None], factors[:, 1, None, :]) if self.needs_shift else None  # (B, K, K)
+            ramps = None
+            if self.needs_shift:
+                ramp_y, ramp_x = shift_ramps_1d(self.fixed_fractions[:1] if self.uniform_shift
+                                                else self.fixed_fractions[indices], self.window)
+                ramps = torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :])  # (B, K, K)
             if self.uniform_shift:  # the same ramp for every position: the probe shifted once
                 probe, ramps = torch.fft.ifft2(torch.fft.fft2(probe) * ramps), None
         top_left = top_left - self.object_origin  # corners in the held part of the object
@@ -151,13 +155,15 @@ class PtychoModel(nn.Module):
         return Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
                         mask=self.detector_mask if self.has_mask else None)
 
-    def _window_corners(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _window_corners(self, centres: torch.Tensor, scan_shift_px: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Integer window corners (B, 2), clamped inside the object, and the sub-pixel
         remainder (B, 2) that the probe shift must supply (differentiable in the centres). The
-        corners are those of the centres before ``move_scan``: a move changes only the remainder,
-        so the probe shift absorbs it exactly."""
+        corners are those of the centres before ``move_scan`` (by ``scan_shift_px``, this
+        model's when None): a move changes only the remainder, so the probe shift absorbs it exactly."""
         half = self.window // 2
-        corner = torch.round(centres.detach() - self.scan_shift_px - half)
+        shift = self.scan_shift_px if scan_shift_px is None else scan_shift_px
+        corner = torch.round(centres.detach() - shift - half)
         high = torch.tensor(self.object_shape, device=centres.device, dtype=centres.dtype) - self.window
         corner = torch.minimum(torch.clamp(corner, min=0), high)
         return corner.long(), centres - half - corner
@@ -178,10 +184,18 @@ class PtychoModel(nn.Module):
         self.positions_px += shift_px
         self.scan_shift_px += shift_px
         corners, fractions = self._window_corners(self.positions_px)
-        ramp_y, ramp_x = shift_ramps_1d(fractions, self.window)
         self.uniform_shift = self.uniform_shift and _uniform(fractions)
         self.fixed_corners.copy_(corners)
-        self.fixed_ramps.copy_(torch.view_as_real(torch.stack([ramp_y, ramp_x], 1)))
+        self.fixed_fractions.copy_(fractions)
+
+    def _rests_from_old_state(self, state: dict, prefix: str, *args) -> None:
+        """A checkpoint written before the shift factors were made per step holds them whole
+        ('fixed_ramps', (N, 2, K, 2)) instead of the sub-pixel rests they came from: the rests
+        are those of its positions (called by ``load_state_dict``)."""
+        ramps = state.pop(prefix + "fixed_ramps", None)
+        if ramps is not None and prefix + "fixed_fractions" not in state:
+            state[prefix + "fixed_fractions"] = self._window_corners(
+                state[prefix + "positions_px"], state.get(prefix + "scan_shift_px", self.scan_shift_px))[1]
 
     def _centres(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal,
