@@ -122,6 +122,7 @@ class PtychoModel(nn.Module):
         indices = indices.reshape(-1)
         probe = self.complex_probe()
         obj = self.complex_object()
+        detector = self.detector()
         propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None
         if self.refine_positions:
             top_left, fraction = self._window_corners(self._centres(indices))
@@ -136,7 +137,6 @@ class PtychoModel(nn.Module):
             if self.uniform_shift:  # the same ramp for every position: the probe shifted once
                 probe, ramps = torch.fft.ifft2(torch.fft.fft2(probe) * ramps), None
         top_left = top_left - self.object_origin  # corners in the held part of the object
-        detector = self.detector()
         weights = self.intensity_weights[indices] if self.intensity_weights is not None else None
         background = self.background * self.background_scale if self.background is not None else None
         if measured is not None:
