@@ -19,7 +19,7 @@ import numpy as np
 import ptyacc
 from ptyacc.data import load_data
 from ptyacc.physics import electron_wavelength_A
-from ptyacc.quality import placed_ncc
+from ptyacc.quality import best_shift_ncc, placed_ncc
 
 K = 48
 VARIANTS = {"defaults": {}, "poisson": {"optim": {"loss": "poisson"}}, "recenter.probe": {"model": {"recenter": {"probe": True}}}}
@@ -39,8 +39,7 @@ def scores(rec) -> tuple[float, float]:
     frame = np.asarray(truth["geometry"].origin_A)
     args = (rec.results.phase, np.asarray(rec.results.origin_A) - frame, rec.results.dx_A,
             rec.data.positions_A - frame, truth["phase"].sum(0))
-    steps = np.arange(-0.6, 0.61, 0.2)
-    return placed_ncc(*args), max(placed_ncc(*args, shift_px=(a, b)) for a in steps for b in steps)
+    return placed_ncc(*args), best_shift_ncc(*args, levels=((0.2, 3),))[0]
 
 
 def merged(base: dict, extra: dict) -> dict:

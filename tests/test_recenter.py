@@ -140,6 +140,23 @@ def test_placed_ncc_places_the_reconstruction_at_its_fractional_origin():
     assert scanned_region_ncc(image, offset_px * dx_A, dx_A, positions_A, truth) < 0.995
 
 
+def test_best_shift_ncc_finds_an_image_declared_off_its_place():
+    """The same band-limited image declared 0.26 px down and 0.14 px left of where it lies: the
+    zero-shift NCC is below 1; the coarse-to-fine search finds the shift (0.26, -0.14) to 0.02 px
+    and an NCC of 1 to rounding; a flat 0.1 px grid gets within a step of it."""
+    from ptyacc.quality import best_shift_ncc, placed_ncc
+
+    y, x = np.mgrid[0:40, 0:40] * (2 * np.pi / 40)
+    truth = np.cos(3 * y + x) + np.sin(2 * x - y)
+    dx_A, positions_A, declared = 0.5, np.array([[8.0, 8.0], [12.0, 12.0]]), np.array([0.26, -0.14])
+    zero = placed_ncc(truth, declared * dx_A, dx_A, positions_A, truth)
+    fine, shift = best_shift_ncc(truth, declared * dx_A, dx_A, positions_A, truth,
+                                 levels=((0.5, 4), (0.1, 4), (0.02, 4)))
+    assert zero < 0.999 and fine > 1 - 1e-9 and np.abs(shift - declared).max() <= 0.0100001, (zero, fine, shift)
+    flat, flat_shift = best_shift_ncc(truth, declared * dx_A, dx_A, positions_A, truth)
+    assert zero < flat <= fine and np.abs(flat_shift - declared).max() <= 0.1, flat_shift
+
+
 def test_a_rolled_back_iteration_restores_the_moved_positions_too(tmp_path):
     """optim.on_nan: rollback with probe centring: the poisoned iteration's centring moved the
     positions by a NaN; the rollback restores them with the parameters, and the run ends finite."""

@@ -21,20 +21,10 @@ BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench"
 def score(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray, truth: np.ndarray) -> dict:
     """Zero-shift NCC and the NCC after the best sub-pixel shift (coarse to fine: 0.5 px steps
     over ±2 px, then 0.1 px, then 0.02 px around the best), both over the scanned region."""
-    from ptyacc.quality import placed_ncc
+    from ptyacc.quality import best_shift_ncc, placed_ncc
 
-    def at(shift):
-        return placed_ncc(phase, origin_A, dx_A, positions_A, truth, shift_px=shift)
-
-    best, best_shift = at((0.0, 0.0)), np.zeros(2)
-    zero = best
-    for step, reach in ((0.5, 4), (0.1, 4), (0.02, 4)):
-        centre = best_shift.copy()
-        for dy in np.arange(-reach, reach + 1) * step:
-            for dx in np.arange(-reach, reach + 1) * step:
-                value = at(tuple(centre + (dy, dx)))
-                if value > best:
-                    best, best_shift = value, centre + (dy, dx)
+    zero = placed_ncc(phase, origin_A, dx_A, positions_A, truth)
+    best, best_shift = best_shift_ncc(phase, origin_A, dx_A, positions_A, truth, levels=((0.5, 4), (0.1, 4), (0.02, 4)))
     return {"ncc_zero_shift": zero, "ncc_best_shift": best, "best_shift_px": [round(float(v), 3) for v in best_shift]}
 
 

@@ -46,3 +46,20 @@ def placed_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray
     image = torch.from_numpy(np.asarray(phase, dtype=float)).to(torch.complex128)
     placed = fourier_shift(image[None], torch.from_numpy(origin_px - whole)[None])[0].real.numpy()
     return scanned_region_ncc(placed, whole * dx_A, dx_A, positions_A, truth)
+
+
+def best_shift_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray, truth: np.ndarray,
+                   levels=((0.1, 5),)) -> tuple[float, np.ndarray]:
+    """The highest ``placed_ncc`` over sub-pixel shifts, and that shift (2,) (y, x) px. ``levels``:
+    (step_px, reach) pairs searched in turn, each a square of (2 reach + 1)^2 shifts step_px
+    apart around the best shift so far (from zero): ((0.1, 5),) is every 0.1 px up to ±0.5 px;
+    ((0.5, 4), (0.1, 4), (0.02, 4)) goes from coarse to fine. The zero shift always counts."""
+    best, best_shift = placed_ncc(phase, origin_A, dx_A, positions_A, truth), np.zeros(2)
+    for step, reach in levels:
+        centre = best_shift.copy()
+        for dy in np.arange(-reach, reach + 1) * step:
+            for dx in np.arange(-reach, reach + 1) * step:
+                value = placed_ncc(phase, origin_A, dx_A, positions_A, truth, shift_px=tuple(centre + (dy, dx)))
+                if value > best:
+                    best, best_shift = value, centre + (dy, dx)
+    return best, best_shift
