@@ -52,3 +52,13 @@ def bright_field_radius_px(mean_pattern: np.ndarray, source: str) -> float:
 def sample_rows(n_patterns: int, count: int = 256) -> np.ndarray:
     """Up to ``count`` evenly spread pattern indices, the same for every process."""
     return np.unique(np.linspace(0, n_patterns - 1, min(n_patterns, count)).round().astype(np.int64))
+
+
+def measured_radius_px(source, n_patterns: int, prepare, every: np.ndarray | None = None) -> float:
+    """Radius (prepared pixels) of the bright-field disk in the mean of an evenly spread sample of
+    the ``n_patterns`` prepared patterns (the same on every process), taken from ``every`` (all of
+    them, as held) or read from ``source`` (a ``readers.PatternFile``, through ``prepare``): the
+    same values either way."""
+    rows = sample_rows(n_patterns)
+    sample = source.read(rows, prepare).patterns if every is None else every[rows]
+    return bright_field_radius_px(np.fft.fftshift(sample.mean(axis=0, dtype=np.float64)), str(source.path))

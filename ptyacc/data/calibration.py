@@ -22,10 +22,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import torch
 
 from ptyacc.config import ExperimentConfig
+from ptyacc.data.dataset import PtychoData
 from ptyacc.data.formats.common import scan_shape_attribute
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.sampling import object_sampling
@@ -140,6 +143,19 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
         values=values,
         sources=sources,
     )
+
+
+def calibrated_data(patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
+                    **fields: Any) -> PtychoData:
+    """The dataset of ``patterns`` (N, K, K) with the positions and calibration of ``calibration``,
+    object pixel ``dx_A`` (the calibration's after ``data.transform``); ``fields``: its other
+    fields (``PtychoData``)."""
+    record = calibration_record(calibration, dx_A, patterns.shape[-1])
+    return PtychoData(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
+                      wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
+                      aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
+                      radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
+                      overrides=calibration.overrides, calibration=record, **fields)
 
 
 def calibration_record(calibration: Calibration, dx_A: float, k: int) -> dict[str, tuple[float, str]]:

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from ptyacc.data.calibration import Calibration
     from ptyacc.data.hold import HoldChoice, StreamedPatterns
 
 
@@ -22,7 +21,8 @@ class PtychoData:
                   (0, K, K) when they are not in memory (``streamed``, ``data.hold`` host or disk).
     positions_A:  (N, 2) float64 probe centres (y, x) in Å, in the patterns' order.
     n_patterns:   N, the number of positions (all of them, also when only some patterns are held).
-    detector_px:  K; dk_invA: the reciprocal pixel 1 / (K dx_A) (1/Å). These three are set at
+    detector_px:  K; dk_invA: the reciprocal pixel 1 / (K dx_A) (1/Å).
+    n_held:       the number of patterns held (by this process). These four are set at
                   construction from the fields above (``dataclasses.replace`` sets them again).
     """
 
@@ -42,32 +42,20 @@ class PtychoData:
     ground_truth: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
     checks: tuple[str, ...] = ()  # what the calibration checks found (ptyacc.data.sanity), one line each
-    # every calibration value used, {name: (value, source)} (``calibration.calibration_record``)
+    # every calibration value used, {name: (value, source)} (``calibration.calibration_record``, ``calibration.calibrated_data``)
     calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
     hold: HoldChoice | None = None  # where data.hold put the patterns read from a file, and why
     streamed: StreamedPatterns | None = None  # the held patterns when they are not in ``patterns``
     n_patterns: int = field(init=False)
     detector_px: int = field(init=False)
     dk_invA: float = field(init=False)
+    n_held: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.n_patterns = len(self.positions_A)
+        self.n_held = self.n_patterns if self.pattern_rows is None else len(self.pattern_rows)
         self.detector_px = self.patterns.shape[-1]
         self.dk_invA = 1.0 / (self.detector_px * self.dx_A)
-
-    @classmethod
-    def calibrated(cls, patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
-                   **fields: Any) -> PtychoData:
-        """``patterns`` with the positions and calibration of ``calibration``, object pixel ``dx_A``
-        (the calibration's after ``data.transform``); ``fields``: the other fields."""
-        from ptyacc.data.calibration import calibration_record
-
-        record = calibration_record(calibration, dx_A, patterns.shape[-1])
-        return cls(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
-                   wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
-                   aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
-                   radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
-                   overrides=calibration.overrides, calibration=record, **fields)
 
     @property
     def mean_intensity(self) -> float:
@@ -75,11 +63,6 @@ class PtychoData:
         if self.streamed is not None:
             return float(self.held_counts_total()) / self.n_held
         return float(self.patterns.sum(dim=(-2, -1), dtype=torch.float64).mean())
-
-    @property
-    def n_held(self) -> int:
-        """The number of patterns held (by this process)."""
-        return self.n_patterns if self.pattern_rows is None else len(self.pattern_rows)
 
     def held_counts_total(self) -> torch.Tensor:
         """() float64: the sum of every held pattern's counts, wherever they are held."""

@@ -129,27 +129,26 @@ class StreamedPatterns:
     warning: str = ""
 
 
-def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, device: torch.device | str,
-                  open_again: Callable[[], object]
+def hold_patterns(data_config, source, rows: np.ndarray | None, prepare, shape: tuple[int, int], n_file: int,
+                  device: torch.device | str, open_again: Callable[[], object]
                   ) -> tuple[np.ndarray, StreamedPatterns | None, HoldChoice]:
-    """The held patterns ``rows`` (None = all) of the open ``source`` (a ``readers.PatternFile``)
-    where ``data_config.hold`` puts them: (prepared float32 (H, K, K), None, the choice) on the
-    device, else ((0, K, K), their ``StreamedPatterns``, the choice). ``open_again`` opens the
-    file anew for the disk reader (``source`` is closed after loading)."""
-    n_file = source.info.n_patterns
+    """The held patterns ``rows`` (None = all ``n_file``) of the open ``source`` (a
+    ``readers.PatternFile``), ``shape`` (K, K) once prepared, where ``data_config.hold`` puts them:
+    (prepared float32 (H, K, K), None, the choice) on the device, else ((0, K, K), their
+    ``StreamedPatterns``, the choice). ``open_again`` opens the file anew for the disk reader
+    (``source`` is closed after loading)."""
     held = np.arange(n_file) if rows is None else np.asarray(rows)
-    shape = tuple(prepare(np.zeros((0, *source.info.shape[-2:]), dtype=np.float32)).shape[1:])
     device_bytes = len(held) * shape[0] * shape[1] * PATTERN_VALUE_BYTES
-    from_file = FileRows(source, prepare)
 
     def host_bytes() -> int:  # as counts (uint16) when a sample of them are counts
-        return len(held) * shape[0] * shape[1] * compact_dtype(from_file(sample_of(held))).itemsize
+        return len(held) * shape[0] * shape[1] * compact_dtype(FileRows(source, prepare)(sample_of(held))).itemsize
 
     choice = choose_hold(data_config.hold, data_config.hold_memory_fraction, device_bytes, host_bytes, device)
     if choice.mode == "device":
         return source.read(rows, prepare).patterns, None, choice
     disk_bytes = source.path.stat().st_size * len(held) // max(n_file, 1)
     if choice.mode == "host":
+        from_file = FileRows(source, prepare)
         dtype = compact_dtype(from_file(sample_of(held)))
         read = HostRows(fill_compact(from_file, held, shape, dtype, BLOCK_BYTES), held)
         host_bytes = read.patterns.nbytes

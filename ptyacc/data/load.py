@@ -12,16 +12,14 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.bright_field import bright_field_radius_px, sample_rows
-from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
+from ptyacc.data.bright_field import measured_radius_px
+from ptyacc.data.calibration import SourceFacts, calibrate, calibrated_data
 from ptyacc.data.dataset import PtychoData, keep_only
-from ptyacc.data.formats.common import Prepare
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.prepare import Preparation, pattern_preparation
-from ptyacc.data.readers import PatternFile, open_patterns, read_hdf5_array
-from ptyacc.data.sanity import check_bright_field, check_xray
+from ptyacc.data.readers import open_patterns, read_hdf5_array
+from ptyacc.data.sanity import calibration_checks
 from ptyacc.data.simulate import simulate_dataset
-from ptyacc.errors import DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
 POSITIONS_SETTING = "experiment.positions.key"
@@ -52,19 +50,21 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         calibration = calibrate(experiment, facts, data.scan_shape)
         prep = Preparation.from_config(data.transform, info.shape[-2:], experiment.geometry == "far_field", name,
                                        info.attrs)
+        shape = prep.shape
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                       info.background if data.subtract_background else None)
         mask = prep.mask(info.mask if data.use_mask else None)
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
-            radius_px = _bright_field_radius_px(source, prepare) * prep.bin  # binning shrinks the disk
+            radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
-        patterns, streamed, choice = hold_patterns(data, source, rows, prepare, device,
-                                                   lambda: open_patterns(path, info.key, **options))
+        patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
+                                                   device, lambda: open_patterns(path, info.key, **options))
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
-        checks = _checked(config, calibration, dx_A, source, prepare, prep, every) if experiment.check_calibration else ()
-    return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
+        checks = calibration_checks(experiment, calibration, dx_A, source, prepare, prep.bin, shape[-1],
+                                    every) if experiment.check_calibration else ()
+    return calibrated_data(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
                                  hold=choice, streamed=streamed)
@@ -78,35 +78,3 @@ def _input_paths(config: Config) -> tuple[Path, Path | None]:
     if spec == "raster":
         return path, None
     return path, config.resolve_input(spec.path) if spec.path else path
-
-
-def _checked(config: Config, calibration: Calibration, dx_A: float, source: PatternFile, prepare: Prepare,
-             prep: Preparation, every: np.ndarray | None) -> tuple[str, ...]:
-    """The physical sanity checks of ``calibration`` against the data (``ptyacc.data.sanity``):
-    their lines for run.log, or a ConfigError naming the likely slip. Electrons in the far
-    field with a semi-angle: the bright-field disk (skipped, with a line saying why, when the
-    mean pattern shows no single disk); X-rays: the scan and the near-field Fresnel number.
-    ``every``: all the prepared patterns (N, K, K) when the load holds them, whose sample the
-    disk is measured on instead of reading it from the file again; None: read the sample."""
-    experiment, k = config.experiment, source.info.shape[-1]
-    if experiment.radiation == "xray":
-        return tuple(check_xray(calibration.positions_A, dx_A, prep.shape[-1], calibration.wavelength_A,
-                                calibration.near_field_distance_A))
-    if calibration.semiangle_mrad is None or experiment.dk_from_bright_field or calibration.values.get(
-            "energy_eV") is None:
-        return ()
-    values = dict(calibration.values, dx_A=calibration.stored_dx_A)
-    try:
-        radius_px = _bright_field_radius_px(source, prepare, every) * prep.bin
-    except DataError as exc:
-        return (f"calibration check skipped: {str(exc).split('; ')[0]}",)
-    return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path)),)
-
-
-def _bright_field_radius_px(source: PatternFile, prepare: Prepare, every: np.ndarray | None = None) -> float:
-    """Radius (prepared pixels) of the bright-field disk in the mean of an evenly spread sample of
-    the prepared patterns (the same on every process), taken from ``every`` (all of them, as
-    held) or read from ``source``: the same values either way."""
-    rows = sample_rows(source.info.n_patterns)
-    sample = source.read(rows, prepare).patterns if every is None else every[rows]
-    return bright_field_radius_px(np.fft.fftshift(sample.mean(axis=0, dtype=np.float64)), str(source.path))

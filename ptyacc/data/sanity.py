@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ptyacc.data.bright_field import measured_radius_px
 from ptyacc.data.sampling import aperture_invA
-from ptyacc.errors import ConfigError
+from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
 TOLERANCE = 0.2  # relative difference of predicted and measured disk radius still accepted
@@ -83,6 +84,30 @@ def check_bright_field(values: Mapping[str, float | None], sources: Mapping[str,
     raise ConfigError(f"experiment: {named} give a bright-field disk of radius {predicted:.3g} px, the data show "
                       f"{measured_radius_px:.3g} px (more than {TOLERANCE:.0%} apart): check these values, or fit dk "
                       f"from the disk with experiment.dk_from_bright_field: true ({SKIP})")
+
+
+def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bin_px: int, prepared_px: int,
+                       every: np.ndarray | None) -> tuple[str, ...]:
+    """The checks of ``calibration`` (a ``calibration.Calibration`` under ``experiment``) against
+    the data: their lines for run.log, or a ConfigError naming the likely slip. Electrons in the
+    far field with a semi-angle: the bright-field disk (skipped, with a line saying why, when the
+    mean pattern shows no single disk), measured on ``every`` (all the prepared patterns (N, K, K)
+    when the load holds them) or on a sample read from ``source`` through ``prepare``, binned by
+    ``bin_px``; X-rays: the scan and the near-field Fresnel number, for the object pixel ``dx_A``
+    and the prepared patterns' width ``prepared_px``."""
+    k = source.info.shape[-1]
+    if experiment.radiation == "xray":
+        return tuple(check_xray(calibration.positions_A, dx_A, prepared_px, calibration.wavelength_A,
+                                calibration.near_field_distance_A))
+    if calibration.semiangle_mrad is None or experiment.dk_from_bright_field or calibration.values.get(
+            "energy_eV") is None:
+        return ()
+    values = dict(calibration.values, dx_A=calibration.stored_dx_A)
+    try:
+        radius_px = measured_radius_px(source, len(calibration.positions_A), prepare, every) * bin_px
+    except DataError as exc:
+        return (f"calibration check skipped: {str(exc).split('; ')[0]}",)
+    return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path)),)
 
 
 def check_xray(positions_A: np.ndarray, dx_A: float, k: int, wavelength: float,

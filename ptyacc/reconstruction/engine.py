@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
-from ptyacc.data.batches import Step
 from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
 from ptyacc.errors import ConfigError, DistributedError
@@ -43,11 +41,11 @@ from ptyacc.reconstruction.interrupt import Interrupt, keep_work
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir
-from ptyacc.reconstruction.tiles import ObjectTiles, plan_tiling
+from ptyacc.reconstruction.tiles import object_tiles
 from ptyacc.reconstruction.validation import ValidationHook, validation_positions
 from ptyacc.results.h5file import Results
 from ptyacc.results.outdir import hold_output_dir
-from ptyacc.results.runlog import RunLog
+from ptyacc.results.runlog import RunLog, data_lines
 
 __all__ = ["Reconstruction", "Reconstructor", "build_model", "check_output_dir", "lr_factor", "reconstruct"]
 
@@ -114,7 +112,8 @@ class Reconstructor:
         self.interrupt = Interrupt(self.accelerator)  # listens during run() only
         main = write and self.accelerator.is_main_process
         self.closing = contextlib.ExitStack()  # what the run holds open
-        self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume)
+        self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume,
+                          terminal=self.accelerator.is_main_process)
         self.closing.callback(self.log.close)
         try:
             self.log.header(config, self.accelerator)
@@ -124,13 +123,14 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ build
     def build(self, data: PtychoData | None = None) -> None:
-        """The state of the run, from the config (and ``data``, if already loaded)."""
+        """The state of the run, from the config (and ``data``, if already loaded). What it chose
+        is said at the end, so that a config error found while building stays the one line a
+        user sees."""
         from accelerate.utils import set_seed
 
-        config = self.config
+        config, accelerator = self.config, self.accelerator
         set_seed(config.runtime.seed)  # Python's, NumPy's, torch's and CUDA's generators
-        self.data, self.plan = load_planned(config, self.world, self.accelerator.process_index, data,
-                                            self.accelerator.device)
+        self.data, self.plan = load_planned(config, self.world, accelerator.process_index, data, accelerator.device)
         self.left_out = validation_positions(self.data.positions_A, config.optim.validation_fraction,
                                              config.runtime.seed)
         previous = previous_results(config, self.data) if config.model.init_from else None
@@ -138,81 +138,47 @@ class Reconstructor:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
-        self.store = pattern_store(self.data, self.plan, self.accelerator.device, config.data.hold)
+        self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
-        self.tiles = self._tiles(batches.n_steps)
-        self.model = self._initial_model(previous)
-        self._tell_hold(config.optim.batch_size)
-        self.groups = build_groups(config, self.model, self.accelerator.device)
-        for text in attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A):
-            self.log.line(text)
+        self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
+                                              batches.n_steps, accelerator.process_index, self.world)
+        held_sum = self.data.held_counts_total().to(accelerator.device)  # the probe's scale: mean counts per pattern
+        if self.plan.shards is not None:
+            held_sum = accelerator.reduce(held_sum, reduction="sum")
+        self.model = build_model(config, self.data, self.geometry, mean_intensity=float(held_sum) / self.data.n_patterns,
+                                 region=self.tiles.region if self.tiles is not None else None)
+        if previous is not None:
+            start_from(self.model, self.geometry, previous, config.model.init_from)
+        # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
+        held = [(text, self.data.hold is not None) for text in hold_lines(
+            self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
+        self.groups = build_groups(config, self.model, accelerator.device)
+        recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
-        self.wrapped, self.loader = prepare(self.accelerator, self.model, self.groups, batches)
+        self.wrapped, self.loader = prepare(accelerator, self.model, self.groups, batches)
         self.model = unwrap(self.wrapped)
         if config.runtime.compile:
-            self.model.loss_terms = CompiledTerms(report=lambda text: _tell(self.accelerator, self.log, text))
+            self.model.loss_terms = CompiledTerms(report=self.log.tell)
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint"
                                                 and self.tiles is None)
         if self.tiles is not None:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
-        self.saver = Saver(self.accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
-                           self.write, self.tiles, tell=lambda text: _tell(self.accelerator, self.log, text),
-                           left_out=self.left_out)
+        self.saver = Saver(accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
+                           self.write, self.tiles, tell=self.log.tell, left_out=self.left_out)
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
-        self.hooks = iteration_hooks(config, self.accelerator, self.log, self.saver, self.groups, self.wrapped,
+        self.hooks = iteration_hooks(config, accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data, self.started, self.closing if self.write else None)
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
-                                                self.accelerator))
-
-    def _tiles(self, steps: int) -> ObjectTiles | None:
-        """The object's split over the processes (``runtime.shard_object``, several processes), for
-        ``steps`` steps per iteration."""
-        config = self.config
-        if not config.runtime.shard_object:
-            return None
-        if self.world == 1:
-            self.log.line("runtime.shard_object: one process holds the whole object (nothing to split)")
-            return None
-        tiling = plan_tiling(config, self.plan, self.geometry.positions_px, self.geometry.shape,
-                             self.data.detector_px, steps)
-        tiles = ObjectTiles(tiling, self.accelerator.process_index, self.world)
-        self.log.line(tiles.describe())
-        return tiles
-
-    def _initial_model(self, previous: Results | None) -> PtychoModel:
-        """The model, its probe scaled to the mean counts per pattern over all processes' patterns."""
-        data = self.data
-        held_sum = data.held_counts_total().to(self.accelerator.device)
-        if self.plan.shards is not None:
-            held_sum = self.accelerator.reduce(held_sum, reduction="sum")
-        model = build_model(self.config, data, self.geometry, mean_intensity=float(held_sum) / data.n_patterns,
-                            region=self.tiles.region if self.tiles is not None else None)
-        if previous is not None:
-            start_from(model, self.geometry, previous, self.config.model.init_from)
-        self.log.line(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, "
-                      f"dx {data.dx_A:.4g} A, object {self.geometry.shape[0]} x {self.geometry.shape[1]} px")
-        for text in data.overrides:
-            _tell(self.accelerator, self.log, f"override: {text}")
-        self.log.line("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()))
-        for text in data.checks:
-            self.log.line(text)
-        return model
-
-    def _tell_hold(self, batch_size: int) -> None:
-        """Where data.hold put the patterns and what they take: on the terminal for patterns read
-        from a file, whose place was chosen; patterns given in memory (simulated, or passed to
-        ``reconstruct``) had no choice to make, so run.log only. Said once the model is built, so
-        that a config error found while building stays the one line a user sees."""
-        per_process_batch = -(-batch_size // self.world)
-        for text in hold_lines(self.data, self.store, self.accelerator.device, per_process_batch):
-            _tell(self.accelerator, self.log, text) if self.data.hold is not None else self.log.line(text)
+                                                accelerator))
+        self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
+                      *((text, False) for text in recentred)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose
@@ -231,30 +197,44 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
-        """The iterations; an iteration with a non-finite loss is undone (and maybe retried); a
-        SIGINT or SIGTERM stops after the current step, keeping the work (``ptyacc.reconstruction.interrupt``)."""
+        """The iterations, each followed by the hooks; an iteration with a non-finite loss is undone
+        (and maybe retried, ``guard.NanGuard``); a SIGINT or SIGTERM stops after the current step,
+        keeping the work (``ptyacc.reconstruction.interrupt``)."""
         with self.interrupt:
-            self._iterations()
-
-    def _iterations(self) -> None:
-        while self.history.done < self.config.optim.iterations:
-            loss, seconds = self._iteration(self.history.done)
-            traffic = self.exchange.take() if self.exchange is not None else None
-            if not self.guard.accept(loss, self.history):
-                continue
-            self.history.record(loss, seconds, traffic)
-            for hook in self.hooks:
-                hook(self.history)
+            while self.history.done < self.config.optim.iterations:
+                loss, seconds = self._iteration(self.history.done)
+                traffic = self.exchange.take() if self.exchange is not None else None
+                if not self.guard.accept(loss, self.history):
+                    continue
+                self.history.record(loss, seconds, traffic)
+                for hook in self.hooks:
+                    hook(self.history)
 
     def _iteration(self, iteration: int) -> tuple[float, float]:
-        """One pass over all positions: the mean loss per pattern over all processes, and the seconds."""
+        """One pass over all positions: the mean loss per pattern over all processes, and the
+        seconds. Each step: loss, gradient, exchange and update; its loss is this process's
+        patterns' sum."""
         self.loader.set_epoch(iteration)
         total = torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
         tick = time.perf_counter()
         try:
             steps = len(self.loader)
             for number, step in enumerate(self.loader):
-                total += self._step(iteration, step)
+                if self.on_step is not None:
+                    self.on_step(iteration, step.indices)
+                if self.exchange is not None:
+                    self.exchange.begin_step(step.batch)
+                if self.tiles is not None:
+                    self.tiles.check_windows(self.model, step.indices)
+                losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
+                # DDP averages gradients over processes; x world makes that average the global sum / B.
+                self.accelerator.backward(losses * (self.world / len(step.batch)))
+                for group in self.groups:
+                    group.step(iteration)
+                for group in self.groups:
+                    if group.after_step is not None:
+                        group.after_step()
+                total += losses.detach()
                 if signum := self.interrupt.requested(number, last=number == steps - 1):
                     raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
             for group in self.groups:
@@ -267,24 +247,6 @@ class Reconstructor:
                 raise
             raise lost from None
         return loss, time.perf_counter() - tick
-
-    def _step(self, iteration: int, step: Step) -> torch.Tensor:
-        """Loss, gradient, exchange and update of one step; the summed loss of this process's patterns."""
-        if self.on_step is not None:
-            self.on_step(iteration, step.indices)
-        if self.exchange is not None:
-            self.exchange.begin_step(step.batch)
-        if self.tiles is not None:
-            self.tiles.check_windows(self.model, step.indices)
-        losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
-        # DDP averages gradients over processes; x world makes that average the global sum / B.
-        self.accelerator.backward(losses * (self.world / len(step.batch)))
-        for group in self.groups:
-            group.step(iteration)
-        for group in self.groups:
-            if group.after_step is not None:
-                group.after_step()
-        return losses.detach()
 
     # ------------------------------------------------------------------ finish
     def finish(self) -> Reconstruction:
@@ -347,10 +309,3 @@ def _lost_contact(exc: RuntimeError, world: int, iteration: int, out_dir: Path) 
                             f"({text.splitlines()[0][:200]}): another process failed or was killed (the "
                             f"launcher's log names it); the newest checkpoint in {checkpoint_folder(out_dir)} "
                             "can be resumed with --resume")
-
-
-def _tell(accelerator, log: RunLog, text: str) -> None:
-    """A message for the user: on the terminal and in run.log (main process)."""
-    log.line(text)
-    if accelerator.is_main_process:
-        print(f"ptyacc: {text}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """What happens at the end of an iteration, one small hook each: the run.log line, the progress
-bar, the sync check, checkpoints, intermediate saves (``iteration_hooks`` picks them from the
-config). The loop calls them in order; each decides for itself whether this iteration is its turn.
+bar, the sync check, checkpoints (``WallClock`` says when a timed one is due), intermediate saves
+(``iteration_hooks`` picks them from the config). The loop calls them in order; each decides for
+itself whether this iteration is its turn.
 The record they read is ``history.History``; the guard against a non-finite loss is ``guard.NanGuard``."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ptyacc.data import PtychoData
 from ptyacc.reconstruction.distributed import check_in_sync
 from ptyacc.reconstruction.groups import ParameterGroup
 from ptyacc.reconstruction.history import History
-from ptyacc.reconstruction.interrupt import WallClock
+from ptyacc.reconstruction.interrupt import agreed_max
 from ptyacc.reconstruction.saving import Saver
 from ptyacc.results.runlog import RunLog
 from ptyacc.watch.progress import in_notebook, progress_bar
@@ -83,6 +84,26 @@ class SyncCheck:
     def __call__(self, history: History) -> None:
         if (self.every and history.done % self.every == 0) or history.done == history.iterations:
             check_in_sync(self.accelerator, self.model, history.done - 1)
+
+
+class WallClock:
+    """Every ``minutes`` of wall time (0: never) a checkpoint is due; ``due`` is called after
+    each iteration on every process and answers the same on all of them (the main process's
+    clock decides)."""
+
+    def __init__(self, accelerator, minutes: float) -> None:
+        self.accelerator, self.seconds = accelerator, minutes * 60
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        if not self.seconds:
+            return False
+        now = time.monotonic()
+        mine = int(now - self.last >= self.seconds) if self.accelerator.is_main_process else 0
+        due = bool(agreed_max(self.accelerator, mine)) if self.accelerator.num_processes > 1 else bool(mine)
+        if due:
+            self.last = now
+        return due
 
 
 class Checkpoints:

@@ -14,7 +14,6 @@ from ptyacc.errors import ConfigError
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.recenter import holds_probe
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.results.h5file import Results, load_results
 
@@ -68,6 +67,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
                           f"probe window ({k} x {k} px)")
     mean_intensity = data.mean_intensity if mean_intensity is None else mean_intensity
+    propagation = slice_propagation(config, data, len(geometry.positions_px))
+    movable = config.model.recenter.probe or holds_probe(config, near_field=data.near_field_distance_A is not None)
     if config.model.recenter.probe and data.near_field_distance_A is not None:
         raise ConfigError("model.recenter.probe: moving the probe and the positions together leaves far-field "
                           "patterns unchanged, not near-field images; set it false for near-field data")
@@ -95,9 +96,16 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                        or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
                        detector=detector, fit_background=config.model.background,
                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
-                       propagation=slice_propagation(config, data, len(geometry.positions_px)),
-                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=config.model.recenter.probe
-                       or holds_probe(config, near_field=data.near_field_distance_A is not None))
+                       propagation=propagation,
+                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=movable)
+
+
+def holds_probe(config: Config, near_field: bool) -> bool:
+    """Whether ``model.recenter.hold_probe`` acts (``recenter.ProbeCentring``), which makes the
+    model's scan movable: far-field data only (moving the probe and the positions together
+    changes near-field images), and not when ``model.recenter.probe`` centres it."""
+    recenter = config.model.recenter
+    return recenter.hold_probe and not recenter.probe and not near_field
 
 
 def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> SlicePropagation | None:

@@ -7,8 +7,8 @@ a checkpoint and results.h5, and raises ``Interrupted``: the CLI prints what was
 exact ``--resume`` command and exits 128 + the signal (130 for SIGINT, 143 for SIGTERM). A
 second Ctrl-C stops at once (Python's KeyboardInterrupt).
 
-``WallClock`` decides when the periodic checkpoint of ``output.checkpoint_minutes`` is due,
-also agreed by all processes (a checkpoint with the object split is a collective).
+``agreed_max`` is that agreement, also used by ``hooks.WallClock`` for the periodic checkpoint
+of ``output.checkpoint_minutes`` (a checkpoint with the object split is a collective).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import shlex
 import signal
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -85,26 +84,6 @@ class Interrupt:
         if not last and (step + 1) % AGREE_EVERY_STEPS:
             return 0
         return agreed_max(self.accelerator, self.signum)
-
-
-class WallClock:
-    """Every ``minutes`` of wall time (0: never) a checkpoint is due; ``due`` is called after
-    each iteration on every process and answers the same on all of them (the main process's
-    clock decides)."""
-
-    def __init__(self, accelerator, minutes: float) -> None:
-        self.accelerator, self.seconds = accelerator, minutes * 60
-        self.last = time.monotonic()
-
-    def due(self) -> bool:
-        if not self.seconds:
-            return False
-        now = time.monotonic()
-        mine = int(now - self.last >= self.seconds) if self.accelerator.is_main_process else 0
-        due = bool(agreed_max(self.accelerator, mine)) if self.accelerator.num_processes > 1 else bool(mine)
-        if due:
-            self.last = now
-        return due
 
 
 def keep_work(signum: int, saver: Saver, guard: NanGuard, groups: list, history: History) -> Interrupted:

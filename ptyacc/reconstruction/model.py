@@ -22,6 +22,17 @@ from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.slices import SlicePropagation
 
 
+def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
+    """(2,) (y, x) px: the centre of mass of the summed intensity of probe modes (P, K, K) minus the window centre (K/2, K/2)."""
+    k = probe.shape[-1]
+    intensity = (probe.real.square() + probe.imag.square()).sum(0).double()
+    coordinates = torch.arange(k, dtype=torch.float64, device=probe.device)
+    total = intensity.sum().clamp_min(1e-300)
+    centre_y = (intensity.sum(1) * coordinates).sum() / total
+    centre_x = (intensity.sum(0) * coordinates).sum() / total
+    return torch.stack([centre_y, centre_x]) - k // 2
+
+
 class PtychoModel(nn.Module):
     """Object, probe and (optionally) position corrections of one reconstruction.
 
@@ -211,6 +222,11 @@ class PtychoModel(nn.Module):
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
         return torch.view_as_complex(self.probe) * self.probe_scale
+
+    def probe_centre_px(self, modes: int | None = None) -> torch.Tensor:
+        """(2,) float64 (y, x) px: the centre of mass of the first ``modes`` probe modes' summed
+        intensity (None: all) from the window centre (``probe_centre_offset_px``)."""
+        return probe_centre_offset_px(self.complex_probe().detach()[:modes])
 
     def complex_object(self) -> torch.Tensor:
         """(object_modes, slices, Ny, Nx) complex64 transmission (a view of the parameter; the

@@ -18,20 +18,9 @@ from __future__ import annotations
 import torch
 
 from ptyacc.physics import fourier_shift, fresnel_propagator, spatial_frequencies
-from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.model import PtychoModel, probe_centre_offset_px  # noqa: F401 (its old home)
 
 MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
-
-
-def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
-    """(2,) (y, x) px: the centre of mass of the summed intensity of probe modes (P, K, K) minus the window centre (K/2, K/2)."""
-    k = probe.shape[-1]
-    intensity = (probe.real.square() + probe.imag.square()).sum(0).double()
-    coordinates = torch.arange(k, dtype=torch.float64, device=probe.device)
-    total = intensity.sum().clamp_min(1e-300)
-    centre_y = (intensity.sum(1) * coordinates).sum() / total
-    centre_x = (intensity.sum(0) * coordinates).sum() / total
-    return torch.stack([centre_y, centre_x]) - k // 2
 
 
 class ProbeCentring:
@@ -40,15 +29,19 @@ class ProbeCentring:
     ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
     with it (module docstring)."""
 
-    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None) -> None:
+    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None,
+                 hold: bool = False) -> None:
+        """``hold``: the target is where the probe's first ``modes`` have their centre now."""
         self.model, self.modes = model, modes
+        if hold:
+            target_px = model.probe_centre_px(modes)
         self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
 
     @torch.no_grad()
     def __call__(self) -> None:
         model = self.model
         probe = model.complex_probe()
-        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
+        offset = (model.probe_centre_px(self.modes).cpu() - self.target_px).to(torch.float32).to(probe.device)
         if float(offset.abs().max()) < MIN_SHIFT_PX:
             return
         centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
@@ -110,13 +103,6 @@ class ObjectDepthCentring:
         probe.copy_(torch.fft.ifft2(torch.fft.fft2(probe) * kernel.to(probe.device)))
 
 
-def holds_probe(config, near_field: bool) -> bool:
-    """Whether ``model.recenter.hold_probe`` acts: far-field data only (moving the probe and the
-    positions together changes near-field images), and not when ``model.recenter.probe`` centres it."""
-    recenter = config.model.recenter
-    return recenter.hold_probe and not recenter.probe and not near_field
-
-
 def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wavelength_A: float) -> list[str]:
     """Run the constraints ``config.model.recenter`` asks for after every iteration, after the
     probe group's own projection (they change the probe; depth centring the object too). Returns
@@ -129,9 +115,9 @@ def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wav
         steps.append(ObjectDepthCentring(model, dx_A, wavelength_A, config.model.slice_thickness_A))
     if recenter.probe:
         steps.append(ProbeCentring(model))
-    elif recenter.hold_probe and model.moving_buffers:  # movable exactly when the hold acts (holds_probe)
-        start = probe_centre_offset_px(model.complex_probe().detach()[:1])
-        steps.append(ProbeCentring(model, start, modes=1))
+    elif recenter.hold_probe and model.moving_buffers:  # movable exactly when the hold acts (initial.holds_probe)
+        steps.append(ProbeCentring(model, modes=1, hold=True))
+        start = steps[-1].target_px
         said.append(f"model.recenter.hold_probe: the probe's centre of mass (first mode) held where the initial probe has it, "
                     f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px (y, x) from the window centre")
     if not steps:

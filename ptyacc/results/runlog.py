@@ -55,15 +55,27 @@ def ptyacc_logger():
     return adapter
 
 
+def data_lines(data, object_shape: tuple[int, int]) -> list[tuple[str, bool]]:
+    """What run.log says of the dataset ``data`` (a ``PtychoData``) and the object of
+    ``object_shape`` px built for it, as ``RunLog.say`` takes them: the config values that replace
+    the file's also on the terminal."""
+    lines = [(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, "
+              f"dx {data.dx_A:.4g} A, object {object_shape[0]} x {object_shape[1]} px", False)]
+    lines += [(f"override: {text}", True) for text in data.overrides]
+    lines.append(("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()), False))
+    return lines + [(text, False) for text in data.checks]
+
+
 class RunLog:
     """ptyacc's messages of one run, into ``path`` (run.log) through ptyacc's logger; with
     ``path`` None (other processes, or no output) the lines reach only the handlers a user added,
     and it takes part in the collective that gathers the device of every process. ``close``
     detaches run.log from the logger at the end of the run."""
 
-    def __init__(self, path: Path | None, append: bool = False) -> None:
-        """A new log replaces an old one, unless ``append`` (a resumed run continues its log)."""
-        self.logger = ptyacc_logger()
+    def __init__(self, path: Path | None, append: bool = False, terminal: bool = False) -> None:
+        """A new log replaces an old one, unless ``append`` (a resumed run continues its log).
+        ``terminal``: what ``tell`` says reaches the terminal too (the main process)."""
+        self.logger, self.terminal = ptyacc_logger(), terminal
         self.file = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +87,17 @@ class RunLog:
     def line(self, text: str) -> None:
         """Log a line (main process)."""
         self.logger.info(text)
+
+    def tell(self, text: str) -> None:
+        """A message for the user: in run.log, and on the terminal (``terminal``)."""
+        self.line(text)
+        if self.terminal:
+            print(f"ptyacc: {text}", file=sys.stderr)
+
+    def say(self, lines: list[tuple[str, bool]]) -> None:
+        """Each (text, for the user too) in order: ``tell`` when for the user, else ``line``."""
+        for text, to_user in lines:
+            self.tell(text) if to_user else self.line(text)
 
     def close(self) -> None:
         """Detach run.log from ptyacc's logger (a later run in this process has its own)."""

@@ -34,12 +34,12 @@ def copy_rows(source, pattern_shape: tuple[int, int], rows: np.ndarray | None, p
     stored = tuple(source.shape[-2:])
     per_first = int(np.prod(source.shape[1:-2]))  # patterns per index of the first axis
     wanted = _checked_rows(rows, source.shape[0] * per_first)
+    release, by_runs = _page_release(source), _reads_runs(source, rows)  # asked once, before the chunks
     empty = np.zeros((0, *pattern_shape), dtype=np.float32)
     out_shape = pattern_shape if prepare is None else prepare(empty).shape[1:]
     patterns = np.empty((len(wanted), *out_shape), dtype=np.float32)
     budget = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, patterns.nbytes // CHUNKS_AT_LEAST))
     per_chunk = max(1, budget // (max(4, source.dtype.itemsize) * stored[0] * stored[1]))  # patterns
-    release, by_runs = _page_release(source), _reads_runs(source, rows)
     start = 0
     while start < len(wanted):
         first = int(wanted[start])
