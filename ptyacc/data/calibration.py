@@ -22,13 +22,10 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import torch
 
 from ptyacc.config import ExperimentConfig
-from ptyacc.data.dataset import PtychoData
 from ptyacc.data.formats.common import scan_shape_attribute
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.sampling import object_sampling
@@ -143,32 +140,6 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
         values=values,
         sources=sources,
     )
-
-
-def calibrated_data(patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
-                    **fields: Any) -> PtychoData:
-    """The dataset of ``patterns`` (N, K, K) with the positions and calibration of ``calibration``,
-    object pixel ``dx_A`` (the calibration's after ``data.transform``); ``fields``: its other
-    fields (``PtychoData``)."""
-    record = calibration_record(calibration, dx_A, patterns.shape[-1])
-    return PtychoData(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
-                      wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
-                      aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
-                      radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
-                      overrides=calibration.overrides, calibration=record, **fields)
-
-
-def calibration_record(calibration: Calibration, dx_A: float, k: int) -> dict[str, tuple[float, str]]:
-    """Every calibration value used, as {name: (value, source)} for run.log and results.h5: those
-    of ``calibration`` (with their ``sources``), its wavelength, and the object pixel ``dx_A`` and
-    reciprocal pixel of the patterns as prepared, ``k`` px wide ("derived")."""
-    record = {name: (float(value), calibration.sources.get(name, "derived"))
-              for name, value in calibration.values.items() if value is not None}
-    record.update({name: value for name, value in (("stored_dk_invA", record.pop("dk_invA", None)),
-                                                   ("stored_dx_A", record.pop("dx_A", None))) if value is not None})
-    record["wavelength_A"] = (calibration.wavelength_A, calibration.sources.get("wavelength_A", "derived"))
-    record["dx_A"], record["dk_invA"] = (dx_A, "derived"), (1.0 / (k * dx_A), "derived")
-    return record
 
 
 FILE_NUMBERS = ("energy_eV", "semiangle_mrad", "defocus_A", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",

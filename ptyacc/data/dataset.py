@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from ptyacc.data.calibration import Calibration
     from ptyacc.data.hold import HoldChoice, StreamedPatterns
 
 
@@ -42,7 +43,7 @@ class PtychoData:
     ground_truth: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
     checks: tuple[str, ...] = ()  # what the calibration checks found (ptyacc.data.sanity), one line each
-    # every calibration value used, {name: (value, source)} (``calibration.calibration_record``, ``calibration.calibrated_data``)
+    # every calibration value used, {name: (value, source)} (``calibration_record``)
     calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
     hold: HoldChoice | None = None  # where data.hold put the patterns read from a file, and why
     streamed: StreamedPatterns | None = None  # the held patterns when they are not in ``patterns``
@@ -56,6 +57,18 @@ class PtychoData:
         self.n_held = self.n_patterns if self.pattern_rows is None else len(self.pattern_rows)
         self.detector_px = self.patterns.shape[-1]
         self.dk_invA = 1.0 / (self.detector_px * self.dx_A)
+
+    @classmethod
+    def calibrated(cls, patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
+                   **fields: Any) -> PtychoData:
+        """``patterns`` with the positions and calibration of ``calibration``, object pixel ``dx_A``
+        (the calibration's after ``data.transform``); ``fields``: the other fields."""
+        return cls(patterns=patterns, positions_A=calibration.positions_A, dx_A=dx_A,
+                   wavelength_A=calibration.wavelength_A, semiangle_mrad=calibration.semiangle_mrad,
+                   aberrations=calibration.aberrations, scan_shape=calibration.scan_shape, source=source,
+                   radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
+                   overrides=calibration.overrides, calibration=calibration_record(calibration, dx_A, patterns.shape[-1]),
+                   **fields)
 
     @property
     def mean_intensity(self) -> float:
@@ -84,3 +97,16 @@ def keep_only(data: PtychoData, keep) -> PtychoData:
         return data
     rows = np.asarray(keep(data.positions_A))
     return dataclasses.replace(data, patterns=data.patterns[torch.from_numpy(rows)].clone(), pattern_rows=rows)
+
+
+def calibration_record(calibration: Calibration, dx_A: float, k: int) -> dict[str, tuple[float, str]]:
+    """Every calibration value used, as {name: (value, source)} for run.log and results.h5: those
+    of ``calibration`` (with their ``sources``), its wavelength, and the object pixel ``dx_A`` and
+    reciprocal pixel of the patterns as prepared, ``k`` px wide ("derived")."""
+    record = {name: (float(value), calibration.sources.get(name, "derived"))
+              for name, value in calibration.values.items() if value is not None}
+    record.update({name: value for name, value in (("stored_dk_invA", record.pop("dk_invA", None)),
+                                                   ("stored_dx_A", record.pop("dx_A", None))) if value is not None})
+    record["wavelength_A"] = (calibration.wavelength_A, calibration.sources.get("wavelength_A", "derived"))
+    record["dx_A"], record["dk_invA"] = (dx_A, "derived"), (1.0 / (k * dx_A), "derived")
+    return record

@@ -13,7 +13,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data.bright_field import measured_radius_px
-from ptyacc.data.calibration import SourceFacts, calibrate, calibrated_data
+from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.prepare import Preparation, pattern_preparation
@@ -64,7 +64,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
         checks = calibration_checks(experiment, calibration, dx_A, source, prepare, prep.bin, shape[-1],
                                     every) if experiment.check_calibration else ()
-    return calibrated_data(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
+    return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
                                  hold=choice, streamed=streamed)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.calibration import SourceFacts, calibrate, calibrated_data
+from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData
 from ptyacc.physics import (
     Detector,
@@ -55,7 +55,7 @@ def simulate_dataset(config: Config) -> PtychoData:
     if sim.dose is not None:
         patterns = torch.poisson(patterns, generator=torch.Generator().manual_seed(sim.seed))
     truth = {"phase": phase, "probe": probe.numpy(), "geometry": geometry, "positions_A": geometry.to_A(true_positions_px)}
-    return calibrated_data(patterns.to(torch.float32), calibration, dx, "simulated", ground_truth=truth)
+    return PtychoData.calibrated(patterns.to(torch.float32), calibration, dx, "simulated", ground_truth=truth)
 
 
 def _random_atoms(shape: tuple[int, int], dx: float, slices: int, sim, rng: np.random.Generator) -> np.ndarray:
