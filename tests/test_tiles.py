@@ -140,6 +140,8 @@ def test_one_process_with_shard_object_is_the_usual_run(tmp_path):
                                                          f"output.dir={tmp_path / 'split'}"]))
     assert np.array_equal(plain.results.object, split.results.object)
     assert "one process holds the whole object" in (tmp_path / "split" / "run.log").read_text()
+    said = [line.split(" ", 1)[1] for line in (tmp_path / "plain" / "run.log").read_text().splitlines()]
+    assert not [line for line in said if line.startswith("runtime.shard_object")]  # the plain run splits nothing
 
 
 # ----------------------------------------------------------------------------- real processes
