@@ -20,7 +20,7 @@ from ptyacc.physics.regularizers import (
     phase_total_variation_gradient,
 )
 from ptyacc.quality import scanned_region
-from ptyacc.tiles import Tiling, needs_one_pixel_ring
+from ptyacc.tiles import Tiling, needs_pixel_ring
 
 EPS = 0.05
 
@@ -182,9 +182,9 @@ def test_bad_regularizer_values_are_refused_with_their_key():
 def test_split_object_without_a_ring_around_each_tile_is_refused_for_tv():
     owned = ((0, 10, 0, 20), (10, 20, 0, 20))
     ring = ((0, 11, 0, 20), (9, 20, 0, 20))
-    needs_one_pixel_ring(Tiling((20, 20), 4, owned, ring, ()))
+    needs_pixel_ring(Tiling((20, 20), 4, owned, ring, ()))
     with pytest.raises(ConfigError, match="runtime.shard_object: process 0 .*tv_phase"):
-        needs_one_pixel_ring(Tiling((20, 20), 4, owned, owned, ()))
+        needs_pixel_ring(Tiling((20, 20), 4, owned, owned, ()))
 
 
 def multislice_config(tmp_path, **regularize):
@@ -261,13 +261,13 @@ def test_phase_tv_lowers_the_phase_noise_of_a_low_dose_reconstruction():
 
 @pytest.fixture(scope="module")
 def regularized_runs(tmp_path_factory) -> dict:
-    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3 and depth_blur_slices
-    0.7, on 1 and 2 processes; and a 10 x 10 scan 1.5 A apart (a 66 x 66 px object, two tiles)
+    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3, depth_blur_slices 0.7
+    and lateral_blur_px 0.5, on 1 and 2 processes; and a 10 x 10 scan 1.5 A apart (a 66 x 66 px object, two tiles)
     with the same regularisers, on 2 processes with runtime.shard_data and with shard_object."""
     from test_distributed import WORKER, launch
 
     folder = tmp_path_factory.mktemp("regularized")
-    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7}
+    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "lateral_blur_px": 0.5}
     replicated = tiny_config(folder, optim={"iterations": 10, "batch_size": 8, "start": {"probe": 3, "positions": 2},
                                             "regularize": regularize},
                              model={"slices": 3}, output={"figures": False})

@@ -244,9 +244,14 @@ class RegularizeConfig:
              "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
              "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
              "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
+    lateral_blur_px: float = _f(
+        0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
+             "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
+             "slice's summed phase is kept); PtyRAD's obj_rblur (0.4 px). For noisy, smooth objects; it blurs "
+             "features narrower than a few sigma. 0 = off.")
 
     def _check(self, path: str) -> None:
-        for name in ("tv_phase", "depth_blur_slices"):
+        for name in ("tv_phase", "depth_blur_slices", "lateral_blur_px"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
         _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")
 
