@@ -170,7 +170,7 @@ def test_depth_blur_weights_are_symmetric_and_keep_sums():
 
 
 def test_bad_regularizer_values_are_refused_with_their_key():
-    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase: must be >= 0"):
+    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase: must be auto or >= 0"):
         ptyacc.load_config(None, ["optim.regularize.tv_phase=-1"])
     with pytest.raises(ConfigError, match=r"optim.regularize.tv_epsilon_rad: must be > 0"):
         ptyacc.load_config(None, ["optim.regularize.tv_epsilon_rad=0"])
@@ -192,24 +192,31 @@ def multislice_config(tmp_path, **regularize):
                                           optim={"iterations": 3, "regularize": regularize}))
 
 
-def test_regularizers_are_off_by_default(tmp_path, monkeypatch):
-    """With the keys at their defaults neither regulariser runs (each would raise here), and the
-    keys written out at their default values give the same object bit for bit."""
+def test_regularizers_are_off_by_default_on_one_slice(tmp_path, monkeypatch):
+    """With the keys at their defaults no regulariser runs on a single-slice object (each would
+    raise here), and the keys written out as 0 give the same object bit for bit. (On several
+    slices tv_phase auto turns the phase TV on: tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
 
-    default = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
+    one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
 
     def refuse(*args, **kwargs):
         raise AssertionError("a regulariser ran although it is off")
 
     monkeypatch.setattr(groups, "depth_blur", refuse)
+    monkeypatch.setattr(groups, "lateral_blur", refuse)
     monkeypatch.setattr(groups, "phase_total_variation_gradient", refuse)
-    explicit = ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, depth_blur_slices=0.0), write=False)
+    default = ptyacc.reconstruct(one_slice, write=False).results.object
+    explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), ["optim.regularize.tv_phase=0"]),
+                                  write=False)
     np.testing.assert_array_equal(explicit.results.object, default)
+    ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, depth_blur_slices=0.5), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.1), write=False)
+    with pytest.raises(AssertionError, match="regulariser ran"):
+        ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, lateral_blur_px=0.5), write=False)
 
 
 def test_depth_blur_lowers_the_high_kz_content_of_a_reconstruction(tmp_path):

@@ -28,6 +28,7 @@ from ptyacc.physics.regularizers import (
     phase_total_variation_gradient,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
+from ptyacc.reconstruction.multislice_auto import announce, resolved_tv_phase
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
@@ -168,11 +169,12 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
             model.object.data.copy_(lateral_blur(model.object.data, lateral_px))
         clamp_amplitude(model.object, low, high)
 
-    regularizer = None
-    if regularize.tv_phase > 0:
+    regularizer, tv_phase = None, resolved_tv_phase(config)
+    announce(config)
+    if tv_phase > 0:
         # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
         # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too
-        regularizer = PhaseTV(regularize.tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
+        regularizer = PhaseTV(tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
     return ParameterGroup("object", [model.object], config.optim.lr.object, config.optim.start.object,
                           after_iteration=project, regularizer=regularizer,
                           exact_projection=sigma == 0 and lateral_px == 0,
