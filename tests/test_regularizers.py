@@ -195,7 +195,7 @@ def multislice_config(tmp_path, **regularize):
 def test_regularizers_are_off_by_default_on_one_slice(tmp_path, monkeypatch):
     """With the keys at their defaults no regulariser runs on a single-slice object (each would
     raise here), and the keys written out as 0 give the same object bit for bit. (On several
-    slices tv_phase auto turns the phase TV on: tests/test_multislice_auto.py.)"""
+    slices auto turns the phase TV and the lateral blur on: tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
 
     one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
@@ -207,10 +207,11 @@ def test_regularizers_are_off_by_default_on_one_slice(tmp_path, monkeypatch):
     monkeypatch.setattr(groups, "lateral_blur", refuse)
     monkeypatch.setattr(groups, "phase_total_variation_gradient", refuse)
     default = ptyacc.reconstruct(one_slice, write=False).results.object
-    explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), ["optim.regularize.tv_phase=0"]),
+    explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), ["optim.regularize.tv_phase=0",
+                                                                           "optim.regularize.lateral_blur_px=0"]),
                                   write=False)
     np.testing.assert_array_equal(explicit.results.object, default)
-    ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0), write=False)
+    ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, lateral_blur_px=0.0), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, depth_blur_slices=0.5), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):

@@ -28,7 +28,7 @@ from ptyacc.physics.regularizers import (
     phase_total_variation_gradient,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import announce, resolved_tv_phase
+from ptyacc.reconstruction.multislice_auto import announce, resolved
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
@@ -160,7 +160,7 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
-    lateral_px = regularize.lateral_blur_px
+    lateral_px = resolved(config, "lateral_blur_px")
 
     def project() -> None:
         if sigma > 0:
@@ -169,7 +169,7 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
             model.object.data.copy_(lateral_blur(model.object.data, lateral_px))
         clamp_amplitude(model.object, low, high)
 
-    regularizer, tv_phase = None, resolved_tv_phase(config)
+    regularizer, tv_phase = None, resolved(config, "tv_phase")
     announce(config)
     if tv_phase > 0:
         # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased

@@ -1,17 +1,21 @@
-"""``optim.regularize.tv_phase: auto`` (the default): the phase total variation that a run gets
-when the user names no weight, resolved from the config alone, the same on every process.
+"""The ``auto`` values of ``optim.regularize.tv_phase`` and ``lateral_blur_px`` (both auto by
+default): the priors a run gets when the user names none, resolved from the config alone (the
+slice count), the same on every process.
 
-- One slice: 0 (off). On the abTEM MoS2 demo, whose atoms are sharp, every weight tried lowers
-  the single-slice NCC at low dose (5e3 electrons: 0.8900 at 0, 0.8875 at 1, 0.8748 at 3).
-- Several slices (``model.slices`` > 1): ``MULTISLICE_TV_PHASE``. On the independent grid's 18
-  multislice points (docs/quality-grid.md) 1 raises ptyacc's zero-shift NCC on every point (median
-  +0.003) and brings it level with or above tuned PtyRAD on 7 of them (3 with another seed) where
-  the unregularised defaults are on none; on the MoS2 demo reconstructed with its 3 true slices it
-  is level or better at every dose (4 seeds), and on ``sim_32x32`` / ``sim_lowdose`` with 4 modes
-  and 4 slices it changes the NCC by under 2e-4. Weights of 2-3 do more on the grid but cost the
-  MoS2 3-slice case 0.012-0.023 at 5e3 electrons: 1 is the weight that held on every case.
+- One slice: both 0 (off), the run as before. On the abTEM MoS2 demo, whose atoms are sharp, every
+  TV weight tried lowers the single-slice NCC at low dose (5e3 electrons: 0.8900 at 0, 0.8875 at 1,
+  0.8748 at 3).
+- Several slices (``model.slices`` > 1): ``MULTISLICE``, a phase TV of weight 1 and a lateral blur
+  of 0.3 px. On the independent grid's 18 multislice points (docs/quality-grid.md, "A multislice
+  default") they raise ptyacc's zero-shift NCC on every point (median +0.004) and bring it level
+  with or above tuned PtyRAD on 9 of them (8 with another seed) where the unregularised defaults
+  are on none. On the MoS2 demo reconstructed with its 3 true slices they are level within the
+  seed spread at every dose, and on ``sim_32x32`` / ``sim_lowdose`` (4 modes, 4 slices) they raise
+  the NCC a little (0.9983 -> 0.9986, 0.9858 -> 0.9870). TV weights of 2-3 do more on the grid but
+  cost the MoS2 3-slice case 0.012-0.023 at 5e3 electrons; a lateral blur of 0.4 px costs it 0.013
+  at 1e5: these are the values that held on every case.
 
-The note (``auto_notes``) goes to the terminal and run.log; results.h5 records the resolved value
+The note (``auto_notes``) goes to the terminal and run.log; results.h5 records the resolved values
 (``auto_values``, attribute ``auto_values``) beside the config as given (``auto``).
 """
 
@@ -21,33 +25,33 @@ import sys
 
 from ptyacc.config import Config
 
-MULTISLICE_TV_PHASE = 1.0
+# the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
+MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3}
 
 
-def resolved_tv_phase(config: Config) -> float:
-    """The weight of the phase total variation this run uses: the number given, or for ``auto``
-    ``MULTISLICE_TV_PHASE`` on a multislice object and 0 on one slice."""
-    weight = config.optim.regularize.tv_phase
-    if weight != "auto":
-        return float(weight)
-    return MULTISLICE_TV_PHASE if config.model.slices > 1 else 0.0
+def resolved(config: Config, name: str) -> float:
+    """``optim.regularize.<name>`` for this run: the number given, or for ``auto`` ``MULTISLICE[name]``
+    on a multislice object and 0 on one slice."""
+    value = getattr(config.optim.regularize, name)
+    if value != "auto":
+        return float(value)
+    return MULTISLICE[name] if config.model.slices > 1 else 0.0
 
 
 def auto_values(config: Config) -> dict[str, float]:
-    """{key: value} of every ``auto`` key that this module resolves (empty when numbers were given)."""
-    if config.optim.regularize.tv_phase != "auto":
-        return {}
-    return {"optim.regularize.tv_phase": resolved_tv_phase(config)}
+    """{key: value} of every key given as ``auto`` (empty when numbers were given)."""
+    return {f"optim.regularize.{name}": resolved(config, name) for name in MULTISLICE
+            if getattr(config.optim.regularize, name) == "auto"}
 
 
 def auto_notes(config: Config) -> list[str]:
-    """What ``auto`` turned on, in words, e.g. "optim.regularize.tv_phase 1 (auto: 4 slices)"; nothing
-    for a single slice, where auto leaves the run as it was before auto existed."""
-    weight = resolved_tv_phase(config)
-    if config.optim.regularize.tv_phase != "auto" or weight == 0:
+    """What ``auto`` turned on, in words, e.g. "optim.regularize: tv_phase 1, lateral_blur_px 0.3 (auto:
+    4 slices ...)"; nothing where auto turned nothing on (one slice: the run is as before auto existed)."""
+    on = [f"{key.rsplit('.', 1)[1]} {value:g}" for key, value in auto_values(config).items() if value > 0]
+    if not on:
         return []
-    return [f"optim.regularize.tv_phase {weight:g} (auto: {config.model.slices} slices; "
-            "set a number, 0 = off, to choose)"]
+    return [f"optim.regularize: {', '.join(on)} (auto: {config.model.slices} slices; give numbers, 0 = off, "
+            "to choose)"]
 
 
 def announce(config: Config) -> None:
