@@ -20,7 +20,7 @@ from ptyacc.physics.regularizers import (
     phase_total_variation_gradient,
 )
 from ptyacc.quality import scanned_region
-from ptyacc.tiles import Tiling, needs_one_pixel_ring
+from ptyacc.tiles import Tiling, needs_pixel_ring
 
 EPS = 0.05
 
@@ -170,7 +170,7 @@ def test_depth_blur_weights_are_symmetric_and_keep_sums():
 
 
 def test_bad_regularizer_values_are_refused_with_their_key():
-    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase: must be >= 0"):
+    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase: must be auto or >= 0"):
         ptyacc.load_config(None, ["optim.regularize.tv_phase=-1"])
     with pytest.raises(ConfigError, match=r"optim.regularize.tv_epsilon_rad: must be > 0"):
         ptyacc.load_config(None, ["optim.regularize.tv_epsilon_rad=0"])
@@ -182,9 +182,9 @@ def test_bad_regularizer_values_are_refused_with_their_key():
 def test_split_object_without_a_ring_around_each_tile_is_refused_for_tv():
     owned = ((0, 10, 0, 20), (10, 20, 0, 20))
     ring = ((0, 11, 0, 20), (9, 20, 0, 20))
-    needs_one_pixel_ring(Tiling((20, 20), 4, owned, ring, ()))
+    needs_pixel_ring(Tiling((20, 20), 4, owned, ring, ()))
     with pytest.raises(ConfigError, match="runtime.shard_object: process 0 .*tv_phase"):
-        needs_one_pixel_ring(Tiling((20, 20), 4, owned, owned, ()))
+        needs_pixel_ring(Tiling((20, 20), 4, owned, owned, ()))
 
 
 def multislice_config(tmp_path, **regularize):
@@ -192,24 +192,32 @@ def multislice_config(tmp_path, **regularize):
                                           optim={"iterations": 3, "regularize": regularize}))
 
 
-def test_regularizers_are_off_by_default(tmp_path, monkeypatch):
-    """With the keys at their defaults neither regulariser runs (each would raise here), and the
-    keys written out at their default values give the same object bit for bit."""
+def test_regularizers_are_off_by_default_on_one_slice(tmp_path, monkeypatch):
+    """With the keys at their defaults no regulariser runs on a single-slice object (each would
+    raise here), and the keys written out as 0 give the same object bit for bit. (On several
+    slices auto turns the phase TV and the lateral blur on: tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
 
-    default = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
+    one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
 
     def refuse(*args, **kwargs):
         raise AssertionError("a regulariser ran although it is off")
 
     monkeypatch.setattr(groups, "depth_blur", refuse)
+    monkeypatch.setattr(groups, "lateral_blur", refuse)
     monkeypatch.setattr(groups, "phase_total_variation_gradient", refuse)
-    explicit = ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, depth_blur_slices=0.0), write=False)
+    default = ptyacc.reconstruct(one_slice, write=False).results.object
+    explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), ["optim.regularize.tv_phase=0",
+                                                                           "optim.regularize.lateral_blur_px=0"]),
+                                  write=False)
     np.testing.assert_array_equal(explicit.results.object, default)
+    ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, lateral_blur_px=0.0), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, depth_blur_slices=0.5), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.1), write=False)
+    with pytest.raises(AssertionError, match="regulariser ran"):
+        ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, lateral_blur_px=0.5), write=False)
 
 
 def test_depth_blur_lowers_the_high_kz_content_of_a_reconstruction(tmp_path):
@@ -261,13 +269,13 @@ def test_phase_tv_lowers_the_phase_noise_of_a_low_dose_reconstruction():
 
 @pytest.fixture(scope="module")
 def regularized_runs(tmp_path_factory) -> dict:
-    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3 and depth_blur_slices
-    0.7, on 1 and 2 processes; and a 10 x 10 scan 1.5 A apart (a 66 x 66 px object, two tiles)
+    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3, depth_blur_slices 0.7
+    and lateral_blur_px 0.5, on 1 and 2 processes; and a 10 x 10 scan 1.5 A apart (a 66 x 66 px object, two tiles)
     with the same regularisers, on 2 processes with runtime.shard_data and with shard_object."""
     from test_distributed import WORKER, launch
 
     folder = tmp_path_factory.mktemp("regularized")
-    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7}
+    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "lateral_blur_px": 0.5}
     replicated = tiny_config(folder, optim={"iterations": 10, "batch_size": 8, "start": {"probe": 3, "positions": 2},
                                             "regularize": regularize},
                              model={"slices": 3}, output={"figures": False})

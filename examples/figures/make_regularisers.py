@@ -55,7 +55,9 @@ def depth_panels(axes) -> None:
     and with the depth blur, and the power of the phase per kz (DCT along depth)."""
     spectra = {}
     for ax, sigma in zip(axes[:2], (0.0, DEPTH_BLUR_SLICES)):
-        rec = ptyacc.reconstruct(config(slices=6, dose=None, depth_blur_slices=sigma), write=False)
+        # the depth blur alone: the priors that auto turns on for multislice are off here
+        rec = ptyacc.reconstruct(config(slices=6, dose=None, depth_blur_slices=sigma, tv_phase=0.0,
+                                        lateral_blur_px=0.0), write=False)
         rows, cols = scanned(rec)
         phase = np.angle(rec.results.object[0])[:, rows, cols]  # (S, y, x)
         ax.imshow(phase[:, phase.shape[1] // 2], cmap="gray", aspect="auto")

@@ -12,6 +12,7 @@ without re-running and a new ptyacc variant costs only its own runs.
         --ptyrad-python /tmp/ptyrad-venv/bin/python --ptychi-python /tmp/ptychi-venv/bin/python
     python examples/grid/run_grid.py --work /tmp/grid/work --ptyacc-variant lr02 --set optim.lr.object=0.02
     python examples/grid/run_grid.py --work /tmp/grid/work --table                    # Markdown from the cache
+    python examples/grid/run_grid.py --work /tmp/grid/work --table --slices 4 --columns msbase ms_tv1  # a few columns
     python examples/grid/run_grid.py --work /tmp/grid/work --slices 4 --ptyacc-variant blur \\
         --set optim.regularize.depth_blur_slices=1                                       # multislice points only
     python examples/grid/run_grid.py --work /tmp/grid/work --timing 3 --doses 1e5 --packages ptyacc ptyrad ptychi \\
@@ -140,11 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", type=Path, default=packages.BENCH, help="the harnesses' folder (../shared/bench)")
     parser.add_argument("--rerun", action="store_true", help="ignore the cache")
     parser.add_argument("--table", action="store_true", help="print the Markdown table from the cache and stop")
+    parser.add_argument("--columns", nargs="+", help="with --table: only these ptyacc variants, beside PtyRAD tuned "
+                                                     "and Pty-chi LSQML, on the points of --doses and --slices")
     parser.add_argument("--timing", type=int, metavar="ROUNDS",
                         help="time the jobs interleaved, ROUNDS times, without the cache, and stop")
     args = parser.parse_args(argv)
     if args.timing:
         timing(args, args.timing)
+        return 0
+    if args.table and args.columns:
+        print(table.chosen(args.work / "cache", [point_name(*p) for p in points(args.doses, args.slices)], args.columns))
         return 0
     if args.table:
         print(table.markdown(args.work / "cache", [point_name(*p) for p in points(args.doses)]))

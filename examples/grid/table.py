@@ -63,6 +63,15 @@ def markdown(cache: Path, names: list[str]) -> str:
     return "\n\n".join([*parts, summary(table, [*PTYACC_COLUMNS, *extra]), breakdown(table), timing(table)])
 
 
+def chosen(cache: Path, names: list[str], columns: list[str]) -> str:
+    """The table of the named ptyacc ``columns`` beside PtyRAD tuned and Pty-chi LSQML, and their
+    summary, on the points ``names`` (a section that compares a few candidates, e.g. --slices 4)."""
+    table = load(cache, names)
+    anchors = {"PtyRAD tuned (setting)": lambda r: best_of(r, "ptyrad", None),
+               "Pty-chi LSQML": lambda r: r.get(("ptychi", "lsqml"))}
+    return "\n\n".join([grid(table, columns, anchors), summary(table, columns)])
+
+
 def grid(table: dict, ptyacc_columns: list[str], anchors: dict) -> str:
     """One row per point: its coordinates, then a cell per ptyacc setting and per anchor."""
     head = ["dose", "defocus Å", "edge mrad", "slices", "counts/px", *(f"ptyacc {c}" for c in ptyacc_columns),

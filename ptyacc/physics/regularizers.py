@@ -5,6 +5,8 @@
   is the phase step dphi for small steps and never sees the 2 pi jumps of a wrapped angle.
 - ``depth_blur``: a Gaussian low-pass along the slices of a multislice object, on amplitude and
   phase, with mirror boundaries (the kz low-pass of the object's even extension in depth).
+- ``lateral_blur``: a Gaussian low-pass in (y, x) of every slice, on amplitude and phase, with
+  mirror boundaries at the object's edges (PtyRAD's ``obj_rblur``).
 
 The object is (object_modes, slices, Ny, Nx, 2) float, real and imaginary parts (``PtychoModel``).
 """
@@ -90,3 +92,67 @@ def depth_blur(obj: torch.Tensor, sigma_slices: float) -> torch.Tensor:
     w = torch.as_tensor(weights, dtype=amplitude.dtype, device=amplitude.device)
     blurred_amplitude, blurred_phase = (torch.einsum("st,otyx->osyx", w, x) for x in (amplitude, relative))
     return torch.view_as_real(torch.polar(blurred_amplitude, blurred_phase + mean_phase))
+
+
+def gaussian_taps(sigma_px: float) -> np.ndarray:
+    """(2 R + 1,) float64 taps of a Gaussian of standard deviation ``sigma_px`` sampled at the
+    integer offsets -R..R, R = ceil(4 sigma) (at least 1), scaled to sum to 1."""
+    reach = max(1, int(math.ceil(4 * sigma_px)))
+    distance = np.arange(-reach, reach + 1)
+    taps = np.exp(-0.5 * (distance / sigma_px) ** 2)
+    return taps / taps.sum()
+
+
+def lateral_blur_reach_px(sigma_px: float) -> int:
+    """How far (px) ``lateral_blur`` reaches: a pixel's result depends on pixels up to this far in y
+    and x (0 for sigma 0: no blur)."""
+    return len(gaussian_taps(sigma_px)) // 2 if sigma_px > 0 else 0
+
+
+def _mirror_padded(x: torch.Tensor, dim: int, reach: int) -> torch.Tensor:
+    """``x`` continued by ``reach`` mirrored samples at both ends of ``dim`` (... x1 x0 | x0 x1 ...)."""
+    n = x.shape[dim]
+    return torch.cat([x.narrow(dim, 0, reach).flip(dim), x, x.narrow(dim, n - reach, reach).flip(dim)], dim)
+
+
+def _blur_axis(x: torch.Tensor, taps: np.ndarray, dim: int) -> torch.Tensor:
+    """``x`` convolved along ``dim`` with the symmetric ``taps``, mirrored at both ends: every
+    column of the operator sums to 1, so the sum along ``dim`` is kept. Shifted slices rather than
+    a convolution kernel, so a pixel's result does not depend on where it sits in ``x``."""
+    reach, n = len(taps) // 2, x.shape[dim]
+    padded = _mirror_padded(x, dim, reach)
+    out = torch.zeros_like(x)
+    for k, w in enumerate(taps):
+        out += float(w) * padded.narrow(dim, k, n)
+    return out
+
+
+def _blur_phase_axis(phase: torch.Tensor, taps: np.ndarray, dim: int) -> torch.Tensor:
+    """``_blur_axis`` of a phase (rad) taken relative to each pixel's own phase: the neighbours'
+    differences, wrapped to [-pi, pi), are blurred and added back, so a phase that jumps by 2 pi
+    between neighbours is blurred as the continuous quantity it is; where no difference wraps this
+    is ``_blur_axis`` exactly (the taps sum to 1)."""
+    reach, n = len(taps) // 2, phase.shape[dim]
+    padded = _mirror_padded(phase, dim, reach)
+    out = torch.zeros_like(phase)
+    for k, w in enumerate(taps):
+        step = torch.remainder(padded.narrow(dim, k, n) - phase + math.pi, 2 * math.pi) - math.pi
+        out += float(w) * step
+    return phase + out
+
+
+@torch.no_grad()
+def lateral_blur(obj: torch.Tensor, sigma_px: float) -> torch.Tensor:
+    """The object (O, S, Ny, Nx, 2) with the amplitude and the phase of every slice blurred in y and
+    x by a Gaussian of standard deviation ``sigma_px`` (``gaussian_taps``, separable), mirrored at
+    the object's edges (``_blur_axis``: the sum of the amplitude and of the phase over each slice is
+    kept; a constant object is unchanged). Amplitude and phase rather than the complex
+    transmission: blurring t would turn every phase step into a loss of amplitude (|mean of phasors|
+    < 1), darkening a phase object at every iteration. Needs Ny, Nx >= ``lateral_blur_reach_px``."""
+    taps = gaussian_taps(sigma_px)
+    transmission = torch.view_as_complex(obj.contiguous())  # (O, S, Ny, Nx)
+    amplitude, phase = transmission.abs(), torch.angle(transmission)
+    for dim in (2, 3):
+        amplitude = _blur_axis(amplitude, taps, dim)
+        phase = _blur_phase_axis(phase, taps, dim)
+    return torch.view_as_real(torch.polar(amplitude, phase))

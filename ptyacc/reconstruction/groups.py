@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
-from ptyacc.physics.regularizers import depth_blur, phase_total_variation_gradient
+from ptyacc.physics.regularizers import (
+    depth_blur,
+    lateral_blur,
+    lateral_blur_reach_px,
+    phase_total_variation_gradient,
+)
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
+from ptyacc.reconstruction.multislice_auto import announce, resolved
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
@@ -47,7 +53,9 @@ class ParameterGroup:
     ``regularizer(values, grad)`` adds the gradient of a penalty at ``values`` to ``grad`` in
     place, for each tensor, before each update. ``exact_projection`` False: ``after_iteration``
     uses functions (angle, polar) whose last bit may depend on where a value sits in a tensor, so
-    copies of a pixel held by several processes (``runtime.shard_object``) are refreshed afterwards."""
+    copies of a pixel held by several processes (``runtime.shard_object``) are refreshed afterwards.
+    ``reach_px``: how far in y and x ``after_iteration`` reads around a pixel (a lateral blur), so
+    that a process holding a tile of the object can check it holds that ring around it."""
 
     name: str
     params: list[torch.nn.Parameter]
@@ -58,6 +66,7 @@ class ParameterGroup:
     optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
     regularizer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
     exact_projection: bool = True
+    reach_px: int = 0
     schedule: LrSchedule = field(default_factory=lambda: LrSchedule(1, 1.0))
 
     def active(self, iteration: int) -> bool:
@@ -151,19 +160,25 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
+    lateral_px = resolved(config, "lateral_blur_px")
 
     def project() -> None:
         if sigma > 0:
             blur_depth(model.object, sigma)
+        if lateral_px > 0:
+            model.object.data.copy_(lateral_blur(model.object.data, lateral_px))
         clamp_amplitude(model.object, low, high)
 
-    regularizer = None
-    if regularize.tv_phase > 0:
+    regularizer, tv_phase = None, resolved(config, "tv_phase")
+    announce(config)
+    if tv_phase > 0:
         # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
         # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too
-        regularizer = PhaseTV(regularize.tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
+        regularizer = PhaseTV(tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
     return ParameterGroup("object", [model.object], config.optim.lr.object, config.optim.start.object,
-                          after_iteration=project, regularizer=regularizer, exact_projection=sigma == 0)
+                          after_iteration=project, regularizer=regularizer,
+                          exact_projection=sigma == 0 and lateral_px == 0,
+                          reach_px=lateral_blur_reach_px(lateral_px))
 
 
 @dataclass

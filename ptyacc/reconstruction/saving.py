@@ -18,6 +18,7 @@ from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.reconstruction.exchange import KINDS, Traffic
 from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.multislice_auto import auto_values
 from ptyacc.reconstruction.tiles import ObjectTiles
 from ptyacc.results.figures import save_figures
 from ptyacc.results.h5file import Results, save_results, versions
@@ -62,7 +63,7 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
 
     attrs = {"config": config.to_yaml(), "versions": yaml.safe_dump(versions()), "world_size": world_size,
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
-             "source": data.source}
+             "source": data.source, "auto_values": yaml.safe_dump(auto_values(config))}
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
                       initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))

@@ -262,7 +262,7 @@ class TiledAdam:
             self.exchange.sum_gradients(grad)
         if self.regularizer is not None:
             # on the held region: exact on the owned pixels, whose neighbours are all held
-            # (``needs_one_pixel_ring``); only those are stepped
+            # (``needs_pixel_ring``); only those are stepped
             self.regularizer(self.param.detach(), grad)
         rows, cols = self.owned
         owned_grad, owned = grad[..., rows, cols, :], self.param[..., rows, cols, :]
@@ -326,17 +326,17 @@ class TiledAdam:
         return True
 
 
-def needs_one_pixel_ring(tiling: Tiling) -> None:
-    """A ConfigError unless every process holds the pixels next to its tile (one pixel around
-    O_r, within the object), which a penalty on neighbouring pixels (the phase total variation)
-    needs to get its gradient on the owned pixels right from the held region alone."""
+def needs_pixel_ring(tiling: Tiling, ring_px: int = 1, key: str = "optim.regularize.tv_phase") -> None:
+    """A ConfigError unless every process holds the ``ring_px`` pixels around its tile (O_r grown by
+    ring_px, within the object), which a penalty on neighbouring pixels (the phase total variation,
+    1 px) or a lateral blur (its reach) needs to get the owned pixels right from the held region alone."""
     ny, nx = tiling.shape
     for rank, ((y0, y1, x0, x1), held) in enumerate(zip(tiling.owned, tiling.local, strict=True)):
-        ring = (max(y0 - 1, 0), min(y1 + 1, ny), max(x0 - 1, 0), min(x1 + 1, nx))
+        ring = (max(y0 - ring_px, 0), min(y1 + ring_px, ny), max(x0 - ring_px, 0), min(x1 + ring_px, nx))
         if _bounding(ring, held) != held:
-            raise ConfigError(f"runtime.shard_object: process {rank} does not hold the pixels around its tile that "
-                              "optim.regularize.tv_phase needs (a scan with no overlap between windows?); set "
-                              "runtime.shard_object: false or optim.regularize.tv_phase: 0")
+            raise ConfigError(f"runtime.shard_object: process {rank} does not hold the {ring_px} pixel(s) around its "
+                              f"tile that {key} needs (a scan with no overlap between windows?); set "
+                              f"runtime.shard_object: false or {key}: 0")
 
 
 def gather_tiles(tile: torch.Tensor, tiling: Tiling, rank: int, world: int) -> torch.Tensor | None:
@@ -398,7 +398,9 @@ class ObjectTiles:
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
         group = next(g for g in groups if g.name == OBJECT)
         if group.regularizer is not None:
-            needs_one_pixel_ring(self.tiling)
+            needs_pixel_ring(self.tiling)
+        if group.reach_px > 0:
+            needs_pixel_ring(self.tiling, group.reach_px, "optim.regularize.lateral_blur_px")
         self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
                                    betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
         group.optimizer, group.regularizer = self.optimizer, None
