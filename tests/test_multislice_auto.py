@@ -1,6 +1,7 @@
-"""optim.regularize.tv_phase and lateral_blur_px: auto (the defaults): resolved from the slice
-count at its boundary (1 slice off, 2 and more on), numbers kept as given, said on the terminal
-and in run.log, recorded in results.h5, and reaching the run exactly as the numbers they stand for."""
+"""optim.regularize.tv_phase and lateral_blur_px: auto (asked for; the defaults are 0): resolved
+from the slice count at its boundary (1 slice off, 2 and more on), numbers kept as given, said on
+the terminal and in run.log, recorded in results.h5, and reaching the run exactly as the numbers
+they stand for."""
 
 import h5py
 import numpy as np
@@ -15,13 +16,19 @@ from ptyacc.reconstruction.multislice_auto import MULTISLICE, auto_notes, auto_v
 KEYS = ("tv_phase", "lateral_blur_px")
 
 
+AUTO = tuple(f"optim.regularize.{key}=auto" for key in KEYS)
+
+
 def config(slices: int, *overrides: str):
-    return ptyacc.load_config(None, [f"model.slices={slices}", *overrides])
+    return ptyacc.load_config(None, [f"model.slices={slices}", *AUTO, *overrides])
 
 
-def test_auto_is_the_default_and_is_off_on_one_slice_and_on_from_two():
+def test_the_defaults_are_off_and_auto_is_off_on_one_slice_and_on_from_two():
     assert MULTISLICE == {"tv_phase": 1.0, "lateral_blur_px": 0.3}
-    assert all(getattr(ptyacc.load_config(None).optim.regularize, key) == "auto" for key in KEYS)
+    default = ptyacc.load_config(None, ["model.slices=4"])
+    assert all(getattr(default.optim.regularize, key) == 0.0 for key in KEYS)
+    assert [resolved(default, key) for key in KEYS] == [0.0, 0.0]
+    assert auto_values(default) == {} and auto_notes(default) == []
     assert [resolved(config(1), key) for key in KEYS] == [0.0, 0.0] and auto_notes(config(1)) == []
     assert auto_values(config(1)) == {"optim.regularize.tv_phase": 0.0, "optim.regularize.lateral_blur_px": 0.0}
     for slices in (2, 11):
@@ -58,10 +65,10 @@ def multislice(tmp_path, *overrides):
 
 
 def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(tmp_path, capsys):
-    """The default run equals tv_phase 1 and lateral_blur_px 0.3 given explicitly bit for bit and
-    differs from both at 0; the terminal and run.log say what auto chose; results.h5 keeps the
-    config as given (auto) and the resolved values (attribute auto_values)."""
-    rec = ptyacc.reconstruct(multislice(tmp_path), overwrite=True)
+    """auto equals tv_phase 1 and lateral_blur_px 0.3 given explicitly bit for bit; the default
+    run equals both at 0 and differs from auto; the terminal and run.log say what auto chose;
+    results.h5 keeps the config as given (auto) and the resolved values (attribute auto_values)."""
+    rec = ptyacc.reconstruct(multislice(tmp_path, *AUTO), overwrite=True)
     said = "ptyacc: optim.regularize: tv_phase 1, lateral_blur_px 0.3 (auto: 3 slices"
     assert said in capsys.readouterr().err
     assert said.removeprefix("ptyacc: ") in (tmp_path / "out" / "run.log").read_text()
@@ -73,6 +80,8 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
                                              "optim.regularize.lateral_blur_px=0.3"), write=False)
     off = ptyacc.reconstruct(multislice(tmp_path, "optim.regularize.tv_phase=0",
                                         "optim.regularize.lateral_blur_px=0"), write=False)
+    default = ptyacc.reconstruct(multislice(tmp_path), write=False)
     assert "auto" not in capsys.readouterr().err
     np.testing.assert_array_equal(rec.results.object, explicit.results.object)
+    np.testing.assert_array_equal(default.results.object, off.results.object)
     assert not np.array_equal(rec.results.object, off.results.object)

@@ -63,13 +63,9 @@ def test_split_object_gives_the_sharded_data_answer_with_the_new_features(tmp_pa
     sums round differently (loss ~2e-6 apart after 3 iterations without the new features), and
     the refined tilt, thickness and affine, whose Adam steps are normalised, carry that further:
     measured loss 3.3e-5, object 1.2e-4 (relative), tilt 8e-5 mrad, positions 1.4e-4 Å, thickness
-    9e-5 relative apart after 6 iterations. The priors that auto turns on for multislice are off
-    here: on pixels where the phase TV's gradient is rounding noise Adam still takes full steps,
-    and the moving scan brings those pixels under the windows (measured with tv_phase 1: loss
-    7e-3 apart; without the scan affine 5.7e-4); tests/test_regularizers.py checks both split."""
+    9e-5 relative apart after 6 iterations."""
     config = write_config(tmp_path, model={**MODEL, "recenter": {"probe": True, "probe_mask_mrad": 40.0}})
     settings = yaml.safe_load(config.read_text())
-    settings["optim"]["regularize"] = {"tv_phase": 0.0, "lateral_blur_px": 0.0}
     settings["data"]["simulate"]["scan_shape"] = [10, 10]
     settings["experiment"]["scan_step_A"] = 3.0
     config.write_text(yaml.safe_dump(settings))

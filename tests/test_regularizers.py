@@ -192,13 +192,14 @@ def multislice_config(tmp_path, **regularize):
                                           optim={"iterations": 3, "regularize": regularize}))
 
 
-def test_regularizers_are_off_by_default_on_one_slice(tmp_path, monkeypatch):
-    """With the keys at their defaults no regulariser runs on a single-slice object (each would
-    raise here), and the keys written out as 0 give the same object bit for bit. (On several
-    slices auto turns the phase TV and the lateral blur on: tests/test_multislice_auto.py.)"""
+def test_regularizers_are_off_by_default(tmp_path, monkeypatch):
+    """With the keys at their defaults no regulariser runs (each would raise here), also on a
+    multislice object, and the keys written out at their default values give the same object bit
+    for bit. (``auto`` turns the phase TV and the lateral blur on for several slices:
+    tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
 
-    one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
+    default = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
 
     def refuse(*args, **kwargs):
         raise AssertionError("a regulariser ran although it is off")
@@ -206,18 +207,15 @@ def test_regularizers_are_off_by_default_on_one_slice(tmp_path, monkeypatch):
     monkeypatch.setattr(groups, "depth_blur", refuse)
     monkeypatch.setattr(groups, "lateral_blur", refuse)
     monkeypatch.setattr(groups, "phase_total_variation_gradient", refuse)
-    default = ptyacc.reconstruct(one_slice, write=False).results.object
-    explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), ["optim.regularize.tv_phase=0",
-                                                                           "optim.regularize.lateral_blur_px=0"]),
-                                  write=False)
+    explicit = ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, depth_blur_slices=0.0,
+                                                    lateral_blur_px=0.0), write=False)
     np.testing.assert_array_equal(explicit.results.object, default)
-    ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, lateral_blur_px=0.0), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, depth_blur_slices=0.5), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
         ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.1), write=False)
     with pytest.raises(AssertionError, match="regulariser ran"):
-        ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, lateral_blur_px=0.5), write=False)
+        ptyacc.reconstruct(multislice_config(tmp_path, lateral_blur_px=0.5), write=False)
 
 
 def test_depth_blur_lowers_the_high_kz_content_of_a_reconstruction(tmp_path):

@@ -226,18 +226,18 @@ class StartIterations:
 
 @dataclass
 class RegularizeConfig:
-    """Optional priors on the object, all off by default except the phase total variation and the
-    lateral blur of a multislice object (auto; see "Regularisers: when to use them" in
+    """Optional priors on the object, all off by default (see "Regularisers: when to use them" in
     docs/user-guide.md). They act identically on every process, whatever the process count."""
 
     tv_phase: float | Literal["auto"] = _f(
-        "auto", "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
+        0.0, "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
              "sum over object pixels, slices and modes of sqrt(dy^2 + dx^2 + eps^2) - eps, dy and dx the lengths of "
              "the differences between a pixel's unit phasor (transmission / amplitude) and its neighbours' below "
              "and to the right (about the phase steps in rad, free of 2 pi wrapping). Low dose: about 0.3-1 with "
              "the amplitude loss (more with poisson, whose gradient grows with the dose); sweep by factors of 3. "
-             "0 = off. auto: 1 for a multislice object (model.slices > 1), 0 for one slice (docs/quality-grid.md, "
-             "'A multislice default'); the run says what auto chose.")
+             "0 = off. auto: 1 for a multislice object (model.slices > 1), 0 for one slice, the grid's multislice "
+             "choice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose. A TV makes runs on "
+             "different process counts or with runtime.shard_object agree less closely (there, to about 1e-3).")
     tv_epsilon_rad: float = _f(
         1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
               "quadratically, so the penalty is differentiable at zero.")
@@ -247,11 +247,11 @@ class RegularizeConfig:
              "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
              "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
     lateral_blur_px: float | Literal["auto"] = _f(
-        "auto", "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
+        0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
              "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
              "slice's summed phase is kept); PtyRAD's obj_rblur (0.4 px). For noisy, smooth objects; it blurs "
              "features narrower than a few sigma. 0 = off. auto: 0.3 for a multislice object (model.slices > 1), "
-             "0 for one slice (docs/quality-grid.md, 'A multislice default'); the run says what auto chose.")
+             "0 for one slice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose.")
 
     def _check(self, path: str) -> None:
         for name in ("tv_phase", "lateral_blur_px"):
@@ -284,8 +284,7 @@ class OptimConfig:
     on_nan: Literal["stop", "rollback"] = _f(
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
-    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default; phase TV "
-                                                                 "and lateral blur on for multislice).")
+    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
     validation_fraction: float = _f(
         0.0, "Fraction of the positions (seeded by runtime.seed, spread over the scan) left out of the fit; after "
              "each iteration the model predicts their patterns and their loss per pattern is the validation error "

@@ -39,6 +39,7 @@ from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, keep_work
 from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.multislice_auto import auto_notes
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir
 from ptyacc.reconstruction.tiles import object_tiles
@@ -153,6 +154,7 @@ class Reconstructor:
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
+        chosen = [(text, True) for text in auto_notes(config)]  # what optim.regularize's auto chose
         self.groups = build_groups(config, self.model, accelerator.device)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
@@ -178,7 +180,7 @@ class Reconstructor:
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, False) for text in recentred)])
+                      *chosen, *((text, False) for text in recentred)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

@@ -28,7 +28,7 @@ from ptyacc.physics.regularizers import (
     phase_total_variation_gradient,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import announce, resolved
+from ptyacc.reconstruction.multislice_auto import resolved
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
@@ -170,7 +170,6 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
         clamp_amplitude(model.object, low, high)
 
     regularizer, tv_phase = None, resolved(config, "tv_phase")
-    announce(config)
     if tv_phase > 0:
         # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
         # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too

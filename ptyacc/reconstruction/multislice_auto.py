@@ -1,13 +1,13 @@
-"""The ``auto`` values of ``optim.regularize.tv_phase`` and ``lateral_blur_px`` (both auto by
-default): the priors a run gets when the user names none, resolved from the config alone (the
-slice count), the same on every process.
+"""The ``auto`` values of ``optim.regularize.tv_phase`` and ``lateral_blur_px`` (both 0, off, by
+default; ``auto`` is asked for): priors chosen from the config alone (the slice count), the same
+on every process.
 
 - One slice: both 0 (off), the run as before. On the abTEM MoS2 demo, whose atoms are sharp, every
   TV weight tried lowers the single-slice NCC at low dose (5e3 electrons: 0.8900 at 0, 0.8875 at 1,
   0.8748 at 3).
 - Several slices (``model.slices`` > 1): ``MULTISLICE``, a phase TV of weight 1 and a lateral blur
   of 0.3 px. On the independent grid's 18 multislice points (docs/quality-grid.md, "A multislice
-  default") they raise ptyacc's zero-shift NCC on every point (median +0.004) and bring it level
+  prior") they raise ptyacc's zero-shift NCC on every point (median +0.004) and bring it level
   with or above tuned PtyRAD on 9 of them (8 with another seed) where the unregularised defaults
   are on none. On the MoS2 demo reconstructed with its 3 true slices they are level within the
   seed spread at every dose, and on ``sim_32x32`` / ``sim_lowdose`` (4 modes, 4 slices) they raise
@@ -15,13 +15,17 @@ slice count), the same on every process.
   cost the MoS2 3-slice case 0.012-0.023 at 5e3 electrons; a lateral blur of 0.4 px costs it 0.013
   at 1e5: these are the values that held on every case.
 
-The note (``auto_notes``) goes to the terminal and run.log; results.h5 records the resolved values
-(``auto_values``, attribute ``auto_values``) beside the config as given (``auto``).
+Not the default: with the phase TV the runs on 1 and 2 processes, and with and without
+``runtime.shard_object``, agree far less closely than the product's rule (docs/quality-grid.md,
+"A multislice prior"): its gradient is rounding noise wherever the phase is flat, and Adam's
+normalised steps turn that noise into full-size steps.
+
+The note (``auto_notes``) goes to the terminal and run.log with the build's other lines; results.h5
+records the resolved values (``auto_values``, attribute ``auto_values``) beside the config as given
+(``auto``).
 """
 
 from __future__ import annotations
-
-import sys
 
 from ptyacc.config import Config
 
@@ -52,15 +56,3 @@ def auto_notes(config: Config) -> list[str]:
         return []
     return [f"optim.regularize: {', '.join(on)} (auto: {config.model.slices} slices; give numbers, 0 = off, "
             "to choose)"]
-
-
-def announce(config: Config) -> None:
-    """``auto_notes`` on the terminal and in run.log (ptyacc's logger), from the main process."""
-    from accelerate import PartialState
-
-    from ptyacc.results.runlog import ptyacc_logger
-
-    for text in auto_notes(config):
-        ptyacc_logger().info(text)
-        if PartialState().is_main_process:
-            print(f"ptyacc: {text}", file=sys.stderr)

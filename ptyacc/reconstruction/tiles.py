@@ -361,10 +361,8 @@ def gather_tiles(tile: torch.Tensor, tiling: Tiling, rank: int, world: int) -> t
     return whole
 
 
-# ----------------------------------------------------------------------------- what the engine calls
 def object_tiles(config, plan, geometry, window: int, steps: int, rank: int, world: int) -> tuple:
-    """(ObjectTiles or None, its run.log lines): ``runtime.shard_object`` over ``world`` processes
-    for ``geometry``, windows of ``window`` px, ``steps`` steps per iteration."""
+    """(ObjectTiles or None, its run.log lines): ``runtime.shard_object`` over ``world`` processes."""
     if not config.runtime.shard_object or world == 1:
         said = "runtime.shard_object: one process holds the whole object (nothing to split)"
         return None, [said] if config.runtime.shard_object else []
