@@ -24,7 +24,6 @@ from ptyacc.config import Config
 from ptyacc.physics.regularizers import (
     depth_blur,
     lateral_blur,
-    lateral_blur_reach_px,
     phase_total_variation_gradient,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
@@ -54,8 +53,8 @@ class ParameterGroup:
     place, for each tensor, before each update. ``exact_projection`` False: ``after_iteration``
     uses functions (angle, polar) whose last bit may depend on where a value sits in a tensor, so
     copies of a pixel held by several processes (``runtime.shard_object``) are refreshed afterwards.
-    ``reach_px``: how far in y and x ``after_iteration`` reads around a pixel (a lateral blur), so
-    that a process holding a tile of the object can check it holds that ring around it."""
+    ``lateral_blur_px``: the sigma of the lateral blur in ``after_iteration`` (0: none), whose reach
+    around a pixel a process holding a tile of the object must hold (``tiles.needs_pixel_ring``)."""
 
     name: str
     params: list[torch.nn.Parameter]
@@ -66,7 +65,7 @@ class ParameterGroup:
     optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
     regularizer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
     exact_projection: bool = True
-    reach_px: int = 0
+    lateral_blur_px: float = 0.0
     schedule: LrSchedule = field(default_factory=lambda: LrSchedule(1, 1.0))
 
     def active(self, iteration: int) -> bool:
@@ -177,7 +176,7 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
     return ParameterGroup("object", [model.object], config.optim.lr.object, config.optim.start.object,
                           after_iteration=project, regularizer=regularizer,
                           exact_projection=sigma == 0 and lateral_px == 0,
-                          reach_px=lateral_blur_reach_px(lateral_px))
+                          lateral_blur_px=lateral_px)
 
 
 @dataclass

@@ -61,9 +61,9 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     positions_A = geometry.to_A(positions_px)
     import yaml
 
-    attrs = {"config": config.to_yaml(), "versions": yaml.safe_dump(versions()), "world_size": world_size,
-             "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
-             "source": data.source, "auto_values": yaml.safe_dump(auto_values(config))}
+    attrs = {"config": config.to_yaml(), "auto_values": yaml.safe_dump(auto_values(config)),
+             "versions": yaml.safe_dump(versions()), "world_size": world_size, "iterations_done": len(history),
+             "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss, "source": data.source}
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
                       initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))

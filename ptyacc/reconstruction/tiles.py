@@ -39,6 +39,7 @@ from torch import nn
 
 from ptyacc.data.batches import Cut, spatial_bisection
 from ptyacc.errors import ConfigError, PtyaccError
+from ptyacc.physics.regularizers import lateral_blur_reach_px
 
 Rect = tuple[int, int, int, int]  # (y0, y1, x0, x1): rows y0:y1, columns x0:x1 of the whole object
 OBJECT = "object"
@@ -327,9 +328,8 @@ class TiledAdam:
 
 
 def needs_pixel_ring(tiling: Tiling, ring_px: int = 1, key: str = "optim.regularize.tv_phase") -> None:
-    """A ConfigError unless every process holds the ``ring_px`` pixels around its tile (O_r grown by
-    ring_px, within the object), which a penalty on neighbouring pixels (the phase total variation,
-    1 px) or a lateral blur (its reach) needs to get the owned pixels right from the held region alone."""
+    """A ConfigError unless every process holds the ``ring_px`` pixels around its tile (within the object):
+    a phase TV (1 px) or a lateral blur (its reach) needs them to get the owned pixels right."""
     ny, nx = tiling.shape
     for rank, ((y0, y1, x0, x1), held) in enumerate(zip(tiling.owned, tiling.local, strict=True)):
         ring = (max(y0 - ring_px, 0), min(y1 + ring_px, ny), max(x0 - ring_px, 0), min(x1 + ring_px, nx))
@@ -397,8 +397,8 @@ class ObjectTiles:
         group = next(g for g in groups if g.name == OBJECT)
         if group.regularizer is not None:
             needs_pixel_ring(self.tiling)
-        if group.reach_px > 0:
-            needs_pixel_ring(self.tiling, group.reach_px, "optim.regularize.lateral_blur_px")
+        if group.lateral_blur_px > 0:
+            needs_pixel_ring(self.tiling, lateral_blur_reach_px(group.lateral_blur_px), "optim.regularize.lateral_blur_px")
         self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
                                    betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
         group.optimizer, group.regularizer = self.optimizer, None
