@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ptyacc.physics import fourier_shift, fresnel_propagator, spatial_frequencies
-from ptyacc.reconstruction.model import PtychoModel, probe_centre_offset_px  # noqa: F401 (its old home)
+from ptyacc.reconstruction.model import PtychoModel, probe_centre_offset_px
 
 MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
 
@@ -41,7 +41,7 @@ class ProbeCentring:
     def __call__(self) -> None:
         model = self.model
         probe = model.complex_probe()
-        offset = (model.probe_centre_px(self.modes).cpu() - self.target_px).to(torch.float32).to(probe.device)
+        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
         if float(offset.abs().max()) < MIN_SHIFT_PX:
             return
         centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
