@@ -192,30 +192,32 @@ def multislice_config(tmp_path, **regularize):
                                           optim={"iterations": 3, "regularize": regularize}))
 
 
-def test_regularizers_are_off_by_default(tmp_path, monkeypatch):
-    """With the keys at their defaults no regulariser runs (each would raise here), also on a
-    multislice object, and the keys written out at their default values give the same object bit
-    for bit. (``auto`` turns the phase TV and the lateral blur on for several slices:
-    tests/test_multislice_auto.py.)"""
+def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, monkeypatch):
+    """With the keys at their defaults no regulariser runs on one slice (each would raise here) and
+    the keys written out as 0 give the same object bit for bit; on several slices only the TV
+    smoothing step runs (tv_phase_smoothing auto: 0.001), the same as given explicitly, and with it
+    at 0 nothing runs. (auto for the others: tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
 
-    default = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
+    one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
+    several = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
+    smoothing = ptyacc.reconstruct(multislice_config(tmp_path, tv_phase_smoothing=0.001), write=False)
+    np.testing.assert_array_equal(smoothing.results.object, several)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a regulariser ran although it is off")
 
-    monkeypatch.setattr(groups, "depth_blur", refuse)
-    monkeypatch.setattr(groups, "lateral_blur", refuse)
-    monkeypatch.setattr(groups, "phase_total_variation_gradient", refuse)
-    explicit = ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.0, depth_blur_slices=0.0,
-                                                    lateral_blur_px=0.0), write=False)
+    for name in ("depth_blur", "lateral_blur", "phase_total_variation_gradient", "tv_phase_smoothing"):
+        monkeypatch.setattr(groups, name, refuse)
+    default = ptyacc.reconstruct(one_slice, write=False).results.object
+    zeros = [f"optim.regularize.{key}=0" for key in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")]
+    explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), zeros), write=False)
     np.testing.assert_array_equal(explicit.results.object, default)
-    with pytest.raises(AssertionError, match="regulariser ran"):
-        ptyacc.reconstruct(multislice_config(tmp_path, depth_blur_slices=0.5), write=False)
-    with pytest.raises(AssertionError, match="regulariser ran"):
-        ptyacc.reconstruct(multislice_config(tmp_path, tv_phase=0.1), write=False)
-    with pytest.raises(AssertionError, match="regulariser ran"):
-        ptyacc.reconstruct(multislice_config(tmp_path, lateral_blur_px=0.5), write=False)
+    ptyacc.reconstruct(multislice_config(tmp_path, tv_phase_smoothing=0.0), write=False)
+    for prior in ({"depth_blur_slices": 0.5}, {"tv_phase": 0.1}, {"lateral_blur_px": 0.5}, {}):
+        with pytest.raises(AssertionError, match="regulariser ran"):
+            ptyacc.reconstruct(multislice_config(tmp_path, **prior, **({"tv_phase_smoothing": 0.0} if prior else {})),
+                               write=False)
 
 
 def test_depth_blur_lowers_the_high_kz_content_of_a_reconstruction(tmp_path):
@@ -267,13 +269,14 @@ def test_phase_tv_lowers_the_phase_noise_of_a_low_dose_reconstruction():
 
 @pytest.fixture(scope="module")
 def regularized_runs(tmp_path_factory) -> dict:
-    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3, depth_blur_slices 0.7
-    and lateral_blur_px 0.5, on 1 and 2 processes; and a 10 x 10 scan 1.5 A apart (a 66 x 66 px object, two tiles)
+    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3, depth_blur_slices 0.7,
+    lateral_blur_px 0.5 and tv_phase_smoothing 0.002, on 1 and 2 processes; and a 10 x 10 scan
+    1.5 A apart (a 66 x 66 px object, two tiles)
     with the same regularisers, on 2 processes with runtime.shard_data and with shard_object."""
     from test_distributed import WORKER, launch
 
     folder = tmp_path_factory.mktemp("regularized")
-    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "lateral_blur_px": 0.5}
+    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "lateral_blur_px": 0.5, "tv_phase_smoothing": 0.002}
     replicated = tiny_config(folder, optim={"iterations": 10, "batch_size": 8, "start": {"probe": 3, "positions": 2},
                                             "regularize": regularize},
                              model={"slices": 3}, output={"figures": False})

@@ -226,8 +226,9 @@ class StartIterations:
 
 @dataclass
 class RegularizeConfig:
-    """Optional priors on the object, all off by default (see "Regularisers: when to use them" in
-    docs/user-guide.md). They act identically on every process, whatever the process count."""
+    """Optional priors on the object, all off by default but a light phase TV smoothing of multislice
+    objects (see "Regularisers: when to use them" in docs/user-guide.md). They act identically on
+    every process, whatever the process count."""
 
     tv_phase: float | Literal["auto"] = _f(
         0.0, "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
@@ -252,9 +253,16 @@ class RegularizeConfig:
              "slice's summed phase is kept); PtyRAD's obj_rblur (0.4 px). For noisy, smooth objects; it blurs "
              "features narrower than a few sigma. 0 = off. auto: 0.3 for a multislice object (model.slices > 1), "
              "0 for one slice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose.")
+    tv_phase_smoothing: float | Literal["auto"] = _f(
+        "auto", "After every iteration, one descent step on the phase total variation of tv_phase (with "
+                "tv_epsilon_rad): the object less this step times the penalty's gradient with respect to its real "
+                "and imaginary parts (a phase change of about this many rad where neighbours differ). Not fed to "
+                "Adam, so runs on any number of processes, the object split or not, agree as closely as without "
+                "it. 0 = off. auto (the default): 0.001 for a multislice object (model.slices > 1), 0 for one slice "
+                "(docs/quality-grid.md, 'The multislice default'); the run says what auto chose.")
 
     def _check(self, path: str) -> None:
-        for name in ("tv_phase", "lateral_blur_px"):
+        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing"):
             value = getattr(self, name)
             _require(value == "auto" or value >= 0, f"{path}.{name}", f"must be auto or >= 0, got {value}")
         _require(self.depth_blur_slices >= 0, f"{path}.depth_blur_slices",
@@ -284,7 +292,8 @@ class OptimConfig:
     on_nan: Literal["stop", "rollback"] = _f(
         "stop", "A NaN/Inf loss: stop (keeping the last good state in results.h5), or roll back to the last good "
                 "state and retry the iteration with half the learning rates (at most 3 times).")
-    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default).")
+    regularize: RegularizeConfig = _f(factory=RegularizeConfig, doc="Regularisers of the object (off by default, but "
+                                                                 "a light TV smoothing of multislice objects).")
     validation_fraction: float = _f(
         0.0, "Fraction of the positions (seeded by runtime.seed, spread over the scan) left out of the fit; after "
              "each iteration the model predicts their patterns and their loss per pattern is the validation error "

@@ -3,6 +3,7 @@
 - ``phase_total_variation``: a smooth (Charbonnier) isotropic total variation of the phase,
   measured by differences of unit phasors u = t / |t|: |u_b - u_a| = 2 |sin(dphi / 2)|, which
   is the phase step dphi for small steps and never sees the 2 pi jumps of a wrapped angle.
+- ``tv_phase_smoothing``: one explicit descent step on that total variation.
 - ``depth_blur``: a Gaussian low-pass along the slices of a multislice object, on amplitude and
   phase, with mirror boundaries (the kz low-pass of the object's even extension in depth).
 - ``lateral_blur``: a Gaussian low-pass in (y, x) of every slice, on amplitude and phase, with
@@ -92,6 +93,15 @@ def depth_blur(obj: torch.Tensor, sigma_slices: float) -> torch.Tensor:
     w = torch.as_tensor(weights, dtype=amplitude.dtype, device=amplitude.device)
     blurred_amplitude, blurred_phase = (torch.einsum("st,otyx->osyx", w, x) for x in (amplitude, relative))
     return torch.view_as_real(torch.polar(blurred_amplitude, blurred_phase + mean_phase))
+
+
+@torch.no_grad()
+def tv_phase_smoothing(obj: torch.Tensor, step: float, epsilon_rad: float) -> torch.Tensor:
+    """``obj`` (O, S, Ny, Nx, 2) less ``step`` times the gradient of ``phase_total_variation`` with
+    respect to its real and imaginary parts: one explicit descent step, a deterministic function of
+    each pixel and its neighbours (up to one pixel away, diagonals included)."""
+    _, grad = phase_total_variation_gradient(obj, epsilon_rad)
+    return obj - step * grad
 
 
 def gaussian_taps(sigma_px: float) -> np.ndarray:

@@ -25,6 +25,7 @@ from ptyacc.physics.regularizers import (
     depth_blur,
     lateral_blur,
     phase_total_variation_gradient,
+    tv_phase_smoothing,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
 from ptyacc.reconstruction.multislice_auto import resolved
@@ -53,8 +54,9 @@ class ParameterGroup:
     place, for each tensor, before each update. ``exact_projection`` False: ``after_iteration``
     uses functions (angle, polar) whose last bit may depend on where a value sits in a tensor, so
     copies of a pixel held by several processes (``runtime.shard_object``) are refreshed afterwards.
-    ``lateral_blur_px``: the sigma of the lateral blur in ``after_iteration`` (0: none), whose reach
-    around a pixel a process holding a tile of the object must hold (``tiles.needs_pixel_ring``)."""
+    ``lateral_blur_px``, ``tv_smoothing``: the lateral blur's sigma and the TV smoothing step in
+    ``after_iteration`` (0: none), whose reach around a pixel a process holding a tile of the
+    object must hold (``tiles.needs_pixel_ring``)."""
 
     name: str
     params: list[torch.nn.Parameter]
@@ -66,6 +68,7 @@ class ParameterGroup:
     regularizer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
     exact_projection: bool = True
     lateral_blur_px: float = 0.0
+    tv_smoothing: float = 0.0
     schedule: LrSchedule = field(default_factory=lambda: LrSchedule(1, 1.0))
 
     def active(self, iteration: int) -> bool:
@@ -154,14 +157,16 @@ def adam_beta2(config: Config) -> float:
 
 
 def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
-    """The object: amplitude bounds after every iteration, after the depth blur when asked for,
-    and the phase total variation (``optim.regularize``)."""
+    """The object: after every iteration the TV smoothing step, the depth and lateral blurs when
+    asked for, and the amplitude bounds; the phase total variation (``optim.regularize``)."""
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
-    lateral_px = resolved(config, "lateral_blur_px")
+    lateral_px, smoothing = resolved(config, "lateral_blur_px"), resolved(config, "tv_phase_smoothing")
 
     def project() -> None:
+        if smoothing > 0:
+            model.object.data.copy_(tv_phase_smoothing(model.object.data, smoothing, regularize.tv_epsilon_rad))
         if sigma > 0:
             blur_depth(model.object, sigma)
         if lateral_px > 0:
@@ -175,8 +180,8 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
         regularizer = PhaseTV(tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
     return ParameterGroup("object", [model.object], config.optim.lr.object, config.optim.start.object,
                           after_iteration=project, regularizer=regularizer,
-                          exact_projection=sigma == 0 and lateral_px == 0,
-                          lateral_blur_px=lateral_px)
+                          exact_projection=sigma == 0 and lateral_px == 0 and smoothing == 0,
+                          lateral_blur_px=lateral_px, tv_smoothing=smoothing)
 
 
 @dataclass

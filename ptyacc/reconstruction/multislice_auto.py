@@ -1,6 +1,11 @@
-"""The ``auto`` values of ``optim.regularize.tv_phase`` and ``lateral_blur_px`` (both 0, off, by
-default; ``auto`` is asked for): priors chosen from the config alone (the slice count), the same
-on every process.
+"""The ``auto`` values of ``optim.regularize``: ``tv_phase_smoothing`` (auto by default), and
+``tv_phase`` and ``lateral_blur_px`` (0, off, by default; ``auto`` is asked for): priors chosen from
+the config alone (the slice count), the same on every process.
+
+- ``tv_phase_smoothing``: 0.001 on several slices, one TV descent step after every iteration,
+  outside Adam, so that runs agree on any number of processes (docs/quality-grid.md, "The
+  multislice default": all 18 multislice grid points rise, median +0.0036; the MoS2 demo's 3
+  slices +0.002 at every dose). 0 on one slice, where it costs the demo up to 0.001 at low dose.
 
 - One slice: both 0 (off), the run as before. On the abTEM MoS2 demo, whose atoms are sharp, every
   TV weight tried lowers the single-slice NCC at low dose (5e3 electrons: 0.8900 at 0, 0.8875 at 1,
@@ -15,7 +20,7 @@ on every process.
   cost the MoS2 3-slice case 0.012-0.023 at 5e3 electrons; a lateral blur of 0.4 px costs it 0.013
   at 1e5: these are the values that held on every case.
 
-Not the default: with the phase TV the runs on 1 and 2 processes, and with and without
+``tv_phase`` and ``lateral_blur_px`` are not the default: with the phase TV the runs on 1 and 2 processes, and with and without
 ``runtime.shard_object``, agree far less closely than the product's rule (docs/quality-grid.md,
 "A multislice prior"): its gradient is rounding noise wherever the phase is flat, and Adam's
 normalised steps turn that noise into full-size steps.
@@ -30,7 +35,7 @@ from __future__ import annotations
 from ptyacc.config import Config
 
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
-MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3}
+MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
 
 
 def resolved(config: Config, name: str) -> float:
