@@ -110,3 +110,21 @@ def test_shipped_configs_are_valid():
     for path in configs:
         load_config(path)
         yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("key", ["optim.lr.object", "experiment.energy_eV", "model.slice_thickness_A",
+                                 "optim.regularize.lateral_blur_px", "optim.regularize.tv_phase_smoothing"])
+def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path, key):
+    """inf and NaN mean nothing for any setting (an infinite blur would never finish building its
+    taps): refused from --set and from a YAML file alike."""
+    for text in ("inf", "-inf", "nan"):
+        with pytest.raises(ConfigError, match=rf"{key}: expected a finite number"):
+            load_config(None, [f"{key}={text}"])
+    section, name = key.rsplit(".", 1)
+    nested = {name: float("inf")}
+    for part in reversed(section.split(".")):
+        nested = {part: nested}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(nested))
+    with pytest.raises(ConfigError, match=rf"{key}: expected a finite number"):
+        load_config(path)

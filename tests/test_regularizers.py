@@ -170,13 +170,13 @@ def test_depth_blur_weights_are_symmetric_and_keep_sums():
 
 
 def test_bad_regularizer_values_are_refused_with_their_key():
-    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase: must be auto or a finite number >= 0"):
+    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase: must be auto or >= 0"):
         ptyacc.load_config(None, ["optim.regularize.tv_phase=-1"])
-    with pytest.raises(ConfigError, match=r"optim.regularize.tv_epsilon_rad: must be a finite number > 0"):
+    with pytest.raises(ConfigError, match=r"optim.regularize.tv_epsilon_rad: must be > 0"):
         ptyacc.load_config(None, ["optim.regularize.tv_epsilon_rad=0"])
     for key in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing", "depth_blur_slices", "tv_epsilon_rad"):
         for value in ("inf", "nan"):  # an infinite blur would never finish building its taps
-            with pytest.raises(ConfigError, match=rf"optim.regularize.{key}: must be .*finite"):
+            with pytest.raises(ConfigError, match=rf"optim.regularize.{key}: .*finite"):
                 ptyacc.load_config(None, ["model.slices=3", f"optim.regularize.{key}={value}"])
     with pytest.raises(ConfigError, match=r"optim.regularize.depth_blur_slices: .*model.slices > 1"):
         ptyacc.load_config(None, ["optim.regularize.depth_blur_slices=1"])

@@ -5,6 +5,7 @@ type or a YAML syntax error stops with the key path (or the line) and the reason
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -172,13 +173,18 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             return int(value)
         raise ConfigError(f"{path}: expected an integer, got {value!r}")
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None and not math.isfinite(number):  # no setting means anything at inf or NaN
+            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+        if number is not None:
+            return number
         raise ConfigError(f"{path}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):

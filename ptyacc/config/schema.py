@@ -13,7 +13,6 @@ directory of the config file; ``output.dir`` is relative to the working director
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -265,12 +264,10 @@ class RegularizeConfig:
     def _check(self, path: str) -> None:
         for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing"):
             value = getattr(self, name)
-            _require(value == "auto" or 0 <= value < math.inf, f"{path}.{name}",
-                     f"must be auto or a finite number >= 0, got {value}")
-        _require(0 <= self.depth_blur_slices < math.inf, f"{path}.depth_blur_slices",
-                 f"must be a finite number >= 0, got {self.depth_blur_slices}")
-        _require(0 < self.tv_epsilon_rad < math.inf, f"{path}.tv_epsilon_rad",
-                 f"must be a finite number > 0, got {self.tv_epsilon_rad}")
+            _require(value == "auto" or value >= 0, f"{path}.{name}", f"must be auto or >= 0, got {value}")
+        _require(self.depth_blur_slices >= 0, f"{path}.depth_blur_slices",
+                 f"must be >= 0, got {self.depth_blur_slices}")
+        _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")
 
 
 @dataclass
