@@ -69,5 +69,5 @@ def test_auto_is_the_default_0_001_on_several_slices_and_off_on_one():
 
 def test_a_split_object_without_a_ring_is_refused_naming_the_smoothing():
     owned = ((0, 10, 0, 20), (10, 20, 0, 20))
-    with pytest.raises(ConfigError, match=r"tv_phase\(_smoothing\)"):
-        needs_pixel_ring(Tiling((20, 20), 4, owned, owned, ()))
+    with pytest.raises(ConfigError, match=r"optim.regularize.tv_phase_smoothing: 0"):
+        needs_pixel_ring(Tiling((20, 20), 4, owned, owned, ()), key="optim.regularize.tv_phase_smoothing")

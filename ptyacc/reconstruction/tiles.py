@@ -327,7 +327,7 @@ class TiledAdam:
         return True
 
 
-def needs_pixel_ring(tiling: Tiling, ring_px: int = 1, key: str = "optim.regularize.tv_phase(_smoothing)") -> None:
+def needs_pixel_ring(tiling: Tiling, ring_px: int = 1, key: str = "optim.regularize.tv_phase") -> None:
     """A ConfigError unless every process holds the ``ring_px`` pixels around its tile (within the object):
     a phase TV (1 px) or a lateral blur (its reach) needs them to get the owned pixels right."""
     ny, nx = tiling.shape
@@ -395,10 +395,10 @@ class ObjectTiles:
         to the last bit is followed by a refresh of the halos from their owners."""
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
         group = next(g for g in groups if g.name == OBJECT)
-        if group.regularizer is not None or group.tv_smoothing > 0:
-            needs_pixel_ring(self.tiling)
-        if group.lateral_blur_px > 0:
-            needs_pixel_ring(self.tiling, lateral_blur_reach_px(group.lateral_blur_px), "optim.regularize.lateral_blur_px")
+        for key, ring_px in (("tv_phase", group.regularizer is not None), ("tv_phase_smoothing", group.tv_smoothing > 0),
+                             ("lateral_blur_px", lateral_blur_reach_px(group.lateral_blur_px))):
+            if ring_px:
+                needs_pixel_ring(self.tiling, int(ring_px), f"optim.regularize.{key}")
         self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
                                    betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
         group.optimizer, group.regularizer = self.optimizer, None
