@@ -16,34 +16,32 @@ Conventions (shared by every function here):
   the convention).
 
 The forward chain is four stages, each an object with its forward and its adjoint (or vjp),
-all in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect``, then the data
-fidelity (fidelity.py: the detector's response, the losses and their gradients; it needs no
-other physics module). ``detected_intensities`` (chain.py) runs their forwards for prediction
-and simulation; ``ptycho_loss`` (fused.py) runs forwards and adjoints chunk by chunk for the
-training loss and its gradient, and ``far_field_loss`` (fused.py) is its autograd reference.
+and the data fidelity at its end (the detector's response, the losses and their gradients), all
+in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect`` -> fidelity.
+``detected_intensities`` (chain.py) runs their forwards for prediction and simulation;
+``ptycho_loss`` (fused.py) runs forwards and adjoints chunk by chunk for the training loss and
+its gradient, and ``far_field_loss`` (fused.py) is its autograd reference.
 """
 
 from ptyacc.physics.chain import (
+    LOSS_KINDS,
     Detect,
     Detector,
     Multislice,
     Patches,
     ProbeShift,
     detected_intensities,
+    detector_response,
+    deviance_sums,
     exit_waves,
     extract_patches,
     far_field_intensities,
-    multislice_intensities,
-    summed_intensity,
-    transmission,
-)
-from ptyacc.physics.fidelity import (
-    LOSS_KINDS,
-    detector_response,
-    deviance_sums,
     intensity_loss_terms,
     loss_from_intensities,
+    multislice_intensities,
     poisson_nll,
+    summed_intensity,
+    transmission,
 )
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
 from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe

@@ -14,8 +14,18 @@ from collections.abc import Callable
 
 import torch
 
-from ptyacc.physics.chain import Detect, Detector, Multislice, Patches, ProbeShift, summed_intensity
-from ptyacc.physics.fidelity import check_kind, detector_response, intensity_loss_terms, loss_from_intensities
+from ptyacc.physics.chain import (
+    Detect,
+    Detector,
+    Multislice,
+    Patches,
+    ProbeShift,
+    check_kind,
+    detector_response,
+    intensity_loss_terms,
+    loss_from_intensities,
+    summed_intensity,
+)
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
 

@@ -26,7 +26,7 @@ from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics import deviance_sums
-from ptyacc.physics.fidelity import saturated_sums
+from ptyacc.physics.chain import saturated_sums
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
