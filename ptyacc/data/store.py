@@ -1,19 +1,193 @@
-"""Who holds which patterns: the shard plan, worked out once per run, and the pattern store
-that answers a step's ``measured(indices)``."""
+"""Which positions each process uses in each step, and who holds their patterns: the batches
+dataset, the spatial partition of the scan, the shard plan worked out once per run, and the
+pattern store that answers a step's ``measured(indices)``.
+
+The batches dataset (``EpochBatches``).
+Item ``j`` of an epoch is the piece of global batch ``j // W`` that belongs to process
+``j % W``, where W is the number of processes. Accelerate's data-loader sharding with batch
+size 1 hands item j to process j % W, so every process gets its own piece of every global
+batch, all processes run the same number of steps (the length is a multiple of W), and every
+position is used exactly once per epoch: no padding duplicates and no drops.
+The order comes from ``seed`` and ``epoch`` alone, so it is identical on all processes and
+changes every epoch.
+
+Replicated mode (default): a global batch is drawn from all positions and split across the
+processes. Sharded mode (``shards`` given, one array of positions per process): process r
+draws its piece of every step from its own shard only, so it needs only those patterns.
+
+Every item carries the whole global batch too: each process can then work out, without
+communicating, which part of the object the step touches (the gradient exchange needs it).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
-from ptyacc.data.batches import Cut, EpochBatches, spatial_bisection
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.load import load_data
 from ptyacc.data.stream import HostRows, StreamedStore, mean_of_sample
 from ptyacc.errors import ConfigError
+
+
+class Step(NamedTuple):
+    """What one process computes in one step."""
+
+    indices: torch.Tensor  # (b,) long: this process's positions
+    measured: torch.Tensor | None  # (b, K, K) float32: their measured patterns (None without a store)
+    batch: torch.Tensor  # (B,) long: the global batch, every process's positions of this step
+
+
+class EpochBatches(Dataset):
+    """Index batches for one epoch at a time; call ``set_epoch`` before iterating.
+
+    positions_px: (N, 2) probe centres, used by ``compact`` grouping to form spatial clusters.
+    shards: optional partition of range(N) into ``world_size`` arrays (see ``spatial_shards``).
+    store: answers ``measured(indices)`` with the patterns of those positions (``PatternStore``).
+    left_out: positions never drawn (the validation positions, ``ptyacc/reconstruction/validation.py``).
+    Items are ``Step`` records.
+    """
+
+    def __init__(self, positions_px: np.ndarray, batch_size: int, world_size: int = 1,
+                 grouping: str = "random", seed: int = 0, shards: list[np.ndarray] | None = None,
+                 store=None, left_out: np.ndarray | None = None) -> None:
+        self.members = np.arange(len(positions_px))
+        if left_out is not None and len(left_out):
+            self.members = np.setdiff1d(self.members, left_out)
+            shards = None if shards is None else [np.setdiff1d(shard, left_out) for shard in shards]
+        n = len(self.members)
+        if n < world_size:
+            raise ValueError(f"{n} positions cannot be shared by {world_size} processes")
+        if shards is not None and len(shards) != world_size:
+            raise ValueError(f"{len(shards)} shards for {world_size} processes")
+        self.positions_px = np.asarray(positions_px, dtype=np.float64)
+        self.world_size = world_size
+        self.grouping = grouping
+        self.seed = seed
+        self.shards = shards
+        self.store = store
+        batch_size = max(min(batch_size, n), world_size)
+        n_steps = max(n // batch_size, 1)
+        if shards is not None:  # every process needs at least one position per step
+            n_steps = min(n_steps, min(len(s) for s in shards))
+        self.n_steps = n_steps
+        self.epoch = 0
+        self._pieces = self._make_pieces()
+        self._told = False  # whether the store has this epoch's plan and no step of it was taken yet
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch to iterate; the store is told its steps once. The engine and Accelerate's
+        loader both set the epoch before an iteration; telling a streaming store twice would drop
+        its reads ahead and read them again. An epoch taken again (an iteration retried after a
+        non-finite loss) is told again."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._pieces = self._make_pieces()
+            self._told = False
+        if self.store is not None and not self._told:  # the store may read the epoch's patterns ahead
+            self.store.expect(self._pieces)
+            self._told = True
+
+    def global_batches(self) -> list[np.ndarray]:
+        """The epoch's global batches (arrays of position indices)."""
+        return [np.concatenate(step) for step in self._pieces]
+
+    def __len__(self) -> int:
+        return self.n_steps * self.world_size
+
+    def __getitem__(self, item: int) -> Step:
+        self._told = False
+        pieces = self._pieces[item // self.world_size]
+        indices = torch.from_numpy(pieces[item % self.world_size])
+        measured = self.store.measured(indices) if self.store is not None else None
+        return Step(indices, measured, torch.from_numpy(np.concatenate(pieces)))
+
+    def _make_pieces(self) -> list[list[np.ndarray]]:
+        """pieces[step][process]: random or spatially compact groups, steps in random order."""
+        rng = np.random.default_rng([self.seed, self.epoch])
+        if self.shards is None:
+            batches = self._groups(self.members, rng)
+            return [np.array_split(batch, self.world_size) for batch in batches]
+        per_process = [self._groups(np.asarray(shard), rng) for shard in self.shards]
+        return [list(step) for step in zip(*per_process, strict=True)]
+
+    def _groups(self, members: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        """``members`` split into n_steps groups whose sizes differ by at most one, shuffled."""
+        sizes = _even_sizes(len(members), self.n_steps)
+        if self.grouping == "random":
+            order = members[rng.permutation(len(members))]
+        else:
+            order = members[_compact_order(self.positions_px[members], sizes)]
+        groups = _cut_sorted(order, sizes)
+        return [groups[i] for i in rng.permutation(len(groups))]
+
+
+def spatial_shards(positions_px: np.ndarray, world_size: int) -> list[np.ndarray]:
+    """A fixed partition of the positions into ``world_size`` spatially compact shards whose
+    sizes differ by at most one (sorted indices)."""
+    return spatial_bisection(positions_px, world_size)[0]
+
+
+class Cut(NamedTuple):
+    """One cut of the recursive bisection behind ``spatial_shards``: the positions were sorted
+    along ``axis`` (0 = y, 1 = x) and split between ``last_first`` and ``first_second`` (indices
+    of the first part's last and the second part's first position along that axis); ``first``
+    and ``second`` are the cuts inside each part (None for a part that is one shard)."""
+
+    axis: int
+    last_first: int
+    first_second: int
+    first: Cut | None
+    second: Cut | None
+
+
+def spatial_bisection(positions: np.ndarray, world_size: int) -> tuple[list[np.ndarray], Cut | None]:
+    """``spatial_shards`` and the cuts that made them; shard r is the r-th leaf of the cut tree,
+    first parts before second parts (the object tiles of ``runtime.shard_object`` follow it)."""
+    points = np.asarray(positions, dtype=np.float64)
+    sizes = _even_sizes(len(points), world_size)
+    order, cut = _bisect(points, np.arange(len(points)), sizes)
+    return _cut_sorted(order, sizes), cut
+
+
+def _even_sizes(n: int, parts: int) -> np.ndarray:
+    """``parts`` sizes summing to ``n`` that differ by at most one, the larger first."""
+    sizes = np.full(parts, n // parts)
+    sizes[: n % parts] += 1
+    return sizes
+
+
+def _cut_sorted(order: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """``order`` cut into consecutive runs of ``sizes``, each run sorted."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _compact_order(points: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Indices ordered so that consecutive runs of ``sizes`` form spatial clusters (``_bisect``)."""
+    return _bisect(points, np.arange(len(points)), sizes)[0]
+
+
+def _bisect(points: np.ndarray, members: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, Cut | None]:
+    """``members`` (indices into ``points``) ordered so that consecutive runs of ``sizes`` form
+    spatial clusters: recursive bisection across the wider extent, each cut placed so both
+    halves hold whole groups; and the tree of those cuts."""
+    if len(sizes) == 1:
+        return members, None
+    half = len(sizes) // 2
+    n_first = int(sizes[:half].sum())
+    axis = int(np.argmax(np.ptp(points[members], axis=0)))
+    ordered = members[np.argsort(points[members, axis], kind="stable")]
+    first, second = ordered[:n_first], ordered[n_first:]
+    first_order, first_cut = _bisect(points, first, sizes[:half])
+    second_order, second_cut = _bisect(points, second, sizes[half:])
+    cut = Cut(axis, int(first[-1]), int(second[0]), first_cut, second_cut) if len(first) and len(second) else None
+    return np.concatenate([first_order, second_order]), cut
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Each process holds only a tile of the object plus a halo, and the Adam state of the pixels it
 owns. The tiles follow the shards of ``runtime.shard_data``: the same recursive bisection of
-the positions (``data.batches.spatial_bisection``) also cuts the object's rectangle, at the
+the positions (``data.store.spatial_bisection``) also cuts the object's rectangle, at the
 midpoint between the two parts' positions, so that process r owns a rectangle O_r around its
 own positions. Process r holds the local region L_r: O_r and every pixel that a window of one
 of its positions can reach (position corrections included), clipped to the object.
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptyacc.data.batches import Cut, spatial_bisection
+from ptyacc.data.store import Cut, spatial_bisection
 from ptyacc.errors import ConfigError, PtyaccError
 from ptyacc.physics.regularizers import lateral_blur_reach_px
 

@@ -11,8 +11,7 @@ import math
 import numpy as np
 import torch
 
-from ptyacc.data.batches import spatial_bisection
-from ptyacc.data.store import PatternStore, ShardPlan
+from ptyacc.data.store import PatternStore, ShardPlan, spatial_bisection
 from ptyacc.errors import ConfigError
 from ptyacc.reconstruction.model import PtychoModel
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ptyacc.data.batches import EpochBatches
+from ptyacc.data.store import EpochBatches
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.exchange import footprint_box
 

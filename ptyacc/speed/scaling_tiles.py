@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ptyacc.data.batches import spatial_bisection
+from ptyacc.data.store import spatial_bisection
 from ptyacc.reconstruction.tiles import Tiling, halo_margin_px
 from ptyacc.speed.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
 from ptyacc.speed.gpu_cases import DEVICE_COUNTS, UPDATE_BYTES_PER_FLOAT, GpuAssumption, gpu_step_cost, h100_assumption
