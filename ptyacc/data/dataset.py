@@ -23,8 +23,10 @@ class PtychoData:
     positions_A:  (N, 2) float64 probe centres (y, x) in Å, in the patterns' order.
     n_patterns:   N, the number of positions (all of them, also when only some patterns are held).
     detector_px:  K; dk_invA: the reciprocal pixel 1 / (K dx_A) (1/Å).
-    n_held:       the number of patterns held (by this process). These four are set at
-                  construction from the fields above (``dataclasses.replace`` sets them again).
+    n_held:       the number of patterns held (by this process).
+    counts_total: () float64, the sum of every held pattern's counts, wherever they are held (the
+                  probe's scale). These five are set at construction from the fields above
+                  (``dataclasses.replace`` sets them again).
     """
 
     patterns: torch.Tensor
@@ -51,12 +53,15 @@ class PtychoData:
     detector_px: int = field(init=False)
     dk_invA: float = field(init=False)
     n_held: int = field(init=False)
+    counts_total: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:
         self.n_patterns = len(self.positions_A)
         self.n_held = self.n_patterns if self.pattern_rows is None else len(self.pattern_rows)
         self.detector_px = self.patterns.shape[-1]
         self.dk_invA = 1.0 / (self.detector_px * self.dx_A)
+        self.counts_total = (self.patterns.sum(dtype=torch.float64) if self.streamed is None
+                             else torch.tensor(self.streamed.counts_total, dtype=torch.float64))
 
     @classmethod
     def calibrated(cls, patterns: torch.Tensor, calibration: Calibration, dx_A: float, source: str,
@@ -74,14 +79,12 @@ class PtychoData:
     def mean_intensity(self) -> float:
         """Mean total counts per held pattern."""
         if self.streamed is not None:
-            return float(self.held_counts_total()) / self.n_held
+            return float(self.counts_total) / self.n_held
         return float(self.patterns.sum(dim=(-2, -1), dtype=torch.float64).mean())
 
     def held_counts_total(self) -> torch.Tensor:
-        """() float64: the sum of every held pattern's counts, wherever they are held."""
-        if self.streamed is None:
-            return self.patterns.sum(dtype=torch.float64)
-        return torch.tensor(self.streamed.counts_total, dtype=torch.float64)
+        """() float64: the sum of every held pattern's counts, wherever they are held (``counts_total``)."""
+        return self.counts_total
 
     def held_mean_pattern(self) -> torch.Tensor:
         """(K, K) float64 mean of the held patterns, wherever they are held (float64, so that the

@@ -39,7 +39,7 @@ from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, keep_work
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import auto_notes
+from ptyacc.reconstruction.multislice_auto import AutoPriors
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir
 from ptyacc.reconstruction.tiles import object_tiles
@@ -144,7 +144,7 @@ class Reconstructor:
                                     config.runtime.seed, self.store, self.left_out)
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
-        held_sum = self.data.held_counts_total().to(accelerator.device)  # the probe's scale: mean counts per pattern
+        held_sum = self.data.counts_total.to(accelerator.device)  # the probe's scale: mean counts per pattern
         if self.plan.shards is not None:
             held_sum = accelerator.reduce(held_sum, reduction="sum")
         self.model = build_model(config, self.data, self.geometry, mean_intensity=float(held_sum) / self.data.n_patterns,
@@ -154,8 +154,8 @@ class Reconstructor:
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
-        chosen = [(text, True) for text in auto_notes(config)]  # what optim.regularize's auto chose
-        self.groups = build_groups(config, self.model, accelerator.device)
+        priors = AutoPriors.of(config)  # what optim.regularize's auto chose
+        self.groups = build_groups(config, self.model, accelerator.device, priors.values)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
@@ -169,7 +169,8 @@ class Reconstructor:
         if self.tiles is not None:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
-                           self.write, self.tiles, tell=self.log.tell, left_out=self.left_out)
+                           self.write, self.tiles, tell=self.log.tell, left_out=self.left_out,
+                           given_auto=priors.given_auto)
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history
@@ -180,7 +181,7 @@ class Reconstructor:
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
-                      *chosen, *((text, False) for text in recentred)])
+                      *((text, True) for text in priors.notes), *((text, False) for text in recentred)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

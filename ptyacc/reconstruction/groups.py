@@ -28,7 +28,7 @@ from ptyacc.physics.regularizers import (
     tv_phase_smoothing,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import resolved
+from ptyacc.reconstruction.multislice_auto import MULTISLICE, resolved
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
@@ -90,13 +90,16 @@ class ParameterGroup:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def build_groups(config: Config, model: PtychoModel, device: torch.device) -> list[ParameterGroup]:
+def build_groups(config: Config, model: PtychoModel, device: torch.device,
+                 priors: dict[str, float] | None = None) -> list[ParameterGroup]:
     """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
-    its Adam (the fused kernel where ``device`` has one)."""
+    its Adam (the fused kernel where ``device`` has one); ``priors``: the values of
+    ``optim.regularize``'s keys that may be auto (``multislice_auto.AutoPriors``), resolved here
+    when not given."""
     opt, start = config.optim, config.optim.start
     probe_modes = model.probe.shape[0]
     groups = [
-        _object_group(config, model),
+        _object_group(config, model, priors),
         ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
                        after_iteration=(lambda: orthogonalize(model.probe))
                        if config.model.orthogonalize_probe and probe_modes > 1 else None),
@@ -156,13 +159,15 @@ def adam_beta2(config: Config) -> float:
     return 0.95 if config.model.slices == 1 else 0.999
 
 
-def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
+def _object_group(config: Config, model: PtychoModel, priors: dict[str, float] | None) -> ParameterGroup:
     """The object: after every iteration the TV smoothing step, the depth and lateral blurs when
     asked for, and the amplitude bounds; the phase total variation (``optim.regularize``)."""
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
-    lateral_px, smoothing = resolved(config, "lateral_blur_px"), resolved(config, "tv_phase_smoothing")
+    if priors is None:
+        priors = {name: resolved(config, name) for name in MULTISLICE}
+    lateral_px, smoothing = priors["lateral_blur_px"], priors["tv_phase_smoothing"]
 
     def project() -> None:
         if smoothing > 0:
@@ -173,7 +178,7 @@ def _object_group(config: Config, model: PtychoModel) -> ParameterGroup:
             model.object.data.copy_(lateral_blur(model.object.data, lateral_px))
         clamp_amplitude(model.object, low, high)
 
-    regularizer, tv_phase = None, resolved(config, "tv_phase")
+    regularizer, tv_phase = None, priors["tv_phase"]
     if tv_phase > 0:
         # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
         # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too

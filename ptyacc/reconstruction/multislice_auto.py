@@ -25,12 +25,14 @@ the config alone (the slice count), the same on every process.
 "A multislice prior"): its gradient is rounding noise wherever the phase is flat, and Adam's
 normalised steps turn that noise into full-size steps.
 
-The note (``auto_notes``) goes to the terminal and run.log with the build's other lines; results.h5
-records the resolved values (``auto_values``, attribute ``auto_values``) beside the config as given
-(``auto``).
+A run resolves them once (``AutoPriors.of``): the parameter groups take the values, results.h5
+the keys given as auto (attribute ``auto_values``) beside the config as given (``auto``), and the
+terminal and run.log the note (``auto_notes``) with the build's other lines.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ptyacc.config import Config
 
@@ -61,3 +63,18 @@ def auto_notes(config: Config) -> list[str]:
         return []
     return [f"optim.regularize: {', '.join(on)} (auto: {config.model.slices} slices; give numbers, 0 = off, "
             "to choose)"]
+
+
+@dataclass(frozen=True)
+class AutoPriors:
+    """What a run's ``optim.regularize`` comes to, resolved once at build: ``values`` {name: value}
+    of every key of ``MULTISLICE`` (``resolved``), ``given_auto`` those given as auto by config key
+    (``auto_values``, results.h5's attribute) and ``notes`` (``auto_notes``)."""
+
+    values: dict[str, float]
+    given_auto: dict[str, float]
+    notes: list[str]
+
+    @classmethod
+    def of(cls, config: Config) -> AutoPriors:
+        return cls({name: resolved(config, name) for name in MULTISLICE}, auto_values(config), auto_notes(config))
