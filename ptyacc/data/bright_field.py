@@ -1,12 +1,18 @@
-"""The reciprocal pixel from the patterns themselves: the radius of the bright-field disk."""
+"""The bright-field disk of electron patterns: its radius measured in the patterns themselves (which
+gives the reciprocal pixel, ``experiment.dk_from_bright_field``), and compared with the radius the
+calibration predicts (``check_bright_field``, the calibration check of ``sanity.calibration_checks``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from ptyacc.errors import DataError
+from ptyacc.data.sampling import aperture_invA
+from ptyacc.errors import ConfigError, DataError
+from ptyacc.physics import wavelength_A
 
 DARK_PERCENTILE = 5
 MIN_RADIUS_PX = 1.5
@@ -62,3 +68,75 @@ def measured_radius_px(source, n_patterns: int, prepare, every: np.ndarray | Non
     rows = sample_rows(n_patterns)
     sample = source.read(rows, prepare).patterns if every is None else every[rows]
     return bright_field_radius_px(np.fft.fftshift(sample.mean(axis=0, dtype=np.float64)), str(source.path))
+
+
+TOLERANCE = 0.2  # relative difference of predicted and measured disk radius still accepted
+SKIP = "experiment.check_calibration: false skips this check"
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A likely mistake: ``key``'s value ``given`` meant ``fix(given)``, said as ``say(given)``."""
+
+    key: str
+    fix: Callable[[float], float]
+    say: Callable[[float], str]
+
+
+SLIPS = (
+    Slip("energy_eV", lambda v: v * 1e3, lambda v: f"{v * 1e3:g} eV ({v:g} keV)"),
+    Slip("energy_eV", lambda v: v * 1e-3, lambda v: f"{v * 1e-3:g} eV ({v * 1e-6:g} keV)"),
+    Slip("semiangle_mrad", lambda v: v * 1e3, lambda v: f"{v * 1e3:g} mrad ({v:g} rad)"),
+    Slip("semiangle_mrad", lambda v: v * 1e-3, lambda v: f"{v * 1e-3:g} mrad ({v:g} µrad)"),
+    Slip("dk_invA", lambda v: v * 0.1, lambda v: f"{v * 0.1:g} 1/Å ({v:g} 1/nm)"),
+    Slip("dk_invA", lambda v: v * 10, lambda v: f"{v * 10:g} 1/Å ({v * 100:g} 1/nm)"),
+    Slip("dk_invA", lambda v: v / (2 * np.pi), lambda v: f"{v / (2 * np.pi):g} 1/Å (without the 2 pi)"),
+    Slip("dx_A", lambda v: v * 10, lambda v: f"{v * 10:g} Å ({v:g} nm)"),
+    Slip("dx_A", lambda v: v * 0.1, lambda v: f"{v * 0.1:g} Å ({v * 0.01:g} nm)"),
+)
+
+
+def predicted_disk_radius_px(energy_eV: float, semiangle_mrad: float, dk_invA: float) -> float:
+    """Radius in pixels of the bright-field disk: semiangle / wavelength / dk."""
+    return aperture_invA(semiangle_mrad, wavelength_A(energy_eV, "electron")) / dk_invA
+
+
+def check_bright_field(values: Mapping[str, float | None], sources: Mapping[str, str], k: int,
+                       measured_radius_px: float, source: str, predicted: float | None = None) -> str:
+    """Compare the disk that ``values`` predict (energy_eV, semiangle_mrad, and dk_invA or dx_A
+    of patterns ``k`` pixels wide, all stored pixels; ``predicted``: that radius when the
+    calibration worked it out already) with the ``measured_radius_px``; return the line for
+    run.log, or raise ConfigError naming the likely slip."""
+    energy, semiangle = values["energy_eV"], values["semiangle_mrad"]
+    dk = _dk(values, k)
+    if predicted is None:
+        predicted = predicted_disk_radius_px(energy, semiangle, dk)
+    line = (f"calibration check: bright-field disk radius predicted {predicted:.3g} px, measured "
+            f"{measured_radius_px:.3g} px in {source}")
+    if abs(predicted / measured_radius_px - 1) <= TOLERANCE:
+        return line
+    given = {"energy_eV": energy, "semiangle_mrad": semiangle}
+    given.update({"dk_invA": dk} if values.get("dk_invA") is not None else {"dx_A": values["dx_A"]})
+    for slip in SLIPS:
+        if slip.key not in given:
+            continue
+        trial = dict(given, **{slip.key: slip.fix(given[slip.key])})
+        radius = predicted_disk_radius_px(trial["energy_eV"], trial["semiangle_mrad"], _dk(trial, k))
+        if abs(radius / measured_radius_px - 1) <= TOLERANCE:
+            raise ConfigError(f"experiment.{slip.key}: {given[slip.key]:g} ({_where(slip.key, sources, source)}) "
+                              f"gives a bright-field disk of radius {predicted:.3g} px, the data show "
+                              f"{measured_radius_px:.3g} px: did you mean {slip.say(given[slip.key])}? ({SKIP})")
+    named = ", ".join(f"{name} {value:g} ({_where(name, sources, source)})" for name, value in given.items())
+    raise ConfigError(f"experiment: {named} give a bright-field disk of radius {predicted:.3g} px, the data show "
+                      f"{measured_radius_px:.3g} px (more than {TOLERANCE:.0%} apart): check these values, or fit dk "
+                      f"from the disk with experiment.dk_from_bright_field: true ({SKIP})")
+
+
+def _dk(values: Mapping[str, float | None], k: int) -> float:
+    """dk (1/Å) of stored patterns ``k`` px wide, from dk_invA or dx_A."""
+    return values["dk_invA"] if values.get("dk_invA") is not None else 1.0 / (k * values["dx_A"])
+
+
+def _where(name: str, sources: Mapping[str, str], source: str) -> str:
+    """Where a value came from, in words."""
+    return {"file": f"attribute of {source}", "config": "from the config"}.get(sources.get(name, ""), "derived")

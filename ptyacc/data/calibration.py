@@ -90,6 +90,7 @@ class Calibration:
     overrides: tuple[str, ...] = ()
     values: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    disk_radius_px: float | None = None  # the bright-field disk's radius these values predict (``Sampling``)
 
 
 def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: list[int] | None = None,
@@ -115,7 +116,7 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
     wavelength = _wavelength(experiment, source, values)
     sources["wavelength_A"] = "derived" if values["energy_eV"] is not None else "file"
     values["scan_rotation_deg"], sources["scan_rotation_deg"] = experiment.scan_rotation_deg, "config"
-    stored_dx, near_distance = None, None
+    stored_dx, near_distance, disk = None, None, None
     if not experiment.dk_from_bright_field or bright_field_radius_px is not None:
         sampling = object_sampling(
             source.shape[-1], wavelength, dx_A=values["dx_A"], dk_invA=values["dk_invA"],
@@ -123,7 +124,7 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
             radiation=experiment.radiation, geometry=experiment.geometry,
             detector_distance_m=values["detector_distance_m"], detector_pixel_m=values["detector_pixel_m"],
             focus_to_sample_m=experiment.focus_to_sample_m)
-        stored_dx, near_distance = sampling.dx_A, sampling.near_field_distance_A
+        stored_dx, near_distance, disk = sampling.dx_A, sampling.near_field_distance_A, sampling.disk_radius_px
     if experiment.dk_from_bright_field and stored_dx is not None:
         overrides += _fitted_dk_override(source, stored_dx)
         values["dk_invA"], sources["dk_invA"] = 1.0 / (source.shape[-1] * stored_dx), "fitted"
@@ -139,6 +140,7 @@ def calibrate(experiment: ExperimentConfig, source: SourceFacts, scan_shape: lis
         overrides=tuple(overrides),
         values=values,
         sources=sources,
+        disk_radius_px=disk,
     )
 
 

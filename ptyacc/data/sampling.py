@@ -22,10 +22,14 @@ METRE_IN_A = 1e10
 @dataclass(frozen=True)
 class Sampling:
     """dx_A: object pixel (Å); near_field_distance_A: the effective (Fresnel-scaled) propagation
-    distance of near-field images (Å), None in the far field."""
+    distance of near-field images (Å), None in the far field; disk_radius_px: electrons with a
+    semi-angle, the bright-field disk's radius this sampling predicts in stored pixels,
+    semiangle / wavelength / dk with dk the given dk_invA or 1 / (K dx) (what the calibration
+    check compares with the data's disk), else None."""
 
     dx_A: float
     near_field_distance_A: float | None = None
+    disk_radius_px: float | None = None
 
 
 def aperture_invA(semiangle_mrad: float, wavelength_A: float) -> float:
@@ -42,18 +46,31 @@ def object_sampling(k: int, wavelength_A: float, *, dx_A: float | None = None, d
     """Sampling of patterns ``k`` pixels wide. The first of these that is given sets dx: dx_A;
     dk_invA; the bright-field disk's radius ``disk_radius_px`` (with ``semiangle_mrad``); for
     X-rays the detector geometry. Near field the geometry always gives the propagation distance."""
+    dx, near_distance = _object_pixel(k, wavelength_A, dx_A, dk_invA, disk_radius_px, semiangle_mrad, radiation,
+                                      geometry, detector_distance_m, detector_pixel_m, focus_to_sample_m)
+    disk = None
+    if radiation == "electron" and semiangle_mrad is not None:
+        disk = aperture_invA(semiangle_mrad, wavelength_A) / (dk_invA if dk_invA is not None else 1.0 / (k * dx))
+    return Sampling(dx, near_distance, disk)
+
+
+def _object_pixel(k: int, wavelength_A: float, dx_A: float | None, dk_invA: float | None,
+                  disk_radius_px: float | None, semiangle_mrad: float | None, radiation: str, geometry: str,
+                  detector_distance_m: float | None, detector_pixel_m: float | None,
+                  focus_to_sample_m: float | None) -> tuple[float, float | None]:
+    """(dx (Å), near-field distance (Å) or None): see ``object_sampling``."""
     from_geometry, near_distance = None, None
     if radiation == "xray" and (geometry == "near_field" or (dx_A is None and dk_invA is None)):
         from_geometry, near_distance = xray_sampling(geometry, wavelength_A, k, detector_distance_m,
                                                      detector_pixel_m, focus_to_sample_m)
     if dx_A is not None:
-        return Sampling(dx_A, near_distance)
+        return dx_A, near_distance
     if dk_invA is not None:
-        return Sampling(1.0 / (k * dk_invA), near_distance)
+        return 1.0 / (k * dk_invA), near_distance
     if disk_radius_px is not None and semiangle_mrad is not None:
-        return Sampling(1.0 / (k * aperture_invA(semiangle_mrad, wavelength_A) / disk_radius_px), near_distance)
+        return 1.0 / (k * aperture_invA(semiangle_mrad, wavelength_A) / disk_radius_px), near_distance
     if from_geometry is not None:
-        return Sampling(from_geometry, near_distance)
+        return from_geometry, near_distance
     raise ConfigError("experiment.dk_invA: needed (or experiment.dx_A), and the data file has neither attribute")
 
 

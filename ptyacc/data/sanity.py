@@ -4,9 +4,11 @@ A unit slip (80 for 80 keV, 0.025 for 25 mrad, dk in 1/nm) runs to the end and g
 These checks catch it while the run can still say which key is wrong:
 
 - electrons, far field: the bright-field disk predicted from the energy (wavelength), the
-  semi-angle and dk (radius = semiangle / wavelength / dk pixels) against the disk measured in
-  the mean pattern; more than TOLERANCE apart stops the run, naming the slip that explains the
-  data (each candidate of SLIPS is tried) or, when none does, every value that sets the radius.
+  semi-angle and dk (radius = semiangle / wavelength / dk pixels; the calibration's
+  ``disk_radius_px``) against the disk measured in the mean pattern; more than TOLERANCE apart
+  stops the run, naming the slip that explains the data (each candidate of SLIPS is tried) or,
+  when none does, every value that sets the radius (``check_bright_field``, which lives with the
+  measurement in bright_field.py).
 - X-rays: the scan against the probe window (raster steps larger than the window, or a scan
   that spans less than a pixel, mean a wrong pixel size) and, in the near field, the Fresnel
   number of the window (K dx)^2 / (wavelength z), which must lie in the near-field regime.
@@ -16,74 +18,18 @@ These checks catch it while the run can still say which key is wrong:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-
 import numpy as np
 
-from ptyacc.data.bright_field import measured_radius_px
-from ptyacc.data.sampling import aperture_invA
-from ptyacc.errors import ConfigError, DataError
-from ptyacc.physics import wavelength_A
-
-TOLERANCE = 0.2  # relative difference of predicted and measured disk radius still accepted
-SKIP = "experiment.check_calibration: false skips this check"
-
-
-@dataclass(frozen=True)
-class Slip:
-    """A likely mistake: ``key``'s value ``given`` meant ``fix(given)``, said as ``say(given)``."""
-
-    key: str
-    fix: Callable[[float], float]
-    say: Callable[[float], str]
-
-
-SLIPS = (
-    Slip("energy_eV", lambda v: v * 1e3, lambda v: f"{v * 1e3:g} eV ({v:g} keV)"),
-    Slip("energy_eV", lambda v: v * 1e-3, lambda v: f"{v * 1e-3:g} eV ({v * 1e-6:g} keV)"),
-    Slip("semiangle_mrad", lambda v: v * 1e3, lambda v: f"{v * 1e3:g} mrad ({v:g} rad)"),
-    Slip("semiangle_mrad", lambda v: v * 1e-3, lambda v: f"{v * 1e-3:g} mrad ({v:g} µrad)"),
-    Slip("dk_invA", lambda v: v * 0.1, lambda v: f"{v * 0.1:g} 1/Å ({v:g} 1/nm)"),
-    Slip("dk_invA", lambda v: v * 10, lambda v: f"{v * 10:g} 1/Å ({v * 100:g} 1/nm)"),
-    Slip("dk_invA", lambda v: v / (2 * np.pi), lambda v: f"{v / (2 * np.pi):g} 1/Å (without the 2 pi)"),
-    Slip("dx_A", lambda v: v * 10, lambda v: f"{v * 10:g} Å ({v:g} nm)"),
-    Slip("dx_A", lambda v: v * 0.1, lambda v: f"{v * 0.1:g} Å ({v * 0.01:g} nm)"),
+from ptyacc.data.bright_field import (  # noqa: F401 (the bright-field check's names, also offered here)
+    SKIP,
+    SLIPS,
+    TOLERANCE,
+    Slip,
+    check_bright_field,
+    measured_radius_px,
+    predicted_disk_radius_px,
 )
-
-
-def predicted_disk_radius_px(energy_eV: float, semiangle_mrad: float, dk_invA: float) -> float:
-    """Radius in pixels of the bright-field disk: semiangle / wavelength / dk."""
-    return aperture_invA(semiangle_mrad, wavelength_A(energy_eV, "electron")) / dk_invA
-
-
-def check_bright_field(values: Mapping[str, float | None], sources: Mapping[str, str], k: int,
-                       measured_radius_px: float, source: str) -> str:
-    """Compare the disk that ``values`` predict (energy_eV, semiangle_mrad, and dk_invA or dx_A
-    of patterns ``k`` pixels wide, all stored pixels) with the ``measured_radius_px``; return
-    the line for run.log, or raise ConfigError naming the likely slip."""
-    energy, semiangle = values["energy_eV"], values["semiangle_mrad"]
-    dk = _dk(values, k)
-    predicted = predicted_disk_radius_px(energy, semiangle, dk)
-    line = (f"calibration check: bright-field disk radius predicted {predicted:.3g} px, measured "
-            f"{measured_radius_px:.3g} px in {source}")
-    if abs(predicted / measured_radius_px - 1) <= TOLERANCE:
-        return line
-    given = {"energy_eV": energy, "semiangle_mrad": semiangle}
-    given.update({"dk_invA": dk} if values.get("dk_invA") is not None else {"dx_A": values["dx_A"]})
-    for slip in SLIPS:
-        if slip.key not in given:
-            continue
-        trial = dict(given, **{slip.key: slip.fix(given[slip.key])})
-        radius = predicted_disk_radius_px(trial["energy_eV"], trial["semiangle_mrad"], _dk(trial, k))
-        if abs(radius / measured_radius_px - 1) <= TOLERANCE:
-            raise ConfigError(f"experiment.{slip.key}: {given[slip.key]:g} ({_where(slip.key, sources, source)}) "
-                              f"gives a bright-field disk of radius {predicted:.3g} px, the data show "
-                              f"{measured_radius_px:.3g} px: did you mean {slip.say(given[slip.key])}? ({SKIP})")
-    named = ", ".join(f"{name} {value:g} ({_where(name, sources, source)})" for name, value in given.items())
-    raise ConfigError(f"experiment: {named} give a bright-field disk of radius {predicted:.3g} px, the data show "
-                      f"{measured_radius_px:.3g} px (more than {TOLERANCE:.0%} apart): check these values, or fit dk "
-                      f"from the disk with experiment.dk_from_bright_field: true ({SKIP})")
+from ptyacc.errors import ConfigError, DataError
 
 
 def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bin_px: int, prepared_px: int,
@@ -107,7 +53,8 @@ def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bi
         radius_px = measured_radius_px(source, len(calibration.positions_A), prepare, every) * bin_px
     except DataError as exc:
         return (f"calibration check skipped: {str(exc).split('; ')[0]}",)
-    return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path)),)
+    return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path),
+                               calibration.disk_radius_px),)
 
 
 def check_xray(positions_A: np.ndarray, dx_A: float, k: int, wavelength: float,
@@ -136,13 +83,3 @@ def check_xray(positions_A: np.ndarray, dx_A: float, k: int, wavelength: float,
                               "experiment.detector_distance_m, focus_to_sample_m and detector_pixel_m (metres) "
                               f"({SKIP})")
     return lines
-
-
-def _dk(values: Mapping[str, float | None], k: int) -> float:
-    """dk (1/Å) of stored patterns ``k`` px wide, from dk_invA or dx_A."""
-    return values["dk_invA"] if values.get("dk_invA") is not None else 1.0 / (k * values["dx_A"])
-
-
-def _where(name: str, sources: Mapping[str, str], source: str) -> str:
-    """Where a value came from, in words."""
-    return {"file": f"attribute of {source}", "config": "from the config"}.get(sources.get(name, ""), "derived")

@@ -273,6 +273,7 @@ class PatternStore:
     def __init__(self, patterns: torch.Tensor, held: np.ndarray | None, n_positions: int,
                  device: torch.device | str = "cpu") -> None:
         self.patterns = patterns.to(device)
+        self.device: torch.device = self.patterns.device
         self.held = np.arange(n_positions) if held is None else np.asarray(held)
         self._row_of: torch.Tensor | None = None
         if held is not None:  # position index -> row; one past the last row (an IndexError) for patterns held elsewhere
@@ -286,10 +287,6 @@ class PatternStore:
         """(b, K, K) patterns of the positions ``indices`` (b,), which this process must hold."""
         indices = indices.to(self.patterns.device)
         return self.patterns[indices] if self._row_of is None else self.patterns[self._row_of[indices]]
-
-    @property
-    def device(self) -> torch.device:
-        return self.patterns.device
 
     def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
                        ) -> tuple[torch.Tensor, torch.Tensor]:

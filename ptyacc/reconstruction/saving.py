@@ -13,6 +13,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
+from ptyacc.data.stream import mean_of_sample
 from ptyacc.errors import ConfigError, OutputError
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
@@ -128,7 +129,7 @@ class Saver:
 
     def mean_patterns(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean of up to 128 held patterns and of the model's prediction for them (centred)."""
-        measured, predicted = self.store.mean_of_sample(self.model)
+        measured, predicted = mean_of_sample(self.store, self.model)
         measured, predicted = measured.double().cpu(), predicted.double().cpu()
         if self.data.near_field_distance_A is not None:  # near-field images are stored as they are
             return measured.numpy(), predicted.numpy()
