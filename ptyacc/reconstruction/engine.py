@@ -99,6 +99,7 @@ class Reconstructor:
                  overwrite: bool = False) -> None:
         self.started = time.perf_counter()
         self.config, self.write, self.on_step, self.resume = config, write, on_step, resume
+        self.config_text = config.to_yaml()  # the config as results.h5 and the checkpoints keep it
         self.out_dir = Path(config.output.dir)
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
@@ -170,7 +171,7 @@ class Reconstructor:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
                            self.write, self.tiles, tell=self.log.tell, left_out=self.left_out,
-                           given_auto=priors.given_auto)
+                           given_auto=priors.given_auto, config_text=self.config_text)
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history

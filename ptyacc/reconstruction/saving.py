@@ -42,12 +42,12 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
 
 def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
                     history: list[float], world_size: int, tiles: ObjectTiles | None = None,
-                    given_auto: dict[str, float] | None = None) -> Results:
+                    given_auto: dict[str, float] | None = None, config_text: str | None = None) -> Results:
     """The model's state as a Results record (CPU, NumPy). With the object split over the
     processes (``tiles``; every process must call this then) the main process's record holds
     the whole object, the others' the region they hold (with its own origin_A). ``given_auto``:
-    the config keys given as auto and their values (``multislice_auto.auto_values``, worked out
-    here when not given)."""
+    the config keys given as auto and their values (``multislice_auto.auto_values``), and
+    ``config_text`` the config as YAML (``Config.to_yaml``), both worked out here when not given."""
     # positions moved against the object (``model.recenter.probe``) move the object in the data's frame
     shift_px = model.scan_shift_px.double().cpu().numpy()
     origin_A = tuple(float(v) for v in geometry.to_A(-shift_px)) if shift_px.any() else geometry.origin_A
@@ -65,7 +65,8 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     positions_A = geometry.to_A(positions_px)
     import yaml
 
-    attrs = {"config": config.to_yaml(), "auto_values": yaml.safe_dump(auto_values(config) if given_auto is None else given_auto),
+    given_auto = auto_values(config) if given_auto is None else given_auto
+    attrs = {"config": config.to_yaml() if config_text is None else config_text, "auto_values": yaml.safe_dump(given_auto),
              "versions": yaml.safe_dump(versions()), "world_size": world_size, "iterations_done": len(history),
              "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss, "source": data.source}
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
@@ -93,9 +94,10 @@ class Saver:
     def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
                  store: PatternStore, out_dir: Path, write: bool, tiles: ObjectTiles | None = None,
                  tell: Callable[[str], None] = print, left_out: np.ndarray | None = None,
-                 given_auto: dict[str, float] | None = None) -> None:
+                 given_auto: dict[str, float] | None = None, config_text: str | None = None) -> None:
         self.accelerator, self.config, self.model, self.tiles = accelerator, config, model, tiles
         self.given_auto = given_auto  # the config keys given as auto, resolved (``multislice_auto.AutoPriors``)
+        self.config_text = config.to_yaml() if config_text is None else config_text  # for results.h5 and checkpoints
         # the positions left out of the fit (optim.validation_fraction): the loss is per fitted pattern
         self.left_out = np.empty(0, dtype=np.int64) if left_out is None else left_out
         self.data, self.geometry, self.store = data, geometry, store
@@ -108,7 +110,7 @@ class Saver:
     def save(self, history: History, figures: bool | None = None) -> Results:
         mean_patterns = self.mean_patterns() if self.writes else (None, None)
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
-                                  self.accelerator.num_processes, self.tiles, self.given_auto)
+                                  self.accelerator.num_processes, self.tiles, self.given_auto, self.config_text)
         results.iteration_time_s = np.asarray(history.seconds)
         for name, values in (traffic_arrays(history.traffic) if history.traffic is not None else {}).items():
             setattr(results, name, values)
@@ -149,5 +151,5 @@ class Saver:
         state = {"iterations_done": len(history), "model": model_state,
                  "optimizers": optimizer_states, "loss": list(history),
                  "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
-                 "config": self.config.to_yaml()}
+                 "config": self.config_text}
         save_checkpoint(self.out_dir, state, self.config.output.keep_checkpoints)
