@@ -242,8 +242,7 @@ class Reconstructor:
                 if signum := self.interrupt.requested(number, last=number == steps - 1):
                     raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
             for group in self.groups:
-                if group.after_iteration is not None:
-                    group.after_iteration()
+                group.end_iteration()
             loss = float(self.accelerator.reduce(total, reduction="sum")) / (self.data.n_patterns - len(self.left_out))
         except RuntimeError as exc:
             lost = _lost_contact(exc, self.world, iteration, self.out_dir)

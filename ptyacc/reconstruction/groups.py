@@ -56,7 +56,8 @@ class ParameterGroup:
     copies of a pixel held by several processes (``runtime.shard_object``) are refreshed afterwards.
     ``lateral_blur_px``, ``tv_smoothing``: the lateral blur's sigma and the TV smoothing step in
     ``after_iteration`` (0: none), whose reach around a pixel a process holding a tile of the
-    object must hold (``tiles.needs_pixel_ring``)."""
+    object must hold (``tiles.needs_pixel_ring``). ``constraints`` run after ``after_iteration``
+    (``model.recenter``'s, ``recenter.attach_recentring``); ``end_iteration`` runs both."""
 
     name: str
     params: list[torch.nn.Parameter]
@@ -70,9 +71,17 @@ class ParameterGroup:
     lateral_blur_px: float = 0.0
     tv_smoothing: float = 0.0
     schedule: LrSchedule = field(default_factory=lambda: LrSchedule(1, 1.0))
+    constraints: list[Callable[[], None]] = field(default_factory=list)
 
     def active(self, iteration: int) -> bool:
         return self.start is not None and iteration >= self.start
+
+    def end_iteration(self) -> None:
+        """What follows every iteration: the projection ``after_iteration``, then the ``constraints``."""
+        if self.after_iteration is not None:
+            self.after_iteration()
+        for constraint in self.constraints:
+            constraint()
 
     def step(self, iteration: int) -> None:
         """The update of one step of ``iteration``, at that iteration's learning rate (set also

@@ -1,4 +1,6 @@
-"""The ptychography model: optimisable state as real parameters, forward(indices) -> intensities.
+"""The ptychography model: optimisable state as real parameters, forward(indices) -> intensities;
+and its gauge, ``ProbeCentring`` (``model.recenter``: the probe's centre of mass held in its window,
+the scan moved with it, ``reconstruction/recenter.py`` tells the whole story).
 
 Complex quantities are stored as real tensors ((..., 2) real/imaginary pairs) so that no
 complex tensor ever reaches a collective; forward views them as complex without a copy.
@@ -13,6 +15,7 @@ from torch import nn
 from ptyacc.physics import (
     Detector,
     detected_intensities,
+    fourier_shift,
     intensity_loss_terms,
     ptycho_loss,
     shift_ramp,
@@ -255,3 +258,31 @@ def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:
     rotated = eigenvectors[:, order].T @ flat
     return rotated.reshape(modes.shape).to(modes.dtype)
 
+
+MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
+
+
+class ProbeCentring:
+    """The centre of mass of the probe's first ``modes`` modes (None: all) moved back to
+    ``target_px`` (2,) (y, x) px from the window centre (zero: the centre;
+    ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
+    with it (module docstring)."""
+
+    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None,
+                 hold: bool = False) -> None:
+        """``hold``: the target is where the probe's first ``modes`` have their centre now."""
+        self.model, self.modes = model, modes
+        if hold:
+            target_px = model.probe_centre_px(modes)
+        self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        model = self.model
+        probe = model.complex_probe()
+        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
+        if float(offset.abs().max()) < MIN_SHIFT_PX:
+            return
+        centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
+        model.probe.copy_(torch.view_as_real(centred / model.probe_scale))
+        model.move_scan(offset)

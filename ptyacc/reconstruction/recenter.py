@@ -1,13 +1,13 @@
 """Constraints that keep the reconstruction in place (``model.recenter``), each run after every
 iteration, identically on every process (from the same parameters, with the same operations):
 
-- ``ProbeCentring``: the probe and the object can drift together (a probe moved by d in its
-  window and an object moved by d predict the same patterns). The probe's centre of mass is
-  moved back to the window centre by a Fourier shift, and every position by the same d against
-  the object, so that each exit wave is the old one shifted by whole pixels at most (the
-  sub-pixel part is carried by the probe shift the positions already have): in the far field
-  the predicted patterns do not change. The object's placement in the data's frame follows
-  (``PtychoModel.scan_shift_px``, saved in ``origin_A``).
+- ``ProbeCentring`` (in model.py, the model's own gauge): the probe and the object can drift
+  together (a probe moved by d in its window and an object moved by d predict the same patterns).
+  The probe's centre of mass is moved back to the window centre by a Fourier shift, and every
+  position by the same d against the object, so that each exit wave is the old one shifted by
+  whole pixels at most (the sub-pixel part is carried by the probe shift the positions already
+  have): in the far field the predicted patterns do not change. The object's placement in the
+  data's frame follows (``PtychoModel.scan_shift_px``, saved in ``origin_A``).
 - ``ProbeMask``: the probe's spectrum zeroed beyond an angle.
 - ``ObjectDepthCentring``: a multislice object moved by whole slices toward its middle, the
   probe's focus with it.
@@ -17,36 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from ptyacc.physics import fourier_shift, fresnel_propagator, spatial_frequencies
-from ptyacc.reconstruction.model import PtychoModel, probe_centre_offset_px
-
-MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
-
-
-class ProbeCentring:
-    """The centre of mass of the probe's first ``modes`` modes (None: all) moved back to
-    ``target_px`` (2,) (y, x) px from the window centre (zero: the centre;
-    ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
-    with it (module docstring)."""
-
-    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None,
-                 hold: bool = False) -> None:
-        """``hold``: the target is where the probe's first ``modes`` have their centre now."""
-        self.model, self.modes = model, modes
-        if hold:
-            target_px = model.probe_centre_px(modes)
-        self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
-
-    @torch.no_grad()
-    def __call__(self) -> None:
-        model = self.model
-        probe = model.complex_probe()
-        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
-        if float(offset.abs().max()) < MIN_SHIFT_PX:
-            return
-        centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
-        model.probe.copy_(torch.view_as_real(centred / model.probe_scale))
-        model.move_scan(offset)
+from ptyacc.physics import fresnel_propagator, spatial_frequencies
+from ptyacc.reconstruction.model import (  # noqa: F401 (the probe's centring is the model's: offered here too)
+    MIN_SHIFT_PX,
+    ProbeCentring,
+    PtychoModel,
+    probe_centre_offset_px,
+)
 
 
 class ProbeMask:
@@ -120,16 +97,6 @@ def attach_recentring(groups: list, config, model: PtychoModel, dx_A: float, wav
         start = steps[-1].target_px
         said.append(f"model.recenter.hold_probe: the probe's centre of mass (first mode) held where the initial probe has it, "
                     f"({float(start[0]):+.3f}, {float(start[1]):+.3f}) px (y, x) from the window centre")
-    if not steps:
-        return said
-    group = next(g for g in groups if g.name == "probe")
-    projection = group.after_iteration
-
-    def after_iteration() -> None:
-        if projection is not None:
-            projection()
-        for step in steps:
-            step()
-
-    group.after_iteration = after_iteration
+    if steps:
+        next(g for g in groups if g.name == "probe").constraints.extend(steps)
     return said
