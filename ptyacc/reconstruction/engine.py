@@ -202,7 +202,7 @@ class Reconstructor:
     # ------------------------------------------------------------------ run
     def run(self) -> None:
         """The iterations, each followed by the hooks; an iteration with a non-finite loss is undone
-        (and maybe retried, ``guard.NanGuard``); a SIGINT or SIGTERM stops after the current step,
+        (and maybe retried, ``guard.NanGuard``); a SIGINT or SIGTERM stops in the current step,
         keeping the work (``ptyacc.reconstruction.interrupt``)."""
         with self.interrupt:
             while self.history.done < self.config.optim.iterations:
@@ -233,14 +233,14 @@ class Reconstructor:
                 losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
                 # DDP averages gradients over processes; x world makes that average the global sum / B.
                 self.accelerator.backward(losses * (self.world / len(step.batch)))
+                if signum := self.interrupt.requested(number, last=number == steps - 1):  # before an update undone anyway
+                    raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
                 for group in self.groups:
                     group.step(iteration)
                 for group in self.groups:
                     if group.after_step is not None:
                         group.after_step()
                 total += losses.detach()
-                if signum := self.interrupt.requested(number, last=number == steps - 1):
-                    raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
             for group in self.groups:
                 group.end_iteration()
             loss = float(self.accelerator.reduce(total, reduction="sum")) / (self.data.n_patterns - len(self.left_out))

@@ -1,7 +1,8 @@
 """Interrupted runs keep their work: SIGINT (Ctrl-C) and SIGTERM (a batch system's time limit)
 during the iterations are remembered, not acted on at once. The loop asks ``Interrupt.requested``
-after every step; all processes agree on the answer (one max-reduce of a flag per step on
-several processes), so they stop after the same step. The engine then undoes the unfinished
+in every step, once its gradient is computed and before the update (which would be undone);
+all processes agree on the answer (one max-reduce of a flag every few steps on several
+processes), so they stop in the same step. The engine then undoes the unfinished
 iteration (its state returns to the end of the last whole one, which ``NanGuard`` keeps), writes
 a checkpoint and results.h5, and raises ``Interrupted``: the CLI prints what was kept and the
 exact ``--resume`` command and exits 128 + the signal (130 for SIGINT, 143 for SIGTERM). A
