@@ -255,7 +255,7 @@ class Reconstructor:
     def finish(self) -> Reconstruction:
         """Compute the deviance (Poisson runs), save, hand over the results. (That the processes
         agree was checked after the last iteration, ``hooks.SyncCheck``; run.log's summary was
-        written then too, ``hooks.LogLine``.)"""
+        written then too, ``runlog.LogLine``.)"""
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)

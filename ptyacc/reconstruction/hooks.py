@@ -1,4 +1,5 @@
-"""What happens at the end of an iteration, one small hook each: the run.log line, the progress
+"""What happens at the end of an iteration, one small hook each: the run.log line (``LogLine``, which
+lives with run.log in results/runlog.py), the progress
 bar, the sync check, checkpoints (``WallClock`` says when a timed one is due), intermediate saves
 (``iteration_hooks`` picks them from the config). The loop calls them in order; each decides for
 itself whether this iteration is its turn.
@@ -17,42 +18,8 @@ from ptyacc.reconstruction.groups import ParameterGroup
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.interrupt import agreed_max
 from ptyacc.reconstruction.saving import Saver
-from ptyacc.results.runlog import RunLog
+from ptyacc.results.runlog import LogLine, RunLog  # noqa: F401 (LogLine, the run.log line, is also offered here)
 from ptyacc.watch.progress import in_notebook, progress_bar
-
-
-class LogLine:
-    """One run.log line per iteration: loss, time, and what the exchange moved; after the last
-    iteration, the run's summary (seconds since ``started``, a ``time.perf_counter`` reading)."""
-
-    def __init__(self, log: RunLog, started: float) -> None:
-        self.log, self.started = log, started
-
-    def __call__(self, history: History) -> None:
-        comm = ""
-        if history.traffic:
-            t = history.traffic[-1]
-            split = ", ".join(f"{kind} {count / 2**20:.2f}" for kind, count in t.bytes.items())
-            comm = (f", exchanged {t.total_bytes / 2**20:.2f} MiB ({split}) in {t.calls} collectives, "
-                    f"waiting {t.wait_s:.3f} s ({t.wait_s / max(history.seconds[-1], 1e-12):.0%})")
-        valid = f", validation error {history.validation[-1]:.6g}" if history.validation else ""
-        lines = [f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}{valid}, "
-                 f"{history.seconds[-1]:.3f} s{comm}"]
-        if history.done == history.iterations:
-            lines += self._summary(history)
-        for line in lines:
-            self.log.line(line)
-
-    def _summary(self, history: History) -> list[str]:
-        wall = time.perf_counter() - self.started
-        lines = [f"done: {history.done} iterations in {wall:.1f} s, final loss {history.loss[-1]:.6g}"]
-        traffic = history.traffic or []
-        if traffic:
-            per_iteration = sum(t.total_bytes for t in traffic) / len(traffic) / 2**20
-            waiting = sum(t.wait_s for t in traffic) / sum(history.seconds[-len(traffic):])
-            lines.append(f"communication: {per_iteration:.2f} MiB exchanged per iteration, {waiting:.0%} of the "
-                         "iteration time spent waiting")
-        return lines
 
 
 class ProgressBar:
@@ -137,7 +104,7 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
     asks for. ``wrapped``: the model as prepared (DDP for several processes), whose parameters
     the sync check compares; ``started``: the run's start (``time.perf_counter``); ``closing``:
     closes what a hook holds open (the trackers) at the run's end; None: a run that writes nothing."""
-    hooks = [LogLine(log, started)]
+    hooks = []
     if ProgressBar.wanted(accelerator, config.runtime.progress):
         hooks.append(ProgressBar(config.optim.iterations, history.done, data.n_patterns))
     if accelerator.num_processes > 1:
@@ -151,4 +118,5 @@ def iteration_hooks(config: Config, accelerator, log: RunLog, saver: Saver, grou
         from ptyacc.watch.trackers import Trackers  # imported only for a run with trackers
 
         hooks.append(closing.enter_context(Trackers(config, accelerator, saver, groups)))
+    hooks.insert(0, LogLine(log, started))  # the run.log line comes first
     return hooks

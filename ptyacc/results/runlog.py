@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -129,3 +130,38 @@ class RunLog:
             self.line(f"device {line}")
         for text in ("config:", *("  " + row for row in yaml.safe_dump(config.to_dict(), sort_keys=False).splitlines())):
             self.line(text)
+
+
+class LogLine:
+    """One run.log line per iteration: loss, time, and what the exchange moved; after the last
+    iteration, the run's summary (seconds since ``started``, a ``time.perf_counter`` reading)."""
+
+    def __init__(self, log: RunLog, started: float) -> None:
+        self.log, self.started = log, started
+
+    def __call__(self, history) -> None:
+        """``history``: the run's record so far (``reconstruction.history.History``)."""
+        comm = ""
+        if history.traffic:
+            t = history.traffic[-1]
+            split = ", ".join(f"{kind} {count / 2**20:.2f}" for kind, count in t.bytes.items())
+            comm = (f", exchanged {t.total_bytes / 2**20:.2f} MiB ({split}) in {t.calls} collectives, "
+                    f"waiting {t.wait_s:.3f} s ({t.wait_s / max(history.seconds[-1], 1e-12):.0%})")
+        valid = f", validation error {history.validation[-1]:.6g}" if history.validation else ""
+        lines = [f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}{valid}, "
+                 f"{history.seconds[-1]:.3f} s{comm}"]
+        if history.done == history.iterations:
+            lines += self._summary(history)
+        for line in lines:
+            self.log.line(line)
+
+    def _summary(self, history) -> list[str]:
+        wall = time.perf_counter() - self.started
+        lines = [f"done: {history.done} iterations in {wall:.1f} s, final loss {history.loss[-1]:.6g}"]
+        traffic = history.traffic or []
+        if traffic:
+            per_iteration = sum(t.total_bytes for t in traffic) / len(traffic) / 2**20
+            waiting = sum(t.wait_s for t in traffic) / sum(history.seconds[-len(traffic):])
+            lines.append(f"communication: {per_iteration:.2f} MiB exchanged per iteration, {waiting:.0%} of the "
+                         "iteration time spent waiting")
+        return lines
