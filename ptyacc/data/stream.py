@@ -136,6 +136,17 @@ def mean_of_sample(store, predict: Callable[[torch.Tensor], torch.Tensor], most:
         return store.measured(pick).mean(0), predict(pick).mean(0)
 
 
+def centred_means(store, predict: Callable[[torch.Tensor], torch.Tensor], near_field: bool, most: int = 128
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``mean_of_sample`` as results.h5 keeps it: float64 NumPy (K, K) each, far-field patterns
+    with zero frequency at the centre, near-field images as they are."""
+    measured, predicted = mean_of_sample(store, predict, most)
+    measured, predicted = measured.double().cpu(), predicted.double().cpu()
+    if near_field:
+        return measured.numpy(), predicted.numpy()
+    return torch.fft.fftshift(measured, dim=(-2, -1)).numpy(), torch.fft.fftshift(predicted, dim=(-2, -1)).numpy()
+
+
 def compact_dtype(sample: np.ndarray) -> np.dtype:
     """uint16 when the prepared ``sample`` (n, K, K) float32 holds counts below 2^16 (every
     value an integer, none negative), else float32."""

@@ -41,7 +41,7 @@ from ptyacc.reconstruction.interrupt import Interrupt, keep_work
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.multislice_auto import AutoPriors
 from ptyacc.reconstruction.recenter import attach_recentring
-from ptyacc.reconstruction.saving import Saver, check_output_dir
+from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.tiles import object_tiles
 from ptyacc.reconstruction.validation import ValidationHook, validation_positions
 from ptyacc.results.h5file import Results
@@ -99,7 +99,7 @@ class Reconstructor:
                  overwrite: bool = False) -> None:
         self.started = time.perf_counter()
         self.config, self.write, self.on_step, self.resume = config, write, on_step, resume
-        self.config_text = config.to_yaml()  # the config as results.h5 and the checkpoints keep it
+        self.texts = run_texts(config)  # the config, auto's values and the versions, as results.h5 keeps them
         self.out_dir = Path(config.output.dir)
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
@@ -171,7 +171,7 @@ class Reconstructor:
             self.tiles.connect(lambda nbytes, wait_s: self.exchange.count("object", nbytes, wait_s))
         self.saver = Saver(accelerator, config, self.model, self.data, self.geometry, self.store, self.out_dir,
                            self.write, self.tiles, tell=self.log.tell, left_out=self.left_out,
-                           given_auto=priors.given_auto, config_text=self.config_text)
+                           texts=self.texts)
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history

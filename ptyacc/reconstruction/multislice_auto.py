@@ -25,9 +25,9 @@ the config alone (the slice count), the same on every process.
 "A multislice prior"): its gradient is rounding noise wherever the phase is flat, and Adam's
 normalised steps turn that noise into full-size steps.
 
-A run resolves them once (``AutoPriors.of``): the parameter groups take the values, results.h5
-the keys given as auto (attribute ``auto_values``) beside the config as given (``auto``), and the
-terminal and run.log the note (``auto_notes``) with the build's other lines.
+A run resolves them once (``AutoPriors.of``): the parameter groups take the values, and the
+terminal and run.log the note (``auto_notes``) with the build's other lines; results.h5 keeps
+the keys given as auto (attribute ``auto_values``) beside the config as given (``auto``).
 """
 
 from __future__ import annotations
@@ -68,13 +68,12 @@ def auto_notes(config: Config) -> list[str]:
 @dataclass(frozen=True)
 class AutoPriors:
     """What a run's ``optim.regularize`` comes to, resolved once at build: ``values`` {name: value}
-    of every key of ``MULTISLICE`` (``resolved``), ``given_auto`` those given as auto by config key
-    (``auto_values``, results.h5's attribute) and ``notes`` (``auto_notes``)."""
+    of every key of ``MULTISLICE`` (``resolved``) and ``notes`` (``auto_notes``). (results.h5's
+    attribute, ``auto_values``, is made with the run's other texts when it starts.)"""
 
     values: dict[str, float]
-    given_auto: dict[str, float]
     notes: list[str]
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
-        return cls({name: resolved(config, name) for name in MULTISLICE}, auto_values(config), auto_notes(config))
+        return cls({name: resolved(config, name) for name in MULTISLICE}, auto_notes(config))

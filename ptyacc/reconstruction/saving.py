@@ -13,7 +13,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
-from ptyacc.data.stream import mean_of_sample
+from ptyacc.data.stream import centred_means
 from ptyacc.errors import ConfigError, OutputError
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
@@ -40,14 +40,23 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
                           "them, --resume to continue from the newest checkpoint, or choose another output.dir")
 
 
+def run_texts(config: Config) -> dict[str, str]:
+    """The attributes of results.h5 that describe the run, as text (YAML), made once when it
+    starts: the config as given, the keys given as ``auto`` with their values
+    (``multislice_auto.auto_values``) and the versions of ptyacc and its libraries."""
+    import yaml
+
+    return {"config": config.to_yaml(), "auto_values": yaml.safe_dump(auto_values(config)),
+            "versions": yaml.safe_dump(versions())}
+
+
 def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
                     history: list[float], world_size: int, tiles: ObjectTiles | None = None,
-                    given_auto: dict[str, float] | None = None, config_text: str | None = None) -> Results:
+                    texts: dict[str, str] | None = None) -> Results:
     """The model's state as a Results record (CPU, NumPy). With the object split over the
     processes (``tiles``; every process must call this then) the main process's record holds
-    the whole object, the others' the region they hold (with its own origin_A). ``given_auto``:
-    the config keys given as auto and their values (``multislice_auto.auto_values``), and
-    ``config_text`` the config as YAML (``Config.to_yaml``), both worked out here when not given."""
+    the whole object, the others' the region they hold (with its own origin_A). ``texts``: the
+    run's ``run_texts``, made here when not given."""
     # positions moved against the object (``model.recenter.probe``) move the object in the data's frame
     shift_px = model.scan_shift_px.double().cpu().numpy()
     origin_A = tuple(float(v) for v in geometry.to_A(-shift_px)) if shift_px.any() else geometry.origin_A
@@ -63,12 +72,9 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
                 origin_A = tuple(float(v) for v in geometry.to_A(corner_px))
         probe = model.complex_probe().cpu().numpy()
     positions_A = geometry.to_A(positions_px)
-    import yaml
-
-    given_auto = auto_values(config) if given_auto is None else given_auto
-    attrs = {"config": config.to_yaml() if config_text is None else config_text, "auto_values": yaml.safe_dump(given_auto),
-             "versions": yaml.safe_dump(versions()), "world_size": world_size, "iterations_done": len(history),
-             "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss, "source": data.source}
+    attrs = {**(run_texts(config) if texts is None else texts), "world_size": world_size,
+             "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
+             "source": data.source}
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
                       initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))
@@ -94,10 +100,9 @@ class Saver:
     def __init__(self, accelerator, config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
                  store: PatternStore, out_dir: Path, write: bool, tiles: ObjectTiles | None = None,
                  tell: Callable[[str], None] = print, left_out: np.ndarray | None = None,
-                 given_auto: dict[str, float] | None = None, config_text: str | None = None) -> None:
+                 texts: dict[str, str] | None = None) -> None:
         self.accelerator, self.config, self.model, self.tiles = accelerator, config, model, tiles
-        self.given_auto = given_auto  # the config keys given as auto, resolved (``multislice_auto.AutoPriors``)
-        self.config_text = config.to_yaml() if config_text is None else config_text  # for results.h5 and checkpoints
+        self.texts = run_texts(config) if texts is None else texts  # for results.h5 and the checkpoints
         # the positions left out of the fit (optim.validation_fraction): the loss is per fitted pattern
         self.left_out = np.empty(0, dtype=np.int64) if left_out is None else left_out
         self.data, self.geometry, self.store = data, geometry, store
@@ -108,9 +113,10 @@ class Saver:
         self.deviance_scale: dict[str, float] = {}  # poisson_data_nll_per_pattern, counted_pixel_values_per_pattern
 
     def save(self, history: History, figures: bool | None = None) -> Results:
-        mean_patterns = self.mean_patterns() if self.writes else (None, None)
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
-                                  self.accelerator.num_processes, self.tiles, self.given_auto, self.config_text)
+                                  self.accelerator.num_processes, self.tiles, self.texts)
+        near_field = self.data.near_field_distance_A is not None
+        mean_patterns = centred_means(self.store, self.model, near_field) if self.writes else (None, None)
         results.iteration_time_s = np.asarray(history.seconds)
         for name, values in (traffic_arrays(history.traffic) if history.traffic is not None else {}).items():
             setattr(results, name, values)
@@ -131,12 +137,7 @@ class Saver:
 
     def mean_patterns(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean of up to 128 held patterns and of the model's prediction for them (centred)."""
-        measured, predicted = mean_of_sample(self.store, self.model)
-        measured, predicted = measured.double().cpu(), predicted.double().cpu()
-        if self.data.near_field_distance_A is not None:  # near-field images are stored as they are
-            return measured.numpy(), predicted.numpy()
-        return (torch.fft.fftshift(measured, dim=(-2, -1)).numpy(),
-                torch.fft.fftshift(predicted, dim=(-2, -1)).numpy())
+        return centred_means(self.store, self.model, self.data.near_field_distance_A is not None)
 
     def checkpoint(self, optimizers: list, history: list[float], times: list[float]) -> None:
         """A checkpoint of the whole state; with the object split (``tiles``) every process
@@ -151,5 +152,5 @@ class Saver:
         state = {"iterations_done": len(history), "model": model_state,
                  "optimizers": optimizer_states, "loss": list(history),
                  "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
-                 "config": self.config_text}
+                 "config": self.texts["config"]}
         save_checkpoint(self.out_dir, state, self.config.output.keep_checkpoints)
