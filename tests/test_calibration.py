@@ -212,3 +212,20 @@ def test_scan_shape_against_the_file():
 def test_radiation_against_the_file():
     with pytest.raises(ConfigError, match="experiment.radiation: electron, but f.h5 holds xray data"):
         calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), {**FILE_ATTRS, "radiation": "xray"}))
+
+
+def test_the_calibration_predicts_the_bright_field_disk_it_is_checked_against():
+    """semiangle / wavelength / dk pixels, written out here with the relativistic electron wavelength,
+    for dk from the file and for dx from the config (dk = 1 / (K dx)); no disk for X-rays or without
+    a semi-angle."""
+    h, m, e, c = 6.62607015e-34, 9.1093837015e-31, 1.602176634e-19, 299792458.0
+    lam = h / np.sqrt(2 * m * e * 80e3 * (1 + e * 80e3 / (2 * m * c**2))) * 1e10  # Å
+    cal = calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+    assert cal.disk_radius_px == pytest.approx(20e-3 / lam / 0.25, rel=1e-9)
+    from_dx = calibrate(experiment(dx_A=0.3), SourceFacts("f.h5", (3, 4, 8, 8), FILE_ATTRS))
+    assert from_dx.disk_radius_px == pytest.approx(20e-3 / lam * 8 * 0.3, rel=1e-9)
+    no_angle = {k: v for k, v in FILE_ATTRS.items() if k != "semiangle_mrad"}
+    assert calibrate(experiment(), SourceFacts("f.h5", (3, 4, 8, 8), no_angle)).disk_radius_px is None
+    cxi = {"wavelength_A": 1.0, "detector_distance_m": 2.0, "detector_pixel_m": 50e-6}
+    xray = calibrate(experiment(radiation="xray", scan_step_A=1e3), SourceFacts("s.cxi", (2, 2, 100, 100), cxi))
+    assert xray.disk_radius_px is None

@@ -424,3 +424,19 @@ def test_a_pattern_held_by_another_process_is_an_error_not_a_wrong_row():
     np.testing.assert_array_equal(store.measured(torch.tensor([7, 3])).numpy(), patterns[[2, 0]].numpy())
     with pytest.raises(IndexError):
         store.measured(torch.tensor([4]))
+
+
+def test_the_held_counts_are_a_field_set_with_the_patterns_and_again_when_they_change():
+    """``PtychoData.counts_total`` (the probe's scale) is the float64 sum of the held patterns, made
+    when the dataset is, and made again by ``dataclasses.replace``."""
+    import dataclasses
+
+    from ptyacc.data.dataset import PtychoData
+
+    patterns = torch.rand(5, 4, 4) * 1000
+    data = PtychoData(patterns, np.zeros((5, 2)), 0.2, 0.02, 20.0, {})
+    expected = float(np.sum(patterns.numpy().astype(np.float64)))
+    assert data.counts_total.dtype == torch.float64 and float(data.counts_total) == pytest.approx(expected, rel=1e-12)
+    assert data.held_counts_total() is data.counts_total and data.mean_intensity == pytest.approx(expected / 5)
+    part = dataclasses.replace(data, patterns=patterns[:2], positions_A=np.zeros((2, 2)))
+    assert float(part.counts_total) == pytest.approx(float(np.sum(patterns[:2].numpy().astype(np.float64))), rel=1e-12)

@@ -192,3 +192,50 @@ def test_no_module_of_ptyacc_imports_an_old_path(graph):
     old = {f"ptyacc.{name}" for name in (*MOVED, *SPLIT)}
     users = [f"{a} -> {b}" for a, targets in graph.items() for b in targets & old if a not in old and a != "ptyacc"]
     assert users == []
+
+
+def test_names_that_moved_within_the_package_are_the_same_objects_at_their_old_paths():
+    """Modules merged into their collaborators (this round's data walk) keep their old paths: the
+    module itself, or the names it offered."""
+    from ptyacc.data import batches, bright_field, sanity, store
+    from ptyacc.physics import chain, fidelity
+    from ptyacc.reconstruction import hooks, model, recenter
+    from ptyacc.results import runlog
+
+    assert fidelity is chain and batches is store
+    assert fidelity.intensity_loss_terms is chain.intensity_loss_terms and batches.EpochBatches is store.EpochBatches
+    assert hooks.LogLine is runlog.LogLine and recenter.ProbeCentring is model.ProbeCentring
+    assert all(getattr(sanity, n) is getattr(bright_field, n)
+               for n in ("check_bright_field", "predicted_disk_radius_px", "SLIPS", "TOLERANCE"))
+
+
+def test_the_demos_data_walk_enters_a_module_it_has_left_at_most_30_times(tmp_path):
+    """Issue 28's measure, counted as ``../shared/tools/data_walk.py`` counts it: from ``load_data`` to
+    the saved results of one iteration of the demo (one batch of all positions), the modules of the
+    package in the order their functions are called, each run of calls in one module counted once;
+    a module entered again after the path left it is a return. docs/architecture.md says where the
+    30 come from; a change that adds one should say why there."""
+    import ptyacc
+
+    root = str(PACKAGE) + "/"
+    modules, started = [], False
+
+    def profile(frame, event, arg):
+        nonlocal started
+        name = frame.f_code.co_name
+        if event != "call" or not frame.f_code.co_filename.startswith(root):
+            return
+        started = started or name == "load_data"
+        if started and not name.startswith("<") and (not modules or modules[-1] != frame.f_code.co_filename):
+            modules.append(frame.f_code.co_filename)
+
+    demo = PACKAGE.parent / "configs" / "demo.yaml"
+    config = ptyacc.load_config(demo, [f"output.dir={tmp_path}", "optim.iterations=1", "runtime.progress=false",
+                                       "output.figures=false", "optim.batch_size=576", "data.hold=device"])
+    sys.setprofile(profile)
+    try:
+        ptyacc.reconstruct(config, overwrite=True)
+    finally:
+        sys.setprofile(None)
+    returns = sum(module in modules[:i] for i, module in enumerate(modules))
+    assert len(modules) > 40 and returns <= 30, [m[len(root):] for m in modules]

@@ -251,3 +251,24 @@ def test_a_checkpoint_with_the_old_whole_shift_factors_loads_to_the_same_model()
     assert torch.equal(new.fixed_fractions, old.fixed_fractions)
     assert not torch.equal(new.fixed_fractions, built_model(recenter={"probe": True})[0].fixed_fractions)
     torch.testing.assert_close(predicted(new), predicted(old), rtol=0, atol=0)
+
+
+def test_recentring_joins_the_probe_group_as_constraints_run_after_its_projection():
+    """``attach_recentring`` leaves the probe group's own projection as it is and adds the mask and
+    the centring, in that order, to its constraints; ``end_iteration`` runs the projection first."""
+    from ptyacc.reconstruction.groups import ParameterGroup
+    from ptyacc.reconstruction.recenter import attach_recentring
+
+    config = ptyacc.load_config({**SIM, "model": {"recenter": {"probe": True, "probe_mask_mrad": 40.0}}})
+    model, data = built_model(recenter={"probe": True, "probe_mask_mrad": 40.0})
+    calls = []
+    projection = lambda: calls.append("projection")  # noqa: E731
+    probe = ParameterGroup("probe", [model.probe], 0.1, 0, after_iteration=projection)
+    other = ParameterGroup("object", [model.object], 0.1, 0)
+    assert attach_recentring([other, probe], config, model, data.dx_A, data.wavelength_A) == []
+    assert probe.after_iteration is projection and other.constraints == []
+    assert [type(step) for step in probe.constraints] == [ProbeMask, ProbeCentring]
+    probe.constraints = [lambda: calls.append("mask"), lambda: calls.append("centring")]
+    probe.end_iteration()
+    other.end_iteration()  # no projection, no constraints: nothing
+    assert calls == ["projection", "mask", "centring"]
