@@ -38,8 +38,10 @@ def run_ptyacc(path: Path, slices: int, thickness_A: float, overrides: list[str]
             "runtime": {"progress": False, "threads": threads}}
     rec = ptyacc.reconstruct(ptyacc.load_config(base, overrides), write=False)
     times = np.asarray(rec.results.iteration_time_s, dtype=float)
+    validation = getattr(rec.results, "validation_error", None)  # with optim.validation_fraction > 0
     return {"phase": rec.results.phase, "origin_A": [float(v) for v in rec.results.origin_A],
-            "s_per_iter": float(np.median(times[1:])), "settings": overrides}
+            "s_per_iter": float(np.median(times[1:])), "settings": overrides,
+            "validation_error": None if validation is None else float(np.asarray(validation)[-1])}
 
 
 def run_harness(package: str, python: str, path: Path, slices: int, thickness_A: float, extra: list[str],

@@ -92,7 +92,8 @@ def run_one(args, point: tuple, package: str, variant: str, extra: list[str]) ->
             "variant": variant, "settings": extra, **scores, "s_per_iter": found["s_per_iter"],
             "counts_per_px": gt["counts_per_px"], "loadavg": list(os.getloadavg()),
             "harness_ncc_zero_shift": found.get("harness_ncc_zero_shift"),
-            "other_cpu_fraction": found.get("other_cpu_fraction"), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "other_cpu_fraction": found.get("other_cpu_fraction"), "validation_error": found.get("validation_error"),
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def jobs(args) -> list[tuple[str, str, list[str]]]:
