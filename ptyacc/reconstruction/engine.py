@@ -233,7 +233,7 @@ class Reconstructor:
                 losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
                 # DDP averages gradients over processes; x world makes that average the global sum / B.
                 self.accelerator.backward(losses * (self.world / len(step.batch)))
-                if signum := self.interrupt.requested(number, last=number == steps - 1):  # before an update undone anyway
+                if signum := self.interrupt.requested(number, last=number == steps - 1):  # a stop undoes this iteration
                     raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
                 for group in self.groups:
                     group.step(iteration)
