@@ -125,30 +125,21 @@ def _mirror_padded(x: torch.Tensor, dim: int, reach: int) -> torch.Tensor:
     return torch.cat([x.narrow(dim, 0, reach).flip(dim), x, x.narrow(dim, n - reach, reach).flip(dim)], dim)
 
 
-def _blur_axis(x: torch.Tensor, taps: np.ndarray, dim: int) -> torch.Tensor:
+def _blur_axis(x: torch.Tensor, taps: np.ndarray, dim: int, phase: bool = False) -> torch.Tensor:
     """``x`` convolved along ``dim`` with the symmetric ``taps``, mirrored at both ends: every
     column of the operator sums to 1, so the sum along ``dim`` is kept. Shifted slices rather than
-    a convolution kernel, so a pixel's result does not depend on where it sits in ``x``."""
+    a convolution kernel, so a pixel's result does not depend on where it sits in ``x``.
+    ``phase``: ``x`` is a phase (rad), blurred relative to each pixel's own phase: the neighbours'
+    differences, wrapped to [-pi, pi), are blurred and added back, so a phase that jumps by 2 pi
+    between neighbours is blurred as the continuous quantity it is; where no difference wraps this
+    is the plain blur (the taps sum to 1)."""
     reach, n = len(taps) // 2, x.shape[dim]
     padded = _mirror_padded(x, dim, reach)
     out = torch.zeros_like(x)
     for k, w in enumerate(taps):
-        out += float(w) * padded.narrow(dim, k, n)
-    return out
-
-
-def _blur_phase_axis(phase: torch.Tensor, taps: np.ndarray, dim: int) -> torch.Tensor:
-    """``_blur_axis`` of a phase (rad) taken relative to each pixel's own phase: the neighbours'
-    differences, wrapped to [-pi, pi), are blurred and added back, so a phase that jumps by 2 pi
-    between neighbours is blurred as the continuous quantity it is; where no difference wraps this
-    is ``_blur_axis`` exactly (the taps sum to 1)."""
-    reach, n = len(taps) // 2, phase.shape[dim]
-    padded = _mirror_padded(phase, dim, reach)
-    out = torch.zeros_like(phase)
-    for k, w in enumerate(taps):
-        step = torch.remainder(padded.narrow(dim, k, n) - phase + math.pi, 2 * math.pi) - math.pi
-        out += float(w) * step
-    return phase + out
+        term = padded.narrow(dim, k, n)
+        out += float(w) * (torch.remainder(term - x + math.pi, 2 * math.pi) - math.pi if phase else term)
+    return x + out if phase else out
 
 
 @torch.no_grad()
@@ -164,5 +155,5 @@ def lateral_blur(obj: torch.Tensor, sigma_px: float) -> torch.Tensor:
     amplitude, phase = transmission.abs(), torch.angle(transmission)
     for dim in (2, 3):
         amplitude = _blur_axis(amplitude, taps, dim)
-        phase = _blur_phase_axis(phase, taps, dim)
+        phase = _blur_axis(phase, taps, dim, phase=True)
     return torch.view_as_real(torch.polar(amplitude, phase))

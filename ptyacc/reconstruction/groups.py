@@ -28,7 +28,7 @@ from ptyacc.physics.regularizers import (
     tv_phase_smoothing,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import MULTISLICE, resolved
+from ptyacc.reconstruction.multislice_auto import resolved_values
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 
 
@@ -175,7 +175,7 @@ def _object_group(config: Config, model: PtychoModel, priors: dict[str, float] |
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
     if priors is None:
-        priors = {name: resolved(config, name) for name in MULTISLICE}
+        priors = resolved_values(config)
     lateral_px, smoothing = priors["lateral_blur_px"], priors["tv_phase_smoothing"]
 
     def project() -> None:

@@ -49,6 +49,11 @@ def resolved(config: Config, name: str) -> float:
     return MULTISLICE[name] if config.model.slices > 1 else 0.0
 
 
+def resolved_values(config: Config) -> dict[str, float]:
+    """{name: ``resolved``} of every key of ``MULTISLICE``: the values the object group takes."""
+    return {name: resolved(config, name) for name in MULTISLICE}
+
+
 def auto_values(config: Config) -> dict[str, float]:
     """{key: value} of every key given as ``auto`` (empty when numbers were given)."""
     return {f"optim.regularize.{name}": resolved(config, name) for name in MULTISLICE
@@ -68,7 +73,7 @@ def auto_notes(config: Config) -> list[str]:
 @dataclass(frozen=True)
 class AutoPriors:
     """What a run's ``optim.regularize`` comes to, resolved once at build: ``values`` {name: value}
-    of every key of ``MULTISLICE`` (``resolved``) and ``notes`` (``auto_notes``). (results.h5's
+    of every key of ``MULTISLICE`` (``resolved_values``) and ``notes`` (``auto_notes``). (results.h5's
     attribute, ``auto_values``, is made with the run's other texts when it starts.)"""
 
     values: dict[str, float]
@@ -76,4 +81,4 @@ class AutoPriors:
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
-        return cls({name: resolved(config, name) for name in MULTISLICE}, auto_notes(config))
+        return cls(resolved_values(config), auto_notes(config))

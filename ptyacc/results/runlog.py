@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from ptyacc.results.outdir import write_failure
 
 LOGGER_NAME = "ptyacc"
@@ -128,7 +126,7 @@ class RunLog:
         self.line(f"processes: {accelerator.num_processes}, backend: {backend}")
         for line in devices:
             self.line(f"device {line}")
-        for text in ("config:", *("  " + row for row in yaml.safe_dump(config.to_dict(), sort_keys=False).splitlines())):
+        for text in ("config:", *("  " + row for row in config.to_yaml().splitlines())):
             self.line(text)
 
 
