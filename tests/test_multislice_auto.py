@@ -19,6 +19,11 @@ KEYS = ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")
 AUTO = tuple(f"optim.regularize.{key}=auto" for key in KEYS)
 
 
+def regularize_values(config) -> dict:
+    """``auto_values`` of ``optim.regularize`` (``optim.object_optimizer``'s is tests/test_descent.py's)."""
+    return {key: value for key, value in auto_values(config).items() if key.startswith("optim.regularize.")}
+
+
 def config(slices: int, *overrides: str):
     return ptyacc.load_config(None, [f"model.slices={slices}", *AUTO, *overrides])
 
@@ -28,14 +33,14 @@ def test_the_defaults_and_auto_off_on_one_slice_and_on_from_two():
     default = ptyacc.load_config(None, ["model.slices=4"])
     assert [getattr(default.optim.regularize, key) for key in KEYS] == [0.0, 0.0, "auto"]
     assert [resolved(default, key) for key in KEYS] == [0.0, 0.0, 0.001]
-    assert auto_values(default) == {"optim.regularize.tv_phase_smoothing": 0.001}
+    assert regularize_values(default) == {"optim.regularize.tv_phase_smoothing": 0.001}
     assert auto_notes(default) == ["optim.regularize: tv_phase_smoothing 0.001 (auto: 4 slices; give numbers, "
                                    "0 = off, to choose)"]
     assert [resolved(config(1), key) for key in KEYS] == [0.0, 0.0, 0.0] and auto_notes(config(1)) == []
-    assert auto_values(config(1)) == {f"optim.regularize.{key}": 0.0 for key in KEYS}
+    assert regularize_values(config(1)) == {f"optim.regularize.{key}": 0.0 for key in KEYS}
     for slices in (2, 11):
         assert [resolved(config(slices), key) for key in KEYS] == [1.0, 0.3, 0.001]
-        assert auto_values(config(slices)) == {"optim.regularize.tv_phase": 1.0,
+        assert regularize_values(config(slices)) == {"optim.regularize.tv_phase": 1.0,
                                                "optim.regularize.lateral_blur_px": 0.3,
                                                "optim.regularize.tv_phase_smoothing": 0.001}
         (note,) = auto_notes(config(slices))
@@ -48,9 +53,9 @@ def test_a_number_given_is_kept_whatever_the_slice_count(slices):
     for value in (0.0, 3.0):
         given = config(slices, *(f"optim.regularize.{key}={value}" for key in KEYS))
         assert [resolved(given, key) for key in KEYS] == [value, value, value]
-        assert auto_values(given) == {} and auto_notes(given) == []
+        assert regularize_values(given) == {} and auto_notes(given) == []
     one_auto = config(slices, "optim.regularize.tv_phase=0", "optim.regularize.tv_phase_smoothing=0")
-    assert auto_values(one_auto) == {"optim.regularize.lateral_blur_px": 0.3 if slices > 1 else 0.0}
+    assert regularize_values(one_auto) == {"optim.regularize.lateral_blur_px": 0.3 if slices > 1 else 0.0}
     assert auto_notes(one_auto) == ([f"optim.regularize: lateral_blur_px 0.3 (auto: {slices} slices; give numbers, "
                                      "0 = off, to choose)"] if slices > 1 else [])
 
@@ -80,7 +85,8 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
     with h5py.File(tmp_path / "out" / "results.h5") as f:
         assert yaml.safe_load(f.attrs["auto_values"]) == {"optim.regularize.tv_phase": 1.0,
                                                           "optim.regularize.lateral_blur_px": 0.3,
-                                                          "optim.regularize.tv_phase_smoothing": 0.001}
+                                                          "optim.regularize.tv_phase_smoothing": 0.001,
+                                                          "optim.object_optimizer": "adam"}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
                "optim.regularize.tv_phase_smoothing={}")

@@ -185,7 +185,9 @@ class LearningRates:
     """Adam learning rates in natural units: radians (object phase), relative amplitude
     (object amplitude and probe, which is stored scaled to a peak of 1) and pixels (positions)."""
 
-    object: float = _f(1e-2, "Object amplitude and phase step size.")
+    object: float = _f(1e-2, "Object amplitude and phase step size of Adam (optim.object_optimizer); 0 freezes the "
+                             "object with either optimizer. Another value than 0.01 makes object_optimizer: auto "
+                             "choose adam.")
     probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
     positions: float = _f(1e-2, "Position step size in pixels.")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
@@ -284,6 +286,19 @@ class OptimConfig:
                 "object, whose last iterations then still improve it (PyTorch's 0.999 remembers the first, large "
                 "gradients and shrinks the late steps); 0.999 for multislice, where faster late steps move "
                 "structure between slices (docs/user-guide.md, 'Convergence and low-dose data').")
+    object_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
+        "auto", "How the object is updated. adam: Adam, a step of optim.lr.object (rad) at every pixel. "
+                "preconditioned: the gradient divided by the probe's illumination of each pixel, the least-squares "
+                "step of ePIE and LSQML (optim.preconditioned_step; docs/user-guide.md, 'The object's optimizer'). "
+                "auto: preconditioned for a single-slice object, adam for multislice or where optim.lr.object is "
+                "given another value than its default (0.01) and 0.")
+    preconditioned_step: float = _f(
+        0.4, "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 replaces "
+             "each exit wave's amplitude by the measured one where the probe is); on several slices each slice "
+             "takes 1 / slices of it. Follows the cosine decay of the learning rates.")
+    preconditioner_floor: float = _f(
+        0.1, "optim.object_optimizer: preconditioned: added to the illumination, as a fraction of its largest "
+             "value, so that pixels the probe barely reaches take small steps.")
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
@@ -304,6 +319,13 @@ class OptimConfig:
         _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
         _require(self.adam_beta2 == "auto" or 0 <= self.adam_beta2 < 1, f"{path}.adam_beta2",
                  f"must be auto or in [0, 1), got {self.adam_beta2}")
+        _require(self.object_optimizer != "preconditioned" or self.lr.object in (0.0, LearningRates().object),
+                 f"{path}.lr.object", f"is Adam's step ({self.lr.object} given); with object_optimizer: preconditioned "
+                 f"the object's step is {path}.preconditioned_step (lr.object 0 still freezes the object)")
+        _require(self.preconditioned_step > 0, f"{path}.preconditioned_step",
+                 f"must be > 0, got {self.preconditioned_step}")
+        _require(self.preconditioner_floor > 0, f"{path}.preconditioner_floor",
+                 f"must be > 0, got {self.preconditioner_floor}")
         _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",
                  f"must be in (0, 1], got {self.lr_final_fraction}")
         _require(self.max_position_offset_fraction > 0, f"{path}.max_position_offset_fraction",

@@ -156,7 +156,7 @@ class Reconstructor:
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
         priors = AutoPriors.of(config)  # what optim.regularize's auto chose
-        self.groups = build_groups(config, self.model, accelerator.device, priors.values)
+        self.groups = build_groups(config, self.model, accelerator.device, priors.values, priors.optimizer)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
@@ -182,7 +182,8 @@ class Reconstructor:
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes), *((text, False) for text in recentred)])
+                      *((text, True) for text in priors.notes),
+                      *((text, False) for text in priors.log_notes), *((text, False) for text in recentred)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

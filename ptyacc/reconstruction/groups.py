@@ -1,6 +1,7 @@
 """One parameter group per optimised quantity (object, probe, positions, detector): its
-tensors, its Adam, its learning rate and schedule, its start iteration, its projections and
-its regulariser (``optim.regularize``).
+tensors, its optimizer (Adam; for the object, Adam or the preconditioned descent below), its
+learning rate and schedule, its start iteration, its projections and its regulariser
+(``optim.regularize``).
 
 A group that has not started yet is not stepped, but its tensors keep requiring gradients
 and take part in every forward (DESIGN rule 2). Projections run identically on every
@@ -10,6 +11,25 @@ A regulariser's gradient is added to the gradient after the exchange between pro
 ``step`` runs, the gradient is already the sum over processes, footprint exchange or not), on
 every process alike, from the same parameters: it counts once whatever the process count, on
 every pixel, including those outside the step's footprint that the exchange does not send.
+
+The object's preconditioned descent (``optim.object_optimizer: preconditioned``,
+``PreconditionedDescent``): the gradient divided by the probe's illumination of each pixel, the
+least-squares step of ePIE and LSQML, instead of Adam's step of one size everywhere. For the
+amplitude loss of one pattern, ||F(P O) - measured amplitude||^2 with an orthonormal F, the
+gradient with respect to the object's real and imaginary parts is 2 conj(P) (psi - psi'), psi'
+the exit wave with the measured amplitudes put in; the step that turns psi into psi' where the
+probe is (ePIE's full step) is minus half the gradient divided by |P|^2. A step's loss is the
+mean over its batch, so half the gradient is divided by the mean over all positions of the
+probe's intensity at each pixel (``illumination``), plus ``floor`` times its largest value so
+that pixels the probe barely reaches move little:
+
+    object -= step x 0.5 x gradient / (slices x (illumination + floor x max illumination))
+
+A step of 1 is the full least-squares step on one slice; on several slices each takes
+1 / slices of it, since at low spatial frequencies they act together. The illumination is made
+at the first step of every iteration from the probe and the window corners of all positions, by
+one FFT convolution whose result is exact (``illumination``): the same bits on every process
+(a split object takes its region's part) and no state, so 1 and several processes agree.
 """
 
 from __future__ import annotations
@@ -28,8 +48,9 @@ from ptyacc.physics.regularizers import (
     tv_phase_smoothing,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import resolved_values
+from ptyacc.reconstruction.multislice_auto import object_optimizer, resolved_values
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
+from ptyacc.reconstruction.tiles import TiledAdam
 
 
 @dataclass
@@ -89,6 +110,8 @@ class ParameterGroup:
         rate = self.lr * self.schedule.factor(iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
+            if "iteration" in group:  # PreconditionedDescent: a new preconditioner at a new iteration
+                group["iteration"] = iteration
         if self.active(iteration):
             if self.regularizer is not None:
                 for param in self.params:
@@ -100,7 +123,7 @@ class ParameterGroup:
 
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device,
-                 priors: dict[str, float] | None = None) -> list[ParameterGroup]:
+                 priors: dict[str, float] | None = None, optimizer: str | None = None) -> list[ParameterGroup]:
     """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
     its Adam (the fused kernel where ``device`` has one); ``priors``: the values of
     ``optim.regularize``'s keys that may be auto (``multislice_auto.AutoPriors``), resolved here
@@ -133,6 +156,9 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     for group in groups:
         group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
+    if (optimizer or object_optimizer(config)) == "preconditioned":
+        groups[0].lr = opt.preconditioned_step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
+        groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor)
     return groups
 
 
@@ -256,3 +282,114 @@ def _fast_adam(device: torch.device) -> dict:
     except (RuntimeError, TypeError, ValueError):
         return {}
     return {"fused": True}
+
+
+# ----------------------------------------------------------------------------- the object's preconditioned descent
+
+# the share of the gradient that makes a step of 1 the least-squares step (the gradient is twice it)
+HALF = 0.5
+QUANTUM = 2.0 ** 20  # levels of the probe's intensity in the illumination (its peak = QUANTUM)
+
+
+@torch.no_grad()
+def illumination(model: PtychoModel) -> torch.Tensor:
+    """(Ny, Nx) float32 over the whole object: the mean over all positions of the probe's intensity
+    (its modes summed) at each pixel, the probe placed at each position's window corner.
+
+    The same bits on every process: the intensity is rounded to integer multiples of 2^-20 of its
+    peak, so every pixel's sum is an integer, which the float64 FFT convolution returns to far
+    better than 0.5 and rounding makes exact, whatever order the FFT library adds in."""
+    probe = torch.view_as_complex(model.probe.detach()) * model.probe_scale  # ``complex_probe``, inline
+    intensity = (probe.real.square() + probe.imag.square()).sum(0)
+    compute = torch.device("cpu") if intensity.device.type == "mps" else intensity.device  # no float64 on MPS
+    peak = intensity.max().clamp_min(1e-30)
+    levels = torch.round(intensity.to(compute, torch.float64) * (QUANTUM / peak.to(compute, torch.float64)))
+    count = len(model.positions_px)
+    corners = (model.window_corners(torch.arange(count, device=model.positions_px.device)) if model.refine_positions
+               else model.fixed_corners).to(compute)
+    shape = tuple(model.object_shape)
+    hits = torch.zeros(shape, device=compute, dtype=torch.float64)
+    hits.index_put_((corners[:, 0], corners[:, 1]), torch.ones(count, device=compute, dtype=torch.float64),
+                    accumulate=True)
+    k = levels.shape[-1]
+    kernel = torch.zeros(shape, device=compute, dtype=torch.float64)
+    kernel[:k, :k] = levels
+    # corners lie in [0, N - K], so corner + offset < N: the circular convolution wraps nothing
+    summed = torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
+    return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
+
+
+def preconditioner(model: PtychoModel, floor: float) -> torch.Tensor:
+    """(h, w) the factor of the gradient of the object this model holds (its region of the whole
+    object): 0.5 / (slices x (illumination + floor x its largest value))."""
+    light = illumination(model)
+    factor = HALF / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
+    y0, x0 = (int(v) for v in model.object_origin)
+    return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
+
+
+class PreconditionedDescent(torch.optim.Optimizer):
+    """The object (O, S, h, w, 2) less ``lr`` x its gradient x ``preconditioner(model, floor)``,
+    the preconditioner made anew once per iteration. No state."""
+
+    def __init__(self, params, model: PtychoModel, lr: float, floor: float) -> None:
+        super().__init__(params, {"lr": lr, "floor": floor, "iteration": -1})
+        self.model = model
+        self.factor: torch.Tensor | None = None
+        self.made_in: int | None = None  # the iteration whose probe made ``factor``
+
+    def current_factor(self) -> torch.Tensor:
+        """The preconditioner, made anew at the first step of every iteration (``ParameterGroup.step``
+        sets each param group's "iteration")."""
+        iteration = self.param_groups[0]["iteration"]
+        if self.factor is None or self.made_in != iteration:
+            self.factor, self.made_in = preconditioner(self.model, self.param_groups[0]["floor"]), iteration
+        return self.factor
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        factor = self.current_factor()
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    param.addcmul_(param.grad, factor[:, :, None], value=-group["lr"])
+
+    def tiled(self, param: torch.nn.Parameter, tiling, rank: int, world: int, regularizer=None) -> TiledDescent:
+        """The same update for a process that holds one tile of the object (``runtime.shard_object``)."""
+        return TiledDescent(self, param, tiling, rank, world, regularizer)
+
+
+class TiledDescent(TiledAdam):
+    """``PreconditionedDescent`` on the owned pixels of a split object: the halo exchange of
+    ``TiledAdam``, then the preconditioned step instead of Adam's, then the halo values."""
+
+    def __init__(self, whole: PreconditionedDescent, param: torch.nn.Parameter, tiling, rank: int, world: int,
+                 regularizer=None) -> None:
+        super().__init__(param, whole.param_groups[0]["lr"], tiling, rank, world, regularizer=regularizer)
+        self.whole = whole
+        self.param_groups[0].update(floor=whole.param_groups[0]["floor"], iteration=-1)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grad = self._summed_gradient()
+        self.whole.param_groups[0]["iteration"] = self.param_groups[0]["iteration"]
+        factor = self.whole.current_factor()
+        rows, cols = self.owned
+        self.steps += 1
+        owned = self.param[..., rows, cols, :]
+        owned.addcmul_(grad[..., rows, cols, :], factor[rows, cols, None], value=-self.param_groups[0]["lr"])
+        if self.exchange is not None:
+            self.exchange.share_values(self.param.data)
+
+    def full_state_dict(self) -> dict | None:
+        """This optimizer's state dict as a replicated run's (main process; None elsewhere)."""
+        if self.rank != 0:
+            return None
+        state = self.whole.state_dict()
+        state["param_groups"][0]["lr"] = self.param_groups[0]["lr"]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """This process's own state or a whole-object one; there are no moments to take."""
+        self.param_groups[0]["lr"] = state["lr"] if "tile" in state else state["param_groups"][0]["lr"]
+        self.steps = state.get("steps", 0)

@@ -32,9 +32,12 @@ the keys given as auto (attribute ``auto_values``) beside the config as given (`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ptyacc.config import Config
+from ptyacc.config.schema import LearningRates
+
+ADAM_OBJECT_STEP = LearningRates().object  # optim.lr.object's default
 
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
 MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
@@ -54,20 +57,46 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
-def auto_values(config: Config) -> dict[str, float]:
+def object_optimizer(config: Config) -> str:
+    """``optim.object_optimizer`` for this run: as given, or for ``auto`` preconditioned on one slice,
+    adam on several (where the preconditioned step at the size that suits one slice can diverge:
+    docs/user-guide.md, "The object's optimizer"), and adam wherever ``optim.lr.object``, Adam's
+    step, is given another value than its default and 0."""
+    chosen = config.optim.object_optimizer
+    if chosen != "auto":
+        return chosen
+    if config.optim.lr.object not in (0.0, ADAM_OBJECT_STEP):
+        return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
+    return "preconditioned" if config.model.slices == 1 else "adam"
+
+
+def auto_values(config: Config) -> dict[str, float | str]:
     """{key: value} of every key given as ``auto`` (empty when numbers were given)."""
-    return {f"optim.regularize.{name}": resolved(config, name) for name in MULTISLICE
-            if getattr(config.optim.regularize, name) == "auto"}
+    values: dict[str, float | str] = {f"optim.regularize.{name}": resolved(config, name) for name in MULTISLICE
+                                      if getattr(config.optim.regularize, name) == "auto"}
+    if config.optim.object_optimizer == "auto":
+        values["optim.object_optimizer"] = object_optimizer(config)
+    return values
 
 
 def auto_notes(config: Config) -> list[str]:
     """What ``auto`` turned on, in words, e.g. "optim.regularize: tv_phase 1, lateral_blur_px 0.3 (auto:
     4 slices ...)"; nothing where auto turned nothing on (one slice: the run is as before auto existed)."""
-    on = [f"{key.rsplit('.', 1)[1]} {value:g}" for key, value in auto_values(config).items() if value > 0]
+    on = [f"{key.rsplit('.', 1)[1]} {value:g}" for key, value in auto_values(config).items()
+          if key.startswith("optim.regularize.") and value > 0]
     if not on:
         return []
     return [f"optim.regularize: {', '.join(on)} (auto: {config.model.slices} slices; give numbers, 0 = off, "
             "to choose)"]
+
+
+def optimizer_notes(config: Config) -> list[str]:
+    """For run.log (not the terminal), what ``optim.object_optimizer: auto`` chose, e.g.
+    "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
+    if config.optim.object_optimizer != "auto":
+        return []
+    slices = config.model.slices
+    return [f"optim.object_optimizer: {object_optimizer(config)} (auto: {slices} slice{'s' if slices > 1 else ''})"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +107,9 @@ class AutoPriors:
 
     values: dict[str, float]
     notes: list[str]
+    optimizer: str = "adam"  # ``object_optimizer``
+    log_notes: list[str] = field(default_factory=list)  # run.log only (``optimizer_notes``)
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
-        return cls(resolved_values(config), auto_notes(config))
+        return cls(resolved_values(config), auto_notes(config), object_optimizer(config), optimizer_notes(config))

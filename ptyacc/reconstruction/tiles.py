@@ -11,15 +11,12 @@ Every step (once the object is updated), after the backward pass:
 - gradient phase: each process's gradient on a pixel it does not own is sent to the owner.
   The segments seg(s, r) = O_s ∩ L_r (s != r) are rectangles every process knows; process r
   writes its gradient on seg(s, r) into its slot of one packed buffer (zeros elsewhere), one
-  all-reduce sums the buffers, and owner s adds the slots seg(s, r) to its own gradient. Each
-  slot has one writer, so each process's contribution is counted exactly once;
-- the owner takes the Adam step on its owned pixels with the summed gradient (halo pixels
-  are never stepped);
+  all-reduce sums the buffers, and owner s adds the slots seg(s, r) to its own gradient;
+- the owner steps its owned pixels (Adam, or ``descent.TiledDescent``), halo pixels never;
 - value phase: the owners write their new values on seg(s, r), one all-reduce, and every
   process copies the values of its halo.
-So every pixel is updated by one owner with the same summed gradient as in a replicated run,
-and the iterates are those of ``runtime.shard_data`` alone. The bytes are those of the
-segments, proportional to the tiles' perimeter, not their area.
+So every pixel is updated by one owner with the same summed gradient as in a replicated run:
+the iterates of ``runtime.shard_data`` alone, for bytes proportional to the tiles' perimeter.
 
 The object leaves DDP (it has another shape on each process): it is in DDP's parameters to
 ignore, and the comm hook of ``ptyacc/reconstruction/exchange.py`` sums only probe, positions and detector.
@@ -254,17 +251,21 @@ class TiledAdam:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.param.grad = None
 
-    @torch.no_grad()
-    def step(self) -> None:
+    def _summed_gradient(self) -> torch.Tensor:
+        """The held region's gradient summed over the processes holding each pixel, the regularizer's added."""
         grad = self.param.grad if self.param.grad is not None else torch.zeros_like(self.param)
         if self.exchange is not None:
             # DDP's average: the loss is scaled by W / B, so the average is the global sum / B
             grad.div_(self.world)
             self.exchange.sum_gradients(grad)
         if self.regularizer is not None:
-            # on the held region: exact on the owned pixels, whose neighbours are all held
-            # (``needs_pixel_ring``); only those are stepped
+            # exact on the owned pixels, whose neighbours are all held (``needs_pixel_ring``)
             self.regularizer(self.param.detach(), grad)
+        return grad
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grad = self._summed_gradient()
         rows, cols = self.owned
         owned_grad, owned = grad[..., rows, cols, :], self.param[..., rows, cols, :]
         if self.exp_avg is None:
@@ -351,11 +352,9 @@ def gather_tiles(tile: torch.Tensor, tiling: Tiling, rank: int, world: int) -> t
         return None
     whole = torch.empty((*tile.shape[:2], *tiling.shape, tile.shape[-1]), dtype=tile.dtype)
     for source, (y0, y1, x0, x1) in enumerate(tiling.owned):
-        if source == 0:
-            part = tile.detach()
-        else:
-            part = torch.empty((*tile.shape[:2], y1 - y0, x1 - x0, tile.shape[-1]), dtype=tile.dtype,
-                               device=tile.device)
+        part = tile.detach() if source == 0 else torch.empty(
+            (*tile.shape[:2], y1 - y0, x1 - x0, tile.shape[-1]), dtype=tile.dtype, device=tile.device)
+        if source != 0:
             dist.recv(part, src=source)
         whole[..., y0:y1, x0:x1, :] = part.cpu()
     return whole
@@ -375,7 +374,7 @@ class ObjectTiles:
 
     def __init__(self, tiling: Tiling, rank: int, world: int) -> None:
         self.tiling, self.rank, self.world = tiling, rank, world
-        self.optimizer: TiledAdam | None = None
+        self.optimizer: TiledAdam | None = None  # or descent.TiledDescent, a subclass
 
     @property
     def region(self) -> Rect:
@@ -390,17 +389,18 @@ class ObjectTiles:
                 f"holds rows {ly0}:{ly1}, columns {lx0}:{lx1} (all processes together hold {held:.2f}x the object)")
 
     def take_over(self, model: nn.Module, groups: list) -> None:
-        """Before ``accelerator.prepare``: the object leaves DDP and its group steps with TiledAdam,
-        which adds the group's regularizer after the halo exchange; a projection that is not exact
-        to the last bit is followed by a refresh of the halos from their owners."""
+        """Before ``accelerator.prepare``: the object leaves DDP; its group steps with TiledAdam (or its optimizer's
+        ``tiled``), regularizer after the halo exchange, halos refreshed after an inexact projection."""
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
         group = next(g for g in groups if g.name == OBJECT)
         for key, ring_px in (("tv_phase", group.regularizer is not None), ("tv_phase_smoothing", group.tv_smoothing > 0),
                              ("lateral_blur_px", lateral_blur_reach_px(group.lateral_blur_px))):
             if ring_px:
                 needs_pixel_ring(self.tiling, int(ring_px), f"optim.regularize.{key}")
-        self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
-                                   betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
+        tiled = getattr(group.optimizer, "tiled", None)  # optim.object_optimizer: preconditioned
+        self.optimizer = tiled(model.object, self.tiling, self.rank, self.world, group.regularizer) if tiled else \
+            TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
+                      betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
         group.optimizer, group.regularizer = self.optimizer, None
         project, exchange = group.after_iteration, self.optimizer.exchange
         if project is not None and not group.exact_projection and exchange is not None:
@@ -433,8 +433,7 @@ class ObjectTiles:
         return gather_tiles(model.object[..., rows, cols, :], self.tiling, self.rank, self.world)
 
     def full_state(self, model: nn.Module, optimizers: list) -> tuple[dict, list] | None:
-        """Model and optimizer state dicts as a replicated run's, whole object included, on the
-        main process (None elsewhere); a collective."""
+        """Model and optimizer state dicts as a replicated run's, whole object included, on the main process."""
         whole = self.whole_object(model)
         states = [o.full_state_dict() if o is self.optimizer else o.state_dict() for o in optimizers]
         if self.rank != 0:

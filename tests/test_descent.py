@@ -1,0 +1,189 @@
+"""The object's preconditioned descent (``optim.object_optimizer: preconditioned``,
+ptyacc/reconstruction/descent.py): its illumination against a loop written out in NumPy, its step
+against the formula, the meaning of a step of 1 (the least-squares step: one position's exit wave
+takes the measured amplitudes), and what ``auto`` chooses. 1 and 2 processes, and the split object,
+run it through the existing fixtures (tests/test_distributed.py, tests/test_tiles.py), whose configs
+have one slice and so take it by default."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import ptyacc
+from ptyacc.errors import ConfigError
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.reconstruction.groups import PreconditionedDescent, build_groups, illumination, preconditioner
+from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.reconstruction.multislice_auto import auto_notes, auto_values, object_optimizer, optimizer_notes
+
+K = 16
+
+
+def _probe(modes: int = 1, seed: int = 0) -> torch.Tensor:
+    """A smooth probe without zeros in its window: a Gaussian with a random phase per mode."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:K, :K] - K / 2
+    envelope = np.exp(-(y ** 2 + x ** 2) / (2 * 4.0 ** 2)) + 0.05
+    phase = rng.uniform(-1, 1, (modes, 1, 1)) * (y + x) / K + rng.uniform(0, 1, (modes, K, K)) * 0.3
+    power = np.array([1.0, 0.3, 0.1][:modes])[:, None, None]
+    return torch.as_tensor(np.sqrt(power) * envelope * np.exp(1j * phase), dtype=torch.complex64)
+
+
+def _model(positions_px: np.ndarray, shape: tuple[int, int], modes: int = 1, slices: int = 1) -> PtychoModel:
+    geometry = ObjectGeometry(1.0, (0.0, 0.0), shape, positions_px)
+    propagator = torch.ones(K, K, dtype=torch.complex64) if slices > 1 else None
+    return PtychoModel(_probe(modes), geometry, slices=slices, propagator=propagator)
+
+
+def test_the_illumination_is_the_probe_intensity_summed_at_every_window_over_the_positions():
+    rng = np.random.default_rng(1)
+    shape = (40, 33)
+    # integer centres, two at the object's corners (windows touching its edges), one repeated
+    centres = np.concatenate([rng.integers(K // 2, [shape[0] - K // 2, shape[1] - K // 2], (9, 2)),
+                              [[K // 2, K // 2], [shape[0] - K // 2, shape[1] - K // 2], [K // 2, K // 2]]])
+    model = _model(centres.astype(float), shape, modes=3)
+    probe = model.complex_probe().detach().numpy()
+    expected = np.zeros(shape)
+    for cy, cx in centres - K // 2:
+        expected[cy:cy + K, cx:cx + K] += (np.abs(probe) ** 2).sum(0)
+    expected /= len(centres)
+    got = illumination(model).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * expected.max())
+    # the factor: half over (slices x (illumination + floor x max)), on the held region
+    factor = preconditioner(model, 0.25).numpy()
+    np.testing.assert_allclose(factor, 0.5 / (expected + 0.25 * expected.max()), rtol=1e-5)
+
+
+def test_a_step_is_the_gradient_times_the_factor_times_the_step_size():
+    centres = np.array([[12.0, 12.0], [14.0, 17.0], [20.0, 15.0]])
+    model = _model(centres, (32, 32), slices=3)
+    grad = torch.randn_like(model.object)
+    model.object.grad = grad.clone()
+    before = model.object.detach().clone()
+    optimizer = PreconditionedDescent([model.object], model, lr=0.3, floor=0.1)
+    optimizer.step()
+    light = illumination(model)
+    # three slices: each takes a third of the step
+    factor = 0.5 / (3 * (light + 0.1 * light.max()))
+    torch.testing.assert_close(model.object.detach(), before - 0.3 * grad * factor[:, :, None], rtol=1e-6, atol=1e-7)
+
+
+def test_a_step_of_one_gives_one_exit_wave_the_measured_amplitudes():
+    """ePIE's full step: with one position and a floor near 0, the new exit wave is the old one with
+    its Fourier amplitudes replaced by the measured ones, so its loss vanishes; a step of 0.5 halves
+    the exit wave's error, so the amplitude loss falls to about a quarter."""
+    rng = np.random.default_rng(3)
+    centre = np.array([[K / 2 + 4.0, K / 2 + 4.0]])
+    truth = _model(centre, (K + 8, K + 8))
+    phase = torch.as_tensor(rng.uniform(-0.6, 0.6, truth.object.shape[:-1]), dtype=torch.float32)
+    truth.object.data = torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous()
+    indices = torch.tensor([0])
+    with torch.no_grad():
+        measured = truth(indices)
+    losses = {}
+    for step in (1.0, 0.5):
+        model = _model(centre, (K + 8, K + 8))
+        before = model(indices, measured, "amplitude")
+        before.backward()
+        PreconditionedDescent([model.object], model, lr=step, floor=1e-7).step()
+        with torch.no_grad():
+            losses[step] = float(model(indices, measured, "amplitude") / before)
+    assert losses[1.0] < 1e-4
+    assert 0.2 < losses[0.5] < 0.3
+
+
+def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_says_so():
+    one = ptyacc.load_config({}, ["data.path=x.h5"])
+    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
+    assert object_optimizer(one) == "preconditioned" and object_optimizer(several) == "adam"
+    assert auto_values(one)["optim.object_optimizer"] == "preconditioned"
+    assert auto_values(several)["optim.object_optimizer"] == "adam"
+    assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto: 1 slice)"]
+    assert optimizer_notes(several) == ["optim.object_optimizer: adam (auto: 3 slices)"]
+    assert auto_notes(one) == []  # the terminal is told nothing; run.log is (below)
+    chosen = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam"])
+    assert object_optimizer(chosen) == "adam" and "optim.object_optimizer" not in auto_values(chosen)
+    assert optimizer_notes(chosen) == []
+
+
+@pytest.mark.parametrize("slices, chosen, kind", [(1, "auto", PreconditionedDescent), (3, "auto", torch.optim.Adam),
+                                                  (3, "preconditioned", PreconditionedDescent),
+                                                  (1, "adam", torch.optim.Adam)])
+def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kind):
+    config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", f"optim.object_optimizer={chosen}",
+                                     "optim.preconditioned_step=0.3"])
+    model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=slices)
+    group = build_groups(config, model, torch.device("cpu"))[0]
+    assert group.name == "object" and type(group.optimizer) is kind
+    assert group.lr == (0.3 if kind is PreconditionedDescent else config.optim.lr.object)
+
+
+@pytest.mark.parametrize("key, value", [("optim.preconditioned_step", "0"), ("optim.preconditioner_floor", "-1"),
+                                        ("optim.object_optimizer", "sgd")])
+def test_bad_values_are_refused(key, value):
+    with pytest.raises(ConfigError, match=key.split(".")[-1]):
+        ptyacc.load_config({}, ["data.path=x.h5", f"{key}={value}"])
+
+
+def test_the_preconditioner_is_made_again_after_every_iteration_from_the_probe_of_then():
+    config = ptyacc.load_config({}, ["data.path=x.h5"])
+    model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))
+    group = build_groups(config, model, torch.device("cpu"))[0]
+    model.object.grad = torch.ones_like(model.object)
+    group.step(0)
+    first = group.optimizer.factor.clone()
+    model.probe.data.mul_(2.0)  # four times the intensity
+    model.object.grad = torch.ones_like(model.object)
+    group.step(0)
+    assert torch.equal(group.optimizer.factor, first)  # within the iteration: unchanged
+    group.end_iteration()
+    model.object.grad = torch.ones_like(model.object)
+    group.step(1)
+    torch.testing.assert_close(group.optimizer.factor, first / 4)
+
+
+def test_the_illumination_has_the_same_bits_whatever_the_fft_does():
+    """Every process must take the same step: the illumination is an exact sum of integer levels
+    of the intensity, so it equals that sum made in NumPy bit for bit, with 1 or 2 threads."""
+    from ptyacc.reconstruction.groups import QUANTUM
+
+    rng = np.random.default_rng(5)
+    shape = (61, 58)
+    centres = rng.integers(K // 2, [shape[0] - K // 2, shape[1] - K // 2], (40, 2)).astype(float)
+    model = _model(centres, shape, modes=2)
+    probe = model.complex_probe().detach().numpy()  # complex64; its intensity in float32 as the model's
+    intensity = (probe.real ** 2 + probe.imag ** 2).sum(0, dtype=np.float32).astype(np.float64)
+    peak = intensity.max()
+    levels = np.round(intensity * (QUANTUM / peak))
+    summed = np.zeros(shape)
+    for cy, cx in centres.astype(int) - K // 2:
+        summed[cy:cy + K, cx:cx + K] += levels
+    expected = torch.as_tensor((summed * (peak / (QUANTUM * len(centres)))).astype(np.float32))
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            assert torch.equal(illumination(model), expected)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_adams_step_given_chooses_adam_and_zero_freezes_the_object_with_either():
+    """optim.lr.object is Adam's step: a config that sets it (from before the preconditioned descent,
+    or a tuned step) runs Adam under auto, names a contradiction when preconditioned is asked for,
+    and 0 freezes the object whichever optimizer runs."""
+    given = ptyacc.load_config({}, ["data.path=x.h5", "optim.lr.object=0.02"])
+    assert object_optimizer(given) == "adam" and auto_values(given)["optim.object_optimizer"] == "adam"
+    with pytest.raises(ConfigError, match="optim.lr.object: is Adam's step"):
+        ptyacc.load_config({}, ["data.path=x.h5", "optim.lr.object=0.02", "optim.object_optimizer=preconditioned"])
+    model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))
+    for chosen in ("auto", "preconditioned"):
+        frozen = ptyacc.load_config({}, ["data.path=x.h5", "optim.lr.object=0", f"optim.object_optimizer={chosen}"])
+        group = build_groups(frozen, model, torch.device("cpu"))[0]
+        assert type(group.optimizer) is PreconditionedDescent and group.lr == 0.0
+        before = model.object.detach().clone()
+        model.object.grad = torch.ones_like(model.object)
+        group.step(0)
+        assert torch.equal(model.object.detach(), before)
