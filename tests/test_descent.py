@@ -1,7 +1,8 @@
-"""The object's preconditioned descent (``optim.object_optimizer: preconditioned``,
-ptyacc/reconstruction/descent.py): its illumination against a loop written out in NumPy, its step
-against the formula, the meaning of a step of 1 (the least-squares step: one position's exit wave
-takes the measured amplitudes), and what ``auto`` chooses. 1 and 2 processes, and the split object,
+"""The object's and the probe's preconditioned descent (``optim.object_optimizer`` and
+``optim.probe_optimizer``: preconditioned, ptyacc/reconstruction/groups.py): the illumination
+against a loop written out in NumPy, the step against the formula, the meaning of a step of 1
+(the least-squares step: one position's exit wave takes the measured amplitudes; for the Poisson
+loss, Newton's step), and what ``auto`` chooses. 1 and 2 processes, and the split object,
 run it through the existing fixtures (tests/test_distributed.py, tests/test_tiles.py), whose configs
 have one slice and so take it by default."""
 
@@ -14,7 +15,14 @@ import torch
 import ptyacc
 from ptyacc.errors import ConfigError
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.reconstruction.groups import PreconditionedDescent, build_groups, illumination, preconditioner
+from ptyacc.reconstruction.groups import (
+    PreconditionedDescent,
+    ProbeDescent,
+    build_groups,
+    illumination,
+    least_squares_share,
+    preconditioner,
+)
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.multislice_auto import auto_notes, auto_values, object_optimizer, optimizer_notes
 
@@ -70,28 +78,75 @@ def test_a_step_is_the_gradient_times_the_factor_times_the_step_size():
     torch.testing.assert_close(model.object.detach(), before - 0.3 * grad * factor[:, :, None], rtol=1e-6, atol=1e-7)
 
 
-def test_a_step_of_one_gives_one_exit_wave_the_measured_amplitudes():
-    """ePIE's full step: with one position and a floor near 0, the new exit wave is the old one with
-    its Fourier amplitudes replaced by the measured ones, so its loss vanishes; a step of 0.5 halves
-    the exit wave's error, so the amplitude loss falls to about a quarter."""
-    rng = np.random.default_rng(3)
-    centre = np.array([[K / 2 + 4.0, K / 2 + 4.0]])
-    truth = _model(centre, (K + 8, K + 8))
-    phase = torch.as_tensor(rng.uniform(-0.6, 0.6, truth.object.shape[:-1]), dtype=torch.float32)
-    truth.object.data = torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous()
+CENTRE = np.array([[K / 2 + 4.0, K / 2 + 4.0]])
+
+
+def _phase_object(model: PtychoModel, spread: float, seed: int = 3) -> None:
+    rng = np.random.default_rng(seed)
+    phase = torch.as_tensor(rng.uniform(-spread, spread, model.object.shape[:-1]), dtype=torch.float32)
+    model.object.data = torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous()
+
+
+def _one_step(model: PtychoModel, measured: torch.Tensor, loss: str, which: str, step: float, share: float) -> float:
+    """The loss of one position after one preconditioned step of the object or the probe, over before."""
     indices = torch.tensor([0])
+    before = model(indices, measured, loss)
+    before.backward()
+    if which == "object":
+        PreconditionedDescent([model.object], model, lr=step, floor=1e-7, share=share).step()
+    else:
+        ProbeDescent([model.probe], step, float(model.probe_scale), 1.0, share).step()
     with torch.no_grad():
-        measured = truth(indices)
+        return float(model(indices, measured, loss) / before)
+
+
+@pytest.mark.parametrize("which", ["object", "probe"])
+def test_a_step_of_one_gives_one_exit_wave_the_measured_amplitudes(which):
+    """ePIE's full step: with one position (and for the object a floor near 0; for the probe an
+    object of amplitude 1), the new exit wave is the old one with its Fourier amplitudes replaced by
+    the measured ones, so its loss vanishes; a step of 0.5 halves the exit wave's error, so the
+    amplitude loss falls to about a quarter."""
+    truth = _model(CENTRE, (K + 8, K + 8))
+    _phase_object(truth, 0.6)
+    with torch.no_grad():
+        measured = truth(torch.tensor([0]))
     losses = {}
     for step in (1.0, 0.5):
-        model = _model(centre, (K + 8, K + 8))
-        before = model(indices, measured, "amplitude")
-        before.backward()
-        PreconditionedDescent([model.object], model, lr=step, floor=1e-7).step()
-        with torch.no_grad():
-            losses[step] = float(model(indices, measured, "amplitude") / before)
+        model = _model(CENTRE, (K + 8, K + 8))
+        if which == "probe":  # the object known, the probe's phase wrong
+            model.object.data = truth.object.data.clone()
+            model.probe.data = torch.view_as_real(torch.polar(torch.view_as_complex(model.probe.data).abs(),
+                                                              torch.zeros(1, K, K))).contiguous()
+        losses[step] = _one_step(model, measured, "amplitude", which, step, least_squares_share("amplitude"))
     assert losses[1.0] < 1e-4
     assert 0.2 < losses[0.5] < 0.3
+
+
+def test_for_the_poisson_loss_a_step_of_one_is_newtons_near_the_counts():
+    """Near the solution the Poisson loss curves twice as much in the exit wave's amplitude as the
+    amplitude loss: with a quarter of the gradient (its share) a step of 1 removes nearly all of a
+    small error (Newton's step); with the amplitude loss's half it overshoots to about as large an
+    error of the other sign."""
+    assert least_squares_share("amplitude") == 0.5 and least_squares_share("poisson") == 0.25
+    truth = _model(CENTRE, (K + 8, K + 8))
+    _phase_object(truth, 0.6)
+    with torch.no_grad():
+        measured = truth(torch.tensor([0])) * 1e4  # counts: the probe carries the scale
+    truth.probe.data *= 100.0
+    excess = {}
+    for share in (0.25, 0.5):
+        model = _model(CENTRE, (K + 8, K + 8))
+        model.probe.data = truth.probe.data.clone()
+        _phase_object(model, 0.6, seed=4)
+        model.object.data = truth.object.data + 0.01 * (model.object.data - truth.object.data)
+        with torch.no_grad():
+            floor = float(model(torch.tensor([0]), measured, "poisson") - truth(torch.tensor([0]), measured, "poisson"))
+        _one_step(model, measured, "poisson", "object", 1.0, share)
+        with torch.no_grad():
+            excess[share] = float(model(torch.tensor([0]), measured, "poisson")
+                                  - truth(torch.tensor([0]), measured, "poisson")) / floor
+    assert excess[0.25] < 0.05, excess
+    assert excess[0.5] > 0.5, excess
 
 
 def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_says_so():
@@ -100,11 +155,14 @@ def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_say
     assert object_optimizer(one) == "preconditioned" and object_optimizer(several) == "adam"
     assert auto_values(one)["optim.object_optimizer"] == "preconditioned"
     assert auto_values(several)["optim.object_optimizer"] == "adam"
-    assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto: 1 slice)"]
-    assert optimizer_notes(several) == ["optim.object_optimizer: adam (auto: 3 slices)"]
+    assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto: 1 slice)",
+                                    "optim.probe_optimizer: preconditioned (auto: 1 slice)"]
+    assert optimizer_notes(several) == ["optim.object_optimizer: adam (auto: 3 slices)",
+                                        "optim.probe_optimizer: adam (auto: 3 slices)"]
     assert auto_notes(one) == []  # the terminal is told nothing; run.log is (below)
-    chosen = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam"])
+    chosen = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam", "optim.probe_optimizer=adam"])
     assert object_optimizer(chosen) == "adam" and "optim.object_optimizer" not in auto_values(chosen)
+    assert object_optimizer(chosen, "probe") == "adam" and "optim.probe_optimizer" not in auto_values(chosen)
     assert optimizer_notes(chosen) == []
 
 
@@ -115,13 +173,17 @@ def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kin
     config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", f"optim.object_optimizer={chosen}",
                                      "optim.preconditioned_step=0.3"])
     model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=slices)
-    group = build_groups(config, model, torch.device("cpu"))[0]
+    group, probe = build_groups(config, model, torch.device("cpu"))[:2]
     assert group.name == "object" and type(group.optimizer) is kind
     assert group.lr == (0.3 if kind is PreconditionedDescent else config.optim.lr.object)
+    # the probe's auto follows the slice count alone
+    assert probe.name == "probe" and type(probe.optimizer) is (ProbeDescent if slices == 1 else torch.optim.Adam)
+    assert probe.lr == (1.0 if slices == 1 else config.optim.lr.probe)
 
 
 @pytest.mark.parametrize("key, value", [("optim.preconditioned_step", "0"), ("optim.preconditioner_floor", "-1"),
-                                        ("optim.object_optimizer", "sgd")])
+                                        ("optim.object_optimizer", "sgd"), ("optim.preconditioned_probe_step", "-1"),
+                                        ("optim.probe_optimizer", "lsqml")])
 def test_bad_values_are_refused(key, value):
     with pytest.raises(ConfigError, match=key.split(".")[-1]):
         ptyacc.load_config({}, ["data.path=x.h5", f"{key}={value}"])
@@ -170,20 +232,37 @@ def test_the_illumination_has_the_same_bits_whatever_the_fft_does():
         torch.set_num_threads(threads)
 
 
-def test_adams_step_given_chooses_adam_and_zero_freezes_the_object_with_either():
-    """optim.lr.object is Adam's step: a config that sets it (from before the preconditioned descent,
-    or a tuned step) runs Adam under auto, names a contradiction when preconditioned is asked for,
-    and 0 freezes the object whichever optimizer runs."""
-    given = ptyacc.load_config({}, ["data.path=x.h5", "optim.lr.object=0.02"])
-    assert object_optimizer(given) == "adam" and auto_values(given)["optim.object_optimizer"] == "adam"
-    with pytest.raises(ConfigError, match="optim.lr.object: is Adam's step"):
-        ptyacc.load_config({}, ["data.path=x.h5", "optim.lr.object=0.02", "optim.object_optimizer=preconditioned"])
+@pytest.mark.parametrize("group, index, kind", [("object", 0, PreconditionedDescent), ("probe", 1, ProbeDescent)])
+def test_adams_step_given_chooses_adam_and_zero_freezes_with_either(group, index, kind):
+    """optim.lr.object and optim.lr.probe are Adam's steps: a config that sets one (from before the
+    preconditioned descent, or a tuned step) runs Adam for that quantity under auto (the other
+    keeps its own choice), names a contradiction when preconditioned is asked for, and 0 freezes
+    the quantity whichever optimizer runs."""
+    other = "probe" if group == "object" else "object"
+    given = ptyacc.load_config({}, ["data.path=x.h5", f"optim.lr.{group}=0.02"])
+    assert object_optimizer(given, group) == "adam" and auto_values(given)[f"optim.{group}_optimizer"] == "adam"
+    assert object_optimizer(given, other) == "preconditioned"
+    with pytest.raises(ConfigError, match=f"optim.lr.{group}: is Adam's step"):
+        ptyacc.load_config({}, ["data.path=x.h5", f"optim.lr.{group}=0.02", f"optim.{group}_optimizer=preconditioned"])
     model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))
     for chosen in ("auto", "preconditioned"):
-        frozen = ptyacc.load_config({}, ["data.path=x.h5", "optim.lr.object=0", f"optim.object_optimizer={chosen}"])
-        group = build_groups(frozen, model, torch.device("cpu"))[0]
-        assert type(group.optimizer) is PreconditionedDescent and group.lr == 0.0
-        before = model.object.detach().clone()
-        model.object.grad = torch.ones_like(model.object)
-        group.step(0)
-        assert torch.equal(model.object.detach(), before)
+        frozen = ptyacc.load_config({}, ["data.path=x.h5", f"optim.lr.{group}=0", f"optim.{group}_optimizer={chosen}"])
+        stepped = build_groups(frozen, model, torch.device("cpu"))[index]
+        assert type(stepped.optimizer) is kind and stepped.lr == 0.0
+        tensor = stepped.params[0]
+        before = tensor.detach().clone()
+        tensor.grad = torch.ones_like(tensor)
+        stepped.step(3)
+        assert torch.equal(tensor.detach(), before)
+
+
+def test_the_probes_step_is_its_share_over_the_probe_scale_and_the_objects_largest_intensity():
+    model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))
+    before = model.probe.detach().clone()
+    # the step: lr x share / (probe_scale^2 x the largest object intensity) x the gradient
+    poisson = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson", "model.object_amplitude_bounds=[0,0.5]"])
+    probe = build_groups(poisson, model, torch.device("cpu"))[1]
+    model.probe.grad = torch.ones_like(model.probe)
+    probe.optimizer.step()
+    expected = before - 1.0 * 0.25 / (float(model.probe_scale) ** 2 * 0.25)
+    torch.testing.assert_close(model.probe.detach(), expected)

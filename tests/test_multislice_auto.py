@@ -86,7 +86,8 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
         assert yaml.safe_load(f.attrs["auto_values"]) == {"optim.regularize.tv_phase": 1.0,
                                                           "optim.regularize.lateral_blur_px": 0.3,
                                                           "optim.regularize.tv_phase_smoothing": 0.001,
-                                                          "optim.object_optimizer": "adam"}
+                                                          "optim.object_optimizer": "adam",
+                                                          "optim.probe_optimizer": "adam"}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
                "optim.regularize.tv_phase_smoothing={}")

@@ -19,7 +19,9 @@ import ptyacc
 from ptyacc.errors import ConfigError
 
 ITERATIONS = 5
-LR_OBJECT, LR_PROBE, FINAL_FRACTION = 0.02, 0.01, 0.3
+# both away from their defaults: optim.object_optimizer and probe_optimizer auto then choose Adam,
+# whose learning rates are these
+LR_OBJECT, LR_PROBE, FINAL_FRACTION = 0.02, 0.02, 0.3
 
 
 def tracked_config(tmp_path, trackers: list[str], **output) -> dict:
@@ -346,3 +348,15 @@ def test_pictures_of_a_multislice_object_and_the_probe_key():
     picture = positions_image(np.array([[0.0, 0.0], [10.0, 10.0]]), np.array([[0.0, 0.0], [10.0, 5.0]]), 64)
     assert tuple(picture[1, 1]) == (255, 40, 40) and tuple(picture[62, 62]) == (150, 150, 150)
     assert tuple(picture[62, round(5 * 61 / 10) + 1]) == (255, 40, 40)
+
+
+def test_the_positions_picture_has_its_longer_side_exactly_whatever_the_rounding():
+    """Its longer side is the span times (side - 3) / span, which float rounding can put a hair
+    above side - 3: that hair must not add a row or column (it did for 51 of these 300 scans)."""
+    from ptyacc.tracker_images import positions_image
+
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        initial = rng.uniform(0, 50, (30, 2))
+        picture = positions_image(initial, initial + rng.normal(0, 0.3, (30, 2)))
+        assert max(picture.shape[:2]) == 256, seed

@@ -22,6 +22,7 @@ import yaml
 from ptyacc.config.fields import _f, _require, _suggest
 from ptyacc.config.preparation import SimulateConfig, TransformConfig
 from ptyacc.config.recenter import RecenterConfig
+from ptyacc.config.regularize import RegularizeConfig
 from ptyacc.config.tune import TuneConfig
 from ptyacc.errors import ConfigError
 
@@ -188,7 +189,9 @@ class LearningRates:
     object: float = _f(1e-2, "Object amplitude and phase step size of Adam (optim.object_optimizer); 0 freezes the "
                              "object with either optimizer. Another value than 0.01 makes object_optimizer: auto "
                              "choose adam.")
-    probe: float = _f(1e-2, "Probe step size (relative to its peak amplitude).")
+    probe: float = _f(1e-2, "Probe step size of Adam (relative to its peak amplitude; optim.probe_optimizer); 0 "
+                            "freezes the probe with either optimizer. Another value than 0.01 makes "
+                            "probe_optimizer: auto choose adam.")
     positions: float = _f(1e-2, "Position step size in pixels.")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
     tilt: float = _f(0.1, "Tilt step size in mrad.")
@@ -227,52 +230,6 @@ class StartIterations:
 
 
 @dataclass
-class RegularizeConfig:
-    """Optional priors on the object, all off by default but a light phase TV smoothing of multislice
-    objects (see "Regularisers: when to use them" in docs/user-guide.md). They act identically on
-    every process, whatever the process count."""
-
-    tv_phase: float | Literal["auto"] = _f(
-        0.0, "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
-             "sum over object pixels, slices and modes of sqrt(dy^2 + dx^2 + eps^2) - eps, dy and dx the lengths of "
-             "the differences between a pixel's unit phasor (transmission / amplitude) and its neighbours' below "
-             "and to the right (about the phase steps in rad, free of 2 pi wrapping). Low dose: about 0.3-1 with "
-             "the amplitude loss (more with poisson, whose gradient grows with the dose); sweep by factors of 3. "
-             "0 = off. auto: 1 for a multislice object (model.slices > 1), 0 for one slice, the grid's multislice "
-             "choice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose. A TV makes runs on "
-             "different process counts or with runtime.shard_object agree less closely (there, to about 1e-3).")
-    tv_epsilon_rad: float = _f(
-        1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
-              "quadratically, so the penalty is differentiable at zero.")
-    depth_blur_slices: float = _f(
-        0.0, "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
-             "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
-             "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
-             "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
-    lateral_blur_px: float | Literal["auto"] = _f(
-        0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
-             "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
-             "slice's summed phase is kept); PtyRAD's obj_rblur (0.4 px). For noisy, smooth objects; it blurs "
-             "features narrower than a few sigma. 0 = off. auto: 0.3 for a multislice object (model.slices > 1), "
-             "0 for one slice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose.")
-    tv_phase_smoothing: float | Literal["auto"] = _f(
-        "auto", "After every iteration, one descent step on the phase total variation of tv_phase (with "
-                "tv_epsilon_rad): the object less this step times the penalty's gradient with respect to its real "
-                "and imaginary parts (a phase change of about this many rad where neighbours differ). Not fed to "
-                "Adam, so runs on any number of processes, the object split or not, agree as closely as without "
-                "it. 0 = off. auto (the default): 0.001 for a multislice object (model.slices > 1), 0 for one slice "
-                "(docs/quality-grid.md, 'The multislice default'); the run says what auto chose.")
-
-    def _check(self, path: str) -> None:
-        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing"):
-            value = getattr(self, name)
-            _require(value == "auto" or value >= 0, f"{path}.{name}", f"must be auto or >= 0, got {value}")
-        _require(self.depth_blur_slices >= 0, f"{path}.depth_blur_slices",
-                 f"must be >= 0, got {self.depth_blur_slices}")
-        _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")
-
-
-@dataclass
 class OptimConfig:
     """How the reconstruction is optimised."""
 
@@ -289,13 +246,22 @@ class OptimConfig:
     object_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the object is updated. adam: Adam, a step of optim.lr.object (rad) at every pixel. "
                 "preconditioned: the gradient divided by the probe's illumination of each pixel, the least-squares "
-                "step of ePIE and LSQML (optim.preconditioned_step; docs/user-guide.md, 'The object's optimizer'). "
+                "step of ePIE and LSQML (optim.preconditioned_step; docs/user-guide.md, 'The object's and the "
+                "probe's optimizer'). "
                 "auto: preconditioned for a single-slice object, adam for multislice or where optim.lr.object is "
                 "given another value than its default (0.01) and 0.")
     preconditioned_step: float = _f(
         0.4, "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 replaces "
              "each exit wave's amplitude by the measured one where the probe is); on several slices each slice "
              "takes 1 / slices of it. Follows the cosine decay of the learning rates.")
+    probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
+        "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
+                "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
+                "least-squares step of ePIE and LSQML (optim.preconditioned_probe_step). auto: as "
+                "optim.object_optimizer's auto, with optim.lr.probe in place of optim.lr.object.")
+    preconditioned_probe_step: float = _f(
+        1.0, "optim.probe_optimizer: preconditioned: the step as a fraction of the least-squares step (1: the exit "
+             "wave's amplitudes made the measured ones, for an object of the largest amplitude).")
     preconditioner_floor: float = _f(
         0.1, "optim.object_optimizer: preconditioned: added to the illumination, as a fraction of its largest "
              "value, so that pixels the probe barely reaches take small steps.")
@@ -322,6 +288,11 @@ class OptimConfig:
         _require(self.object_optimizer != "preconditioned" or self.lr.object in (0.0, LearningRates().object),
                  f"{path}.lr.object", f"is Adam's step ({self.lr.object} given); with object_optimizer: preconditioned "
                  f"the object's step is {path}.preconditioned_step (lr.object 0 still freezes the object)")
+        _require(self.probe_optimizer != "preconditioned" or self.lr.probe in (0.0, LearningRates().probe),
+                 f"{path}.lr.probe", f"is Adam's step ({self.lr.probe} given); with probe_optimizer: preconditioned "
+                 f"the probe's step is {path}.preconditioned_probe_step (lr.probe 0 still freezes the probe)")
+        _require(self.preconditioned_probe_step > 0, f"{path}.preconditioned_probe_step",
+                 f"must be > 0, got {self.preconditioned_probe_step}")
         _require(self.preconditioned_step > 0, f"{path}.preconditioned_step",
                  f"must be > 0, got {self.preconditioned_step}")
         _require(self.preconditioner_floor > 0, f"{path}.preconditioner_floor",

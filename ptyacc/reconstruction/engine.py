@@ -156,7 +156,8 @@ class Reconstructor:
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
         priors = AutoPriors.of(config)  # what optim.regularize's auto chose
-        self.groups = build_groups(config, self.model, accelerator.device, priors.values, priors.optimizer)
+        self.groups = build_groups(config, self.model, accelerator.device, priors.values, priors.optimizer,
+                                   priors.probe_optimizer)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)

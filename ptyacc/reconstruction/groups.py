@@ -123,11 +123,13 @@ class ParameterGroup:
 
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device,
-                 priors: dict[str, float] | None = None, optimizer: str | None = None) -> list[ParameterGroup]:
+                 priors: dict[str, float] | None = None, optimizer: str | None = None,
+                 probe_optimizer: str | None = None) -> list[ParameterGroup]:
     """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
-    its Adam (the fused kernel where ``device`` has one); ``priors``: the values of
-    ``optim.regularize``'s keys that may be auto (``multislice_auto.AutoPriors``), resolved here
-    when not given."""
+    its Adam (the fused kernel where ``device`` has one), or for the object and the probe their
+    preconditioned descent; ``priors``: the values of ``optim.regularize``'s keys that may be auto,
+    ``optimizer`` and ``probe_optimizer`` the object's and the probe's (``multislice_auto.AutoPriors``),
+    resolved here when not given."""
     opt, start = config.optim, config.optim.start
     probe_modes = model.probe.shape[0]
     groups = [
@@ -156,9 +158,15 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     for group in groups:
         group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
+    share = least_squares_share(opt.loss)
     if (optimizer or object_optimizer(config)) == "preconditioned":
         groups[0].lr = opt.preconditioned_step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
-        groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor)
+        groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
+                                                    share)
+    if (probe_optimizer or object_optimizer(config, "probe")) == "preconditioned":
+        groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
+        groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
+                                           config.model.object_amplitude_bounds[1] ** 2, share)
     return groups
 
 
@@ -319,11 +327,18 @@ def illumination(model: PtychoModel) -> torch.Tensor:
     return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
 
 
-def preconditioner(model: PtychoModel, floor: float) -> torch.Tensor:
+def least_squares_share(loss: str) -> float:
+    """The share of the gradient in a least-squares step of 1: half for the amplitude loss (whose
+    gradient is twice the exit wave's error); a quarter for the Poisson loss, whose curvature in the
+    exit wave's amplitude is twice the amplitude loss's where the model meets the counts."""
+    return HALF if loss == "amplitude" else HALF / 2
+
+
+def preconditioner(model: PtychoModel, floor: float, share: float = HALF) -> torch.Tensor:
     """(h, w) the factor of the gradient of the object this model holds (its region of the whole
-    object): 0.5 / (slices x (illumination + floor x its largest value))."""
+    object): ``share`` / (slices x (illumination + floor x its largest value))."""
     light = illumination(model)
-    factor = HALF / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
+    factor = share / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
     y0, x0 = (int(v) for v in model.object_origin)
     return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
 
@@ -332,8 +347,8 @@ class PreconditionedDescent(torch.optim.Optimizer):
     """The object (O, S, h, w, 2) less ``lr`` x its gradient x ``preconditioner(model, floor)``,
     the preconditioner made anew once per iteration. No state."""
 
-    def __init__(self, params, model: PtychoModel, lr: float, floor: float) -> None:
-        super().__init__(params, {"lr": lr, "floor": floor, "iteration": -1})
+    def __init__(self, params, model: PtychoModel, lr: float, floor: float, share: float = HALF) -> None:
+        super().__init__(params, {"lr": lr, "floor": floor, "share": share, "iteration": -1})
         self.model = model
         self.factor: torch.Tensor | None = None
         self.made_in: int | None = None  # the iteration whose probe made ``factor``
@@ -343,7 +358,8 @@ class PreconditionedDescent(torch.optim.Optimizer):
         sets each param group's "iteration")."""
         iteration = self.param_groups[0]["iteration"]
         if self.factor is None or self.made_in != iteration:
-            self.factor, self.made_in = preconditioner(self.model, self.param_groups[0]["floor"]), iteration
+            group = self.param_groups[0]
+            self.factor, self.made_in = preconditioner(self.model, group["floor"], group["share"]), iteration
         return self.factor
 
     @torch.no_grad()
@@ -367,7 +383,8 @@ class TiledDescent(TiledAdam):
                  regularizer=None) -> None:
         super().__init__(param, whole.param_groups[0]["lr"], tiling, rank, world, regularizer=regularizer)
         self.whole = whole
-        self.param_groups[0].update(floor=whole.param_groups[0]["floor"], iteration=-1)
+        self.param_groups[0].update(floor=whole.param_groups[0]["floor"], share=whole.param_groups[0]["share"],
+                                    iteration=-1)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -393,3 +410,20 @@ class TiledDescent(TiledAdam):
         """This process's own state or a whole-object one; there are no moments to take."""
         self.param_groups[0]["lr"] = state["lr"] if "tile" in state else state["param_groups"][0]["lr"]
         self.steps = state.get("steps", 0)
+
+
+class ProbeDescent(torch.optim.Optimizer):
+    """The probe (M, K, K, 2), stored divided by ``probe_scale``, less ``lr`` x its gradient x
+    ``factor``: ``share`` / (probe_scale^2 x the object's largest intensity), the least-squares step
+    for an object of that intensity (a step of 1 gives one exit wave the measured amplitudes where
+    the object has it); every process the same numbers. No state."""
+
+    def __init__(self, params, lr: float, probe_scale: float, intensity: float, share: float = HALF) -> None:
+        super().__init__(params, {"lr": lr, "factor": share / (probe_scale ** 2 * intensity)})
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    param.add_(param.grad, alpha=-group["lr"] * group["factor"])

@@ -62,7 +62,8 @@ class NanGuard:
         where = f"{self.saver.out_dir / 'results.h5'}" if self.saver.write else "memory"
         raise PtyaccError(f"optim: the loss became {loss} at iteration {iteration} (non-finite values in: "
                           f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
-                          "Lower optim.lr, or set optim.on_nan: rollback")
+                          "Lower optim.lr (Adam's steps) or optim.preconditioned_step and preconditioned_probe_step "
+                          "(the preconditioned descent, one slice by default), or set optim.on_nan: rollback")
 
     def restore(self) -> None:
         """Back to the last good state (also after an interrupted iteration, ``ptyacc.reconstruction.interrupt``)."""

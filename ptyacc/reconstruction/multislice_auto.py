@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from ptyacc.config import Config
 from ptyacc.config.schema import LearningRates
 
-ADAM_OBJECT_STEP = LearningRates().object  # optim.lr.object's default
+ADAM_STEPS = LearningRates()  # optim.lr's defaults
 
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
 MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
@@ -57,15 +57,16 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
-def object_optimizer(config: Config) -> str:
-    """``optim.object_optimizer`` for this run: as given, or for ``auto`` preconditioned on one slice,
-    adam on several (where the preconditioned step at the size that suits one slice can diverge:
-    docs/user-guide.md, "The object's optimizer"), and adam wherever ``optim.lr.object``, Adam's
-    step, is given another value than its default and 0."""
-    chosen = config.optim.object_optimizer
+def object_optimizer(config: Config, group: str = "object") -> str:
+    """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
+    or for ``auto`` preconditioned on one slice, adam on several (where the object's preconditioned
+    step at the size that suits one slice can diverge: docs/user-guide.md, "The object's and the
+    probe's optimizer"), and adam wherever the group's Adam step (``optim.lr.object`` or
+    ``optim.lr.probe``) is given another value than its default and 0."""
+    chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen
-    if config.optim.lr.object not in (0.0, ADAM_OBJECT_STEP):
+    if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
         return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
     return "preconditioned" if config.model.slices == 1 else "adam"
 
@@ -74,8 +75,9 @@ def auto_values(config: Config) -> dict[str, float | str]:
     """{key: value} of every key given as ``auto`` (empty when numbers were given)."""
     values: dict[str, float | str] = {f"optim.regularize.{name}": resolved(config, name) for name in MULTISLICE
                                       if getattr(config.optim.regularize, name) == "auto"}
-    if config.optim.object_optimizer == "auto":
-        values["optim.object_optimizer"] = object_optimizer(config)
+    for group in ("object", "probe"):
+        if getattr(config.optim, f"{group}_optimizer") == "auto":
+            values[f"optim.{group}_optimizer"] = object_optimizer(config, group)
     return values
 
 
@@ -91,12 +93,11 @@ def auto_notes(config: Config) -> list[str]:
 
 
 def optimizer_notes(config: Config) -> list[str]:
-    """For run.log (not the terminal), what ``optim.object_optimizer: auto`` chose, e.g.
-    "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
-    if config.optim.object_optimizer != "auto":
-        return []
-    slices = config.model.slices
-    return [f"optim.object_optimizer: {object_optimizer(config)} (auto: {slices} slice{'s' if slices > 1 else ''})"]
+    """For run.log (not the terminal), what ``optim.object_optimizer`` and ``optim.probe_optimizer``
+    given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
+    slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
+    return [f"optim.{group}_optimizer: {object_optimizer(config, group)} (auto: {slices})" for group in ("object", "probe")
+            if getattr(config.optim, f"{group}_optimizer") == "auto"]
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,10 @@ class AutoPriors:
     values: dict[str, float]
     notes: list[str]
     optimizer: str = "adam"  # ``object_optimizer``
+    probe_optimizer: str = "adam"  # ``object_optimizer(config, "probe")``
     log_notes: list[str] = field(default_factory=list)  # run.log only (``optimizer_notes``)
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
-        return cls(resolved_values(config), auto_notes(config), object_optimizer(config), optimizer_notes(config))
+        return cls(resolved_values(config), auto_notes(config), object_optimizer(config),
+                   object_optimizer(config, "probe"), optimizer_notes(config))

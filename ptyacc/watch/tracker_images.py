@@ -71,7 +71,8 @@ def positions_image(initial_px: np.ndarray, now_px: np.ndarray, longer_side_px: 
     both = np.concatenate([initial_px, now_px])
     low, span = both.min(axis=0), np.ptp(both, axis=0).max() or 1.0
     scale = (longer_side_px - 3) / span
-    shape = np.ceil(np.ptp(both, axis=0) * scale).astype(int) + 3
+    # the longer side is longer_side_px - 3 up to float rounding, which ceil must not turn into one more
+    shape = np.ceil(np.ptp(both, axis=0) * scale - 1e-6).astype(int) + 3
     canvas = np.zeros((*shape, 3), dtype=np.uint8)
     for points, colour in ((initial_px, (INITIAL_GREY,) * 3), (now_px, (255, 40, 40))):
         rows, cols = np.round((points - low) * scale).astype(int).T + 1

@@ -1,0 +1,55 @@
+"""The ``optim.regularize`` section: priors on the object (its own module so that schema.py stays
+one screenful per section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ptyacc.config.fields import _f, _require
+
+
+@dataclass
+class RegularizeConfig:
+    """Optional priors on the object, all off by default but a light phase TV smoothing of multislice
+    objects (see "Regularisers: when to use them" in docs/user-guide.md). They act identically on
+    every process, whatever the process count."""
+
+    tv_phase: float | Literal["auto"] = _f(
+        0.0, "Weight of the phase total variation, added to the data loss summed over all patterns: weight x the "
+             "sum over object pixels, slices and modes of sqrt(dy^2 + dx^2 + eps^2) - eps, dy and dx the lengths of "
+             "the differences between a pixel's unit phasor (transmission / amplitude) and its neighbours' below "
+             "and to the right (about the phase steps in rad, free of 2 pi wrapping). Low dose: about 0.3-1 with "
+             "the amplitude loss (more with poisson, whose gradient grows with the dose); sweep by factors of 3. "
+             "0 = off. auto: 1 for a multislice object (model.slices > 1), 0 for one slice, the grid's multislice "
+             "choice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose. A TV makes runs on "
+             "different process counts or with runtime.shard_object agree less closely (there, to about 1e-3).")
+    tv_epsilon_rad: float = _f(
+        1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
+              "quadratically, so the penalty is differentiable at zero.")
+    depth_blur_slices: float = _f(
+        0.0, "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
+             "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
+             "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
+             "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
+    lateral_blur_px: float | Literal["auto"] = _f(
+        0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
+             "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
+             "slice's summed phase is kept); PtyRAD's obj_rblur (0.4 px). For noisy, smooth objects; it blurs "
+             "features narrower than a few sigma. 0 = off. auto: 0.3 for a multislice object (model.slices > 1), "
+             "0 for one slice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose.")
+    tv_phase_smoothing: float | Literal["auto"] = _f(
+        "auto", "After every iteration, one descent step on the phase total variation of tv_phase (with "
+                "tv_epsilon_rad): the object less this step times the penalty's gradient with respect to its real "
+                "and imaginary parts (a phase change of about this many rad where neighbours differ). Not fed to "
+                "Adam, so runs on any number of processes, the object split or not, agree as closely as without "
+                "it. 0 = off. auto (the default): 0.001 for a multislice object (model.slices > 1), 0 for one slice "
+                "(docs/quality-grid.md, 'The multislice default'); the run says what auto chose.")
+
+    def _check(self, path: str) -> None:
+        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing"):
+            value = getattr(self, name)
+            _require(value == "auto" or value >= 0, f"{path}.{name}", f"must be auto or >= 0, got {value}")
+        _require(self.depth_blur_slices >= 0, f"{path}.depth_blur_slices",
+                 f"must be >= 0, got {self.depth_blur_slices}")
+        _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")
