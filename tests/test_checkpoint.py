@@ -2,6 +2,7 @@
 process, and an output folder that is never overwritten by accident."""
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -229,6 +230,23 @@ def test_existing_results_are_not_overwritten(tmp_path):
     ptyacc.reconstruct(config, overwrite=True)
     with pytest.raises(ConfigError, match="--resume given but .* holds no complete checkpoint"):
         ptyacc.reconstruct(config, resume=True)
+
+
+def test_resuming_with_another_object_optimizer_is_refused_by_name(tmp_path):
+    """A checkpoint written with Adam for the object (optim.object_optimizer: adam) cannot continue
+    with the preconditioned descent (the one-slice default since), nor the other way round: the
+    states differ, so the resume stops and names the key."""
+    config = small_config(tmp_path, object_optimizer="adam", probe_optimizer="adam")
+    config = dataclasses.replace(config, output=dataclasses.replace(config.output, checkpoint_every=2))
+    ptyacc.reconstruct(config)
+    default = dataclasses.replace(config, optim=dataclasses.replace(config.optim, object_optimizer="auto"))
+    with pytest.raises(ConfigError, match="written with adam for optim.object_optimizer, this config steps it with "
+                                          "preconditioned"):
+        ptyacc.reconstruct(default, resume=True)
+    probe = dataclasses.replace(config, optim=dataclasses.replace(config.optim, probe_optimizer="preconditioned"))
+    with pytest.raises(ConfigError, match="written with adam for optim.probe_optimizer"):
+        ptyacc.reconstruct(probe, resume=True)
+    ptyacc.reconstruct(config, resume=True)  # the same optimizers continue
 
 
 def poison_object_once(at_iteration: int):

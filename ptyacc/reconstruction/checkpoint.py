@@ -80,8 +80,21 @@ def restore(model: torch.nn.Module, optimizers: list, state: dict, path: Path) -
     if len(optimizers) != len(state["optimizers"]):
         raise ConfigError(f"{path}: written with {len(state['optimizers'])} optimizers, this config has "
                           f"{len(optimizers)} (position refinement switched on or off?)")
-    for optimizer, saved in zip(optimizers, state["optimizers"], strict=True):
+    for number, (optimizer, saved) in enumerate(zip(optimizers, state["optimizers"], strict=True)):
+        mine, theirs = _kind(optimizer.param_groups[0]), _kind((saved.get("param_groups") or [{}])[0])
+        if None not in (mine, theirs) and mine != theirs:
+            group = {0: "optim.object_optimizer", 1: "optim.probe_optimizer"}.get(number, f"group {number}")
+            raise ConfigError(f"{path}: written with {theirs} for {group}, this config steps it with {mine}; resume "
+                              f"with {group} set as when it was written (that run's run.log says what auto chose)")
         optimizer.load_state_dict(saved)
+
+
+def _kind(group: dict) -> str | None:
+    """The optimizer an optimizer param group (or a saved one) belongs to: adam or preconditioned
+    (``groups.PreconditionedDescent`` keeps a floor, ``ProbeDescent`` a factor); None: not known."""
+    if "floor" in group or "factor" in group:
+        return "preconditioned"
+    return "adam" if "betas" in group else None
 
 
 def _tensor_bytes(value) -> int:

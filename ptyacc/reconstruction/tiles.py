@@ -239,7 +239,7 @@ class TiledAdam:
         self.param, self.tiling, self.rank, self.world = param, tiling, rank, world
         self.regularizer = regularizer  # (values, grad) -> None, the group's, added after the exchange
         self.betas, self.eps = betas, eps
-        self.param_groups = [{"lr": lr, "params": [param]}]
+        self.param_groups = [{"lr": lr, "params": [param], "betas": betas}]  # betas: checkpoint.restore's check
         self.exchange = HaloExchange(tiling, rank, world) if world > 1 else None
         y0, _, x0, _ = tiling.local[rank]
         a, b, c, d = tiling.owned[rank]
