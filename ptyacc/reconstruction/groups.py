@@ -1,6 +1,6 @@
 """One parameter group per optimised quantity (object, probe, positions, detector): its
-tensors, its optimizer (Adam; for the object, Adam or the preconditioned descent below), its
-learning rate and schedule, its start iteration, its projections and its regulariser
+tensors, its optimizer (Adam; for the object and the probe, Adam or the preconditioned descent
+below), its learning rate and schedule, its start iteration, its projections and its regulariser
 (``optim.regularize``).
 
 A group that has not started yet is not stepped, but its tensors keep requiring gradients
@@ -24,6 +24,9 @@ probe's intensity at each pixel (``illumination``), plus ``floor`` times its lar
 that pixels the probe barely reaches move little:
 
     object -= step x 0.5 x gradient / (slices x (illumination + floor x max illumination))
+
+The probe's (``ProbeDescent``) divides half its gradient by the object's largest intensity instead.
+For the Poisson loss both take a quarter (``least_squares_share``).
 
 A step of 1 is the full least-squares step on one slice; on several slices each takes
 1 / slices of it, since at low spatial frequencies they act together. The illumination is made
@@ -292,7 +295,7 @@ def _fast_adam(device: torch.device) -> dict:
     return {"fused": True}
 
 
-# ----------------------------------------------------------------------------- the object's preconditioned descent
+# ----------------------------------------------------------------------------- the preconditioned descent
 
 # the share of the gradient that makes a step of 1 the least-squares step (the gradient is twice it)
 HALF = 0.5
