@@ -24,7 +24,7 @@ from ptyacc.reconstruction.groups import (
     preconditioner,
 )
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import auto_notes, auto_values, object_optimizer, optimizer_notes
+from ptyacc.reconstruction.multislice_auto import auto_notes, auto_values, optimizer_notes, resolved_optimizer
 
 K = 16
 
@@ -152,7 +152,7 @@ def test_for_the_poisson_loss_a_step_of_one_is_newtons_near_the_counts():
 def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_says_so():
     one = ptyacc.load_config({}, ["data.path=x.h5"])
     several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
-    assert object_optimizer(one) == "preconditioned" and object_optimizer(several) == "adam"
+    assert resolved_optimizer(one) == "preconditioned" and resolved_optimizer(several) == "adam"
     assert auto_values(one)["optim.object_optimizer"] == "preconditioned"
     assert auto_values(several)["optim.object_optimizer"] == "adam"
     assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto: 1 slice)",
@@ -161,8 +161,8 @@ def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_say
                                         "optim.probe_optimizer: adam (auto: 3 slices)"]
     assert auto_notes(one) == []  # the terminal is told nothing; run.log is (below)
     chosen = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam", "optim.probe_optimizer=adam"])
-    assert object_optimizer(chosen) == "adam" and "optim.object_optimizer" not in auto_values(chosen)
-    assert object_optimizer(chosen, "probe") == "adam" and "optim.probe_optimizer" not in auto_values(chosen)
+    assert resolved_optimizer(chosen) == "adam" and "optim.object_optimizer" not in auto_values(chosen)
+    assert resolved_optimizer(chosen, "probe") == "adam" and "optim.probe_optimizer" not in auto_values(chosen)
     assert optimizer_notes(chosen) == []
 
 
@@ -240,8 +240,8 @@ def test_adams_step_given_chooses_adam_and_zero_freezes_with_either(group, index
     the quantity whichever optimizer runs."""
     other = "probe" if group == "object" else "object"
     given = ptyacc.load_config({}, ["data.path=x.h5", f"optim.lr.{group}=0.02"])
-    assert object_optimizer(given, group) == "adam" and auto_values(given)[f"optim.{group}_optimizer"] == "adam"
-    assert object_optimizer(given, other) == "preconditioned"
+    assert resolved_optimizer(given, group) == "adam" and auto_values(given)[f"optim.{group}_optimizer"] == "adam"
+    assert resolved_optimizer(given, other) == "preconditioned"
     with pytest.raises(ConfigError, match=f"optim.lr.{group}: is Adam's step"):
         ptyacc.load_config({}, ["data.path=x.h5", f"optim.lr.{group}=0.02", f"optim.{group}_optimizer=preconditioned"])
     model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))

@@ -51,7 +51,7 @@ from ptyacc.physics.regularizers import (
     tv_phase_smoothing,
 )
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import object_optimizer, resolved_values
+from ptyacc.reconstruction.multislice_auto import resolved_optimizer, resolved_values
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 from ptyacc.reconstruction.tiles import TiledAdam
 
@@ -162,11 +162,11 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
     share = least_squares_share(opt.loss)
-    if (optimizer or object_optimizer(config)) == "preconditioned":
+    if (optimizer or resolved_optimizer(config)) == "preconditioned":
         groups[0].lr = opt.preconditioned_step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
                                                     share)
-    if (probe_optimizer or object_optimizer(config, "probe")) == "preconditioned":
+    if (probe_optimizer or resolved_optimizer(config, "probe")) == "preconditioned":
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, share)

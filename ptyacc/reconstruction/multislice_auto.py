@@ -1,6 +1,7 @@
 """The ``auto`` values of ``optim.regularize``: ``tv_phase_smoothing`` (auto by default), and
 ``tv_phase`` and ``lateral_blur_px`` (0, off, by default; ``auto`` is asked for): priors chosen from
-the config alone (the slice count), the same on every process.
+the config alone (the slice count), the same on every process. And ``optim.object_optimizer`` and
+``optim.probe_optimizer`` (auto by default): ``resolved_optimizer``.
 
 - ``tv_phase_smoothing``: 0.001 on several slices, one TV descent step after every iteration,
   outside Adam, so that runs agree on any number of processes (docs/quality-grid.md, "The
@@ -57,7 +58,7 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
-def object_optimizer(config: Config, group: str = "object") -> str:
+def resolved_optimizer(config: Config, group: str = "object") -> str:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
     or for ``auto`` preconditioned on one slice, adam on several (where the object's preconditioned
     step at the size that suits one slice can diverge: docs/user-guide.md, "The object's and the
@@ -77,7 +78,7 @@ def auto_values(config: Config) -> dict[str, float | str]:
                                       if getattr(config.optim.regularize, name) == "auto"}
     for group in ("object", "probe"):
         if getattr(config.optim, f"{group}_optimizer") == "auto":
-            values[f"optim.{group}_optimizer"] = object_optimizer(config, group)
+            values[f"optim.{group}_optimizer"] = resolved_optimizer(config, group)
     return values
 
 
@@ -96,8 +97,8 @@ def optimizer_notes(config: Config) -> list[str]:
     """For run.log (not the terminal), what ``optim.object_optimizer`` and ``optim.probe_optimizer``
     given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
     slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
-    return [f"optim.{group}_optimizer: {object_optimizer(config, group)} (auto: {slices})" for group in ("object", "probe")
-            if getattr(config.optim, f"{group}_optimizer") == "auto"]
+    return [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices})"
+            for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,11 @@ class AutoPriors:
 
     values: dict[str, float]
     notes: list[str]
-    optimizer: str = "adam"  # ``object_optimizer``
-    probe_optimizer: str = "adam"  # ``object_optimizer(config, "probe")``
+    optimizer: str = "adam"  # ``resolved_optimizer(config)``, the object's
+    probe_optimizer: str = "adam"  # ``resolved_optimizer(config, "probe")``
     log_notes: list[str] = field(default_factory=list)  # run.log only (``optimizer_notes``)
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
-        return cls(resolved_values(config), auto_notes(config), object_optimizer(config),
-                   object_optimizer(config, "probe"), optimizer_notes(config))
+        return cls(resolved_values(config), auto_notes(config), resolved_optimizer(config),
+                   resolved_optimizer(config, "probe"), optimizer_notes(config))
