@@ -102,3 +102,24 @@ def test_several_processes_agree_on_a_signal_every_few_steps_and_at_an_iteration
     watch.signum = signal.SIGTERM
     answers = [watch.requested(step, last=step == 19) for step in range(9)]
     assert answers == [0] * 7 + [signal.SIGTERM, 0] and len(asked) == 1
+
+
+def test_a_signal_after_the_last_steps_question_is_not_swallowed(tmp_path, monkeypatch):
+    """A signal that comes after the last step asked (during the last iteration's hooks) used to
+    be dropped when the run left its listening context, so a study of many trials ran on after
+    Ctrl-C. Now the run finishes, saves its results, then stops with Interrupted (exit 130)."""
+    from ptyacc.reconstruction.interrupt import Interrupt, Interrupted
+
+    monkeypatch.setattr(Interrupt, "requested", lambda self, step=0, last=True: 0)  # the loop never sees it
+    config = load_config(tiny_config(tmp_path, optim={"iterations": 3}, output={"figures": False}))
+
+    sent = []
+
+    def late(iteration, indices):
+        if iteration == 2 and not sent:  # once: a second one stops at once by design
+            sent.append(signal.raise_signal(signal.SIGINT))
+
+    with pytest.raises(Interrupted, match="SIGINT received after the last iteration's last step") as caught:
+        ptyacc.reconstruct(config, on_step=late)
+    assert caught.value.exit_code == 130
+    assert len(ptyacc.load_results(tmp_path / "out" / "results.h5").loss) == 3  # finished and saved first

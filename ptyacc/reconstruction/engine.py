@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from ptyacc.reconstruction.guard import NanGuard
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
-from ptyacc.reconstruction.interrupt import Interrupt, keep_work
+from ptyacc.reconstruction.interrupt import Interrupt, Interrupted, keep_work
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.multislice_auto import AutoPriors
 from ptyacc.reconstruction.recenter import attach_recentring
@@ -89,7 +90,12 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         with reconstructor.closing:  # run.log and the trackers are closed even when the run fails or is interrupted
             reconstructor.build(data)
             reconstructor.run()
-            return reconstructor.finish()
+            finished = reconstructor.finish()
+            if reconstructor.interrupt.signum:  # received after the last step asked: the work is complete and kept
+                raise Interrupted(f"{signal.Signals(reconstructor.interrupt.signum).name} received after the last "
+                                  "iteration's last step: the run finished and saved its results first",
+                                  reconstructor.interrupt.signum)
+            return finished
 
 
 class Reconstructor:
