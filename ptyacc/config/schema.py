@@ -280,17 +280,20 @@ class OptimConfig:
              "each iteration the model predicts their patterns and their loss per pattern is the validation error "
              "(run.log, results.h5 validation_error). 0 = every position is fitted.")
 
+    def adam_step_given(self, group: str) -> bool:
+        """optim.lr.<group> ("object" or "probe"), Adam's step, set to another value than its default and 0."""
+        return getattr(self.lr, group) not in (0.0, getattr(LearningRates(), group))
+
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
         _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
         _require(self.adam_beta2 == "auto" or 0 <= self.adam_beta2 < 1, f"{path}.adam_beta2",
                  f"must be auto or in [0, 1), got {self.adam_beta2}")
-        _require(self.object_optimizer != "preconditioned" or self.lr.object in (0.0, LearningRates().object),
-                 f"{path}.lr.object", f"is Adam's step ({self.lr.object} given); with object_optimizer: preconditioned "
-                 f"the object's step is {path}.preconditioned_step (lr.object 0 still freezes the object)")
-        _require(self.probe_optimizer != "preconditioned" or self.lr.probe in (0.0, LearningRates().probe),
-                 f"{path}.lr.probe", f"is Adam's step ({self.lr.probe} given); with probe_optimizer: preconditioned "
-                 f"the probe's step is {path}.preconditioned_probe_step (lr.probe 0 still freezes the probe)")
+        for group, step in (("object", "preconditioned_step"), ("probe", "preconditioned_probe_step")):
+            given = getattr(self.lr, group)
+            _require(getattr(self, f"{group}_optimizer") != "preconditioned" or not self.adam_step_given(group),
+                     f"{path}.lr.{group}", f"is Adam's step ({given} given); with {group}_optimizer: preconditioned "
+                     f"the {group}'s step is {path}.{step} (lr.{group} 0 still freezes the {group})")
         _require(self.preconditioned_probe_step > 0, f"{path}.preconditioned_probe_step",
                  f"must be > 0, got {self.preconditioned_probe_step}")
         _require(self.preconditioned_step > 0, f"{path}.preconditioned_step",

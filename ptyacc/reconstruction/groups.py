@@ -156,11 +156,6 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups.append(ParameterGroup("detector", detector, opt.lr.detector,
                                      start.probe if start.detector == "probe" else start.detector,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
-    fast, beta2 = _fast_adam(device), adam_beta2(config)
-    schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
-    for group in groups:
-        group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
-        group.schedule = schedule
     share = least_squares_share(opt.loss)
     if (optimizer or resolved_optimizer(config)) == "preconditioned":
         groups[0].lr = opt.preconditioned_step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
@@ -170,6 +165,12 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, share)
+    fast, beta2 = _fast_adam(device), adam_beta2(config)
+    schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
+    for group in groups:
+        if group.optimizer is None:  # every group but a preconditioned object or probe
+            group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
+        group.schedule = schedule
     return groups
 
 

@@ -67,6 +67,8 @@ def resolved_optimizer(config: Config, group: str = "object") -> str:
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen
+    # OptimConfig.adam_step_given, written out: a call into config/schema.py here would add four returns to
+    # the demo's data walk (tests/test_house.py)
     if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
         return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
     return "preconditioned" if config.model.slices == 1 else "adam"
