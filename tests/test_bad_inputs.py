@@ -185,7 +185,7 @@ CASES = [
     bad("defocus_twice", "experiment.defocus_A: give defocus_A or aberrations.C10, not both",
         config={"experiment": {"aberrations": {"C10": -20.0}}}),
     # --- values outside a fixed set
-    bad("loss_enum", "optim.loss: must be one of amplitude, poisson, got 'l2'", config={"optim": {"loss": "l2"}}),
+    bad("loss_enum", "optim.loss: must be one of auto, amplitude, poisson, got 'l2'", config={"optim": {"loss": "l2"}}),
     bad("grouping_enum", "optim.grouping: must be one of random, compact, got 'spiral'",
         config={"optim": {"grouping": "spiral"}}),
     bad("device_enum", "runtime.device: must be one of auto, cpu, cuda, mps, got 'gpu'",

@@ -52,7 +52,7 @@ def test_set_overrides_parse_yaml_values():
     ("optim: {lr: {probe: -1}}", "optim.lr.probe: must be >= 0, got -1"),
     ("optim: {iterations: five}", "optim.iterations: expected an integer, got 'five'"),
     ("optim: {iterations: 2.5}", "optim.iterations: expected an integer, got 2.5"),
-    ("optim: {loss: gauss}", "optim.loss: must be one of amplitude, poisson, got 'gauss'"),
+    ("optim: {loss: gauss}", "optim.loss: must be one of auto, amplitude, poisson, got 'gauss'"),
     ("model: {slices: 0}", "model.slices: must be >= 1, got 0"),
     ("experiment: {energy_eV: -3}", "experiment.energy_eV: must be > 0, got -3.0"),
     ("experiment: {aberrations: {C31: 1}}", "experiment.aberrations.C31: unknown aberration"),

@@ -22,6 +22,7 @@ from ptyacc.reconstruction.groups import (
     illumination,
     least_squares_share,
     preconditioner,
+    window_sum,
 )
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.multislice_auto import auto_notes, auto_values, optimizer_notes, resolved_optimizer
@@ -182,6 +183,7 @@ def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kin
 
 
 @pytest.mark.parametrize("key, value", [("optim.preconditioned_step", "0"), ("optim.preconditioner_floor", "-1"),
+                                        ("optim.preconditioner_batch_floor", "-0.1"), ("optim.preconditioned_step", "big"),
                                         ("optim.object_optimizer", "sgd"), ("optim.preconditioned_probe_step", "-1"),
                                         ("optim.probe_optimizer", "lsqml")])
 def test_bad_values_are_refused(key, value):
@@ -266,3 +268,79 @@ def test_the_probes_step_is_its_share_over_the_probe_scale_and_the_objects_large
     probe.optimizer.step()
     expected = before - 1.0 * 0.25 / (float(model.probe_scale) ** 2 * 0.25)
     torch.testing.assert_close(model.probe.detach(), expected)
+
+
+def test_a_batchs_illumination_is_its_positions_summed_and_all_positions_give_the_scans_bits():
+    rng = np.random.default_rng(7)
+    shape = (45, 38)
+    centres = rng.integers(K // 2, [shape[0] - K // 2, shape[1] - K // 2], (20, 2))
+    model = _model(centres.astype(float), shape, modes=2)
+    intensity = (np.abs(model.complex_probe().detach().numpy()) ** 2).sum(0)
+    batch = torch.tensor([3, 17, 0, 3, 12])  # one position twice, as a batch never has, to see it counted twice
+    expected = np.zeros(shape)
+    for cy, cx in centres[batch.numpy()] - K // 2:
+        expected[cy:cy + K, cx:cx + K] += intensity
+    expected /= len(batch)
+    np.testing.assert_allclose(illumination(model, batch).numpy(), expected, rtol=1e-5, atol=1e-6 * expected.max())
+    # every position as one batch: the same bits as the FFT convolution over the scan
+    assert torch.equal(illumination(model, torch.randperm(20)), illumination(model))
+    # the sum by slice additions (the CPU's) and by one index_add_ (a GPU's): the same integers
+    levels = torch.round(torch.as_tensor(intensity / intensity.max() * 2.0 ** 20, dtype=torch.float64))
+    corners = torch.as_tensor(centres - K // 2)[batch]
+    assert torch.equal(window_sum(levels, corners, shape, loop=True), window_sum(levels, corners, shape, loop=False))
+
+
+def test_a_step_divides_by_the_scans_illumination_raised_to_the_batch_floor_times_the_batchs():
+    centres = np.array([[12.0, 12.0], [14.0, 17.0], [20.0, 15.0], [13.0, 21.0]])
+    batch = torch.tensor([1, 2])
+    for batch_floor in (0.0, 0.25, 4.0):
+        model = _model(centres, (34, 34))
+        grad = torch.randn_like(model.object)
+        model.object.grad = grad.clone()
+        before = model.object.detach().clone()
+        optimizer = PreconditionedDescent([model.object], model, lr=0.3, floor=0.1, batch_floor=batch_floor)
+        optimizer.batch = batch
+        optimizer.step()
+        light = torch.maximum(illumination(model), batch_floor * illumination(model, batch))
+        factor = 0.5 / (light + 0.1 * light.max())
+        torch.testing.assert_close(model.object.detach(), before - 0.3 * grad * factor[:, :, None], rtol=1e-6,
+                                   atol=1e-7)
+        if batch_floor == 4.0:  # the batch's share binds somewhere, and there the step is smaller
+            assert bool((4.0 * illumination(model, batch) > illumination(model)).any())
+
+
+def test_the_batch_floor_keeps_a_large_step_stable_on_a_dense_scan(tmp_path):
+    """On a dense scan (a quarter-Å raster, half a pixel) the illumination of all positions is far
+    below what a step's batch puts on its pixels: a step of 3 diverges without the floor and
+    converges with a floor of 3 (no step beyond its batch's least-squares step)."""
+    from tests.conftest import tiny_config
+
+    losses = {}
+    for batch_floor in (0.0, 3.0):
+        config = tiny_config(tmp_path, data={"simulate": {"scan_shape": [12, 12], "detector_px": 16, "atoms": 6,
+                                                          "dose": 1e4}},
+                             optim={"iterations": 10, "loss": "poisson", "preconditioned_step": 3.0,
+                                    "preconditioner_batch_floor": batch_floor})
+        config["experiment"]["scan_step_A"] = 0.15
+        try:
+            losses[batch_floor] = ptyacc.reconstruct(ptyacc.load_config(config), write=False).loss
+        except ptyacc.errors.PtyaccError as error:
+            losses[batch_floor] = str(error)
+    assert "nan" in losses[0.0]
+    assert np.all(np.isfinite(losses[3.0])) and losses[3.0][-1] < losses[3.0][0]
+
+
+def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson():
+    from ptyacc.reconstruction.multislice_auto import resolved_step
+
+    amplitude = ptyacc.load_config({}, ["data.path=x.h5"])
+    poisson = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson"])
+    given = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson", "optim.preconditioned_step=0.3"])
+    assert (resolved_step(amplitude), resolved_step(poisson), resolved_step(given)) == (0.4, 0.8, 0.3)
+    assert auto_values(amplitude)["optim.preconditioned_step"] == 0.4
+    assert auto_values(poisson)["optim.preconditioned_step"] == 0.8
+    assert "optim.preconditioned_step" not in auto_values(given)
+    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=2"])  # Adam: the step is not used
+    assert "optim.preconditioned_step" not in auto_values(several)
+    model = _model(np.array([[12.0, 12.0]]), (32, 32))
+    assert build_groups(poisson, model, torch.device("cpu"))[0].lr == 0.8

@@ -280,6 +280,20 @@ def launch(args: list[str], processes: int, timeout: int = 300, extra: list[str]
     return done
 
 
+def launch_configs(folder: Path, runs) -> dict[str, Path]:
+    """Each (name, config dict, processes, settings) of ``runs`` written to ``folder``/name.yaml and
+    run by the worker with its output in ``folder``/name/results; {name: ``folder``/name}."""
+    outs = {}
+    for name, config, processes, settings in runs:
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        out = folder / name
+        sets = [item for setting in [*settings, f"output.dir={out / 'results'}"] for item in ("--set", setting)]
+        launch([str(WORKER), str(path), str(out / "records"), *sets], processes)
+        outs[name] = out
+    return outs
+
+
 def _failure_report(stderr: str) -> str:
     """What a failed launch printed: the lines that name a cause wherever they stand (a rank's
     own message is followed by pages of the launcher's), then the end."""

@@ -87,7 +87,8 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
                                                           "optim.regularize.lateral_blur_px": 0.3,
                                                           "optim.regularize.tv_phase_smoothing": 0.001,
                                                           "optim.object_optimizer": "adam",
-                                                          "optim.probe_optimizer": "adam"}
+                                                          "optim.probe_optimizer": "adam",
+                                                          "optim.loss": "amplitude"}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
                "optim.regularize.tv_phase_smoothing={}")

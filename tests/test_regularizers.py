@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import yaml
 from conftest import tiny_config
 
 import ptyacc
@@ -202,6 +201,7 @@ def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, 
     smoothing step runs (tv_phase_smoothing auto: 0.001), the same as given explicitly, and with it
     at 0 nothing runs. (auto for the others: tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
+    import ptyacc.physics.regularizers as regularizers
 
     one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
     several = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
@@ -211,8 +211,9 @@ def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, 
     def refuse(*args, **kwargs):
         raise AssertionError("a regulariser ran although it is off")
 
-    for name in ("depth_blur", "lateral_blur", "phase_total_variation_gradient", "tv_phase_smoothing"):
-        monkeypatch.setattr(groups, name, refuse)
+    for module, name in ((regularizers, "depth_blur"), (groups, "lateral_blur"),
+                         (regularizers, "phase_total_variation_gradient"), (groups, "tv_phase_smoothing")):
+        monkeypatch.setattr(module, name, refuse)
     default = ptyacc.reconstruct(one_slice, write=False).results.object
     zeros = [f"optim.regularize.{key}=0" for key in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")]
     explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), zeros), write=False)
@@ -241,7 +242,8 @@ def low_dose_config(tv_phase: float):
         "data": {"simulate": {"scan_shape": [8, 8], "detector_px": 32, "dose": 100.0, "seed": 2}},
         "experiment": {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 50.0, "scan_step_A": 0.6,
                        "dx_A": 0.25},
-        "optim": {"iterations": 12, "regularize": {"tv_phase": tv_phase}},
+        # the amplitude loss, with which the weight's effect was measured (auto would take Poisson on these counts)
+        "optim": {"iterations": 12, "loss": "amplitude", "regularize": {"tv_phase": tv_phase}},
         "runtime": {"progress": False, "threads": 2},
     })
 
@@ -277,7 +279,7 @@ def regularized_runs(tmp_path_factory) -> dict:
     lateral_blur_px 0.5 and tv_phase_smoothing 0.002, on 1 and 2 processes; and a 10 x 10 scan
     1.5 A apart (a 66 x 66 px object, two tiles)
     with the same regularisers, on 2 processes with runtime.shard_data and with shard_object."""
-    from test_distributed import WORKER, launch
+    from test_distributed import launch_configs
 
     folder = tmp_path_factory.mktemp("regularized")
     regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "lateral_blur_px": 0.5, "tv_phase_smoothing": 0.002}
@@ -290,17 +292,9 @@ def regularized_runs(tmp_path_factory) -> dict:
                         model={"slices": 3}, output={"figures": False})
     split["data"]["simulate"].update(scan_shape=[10, 10], position_jitter_A=0.1)
     split["experiment"]["scan_step_A"] = 1.5
-    runs = {}
-    for name, config, processes, settings in (("one", replicated, 1, []), ("two", replicated, 2, []),
-                                              ("shard_data", split, 2, ["runtime.shard_data=true"]),
-                                              ("shard_object", split, 2, ["runtime.shard_object=true"])):
-        path = folder / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        out = folder / name
-        sets = [item for setting in [*settings, f"output.dir={out / 'results'}"] for item in ("--set", setting)]
-        launch([str(WORKER), str(path), str(out / "records"), *sets], processes)
-        runs[name] = out
-    return runs
+    return launch_configs(folder, (("one", replicated, 1, []), ("two", replicated, 2, []),
+                                   ("shard_data", split, 2, ["runtime.shard_data=true"]),
+                                   ("shard_object", split, 2, ["runtime.shard_object=true"])))
 
 
 def load_run(folder):

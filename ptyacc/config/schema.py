@@ -236,7 +236,11 @@ class OptimConfig:
     iterations: int = _f(20, "Passes over all positions (epochs).")
     batch_size: int = _f(32, "Global batch: positions per step, over all processes together.")
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
-    loss: Literal["amplitude", "poisson"] = _f("amplitude", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL.")
+    loss: Literal["auto", "amplitude", "poisson"] = _f(
+        "auto", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL (the model intensity plus 0.01 counts). "
+                "auto: poisson where the object takes the preconditioned step (one slice by default) and the "
+                "patterns are counts (whole numbers, none negative, in a sample of 128), amplitude otherwise "
+                "(docs/user-guide.md, 'The loss').")
     lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
     adam_beta2: float | Literal["auto"] = _f(
         "auto", "Adam's beta2 (second-moment decay; beta1 is 0.9) for every group. auto: 0.95 for a single-slice "
@@ -250,10 +254,12 @@ class OptimConfig:
                 "probe's optimizer'). "
                 "auto: preconditioned for a single-slice object, adam for multislice or where optim.lr.object is "
                 "given another value than its default (0.01) and 0.")
-    preconditioned_step: float = _f(
-        0.4, "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 replaces "
-             "each exit wave's amplitude by the measured one where the probe is); on several slices each slice "
-             "takes 1 / slices of it. Follows the cosine decay of the learning rates.")
+    preconditioned_step: float | Literal["auto"] = _f(
+        "auto", "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 "
+                "replaces each exit wave's amplitude by the measured one where the probe is); on several slices "
+                "each slice takes 1 / slices of it. Follows the cosine decay of the learning rates. auto: 0.4 for "
+                "the amplitude loss, 0.8 for the Poisson loss (docs/user-guide.md, 'The object's and the probe's "
+                "optimizer').")
     probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
@@ -265,6 +271,11 @@ class OptimConfig:
     preconditioner_floor: float = _f(
         0.1, "optim.object_optimizer: preconditioned: added to the illumination, as a fraction of its largest "
              "value, so that pixels the probe barely reaches take small steps.")
+    preconditioner_batch_floor: float = _f(
+        0.0, "optim.object_optimizer: preconditioned: the illumination the step divides by (the mean over all "
+             "positions) is at least this fraction of the illumination of the step's own positions, so that no step "
+             "goes beyond preconditioned_step / this times its batch's least-squares step: a guard for larger steps "
+             "and dense scans (0.25 is a good value; costs about 0.2 ms a step on the demo). 0: off.")
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
@@ -296,8 +307,10 @@ class OptimConfig:
                      f"the {group}'s step is {path}.{step} (lr.{group} 0 still freezes the {group})")
         _require(self.preconditioned_probe_step > 0, f"{path}.preconditioned_probe_step",
                  f"must be > 0, got {self.preconditioned_probe_step}")
-        _require(self.preconditioned_step > 0, f"{path}.preconditioned_step",
-                 f"must be > 0, got {self.preconditioned_step}")
+        _require(self.preconditioned_step == "auto" or self.preconditioned_step > 0, f"{path}.preconditioned_step",
+                 f"must be auto or > 0, got {self.preconditioned_step}")
+        _require(self.preconditioner_batch_floor >= 0, f"{path}.preconditioner_batch_floor",
+                 f"must be >= 0, got {self.preconditioner_batch_floor}")
         _require(self.preconditioner_floor > 0, f"{path}.preconditioner_floor",
                  f"must be > 0, got {self.preconditioner_floor}")
         _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",

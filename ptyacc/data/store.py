@@ -33,6 +33,8 @@ from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.load import load_data
 from ptyacc.data.stream import HostRows, StreamedStore, mean_of_sample
 from ptyacc.errors import ConfigError
+from ptyacc.physics import deviance_sums
+from ptyacc.physics.chain import saturated_sums
 
 
 class Step(NamedTuple):
@@ -293,3 +295,36 @@ class PatternStore:
         """Mean measured pattern and mean prediction over a seeded random sample of up to ``most``
         held positions (``stream.mean_of_sample``)."""
         return mean_of_sample(self, predict, most)
+
+
+def count_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | None = None,
+                     most: int = 128) -> tuple[bool, float]:
+    """(whether the patterns are counts, every value a whole number and none negative; the brightest
+    pixel of their mean pattern), both from a seeded random sample of up to ``most`` of the patterns
+    ``store`` holds, on the pixels of the detector ``mask`` (K, K) bool, if any ((True, 0.0) when it
+    holds none)."""
+    if not len(store.held):
+        return True, 0.0
+    sample = np.random.default_rng(0).choice(len(store.held), size=min(most, len(store.held)), replace=False)
+    patterns = store.measured(torch.as_tensor(store.held[np.sort(sample)], device=store.device))
+    if mask is not None:  # a bad pixel's value may be anything
+        patterns = patterns[:, mask.to(patterns.device)]
+    counts = bool(torch.equal(patterns, patterns.round())) and bool(patterns.min() >= 0)
+    return counts, float(patterns.mean(0, dtype=torch.float64).max())
+
+
+@torch.no_grad()
+def poisson_deviance_sums(model: Callable[[torch.Tensor], torch.Tensor], store: PatternStore | StreamedStore,
+                          indices: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """For a model (``PtychoModel``: its ``detector_mask``, its predicted patterns of position indices),
+    (sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1, sum of
+    the data-only term poisson_nll(M, M) that the loss leaves out) of the model's prediction for
+    ``indices`` against their patterns, in chunks (``deviance_sums``); divided by half the count
+    the deviance is ~1 for a model at the noise level."""
+    total = torch.zeros(3, dtype=torch.float64, device=indices.device)
+    mask = model.detector_mask
+    for start in range(0, len(indices), chunk):
+        part = indices[start:start + chunk]
+        measured = store.measured(part)
+        total += torch.cat([deviance_sums(model(part), measured, mask), saturated_sums(measured, mask)[:1]])
+    return total

@@ -13,8 +13,8 @@ Stage 5, the data fidelity: how well intensities fit measured ones, for training
 evaluation. Losses are SUMS over the given patterns; the caller divides by the global batch size.
 - amplitude: sum over pixels of (sqrt(I) - sqrt(M))^2 (Gaussian noise on amplitudes)
 - poisson:   sum over pixels of I - M log(I) (Poisson negative log-likelihood, data term dropped)
-with I the model intensity (``detector_response``) plus EPS, and M the measured one, over the
-pixels of the detector's mask. Each formula is written once (``detector_response``,
+with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISSON_FLOOR), and M
+the measured one, over the pixels of the detector's mask. Each formula is written once (``detector_response``,
 ``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss
 (``intensity_loss_terms``, which also gives the gradients of the gain and the background), the
 autograd reference (``loss_from_intensities``; ``far_field_loss`` in fused.py) and the Poisson
@@ -26,6 +26,12 @@ from dataclasses import dataclass
 import torch
 
 EPS = 1e-8
+# Counts added to the model intensity in the Poisson loss: a pixel the model leaves dark where counts
+# were measured pulls with M / 0.01 at most instead of M / 1e-8. Without it the demo's first steps
+# were so sensitive that 1 and 2 processes (apart by rounding, 1e-7) parted by 7.5e-2 after 8
+# iterations; with 0.01 they agree to 2.4e-6, and the demo's NCC rises at every dose (0.003: 5e-3
+# apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md, "The loss").
+POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
 TINY = 1e-30  # floor of the intensities whose logarithm the deviance takes
 
@@ -392,7 +398,7 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
 
     Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for
     every mode, factor (B, K, K) real; the other two are None when not asked for."""
-    intensity = detector_response(coherent, weights, background) + EPS
+    intensity = detector_response(coherent, weights, background) + (EPS if kind == "amplitude" else POISSON_FLOOR)
     per_pixel, d_intensity = (_amplitude if kind == "amplitude" else _poisson)(intensity, measured)
     if mask is not None:
         per_pixel = per_pixel * mask
@@ -407,7 +413,7 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
 def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str,
                           reduce: bool = True) -> torch.Tensor:
     """The loss from intensities (B, K, K), with autograd's own gradient (summed unless not ``reduce``)."""
-    intensity = predicted + EPS
+    intensity = predicted + (EPS if kind == "amplitude" else POISSON_FLOOR)
     per_pixel = _amplitude(intensity, measured)[0] if kind == "amplitude" else poisson_nll(intensity, measured)
     return per_pixel.sum() if reduce else per_pixel
 

@@ -8,6 +8,8 @@
   phase, with mirror boundaries (the kz low-pass of the object's even extension in depth).
 - ``lateral_blur``: a Gaussian low-pass in (y, x) of every slice, on amplitude and phase, with
   mirror boundaries at the object's edges (PtyRAD's ``obj_rblur``).
+- ``PhaseTV`` and ``blur_depth``: the first as a regularizer of a gradient, the second in place, for
+  the object's parameter group (``ptyacc/reconstruction/groups.py``).
 
 The object is (object_modes, slices, Ny, Nx, 2) float, real and imaginary parts (``PtychoModel``).
 """
@@ -15,6 +17,7 @@ The object is (object_modes, slices, Ny, Nx, 2) float, real and imaginary parts 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -157,3 +160,22 @@ def lateral_blur(obj: torch.Tensor, sigma_px: float) -> torch.Tensor:
         amplitude = _blur_axis(amplitude, taps, dim)
         phase = _blur_axis(phase, taps, dim, phase=True)
     return torch.view_as_real(torch.polar(amplitude, phase))
+
+
+@dataclass
+class PhaseTV:
+    """``weight`` x phase total variation (``phase_total_variation``) of the object, as a
+    regularizer: adds its gradient to a gradient in place."""
+
+    weight: float
+    epsilon_rad: float
+
+    def __call__(self, values: torch.Tensor, grad: torch.Tensor) -> None:
+        _, penalty_grad = phase_total_variation_gradient(values, self.epsilon_rad)
+        grad.add_(penalty_grad, alpha=self.weight)
+
+
+@torch.no_grad()
+def blur_depth(obj: torch.Tensor, sigma_slices: float) -> None:
+    """Object (O, S, Ny, Nx, 2) blurred along depth in place (``depth_blur``)."""
+    obj.copy_(depth_blur(obj, sigma_slices))

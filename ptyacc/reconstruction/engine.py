@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.hold import hold_lines, peak_memory_lines
-from ptyacc.data.store import PatternStore, StreamedStore, load_planned, pattern_store
+from ptyacc.data.store import count_statistics, load_planned, pattern_store, poisson_deviance_sums
 from ptyacc.errors import ConfigError, DistributedError
-from ptyacc.physics import deviance_sums
-from ptyacc.physics.chain import saturated_sums
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
@@ -40,7 +39,7 @@ from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, Interrupted, keep_work
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import AutoPriors
+from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, resolved_loss
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.tiles import object_tiles
@@ -149,11 +148,16 @@ class Reconstructor:
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
+        counts, peak = count_statistics(self.store, self.data.mask)  # for optim.loss: auto, from a sample
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
-        held_sum = self.data.counts_total.to(accelerator.device)  # the probe's scale: mean counts per pattern
-        if self.plan.shards is not None:
-            held_sum = accelerator.reduce(held_sum, reduction="sum")
+        shards = self.world if self.plan.shards is not None else 1  # each process holds its own: summed
+        # the counts (the probe's scale: mean counts per pattern), the processes whose sample is not counts, the peak
+        sums = torch.tensor([float(self.data.counts_total), float(not counts), peak / shards], dtype=torch.float64,
+                            device=accelerator.device)
+        if shards > 1:
+            sums = accelerator.reduce(sums, reduction="sum")
+        held_sum = sums[0]
         self.model = build_model(config, self.data, self.geometry, mean_intensity=float(held_sum) / self.data.n_patterns,
                                  region=self.tiles.region if self.tiles is not None else None)
         if previous is not None:
@@ -161,9 +165,13 @@ class Reconstructor:
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
+        loss, loss_notes = resolved_loss(config, bool(sums[1] == 0), float(sums[2]))
+        if loss != config.optim.loss:  # auto: the run's config has the loss it chose; results.h5 says so
+            config = self.config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, loss=loss))
+            self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), "optim.loss": loss})
         priors = AutoPriors.of(config)  # what optim.regularize's auto chose
         self.groups = build_groups(config, self.model, accelerator.device, priors.values, priors.optimizer,
-                                   priors.probe_optimizer)
+                                   priors.probe_optimizer, priors.step)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
@@ -190,7 +198,7 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
                       *((text, True) for text in priors.notes),
-                      *((text, False) for text in priors.log_notes), *((text, False) for text in recentred)])
+                      *((text, False) for text in priors.log_notes + loss_notes), *((text, False) for text in recentred)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose
@@ -244,7 +252,7 @@ class Reconstructor:
                 if signum := self.interrupt.requested(number, last=number == steps - 1):  # a stop undoes this iteration
                     raise keep_work(signum, self.saver, self.guard, self.groups, self.history)
                 for group in self.groups:
-                    group.step(iteration)
+                    group.step(iteration, step.batch)
                 for group in self.groups:
                     if group.after_step is not None:
                         group.after_step()
@@ -267,7 +275,8 @@ class Reconstructor:
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
-        for text in peak_memory_lines(self.accelerator):
+        said = [] if self.saver.deviance is None else [f"Poisson deviance per counted pixel: {self.saver.deviance:.6g}"]
+        for text in said + peak_memory_lines(self.accelerator):
             self.log.line(text)
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
@@ -281,31 +290,16 @@ class Reconstructor:
     def _deviance(self) -> float:
         """Poisson deviance per counted pixel over all positions, each evaluated by one process."""
         mine = torch.as_tensor(self.plan.evaluation_share(self.data.n_patterns), device=self.accelerator.device)
-        sums = poisson_deviance_sums(self.model, self.store, mine)
+        # in chunks of a step's patterns on this process (at least 64): memory a step already takes
+        sums = poisson_deviance_sums(self.model, self.store, mine, max(64, -(-self.config.optim.batch_size
+                                                                              // self.world)))
         if self.world > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
         deviance = float(sums[0] / (0.5 * sums[1]))
-        self.log.line(f"Poisson deviance per counted pixel: {deviance:.6g}")
         # what turns the loss history into the deviance per counted pixel (ptyacc.results.figures.plot_loss)
         self.saver.deviance_scale = {"poisson_data_nll_per_pattern": float(sums[2]) / self.data.n_patterns,
                                      "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns}
         return deviance
-
-
-@torch.no_grad()
-def poisson_deviance_sums(model: PtychoModel, store: PatternStore | StreamedStore, indices: torch.Tensor,
-                          chunk: int = 64) -> torch.Tensor:
-    """(sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1, sum of
-    the data-only term poisson_nll(M, M) that the loss leaves out) of the model's prediction for
-    ``indices`` against their patterns, in chunks (``deviance_sums``); divided by half the count
-    the deviance is ~1 for a model at the noise level."""
-    total = torch.zeros(3, dtype=torch.float64, device=indices.device)
-    mask = model.detector_mask
-    for start in range(0, len(indices), chunk):
-        part = indices[start:start + chunk]
-        measured = store.measured(part)
-        total += torch.cat([deviance_sums(model(part), measured, mask), saturated_sums(measured, mask)[:1]])
-    return total
 
 
 def _lost_contact(exc: RuntimeError, world: int, iteration: int, out_dir: Path) -> DistributedError | None:

@@ -29,10 +29,10 @@ The probe's (``ProbeDescent``) divides half its gradient by the object's largest
 For the Poisson loss both take a quarter (``least_squares_share``).
 
 A step of 1 is the full least-squares step on one slice; on several slices each takes
-1 / slices of it, since at low spatial frequencies they act together. The illumination is made
-at the first step of every iteration from the probe and the window corners of all positions, by
-one FFT convolution whose result is exact (``illumination``): the same bits on every process
-(a split object takes its region's part) and no state, so 1 and several processes agree.
+1 / slices of it. The illumination of all positions is made once per iteration; with
+``optim.preconditioner_batch_floor`` (off by default) it is raised at every step to at least that
+fraction of the step's own positions', which keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same bits on every
+process (a split object takes its region's part) and no state, so 1 and several processes agree.
 """
 
 from __future__ import annotations
@@ -44,14 +44,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
-from ptyacc.physics.regularizers import (
-    depth_blur,
-    lateral_blur,
-    phase_total_variation_gradient,
-    tv_phase_smoothing,
-)
+from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import resolved_optimizer, resolved_values
+from ptyacc.reconstruction.multislice_auto import resolved_optimizer, resolved_step, resolved_values
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 from ptyacc.reconstruction.tiles import TiledAdam
 
@@ -107,14 +102,16 @@ class ParameterGroup:
         for constraint in self.constraints:
             constraint()
 
-    def step(self, iteration: int) -> None:
-        """The update of one step of ``iteration``, at that iteration's learning rate (set also
-        before the group starts, so that checkpoints hold the same rate for every group)."""
+    def step(self, iteration: int, batch: torch.Tensor | None = None) -> None:
+        """The update of one step (global batch ``batch``) of ``iteration``, at that iteration's learning
+        rate (set also before the group starts, so that checkpoints hold the same rate for every group)."""
         rate = self.lr * self.schedule.factor(iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
             if "iteration" in group:  # PreconditionedDescent: a new preconditioner at a new iteration
                 group["iteration"] = iteration
+        if hasattr(self.optimizer, "batch"):  # PreconditionedDescent: the batch whose illumination it takes
+            self.optimizer.batch = batch
         if self.active(iteration):
             if self.regularizer is not None:
                 for param in self.params:
@@ -127,12 +124,12 @@ class ParameterGroup:
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device,
                  priors: dict[str, float] | None = None, optimizer: str | None = None,
-                 probe_optimizer: str | None = None) -> list[ParameterGroup]:
+                 probe_optimizer: str | None = None, step: float | None = None) -> list[ParameterGroup]:
     """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
     its Adam (the fused kernel where ``device`` has one), or for the object and the probe their
     preconditioned descent; ``priors``: the values of ``optim.regularize``'s keys that may be auto,
-    ``optimizer`` and ``probe_optimizer`` the object's and the probe's (``multislice_auto.AutoPriors``),
-    resolved here when not given."""
+    ``optimizer`` and ``probe_optimizer`` the object's and the probe's, ``step`` the object's preconditioned
+    step (``multislice_auto.AutoPriors``), resolved here when not given."""
     opt, start = config.optim, config.optim.start
     probe_modes = model.probe.shape[0]
     groups = [
@@ -158,9 +155,10 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
     share = least_squares_share(opt.loss)
     if (optimizer or resolved_optimizer(config)) == "preconditioned":
-        groups[0].lr = opt.preconditioned_step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
+        step = resolved_step(config) if step is None else step
+        groups[0].lr = step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
-                                                    share)
+                                                    share, opt.preconditioner_batch_floor)
     if (probe_optimizer or resolved_optimizer(config, "probe")) == "preconditioned":
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
@@ -236,25 +234,6 @@ def _object_group(config: Config, model: PtychoModel, priors: dict[str, float] |
                           lateral_blur_px=lateral_px, tv_smoothing=smoothing)
 
 
-@dataclass
-class PhaseTV:
-    """``weight`` x phase total variation (``phase_total_variation``) of the object, as a
-    regularizer: adds its gradient to a gradient in place."""
-
-    weight: float
-    epsilon_rad: float
-
-    def __call__(self, values: torch.Tensor, grad: torch.Tensor) -> None:
-        _, penalty_grad = phase_total_variation_gradient(values, self.epsilon_rad)
-        grad.add_(penalty_grad, alpha=self.weight)
-
-
-@torch.no_grad()
-def blur_depth(obj: torch.Tensor, sigma_slices: float) -> None:
-    """Object (O, S, Ny, Nx, 2) blurred along depth in place (``depth_blur``)."""
-    obj.copy_(depth_blur(obj, sigma_slices))
-
-
 @torch.no_grad()
 def clamp(tensor: torch.Tensor, low: float | None, high: float | None) -> None:
     tensor.clamp_(low, high)
@@ -304,44 +283,70 @@ QUANTUM = 2.0 ** 20  # levels of the probe's intensity in the illumination (its 
 
 
 @torch.no_grad()
-def illumination(model: PtychoModel) -> torch.Tensor:
-    """(Ny, Nx) float32 over the whole object: the mean over all positions of the probe's intensity
-    (its modes summed) at each pixel, the probe placed at each position's window corner.
+def illumination(model: PtychoModel, batch: torch.Tensor | None = None,
+                 corners: torch.Tensor | None = None) -> torch.Tensor:
+    """(Ny, Nx) float32 over the whole object: the mean over all positions (or over the positions
+    ``batch``) of the probe's intensity (its modes summed) at each pixel, the probe placed at each
+    position's window corner (``corners`` (N, 2) of all positions, the model's now when not given).
 
     The same bits on every process: the intensity is rounded to integer multiples of 2^-20 of its
-    peak, so every pixel's sum is an integer, which the float64 FFT convolution returns to far
-    better than 0.5 and rounding makes exact, whatever order the FFT library adds in."""
+    peak, so every pixel's sum is an integer, exact in float64 in any order (a batch's additions)
+    and returned by the float64 FFT convolution (all positions) to far better than 0.5: rounded."""
     probe = torch.view_as_complex(model.probe.detach()) * model.probe_scale  # ``complex_probe``, inline
     intensity = (probe.real.square() + probe.imag.square()).sum(0)
     compute = torch.device("cpu") if intensity.device.type == "mps" else intensity.device  # no float64 on MPS
     peak = intensity.max().clamp_min(1e-30)
     levels = torch.round(intensity.to(compute, torch.float64) * (QUANTUM / peak.to(compute, torch.float64)))
-    count = len(model.positions_px)
-    corners = (model.window_corners(torch.arange(count, device=model.positions_px.device)) if model.refine_positions
-               else model.fixed_corners).to(compute)
-    shape = tuple(model.object_shape)
-    hits = torch.zeros(shape, device=compute, dtype=torch.float64)
-    hits.index_put_((corners[:, 0], corners[:, 1]), torch.ones(count, device=compute, dtype=torch.float64),
-                    accumulate=True)
-    k = levels.shape[-1]
-    kernel = torch.zeros(shape, device=compute, dtype=torch.float64)
-    kernel[:k, :k] = levels
-    # corners lie in [0, N - K], so corner + offset < N: the circular convolution wraps nothing
-    summed = torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
+    if corners is None:
+        corners = all_corners(model)
+    corners = (corners if batch is None else corners[batch.to(corners.device)]).to(compute)
+    shape, k, count = tuple(model.object_shape), levels.shape[-1], len(corners)
+    if batch is not None:
+        summed = window_sum(levels, corners, shape, loop=compute.type == "cpu")
+    else:
+        hits = torch.zeros(shape, device=compute, dtype=torch.float64)
+        hits.index_put_((corners[:, 0], corners[:, 1]), torch.ones(count, device=compute, dtype=torch.float64),
+                        accumulate=True)
+        kernel = torch.zeros(shape, device=compute, dtype=torch.float64)
+        kernel[:k, :k] = levels
+        # corners lie in [0, N - K], so corner + offset < N: the circular convolution wraps nothing
+        summed = torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
     return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
+
+
+def all_corners(model: PtychoModel) -> torch.Tensor:
+    """(N, 2) long: the window corners of all positions as the forward pass puts them now."""
+    return (model.window_corners(torch.arange(len(model.positions_px), device=model.positions_px.device))
+            if model.refine_positions else model.fixed_corners)
+
+
+def window_sum(levels: torch.Tensor, corners: torch.Tensor, shape: tuple[int, int], loop: bool) -> torch.Tensor:
+    """``shape`` float64: ``levels`` (K, K) added at each of ``corners`` (B, 2): by B slice additions
+    (``loop``; on the CPU six times faster than the other way) or by one ``index_add_`` (one kernel
+    on a GPU)."""
+    summed, k = torch.zeros(shape, device=levels.device, dtype=torch.float64), levels.shape[-1]
+    if loop:
+        for y, x in corners.tolist():
+            summed[y:y + k, x:x + k] += levels
+        return summed
+    offsets = torch.arange(k, device=levels.device)
+    pixels = (corners[:, 0, None, None] + offsets[:, None]) * shape[1] + corners[:, 1, None, None] + offsets
+    return summed.view(-1).index_add_(0, pixels.reshape(-1), levels.expand(len(corners), k, k).reshape(-1)).view(shape)
 
 
 def least_squares_share(loss: str) -> float:
     """The share of the gradient in a least-squares step of 1: half for the amplitude loss (whose
     gradient is twice the exit wave's error); a quarter for the Poisson loss, whose curvature in the
     exit wave's amplitude is twice the amplitude loss's where the model meets the counts."""
-    return HALF if loss == "amplitude" else HALF / 2
+    return HALF / 2 if loss == "poisson" else HALF
 
 
-def preconditioner(model: PtychoModel, floor: float, share: float = HALF) -> torch.Tensor:
+def preconditioner(model: PtychoModel, floor: float, share: float = HALF,
+                   light: torch.Tensor | None = None) -> torch.Tensor:
     """(h, w) the factor of the gradient of the object this model holds (its region of the whole
-    object): ``share`` / (slices x (illumination + floor x its largest value))."""
-    light = illumination(model)
+    object): ``share`` / (slices x (``light`` + floor x its largest value)), ``light`` the
+    whole object's illumination (``illumination(model)`` when not given)."""
+    light = illumination(model) if light is None else light
     factor = share / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
     y0, x0 = (int(v) for v in model.object_origin)
     return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
@@ -349,21 +354,32 @@ def preconditioner(model: PtychoModel, floor: float, share: float = HALF) -> tor
 
 class PreconditionedDescent(torch.optim.Optimizer):
     """The object (O, S, h, w, 2) less ``lr`` x its gradient x ``preconditioner(model, floor)``,
-    the preconditioner made anew once per iteration. No state."""
+    the illumination of all positions made anew once per iteration and, with a ``batch_floor``,
+    raised at every step to at least ``batch_floor`` x the illumination of the step's ``batch``
+    (which ``ParameterGroup.step`` sets). No state."""
 
-    def __init__(self, params, model: PtychoModel, lr: float, floor: float, share: float = HALF) -> None:
+    def __init__(self, params, model: PtychoModel, lr: float, floor: float, share: float = HALF,
+                 batch_floor: float = 0.0) -> None:
         super().__init__(params, {"lr": lr, "floor": floor, "share": share, "iteration": -1})
-        self.model = model
+        self.model, self.batch_floor = model, batch_floor
+        self.light: torch.Tensor | None = None  # the illumination of all positions
+        self.corners: torch.Tensor | None = None  # and their window corners
         self.factor: torch.Tensor | None = None
-        self.made_in: int | None = None  # the iteration whose probe made ``factor``
+        self.made_in: int | None = None  # the iteration whose probe made ``light`` and ``factor``
+        self.batch: torch.Tensor | None = None  # the global batch of the step to take
 
     def current_factor(self) -> torch.Tensor:
-        """The preconditioner, made anew at the first step of every iteration (``ParameterGroup.step``
-        sets each param group's "iteration")."""
-        iteration = self.param_groups[0]["iteration"]
-        if self.factor is None or self.made_in != iteration:
-            group = self.param_groups[0]
-            self.factor, self.made_in = preconditioner(self.model, group["floor"], group["share"]), iteration
+        """The preconditioner: the illumination of all positions made anew at the first step of every
+        iteration (``ParameterGroup.step`` sets each param group's "iteration"), raised to its
+        batch's share at every step."""
+        group = self.param_groups[0]
+        if self.light is None or self.made_in != group["iteration"]:
+            self.corners, self.made_in = all_corners(self.model), group["iteration"]
+            self.light = illumination(self.model, corners=self.corners)
+            self.factor = preconditioner(self.model, group["floor"], group["share"], self.light)
+        if self.batch_floor > 0 and self.batch is not None:  # the corners of the iteration's start
+            light = torch.maximum(self.light, self.batch_floor * illumination(self.model, self.batch, self.corners))
+            return preconditioner(self.model, group["floor"], group["share"], light)
         return self.factor
 
     @torch.no_grad()
@@ -386,14 +402,14 @@ class TiledDescent(TiledAdam):
     def __init__(self, whole: PreconditionedDescent, param: torch.nn.Parameter, tiling, rank: int, world: int,
                  regularizer=None) -> None:
         super().__init__(param, whole.param_groups[0]["lr"], tiling, rank, world, regularizer=regularizer)
-        self.whole = whole
+        self.whole, self.batch = whole, None
         self.param_groups[0].update(floor=whole.param_groups[0]["floor"], share=whole.param_groups[0]["share"],
                                     iteration=-1)
 
     @torch.no_grad()
     def step(self) -> None:
         grad = self._summed_gradient()
-        self.whole.param_groups[0]["iteration"] = self.param_groups[0]["iteration"]
+        self.whole.param_groups[0]["iteration"], self.whole.batch = self.param_groups[0]["iteration"], self.batch
         factor = self.whole.current_factor()
         rows, cols = self.owned
         self.steps += 1

@@ -74,6 +74,30 @@ def resolved_optimizer(config: Config, group: str = "object") -> str:
     return "preconditioned" if config.model.slices == 1 else "adam"
 
 
+def resolved_step(config: Config) -> float:
+    """``optim.preconditioned_step`` for this run: as given, or for ``auto`` 0.4 with the amplitude
+    loss and 0.8 with the Poisson loss (docs/user-guide.md, "The object's and the probe's optimizer")."""
+    step = config.optim.preconditioned_step
+    if step != "auto":
+        return float(step)
+    return 0.8 if config.optim.loss == "poisson" else 0.4
+
+
+def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
+    """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
+    brightest pixel of the mean pattern, ``peak_counts``): poisson where the object takes the
+    preconditioned step and the patterns are ``counts`` (``store.count_statistics``); amplitude
+    otherwise. On the grid's single-slice points Poisson is ahead of the amplitude loss at 5e3 to
+    1e6 electrons per pattern and level at 1e7 (docs/quality-grid.md, "The loss under auto"); with
+    Adam on several slices it lowered every multislice grid point."""
+    if config.optim.loss != "auto":
+        return config.optim.loss, []
+    optimizer = resolved_optimizer(config)
+    loss = "poisson" if optimizer == "preconditioned" and counts else "amplitude"
+    return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
+                  f"counts, brightest mean pixel {peak_counts:.4g} counts)"]
+
+
 def auto_values(config: Config) -> dict[str, float | str]:
     """{key: value} of every key given as ``auto`` (empty when numbers were given)."""
     values: dict[str, float | str] = {f"optim.regularize.{name}": resolved(config, name) for name in MULTISLICE
@@ -81,6 +105,8 @@ def auto_values(config: Config) -> dict[str, float | str]:
     for group in ("object", "probe"):
         if getattr(config.optim, f"{group}_optimizer") == "auto":
             values[f"optim.{group}_optimizer"] = resolved_optimizer(config, group)
+    if config.optim.preconditioned_step == "auto" and resolved_optimizer(config) == "preconditioned":
+        values["optim.preconditioned_step"] = resolved_step(config)
     return values
 
 
@@ -113,9 +139,10 @@ class AutoPriors:
     notes: list[str]
     optimizer: str = "adam"  # ``resolved_optimizer(config)``, the object's
     probe_optimizer: str = "adam"  # ``resolved_optimizer(config, "probe")``
+    step: float = 0.4  # ``resolved_step(config)``
     log_notes: list[str] = field(default_factory=list)  # run.log only (``optimizer_notes``)
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
         return cls(resolved_values(config), auto_notes(config), resolved_optimizer(config),
-                   resolved_optimizer(config, "probe"), optimizer_notes(config))
+                   resolved_optimizer(config, "probe"), resolved_step(config), optimizer_notes(config))

@@ -1,0 +1,135 @@
+"""``optim.loss: auto`` (the default): the Poisson loss where the object takes the preconditioned
+step and the patterns are counts, the amplitude loss otherwise (``multislice_auto.resolved_loss``,
+from ``store.count_statistics``); what a run records of it; and the Poisson loss's floor
+(``chain.POISSON_FLOOR``), without which a run on 2 processes parted from the same run on 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import ptyacc
+import ptyacc.physics.chain as chain
+from ptyacc.data.store import PatternStore, count_statistics
+from ptyacc.reconstruction.engine import Reconstructor
+from ptyacc.reconstruction.multislice_auto import resolved_loss
+from tests.conftest import tiny_config
+
+DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+
+
+def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and_says_why():
+    one = ptyacc.load_config({}, ["data.path=x.h5"])
+    loss, notes = resolved_loss(one, counts=True, peak_counts=565.5)
+    assert loss == "poisson"
+    assert notes == ["optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean "
+                     "pixel 565.5 counts)"]
+    assert resolved_loss(one, counts=False, peak_counts=565.5)[0] == "amplitude"
+    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])  # Adam on several slices
+    assert resolved_loss(several, counts=True, peak_counts=10.0)[0] == "amplitude"
+    adam = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam"])
+    assert resolved_loss(adam, counts=True, peak_counts=10.0)[0] == "amplitude"
+    for given in ("amplitude", "poisson"):  # a loss given is kept, and nothing is said
+        config = ptyacc.load_config({}, ["data.path=x.h5", f"optim.loss={given}"])
+        assert resolved_loss(config, counts=given == "amplitude", peak_counts=1.0) == (given, [])
+
+
+def test_count_statistics_sees_whole_numbers_and_the_brightest_mean_pixel():
+    rng = np.random.default_rng(0)
+    counts = torch.as_tensor(rng.poisson(3.0, (300, 8, 8)), dtype=torch.float32)
+    counts[:, 2, 5] = 40.0  # a bright pixel in every pattern
+    store = PatternStore(counts, None, 300, "cpu")
+    assert count_statistics(store) == (True, 40.0)
+    scaled = PatternStore(counts * 0.37, None, 300, "cpu")  # a gain: not counts
+    assert count_statistics(scaled)[0] is False
+    negative = counts.clone()
+    negative[17, 0, 0] = -1.0  # background-subtracted data
+    assert count_statistics(PatternStore(negative, None, 300, "cpu"), most=300)[0] is False
+    mask = torch.ones(8, 8, dtype=torch.bool)
+    mask[0, 0] = False  # that pixel is bad: what it holds does not count
+    assert count_statistics(PatternStore(negative, None, 300, "cpu"), mask, most=300) == (True, 40.0)
+    # a sample of 128 of the held patterns, the same on every call
+    picked = count_statistics(PatternStore(counts + torch.arange(300.0)[:, None, None], None, 300, "cpu"))[1]
+    assert 40.0 + 100 < picked < 40.0 + 200
+
+
+def test_a_run_records_what_auto_chose(tmp_path):
+    counted = tiny_config(tmp_path, data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
+                                                       "dose": 2000.0}})
+    rec = ptyacc.reconstruct(ptyacc.load_config(counted))
+    with h5py.File(tmp_path / "out" / "results.h5") as f:
+        assert f.attrs["loss_name"] == "poisson"
+        assert yaml.safe_load(f.attrs["auto_values"])["optim.loss"] == "poisson"
+        assert yaml.safe_load(f.attrs["auto_values"])["optim.preconditioned_step"] == 0.8
+        assert yaml.safe_load(f.attrs["config"])["optim"]["loss"] == "auto"  # the config as given
+    assert rec.poisson_deviance is not None  # a Poisson run's deviance
+    assert "optim.loss: poisson (auto: object optimizer preconditioned, patterns counts" in (
+        tmp_path / "out" / "run.log").read_text()
+    noise_free = ptyacc.reconstruct(ptyacc.load_config(tiny_config(tmp_path / "b")), write=False)
+    assert noise_free.poisson_deviance is None  # not counts: the amplitude loss
+
+
+def _split_run(floor: float, split: bool, monkeypatch) -> torch.Tensor:
+    """The demo's object after 3 iterations, each step's gradient made from its whole batch or from
+    its two halves summed, as 2 processes make it (the same sum, rounded otherwise)."""
+    monkeypatch.setattr(chain, "POISSON_FLOOR", floor)
+    config = ptyacc.load_config(DEMO, ["optim.iterations=3", "runtime.progress=false", "optim.loss=poisson"])
+    run = Reconstructor(config, write=False)
+    run.build()
+    if split:
+        whole = run.wrapped
+        run.wrapped = lambda indices, measured, kind: (whole(indices[:len(indices) // 2],
+                                                             measured[:len(indices) // 2], kind)
+                                                       + whole(indices[len(indices) // 2:],
+                                                               measured[len(indices) // 2:], kind))
+    run.run()
+    return run.model.object.detach().clone()
+
+
+@pytest.mark.slow
+def test_the_poisson_floor_keeps_a_split_batch_on_the_whole_batchs_path(monkeypatch):
+    """Measured on the demo: with the floor of 0.01 counts the halves' run stays within 1e-5 of the
+    whole batch's after 3 iterations (2.3e-6); with the bare 1e-8 of before it parts by 8e-2
+    (dark pixels with counts pulled with M / 1e-8, so rounding decided the steps)."""
+    assert chain.POISSON_FLOOR == 0.01
+    for floor, close in ((0.01, True), (1e-8, False)):
+        whole, halves = _split_run(floor, False, monkeypatch), _split_run(floor, True, monkeypatch)
+        relative = float((halves - whole).norm() / whole.norm())
+        assert (relative < 1e-5) if close else (relative > 1e-2), (floor, relative)
+
+
+@pytest.fixture(scope="module")
+def counted_runs(tmp_path_factory) -> dict:
+    """Counted data (the Poisson loss under auto, its step 0.8) with the batch floor on (0.25):
+    test_distributed's 7 x 7 scan on 1 and 2 processes, and a 10 x 10 scan 3 Å apart (a split
+    object) on 2 processes with runtime.shard_data and with runtime.shard_object."""
+    from test_distributed import launch_configs
+
+    folder = tmp_path_factory.mktemp("counted")
+    optim = {"iterations": 8, "batch_size": 8, "start": {"probe": 3, "positions": 2},
+             "preconditioner_batch_floor": 0.25}
+    replicated = tiny_config(folder, optim=optim, output={"figures": False})
+    replicated["data"]["simulate"].update(scan_shape=[7, 7], position_jitter_A=0.1, dose=3000.0)
+    split = tiny_config(folder, optim=optim, output={"figures": False})
+    split["data"]["simulate"].update(scan_shape=[10, 10], position_jitter_A=0.1, dose=3000.0)
+    split["experiment"]["scan_step_A"] = 3.0
+    outs = launch_configs(folder, (("one", replicated, 1, []), ("two", replicated, 2, []),
+                                   ("shard_data", split, 2, ["runtime.shard_data=true"]),
+                                   ("shard_object", split, 2, ["runtime.shard_object=true"])))
+    return {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object")])
+def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_runs, first, second):
+    a, b = counted_runs[first], counted_runs[second]
+    assert a.attrs["loss_name"] == b.attrs["loss_name"] == "poisson"
+    assert yaml.safe_load(a.attrs["config"])["optim"]["preconditioner_batch_floor"] == 0.25
+    np.testing.assert_allclose(b.loss, a.loss, rtol=1e-4)
+    relative = np.linalg.norm(b.object - a.object) / np.linalg.norm(a.object)
+    assert relative < 1e-4, relative
