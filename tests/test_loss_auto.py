@@ -17,7 +17,7 @@ import ptyacc
 import ptyacc.physics.chain as chain
 from ptyacc.data.store import PatternStore, count_statistics
 from ptyacc.reconstruction.engine import Reconstructor
-from ptyacc.reconstruction.multislice_auto import resolved_loss
+from ptyacc.reconstruction.multislice_auto import optimizer_notes, resolved_loss, resolved_optimizer
 from tests.conftest import tiny_config
 
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
@@ -30,10 +30,21 @@ def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and
     assert notes == ["optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean "
                      "pixel 565.5 counts)"]
     assert resolved_loss(one, counts=False, peak_counts=565.5)[0] == "amplitude"
-    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])  # Adam on several slices
-    assert resolved_loss(several, counts=True, peak_counts=10.0)[0] == "amplitude"
-    adam = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam"])
-    assert resolved_loss(adam, counts=True, peak_counts=10.0)[0] == "amplitude"
+    # several slices: counts take Poisson and with it the preconditioned object; not counts, amplitude and Adam
+    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
+    assert resolved_loss(several, counts=True, peak_counts=10.0) == ("poisson", [
+        "optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean pixel 10 counts)"])
+    assert resolved_loss(several, counts=False, peak_counts=10.0)[1] == [
+        "optim.loss: amplitude (auto: object optimizer adam, patterns not counts, brightest mean pixel 10 counts)"]
+    poisson = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.loss=poisson"])
+    assert resolved_optimizer(several) == "adam" and resolved_optimizer(poisson) == "preconditioned"
+    assert resolved_optimizer(poisson, "probe") == "adam"  # the probe's auto follows the slice count alone
+    assert optimizer_notes(poisson) == ["optim.object_optimizer: preconditioned (auto: 3 slices, the poisson loss)",
+                                        "optim.probe_optimizer: adam (auto: 3 slices)"]
+    for adam in (["optim.object_optimizer=adam"], ["optim.lr.object=0.02"]):  # Adam asked for: amplitude
+        for slices in (1, 3):
+            config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", *adam])
+            assert resolved_loss(config, counts=True, peak_counts=10.0)[0] == "amplitude"
     for given in ("amplitude", "poisson"):  # a loss given is kept, and nothing is said
         config = ptyacc.load_config({}, ["data.path=x.h5", f"optim.loss={given}"])
         assert resolved_loss(config, counts=given == "amplitude", peak_counts=1.0) == (given, [])
@@ -107,7 +118,8 @@ def test_the_poisson_floor_keeps_a_split_batch_on_the_whole_batchs_path(monkeypa
 def counted_runs(tmp_path_factory) -> dict:
     """Counted data (the Poisson loss under auto, its step 0.8) with the batch floor on (0.25):
     test_distributed's 7 x 7 scan on 1 and 2 processes, and a 10 x 10 scan 3 Å apart (a split
-    object) on 2 processes with runtime.shard_data and with runtime.shard_object."""
+    object) on 2 processes with runtime.shard_data and with runtime.shard_object; and the 7 x 7
+    scan as 3 slices (the floor off) on 1 and 2 processes."""
     from test_distributed import launch_configs
 
     folder = tmp_path_factory.mktemp("counted")
@@ -118,18 +130,24 @@ def counted_runs(tmp_path_factory) -> dict:
     split = tiny_config(folder, optim=optim, output={"figures": False})
     split["data"]["simulate"].update(scan_shape=[10, 10], position_jitter_A=0.1, dose=3000.0)
     split["experiment"]["scan_step_A"] = 3.0
+    multislice = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": 0.0}, model={"slices": 3},
+                             output={"figures": False})
+    multislice["data"]["simulate"].update(scan_shape=[7, 7], position_jitter_A=0.1, dose=3000.0)
     outs = launch_configs(folder, (("one", replicated, 1, []), ("two", replicated, 2, []),
                                    ("shard_data", split, 2, ["runtime.shard_data=true"]),
-                                   ("shard_object", split, 2, ["runtime.shard_object=true"])))
+                                   ("shard_object", split, 2, ["runtime.shard_object=true"]),
+                                   ("one_slices", multislice, 1, []), ("two_slices", multislice, 2, [])))
     return {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object")])
+@pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object"),
+                                           ("one_slices", "two_slices")])
 def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_runs, first, second):
+    """The third pair: 3 slices, whose object auto steps by the preconditioned descent with Poisson."""
     a, b = counted_runs[first], counted_runs[second]
     assert a.attrs["loss_name"] == b.attrs["loss_name"] == "poisson"
-    assert yaml.safe_load(a.attrs["config"])["optim"]["preconditioner_batch_floor"] == 0.25
+    assert yaml.safe_load(a.attrs["auto_values"])["optim.object_optimizer"] == "preconditioned"
     np.testing.assert_allclose(b.loss, a.loss, rtol=1e-4)
     relative = np.linalg.norm(b.object - a.object) / np.linalg.norm(a.object)
     assert relative < 1e-4, relative

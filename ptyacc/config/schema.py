@@ -238,9 +238,9 @@ class OptimConfig:
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["auto", "amplitude", "poisson"] = _f(
         "auto", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL (the model intensity plus 0.01 counts). "
-                "auto: poisson where the object takes the preconditioned step (one slice by default) and the "
-                "patterns are counts (whole numbers, none negative, in a sample of 128), amplitude otherwise "
-                "(docs/user-guide.md, 'The loss').")
+                "auto: poisson where the patterns are counts (whole numbers, none negative, in a sample of 128) "
+                "and the object may take the preconditioned step (optim.object_optimizer not adam, optim.lr.object "
+                "not given), amplitude otherwise (docs/user-guide.md, 'The loss').")
     lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
     adam_beta2: float | Literal["auto"] = _f(
         "auto", "Adam's beta2 (second-moment decay; beta1 is 0.9) for every group. auto: 0.95 for a single-slice "
@@ -252,8 +252,9 @@ class OptimConfig:
                 "preconditioned: the gradient divided by the probe's illumination of each pixel, the least-squares "
                 "step of ePIE and LSQML (optim.preconditioned_step; docs/user-guide.md, 'The object's and the "
                 "probe's optimizer'). "
-                "auto: preconditioned for a single-slice object, adam for multislice or where optim.lr.object is "
-                "given another value than its default (0.01) and 0.")
+                "auto: preconditioned for a single-slice object and for multislice with the Poisson loss, adam for "
+                "multislice with the amplitude loss or where optim.lr.object is given another value than its "
+                "default (0.01) and 0.")
     preconditioned_step: float | Literal["auto"] = _f(
         "auto", "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 "
                 "replaces each exit wave's amplitude by the measured one where the probe is); on several slices "
@@ -263,8 +264,8 @@ class OptimConfig:
     probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
-                "least-squares step of ePIE and LSQML (optim.preconditioned_probe_step). auto: as "
-                "optim.object_optimizer's auto, with optim.lr.probe in place of optim.lr.object.")
+                "least-squares step of ePIE and LSQML (optim.preconditioned_probe_step). auto: preconditioned on "
+                "one slice, adam on several or where optim.lr.probe is given another value than its default and 0.")
     preconditioned_probe_step: float = _f(
         1.0, "optim.probe_optimizer: preconditioned: the step as a fraction of the least-squares step (1: the exit "
              "wave's amplitudes made the measured ones, for an object of the largest amplitude).")

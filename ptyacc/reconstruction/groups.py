@@ -31,8 +31,9 @@ For the Poisson loss both take a quarter (``least_squares_share``).
 A step of 1 is the full least-squares step on one slice; on several slices each takes
 1 / slices of it. The illumination of all positions is made once per iteration; with
 ``optim.preconditioner_batch_floor`` (off by default) it is raised at every step to at least that
-fraction of the step's own positions', which keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same bits on every
-process (a split object takes its region's part) and no state, so 1 and several processes agree.
+fraction of the step's own positions', which keeps a larger step stable on a dense scan. Both are
+exact (``illumination``): the same bits on every process (a split object takes its region's part)
+and no state, so 1 and several processes agree.
 """
 
 from __future__ import annotations

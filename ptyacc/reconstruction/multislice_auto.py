@@ -58,12 +58,13 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
-def resolved_optimizer(config: Config, group: str = "object") -> str:
+def resolved_optimizer(config: Config, group: str = "object", loss: str | None = None) -> str:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
-    or for ``auto`` preconditioned on one slice, adam on several (where the object's preconditioned
-    step at the size that suits one slice can diverge: docs/user-guide.md, "The object's and the
-    probe's optimizer"), and adam wherever the group's Adam step (``optim.lr.object`` or
-    ``optim.lr.probe``) is given another value than its default and 0."""
+    or for ``auto`` preconditioned on one slice; on several slices preconditioned for the object with
+    the Poisson loss (``loss``, ``optim.loss`` when not given), adam otherwise (with the amplitude
+    loss the object's step lowered the noise-free multislice cases, and the probe's the 4-mode ones:
+    docs/user-guide.md, "The object's and the probe's optimizer"); and adam wherever the group's
+    Adam step (``optim.lr.object`` or ``optim.lr.probe``) is given another value than its default and 0."""
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen
@@ -71,7 +72,8 @@ def resolved_optimizer(config: Config, group: str = "object") -> str:
     # the demo's data walk (tests/test_house.py)
     if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
         return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
-    return "preconditioned" if config.model.slices == 1 else "adam"
+    poisson = group == "object" and (loss or config.optim.loss) == "poisson"
+    return "preconditioned" if config.model.slices == 1 or poisson else "adam"
 
 
 def resolved_step(config: Config) -> float:
@@ -85,15 +87,16 @@ def resolved_step(config: Config) -> float:
 
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
     """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
-    brightest pixel of the mean pattern, ``peak_counts``): poisson where the object takes the
-    preconditioned step and the patterns are ``counts`` (``store.count_statistics``); amplitude
-    otherwise. On the grid's single-slice points Poisson is ahead of the amplitude loss at 5e3 to
-    1e6 electrons per pattern and level at 1e7 (docs/quality-grid.md, "The loss under auto"); with
-    Adam on several slices it lowered every multislice grid point."""
+    brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
+    (``store.count_statistics``) and the object takes the preconditioned step with it (on any number
+    of slices, unless Adam was asked for); amplitude otherwise. On the grid's single-slice points
+    Poisson is ahead of the amplitude loss at 5e3 to 1e6 electrons per pattern and level at 1e7, and
+    with the preconditioned object on 14 of the 18 multislice points (docs/quality-grid.md, "The
+    loss under auto"); with Adam on several slices it lowered every multislice grid point."""
     if config.optim.loss != "auto":
         return config.optim.loss, []
-    optimizer = resolved_optimizer(config)
-    loss = "poisson" if optimizer == "preconditioned" and counts else "amplitude"
+    loss = "poisson" if counts and resolved_optimizer(config, loss="poisson") == "preconditioned" else "amplitude"
+    optimizer = resolved_optimizer(config, loss=loss)
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
                   f"counts, brightest mean pixel {peak_counts:.4g} counts)"]
 
@@ -125,7 +128,9 @@ def optimizer_notes(config: Config) -> list[str]:
     """For run.log (not the terminal), what ``optim.object_optimizer`` and ``optim.probe_optimizer``
     given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
     slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
-    return [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices})"
+    poisson = ", the poisson loss" if config.model.slices > 1 and config.optim.loss == "poisson" else ""
+    return [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}"
+            f"{poisson if group == 'object' else ''})"
             for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
 
 
