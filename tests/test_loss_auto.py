@@ -118,8 +118,8 @@ def test_the_poisson_floor_keeps_a_split_batch_on_the_whole_batchs_path(monkeypa
 def counted_runs(tmp_path_factory) -> dict:
     """Counted data (the Poisson loss under auto, its step 0.8) with the batch floor on (0.25):
     test_distributed's 7 x 7 scan on 1 and 2 processes, and a 10 x 10 scan 3 Å apart (a split
-    object) on 2 processes with runtime.shard_data and with runtime.shard_object; and the 7 x 7
-    scan as 3 slices (the floor off) on 1 and 2 processes."""
+    object) on 2 processes with runtime.shard_data and with runtime.shard_object; and both scans as
+    3 slices (the floor off), the same ways."""
     from test_distributed import launch_configs
 
     folder = tmp_path_factory.mktemp("counted")
@@ -133,18 +133,24 @@ def counted_runs(tmp_path_factory) -> dict:
     multislice = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": 0.0}, model={"slices": 3},
                              output={"figures": False})
     multislice["data"]["simulate"].update(scan_shape=[7, 7], position_jitter_A=0.1, dose=3000.0)
+    split_slices = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": 0.0}, model={"slices": 3},
+                               output={"figures": False})
+    split_slices["data"]["simulate"].update(scan_shape=[10, 10], position_jitter_A=0.1, dose=3000.0)
+    split_slices["experiment"]["scan_step_A"] = 3.0
     outs = launch_configs(folder, (("one", replicated, 1, []), ("two", replicated, 2, []),
                                    ("shard_data", split, 2, ["runtime.shard_data=true"]),
                                    ("shard_object", split, 2, ["runtime.shard_object=true"]),
-                                   ("one_slices", multislice, 1, []), ("two_slices", multislice, 2, [])))
+                                   ("one_slices", multislice, 1, []), ("two_slices", multislice, 2, []),
+                                   ("shard_data_slices", split_slices, 2, ["runtime.shard_data=true"]),
+                                   ("shard_object_slices", split_slices, 2, ["runtime.shard_object=true"])))
     return {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object"),
-                                           ("one_slices", "two_slices")])
+                                           ("one_slices", "two_slices"), ("shard_data_slices", "shard_object_slices")])
 def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_runs, first, second):
-    """The third pair: 3 slices, whose object auto steps by the preconditioned descent with Poisson."""
+    """The last two pairs: 3 slices, whose object auto steps by the preconditioned descent with Poisson."""
     a, b = counted_runs[first], counted_runs[second]
     assert a.attrs["loss_name"] == b.attrs["loss_name"] == "poisson"
     assert yaml.safe_load(a.attrs["auto_values"])["optim.object_optimizer"] == "preconditioned"
