@@ -18,14 +18,20 @@ from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.groups import (
     PreconditionedDescent,
     ProbeDescent,
+    StepContext,
     build_groups,
     illumination,
-    least_squares_share,
     preconditioner,
     window_sum,
 )
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import auto_notes, auto_values, optimizer_notes, resolved_optimizer
+from ptyacc.reconstruction.multislice_auto import (
+    auto_notes,
+    auto_values,
+    least_squares,
+    optimizer_notes,
+    resolved_optimizer,
+)
 
 K = 16
 
@@ -118,7 +124,7 @@ def test_a_step_of_one_gives_one_exit_wave_the_measured_amplitudes(which):
             model.object.data = truth.object.data.clone()
             model.probe.data = torch.view_as_real(torch.polar(torch.view_as_complex(model.probe.data).abs(),
                                                               torch.zeros(1, K, K))).contiguous()
-        losses[step] = _one_step(model, measured, "amplitude", which, step, least_squares_share("amplitude"))
+        losses[step] = _one_step(model, measured, "amplitude", which, step, least_squares("amplitude").share)
     assert losses[1.0] < 1e-4
     assert 0.2 < losses[0.5] < 0.3
 
@@ -128,7 +134,7 @@ def test_for_the_poisson_loss_a_step_of_one_is_newtons_near_the_counts():
     amplitude loss: with a quarter of the gradient (its share) a step of 1 removes nearly all of a
     small error (Newton's step); with the amplitude loss's half it overshoots to about as large an
     error of the other sign."""
-    assert least_squares_share("amplitude") == 0.5 and least_squares_share("poisson") == 0.25
+    assert least_squares("amplitude").share == 0.5 and least_squares("poisson").share == 0.25
     truth = _model(CENTRE, (K + 8, K + 8))
     _phase_object(truth, 0.6)
     with torch.no_grad():
@@ -299,7 +305,7 @@ def test_a_step_divides_by_the_scans_illumination_raised_to_the_batch_floor_time
         model.object.grad = grad.clone()
         before = model.object.detach().clone()
         optimizer = PreconditionedDescent([model.object], model, lr=0.3, floor=0.1, batch_floor=batch_floor)
-        optimizer.batch = batch
+        optimizer.context = StepContext(0, batch)
         optimizer.step()
         light = torch.maximum(illumination(model), batch_floor * illumination(model, batch))
         factor = 0.5 / (light + 0.1 * light.max())

@@ -7,10 +7,9 @@ A group that has not started yet is not stepped, but its tensors keep requiring 
 and take part in every forward (DESIGN rule 2). Projections run identically on every
 process, whether the group has started or not, so parameters stay bit-identical.
 
-A regulariser's gradient is added to the gradient after the exchange between processes (when
-``step`` runs, the gradient is already the sum over processes, footprint exchange or not), on
-every process alike, from the same parameters: it counts once whatever the process count, on
-every pixel, including those outside the step's footprint that the exchange does not send.
+A regulariser's gradient is added after the exchange between processes (``step`` sees the sum
+over processes), on every process alike: it counts once whatever the process count, on every
+pixel, including those outside the step's footprint that the exchange does not send.
 
 The object's preconditioned descent (``optim.object_optimizer: preconditioned``,
 ``PreconditionedDescent``): the gradient divided by the probe's illumination of each pixel, the
@@ -26,14 +25,13 @@ that pixels the probe barely reaches move little:
     object -= step x 0.5 x gradient / (slices x (illumination + floor x max illumination))
 
 The probe's (``ProbeDescent``) divides half its gradient by the object's largest intensity instead.
-For the Poisson loss both take a quarter (``least_squares_share``).
+For the Poisson loss both take a quarter (``multislice_auto.LEAST_SQUARES``).
 
-A step of 1 is the full least-squares step on one slice; on several slices each takes
-1 / slices of it. The illumination of all positions is made once per iteration; with
-``optim.preconditioner_batch_floor`` (off by default) it is raised at every step to at least that
-fraction of the step's own positions', which keeps a larger step stable on a dense scan. Both are
-exact (``illumination``): the same bits on every process (a split object takes its region's part)
-and no state, so 1 and several processes agree.
+A step of 1 is the full least-squares step on one slice; on several slices each takes 1 / slices
+of it. The illumination of all positions is made once per iteration; ``optim.preconditioner_batch_floor``
+(off by default) raises it at every step to at least that fraction of the step's own positions', which
+keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same bits on every
+process (a split object takes its region's part) and no state, so 1 and several processes agree.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import resolved_optimizer, resolved_step, resolved_values
+from ptyacc.reconstruction.multislice_auto import least_squares, resolved_optimizer, resolved_step, resolved_values
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 from ptyacc.reconstruction.tiles import TiledAdam
 
@@ -109,10 +107,8 @@ class ParameterGroup:
         rate = self.lr * self.schedule.factor(iteration)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
-            if "iteration" in group:  # PreconditionedDescent: a new preconditioner at a new iteration
-                group["iteration"] = iteration
-        if hasattr(self.optimizer, "batch"):  # PreconditionedDescent: the batch whose illumination it takes
-            self.optimizer.batch = batch
+        if isinstance(self.optimizer, TakesStepContext):
+            self.optimizer.context = StepContext(iteration, batch)
         if self.active(iteration):
             if self.regularizer is not None:
                 for param in self.params:
@@ -154,7 +150,7 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups.append(ParameterGroup("detector", detector, opt.lr.detector,
                                      start.probe if start.detector == "probe" else start.detector,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
-    share = least_squares_share(opt.loss)
+    share = least_squares(opt.loss).share
     if (optimizer or resolved_optimizer(config)) == "preconditioned":
         step = resolved_step(config) if step is None else step
         groups[0].lr = step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
@@ -335,13 +331,6 @@ def window_sum(levels: torch.Tensor, corners: torch.Tensor, shape: tuple[int, in
     return summed.view(-1).index_add_(0, pixels.reshape(-1), levels.expand(len(corners), k, k).reshape(-1)).view(shape)
 
 
-def least_squares_share(loss: str) -> float:
-    """The share of the gradient in a least-squares step of 1: half for the amplitude loss (whose
-    gradient is twice the exit wave's error); a quarter for the Poisson loss, whose curvature in the
-    exit wave's amplitude is twice the amplitude loss's where the model meets the counts."""
-    return HALF / 2 if loss == "poisson" else HALF
-
-
 def preconditioner(model: PtychoModel, floor: float, share: float = HALF,
                    light: torch.Tensor | None = None) -> torch.Tensor:
     """(h, w) the factor of the gradient of the object this model holds (its region of the whole
@@ -353,33 +342,45 @@ def preconditioner(model: PtychoModel, floor: float, share: float = HALF,
     return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
 
 
-class PreconditionedDescent(torch.optim.Optimizer):
+@dataclass(frozen=True)
+class StepContext:
+    """What a step's update may need beyond the gradient: its ``iteration`` and its global ``batch``."""
+
+    iteration: int
+    batch: torch.Tensor | None = None
+
+
+class TakesStepContext:
+    """An optimizer whose step reads its ``StepContext``, which ``ParameterGroup.step`` sets before it."""
+
+    context = StepContext(-1)
+
+
+class PreconditionedDescent(TakesStepContext, torch.optim.Optimizer):
     """The object (O, S, h, w, 2) less ``lr`` x its gradient x ``preconditioner(model, floor)``,
     the illumination of all positions made anew once per iteration and, with a ``batch_floor``,
-    raised at every step to at least ``batch_floor`` x the illumination of the step's ``batch``
-    (which ``ParameterGroup.step`` sets). No state."""
+    raised at every step to at least ``batch_floor`` x the illumination of the step's batch
+    (its ``context``). No state."""
 
     def __init__(self, params, model: PtychoModel, lr: float, floor: float, share: float = HALF,
                  batch_floor: float = 0.0) -> None:
-        super().__init__(params, {"lr": lr, "floor": floor, "share": share, "iteration": -1})
+        super().__init__(params, {"lr": lr, "floor": floor, "share": share})
         self.model, self.batch_floor = model, batch_floor
         self.light: torch.Tensor | None = None  # the illumination of all positions
         self.corners: torch.Tensor | None = None  # and their window corners
         self.factor: torch.Tensor | None = None
         self.made_in: int | None = None  # the iteration whose probe made ``light`` and ``factor``
-        self.batch: torch.Tensor | None = None  # the global batch of the step to take
 
     def current_factor(self) -> torch.Tensor:
         """The preconditioner: the illumination of all positions made anew at the first step of every
-        iteration (``ParameterGroup.step`` sets each param group's "iteration"), raised to its
-        batch's share at every step."""
-        group = self.param_groups[0]
-        if self.light is None or self.made_in != group["iteration"]:
-            self.corners, self.made_in = all_corners(self.model), group["iteration"]
+        iteration (the ``context``'s), raised to its batch's share at every step."""
+        group, context = self.param_groups[0], self.context
+        if self.light is None or self.made_in != context.iteration:
+            self.corners, self.made_in = all_corners(self.model), context.iteration
             self.light = illumination(self.model, corners=self.corners)
             self.factor = preconditioner(self.model, group["floor"], group["share"], self.light)
-        if self.batch_floor > 0 and self.batch is not None:  # the corners of the iteration's start
-            light = torch.maximum(self.light, self.batch_floor * illumination(self.model, self.batch, self.corners))
+        if self.batch_floor > 0 and context.batch is not None:  # the corners of the iteration's start
+            light = torch.maximum(self.light, self.batch_floor * illumination(self.model, context.batch, self.corners))
             return preconditioner(self.model, group["floor"], group["share"], light)
         return self.factor
 
@@ -396,21 +397,20 @@ class PreconditionedDescent(torch.optim.Optimizer):
         return TiledDescent(self, param, tiling, rank, world, regularizer)
 
 
-class TiledDescent(TiledAdam):
+class TiledDescent(TakesStepContext, TiledAdam):
     """``PreconditionedDescent`` on the owned pixels of a split object: the halo exchange of
     ``TiledAdam``, then the preconditioned step instead of Adam's, then the halo values."""
 
     def __init__(self, whole: PreconditionedDescent, param: torch.nn.Parameter, tiling, rank: int, world: int,
                  regularizer=None) -> None:
         super().__init__(param, whole.param_groups[0]["lr"], tiling, rank, world, regularizer=regularizer)
-        self.whole, self.batch = whole, None
-        self.param_groups[0].update(floor=whole.param_groups[0]["floor"], share=whole.param_groups[0]["share"],
-                                    iteration=-1)
+        self.whole = whole
+        self.param_groups[0].update(floor=whole.param_groups[0]["floor"], share=whole.param_groups[0]["share"])
 
     @torch.no_grad()
     def step(self) -> None:
         grad = self._summed_gradient()
-        self.whole.param_groups[0]["iteration"], self.whole.batch = self.param_groups[0]["iteration"], self.batch
+        self.whole.context = self.context
         factor = self.whole.current_factor()
         rows, cols = self.owned
         self.steps += 1

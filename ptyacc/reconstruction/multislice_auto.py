@@ -76,13 +76,33 @@ def resolved_optimizer(config: Config, group: str = "object", loss: str | None =
     return "preconditioned" if config.model.slices == 1 or poisson else "adam"
 
 
+@dataclass(frozen=True)
+class LeastSquares:
+    """The preconditioned descent under one loss: ``share``, the share of the gradient that makes a step
+    of 1 the least-squares step (half for the amplitude loss, whose gradient is twice the exit wave's
+    error; a quarter for the Poisson loss, whose curvature in the exit wave's amplitude is twice the
+    amplitude loss's where the model meets the counts), and ``step``, ``optim.preconditioned_step``'s
+    auto value (measured: docs/user-guide.md, "The object's and the probe's optimizer")."""
+
+    share: float
+    step: float
+
+
+LEAST_SQUARES = {"amplitude": LeastSquares(share=0.5, step=0.4), "poisson": LeastSquares(share=0.25, step=0.8)}
+
+
+def least_squares(loss: str) -> LeastSquares:
+    """``LEAST_SQUARES`` of ``loss``; a loss still ``auto`` (a config no data resolved) is the amplitude's."""
+    return LEAST_SQUARES["poisson" if loss == "poisson" else "amplitude"]
+
+
 def resolved_step(config: Config) -> float:
-    """``optim.preconditioned_step`` for this run: as given, or for ``auto`` 0.4 with the amplitude
-    loss and 0.8 with the Poisson loss (docs/user-guide.md, "The object's and the probe's optimizer")."""
+    """``optim.preconditioned_step`` for this run: as given, or for ``auto`` the loss's
+    (``LEAST_SQUARES``: 0.4 with the amplitude loss, 0.8 with the Poisson loss)."""
     step = config.optim.preconditioned_step
     if step != "auto":
         return float(step)
-    return 0.8 if config.optim.loss == "poisson" else 0.4
+    return least_squares(config.optim.loss).step
 
 
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
