@@ -38,9 +38,9 @@ def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and
         "optim.loss: amplitude (auto: object optimizer adam, patterns not counts, brightest mean pixel 10 counts)"]
     poisson = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.loss=poisson"])
     assert resolved_optimizer(several) == "adam" and resolved_optimizer(poisson) == "preconditioned"
-    assert resolved_optimizer(poisson, "probe") == "adam"  # the probe's auto follows the slice count alone
+    assert resolved_optimizer(several, "probe") == "adam" and resolved_optimizer(poisson, "probe") == "preconditioned"
     assert optimizer_notes(poisson) == ["optim.object_optimizer: preconditioned (auto: 3 slices, the poisson loss)",
-                                        "optim.probe_optimizer: adam (auto: 3 slices)"]
+                                        "optim.probe_optimizer: preconditioned (auto: 3 slices, the poisson loss)"]
     for adam in (["optim.object_optimizer=adam"], ["optim.lr.object=0.02"]):  # Adam asked for: amplitude
         for slices in (1, 3):
             config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", *adam])
@@ -150,10 +150,11 @@ def counted_runs(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object"),
                                            ("one_slices", "two_slices"), ("shard_data_slices", "shard_object_slices")])
 def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_runs, first, second):
-    """The last two pairs: 3 slices, whose object auto steps by the preconditioned descent with Poisson."""
+    """The last two pairs: 3 slices, whose object and probe auto step by the preconditioned descent with Poisson."""
     a, b = counted_runs[first], counted_runs[second]
     assert a.attrs["loss_name"] == b.attrs["loss_name"] == "poisson"
-    assert yaml.safe_load(a.attrs["auto_values"])["optim.object_optimizer"] == "preconditioned"
+    chosen = yaml.safe_load(a.attrs["auto_values"])
+    assert chosen["optim.object_optimizer"] == chosen["optim.probe_optimizer"] == "preconditioned"
     np.testing.assert_allclose(b.loss, a.loss, rtol=1e-4)
     relative = np.linalg.norm(b.object - a.object) / np.linalg.norm(a.object)
     assert relative < 1e-4, relative

@@ -152,26 +152,26 @@ class Reconstructor:
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
         shards = self.world if self.plan.shards is not None else 1  # each process holds its own: summed
-        # the counts (the probe's scale: mean counts per pattern), the processes whose sample is not counts, the peak
+        # summed over the processes in one collective: the counts (the probe's scale: mean counts per pattern),
+        # how many processes' samples are not counts (0: all are), the mean of the samples' brightest mean pixels
         sums = torch.tensor([float(self.data.counts_total), float(not counts), peak / shards], dtype=torch.float64,
                             device=accelerator.device)
         if shards > 1:
             sums = accelerator.reduce(sums, reduction="sum")
-        held_sum = sums[0]
-        self.model = build_model(config, self.data, self.geometry, mean_intensity=float(held_sum) / self.data.n_patterns,
+        counts_total, not_counts, peak = (float(value) for value in sums)
+        self.model = build_model(config, self.data, self.geometry, mean_intensity=counts_total / self.data.n_patterns,
                                  region=self.tiles.region if self.tiles is not None else None)
         if previous is not None:
             start_from(self.model, self.geometry, previous, config.model.init_from)
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
-        loss, loss_notes = resolved_loss(config, bool(sums[1] == 0), float(sums[2]))
+        loss, loss_notes = resolved_loss(config, not_counts == 0, peak)
         if loss != config.optim.loss:  # auto: the run's config has the loss it chose; results.h5 says so
             config = self.config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, loss=loss))
             self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), "optim.loss": loss})
-        priors = AutoPriors.of(config)  # what optim.regularize's auto chose
-        self.groups = build_groups(config, self.model, accelerator.device, priors.values, priors.optimizer,
-                                   priors.probe_optimizer, priors.step)
+        priors = AutoPriors.of(config)  # what the auto keys chose
+        self.groups = build_groups(config, self.model, accelerator.device, priors)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)

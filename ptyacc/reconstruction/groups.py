@@ -45,7 +45,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
-from ptyacc.reconstruction.multislice_auto import least_squares, resolved_optimizer, resolved_step, resolved_values
+from ptyacc.reconstruction.multislice_auto import AutoPriors
 from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
 from ptyacc.reconstruction.tiles import TiledAdam
 
@@ -120,17 +120,16 @@ class ParameterGroup:
 
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device,
-                 priors: dict[str, float] | None = None, optimizer: str | None = None,
-                 probe_optimizer: str | None = None, step: float | None = None) -> list[ParameterGroup]:
+                 auto: AutoPriors | None = None) -> list[ParameterGroup]:
     """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
     its Adam (the fused kernel where ``device`` has one), or for the object and the probe their
-    preconditioned descent; ``priors``: the values of ``optim.regularize``'s keys that may be auto,
-    ``optimizer`` and ``probe_optimizer`` the object's and the probe's, ``step`` the object's preconditioned
-    step (``multislice_auto.AutoPriors``), resolved here when not given."""
+    preconditioned descent; ``auto``: what the config's auto keys came to (``AutoPriors.of(config)``
+    when not given)."""
     opt, start = config.optim, config.optim.start
+    auto = AutoPriors.of(config) if auto is None else auto
     probe_modes = model.probe.shape[0]
     groups = [
-        _object_group(config, model, priors),
+        _object_group(config, model, auto.values),
         ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
                        after_iteration=(lambda: orthogonalize(model.probe))
                        if config.model.orthogonalize_probe and probe_modes > 1 else None),
@@ -150,13 +149,12 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups.append(ParameterGroup("detector", detector, opt.lr.detector,
                                      start.probe if start.detector == "probe" else start.detector,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
-    share = least_squares(opt.loss).share
-    if (optimizer or resolved_optimizer(config)) == "preconditioned":
-        step = resolved_step(config) if step is None else step
-        groups[0].lr = step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
+    share = auto.share
+    if auto.optimizer == "preconditioned":
+        groups[0].lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
                                                     share, opt.preconditioner_batch_floor)
-    if (probe_optimizer or resolved_optimizer(config, "probe")) == "preconditioned":
+    if auto.probe_optimizer == "preconditioned":
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, share)
@@ -201,14 +199,12 @@ def adam_beta2(config: Config) -> float:
     return 0.95 if config.model.slices == 1 else 0.999
 
 
-def _object_group(config: Config, model: PtychoModel, priors: dict[str, float] | None) -> ParameterGroup:
+def _object_group(config: Config, model: PtychoModel, priors: dict[str, float]) -> ParameterGroup:
     """The object: after every iteration the TV smoothing step, the depth and lateral blurs when
     asked for, and the amplitude bounds; the phase total variation (``optim.regularize``)."""
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
-    if priors is None:
-        priors = resolved_values(config)
     lateral_px, smoothing = priors["lateral_blur_px"], priors["tv_phase_smoothing"]
 
     def project() -> None:

@@ -60,11 +60,11 @@ def resolved_values(config: Config) -> dict[str, float]:
 
 def resolved_optimizer(config: Config, group: str = "object", loss: str | None = None) -> str:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
-    or for ``auto`` preconditioned on one slice; on several slices preconditioned for the object with
-    the Poisson loss (``loss``, ``optim.loss`` when not given), adam otherwise (with the amplitude
-    loss the object's step lowered the noise-free multislice cases, and the probe's the 4-mode ones:
-    docs/user-guide.md, "The object's and the probe's optimizer"); and adam wherever the group's
-    Adam step (``optim.lr.object`` or ``optim.lr.probe``) is given another value than its default and 0."""
+    or for ``auto`` preconditioned on one slice; on several slices preconditioned with the Poisson loss
+    (``loss``, ``optim.loss`` when not given), adam otherwise (with the amplitude loss the object's step
+    lowered the noise-free multislice cases, and the probe's the 4-mode ones: docs/user-guide.md, "The
+    object's and the probe's optimizer"); and adam wherever the group's Adam step (``optim.lr.object``
+    or ``optim.lr.probe``) is given another value than its default and 0."""
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen
@@ -72,8 +72,7 @@ def resolved_optimizer(config: Config, group: str = "object", loss: str | None =
     # the demo's data walk (tests/test_house.py)
     if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
         return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
-    poisson = group == "object" and (loss or config.optim.loss) == "poisson"
-    return "preconditioned" if config.model.slices == 1 or poisson else "adam"
+    return "preconditioned" if config.model.slices == 1 or (loss or config.optim.loss) == "poisson" else "adam"
 
 
 @dataclass(frozen=True)
@@ -149,15 +148,15 @@ def optimizer_notes(config: Config) -> list[str]:
     given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
     slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
     poisson = ", the poisson loss" if config.model.slices > 1 and config.optim.loss == "poisson" else ""
-    return [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}"
-            f"{poisson if group == 'object' else ''})"
+    return [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}{poisson})"
             for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
 
 
 @dataclass(frozen=True)
 class AutoPriors:
-    """What a run's ``optim.regularize`` comes to, resolved once at build: ``values`` {name: value}
-    of every key of ``MULTISLICE`` (``resolved_values``) and ``notes`` (``auto_notes``). (results.h5's
+    """What a run's auto keys come to, resolved once at build: ``values`` {name: value} of every key of
+    ``MULTISLICE`` (``resolved_values``) and ``notes`` (``auto_notes``), the object's and the probe's
+    optimizer, the object's preconditioned step and the loss's share of the gradient in it. (results.h5's
     attribute, ``auto_values``, is made with the run's other texts when it starts.)"""
 
     values: dict[str, float]
@@ -166,8 +165,10 @@ class AutoPriors:
     probe_optimizer: str = "adam"  # ``resolved_optimizer(config, "probe")``
     step: float = 0.4  # ``resolved_step(config)``
     log_notes: list[str] = field(default_factory=list)  # run.log only (``optimizer_notes``)
+    share: float = 0.5  # ``least_squares(config.optim.loss).share``
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
         return cls(resolved_values(config), auto_notes(config), resolved_optimizer(config),
-                   resolved_optimizer(config, "probe"), resolved_step(config), optimizer_notes(config))
+                   resolved_optimizer(config, "probe"), resolved_step(config), optimizer_notes(config),
+                   least_squares(config.optim.loss).share)
