@@ -88,6 +88,26 @@ def test_validation_error_is_the_loss_per_pattern_of_the_left_out_positions(vali
     assert "validation error" in (rec.output_dir / "run.log").read_text()
 
 
+def test_the_poisson_validation_error_is_the_loss_less_the_counts_own_per_pattern(tmp_path):
+    """Against NumPy: with the Poisson loss, sum over the left-out patterns' pixels of
+    I - M log I - (M - M log M), divided by their number: half the deviance per pattern, never
+    negative (the bare loss is), and falling as the fit improves."""
+    config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3, "batch_size": 8, "loss": "poisson",
+                                                             "validation_fraction": 0.2}))
+    rec = ptyacc.reconstruct(config)
+    left_out = validation_positions(rec.data.positions_A, 0.2, config.runtime.seed)
+    with torch.no_grad():
+        predicted = rec.model(torch.as_tensor(left_out)).double().numpy()
+    measured = rec.data.patterns[left_out].double().numpy()
+    own = measured - measured * np.log(np.where(measured > 0, measured, 1.0))
+    bare = (predicted - measured * np.log(predicted)).sum() / len(left_out)
+    expected = bare - own.sum() / len(left_out)
+    with h5py.File(rec.output_dir / "results.h5") as f:
+        recorded = f["validation_error"][()]
+    assert bare < 0 < expected and np.all(recorded > 0) and np.all(np.diff(recorded) < 0)
+    assert recorded[-1] == pytest.approx(expected, rel=1e-6)
+
+
 @pytest.mark.slow
 def test_two_processes_never_fit_validation_positions_and_agree_with_one(tmp_path):
     """Both ranks' steps leave the validation positions out (replicated and sharded data), and the

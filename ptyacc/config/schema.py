@@ -291,7 +291,8 @@ class OptimConfig:
     validation_fraction: float = _f(
         0.0, "Fraction of the positions (seeded by runtime.seed, spread over the scan) left out of the fit; after "
              "each iteration the model predicts their patterns and their loss per pattern is the validation error "
-             "(run.log, results.h5 validation_error). 0 = every position is fitted.")
+             "(Poisson: less the counts' own loss, half the deviance; run.log, results.h5 validation_error). 0 = every "
+             "position is fitted.")
 
     def adam_step_given(self, group: str) -> bool:
         """optim.lr.<group> ("object" or "probe"), Adam's step, set to another value than its default and 0."""
