@@ -109,11 +109,12 @@ def test_the_poisson_validation_error_is_the_loss_less_the_counts_own_per_patter
 
 
 @pytest.mark.slow
-def test_two_processes_never_fit_validation_positions_and_agree_with_one(tmp_path):
+@pytest.mark.parametrize("loss", ["amplitude", "poisson"])
+def test_two_processes_never_fit_validation_positions_and_agree_with_one(tmp_path, loss):
     """Both ranks' steps leave the validation positions out (replicated and sharded data), and the
-    validation error of 2 processes is the 1-process one."""
+    validation error of 2 processes is the 1-process one (Poisson: each process's deviance terms summed)."""
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(tiny_config(tmp_path, optim={"iterations": 2, "batch_size": 8,
+    path.write_text(yaml.safe_dump(tiny_config(tmp_path, optim={"iterations": 2, "batch_size": 8, "loss": loss,
                                                                 "validation_fraction": 0.15})))
     config = ptyacc.load_config(path)
     left_out = set(validation_positions(load_data(config).positions_A, 0.15, config.runtime.seed).tolist())
