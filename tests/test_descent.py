@@ -183,13 +183,14 @@ def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kin
     group, probe = build_groups(config, model, torch.device("cpu"))[:2]
     assert group.name == "object" and type(group.optimizer) is kind
     assert group.lr == (0.3 if kind is PreconditionedDescent else config.optim.lr.object)
-    # the probe's auto follows the slice count alone
+    # the probe's auto: preconditioned on one slice, on several only with the Poisson loss (not given here)
     assert probe.name == "probe" and type(probe.optimizer) is (ProbeDescent if slices == 1 else torch.optim.Adam)
     assert probe.lr == (1.0 if slices == 1 else config.optim.lr.probe)
 
 
 @pytest.mark.parametrize("key, value", [("optim.preconditioned_step", "0"), ("optim.preconditioner_floor", "-1"),
                                         ("optim.preconditioner_batch_floor", "-0.1"), ("optim.preconditioned_step", "big"),
+                                        ("optim.preconditioner_batch_floor", "big"),
                                         ("optim.object_optimizer", "sgd"), ("optim.preconditioned_probe_step", "-1"),
                                         ("optim.probe_optimizer", "lsqml")])
 def test_bad_values_are_refused(key, value):
@@ -350,3 +351,21 @@ def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson()
     assert "optim.preconditioned_step" not in auto_values(several)
     model = _model(np.array([[12.0, 12.0]]), (32, 32))
     assert build_groups(poisson, model, torch.device("cpu"))[0].lr == 0.8
+
+
+def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_one():
+    from ptyacc.reconstruction.multislice_auto import resolved_batch_floor
+
+    base = ["data.path=x.h5", "optim.loss=poisson"]  # Poisson: the object is preconditioned on any slice count
+    one = ptyacc.load_config({}, base)
+    several = ptyacc.load_config({}, [*base, "model.slices=3"])
+    given = ptyacc.load_config({}, [*base, "model.slices=3", "optim.preconditioner_batch_floor=0.5"])
+    assert (resolved_batch_floor(one), resolved_batch_floor(several), resolved_batch_floor(given)) == (0.0, 0.25, 0.5)
+    assert auto_values(one)["optim.preconditioner_batch_floor"] == 0.0
+    assert auto_values(several)["optim.preconditioner_batch_floor"] == 0.25
+    assert "optim.preconditioner_batch_floor" not in auto_values(given)
+    adam = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])  # amplitude: Adam takes no floor
+    assert "optim.preconditioner_batch_floor" not in auto_values(adam)
+    for config, floor in ((one, 0.0), (several, 0.25), (given, 0.5)):
+        model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=config.model.slices)
+        assert build_groups(config, model, torch.device("cpu"))[0].optimizer.batch_floor == floor

@@ -119,7 +119,7 @@ def counted_runs(tmp_path_factory) -> dict:
     """Counted data (the Poisson loss under auto, its step 0.8) with the batch floor on (0.25):
     test_distributed's 7 x 7 scan on 1 and 2 processes, and a 10 x 10 scan 3 Å apart (a split
     object) on 2 processes with runtime.shard_data and with runtime.shard_object; and both scans as
-    3 slices (the floor off), the same ways."""
+    3 slices (the floor auto: a quarter there too), the same ways."""
     from test_distributed import launch_configs
 
     folder = tmp_path_factory.mktemp("counted")
@@ -130,10 +130,10 @@ def counted_runs(tmp_path_factory) -> dict:
     split = tiny_config(folder, optim=optim, output={"figures": False})
     split["data"]["simulate"].update(scan_shape=[10, 10], position_jitter_A=0.1, dose=3000.0)
     split["experiment"]["scan_step_A"] = 3.0
-    multislice = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": 0.0}, model={"slices": 3},
+    multislice = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": "auto"}, model={"slices": 3},
                              output={"figures": False})
     multislice["data"]["simulate"].update(scan_shape=[7, 7], position_jitter_A=0.1, dose=3000.0)
-    split_slices = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": 0.0}, model={"slices": 3},
+    split_slices = tiny_config(folder, optim={**optim, "preconditioner_batch_floor": "auto"}, model={"slices": 3},
                                output={"figures": False})
     split_slices["data"]["simulate"].update(scan_shape=[10, 10], position_jitter_A=0.1, dose=3000.0)
     split_slices["experiment"]["scan_step_A"] = 3.0
@@ -150,11 +150,14 @@ def counted_runs(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object"),
                                            ("one_slices", "two_slices"), ("shard_data_slices", "shard_object_slices")])
 def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_runs, first, second):
-    """The last two pairs: 3 slices, whose object and probe auto step by the preconditioned descent with Poisson."""
+    """The last two pairs: 3 slices, whose object and probe auto step by the preconditioned descent with Poisson,
+    the object with the batch floor of a quarter."""
     a, b = counted_runs[first], counted_runs[second]
     assert a.attrs["loss_name"] == b.attrs["loss_name"] == "poisson"
     chosen = yaml.safe_load(a.attrs["auto_values"])
     assert chosen["optim.object_optimizer"] == chosen["optim.probe_optimizer"] == "preconditioned"
+    if "slices" in first:
+        assert chosen["optim.preconditioner_batch_floor"] == 0.25
     np.testing.assert_allclose(b.loss, a.loss, rtol=1e-4)
     relative = np.linalg.norm(b.object - a.object) / np.linalg.norm(a.object)
     assert relative < 1e-4, relative

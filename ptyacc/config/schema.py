@@ -273,11 +273,12 @@ class OptimConfig:
     preconditioner_floor: float = _f(
         0.1, "optim.object_optimizer: preconditioned: added to the illumination, as a fraction of its largest "
              "value, so that pixels the probe barely reaches take small steps.")
-    preconditioner_batch_floor: float = _f(
-        0.0, "optim.object_optimizer: preconditioned: the illumination the step divides by (the mean over all "
-             "positions) is at least this fraction of the illumination of the step's own positions, so that no step "
-             "goes beyond preconditioned_step / this times its batch's least-squares step: a guard for larger steps "
-             "and dense scans (0.25 is a good value; costs about 0.2 ms a step on the demo). 0: off.")
+    preconditioner_batch_floor: float | Literal["auto"] = _f(
+        "auto", "optim.object_optimizer: preconditioned: the illumination the step divides by (the mean over all "
+                "positions) is at least this fraction of the illumination of the step's own positions, so that no "
+                "step goes beyond preconditioned_step / this times its batch's least-squares step: a guard for larger "
+                "steps and dense scans (costs about 0.2 ms a step on the demo). 0: off. auto: 0.25 on several "
+                "slices, 0 on one (docs/user-guide.md, 'The batch floor').")
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
@@ -312,8 +313,8 @@ class OptimConfig:
                  f"must be > 0, got {self.preconditioned_probe_step}")
         _require(self.preconditioned_step == "auto" or self.preconditioned_step > 0, f"{path}.preconditioned_step",
                  f"must be auto or > 0, got {self.preconditioned_step}")
-        _require(self.preconditioner_batch_floor >= 0, f"{path}.preconditioner_batch_floor",
-                 f"must be >= 0, got {self.preconditioner_batch_floor}")
+        _require(self.preconditioner_batch_floor == "auto" or self.preconditioner_batch_floor >= 0,
+                 f"{path}.preconditioner_batch_floor", f"must be auto or >= 0, got {self.preconditioner_batch_floor}")
         _require(self.preconditioner_floor > 0, f"{path}.preconditioner_floor",
                  f"must be > 0, got {self.preconditioner_floor}")
         _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",

@@ -29,9 +29,10 @@ For the Poisson loss both take a quarter (``multislice_auto.LEAST_SQUARES``).
 
 A step of 1 is the full least-squares step on one slice; on several slices each takes 1 / slices
 of it. The illumination of all positions is made once per iteration; ``optim.preconditioner_batch_floor``
-(off by default) raises it at every step to at least that fraction of the step's own positions', which
-keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same bits on every
-process (a split object takes its region's part) and no state, so 1 and several processes agree.
+(by default 0.25 on several slices, off on one) raises it at every step to at least that fraction of
+the step's own positions', which keeps a larger step stable on a dense scan. Both are exact
+(``illumination``): the same bits on every process (a split object takes its region's part) and no
+state, so 1 and several processes agree.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     if auto.optimizer == "preconditioned":
         groups[0].lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
-                                                    share, opt.preconditioner_batch_floor)
+                                                    share, auto.batch_floor)
     if auto.probe_optimizer == "preconditioned":
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
