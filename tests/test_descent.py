@@ -163,7 +163,9 @@ def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_say
     assert auto_values(one)["optim.object_optimizer"] == "preconditioned"
     assert auto_values(several)["optim.object_optimizer"] == "adam"
     assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto: 1 slice)",
-                                    "optim.probe_optimizer: preconditioned (auto: 1 slice)"]
+                                    "optim.probe_optimizer: preconditioned (auto: 1 slice)",
+                                    "optim.preconditioned_step: 0.4 (auto: the amplitude loss)",
+                                    "optim.preconditioner_batch_floor: off (auto: 1 slice)"]
     assert optimizer_notes(several) == ["optim.object_optimizer: adam (auto: 3 slices)",
                                         "optim.probe_optimizer: adam (auto: 3 slices)"]
     assert auto_notes(one) == []  # the terminal is told nothing; run.log is (below)

@@ -40,7 +40,9 @@ def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and
     assert resolved_optimizer(several) == "adam" and resolved_optimizer(poisson) == "preconditioned"
     assert resolved_optimizer(several, "probe") == "adam" and resolved_optimizer(poisson, "probe") == "preconditioned"
     assert optimizer_notes(poisson) == ["optim.object_optimizer: preconditioned (auto: 3 slices, the poisson loss)",
-                                        "optim.probe_optimizer: preconditioned (auto: 3 slices, the poisson loss)"]
+                                        "optim.probe_optimizer: preconditioned (auto: 3 slices, the poisson loss)",
+                                        "optim.preconditioned_step: 0.8 (auto: the poisson loss)",
+                                        "optim.preconditioner_batch_floor: 0.25 (auto: 3 slices)"]
     for adam in (["optim.object_optimizer=adam"], ["optim.lr.object=0.02"]):  # Adam asked for: amplitude
         for slices in (1, 3):
             config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", *adam])

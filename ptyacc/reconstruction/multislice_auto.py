@@ -160,11 +160,20 @@ def auto_notes(config: Config) -> list[str]:
 
 def optimizer_notes(config: Config) -> list[str]:
     """For run.log (not the terminal), what ``optim.object_optimizer`` and ``optim.probe_optimizer``
-    given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)"."""
+    given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)", and for a
+    preconditioned object its step and batch floor given as auto."""
     slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
     poisson = ", the poisson loss" if config.model.slices > 1 and config.optim.loss == "poisson" else ""
-    return [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}{poisson})"
-            for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
+    notes = [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}{poisson})"
+             for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
+    if resolved_optimizer(config) == "preconditioned":
+        loss = "poisson" if config.optim.loss == "poisson" else "amplitude"
+        if config.optim.preconditioned_step == "auto":
+            notes.append(f"optim.preconditioned_step: {resolved_step(config):g} (auto: the {loss} loss)")
+        if config.optim.preconditioner_batch_floor == "auto":
+            floor = resolved_batch_floor(config)
+            notes.append(f"optim.preconditioner_batch_floor: {f'{floor:g}' if floor else 'off'} (auto: {slices})")
+    return notes
 
 
 @dataclass(frozen=True)
