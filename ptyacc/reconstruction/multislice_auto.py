@@ -91,9 +91,14 @@ class LeastSquares:
 LEAST_SQUARES = {"amplitude": LeastSquares(share=0.5, step=0.4), "poisson": LeastSquares(share=0.25, step=0.8)}
 
 
+def least_squares_loss(loss: str) -> str:
+    """The key of ``LEAST_SQUARES`` for ``loss``: a loss still ``auto`` (a config no data resolved) is the amplitude's."""
+    return "poisson" if loss == "poisson" else "amplitude"
+
+
 def least_squares(loss: str) -> LeastSquares:
-    """``LEAST_SQUARES`` of ``loss``; a loss still ``auto`` (a config no data resolved) is the amplitude's."""
-    return LEAST_SQUARES["poisson" if loss == "poisson" else "amplitude"]
+    """``LEAST_SQUARES`` of ``loss`` (``least_squares_loss``)."""
+    return LEAST_SQUARES[least_squares_loss(loss)]
 
 
 def resolved_step(config: Config) -> float:
@@ -114,6 +119,16 @@ def resolved_batch_floor(config: Config) -> float:
     if floor != "auto":
         return float(floor)
     return MULTISLICE_BATCH_FLOOR if config.model.slices > 1 else 0.0
+
+
+def preconditioned_autos(config: Config) -> dict[str, float]:
+    """{key: value} of ``optim.preconditioned_step`` and ``optim.preconditioner_batch_floor`` where given as
+    auto, for an object that takes the preconditioned step (empty for Adam's, which uses neither)."""
+    if resolved_optimizer(config) != "preconditioned":
+        return {}
+    chosen = {"optim.preconditioned_step": resolved_step(config),
+              "optim.preconditioner_batch_floor": resolved_batch_floor(config)}
+    return {key: value for key, value in chosen.items() if getattr(config.optim, key.split(".")[1]) == "auto"}
 
 
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
@@ -139,11 +154,7 @@ def auto_values(config: Config) -> dict[str, float | str]:
     for group in ("object", "probe"):
         if getattr(config.optim, f"{group}_optimizer") == "auto":
             values[f"optim.{group}_optimizer"] = resolved_optimizer(config, group)
-    if resolved_optimizer(config) == "preconditioned":
-        if config.optim.preconditioned_step == "auto":
-            values["optim.preconditioned_step"] = resolved_step(config)
-        if config.optim.preconditioner_batch_floor == "auto":
-            values["optim.preconditioner_batch_floor"] = resolved_batch_floor(config)
+    values.update(preconditioned_autos(config))
     return values
 
 
@@ -166,14 +177,10 @@ def optimizer_notes(config: Config) -> list[str]:
     poisson = ", the poisson loss" if config.model.slices > 1 and config.optim.loss == "poisson" else ""
     notes = [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}{poisson})"
              for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
-    if resolved_optimizer(config) == "preconditioned":
-        loss = "poisson" if config.optim.loss == "poisson" else "amplitude"
-        if config.optim.preconditioned_step == "auto":
-            notes.append(f"optim.preconditioned_step: {resolved_step(config):g} (auto: the {loss} loss)")
-        if config.optim.preconditioner_batch_floor == "auto":
-            floor = resolved_batch_floor(config)
-            notes.append(f"optim.preconditioner_batch_floor: {f'{floor:g}' if floor else 'off'} (auto: {slices})")
-    return notes
+    why = {"optim.preconditioned_step": f"the {least_squares_loss(config.optim.loss)} loss",
+           "optim.preconditioner_batch_floor": slices}
+    return notes + [f"{key}: {f'{value:g}' if value else 'off'} (auto: {why[key]})"
+                    for key, value in preconditioned_autos(config).items()]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The validation error: a seeded fraction of the positions, spread over the scan, is left out
 of the fit (``optim.validation_fraction``); after each iteration the model predicts their
 patterns and the run's own loss per pattern against them is the validation error. For the
-Poisson loss, its deviance terms (``chain.deviance_sums``): the loss less the counts' own loss of
+Poisson loss, its deviance terms (``store.poisson_deviance_sums``): the loss less the counts' own loss of
 predicting themselves, which the loss leaves out, summed in float64 and without the loss's floor
 of 0.01 counts; half the deviance per pattern, 0 for a perfect model and never negative, where
 the bare loss is a large negative number whose float32 sum would keep little of the difference.
@@ -15,9 +15,8 @@ import math
 import numpy as np
 import torch
 
-from ptyacc.data.store import PatternStore, ShardPlan, spatial_bisection
+from ptyacc.data.store import PatternStore, ShardPlan, poisson_deviance_sums, spatial_bisection
 from ptyacc.errors import ConfigError
-from ptyacc.physics.chain import deviance_sums
 from ptyacc.reconstruction.model import PtychoModel
 
 CHUNK = 64  # validation patterns per forward call
@@ -61,14 +60,13 @@ class ValidationHook:
     def error(self) -> float:
         """The validation error of the model as it is now: summed loss (Poisson: its deviance terms)
         / number of validation positions."""
-        total = torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
-        for start in range(0, len(self.mine), CHUNK):
-            part = self.mine[start:start + CHUNK]
-            measured = self.store.measured(part)
-            if self.loss == "poisson":
-                total += deviance_sums(self.model(part), measured, self.model.detector_mask)[0]
-            else:
-                total += self.model(part, measured, self.loss).double()
+        if self.loss == "poisson":
+            total = poisson_deviance_sums(self.model, self.store, self.mine, CHUNK)[0]
+        else:
+            total = torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
+            for start in range(0, len(self.mine), CHUNK):
+                part = self.mine[start:start + CHUNK]
+                total += self.model(part, self.store.measured(part), self.loss).double()
         if self.accelerator.num_processes > 1:
             total = self.accelerator.reduce(total, reduction="sum")
         return float(total) / self.count
