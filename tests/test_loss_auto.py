@@ -158,8 +158,10 @@ def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_r
     assert a.attrs["loss_name"] == b.attrs["loss_name"] == "poisson"
     chosen = yaml.safe_load(a.attrs["auto_values"])
     assert chosen["optim.object_optimizer"] == chosen["optim.probe_optimizer"] == "preconditioned"
-    if "slices" in first:
+    if "slices" in first:  # and the TV smoothing step from the dose, the same on every split
         assert chosen["optim.preconditioner_batch_floor"] == 0.25
+        smoothing = chosen["optim.regularize.tv_phase_smoothing"]
+        assert smoothing == yaml.safe_load(b.attrs["auto_values"])["optim.regularize.tv_phase_smoothing"] != 0.001
     np.testing.assert_allclose(b.loss, a.loss, rtol=1e-4)
     relative = np.linalg.norm(b.object - a.object) / np.linalg.norm(a.object)
     assert relative < 1e-4, relative

@@ -1,7 +1,8 @@
 """optim.regularize's auto values: tv_phase and lateral_blur_px (asked for; their defaults are 0)
 and tv_phase_smoothing (auto by default), resolved from the slice count at its boundary (1 slice
 off, 2 and more on), numbers kept as given, said on the terminal and in run.log, recorded in
-results.h5, and reaching the run exactly as the numbers they stand for."""
+results.h5, and reaching the run exactly as the numbers they stand for; on counted data with several
+slices tv_phase_smoothing's auto from the electrons per object pixel (``dose_smoothing``)."""
 
 import h5py
 import numpy as np
@@ -11,7 +12,15 @@ from conftest import tiny_config
 
 import ptyacc
 from ptyacc.errors import ConfigError
-from ptyacc.reconstruction.multislice_auto import MULTISLICE, auto_notes, auto_values, resolved
+from ptyacc.reconstruction.multislice_auto import (
+    MULTISLICE,
+    SMOOTHING_ELECTRONS,
+    auto_notes,
+    auto_values,
+    dose_smoothing,
+    electrons_per_pixel,
+    resolved,
+)
 
 KEYS = ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")
 
@@ -104,3 +113,53 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
     np.testing.assert_array_equal(default.results.object, smoothing.results.object)
     assert not np.array_equal(default.results.object, off.results.object)
     assert not np.array_equal(rec.results.object, default.results.object)
+
+
+def test_dose_smoothing_falls_with_the_square_root_of_the_electrons_per_pixel_within_its_bounds():
+    """0.001 at SMOOTHING_ELECTRONS, 1 / sqrt(2) of it at twice as many, sqrt(2) times it at half; the factor
+    kept within [0.5, 2], also for no electrons at all."""
+    assert dose_smoothing(SMOOTHING_ELECTRONS) == pytest.approx(0.001, rel=1e-12)
+    assert dose_smoothing(2 * SMOOTHING_ELECTRONS) == pytest.approx(0.001 / 2**0.5, rel=1e-12)
+    assert dose_smoothing(SMOOTHING_ELECTRONS / 2) == pytest.approx(0.001 * 2**0.5, rel=1e-12)
+    assert dose_smoothing(100 * SMOOTHING_ELECTRONS) == pytest.approx(0.0005, rel=1e-12)
+    assert dose_smoothing(SMOOTHING_ELECTRONS / 100) == dose_smoothing(0.0) == pytest.approx(0.002, rel=1e-12)
+
+
+def test_electrons_per_pixel_is_the_counts_times_the_pixels_share_of_a_raster_cell():
+    """A 5 x 7 raster 0.5 Å apart with 0.25 Å pixels: (0.25 / 0.5)^2 of each pattern's counts reach a
+    pixel; on a scan twice as dense, four times as many."""
+    grid = np.stack(np.meshgrid(np.arange(5) * 0.5, np.arange(7) * 0.5, indexing="ij"), -1).reshape(-1, 2)
+    assert electrons_per_pixel(1000.0, 0.25, grid) == pytest.approx(250.0, rel=1e-9)
+    assert electrons_per_pixel(1000.0, 0.25, grid / 2) == pytest.approx(1000.0, rel=1e-9)
+
+
+def test_counted_multislice_data_take_the_smoothing_of_their_dose_recorded_and_said(tmp_path, capsys):
+    """Counted data on 3 slices: tv_phase_smoothing auto is dose_smoothing of the run's mean counts per
+    pattern times (dx / scan step)^2, computed here from the simulated patterns and the config's step; the
+    terminal says it, results.h5 records it, and the number given gives the same object bit for bit. A
+    quarter of the dose takes twice the step (within the bounds)."""
+    def counted(dose: float, out: str, *overrides: str):
+        base = tiny_config(tmp_path, data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
+                                                        "dose": dose}},
+                           model={"slices": 3}, output={"dir": str(tmp_path / out), "figures": False})
+        return ptyacc.load_config(base, list(overrides))
+
+    rec = ptyacc.reconstruct(counted(2e4, "bright"))
+    mean_counts = float(np.asarray(rec.data.patterns, dtype=np.float64).sum()) / rec.data.n_patterns
+    expected = dose_smoothing(mean_counts * (0.3 / 0.6) ** 2)  # dx 0.3 Å, scan step 0.6 Å (tiny_config)
+    with h5py.File(tmp_path / "bright" / "results.h5") as f:
+        chosen = yaml.safe_load(f.attrs["auto_values"])
+        assert chosen["optim.loss"] == "poisson"
+        assert chosen["optim.regularize.tv_phase_smoothing"] == pytest.approx(expected, rel=1e-6)
+        assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase_smoothing"] == "auto"
+    assert expected != pytest.approx(0.001, rel=0.05)  # not the number for data that are not counts
+    said = capsys.readouterr().err
+    assert f"ptyacc: optim.regularize: tv_phase_smoothing {expected:.2g} (auto: 3 slices, " in said
+    assert "electrons per object pixel; give a number, 0 = off, to choose)" in said
+    number = chosen["optim.regularize.tv_phase_smoothing"]
+    given = ptyacc.reconstruct(counted(2e4, "given", f"optim.regularize.tv_phase_smoothing={number!r}"), write=False)
+    np.testing.assert_array_equal(given.results.object, rec.results.object)
+    ptyacc.reconstruct(counted(5e3, "dim"))
+    with h5py.File(tmp_path / "dim" / "results.h5") as f:
+        dim_smoothing = yaml.safe_load(f.attrs["auto_values"])["optim.regularize.tv_phase_smoothing"]
+    assert dim_smoothing == pytest.approx(2 * expected, rel=0.05) and dim_smoothing < 0.002

@@ -465,6 +465,39 @@ def test_mixed_state_probe_orthogonal_power_preserving(n_modes, first_power):
     assert abs(ratio) == pytest.approx(math.sqrt(first_power), rel=1e-10)
 
 
+@pytest.mark.parametrize("modes, power", [(4, None), (3, 0.1), (2, 0.4)])
+def test_the_initial_probe_modes_start_with_model_probe_mode_power_each(tmp_path, modes, power):
+    """A built model's modes start orthogonal with model.probe_mode_power of the total intensity each
+    after the first (default 0.02), the first with the rest; the total is the single-mode start's."""
+    from conftest import tiny_config
+
+    import ptyacc
+    from ptyacc.data import load_data
+    from ptyacc.geometry import ObjectGeometry
+    from ptyacc.initial import build_model
+
+    def probe(n_modes: int, given: dict) -> np.ndarray:
+        config = ptyacc.load_config(tiny_config(tmp_path, model={"probe_modes": n_modes, **given}))
+        data = load_data(config)
+        model = build_model(config, data, ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px))
+        return model.complex_probe().detach().numpy().astype(np.complex128)
+
+    share = 0.02 if power is None else power
+    total = float((np.abs(probe(1, {})) ** 2).sum())
+    expected = np.diag([1 - share * (modes - 1)] + [share] * (modes - 1)) * total
+    np.testing.assert_allclose(gram(probe(modes, {} if power is None else {"probe_mode_power": power})), expected,
+                               rtol=0, atol=1e-5 * total)
+
+
+@pytest.mark.parametrize("modes, power", [(4, 0.34), (2, 0.0), (3, -0.1)])
+def test_probe_mode_power_that_leaves_the_first_mode_nothing_is_refused(modes, power):
+    import ptyacc
+    from ptyacc.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.probe_mode_power: must be > 0 with"):
+        ptyacc.load_config(None, [f"model.probe_modes={modes}", f"model.probe_mode_power={power}"])
+
+
 @pytest.mark.parametrize("n, n_modes", [(12, 13), (16, 20)])
 def test_mixed_state_probe_many_modes_on_small_grid(n, n_modes):
     """Many modes on a small grid are still finite and orthogonal."""

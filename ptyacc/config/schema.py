@@ -149,6 +149,11 @@ class ModelConfig:
     """What is reconstructed."""
 
     probe_modes: int = _f(1, "Number of incoherent probe modes.")
+    probe_mode_power: float = _f(
+        0.02, "With several probe modes: the share of the total intensity that each mode after the first starts "
+              "with (the first has the rest; 0.2 / (probe_modes - 1) gives versions before 0.02 was the default). "
+              "Modes grow where the data ask for them; a small start keeps coherent data coherent "
+              "(docs/user-guide.md, 'Probe modes').")
     object_modes: int = _f(1, "Number of incoherent object modes.")
     slices: int = _f(1, "Number of object slices (multislice when > 1).")
     slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")
@@ -172,6 +177,10 @@ class ModelConfig:
     def _check(self, path: str) -> None:
         for name in ("probe_modes", "object_modes", "slices"):
             _require(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        extra = self.probe_mode_power * (self.probe_modes - 1)
+        _require(self.probe_mode_power > 0 and extra < 1, f"{path}.probe_mode_power",
+                 f"must be > 0 with (probe_modes - 1) x probe_mode_power < 1 (the first mode has the rest), got "
+                 f"{self.probe_mode_power} x {self.probe_modes - 1}")
         _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", f"must be > 0, got {self.slice_thickness_A}")
         _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
                  f"must be > 0 or null, got {self.tilt_smoothing_A}")

@@ -39,7 +39,7 @@ from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, Interrupted, keep_work
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, resolved_loss
+from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.tiles import object_tiles
@@ -166,10 +166,14 @@ class Reconstructor:
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
-        loss, loss_notes = resolved_loss(config, not_counts == 0, peak)
-        if loss != config.optim.loss:  # auto: the run's config has the loss it chose; results.h5 says so
-            config = self.config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, loss=loss))
-            self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), "optim.loss": loss})
+        # auto keys the data decide (the loss; on several slices the TV smoothing step from the dose): the
+        # run's config has what they chose, results.h5 says so
+        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak,
+                                                            counts_total / self.data.n_patterns, self.data.dx_A,
+                                                            self.data.positions_A)
+        if chosen:
+            self.config = config
+            self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
         priors = AutoPriors.of(config)  # what the auto keys chose
         self.groups = build_groups(config, self.model, accelerator.device, priors)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
@@ -197,7 +201,7 @@ class Reconstructor:
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes),
+                      *((text, True) for text in priors.notes + dose_notes),
                       *((text, False) for text in priors.log_notes + loss_notes), *((text, False) for text in recentred)])
 
     def _resumed(self, history: History) -> History:

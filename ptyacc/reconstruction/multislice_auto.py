@@ -1,9 +1,11 @@
 """The ``auto`` values of ``optim.regularize``: ``tv_phase_smoothing`` (auto by default), and
 ``tv_phase`` and ``lateral_blur_px`` (0, off, by default; ``auto`` is asked for): priors chosen from
-the config alone (the slice count), the same on every process. And ``optim.object_optimizer`` and
+the config (the slice count) and, for ``tv_phase_smoothing`` on counted patterns, the dose
+(``data_autos``, from sums every process shares), the same on every process. And ``optim.object_optimizer`` and
 ``optim.probe_optimizer`` (auto by default): ``resolved_optimizer``.
 
-- ``tv_phase_smoothing``: 0.001 on several slices, one TV descent step after every iteration,
+- ``tv_phase_smoothing``: 0.001 on several slices (on counted patterns scaled by their dose per object
+  pixel, ``dose_smoothing``), one TV descent step after every iteration,
   outside Adam, so that runs agree on any number of processes (docs/quality-grid.md, "The
   multislice default": all 18 multislice grid points rise, median +0.0036; the MoS2 demo's 3
   slices +0.002 at every dose). 0 on one slice, where it costs the demo up to 0.001 at low dose.
@@ -33,16 +35,23 @@ the keys given as auto (attribute ``auto_values``) beside the config as given (`
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ptyacc.config import Config
 from ptyacc.config.schema import LearningRates
+from ptyacc.reconstruction.slices import median_neighbour_distance
 
 ADAM_STEPS = LearningRates()  # optim.lr's defaults
 
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
 MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
 MULTISLICE_BATCH_FLOOR = 0.25  # optim.preconditioner_batch_floor's auto on several slices (0 on one)
+SMOOTHING_ELECTRONS = 2900.0  # electrons per object pixel at which tv_phase_smoothing's auto on counts is 0.001
+SMOOTHING_FACTORS = (0.5, 2.0)  # its factor's bounds (dose_smoothing)
 
 
 def resolved(config: Config, name: str) -> float:
@@ -129,6 +138,44 @@ def preconditioned_autos(config: Config) -> dict[str, float]:
     chosen = {"optim.preconditioned_step": resolved_step(config),
               "optim.preconditioner_batch_floor": resolved_batch_floor(config)}
     return {key: value for key, value in chosen.items() if getattr(config.optim, key.split(".")[1]) == "auto"}
+
+
+def dose_smoothing(electrons_px: float) -> float:
+    """``tv_phase_smoothing``'s auto on several slices for counted data with ``electrons_px`` electrons per
+    object pixel: ``MULTISLICE``'s 0.001 times sqrt(``SMOOTHING_ELECTRONS`` / electrons_px), the factor kept
+    within ``SMOOTHING_FACTORS``. The noise in an object pixel falls as one over the square root of the
+    electrons that reach it, and so did the step that suited the independent grid's multislice points
+    (docs/quality-grid.md, "The TV smoothing step from the dose"): about 2, 1 and 0.5 times 0.001 at 720,
+    2,900 and 14,000 electrons per pixel (110 mrad edge), 1 and 0.5 at 2,400 and 9,700 (60 mrad), where a
+    step of 0.25 times it did no better at 48,000; the lower bound, 0.5, lost less on the MoS2 demo as
+    3 slices at 25,000 (0.9858 against 0.9848 for 0.34)."""
+    factor = math.sqrt(SMOOTHING_ELECTRONS / electrons_px) if electrons_px > 0 else SMOOTHING_FACTORS[1]
+    return MULTISLICE["tv_phase_smoothing"] * min(max(factor, SMOOTHING_FACTORS[0]), SMOOTHING_FACTORS[1])
+
+
+def electrons_per_pixel(mean_counts: float, dx_A: float, positions_A: np.ndarray) -> float:
+    """Counts per pattern times the object pixel's share of the scan's area per position (the median
+    distance to the nearest position, squared): the electrons that reach one object pixel."""
+    return mean_counts * dx_A**2 / median_neighbour_distance(positions_A) ** 2
+
+
+def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: float, dx_A: float,
+               positions_A: np.ndarray) -> tuple[Config, dict[str, float | str], list[str], list[str]]:
+    """The run's config with the auto keys that the data decide resolved: ``optim.loss``
+    (``resolved_loss``) and, on several slices with counts, ``optim.regularize.tv_phase_smoothing``
+    (``dose_smoothing``); {key: value} of those, and the lines saying why: for the terminal, and for
+    run.log only."""
+    loss, log_notes = resolved_loss(config, counts, peak_counts)
+    chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
+    regularize, notes = config.optim.regularize, []
+    if counts and config.model.slices > 1 and regularize.tv_phase_smoothing == "auto":
+        electrons = electrons_per_pixel(mean_counts, dx_A, positions_A)
+        smoothing = chosen["optim.regularize.tv_phase_smoothing"] = dose_smoothing(electrons)
+        regularize = dataclasses.replace(regularize, tv_phase_smoothing=smoothing)
+        notes.append(f"optim.regularize: tv_phase_smoothing {smoothing:.2g} (auto: {config.model.slices} slices, "
+                     f"{electrons:.3g} electrons per object pixel; give a number, 0 = off, to choose)")
+    optim = dataclasses.replace(config.optim, loss=loss, regularize=regularize)
+    return (dataclasses.replace(config, optim=optim) if chosen else config), chosen, notes, log_notes
 
 
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
