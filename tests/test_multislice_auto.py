@@ -21,6 +21,7 @@ from ptyacc.reconstruction.multislice_auto import (
     electrons_per_pixel,
     resolved,
 )
+from ptyacc.reconstruction.slices import median_neighbour_distance
 
 KEYS = ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")
 
@@ -131,6 +132,13 @@ def test_electrons_per_pixel_is_the_counts_times_the_pixels_share_of_a_raster_ce
     grid = np.stack(np.meshgrid(np.arange(5) * 0.5, np.arange(7) * 0.5, indexing="ij"), -1).reshape(-1, 2)
     assert electrons_per_pixel(1000.0, 0.25, grid) == pytest.approx(250.0, rel=1e-9)
     assert electrons_per_pixel(1000.0, 0.25, grid / 2) == pytest.approx(1000.0, rel=1e-9)
+    # a large scan is measured on 256 of its positions: a jittered 60 x 60 raster, against all 3,600
+    rng = np.random.default_rng(1)
+    large = np.stack(np.meshgrid(np.arange(60) * 0.5, np.arange(60) * 0.5, indexing="ij"), -1).reshape(-1, 2)
+    large = large + rng.normal(0.0, 0.03, large.shape)
+    every = median_neighbour_distance(large)
+    assert electrons_per_pixel(1000.0, 0.25, large) == pytest.approx(1000.0 * 0.0625 / every**2, rel=0.03)
+    assert median_neighbour_distance(large, at_most=256) != every  # a sample, not all of them
 
 
 def test_counted_multislice_data_take_the_smoothing_of_their_dose_recorded_and_said(tmp_path, capsys):

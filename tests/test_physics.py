@@ -465,10 +465,11 @@ def test_mixed_state_probe_orthogonal_power_preserving(n_modes, first_power):
     assert abs(ratio) == pytest.approx(math.sqrt(first_power), rel=1e-10)
 
 
-@pytest.mark.parametrize("modes, power", [(4, None), (3, 0.1), (2, 0.4)])
+@pytest.mark.parametrize("modes, power", [(4, None), (21, None), (3, 0.1), (2, 0.4)])
 def test_the_initial_probe_modes_start_with_model_probe_mode_power_each(tmp_path, modes, power):
     """A built model's modes start orthogonal with model.probe_mode_power of the total intensity each
-    after the first (default 0.02), the first with the rest; the total is the single-mode start's."""
+    after the first (auto: 0.02, and 0.2 shared beyond 10 further modes), the first with the rest; the
+    total is the single-mode start's."""
     from conftest import tiny_config
 
     import ptyacc
@@ -482,7 +483,7 @@ def test_the_initial_probe_modes_start_with_model_probe_mode_power_each(tmp_path
         model = build_model(config, data, ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px))
         return model.complex_probe().detach().numpy().astype(np.complex128)
 
-    share = 0.02 if power is None else power
+    share = (0.02 if modes <= 11 else 0.2 / (modes - 1)) if power is None else power
     total = float((np.abs(probe(1, {})) ** 2).sum())
     expected = np.diag([1 - share * (modes - 1)] + [share] * (modes - 1)) * total
     np.testing.assert_allclose(gram(probe(modes, {} if power is None else {"probe_mode_power": power})), expected,
@@ -494,7 +495,7 @@ def test_probe_mode_power_that_leaves_the_first_mode_nothing_is_refused(modes, p
     import ptyacc
     from ptyacc.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="model.probe_mode_power: must be > 0 with"):
+    with pytest.raises(ConfigError, match="model.probe_mode_power: must be auto, or > 0 with"):
         ptyacc.load_config(None, [f"model.probe_modes={modes}", f"model.probe_mode_power={power}"])
 
 

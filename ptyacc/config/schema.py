@@ -149,11 +149,12 @@ class ModelConfig:
     """What is reconstructed."""
 
     probe_modes: int = _f(1, "Number of incoherent probe modes.")
-    probe_mode_power: float = _f(
-        0.02, "With several probe modes: the share of the total intensity that each mode after the first starts "
-              "with (the first has the rest; 0.2 / (probe_modes - 1) gives versions before 0.02 was the default). "
-              "Modes grow where the data ask for them; a small start keeps coherent data coherent "
-              "(docs/user-guide.md, 'Probe modes').")
+    probe_mode_power: float | Literal["auto"] = _f(
+        "auto", "With several probe modes: the share of the total intensity that each mode after the first starts "
+                "with (the first has the rest). auto: 0.02 each up to 11 modes, beyond that 0.2 shared by the further "
+                "modes (earlier versions: 0.2 shared whatever the number of modes). Modes grow where "
+                "the data ask for them; a small start keeps coherent data coherent (docs/user-guide.md, 'Probe "
+                "modes').")
     object_modes: int = _f(1, "Number of incoherent object modes.")
     slices: int = _f(1, "Number of object slices (multislice when > 1).")
     slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")
@@ -174,13 +175,19 @@ class ModelConfig:
               "which the tilts are averaged after every iteration; null = twice the median distance between "
               "neighbouring positions.")
 
+    def further_mode_power(self) -> float:
+        """``probe_mode_power`` for this run: as given, or for auto 0.02 up to 10 further modes, else 0.2 / their number."""
+        if self.probe_mode_power != "auto":
+            return float(self.probe_mode_power)
+        return min(0.02, 0.2 / max(self.probe_modes - 1, 1))
+
     def _check(self, path: str) -> None:
         for name in ("probe_modes", "object_modes", "slices"):
             _require(getattr(self, name) >= 1, f"{path}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        extra = self.probe_mode_power * (self.probe_modes - 1)
-        _require(self.probe_mode_power > 0 and extra < 1, f"{path}.probe_mode_power",
-                 f"must be > 0 with (probe_modes - 1) x probe_mode_power < 1 (the first mode has the rest), got "
-                 f"{self.probe_mode_power} x {self.probe_modes - 1}")
+        power = self.probe_mode_power
+        _require(power == "auto" or (power > 0 and power * (self.probe_modes - 1) < 1), f"{path}.probe_mode_power",
+                 f"must be auto, or > 0 with (probe_modes - 1) x probe_mode_power < 1 (the first mode has the rest), "
+                 f"got {power} x {self.probe_modes - 1}")
         _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", f"must be > 0, got {self.slice_thickness_A}")
         _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
                  f"must be > 0 or null, got {self.tilt_smoothing_A}")

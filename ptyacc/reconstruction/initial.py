@@ -85,7 +85,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     try:
         probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())),
                                   config.model.probe_modes,
-                                  1 - config.model.probe_mode_power * (config.model.probe_modes - 1))
+                                  1 - config.model.further_mode_power() * (config.model.probe_modes - 1))
     except ValueError as exc:
         raise ConfigError(f"model.probe_modes: {exc}") from None
     slices = config.model.slices

@@ -155,8 +155,9 @@ def dose_smoothing(electrons_px: float) -> float:
 
 def electrons_per_pixel(mean_counts: float, dx_A: float, positions_A: np.ndarray) -> float:
     """Counts per pattern times the object pixel's share of the scan's area per position (the median
-    distance to the nearest position, squared): the electrons that reach one object pixel."""
-    return mean_counts * dx_A**2 / median_neighbour_distance(positions_A) ** 2
+    distance to the nearest position, squared, over at most 256 positions): the electrons that reach one
+    object pixel."""
+    return mean_counts * dx_A**2 / median_neighbour_distance(positions_A, at_most=256) ** 2
 
 
 def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: float, dx_A: float,
