@@ -82,10 +82,11 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
         probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
     else:
         probe = probe_from_patterns(data.held_mean_pattern(), detector)
+    modes = config.model.probe_modes
+    first_power = 1 - config.model.further_mode_power() * (modes - 1) if modes > 1 else 1.0
     try:
-        probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())),
-                                  config.model.probe_modes,
-                                  1 - config.model.further_mode_power() * (config.model.probe_modes - 1))
+        probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())), modes,
+                                  first_power)
     except ValueError as exc:
         raise ConfigError(f"model.probe_modes: {exc}") from None
     slices = config.model.slices
