@@ -156,18 +156,25 @@ def test_for_the_poisson_loss_a_step_of_one_is_newtons_near_the_counts():
     assert excess[0.5] > 0.5, excess
 
 
-def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_says_so():
+def test_auto_is_preconditioned_on_any_slice_count_adam_where_its_step_is_given_and_the_run_says_so():
     one = ptyacc.load_config({}, ["data.path=x.h5"])
     several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
-    assert resolved_optimizer(one) == "preconditioned" and resolved_optimizer(several) == "adam"
-    assert auto_values(one)["optim.object_optimizer"] == "preconditioned"
-    assert auto_values(several)["optim.object_optimizer"] == "adam"
-    assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto: 1 slice)",
-                                    "optim.probe_optimizer: preconditioned (auto: 1 slice)",
+    assert resolved_optimizer(one) == resolved_optimizer(several) == "preconditioned"
+    assert auto_values(one)["optim.object_optimizer"] == auto_values(several)["optim.object_optimizer"] == "preconditioned"
+    assert optimizer_notes(one) == ["optim.object_optimizer: preconditioned (auto)",
+                                    "optim.probe_optimizer: preconditioned (auto)",
                                     "optim.preconditioned_step: 0.4 (auto: the amplitude loss)",
                                     "optim.preconditioner_batch_floor: off (auto: 1 slice)"]
-    assert optimizer_notes(several) == ["optim.object_optimizer: adam (auto: 3 slices)",
-                                        "optim.probe_optimizer: adam (auto: 3 slices)"]
+    assert optimizer_notes(several) == ["optim.object_optimizer: preconditioned (auto)",
+                                        "optim.probe_optimizer: preconditioned (auto)",
+                                        "optim.preconditioned_step: 0.4 (auto: the amplitude loss)",
+                                        "optim.preconditioner_batch_floor: 0.25 (auto: 3 slices)"]
+    stepped = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.lr.object=0.02"])
+    assert optimizer_notes(stepped)[0] == "optim.object_optimizer: adam (auto: optim.lr.object given)"
+    tilted = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.start.tilt=0"])  # Adam finds the tilt
+    assert resolved_optimizer(tilted) == "adam" and resolved_optimizer(tilted, "probe") == "preconditioned"
+    assert optimizer_notes(tilted)[:2] == ["optim.object_optimizer: adam (auto: optim.start.tilt set)",
+                                           "optim.probe_optimizer: preconditioned (auto)"]
     assert auto_notes(one) == []  # the terminal is told nothing; run.log is (below)
     chosen = ptyacc.load_config({}, ["data.path=x.h5", "optim.object_optimizer=adam", "optim.probe_optimizer=adam"])
     assert resolved_optimizer(chosen) == "adam" and "optim.object_optimizer" not in auto_values(chosen)
@@ -175,8 +182,8 @@ def test_auto_is_preconditioned_on_one_slice_and_adam_on_several_and_the_run_say
     assert optimizer_notes(chosen) == []
 
 
-@pytest.mark.parametrize("slices, chosen, kind", [(1, "auto", PreconditionedDescent), (3, "auto", torch.optim.Adam),
-                                                  (3, "preconditioned", PreconditionedDescent),
+@pytest.mark.parametrize("slices, chosen, kind", [(1, "auto", PreconditionedDescent), (3, "auto", PreconditionedDescent),
+                                                  (3, "adam", torch.optim.Adam),
                                                   (1, "adam", torch.optim.Adam)])
 def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kind):
     config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", f"optim.object_optimizer={chosen}",
@@ -185,9 +192,9 @@ def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kin
     group, probe = build_groups(config, model, torch.device("cpu"))[:2]
     assert group.name == "object" and type(group.optimizer) is kind
     assert group.lr == (0.3 if kind is PreconditionedDescent else config.optim.lr.object)
-    # the probe's auto: preconditioned on one slice, on several only with the Poisson loss (not given here)
-    assert probe.name == "probe" and type(probe.optimizer) is (ProbeDescent if slices == 1 else torch.optim.Adam)
-    assert probe.lr == (1.0 if slices == 1 else config.optim.lr.probe)
+    # the probe's auto: preconditioned on any slice count, with either loss
+    assert probe.name == "probe" and type(probe.optimizer) is ProbeDescent
+    assert probe.lr == 1.0
 
 
 @pytest.mark.parametrize("key, value", [("optim.preconditioned_step", "0"), ("optim.preconditioner_floor", "-1"),
@@ -349,8 +356,8 @@ def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson()
     assert auto_values(amplitude)["optim.preconditioned_step"] == 0.4
     assert auto_values(poisson)["optim.preconditioned_step"] == 0.8
     assert "optim.preconditioned_step" not in auto_values(given)
-    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=2"])  # Adam: the step is not used
-    assert "optim.preconditioned_step" not in auto_values(several)
+    adam = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=2", "optim.lr.object=0.02"])  # Adam: no step
+    assert "optim.preconditioned_step" not in auto_values(adam)
     model = _model(np.array([[12.0, 12.0]]), (32, 32))
     assert build_groups(poisson, model, torch.device("cpu"))[0].lr == 0.8
 
@@ -358,7 +365,7 @@ def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson()
 def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_one():
     from ptyacc.reconstruction.multislice_auto import resolved_batch_floor
 
-    base = ["data.path=x.h5", "optim.loss=poisson"]  # Poisson: the object is preconditioned on any slice count
+    base = ["data.path=x.h5", "optim.loss=poisson"]
     one = ptyacc.load_config({}, base)
     several = ptyacc.load_config({}, [*base, "model.slices=3"])
     given = ptyacc.load_config({}, [*base, "model.slices=3", "optim.preconditioner_batch_floor=0.5"])
@@ -366,7 +373,7 @@ def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_on
     assert auto_values(one)["optim.preconditioner_batch_floor"] == 0.0
     assert auto_values(several)["optim.preconditioner_batch_floor"] == 0.25
     assert "optim.preconditioner_batch_floor" not in auto_values(given)
-    adam = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])  # amplitude: Adam takes no floor
+    adam = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.object_optimizer=adam"])  # no floor
     assert "optim.preconditioner_batch_floor" not in auto_values(adam)
     for config, floor in ((one, 0.0), (several, 0.25), (given, 0.5)):
         model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=config.model.slices)

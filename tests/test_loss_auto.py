@@ -30,17 +30,18 @@ def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and
     assert notes == ["optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean "
                      "pixel 565.5 counts)"]
     assert resolved_loss(one, counts=False, peak_counts=565.5)[0] == "amplitude"
-    # several slices: counts take Poisson and with it the preconditioned object; not counts, amplitude and Adam
+    # several slices: counts take Poisson, not counts the amplitude loss; the preconditioned object either way
     several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
     assert resolved_loss(several, counts=True, peak_counts=10.0) == ("poisson", [
         "optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean pixel 10 counts)"])
     assert resolved_loss(several, counts=False, peak_counts=10.0)[1] == [
-        "optim.loss: amplitude (auto: object optimizer adam, patterns not counts, brightest mean pixel 10 counts)"]
+        "optim.loss: amplitude (auto: object optimizer preconditioned, patterns not counts, brightest mean pixel 10 "
+        "counts)"]
     poisson = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.loss=poisson"])
-    assert resolved_optimizer(several) == "adam" and resolved_optimizer(poisson) == "preconditioned"
-    assert resolved_optimizer(several, "probe") == "adam" and resolved_optimizer(poisson, "probe") == "preconditioned"
-    assert optimizer_notes(poisson) == ["optim.object_optimizer: preconditioned (auto: 3 slices, the poisson loss)",
-                                        "optim.probe_optimizer: preconditioned (auto: 3 slices, the poisson loss)",
+    for group in ("object", "probe"):
+        assert resolved_optimizer(several, group) == resolved_optimizer(poisson, group) == "preconditioned"
+    assert optimizer_notes(poisson) == ["optim.object_optimizer: preconditioned (auto)",
+                                        "optim.probe_optimizer: preconditioned (auto)",
                                         "optim.preconditioned_step: 0.8 (auto: the poisson loss)",
                                         "optim.preconditioner_batch_floor: 0.25 (auto: 3 slices)"]
     for adam in (["optim.object_optimizer=adam"], ["optim.lr.object=0.02"]):  # Adam asked for: amplitude

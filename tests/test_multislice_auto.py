@@ -84,35 +84,39 @@ def multislice(tmp_path, *overrides):
 
 
 def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(tmp_path, capsys):
-    """auto equals its numbers given explicitly bit for bit: all three keys auto, and the default
-    (tv_phase_smoothing auto alone); both differ from all three at 0; the terminal and run.log say
-    what auto chose; results.h5 keeps the config as given (auto) and the resolved values (attribute
-    auto_values)."""
+    """auto equals its numbers given explicitly bit for bit: all three keys auto (on these patterns, which
+    are not counts, tv_phase_smoothing auto is 0), and the default, which equals all three at 0; the
+    smoothing at 0.001 differs from both; the terminal and run.log say what auto chose; results.h5 keeps
+    the config as given (auto) and the resolved values (attribute auto_values). The object and the probe
+    take the preconditioned step (auto, with the amplitude loss too)."""
     rec = ptyacc.reconstruct(multislice(tmp_path, *AUTO), overwrite=True)
-    said = "ptyacc: optim.regularize: tv_phase 1, lateral_blur_px 0.3, tv_phase_smoothing 0.001 (auto: 3 slices"
-    assert said in capsys.readouterr().err
-    assert said.removeprefix("ptyacc: ") in (tmp_path / "out" / "run.log").read_text()
+    said = ("ptyacc: optim.regularize: tv_phase 1, lateral_blur_px 0.3 (auto: 3 slices",
+            "ptyacc: optim.regularize: tv_phase_smoothing 0 (auto: 3 slices, patterns not counts; give a number")
+    err, log = capsys.readouterr().err, (tmp_path / "out" / "run.log").read_text()
+    assert all(line in err and line.removeprefix("ptyacc: ") in log for line in said)
     with h5py.File(tmp_path / "out" / "results.h5") as f:
         assert yaml.safe_load(f.attrs["auto_values"]) == {"optim.regularize.tv_phase": 1.0,
                                                           "optim.regularize.lateral_blur_px": 0.3,
-                                                          "optim.regularize.tv_phase_smoothing": 0.001,
-                                                          "optim.object_optimizer": "adam",
-                                                          "optim.probe_optimizer": "adam",
+                                                          "optim.regularize.tv_phase_smoothing": 0.0,
+                                                          "optim.object_optimizer": "preconditioned",
+                                                          "optim.probe_optimizer": "preconditioned",
+                                                          "optim.preconditioned_step": 0.4,
+                                                          "optim.preconditioner_batch_floor": 0.25,
                                                           "optim.loss": "amplitude"}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
                "optim.regularize.tv_phase_smoothing={}")
-    explicit = ptyacc.reconstruct(multislice(tmp_path, *(k.format(v) for k, v in zip(numbers, (1, 0.3, 0.001)))),
+    explicit = ptyacc.reconstruct(multislice(tmp_path, *(k.format(v) for k, v in zip(numbers, (1, 0.3, 0)))),
                                   write=False)
     smoothing = ptyacc.reconstruct(multislice(tmp_path, *(k.format(v) for k, v in zip(numbers, (0, 0, 0.001)))),
                                    write=False)
     off = ptyacc.reconstruct(multislice(tmp_path, *(k.format(0) for k in numbers)), write=False)
     default = ptyacc.reconstruct(multislice(tmp_path), write=False)
     said = capsys.readouterr().err
-    assert said.count("ptyacc: optim.regularize: tv_phase_smoothing 0.001 (auto: 3 slices") == 1  # the default run
+    assert said.count("ptyacc: optim.regularize: tv_phase_smoothing 0 (auto: 3 slices, patterns not counts") == 1
     np.testing.assert_array_equal(rec.results.object, explicit.results.object)
-    np.testing.assert_array_equal(default.results.object, smoothing.results.object)
-    assert not np.array_equal(default.results.object, off.results.object)
+    np.testing.assert_array_equal(default.results.object, off.results.object)
+    assert not np.array_equal(default.results.object, smoothing.results.object)
     assert not np.array_equal(rec.results.object, default.results.object)
 
 

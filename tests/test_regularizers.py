@@ -4,9 +4,11 @@ config checks, off by default, and what each does to a reconstruction."""
 
 import math
 
+import h5py
 import numpy as np
 import pytest
 import torch
+import yaml
 from conftest import tiny_config
 
 import ptyacc
@@ -198,15 +200,27 @@ def multislice_config(tmp_path, **regularize):
 def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, monkeypatch):
     """With the keys at their defaults no regulariser runs on one slice (each would raise here) and
     the keys written out as 0 give the same object bit for bit; on several slices only the TV
-    smoothing step runs (tv_phase_smoothing auto: 0.001), the same as given explicitly, and with it
-    at 0 nothing runs. (auto for the others: tests/test_multislice_auto.py.)"""
+    smoothing step runs, and only on counted patterns (tv_phase_smoothing auto: the step from their
+    dose, the same as given explicitly); on patterns that are not counts, or with it at 0, nothing
+    runs. (auto for the others: tests/test_multislice_auto.py.)"""
     import ptyacc.groups as groups
     import ptyacc.physics.regularizers as regularizers
 
+    def counted(**regularize):
+        base = tiny_config(tmp_path, model={"slices": 4, "slice_thickness_A": 2.0},
+                           optim={"iterations": 3, "regularize": regularize})
+        base["data"]["simulate"]["dose"] = 2e4
+        return ptyacc.load_config(base)
+
     one_slice = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3}))
-    several = ptyacc.reconstruct(multislice_config(tmp_path), write=False).results.object
-    smoothing = ptyacc.reconstruct(multislice_config(tmp_path, tv_phase_smoothing=0.001), write=False)
-    np.testing.assert_array_equal(smoothing.results.object, several)
+    several = ptyacc.reconstruct(counted(), overwrite=True)
+    with h5py.File(tmp_path / "out" / "results.h5") as f:  # what auto chose
+        step = yaml.safe_load(f.attrs["auto_values"])["optim.regularize.tv_phase_smoothing"]
+    assert 0.0005 <= step <= 0.002
+    smoothing = ptyacc.reconstruct(counted(tv_phase_smoothing=step), write=False)
+    np.testing.assert_array_equal(smoothing.results.object, several.results.object)
+    assert not np.array_equal(ptyacc.reconstruct(counted(tv_phase_smoothing=0.0), write=False).results.object,
+                              several.results.object)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a regulariser ran although it is off")
@@ -219,10 +233,13 @@ def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, 
     explicit = ptyacc.reconstruct(ptyacc.load_config(one_slice.to_dict(), zeros), write=False)
     np.testing.assert_array_equal(explicit.results.object, default)
     ptyacc.reconstruct(multislice_config(tmp_path, tv_phase_smoothing=0.0), write=False)
-    for prior in ({"depth_blur_slices": 0.5}, {"tv_phase": 0.1}, {"lateral_blur_px": 0.5}, {}):
+    ptyacc.reconstruct(multislice_config(tmp_path), write=False)  # not counts: auto is 0
+    for prior in ({"depth_blur_slices": 0.5}, {"tv_phase": 0.1}, {"lateral_blur_px": 0.5}, {"tv_phase_smoothing": 0.001}):
         with pytest.raises(AssertionError, match="regulariser ran"):
-            ptyacc.reconstruct(multislice_config(tmp_path, **prior, **({"tv_phase_smoothing": 0.0} if prior else {})),
-                               write=False)
+            ptyacc.reconstruct(multislice_config(tmp_path, **prior, **({"tv_phase_smoothing": 0.0} if "tv_phase_smoothing"
+                                                                       not in prior else {})), write=False)
+    with pytest.raises(AssertionError, match="regulariser ran"):
+        ptyacc.reconstruct(counted(), write=False)
 
 
 def test_depth_blur_lowers_the_high_kz_content_of_a_reconstruction(tmp_path):

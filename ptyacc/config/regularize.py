@@ -43,10 +43,11 @@ class RegularizeConfig:
                 "tv_epsilon_rad): the object less this step times the penalty's gradient with respect to its real "
                 "and imaginary parts (a phase change of about this many rad where neighbours differ). Not fed to "
                 "Adam, so runs on any number of processes, the object split or not, agree as closely as without "
-                "it. 0 = off. auto (the default): 0 for one slice; for a multislice object (model.slices > 1) 0.001, "
-                "and on counted patterns 0.001 x sqrt(2900 / the electrons per object pixel) within 0.0005-0.002 "
-                "(the noise per pixel sets it; docs/quality-grid.md, 'The TV smoothing step from the dose'); the "
-                "run says what auto chose.")
+                "it. 0 = off. auto (the default): 0 for one slice; for a multislice object (model.slices > 1) on counted "
+                "patterns 0.001 x sqrt(2900 / the electrons per object pixel) within 0.0005-0.002 (the noise per "
+                "pixel sets it; docs/quality-grid.md, 'The TV smoothing step from the dose'), 0 on patterns that "
+                "are not counts (their noise unknown: 'Multislice data that are not counts'); the run says what "
+                "auto chose.")
 
     def _check(self, path: str) -> None:
         for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing"):

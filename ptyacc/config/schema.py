@@ -268,9 +268,9 @@ class OptimConfig:
                 "preconditioned: the gradient divided by the probe's illumination of each pixel, the least-squares "
                 "step of ePIE and LSQML (optim.preconditioned_step; docs/user-guide.md, 'The object's and the "
                 "probe's optimizer'). "
-                "auto: preconditioned for a single-slice object and for multislice with the Poisson loss, adam for "
-                "multislice with the amplitude loss or where optim.lr.object is given another value than its "
-                "default (0.01) and 0.")
+                "auto: preconditioned (any number of slices, either loss), adam where optim.lr.object is given "
+                "another value than its default (0.01) and 0, or where the tilt is refined (optim.start.tilt: the "
+                "tilt was found with Adam's object step, docs/thick-crystals.md).")
     preconditioned_step: float | Literal["auto"] = _f(
         "auto", "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 "
                 "replaces each exit wave's amplitude by the measured one where the probe is); on several slices "
@@ -280,9 +280,8 @@ class OptimConfig:
     probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
-                "least-squares step of ePIE and LSQML (optim.preconditioned_probe_step). auto: preconditioned on "
-                "one slice and on several with the Poisson loss, adam on several with the amplitude loss or where "
-                "optim.lr.probe is given another value than its default and 0.")
+                "least-squares step of ePIE and LSQML (optim.preconditioned_probe_step). auto: preconditioned, adam "
+                "where optim.lr.probe is given another value than its default and 0.")
     preconditioned_probe_step: float = _f(
         1.0, "optim.probe_optimizer: preconditioned: the step as a fraction of the least-squares step (1: the exit "
              "wave's amplitudes made the measured ones, for an object of the largest amplitude).")

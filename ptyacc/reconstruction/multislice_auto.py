@@ -4,8 +4,8 @@ the config (the slice count) and, for ``tv_phase_smoothing`` on counted patterns
 (``data_autos``, from sums every process shares), the same on every process. And ``optim.object_optimizer`` and
 ``optim.probe_optimizer`` (auto by default): ``resolved_optimizer``.
 
-- ``tv_phase_smoothing``: 0.001 on several slices (on counted patterns scaled by their dose per object
-  pixel, ``dose_smoothing``), one TV descent step after every iteration,
+- ``tv_phase_smoothing``: on several slices 0.001 scaled by the counted patterns' dose per object
+  pixel (``dose_smoothing``; 0 where the patterns are not counts), one TV descent step after every iteration,
   outside Adam, so that runs agree on any number of processes (docs/quality-grid.md, "The
   multislice default": all 18 multislice grid points rise, median +0.0036; the MoS2 demo's 3
   slices +0.002 at every dose). 0 on one slice, where it costs the demo up to 0.001 at low dose.
@@ -68,13 +68,15 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
-def resolved_optimizer(config: Config, group: str = "object", loss: str | None = None) -> str:
+def resolved_optimizer(config: Config, group: str = "object") -> str:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
-    or for ``auto`` preconditioned on one slice; on several slices preconditioned with the Poisson loss
-    (``loss``, ``optim.loss`` when not given), adam otherwise (with the amplitude loss the object's step
-    lowered the noise-free multislice cases, and the probe's the 4-mode ones: docs/user-guide.md, "The
-    object's and the probe's optimizer"); and adam wherever the group's Adam step (``optim.lr.object``
-    or ``optim.lr.probe``) is given another value than its default and 0."""
+    or for ``auto`` preconditioned, on any number of slices and with either loss (docs/user-guide.md,
+    "The object's and the probe's optimizer"; until the TV smoothing step left data that are not counts
+    alone, Adam took multislice runs with the amplitude loss: docs/quality-grid.md, "Multislice data that
+    are not counts"), and adam wherever the group's Adam step (``optim.lr.object`` or ``optim.lr.probe``)
+    is given another value than its default and 0, and for the object where the tilt is refined
+    (``optim.start.tilt``: on a noise-free tilted crystal, 3, -2 mrad from 0 in 30 iterations, it came to
+    2.92, -2.00 with Adam's object step and 1.67, -1.75 with the least-squares one)."""
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen
@@ -82,7 +84,9 @@ def resolved_optimizer(config: Config, group: str = "object", loss: str | None =
     # the demo's data walk (tests/test_house.py)
     if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
         return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
-    return "preconditioned" if config.model.slices == 1 or (loss or config.optim.loss) == "poisson" else "adam"
+    if group == "object" and config.optim.start.tilt is not None:
+        return "adam"  # the refined tilt found the truth with Adam's object step only (docs/thick-crystals.md)
+    return "preconditioned"
 
 
 @dataclass(frozen=True)
@@ -163,18 +167,22 @@ def electrons_per_pixel(mean_counts: float, dx_A: float, positions_A: np.ndarray
 def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: float, dx_A: float,
                positions_A: np.ndarray) -> tuple[Config, dict[str, float | str], list[str], list[str]]:
     """The run's config with the auto keys that the data decide resolved: ``optim.loss``
-    (``resolved_loss``) and, on several slices with counts, ``optim.regularize.tv_phase_smoothing``
-    (``dose_smoothing``); {key: value} of those, and the lines saying why: for the terminal, and for
-    run.log only."""
+    (``resolved_loss``) and, on several slices, ``optim.regularize.tv_phase_smoothing`` (counts:
+    ``dose_smoothing``; patterns that are not counts: 0, off); {key: value} of those, and the lines
+    saying why: for the terminal, and for run.log only."""
     loss, log_notes = resolved_loss(config, counts, peak_counts)
     chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
     regularize, notes = config.optim.regularize, []
-    if counts and config.model.slices > 1 and regularize.tv_phase_smoothing == "auto":
-        electrons = electrons_per_pixel(mean_counts, dx_A, positions_A)
-        smoothing = chosen["optim.regularize.tv_phase_smoothing"] = dose_smoothing(electrons)
+    if config.model.slices > 1 and regularize.tv_phase_smoothing == "auto":
+        if counts:
+            electrons = electrons_per_pixel(mean_counts, dx_A, positions_A)
+            smoothing, why = dose_smoothing(electrons), f"{electrons:.3g} electrons per object pixel"
+        else:  # the noise is not known: no prior (docs/quality-grid.md, "Multislice data that are not counts")
+            smoothing, why = 0.0, "patterns not counts"
+        chosen["optim.regularize.tv_phase_smoothing"] = smoothing
         regularize = dataclasses.replace(regularize, tv_phase_smoothing=smoothing)
         notes.append(f"optim.regularize: tv_phase_smoothing {smoothing:.2g} (auto: {config.model.slices} slices, "
-                     f"{electrons:.3g} electrons per object pixel; give a number, 0 = off, to choose)")
+                     f"{why}; give a number, 0 = off, to choose)")
     optim = dataclasses.replace(config.optim, loss=loss, regularize=regularize)
     return (dataclasses.replace(config, optim=optim) if chosen else config), chosen, notes, log_notes
 
@@ -182,15 +190,15 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
     """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
     brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
-    (``store.count_statistics``) and the object takes the preconditioned step with it (on any number
-    of slices, unless Adam was asked for); amplitude otherwise. On the grid's single-slice points
+    (``store.count_statistics``) and the object takes the preconditioned step with it (unless Adam was
+    asked for); amplitude otherwise. On the grid's single-slice points
     Poisson is ahead of the amplitude loss at 5e3 to 1e6 electrons per pattern and level at 1e7, and
     with the preconditioned object on 14 of the 18 multislice points (docs/quality-grid.md, "The
     loss under auto"); with Adam on several slices it lowered every multislice grid point."""
     if config.optim.loss != "auto":
         return config.optim.loss, []
-    loss = "poisson" if counts and resolved_optimizer(config, loss="poisson") == "preconditioned" else "amplitude"
-    optimizer = resolved_optimizer(config, loss=loss)
+    optimizer = resolved_optimizer(config)
+    loss = "poisson" if counts and optimizer == "preconditioned" else "amplitude"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
                   f"counts, brightest mean pixel {peak_counts:.4g} counts)"]
 
@@ -219,12 +227,16 @@ def auto_notes(config: Config) -> list[str]:
 
 def optimizer_notes(config: Config) -> list[str]:
     """For run.log (not the terminal), what ``optim.object_optimizer`` and ``optim.probe_optimizer``
-    given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto: 1 slice)", and for a
-    preconditioned object its step and batch floor given as auto."""
+    given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto)", or "adam (auto: optim.lr.object
+    given)", and for a preconditioned object its step and batch floor given as auto."""
     slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
-    poisson = ", the poisson loss" if config.model.slices > 1 and config.optim.loss == "poisson" else ""
-    notes = [f"optim.{group}_optimizer: {resolved_optimizer(config, group)} (auto: {slices}{poisson})"
-             for group in ("object", "probe") if getattr(config.optim, f"{group}_optimizer") == "auto"]
+    notes = []
+    for group in ("object", "probe"):
+        if getattr(config.optim, f"{group}_optimizer") == "auto":
+            chosen = resolved_optimizer(config, group)
+            why = "optim.start.tilt set" if group == "object" and config.optim.start.tilt is not None else \
+                f"optim.lr.{group} given"
+            notes.append(f"optim.{group}_optimizer: {chosen} (auto{'' if chosen != 'adam' else f': {why}'})")
     why = {"optim.preconditioned_step": f"the {least_squares_loss(config.optim.loss)} loss",
            "optim.preconditioner_batch_floor": slices}
     return notes + [f"{key}: {f'{value:g}' if value else 'off'} (auto: {why[key]})"
