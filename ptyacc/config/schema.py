@@ -281,7 +281,8 @@ class OptimConfig:
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
                 "least-squares step of ePIE and LSQML (optim.preconditioned_probe_step). auto: preconditioned, adam "
-                "where optim.lr.probe is given another value than its default and 0.")
+                "where optim.lr.probe is given another value than its default and 0, or where the tilt is refined "
+                "(optim.start.tilt).")
     preconditioned_probe_step: float = _f(
         1.0, "optim.probe_optimizer: preconditioned: the step as a fraction of the least-squares step (1: the exit "
              "wave's amplitudes made the measured ones, for an object of the largest amplitude).")
