@@ -159,7 +159,8 @@ class Reconstructor:
         if shards > 1:
             sums = accelerator.reduce(sums, reduction="sum")
         counts_total, not_counts, peak = (float(value) for value in sums)
-        self.model = build_model(config, self.data, self.geometry, mean_intensity=counts_total / self.data.n_patterns,
+        mean_counts = counts_total / self.data.n_patterns
+        self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None)
         if previous is not None:
             start_from(self.model, self.geometry, previous, config.model.init_from)
@@ -168,9 +169,8 @@ class Reconstructor:
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
         # auto keys the data decide (the loss; on several slices the TV smoothing step from the dose): the
         # run's config has what they chose, results.h5 says so
-        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak,
-                                                            counts_total / self.data.n_patterns, self.data.dx_A,
-                                                            self.data.positions_A)
+        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts,
+                                                            self.data.dx_A, self.data.positions_A)
         if chosen:
             self.config = config
             self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})

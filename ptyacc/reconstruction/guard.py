@@ -63,9 +63,9 @@ class NanGuard:
         raise PtyaccError(f"optim: the loss became {loss} at iteration {iteration} (non-finite values in: "
                           f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
                           "Lower optim.lr (Adam's steps) or optim.preconditioned_step and preconditioned_probe_step "
-                          "(the preconditioned descent: the default on one slice, and on several with the Poisson "
-                          "loss; on a dense scan optim.preconditioner_batch_floor: 0.25 may do instead), or set "
-                          "optim.on_nan: rollback")
+                          "(the preconditioned descent, the default; on a dense scan a larger "
+                          "optim.preconditioner_batch_floor may do instead: 0.25 by default on several slices, off "
+                          "on one), or set optim.on_nan: rollback")
 
     def restore(self) -> None:
         """Back to the last good state (also after an interrupted iteration, ``ptyacc.reconstruction.interrupt``)."""

@@ -68,7 +68,7 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
-def resolved_optimizer(config: Config, group: str = "object") -> str:
+def optimizer_choice(config: Config, group: str = "object") -> tuple[str, str]:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
     or for ``auto`` preconditioned, on any number of slices and with either loss (docs/user-guide.md,
     "The object's and the probe's optimizer"; until the TV smoothing step left data that are not counts
@@ -78,17 +78,23 @@ def resolved_optimizer(config: Config, group: str = "object") -> str:
     (``optim.start.tilt``: on a noise-free tilted crystal, 3, -2 mrad from 0 in 30 iterations, it came to
     2.89, -2.02 with Adam's steps and 1.67, -1.75 with the least-squares ones; with the least-squares probe
     beside Adam's object a split object's refined tilts parted from the unsplit run's by 5.4e-4 mrad in 6
-    iterations, against 8e-5 with Adam's)."""
+    iterations, against 8e-5 with Adam's).
+    Returns the optimizer and, for auto, why ("" for the least-squares step, run.log's words for Adam)."""
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
-        return chosen
+        return chosen, ""
     # OptimConfig.adam_step_given, written out: a call into config/schema.py here would add four returns to
     # the demo's data walk (tests/test_house.py)
     if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
-        return "adam"  # Adam's step was given (a config from before, a tuned step): Adam it is
+        return "adam", f"optim.lr.{group} given"  # a config from before, a tuned step: Adam it is
     if config.optim.start.tilt is not None:
-        return "adam"  # the refined tilt found the truth with Adam's object step only (docs/thick-crystals.md)
-    return "preconditioned"
+        return "adam", "optim.start.tilt set"  # the tilt found the truth with Adam's steps only (docs/thick-crystals.md)
+    return "preconditioned", ""
+
+
+def resolved_optimizer(config: Config, group: str = "object") -> str:
+    """``optimizer_choice``'s optimizer."""
+    return optimizer_choice(config, group)[0]
 
 
 @dataclass(frozen=True)
@@ -185,8 +191,9 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
         regularize = dataclasses.replace(regularize, tv_phase_smoothing=smoothing)
         notes.append(f"optim.regularize: tv_phase_smoothing {smoothing:.2g} (auto: {config.model.slices} slices, "
                      f"{why}; give a number, 0 = off, to choose)")
-    optim = dataclasses.replace(config.optim, loss=loss, regularize=regularize)
-    return (dataclasses.replace(config, optim=optim) if chosen else config), chosen, notes, log_notes
+    if chosen:
+        config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, loss=loss, regularize=regularize))
+    return config, chosen, notes, log_notes
 
 
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
@@ -235,9 +242,8 @@ def optimizer_notes(config: Config) -> list[str]:
     notes = []
     for group in ("object", "probe"):
         if getattr(config.optim, f"{group}_optimizer") == "auto":
-            chosen = resolved_optimizer(config, group)
-            reason = "optim.start.tilt set" if config.optim.start.tilt is not None else f"optim.lr.{group} given"
-            notes.append(f"optim.{group}_optimizer: {chosen} (auto{'' if chosen != 'adam' else f': {reason}'})")
+            chosen, reason = optimizer_choice(config, group)
+            notes.append(f"optim.{group}_optimizer: {chosen} (auto{f': {reason}' if reason else ''})")
     why = {"optim.preconditioned_step": f"the {least_squares_loss(config.optim.loss)} loss",
            "optim.preconditioner_batch_floor": slices}
     return notes + [f"{key}: {f'{value:g}' if value else 'off'} (auto: {why[key]})"
