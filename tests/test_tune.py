@@ -63,6 +63,15 @@ def tune_config(folder: Path, data: Path, **tune_keys) -> Path:
     return path
 
 
+def stored_trials(tune_dir: Path) -> list:
+    """The study's trials so far, read while a process may still be creating it: none before its
+    journal holds the study (the file exists, empty, a moment before)."""
+    try:
+        return stored_study(tune_dir).trials if (tune_dir / "study.journal").exists() else []
+    except KeyError:  # Optuna: the journal does not name the study yet
+        return []
+
+
 def stored_study(tune_dir: Path):
     """The study as the processes left it (its journal)."""
     from optuna.storages import JournalStorage
@@ -132,16 +141,18 @@ def test_the_same_command_continues_the_study(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_fails_the_running_trial_keeps_the_others_and_the_command_continues(tmp_path):
     path = tune_config(tmp_path, simulated_file(tmp_path, 6), trials=500, iterations=20, pruner="none")
-    worker = subprocess.Popen([sys.executable, "-m", "ptyacc.tune", str(path)], env=environment(),
-                              stderr=subprocess.PIPE, text=True)
+    # its stderr to a file, not a pipe nobody reads: a pipe fills (64 KiB, about 120 trials' lines)
+    # and the worker would hang on writing; the file also shows what it said when the test fails
+    with (tmp_path / "worker_stderr.txt").open("w") as stderr:
+        worker = subprocess.Popen([sys.executable, "-m", "ptyacc.tune", str(path)], env=environment(),
+                                  stderr=stderr, text=True)
     tune_dir = tmp_path / "out" / "tune"
     deadline = time.monotonic() + 120
-    while not ((tune_dir / "study.journal").exists() and any(t.state.name == "COMPLETE"
-                                                              for t in stored_study(tune_dir).trials)):
+    while not any(t.state.name == "COMPLETE" for t in stored_trials(tune_dir)):
         assert time.monotonic() < deadline and worker.poll() is None
         time.sleep(0.2)
     worker.send_signal(signal.SIGINT)
-    assert worker.wait(timeout=60) != 0
+    assert worker.wait(timeout=60) == 130, (tmp_path / "worker_stderr.txt").read_text()[-3000:]
     rows = list(csv.DictReader((tune_dir / "trials.csv").open()))
     # the trial that was running is failed (unless Ctrl-C came between two trials); none is left running
     assert all(row["state"] == "COMPLETE" for row in rows[:-1]) and len(rows) >= 1
@@ -150,6 +161,46 @@ def test_ctrl_c_fails_the_running_trial_keeps_the_others_and_the_command_continu
     study = tune(ptyacc.load_config(path, [f"tune.trials={complete + 1}", "tune.iterations=2"]), TuneProcess(0, 1))
     assert [t.number for t in study.trials] == list(range(len(rows) + 1))
     assert study.trials[-1].state.name == "COMPLETE" and len(study.trials[-1].intermediate_values) == 2
+
+
+@pytest.mark.parametrize("when", ["between trials", "after the last step"])
+def test_ctrl_c_outside_a_trials_iterations_ends_the_study_with_its_journal_whole(tmp_path, monkeypatch, when):
+    """Ctrl-C between two trials used to raise inside whatever ran, a journal write included; one
+    after a trial's last step had asked (its results being saved) was dropped, and the study ran
+    on (the test above then waited in vain). Now the first ends the study after the trial, which
+    completes, and the second fails the trial; both exit 130 with the study's trials ended."""
+    import ptyacc.tune.study as study_module
+    import ptyacc.tune.trial as trial_module
+    from ptyacc.reconstruction.interrupt import Interrupt, Interrupted
+
+    path = tune_config(tmp_path, simulated_file(tmp_path, 5), trials=4, iterations=2, pruner="none")
+    sent = []
+    if when == "between trials":
+        run_trial = study_module.run_trial
+
+        def run_then_signal(*args):
+            value = run_trial(*args)
+            if not sent:
+                sent.append(signal.raise_signal(signal.SIGINT))
+            return value
+
+        monkeypatch.setattr(study_module, "run_trial", run_then_signal)
+    else:
+        monkeypatch.setattr(Interrupt, "requested", lambda self, step=0, last=True: 0)  # the steps never see it
+
+        class SignalAfterTheLastStep(trial_module.PrunerReport):
+            def __call__(self, history) -> None:
+                super().__call__(history)
+                if history.done == history.iterations and not sent:
+                    sent.append(signal.raise_signal(signal.SIGINT))
+
+        monkeypatch.setattr(trial_module, "PrunerReport", SignalAfterTheLastStep)
+    with pytest.raises(Interrupted, match="tune interrupted") as caught:
+        tune(ptyacc.load_config(path), TuneProcess(0, 1))
+    assert caught.value.exit_code == 130 and sent
+    trials = stored_study(tmp_path / "out" / "tune").trials
+    assert [t.state.name for t in trials] == (["COMPLETE"] if when == "between trials" else ["FAIL"])
+    assert when == "between trials" or trials[0].user_attrs["error"] == "interrupted (Ctrl-C)"
 
 
 def test_data_read_once_when_no_searched_key_changes_it(tmp_path, monkeypatch):

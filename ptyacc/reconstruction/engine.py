@@ -89,12 +89,7 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         with reconstructor.closing:  # run.log and the trackers are closed even when the run fails or is interrupted
             reconstructor.build(data)
             reconstructor.run()
-            finished = reconstructor.finish()
-            if reconstructor.interrupt.signum:  # received after the last step asked: the work is complete and kept
-                raise Interrupted(f"{signal.Signals(reconstructor.interrupt.signum).name} received after the last "
-                                  "iteration's last step: the run finished and saved its results first",
-                                  reconstructor.interrupt.signum)
-            return finished
+            return reconstructor.finish()
 
 
 class Reconstructor:
@@ -273,9 +268,10 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ finish
     def finish(self) -> Reconstruction:
-        """Compute the deviance (Poisson runs), save, hand over the results. (That the processes
-        agree was checked after the last iteration, ``hooks.SyncCheck``; run.log's summary was
-        written then too, ``runlog.LogLine``.)"""
+        """Compute the deviance (Poisson runs), save, hand over the results; or, where a signal
+        came after the last step asked, raise Interrupted once saved, so that no caller (``reconstruct``,
+        a tune trial) drops it. (That the processes agree was checked after the last iteration,
+        ``hooks.SyncCheck``; run.log's summary was written then too, ``runlog.LogLine``.)"""
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
@@ -285,6 +281,9 @@ class Reconstructor:
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
         self.accelerator.wait_for_everyone()
+        if self.interrupt.signum:  # received after the last step asked: the work is complete and kept
+            raise Interrupted(f"{signal.Signals(self.interrupt.signum).name} received after the last iteration's "
+                              "last step: the run finished and saved its results first", self.interrupt.signum)
         return Reconstruction(results=results, model=self.model, data=self.data, loss=history.loss,
                               iteration_times_s=history.seconds, wall_time_s=wall,
                               output_dir=self.out_dir if self.write else None, world_size=self.world,

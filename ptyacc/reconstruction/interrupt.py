@@ -46,10 +46,11 @@ AGREE_EVERY_STEPS = 8
 
 class Interrupt:
     """Remembers SIGINT/SIGTERM while active (a context manager; main thread only, elsewhere it
-    does nothing). ``accelerator``: whose processes must agree."""
+    does nothing). ``accelerator``: whose processes must agree (None: this process alone, as a
+    tune study's between its trials). ``says``: what happens next, in the line a signal prints."""
 
-    def __init__(self, accelerator) -> None:
-        self.accelerator = accelerator
+    def __init__(self, accelerator, says: str = "finishing the current step, then saving") -> None:
+        self.accelerator, self.says = accelerator, says
         self.signum = 0
         self.active = False  # between __enter__ and __exit__; outside, nothing is asked (no collective)
         self.previous: dict[int, object] = {}
@@ -71,16 +72,16 @@ class Interrupt:
         self.signum = signum
         # a second Ctrl-C (or SIGTERM) stops at once
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-        if self.accelerator.is_main_process:
-            print(f"\nptyacc: {signal.Signals(signum).name} received: finishing the current step, then saving "
-                  "(send it again to stop at once)", file=sys.stderr, flush=True)
+        if self.accelerator is None or self.accelerator.is_main_process:
+            print(f"\nptyacc: {signal.Signals(signum).name} received: {self.says} (send it again to stop at once)",
+                  file=sys.stderr, flush=True)
 
     def requested(self, step: int = 0, last: bool = True) -> int:
         """The signal number any process received (0: none), the same on every process. Several
         processes agree (one all-reduce, which waits for the slowest and syncs a GPU) only at every
         ``AGREE_EVERY_STEPS``-th ``step`` of an iteration and at its ``last`` one; a stop is then at
         most that many steps late, and the state kept is the last whole iteration either way."""
-        if self.accelerator.num_processes == 1 or not self.active:
+        if self.accelerator is None or self.accelerator.num_processes == 1 or not self.active:
             return self.signum
         if not last and (step + 1) % AGREE_EVERY_STEPS:
             return 0

@@ -6,7 +6,8 @@ SQLite's locking is not safe. Trial numbers are handed out under that lock, so n
 twice. A running trial stamps a heartbeat into the study every ``tune.heartbeat_s``; a trial
 whose stamps stopped for twice that long (its process died) is marked FAIL by any other
 process, and failed trials do not count towards ``tune.trials``: the study goes on. Running the
-same command again continues the study; Ctrl-C fails the running trial and keeps the rest.
+same command again continues the study; Ctrl-C fails the running trial and keeps the rest (between
+trials, or after a trial's last step, it ends the study where its journal is whole).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.errors import ConfigError, PtyaccError
-from ptyacc.reconstruction.interrupt import Interrupted
+from ptyacc.reconstruction.interrupt import Interrupt, Interrupted
 from ptyacc.tune.processes import TuneProcess, detach_from_launcher
 from ptyacc.tune.space import grid_size, make_pruner, make_sampler, suggest
 from ptyacc.tune.trial import LoadedOnce, run_trial, trial_config
@@ -45,20 +46,25 @@ def tune(config: Config, process: TuneProcess | None = None):
     from ptyacc.tune.report import write_reports
 
     loaded = LoadedOnce(config)
+    # between trials a signal is remembered and acted on where the journal is whole (not inside
+    # one of its writes, which it could leave half done); during a trial's iterations the run's
+    # own listener takes it over and fails that trial
+    stop = Interrupt(None, says="ending the study after the running trial")
     try:
-        while True:  # a trial failed while waiting (its process died) is run again
-            run_trials(study, config, process, tune_dir, loaded)
-            wait_for_running(study, config.tune.heartbeat_s)
-            if _count(study, optuna) >= budget(config):
-                break
-    except (KeyboardInterrupt, Interrupted) as exc:
+        with stop:
+            while True:  # a trial failed while waiting (its process died) is run again
+                run_trials(study, config, process, tune_dir, loaded, stop)
+                wait_for_running(study, config.tune.heartbeat_s, stop)
+                if _count(study, optuna) >= budget(config):
+                    break
+    except (KeyboardInterrupt, Interrupted) as exc:  # a second signal stops at once: KeyboardInterrupt
         kept = f"the study so far is in {tune_dir} (the same command continues it)"
         if process.main:
             write_reports(study, config, tune_dir)
             _say(process, f"interrupted; {kept}")
-        if isinstance(exc, Interrupted):  # exit 130 / 143 as a run would, saying what the study kept
-            raise Interrupted(f"tune interrupted; {kept}", exc.exit_code - 128) from None
-        raise
+        # exit 130 / 143 as a run would, saying what the study kept
+        signum = exc.exit_code - 128 if isinstance(exc, Interrupted) else signal.SIGINT
+        raise Interrupted(f"tune interrupted; {kept}", signum) from None
     if process.main:
         write_reports(study, config, tune_dir)
         _say(process, f"study done: {_progress(study, config)}; reports in {tune_dir}")
@@ -88,11 +94,14 @@ def open_study(config: Config, process: TuneProcess, tune_dir: Path):
                                load_if_exists=True)
 
 
-def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path, loaded: LoadedOnce) -> None:
-    """Ask for trials and run them until the study holds its ``tune.trials`` (or the grid's size)."""
+def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path, loaded: LoadedOnce,
+               stop: Interrupt | None = None) -> None:
+    """Ask for trials and run them until the study holds its ``tune.trials`` (or the grid's size),
+    or until ``stop`` has heard a signal (then Interrupted)."""
     import optuna
 
     while True:
+        stopped(stop)
         fail_stale(study, config.tune.heartbeat_s)
         if _count(study, optuna) >= budget(config):
             return
@@ -197,13 +206,21 @@ def fail_stale(study, heartbeat_s: float) -> list[int]:
     return failed
 
 
-def wait_for_running(study, heartbeat_s: float) -> None:
-    """Return once no trial is running (others finish theirs, or die and are failed)."""
+def wait_for_running(study, heartbeat_s: float, stop: Interrupt | None = None) -> None:
+    """Return once no trial is running (others finish theirs, or die and are failed); raise
+    Interrupted as soon as ``stop`` has heard a signal."""
     import optuna
 
     while study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        stopped(stop)
         fail_stale(study, heartbeat_s)
         time.sleep(WAIT_S)
+
+
+def stopped(stop: Interrupt | None) -> None:
+    """Raise Interrupted if ``stop`` heard SIGINT or SIGTERM."""
+    if stop is not None and stop.signum:
+        raise Interrupted(f"{signal.Signals(stop.signum).name} received", stop.signum)
 
 
 def _count(study, optuna, before: int | None = None) -> int:
