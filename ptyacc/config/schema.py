@@ -23,6 +23,7 @@ from ptyacc.config.fields import _f, _require, _suggest
 from ptyacc.config.preparation import SimulateConfig, TransformConfig
 from ptyacc.config.recenter import RecenterConfig
 from ptyacc.config.regularize import RegularizeConfig
+from ptyacc.config.steps import LearningRates, StartIterations
 from ptyacc.config.tune import TuneConfig
 from ptyacc.errors import ConfigError
 
@@ -195,54 +196,6 @@ class ModelConfig:
         lo_hi = self.object_amplitude_bounds
         _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",
                  f"must be [min, max] with 0 <= min < max, got {lo_hi}")
-
-
-@dataclass
-class LearningRates:
-    """Adam learning rates in natural units: radians (object phase), relative amplitude
-    (object amplitude and probe, which is stored scaled to a peak of 1) and pixels (positions)."""
-
-    object: float = _f(1e-2, "Object amplitude and phase step size of Adam (optim.object_optimizer); 0 freezes the "
-                             "object with either optimizer. Another value than 0.01 makes object_optimizer: auto "
-                             "choose adam.")
-    probe: float = _f(1e-2, "Probe step size of Adam (relative to its peak amplitude; optim.probe_optimizer); 0 "
-                            "freezes the probe with either optimizer. Another value than 0.01 makes "
-                            "probe_optimizer: auto choose adam.")
-    positions: float = _f(1e-2, "Position step size in pixels.")
-    detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
-    tilt: float = _f(0.1, "Tilt step size in mrad.")
-    slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
-    scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
-
-    def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
-            _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
-
-
-@dataclass
-class StartIterations:
-    """Iteration (0-based) from which each quantity is updated; null = never."""
-
-    object: int | None = _f(0, "First iteration that updates the object.")
-    probe: int | None = _f(1, "First iteration that updates the probe.")
-    positions: int | None = _f(None, "First iteration that refines positions; null = positions fixed.")
-    detector: int | Literal["probe"] | None = _f(
-        "probe", "First iteration that updates the detector background and intensity weights; probe = with the probe.")
-    tilt: int | None = _f(None, "First iteration that refines the tilt (multislice); null = fixed at "
-                                "experiment.tilt_mrad. Start it once the object shows structure (a few iterations): "
-                                "through a flat object the tilt changes nothing and its gradient is rounding noise.")
-    slice_thickness: int | None = _f(None, "First iteration that refines model.slice_thickness_A (multislice); "
-                                           "null = fixed. Like tilt, start it once the object shows structure.")
-    scan_affine: int | None = _f(
-        None, "First iteration that refines a global affine distortion of the scan (scale, rotation, shear, "
-              "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
-              "correction is kept at zero. Start it with or before positions. null = off.")
-
-    def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
-            value = getattr(self, name)
-            _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
-                     f"must be >= 0 or null, got {value}")
 
 
 @dataclass
