@@ -156,6 +156,14 @@ class ModelConfig:
                 "modes (earlier versions: 0.2 shared whatever the number of modes). Modes grow where "
                 "the data ask for them; a small start keeps coherent data coherent (docs/user-guide.md, 'Probe "
                 "modes').")
+    probe_aperture_edge: Literal["auto", "measured", "soft"] = _f(
+        "auto", "The edge of the initial probe's aperture (electron data). soft: a one-pixel ramp at "
+                "experiment.semiangle_mrad (earlier versions). measured: each edge pixel read from the data's mean "
+                "pattern (its bright-field disk, the scattering just outside subtracted) and kept between a sharp "
+                "edge and that ramp: a sharp aperture starts sharp, an area-weighted one as the data show it; an "
+                "edge broader than the ramp (the object's scattering, the detector's blur) stays the ramp. auto: "
+                "measured where the mean pattern shows an even disk of the semi-angle (inside 3 times brighter "
+                "than a ring 2-4 px outside), else soft (docs/user-guide.md, 'The initial probe's aperture edge').")
     object_modes: int = _f(1, "Number of incoherent object modes.")
     slices: int = _f(1, "Number of object slices (multislice when > 1).")
     slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")

@@ -303,14 +303,42 @@ def count_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | N
     pixel of their mean pattern), both from a seeded random sample of up to ``most`` of the patterns
     ``store`` holds, on the pixels of the detector ``mask`` (K, K) bool, if any ((True, 0.0) when it
     holds none)."""
+    counts, peak, _ = sample_statistics(store, mask, most)
+    return counts, peak
+
+
+def sample_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | None = None,
+                      most: int = 128) -> tuple[bool, float, torch.Tensor | None]:
+    """``count_statistics`` and the sample's mean pattern (K, K) float64, every pixel (None when
+    ``store`` holds no pattern): the bright-field disk an initial probe's aperture edge is read from."""
     if not len(store.held):
-        return True, 0.0
+        return True, 0.0, None
     sample = np.random.default_rng(0).choice(len(store.held), size=min(most, len(store.held)), replace=False)
     patterns = store.measured(torch.as_tensor(store.held[np.sort(sample)], device=store.device))
+    mean_pattern = patterns.mean(0, dtype=torch.float64)
     if mask is not None:  # a bad pixel's value may be anything
         patterns = patterns[:, mask.to(patterns.device)]
     counts = bool(torch.equal(patterns, patterns.round())) and bool(patterns.min() >= 0)
-    return counts, float(patterns.mean(0, dtype=torch.float64).max())
+    return counts, float(patterns.mean(0, dtype=torch.float64).max()), mean_pattern
+
+
+def over_processes(data: PtychoData, statistics: tuple[bool, float, torch.Tensor | None], sharded: bool,
+                   accelerator, with_pattern: bool) -> tuple[float, float, float, torch.Tensor | None]:
+    """What every process must agree on, from its own patterns and ``sample_statistics``, summed in
+    one collective where each holds its own share (``sharded``): (mean counts per pattern, the
+    probe's scale; how many processes' samples are not counts, 0 if all are; the mean of the
+    samples' brightest mean pixels; where ``with_pattern``, the mean of their mean patterns, from
+    which the initial probe's aperture edge is read, else None)."""
+    counts, peak, mean_pattern = statistics
+    shards = accelerator.num_processes if sharded else 1
+    k = data.detector_px
+    edge = (mean_pattern if mean_pattern is not None else torch.zeros(k, k, dtype=torch.float64)) / shards
+    sums = torch.cat([torch.tensor([float(data.counts_total), float(not counts), peak / shards], dtype=torch.float64),
+                      edge.cpu().flatten() if with_pattern else edge.new_zeros(0).cpu()])
+    if shards > 1:
+        sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
+    counts_total, not_counts, peak = (float(value) for value in sums[:3])
+    return counts_total / data.n_patterns, not_counts, peak, sums[3:].reshape(k, k) if with_pattern else None
 
 
 @torch.no_grad()

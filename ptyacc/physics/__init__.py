@@ -44,16 +44,16 @@ from ptyacc.physics.chain import (
     transmission,
 )
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
-from ptyacc.physics.probe import aberration_phase, aperture, mixed_state_probe, stem_probe
+from ptyacc.physics.probe import aberration_phase, aperture, measured_edge, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [
-    "LOSS_KINDS", "Detect", "Detector", "Multislice", "Patches", "ProbeShift", "aberration_phase", "aperture",
+    "LOSS_KINDS", "Detect", "Detector", "Multislice", "Patches", "ProbeShift", "aberration_phase", "aperture", "measured_edge",
     "detected_intensities", "detector_response", "deviance_sums", "electron_wavelength_A", "exit_waves",
     "extract_patches", "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator",
     "intensity_loss_terms", "loss_from_intensities", "mixed_state_probe", "multislice_intensities", "poisson_nll",
-    "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe", "summed_intensity",
-    "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
+    "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe", "stem_probe_read_edge",
+    "summed_intensity", "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
 ]

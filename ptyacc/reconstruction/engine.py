@@ -25,7 +25,7 @@ import yaml
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.hold import hold_lines, peak_memory_lines
-from ptyacc.data.store import count_statistics, load_planned, pattern_store, poisson_deviance_sums
+from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
@@ -143,20 +143,20 @@ class Reconstructor:
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
-        counts, peak = count_statistics(self.store, self.data.mask)  # for optim.loss: auto, from a sample
+        # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge: build_model
+        # reads it for electrons, unless told soft or started from a previous run), from a sample agreed by all
+        # processes (one collective where each holds its own share)
+        reads_edge = (config.model.probe_aperture_edge != "soft" and self.data.radiation == "electron"
+                      and config.model.init_from is None)
+        mean_counts, not_counts, peak, mean_pattern = over_processes(
+            self.data, sample_statistics(self.store, self.data.mask), self.plan.shards is not None, accelerator,
+            with_pattern=reads_edge)
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
-        shards = self.world if self.plan.shards is not None else 1  # each process holds its own: summed
-        # summed over the processes in one collective: the counts (the probe's scale: mean counts per pattern),
-        # how many processes' samples are not counts (0: all are), the mean of the samples' brightest mean pixels
-        sums = torch.tensor([float(self.data.counts_total), float(not counts), peak / shards], dtype=torch.float64,
-                            device=accelerator.device)
-        if shards > 1:
-            sums = accelerator.reduce(sums, reduction="sum")
-        counts_total, not_counts, peak = (float(value) for value in sums)
-        mean_counts = counts_total / self.data.n_patterns
+        built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
-                                 region=self.tiles.region if self.tiles is not None else None)
+                                 region=self.tiles.region if self.tiles is not None else None,
+                                 mean_pattern=mean_pattern, said=built_said)
         if previous is not None:
             start_from(self.model, self.geometry, previous, config.model.init_from)
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
@@ -197,7 +197,7 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
                       *((text, True) for text in priors.notes + dose_notes),
-                      *((text, False) for text in priors.log_notes + loss_notes), *((text, False) for text in recentred)])
+                      *((text, False) for text in priors.log_notes + loss_notes + built_said + recentred)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

@@ -11,7 +11,7 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
-from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
+from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
@@ -56,12 +56,26 @@ def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, 
         model.propagation.start_from(previous.tilt_mrad, previous.attrs.get("slice_thickness_A"))
 
 
+# run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
+EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "
+             "{contrast:.3g} times brighter than a ring just outside it; soft = the ramp)")
+EDGE_SOFT = ("model.probe_aperture_edge: soft (auto: the mean pattern shows no even bright-field disk of the "
+             "semi-angle; {contrast:.3g} times brighter than a ring just outside it)")
+EDGE_REFUSED = ("model.probe_aperture_edge: measured, but the mean pattern shows no even bright-field disk of "
+                "experiment.semiangle_mrad ({semiangle:g} mrad; inside it {contrast:.3g} times a ring 2-4 px "
+                "outside it): a wrong semi-angle or pixel size? Or set soft")
+
+
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
-                mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None) -> PtychoModel:
-    """The initial model: a probe from the experiment's optics, scaled to the data's mean
-    intensity (total counts per pattern; computed from the held patterns if None), split into
-    modes; a flat object (only its ``region`` (y0, y1, x0, x1) under ``runtime.shard_object``);
-    positions from the data."""
+                mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None,
+                mean_pattern: torch.Tensor | None = None, said: list[str] | None = None) -> PtychoModel:
+    """The initial model: a probe from the experiment's optics, its aperture edge read from
+    ``mean_pattern`` (model layout; ``model.probe_aperture_edge``; the engine passes it for
+    electrons unless the key is soft or ``model.init_from`` is set) if given, scaled to the
+    data's mean intensity (total counts per pattern; computed from the held patterns if None),
+    split into modes; a flat object (only its ``region`` (y0, y1, x0, x1) under
+    ``runtime.shard_object``); positions from the data. What it chose is appended to ``said``,
+    if given (run.log's lines)."""
     k = data.detector_px
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
@@ -79,7 +93,16 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
         if data.semiangle_mrad is None:
             raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
                               "has no 'semiangle_mrad' attribute")
-        probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+        if mean_pattern is None:
+            probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+        else:
+            probe, contrast, read = stem_probe_read_edge(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad,
+                                                         data.aberrations, mean_pattern, data.mask)
+            edge = config.model.probe_aperture_edge
+            if not read and edge == "measured":
+                raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
+            (said if said is not None else []).append(
+                (EDGE_READ if read else EDGE_SOFT).format(auto="auto: " if edge == "auto" else "", contrast=contrast))
     else:
         probe = probe_from_patterns(data.held_mean_pattern(), detector)
     modes = config.model.probe_modes
