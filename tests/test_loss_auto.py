@@ -1,6 +1,6 @@
 """``optim.loss: auto`` (the default): the Poisson loss where the object takes the preconditioned
 step and the patterns are counts, the amplitude loss otherwise (``multislice_auto.resolved_loss``,
-from ``store.count_statistics``); what a run records of it; and the Poisson loss's floor
+from ``store.sample_statistics``); what a run records of it; and the Poisson loss's floor
 (``chain.POISSON_FLOOR``), without which a run on 2 processes parted from the same run on 1."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 
 import ptyacc
 import ptyacc.physics.chain as chain
-from ptyacc.data.store import PatternStore, count_statistics
+from ptyacc.data.store import PatternStore, sample_statistics
 from ptyacc.reconstruction.engine import Reconstructor
 from ptyacc.reconstruction.multislice_auto import optimizer_notes, resolved_loss, resolved_optimizer
 from tests.conftest import tiny_config
@@ -53,22 +53,25 @@ def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and
         assert resolved_loss(config, counts=given == "amplitude", peak_counts=1.0) == (given, [])
 
 
-def test_count_statistics_sees_whole_numbers_and_the_brightest_mean_pixel():
+def test_sample_statistics_sees_whole_numbers_the_brightest_mean_pixel_and_the_mean_pattern():
     rng = np.random.default_rng(0)
     counts = torch.as_tensor(rng.poisson(3.0, (300, 8, 8)), dtype=torch.float32)
     counts[:, 2, 5] = 40.0  # a bright pixel in every pattern
     store = PatternStore(counts, None, 300, "cpu")
-    assert count_statistics(store) == (True, 40.0)
+    assert sample_statistics(store)[:2] == (True, 40.0)
     scaled = PatternStore(counts * 0.37, None, 300, "cpu")  # a gain: not counts
-    assert count_statistics(scaled)[0] is False
+    assert sample_statistics(scaled)[0] is False
     negative = counts.clone()
     negative[17, 0, 0] = -1.0  # background-subtracted data
-    assert count_statistics(PatternStore(negative, None, 300, "cpu"), most=300)[0] is False
+    assert sample_statistics(PatternStore(negative, None, 300, "cpu"), most=300)[0] is False
     mask = torch.ones(8, 8, dtype=torch.bool)
     mask[0, 0] = False  # that pixel is bad: what it holds does not count
-    assert count_statistics(PatternStore(negative, None, 300, "cpu"), mask, most=300) == (True, 40.0)
+    counted, peak, mean_pattern = sample_statistics(PatternStore(negative, None, 300, "cpu"), mask, most=300)
+    assert (counted, peak) == (True, 40.0)
+    # the mean pattern has every pixel, the bad one too, over the whole sample (here all 300)
+    torch.testing.assert_close(mean_pattern, negative.double().mean(0), rtol=1e-12, atol=0)
     # a sample of 128 of the held patterns, the same on every call
-    picked = count_statistics(PatternStore(counts + torch.arange(300.0)[:, None, None], None, 300, "cpu"))[1]
+    picked = sample_statistics(PatternStore(counts + torch.arange(300.0)[:, None, None], None, 300, "cpu"))[1]
     assert 40.0 + 100 < picked < 40.0 + 200
 
 

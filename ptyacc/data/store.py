@@ -297,20 +297,13 @@ class PatternStore:
         return mean_of_sample(self, predict, most)
 
 
-def count_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | None = None,
-                     most: int = 128) -> tuple[bool, float]:
-    """(whether the patterns are counts, every value a whole number and none negative; the brightest
-    pixel of their mean pattern), both from a seeded random sample of up to ``most`` of the patterns
-    ``store`` holds, on the pixels of the detector ``mask`` (K, K) bool, if any ((True, 0.0) when it
-    holds none)."""
-    counts, peak, _ = sample_statistics(store, mask, most)
-    return counts, peak
-
-
 def sample_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | None = None,
                       most: int = 128) -> tuple[bool, float, torch.Tensor | None]:
-    """``count_statistics`` and the sample's mean pattern (K, K) float64, every pixel (None when
-    ``store`` holds no pattern): the bright-field disk an initial probe's aperture edge is read from."""
+    """From a seeded random sample of up to ``most`` of the patterns ``store`` holds: whether they
+    are counts (every value a whole number, none negative) and the brightest pixel of their mean
+    pattern, both on the pixels of the detector ``mask`` (K, K) bool, if any; and their mean
+    pattern (K, K) float64, every pixel, from which the initial probe's aperture edge is read.
+    (True, 0.0, None) when ``store`` holds no pattern."""
     if not len(store.held):
         return True, 0.0, None
     sample = np.random.default_rng(0).choice(len(store.held), size=min(most, len(store.held)), replace=False)

@@ -199,7 +199,7 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
 def resolved_loss(config: Config, counts: bool, peak_counts: float) -> tuple[str, list[str]]:
     """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
     brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
-    (``store.count_statistics``) and the object takes the preconditioned step with it (unless Adam was
+    (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
     asked for); amplitude otherwise. On the grid's single-slice points
     Poisson is ahead of the amplitude loss at 5e3 to 1e6 electrons per pattern and level at 1e7, and
     with the preconditioned object on 14 of the 18 multislice points (docs/quality-grid.md, "The
