@@ -1,12 +1,27 @@
 """Shared fixtures: small configs and data files made on the fly."""
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def grid_simulator():
+    """examples/grid/simulate.py, the benchmark grid's NumPy simulator (independent of ptyacc), as a module."""
+    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "examples" / "grid" / "simulate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_config(tmp_path, **sections) -> dict:

@@ -1,8 +1,6 @@
 """model.probe_aperture_edge: the initial probe's aperture edge read from the data's mean pattern
 (physics.probe.measured_edge), against known edges and against another simulator's sharp one."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import h5py
@@ -15,7 +13,6 @@ from ptyacc.errors import ConfigError
 from ptyacc.physics import aperture, measured_edge, stem_probe
 from ptyacc.reconstruction.engine import Reconstructor
 
-ROOT = Path(__file__).resolve().parents[1]
 N, WAVELENGTH_A, SEMIANGLE_MRAD, DK = 64, 0.0418, 25.0, 0.08
 
 
@@ -69,13 +66,10 @@ def test_a_pattern_without_a_disk_of_the_semi_angle_gives_none():
 
 
 @pytest.fixture(scope="module")
-def sharp_edged_file(tmp_path_factory) -> Path:
+def sharp_edged_file(tmp_path_factory, grid_simulator) -> Path:
     """A multislice dataset from the benchmark grid's simulator (NumPy, independent of ptyacc),
     whose probe-forming aperture has a sharp edge, with its true probe."""
-    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "examples" / "grid" / "simulate.py")
-    sim = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = sim  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(sim)
+    sim = grid_simulator
     path = tmp_path_factory.mktemp("edge") / "sharp.h5"
     sim.write(str(path), sim.Setting(defocus_A=150.0, edge_mrad=110.0, dose=1e5, slices=2, scan_shape=(6, 6), seed=3))
     return path

@@ -2,10 +2,6 @@
 references: ptyacc's forward model for the same object, probe and positions, a direct NumPy
 propagation, and the focus a defocused probe reaches."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import h5py
 import numpy as np
 import pytest
@@ -13,16 +9,10 @@ import torch
 
 from ptyacc.physics import Detector, aberration_phase, detected_intensities, fresnel_propagator, shift_ramp
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def sim():
-    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "examples" / "grid" / "simulate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+def sim(grid_simulator):
+    return grid_simulator
 
 
 def small(sim, **changes):

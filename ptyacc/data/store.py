@@ -312,7 +312,8 @@ def sample_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | 
     if mask is not None:  # a bad pixel's value may be anything
         patterns = patterns[:, mask.to(patterns.device)]
     counts = bool(torch.equal(patterns, patterns.round())) and bool(patterns.min() >= 0)
-    return counts, float(patterns.mean(0, dtype=torch.float64).max()), mean_pattern
+    counted = mean_pattern if mask is None else mean_pattern[mask.to(mean_pattern.device)]
+    return counts, float(counted.max()), mean_pattern
 
 
 def over_processes(data: PtychoData, statistics: tuple[bool, float, torch.Tensor | None], sharded: bool,

@@ -50,10 +50,10 @@ from ptyacc.physics.tilt import tilted_propagator
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
 
 __all__ = [
-    "LOSS_KINDS", "Detect", "Detector", "Multislice", "Patches", "ProbeShift", "aberration_phase", "aperture", "measured_edge",
+    "LOSS_KINDS", "Detect", "Detector", "Multislice", "Patches", "ProbeShift", "aberration_phase", "aperture",
     "detected_intensities", "detector_response", "deviance_sums", "electron_wavelength_A", "exit_waves",
     "extract_patches", "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator",
-    "intensity_loss_terms", "loss_from_intensities", "mixed_state_probe", "multislice_intensities", "poisson_nll",
-    "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe", "stem_probe_read_edge",
-    "summed_intensity", "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
+    "intensity_loss_terms", "loss_from_intensities", "measured_edge", "mixed_state_probe", "multislice_intensities",
+    "poisson_nll", "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe",
+    "stem_probe_read_edge", "summed_intensity", "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
 ]

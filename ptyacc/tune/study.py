@@ -219,8 +219,8 @@ def wait_for_running(study, heartbeat_s: float, stop: Interrupt | None = None) -
 
 def stopped(stop: Interrupt | None) -> None:
     """Raise Interrupted if ``stop`` heard SIGINT or SIGTERM."""
-    if stop is not None and stop.signum:
-        raise Interrupted(f"{signal.Signals(stop.signum).name} received", stop.signum)
+    if stop is not None and (signum := stop.requested()):
+        raise Interrupted(f"{signal.Signals(signum).name} received", signum)
 
 
 def _count(study, optuna, before: int | None = None) -> int:
