@@ -41,6 +41,7 @@ def truth(name: str) -> dict:
     with h5py.File(CASES / f"sto_{name}.h5") as f:
         k = f["patterns"].shape[-1]
         return {"positions_A": f["positions_A"][()], "cell_phase": f["ground_truth/cell_phase"][:, :k, :k],
+                "probe": f["ground_truth/probe"][()],
                 "phase": f["ground_truth/phase"][()], **dict(f["ground_truth"].attrs)}
 
 
@@ -57,11 +58,11 @@ def periodic_sample(cell: np.ndarray, offset_px: np.ndarray, shape: tuple[int, i
     return shifted[..., rows[:, None], cols[None, :]]
 
 
-def truth_misfit(name: str, reverse_slices: bool = False, **sections) -> float:
+def truth_misfit(name: str, reverse_slices: bool = False, true_probe: bool = False, **sections) -> float:
     """sum (sqrt(model) - sqrt(data))^2 / sum data over every pattern of the case, the model
     being ptyacc's forward chain (built from ``case_config(name, **sections)``) with the true
     crystal as the object (its slices in reverse order if ``reverse_slices``) and the probe
-    from the optics. The crystal is placed by the scan's centre: the positions ptyacc uses (a
+    from the optics (abTEM's own with ``true_probe``, scaled as ptyacc scaled its probe). The crystal is placed by the scan's centre: the positions ptyacc uses (a
     rotated raster, say) keep their centre where the file's are."""
     config = ptyacc.load_config(case_config(name, **sections))
     run = Reconstructor(config, write=False)
@@ -78,6 +79,10 @@ def truth_misfit(name: str, reverse_slices: bool = False, **sections) -> float:
     phase = torch.from_numpy(periodic_sample(cells.astype(np.float64), offset_px, geometry.shape))
     with torch.no_grad():
         model.object.copy_(torch.view_as_real(torch.polar(torch.ones_like(phase), phase)[None].to(torch.complex64)))
+        if true_probe:
+            mine = model.complex_probe()
+            probe = torch.from_numpy(known["probe"])[None] * mine.abs().square().sum().sqrt()
+            model.probe.copy_(torch.view_as_real(probe / model.probe_scale))
         predicted = model(torch.arange(run.data.n_patterns)).double()
         measured = run.data.patterns.double()
         misfit = (predicted.sqrt() - measured.sqrt()).square().sum() / measured.sum()

@@ -73,3 +73,10 @@ def test_slice_thickness(at_truth, thickness_A):
     explains the data better than 25 % less or more."""
     misfit = truth_misfit(CASE, experiment={"tilt_mrad": TRUE_TILT}, model={"slice_thickness_A": thickness_A})
     assert misfit > 1.1 * at_truth
+
+
+def test_tilt_sign_with_the_simulators_own_probe():
+    """The same with abTEM's incident probe in place of ptyacc's: the propagation's sign, not the
+    probe builder's, decides."""
+    right = truth_misfit(CASE, true_probe=True, experiment={"tilt_mrad": TRUE_TILT})
+    assert truth_misfit(CASE, true_probe=True, experiment={"tilt_mrad": [-2.0, 1.5]}) > 2 * right

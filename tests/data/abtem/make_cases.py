@@ -122,7 +122,7 @@ def band_limit(image: np.ndarray, n_out: int) -> np.ndarray:
     return np.real(np.fft.ifft2(small)) * (n_out / n) ** 2
 
 
-def simulate(name: str, out: Path, seed: int = 3) -> None:
+def simulate(name: str, out: Path, seed: int = 3, fine_truth: bool = False) -> None:
     import abtem
     import dask
     from abtem.core.energy import energy2sigma
@@ -169,6 +169,13 @@ def simulate(name: str, out: Path, seed: int = 3) -> None:
         truth = f.create_group("ground_truth")
         truth.create_dataset("phase", data=canvas.sum(0).astype(np.float32), compression="gzip")
         truth.create_dataset("cell_phase", data=canvas.astype(np.float32), compression="gzip")
+        # the incident probe at the window's centre, band-limited to the detector: (K, K) complex, unit intensity
+        spectrum = np.fft.fftshift(np.fft.fft2(np.swapaxes(incident.reshape(sim_px, sim_px), -1, -2)))[c - K // 2:c + K // 2, c - K // 2:c + K // 2]
+        small = np.fft.ifft2(np.fft.ifftshift(spectrum))
+        truth.create_dataset("probe", data=(small / np.sqrt(np.sum(np.abs(small) ** 2))).astype(np.complex64))
+        if fine_truth:  # one periodic cell per abTEM slice (a quarter unit cell): (S, K, K)
+            fine = band_limit(sigma * np.swapaxes(slices, -1, -2), K)
+            truth.create_dataset("slice_phase", data=np.roll(fine, -low, axis=(-2, -1)).astype(np.float32))
         truth.attrs.update(tilt_mrad=case["tilt"], scan_rotation_deg=case["rotation"], cell_thickness_A=A_STO,
                            dx_A=dx_A)
     print(f"{out}: {len(positions)} patterns of {K}^2, mean total {patterns.reshape(len(positions), -1).sum(1).mean():.4g}")
@@ -178,9 +185,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="+", choices=sorted(CASES))
     parser.add_argument("--dir", type=Path, default=Path(__file__).parent)
+    parser.add_argument("--fine-truth", action="store_true", help="also store the truth per abTEM slice")
     args = parser.parse_args()
     for name in args.cases:
-        simulate(name, args.dir / f"sto_{name}.h5")
+        simulate(name, args.dir / f"sto_{name}.h5", fine_truth=args.fine_truth)
 
 
 if __name__ == "__main__":
