@@ -62,7 +62,8 @@ def truth_misfit(name: str, reverse_slices: bool = False, true_probe: bool = Fal
     """sum (sqrt(model) - sqrt(data))^2 / sum data over every pattern of the case, the model
     being ptyacc's forward chain (built from ``case_config(name, **sections)``) with the true
     crystal as the object (its slices in reverse order if ``reverse_slices``) and the probe
-    from the optics (abTEM's own with ``true_probe``, scaled as ptyacc scaled its probe). The crystal is placed by the scan's centre: the positions ptyacc uses (a
+    from the optics (abTEM's own with ``true_probe``, scaled as ptyacc scaled its probe). The
+    crystal is placed by the scan's centre: the positions ptyacc uses (a
     rotated raster, say) keep their centre where the file's are."""
     config = ptyacc.load_config(case_config(name, **sections))
     run = Reconstructor(config, write=False)

@@ -169,3 +169,39 @@ def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_r
     np.testing.assert_allclose(b.loss, a.loss, rtol=1e-4)
     relative = np.linalg.norm(b.object - a.object) / np.linalg.norm(a.object)
     assert relative < 1e-4, relative
+
+
+def test_strong_scattering_takes_the_amplitude_loss_on_counts():
+    """A mean pattern with more than STRONG_SCATTERING of its counts beyond the bright-field disk
+    (a thick crystal) takes the amplitude loss; the share is measured against a known pattern."""
+    from ptyacc.physics.probe import dark_field_fraction
+    from ptyacc.reconstruction.multislice_auto import STRONG_SCATTERING
+
+    n, dk, wavelength, semiangle = 32, 0.1, 0.02, 10.0  # the disk's edge at 5 px
+    k = torch.fft.fftfreq(n, d=1.0 / (n * dk), dtype=torch.float64)
+    r = torch.sqrt(k[:, None] ** 2 + k[None, :] ** 2) / dk
+    pattern = torch.where(r < 5, 10.0, 0.0) + torch.where(r > 8, 1.0, 0.0) * (r < 12)
+    expected = float(pattern[r > 6].sum() / pattern.sum())
+    assert dark_field_fraction(pattern, wavelength, semiangle, dk) == pytest.approx(expected)
+    mask = torch.ones(n, n)
+    mask[r > 10] = 0
+    masked = pattern * mask
+    assert dark_field_fraction(pattern, wavelength, semiangle, dk, mask) == pytest.approx(
+        float(masked[r > 6].sum() / masked.sum()))
+    config = ptyacc.load_config({}, ["data.path=x.h5"])
+    assert resolved_loss(config, True, 100.0, dark_field=STRONG_SCATTERING / 2)[0] == "poisson"
+    loss, notes = resolved_loss(config, True, 100.0, dark_field=2 * STRONG_SCATTERING)
+    assert loss == "amplitude" and "(strong scattering)" in notes[0]
+
+
+def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson():
+    """40 Å of SrTiO3 at 300 kV (tests/data/abtem) sends 8 % of its counts beyond the disk; the
+    demo's MoS2 1.3 %."""
+    from abtem_cases import case_config
+
+    for config, expected in ((case_config("untilted"), "amplitude"), (yaml.safe_load(DEMO.read_text()), "poisson")):
+        config.setdefault("data", {})["path"] = str((DEMO.parent / config["data"]["path"]).resolve()) \
+            if expected == "poisson" else config["data"]["path"]
+        run = Reconstructor(ptyacc.load_config(config), write=False)
+        run.build()
+        assert run.config.optim.loss == expected

@@ -63,11 +63,13 @@ def test_split_object_gives_the_sharded_data_answer_with_the_new_features(tmp_pa
     sums round differently (loss ~2e-6 apart after 3 iterations without the new features), and
     the refined tilt, thickness and affine, whose Adam steps are normalised, carry that further:
     measured loss 3.3e-5, object 1.2e-4 (relative), tilt 8e-5 mrad, positions 1.4e-4 Å, thickness
-    9e-5 relative apart after 6 iterations."""
+    9e-5 relative apart after 6 iterations, with position steps of 0.01 px (the default before 0.1: ten
+    times larger steps carry the rounding ten times further, the tilts 5.5e-4 mrad apart)."""
     config = write_config(tmp_path, model={**MODEL, "recenter": {"probe": True, "probe_mask_mrad": 40.0}})
     settings = yaml.safe_load(config.read_text())
     settings["data"]["simulate"]["scan_shape"] = [10, 10]
     settings["experiment"]["scan_step_A"] = 3.0
+    settings["optim"]["lr"] = {"positions": 0.01}
     config.write_text(yaml.safe_dump(settings))
     data, _ = run(config, 2, "data", "runtime.shard_data=true")
     split, records = run(config, 2, "split", "runtime.shard_object=true")

@@ -20,7 +20,9 @@ class LearningRates:
     probe: float = _f(1e-2, "Probe step size of Adam (relative to its peak amplitude; optim.probe_optimizer); 0 "
                             "freezes the probe with either optimizer. Another value than 0.01 makes "
                             "probe_optimizer: auto choose adam.")
-    positions: float = _f(1e-2, "Position step size in pixels.")
+    positions: float = _f(0.1, "Position step size of Adam in pixels. Each position moves once per iteration, so in "
+                               "20 iterations by up to about 20 x this: 0.1 corrects errors of a pixel or two "
+                               "(docs/thick-crystals.md, scan distortion).")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
     tilt: float = _f(0.1, "Tilt step size in mrad.")
     slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")

@@ -165,12 +165,14 @@ def simulate(name: str, out: Path, seed: int = 3, fine_truth: bool = False) -> N
         f.attrs.update(energy_eV=ENERGY_EV, semiangle_mrad=SEMIANGLE_MRAD, defocus_A=case["defocus"],
                        dk_invA=1 / (K * dx_A), dx_A=dx_A, scan_step_A=case["step"], scan_shape=case["scan"],
                        dose_per_pattern=dose if dose else 1e5, simulator=f"abTEM {abtem.__version__}",
-                       sample=f"SrTiO3 [001], {case['cells_deep']} unit cells thick, an Sr and an O column empty in the top 3 cells")
+                       sample=f"SrTiO3 [001], {case['cells_deep']} unit cells thick, "
+                              "an Sr and an O column empty in the top 3 cells")
         truth = f.create_group("ground_truth")
         truth.create_dataset("phase", data=canvas.sum(0).astype(np.float32), compression="gzip")
         truth.create_dataset("cell_phase", data=canvas.astype(np.float32), compression="gzip")
         # the incident probe at the window's centre, band-limited to the detector: (K, K) complex, unit intensity
-        spectrum = np.fft.fftshift(np.fft.fft2(np.swapaxes(incident.reshape(sim_px, sim_px), -1, -2)))[c - K // 2:c + K // 2, c - K // 2:c + K // 2]
+        spectrum = np.fft.fftshift(np.fft.fft2(np.swapaxes(incident.reshape(sim_px, sim_px), -1, -2)))
+        spectrum = spectrum[c - K // 2:c + K // 2, c - K // 2:c + K // 2]
         small = np.fft.ifft2(np.fft.ifftshift(spectrum))
         truth.create_dataset("probe", data=(small / np.sqrt(np.sum(np.abs(small) ** 2))).astype(np.complex64))
         if fine_truth:  # one periodic cell per abTEM slice (a quarter unit cell): (S, K, K)
