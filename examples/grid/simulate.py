@@ -258,12 +258,13 @@ def coherence_quadrature(setting: Setting) -> list[tuple[np.ndarray, float, floa
 
 
 def blurred(patterns: np.ndarray, sigma_px: float) -> np.ndarray:
-    """(N, K, K) patterns convolved (periodically) with a Gaussian of ``sigma_px``; unchanged for 0."""
+    """(N, K, K) patterns convolved (periodically) with a Gaussian of ``sigma_px`` sampled on the
+    pixel grid and normalised to sum 1 (positive, no ringing); unchanged for 0."""
     if sigma_px == 0:
         return patterns
-    q = np.fft.fftfreq(patterns.shape[-1])
-    transfer = np.exp(-2 * (np.pi * sigma_px) ** 2 * (q[:, None] ** 2 + q[None, :] ** 2))
-    return np.fft.ifft2(np.fft.fft2(patterns) * transfer).real
+    d = np.fft.fftfreq(patterns.shape[-1]) * patterns.shape[-1]  # periodic pixel distance from pixel 0
+    kernel = np.exp(-(d[:, None] ** 2 + d[None, :] ** 2) / (2 * sigma_px ** 2))
+    return np.maximum(np.fft.ifft2(np.fft.fft2(patterns) * np.fft.fft2(kernel / kernel.sum())).real, 0.0)
 
 
 def read_out(patterns: np.ndarray, setting: Setting) -> np.ndarray:

@@ -50,6 +50,9 @@ class DataConfig:
     nonfinite: Literal["error", "zero"] = _f("error", "What to do with NaN/Inf pattern values.")
     negative: Literal["clip", "error"] = _f("clip", "What to do with negative pattern values (clip sets them to 0).")
     use_mask: bool = _f(True, "Leave out the bad pixels of the file's detector mask (CXI) from the loss.")
+    bad_pixels: Literal["off", "auto"] = _f(
+        "off", "auto: find dead pixels, hot pixels and dead rows/columns in up to 256 patterns as stored and leave "
+               "them out of the loss too (run.log and results.h5 /detector say which); off: only the file's mask.")
     subtract_background: bool = _f(True, "Subtract the file's dark/background frame (CXI) from every pattern.")
     hold: Literal["auto", "device", "host", "disk"] = _f(
         "auto", "Where the patterns live during the run. device: all on the device (fastest); host: in host memory "

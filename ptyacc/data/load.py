@@ -15,6 +15,7 @@ from ptyacc.config import Config
 from ptyacc.data.bright_field import measured_radius_px
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
+from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.prepare import Preparation, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
@@ -53,7 +54,12 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         shape = prep.shape
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                       info.background if data.subtract_background else None)
-        mask = prep.mask(info.mask if data.use_mask else None)
+        file_mask, bad, found = info.mask if data.use_mask else None, None, ()
+        if data.bad_pixels == "auto":
+            bad, line = measure_bad_pixels(source, len(calibration.positions_A),
+                                           info.background if data.subtract_background else None)
+            file_mask, found = good_pixels(file_mask, bad), (line,)
+        mask = prep.mask(file_mask)
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
@@ -66,7 +72,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                                     every) if experiment.check_calibration else ()
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
-                                 stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
+                                 stored_pattern_shape=tuple(info.shape[-2:]), checks=found + tuple(checks),
+                                 detector={} if bad is None else bad.arrays(),
                                  hold=choice, streamed=streamed)
 
 
