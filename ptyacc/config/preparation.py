@@ -37,6 +37,10 @@ class TransformConfig:
                      "multiple of bin.")
     pad: int | None = _f(None, "Zero-pad to pad x pad pixels, centred, after binning; the padded pixels are "
                                "masked out of the loss. null = no padding.")
+    descan: Literal["off", "auto"] = _f(
+        "off", "auto: measure the bright-field disk's centre in up to 1024 prepared patterns, fit a plane in the "
+               "probe positions and shift every pattern back by it (sub-pixel, Fourier), so that zero frequency sits "
+               "at the centre everywhere; run.log reports the fit, results.h5 /detector keeps it. Electrons, far field.")
 
     def _check(self, path: str) -> None:
         _require(self.crop is None or self.crop >= 1, f"{path}.crop", f"must be >= 1 or null, got {self.crop}")

@@ -32,7 +32,10 @@ results.h5 layout (a public contract; add, never rename):
   (2,) or (N, 2) per position, [y, x] in mrad (the convention in ptyacc/physics/tilt.py); with a
   tilt or a refined slice thickness, the attribute ``slice_thickness_A`` (the refined value)
 - group ``detector``: what the run measured of the detector from the data: ``bad_pixels`` int64
-  (M, 2) [row, col] of the pixels left out of the loss, as stored (``data.bad_pixels: auto``)
+  (M, 2) [row, col] of the pixels left out of the loss, as stored (``data.bad_pixels: auto``);
+  ``descan_px`` float64 (N, 2) the shift (dy, dx) in prepared pixels by which each pattern was moved
+  back and ``descan_plane`` (2, 3) its plane, per axis [at the mean position, per Å of y, per Å
+  of x] (``data.transform.descan: auto``)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
