@@ -25,7 +25,9 @@ class TransformConfig:
     orientation: Literal["manual", "auto"] = _f(
         "manual", "auto: transpose, flip_y and flip_x from the detector's basis_vectors (CXI, or a file converted "
                   "from one), so that rows run along +y and columns along +x of the frame of the sample "
-                  "translations; manual: the three keys below.")
+                  "translations; in a file without them (electrons, raster scan), from the patterns' centre of "
+                  "mass: the one of the eight that makes its field curl-free with a scan rotation within 45 degrees "
+                  "of experiment.scan_rotation_deg (of 0 when that is auto); manual: the three keys below.")
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")

@@ -103,7 +103,10 @@ class ExperimentConfig:
         False, "Electrons: fit dk_invA = semiangle / wavelength / R from the bright-field disk's radius R (px, "
                "half maximum, sub-pixel) in the mean of up to 256 prepared patterns, instead of dk_invA or dx_A.")
     scan_step_A: float | None = _f(None, "Raster scan step in Å.")
-    scan_rotation_deg: float = _f(0.0, "Rotation of the scan axes against the detector axes, counter-clockwise.")
+    scan_rotation_deg: float | Literal["auto"] = _f(
+        0.0, "Rotation of the scan axes against the detector axes, counter-clockwise (the raster turned from +x "
+             "towards +y). auto: measured from the patterns' centre of mass (the angle at which its field over a "
+             "raster scan is curl-free), with the transpose/flip when data.transform.orientation is auto.")
     geometry: Literal["far_field", "near_field"] = _f(
         "far_field", "far_field: patterns are diffraction patterns (zero frequency at the centre); near_field: "
                      "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")

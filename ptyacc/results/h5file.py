@@ -35,7 +35,9 @@ results.h5 layout (a public contract; add, never rename):
   (M, 2) [row, col] of the pixels left out of the loss, as stored (``data.bad_pixels: auto``);
   ``descan_px`` float64 (N, 2) the shift (dy, dx) in prepared pixels by which each pattern was moved
   back and ``descan_plane`` (2, 3) its plane, per axis [at the mean position, per Å of y, per Å
-  of x] (``data.transform.descan: auto``)
+  of x] (``data.transform.descan: auto``); ``scan_rotation_deg`` float64 () and ``orientation_flags`` bool
+  (3,) (transpose, flip_y, flip_x) measured from the centre of mass (``experiment.scan_rotation_deg:
+  auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
