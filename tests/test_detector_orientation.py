@@ -47,7 +47,8 @@ def test_given_flags_only_the_rotation_and_a_mirror_refused(turned):
 def test_auto_through_load_data_puts_the_probes_where_they_were(grid_simulator, tmp_path):
     setting = grid_simulator.Setting(detector_px=48, scan_shape=(SIDE, SIDE), scan_step_A=0.3, dose=3e4, defocus_A=40.0,
                                      edge_mrad=50.0, seed=1, scan_rotation_deg=-12.0, transpose=True, blur_px=0.6,
-                                     hot_pixels=3, dead_column=30)
+                                     hot_pixels=3, dead_column=30,  # and a descan whose plane has a curl
+                                     descan_offset_px=(0.3, -0.2), descan_px_per_A=((0.04, 0.05), (-0.05, 0.05)))
     path = tmp_path / "turned.h5"
     grid_simulator.write(str(path), setting)
     with h5py.File(path) as f:

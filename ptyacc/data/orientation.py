@@ -11,12 +11,14 @@ and flips of the preparation acting on the centre-of-mass vectors, is the gradie
 the nominal raster: a field without curl. Its divergence, the Laplacian of a phase with positive
 peaks at the atoms, is skewed negative; that tells theta from theta + 180.
 
-The curl of R(a)^T c is linear in (cos a, sin a), so its squared sum over the scan is a quadratic
-form whose smallest eigenvector gives the angle exactly; the eigenvalues' ratio (the share of
-curl left at the best angle, against the worst) says how curl-free the field can be made. Done for
-the stored vectors and for their transpose (the other handedness), the smaller share wins; of
-the eight transpose/flip combinations of ``data.transform`` the one whose rotation lies within
-45 degrees is chosen, with that rotation. The rotation measured on each half of the scan gives
+The field is first freed of the plane that fits it best (descan moves the patterns by a plane in
+the scan, whose antisymmetric part would read as curl). The curl of R(a)^T c is linear in
+(cos a, sin a), so its squared sum over the scan is a quadratic form whose smallest eigenvector
+gives the angle exactly; the eigenvalues' ratio (the share of curl left at the best angle,
+against the worst) says how curl-free the field can be made. Done for the stored vectors and for
+their transpose (the other handedness), the smaller share wins; of the eight transpose/flip
+combinations of ``data.transform`` the one whose rotation lies nearest the given one (within 45
+degrees of 0 for ``auto``) is chosen, with that rotation. The rotation measured on each half of the scan gives
 its spread.
 
 Measured on the middle block of up to MAX_SIDE x MAX_SIDE raster positions (rows in the slow
@@ -115,7 +117,7 @@ def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] |
     rows of the raster in the slow direction): of the transpose/flips, the one that leaves the
     rotation nearest ``near_deg``; with ``fixed_flags`` (the preparation's flags) only the
     rotation is found (a DataError when the data show the other handedness)."""
-    com = com - com.mean(axis=(0, 1))
+    com = without_plane(com)
     stored = curl_free_angle(com)
     swapped = curl_free_angle(com[..., ::-1])
     transpose = swapped[1] < stored[1] if fixed_flags is None else sum(fixed_flags) % 2 == 1
@@ -145,6 +147,18 @@ def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] |
                    for part in (com[:half], com[half:]))
     return Orientation(flags, theta, left, other, halves, skew(curl_and_divergence(turned(field, angle))[1]),
                        com.shape[0] * com.shape[1])
+
+
+def without_plane(field: np.ndarray) -> np.ndarray:
+    """A (ny, nx, 2) field less the plane (in the raster's rows and columns) that fits it best: descan
+    moves every pattern by such a plane, whose antisymmetric part is a curl that would turn the
+    angle found; a sample's phase gradient has none."""
+    ny, nx = field.shape[:2]
+    y, x = np.meshgrid(np.arange(ny) - (ny - 1) / 2, np.arange(nx) - (nx - 1) / 2, indexing="ij")
+    design = np.column_stack([np.ones(ny * nx), y.ravel(), x.ravel()])
+    values = field.reshape(-1, 2)
+    solution, *_ = np.linalg.lstsq(design, values, rcond=None)
+    return (values - design @ solution).reshape(field.shape)
 
 
 def _wrapped(degrees: float, period: float = 180.0) -> float:
