@@ -22,6 +22,28 @@ ptyacc read the files unchanged):
 * pattern: fftshift(|fft2(exit wave, norm="ortho")|^2) times the dose (electrons per pattern: the
   pattern sums to it), then Poisson noise; zero frequency at (K/2, K/2), ky along rows.
 
+Detector and microscope effects (each off by default, each alone or together; the file then holds
+what a microscope records and ``/ground_truth`` the rest):
+
+* ``scan_rotation_deg``: the true probe centres are the nominal raster turned about its centre by
+  this angle from the +x axis towards +y (y' = x sin + y cos, x' = x cos - y sin); the file's
+  ``/positions_A`` is the nominal raster (``write_positions=False`` leaves it out), the truth is
+  ``/ground_truth/positions_A``;
+* ``transpose``, ``flip_y``, ``flip_x``: the detector reads each pattern flipped along x, then
+  along y, then transposed, so that transposing, then flipping y, then flipping x brings it back;
+* ``descan_offset_px`` (dy, dx) and ``descan_px_per_A`` ((dy/dy, dy/dx), (dx/dy, dx/dx)): the
+  pattern of the probe at p is shifted by offset + G (p - scan centre) detector pixels (a phase
+  ramp on the exit wave, as a post-specimen tilt does), ``/ground_truth/descan_px`` (N, 2);
+* ``blur_px``: Gaussian point spread (sigma, px) of the detected intensity, before the noise;
+* ``source_size_A`` and ``focal_spread_A``: partial coherence, an incoherent sum over probe
+  centres displaced by a Gaussian of that sigma (each axis) and over defocus spread by a Gaussian
+  of that sigma (three-point Gauss-Hermite quadrature each: 27 coherent simulations at most);
+* ``dead_pixels``, ``hot_pixels``, ``dead_column``: that many random detector pixels read 0, or
+  ``hot_fraction`` of the dose plus Poisson noise, and a column (stored layout) reads 0, after the
+  noise; ``/ground_truth/bad_pixels`` (K, K) uint8 in the stored layout, 1 = planted;
+* ``nominal_defocus_A``: the file's ``defocus_A`` attribute (what the microscope says) when not
+  None; the true one is ``/ground_truth`` attribute ``defocus_A``.
+
 File layout (make_sim.py's, plus the per-slice truth):
   /patterns (ny, nx, K, K) float32; /positions_A (ny*nx, 2) float64 (y, x) probe centres in Å;
   /ground_truth/phase (H, W) float32, the projected phase (sum over slices), attr dx_A;
@@ -43,6 +65,8 @@ import numpy as np
 
 HC_EV_A = 12398.419843320026  # h c in eV Å
 ELECTRON_REST_EV = 510998.95  # m c^2 in eV
+EFFECTS = ("scan_rotation_deg", "transpose", "flip_y", "flip_x", "blur_px", "source_size_A", "focal_spread_A",
+           "dead_pixels", "hot_pixels", "hot_fraction", "write_positions")  # in /ground_truth only
 
 
 @dataclass
@@ -65,6 +89,21 @@ class Setting:
     atom_sigma_A: float = 0.35
     min_distance_A: float = 1.0
     seed: int = 0
+    scan_rotation_deg: float = 0.0
+    transpose: bool = False
+    flip_y: bool = False
+    flip_x: bool = False
+    descan_offset_px: tuple[float, float] = (0.0, 0.0)
+    descan_px_per_A: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0))
+    blur_px: float = 0.0
+    source_size_A: float = 0.0
+    focal_spread_A: float = 0.0
+    dead_pixels: int = 0
+    hot_pixels: int = 0
+    hot_fraction: float = 0.05
+    dead_column: int | None = None
+    nominal_defocus_A: float | None = None
+    write_positions: bool = True
 
 
 def wavelength_A(energy_eV: float) -> float:
@@ -131,12 +170,14 @@ def scan_positions_A(setting: Setting, canvas_A: float) -> np.ndarray:
     return np.stack([start[0] + iy.ravel() * setting.scan_step_A, start[1] + ix.ravel() * setting.scan_step_A], 1)
 
 
-def patterns_at(probe: np.ndarray, transmissions: np.ndarray, positions_px: np.ndarray, kernel: np.ndarray
-                ) -> np.ndarray:
+def patterns_at(probe: np.ndarray, transmissions: np.ndarray, positions_px: np.ndarray, kernel: np.ndarray,
+                descan_px: np.ndarray | None = None) -> np.ndarray:
     """(N, K, K) noise-free fftshifted intensities (each sums to 1) of the probe at each centre
-    (N, 2) in object pixels through the (S, H, W) transmissions."""
+    (N, 2) in object pixels through the (S, H, W) transmissions, each shifted on the detector by
+    ``descan_px`` (N, 2) (dy, dx) pixels when given."""
     n = probe.shape[0]
     q = np.fft.fftfreq(n)
+    r = np.arange(n) / n
     spectrum = np.fft.fft2(probe)
     out = np.empty((len(positions_px), n, n))
     for j, centre in enumerate(positions_px):
@@ -147,6 +188,8 @@ def patterns_at(probe: np.ndarray, transmissions: np.ndarray, positions_px: np.n
         if top < 0 or left < 0 or top + n > transmissions.shape[1] or left + n > transmissions.shape[2]:
             raise ValueError(f"probe window at {centre} px leaves the object {transmissions.shape[1:]}")
         wave = exit_wave(moved, transmissions[:, top:top + n, left:left + n], kernel)
+        if descan_px is not None:
+            wave = wave * np.exp(2j * np.pi * (descan_px[j, 0] * r[:, None] + descan_px[j, 1] * r[None, :]))
         out[j] = np.fft.fftshift(np.abs(np.fft.fft2(wave, norm="ortho")) ** 2)
     return out
 
@@ -163,12 +206,77 @@ def simulate(setting: Setting) -> dict:
     size += size % 2
     phases = np.stack([random_atoms((size, size), dx, setting, rng) for _ in range(setting.slices)])
     probe = probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A)
-    positions = scan_positions_A(setting, size * dx)
+    nominal = scan_positions_A(setting, size * dx)
+    positions = rotated(nominal, setting.scan_rotation_deg)
     kernel = fresnel_kernel(n, dx, lam, setting.slice_thickness_A)
-    clean = patterns_at(probe, np.exp(1j * phases), positions / dx, kernel)
-    patterns = rng.poisson(clean * setting.dose) if setting.dose > 0 else clean
+    descan = descan_px(setting, positions)
+    clean = np.zeros((len(positions), n, n))
+    for shift, focus, weight in coherence_quadrature(setting):
+        variant = probe if focus == 0 else probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A + focus)
+        clean += weight * patterns_at(variant, np.exp(1j * phases), (positions + shift) / dx, kernel, descan)
+    clean = blurred(clean, setting.blur_px)
+    patterns = rng.poisson(clean * setting.dose).astype(np.float64) if setting.dose > 0 else clean
+    patterns = read_out(patterns, setting)
+    bad = np.zeros((n, n), dtype=bool)
+    if setting.dead_pixels or setting.hot_pixels:
+        picked = rng.choice(n * n, setting.dead_pixels + setting.hot_pixels, replace=False)
+        dead, hot = np.unravel_index(picked[:setting.dead_pixels], (n, n)), np.unravel_index(picked[setting.dead_pixels:], (n, n))
+        patterns[:, dead[0], dead[1]] = 0
+        level = setting.hot_fraction * (setting.dose if setting.dose > 0 else 1.0)
+        patterns[:, hot[0], hot[1]] = rng.poisson(level, size=(len(patterns), len(hot[0]))) if setting.dose > 0 else level
+        bad[dead], bad[hot] = True, True
+    if setting.dead_column is not None:
+        patterns[:, :, setting.dead_column], bad[:, setting.dead_column] = 0, True
     return {"patterns": patterns.reshape(*setting.scan_shape, n, n).astype(np.float32), "positions_A": positions,
+            "nominal_positions_A": nominal, "descan_px": descan, "bad_pixels": bad,
             "phases": phases, "probe": probe, "dk_invA": dk, "dx_A": dx, "wavelength_A": lam}
+
+
+def rotated(positions_A: np.ndarray, angle_deg: float) -> np.ndarray:
+    """``positions_A`` (N, 2) (y, x) turned about their centre by ``angle_deg`` from +x towards +y."""
+    centre = positions_A.mean(0)
+    t = np.radians(angle_deg)
+    y, x = (positions_A - centre).T
+    return centre + np.stack([x * np.sin(t) + y * np.cos(t), x * np.cos(t) - y * np.sin(t)], 1)
+
+
+def descan_px(setting: Setting, positions_A: np.ndarray) -> np.ndarray | None:
+    """(N, 2) detector shift (dy, dx) px of each pattern: offset + G (p - scan centre); None if none."""
+    gradient = np.asarray(setting.descan_px_per_A, dtype=np.float64)
+    if not np.any(gradient) and not np.any(setting.descan_offset_px):
+        return None
+    return np.asarray(setting.descan_offset_px) + (positions_A - positions_A.mean(0)) @ gradient.T
+
+
+def coherence_quadrature(setting: Setting) -> list[tuple[np.ndarray, float, float]]:
+    """(centre shift (2,) Å, defocus change Å, weight) of the incoherent sum: a three-point
+    Gauss-Hermite rule (nodes 0, +-sqrt(3) sigma; weights 2/3, 1/6, 1/6) per Gaussian spread."""
+    def rule(sigma: float) -> list[tuple[float, float]]:
+        return [(0.0, 1.0)] if sigma == 0 else [(0.0, 2 / 3), (-np.sqrt(3.0) * sigma, 1 / 6), (np.sqrt(3.0) * sigma, 1 / 6)]
+    return [(np.array([dy, dx]), focus, wy * wx * wf) for dy, wy in rule(setting.source_size_A)
+            for dx, wx in rule(setting.source_size_A) for focus, wf in rule(setting.focal_spread_A)]
+
+
+def blurred(patterns: np.ndarray, sigma_px: float) -> np.ndarray:
+    """(N, K, K) patterns convolved (periodically) with a Gaussian of ``sigma_px`` sampled on the
+    pixel grid and normalised to sum 1 (positive, no ringing); unchanged for 0."""
+    if sigma_px == 0:
+        return patterns
+    d = np.fft.fftfreq(patterns.shape[-1]) * patterns.shape[-1]  # periodic pixel distance from pixel 0
+    kernel = np.exp(-(d[:, None] ** 2 + d[None, :] ** 2) / (2 * sigma_px ** 2))
+    return np.maximum(np.fft.ifft2(np.fft.fft2(patterns) * np.fft.fft2(kernel / kernel.sum())).real, 0.0)
+
+
+def read_out(patterns: np.ndarray, setting: Setting) -> np.ndarray:
+    """The patterns as the detector stores them: flipped along x, then y, then transposed (the
+    inverse of transposing, then flipping y, then flipping x)."""
+    if setting.flip_x:
+        patterns = patterns[..., ::-1]
+    if setting.flip_y:
+        patterns = patterns[..., ::-1, :]
+    if setting.transpose:
+        patterns = np.swapaxes(patterns, -1, -2)
+    return np.ascontiguousarray(patterns)
 
 
 def write(path: str, setting: Setting) -> None:
@@ -176,14 +284,25 @@ def write(path: str, setting: Setting) -> None:
     sim = simulate(setting)
     with h5py.File(path, "w") as f:
         f.create_dataset("patterns", data=sim["patterns"])
-        f.create_dataset("positions_A", data=sim["positions_A"])
+        if setting.write_positions:
+            f.create_dataset("positions_A", data=sim["nominal_positions_A"])
         truth = f.create_group("ground_truth")
+        truth.create_dataset("positions_A", data=sim["positions_A"])
+        truth.create_dataset("bad_pixels", data=sim["bad_pixels"].astype(np.uint8))
+        if sim["descan_px"] is not None:
+            truth.create_dataset("descan_px", data=sim["descan_px"])
+        truth.attrs.update(defocus_A=setting.defocus_A, scan_rotation_deg=setting.scan_rotation_deg,
+                           blur_px=setting.blur_px, transpose=setting.transpose, flip_y=setting.flip_y,
+                           flip_x=setting.flip_x)
         truth.create_dataset("phase", data=sim["phases"].sum(0).astype(np.float32)).attrs["dx_A"] = sim["dx_A"]
         slices = truth.create_dataset("potential_slices_phase", data=sim["phases"].astype(np.float32))
         slices.attrs["slice_thickness_A"] = setting.slice_thickness_A
         slices.attrs["dx_A"] = sim["dx_A"]
         truth.create_dataset("probe", data=sim["probe"].astype(np.complex64))
-        attrs = {key: value for key, value in asdict(setting).items() if not isinstance(value, (tuple, list))}
+        attrs = {key: value for key, value in asdict(setting).items()
+                 if key not in EFFECTS and not isinstance(value, (tuple, list, type(None)))}
+        if setting.nominal_defocus_A is not None:
+            attrs["defocus_A"] = setting.nominal_defocus_A
         attrs.update(dk_invA=sim["dk_invA"], dx_A=sim["dx_A"], wavelength_A=sim["wavelength_A"],
                      dose_per_pattern=setting.dose, n_slices=setting.slices, scan_shape=np.array(setting.scan_shape),
                      simulator="examples/grid/simulate.py (NumPy multislice, independent of ptyacc)")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptyacc.data.load import MIN_RASTER
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
 from ptyacc.errors import PtyaccError
 
@@ -43,14 +44,29 @@ def init_config(data_path: Path, config_path: Path) -> str:
         lines.append("  scan_shape: null   # NEEDED: [slow, fast] of the raster scan")
     if kx > 256:
         lines.append(f"  # transform: {{bin: 2}}   # {kx} px patterns: binning halves the window and quarters the time")
+    measured = info.positions_A is not None and "scan_step_A" in info.attrs
+    turned = not xray and not measured and min(info.scan_shape or (0, 0)) >= MIN_RASTER
+    if not xray:
+        lines += _found_in_data_lines(turned)
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
     lines += _calibration_lines(info, xray)
-    if info.positions_A is not None and "scan_step_A" in info.attrs:
+    if turned:
+        lines.append("  scan_rotation_deg: auto   # from the patterns' centre of mass (0 = scan along the detector)")
+    if measured:
         lines.append("  positions: {key: positions_A}   # the file's measured positions, not a raster")
     batch = int(np.clip(n // 20, 4, 64))
     lines += ["optim:", "  iterations: 20", f"  batch_size: {batch}   # suggested for {n} positions: about 20 steps "
               "per iteration", "output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
+
+
+def _found_in_data_lines(turned: bool) -> list[str]:
+    """What an electron dataset's own patterns say better than its attributes: bad pixels, descan and
+    (a raster scan) the patterns' transpose/flip against the scan (README: "Real data")."""
+    orientation = "orientation: auto, " if turned else ""
+    return ["  bad_pixels: auto   # dead and hot pixels, dead rows and columns found in the data",
+            f"  transform: {{{orientation}descan: auto}}   # "
+            + ("transpose/flip from the centre of mass; " if turned else "") + "the disk's wandering centre taken out"]
 
 
 def _calibration_lines(info: PatternsInfo, xray: bool) -> list[str]:

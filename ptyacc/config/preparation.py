@@ -25,7 +25,9 @@ class TransformConfig:
     orientation: Literal["manual", "auto"] = _f(
         "manual", "auto: transpose, flip_y and flip_x from the detector's basis_vectors (CXI, or a file converted "
                   "from one), so that rows run along +y and columns along +x of the frame of the sample "
-                  "translations; manual: the three keys below.")
+                  "translations; in a file without them (electrons, raster scan), from the patterns' centre of "
+                  "mass: the one of the eight that makes its field curl-free with a scan rotation within 45 degrees "
+                  "of experiment.scan_rotation_deg (of 0 when that is auto); manual: the three keys below.")
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
@@ -37,6 +39,10 @@ class TransformConfig:
                      "multiple of bin.")
     pad: int | None = _f(None, "Zero-pad to pad x pad pixels, centred, after binning; the padded pixels are "
                                "masked out of the loss. null = no padding.")
+    descan: Literal["off", "auto"] = _f(
+        "off", "auto: measure the bright-field disk's centre in up to 1024 prepared patterns, fit a plane in the "
+               "probe positions and shift every pattern back by it (sub-pixel, Fourier), so that zero frequency sits "
+               "at the centre everywhere; run.log reports the fit, results.h5 /detector keeps it. Electrons, far field.")
 
     def _check(self, path: str) -> None:
         _require(self.crop is None or self.crop >= 1, f"{path}.crop", f"must be >= 1 or null, got {self.crop}")

@@ -50,6 +50,9 @@ class DataConfig:
     nonfinite: Literal["error", "zero"] = _f("error", "What to do with NaN/Inf pattern values.")
     negative: Literal["clip", "error"] = _f("clip", "What to do with negative pattern values (clip sets them to 0).")
     use_mask: bool = _f(True, "Leave out the bad pixels of the file's detector mask (CXI) from the loss.")
+    bad_pixels: Literal["off", "auto"] = _f(
+        "off", "auto: find dead pixels, hot pixels and dead rows/columns in up to 256 patterns as stored and leave "
+               "them out of the loss too (run.log and results.h5 /detector say which); off: only the file's mask.")
     subtract_background: bool = _f(True, "Subtract the file's dark/background frame (CXI) from every pattern.")
     hold: Literal["auto", "device", "host", "disk"] = _f(
         "auto", "Where the patterns live during the run. device: all on the device (fastest); host: in host memory "
@@ -100,7 +103,10 @@ class ExperimentConfig:
         False, "Electrons: fit dk_invA = semiangle / wavelength / R from the bright-field disk's radius R (px, "
                "half maximum, sub-pixel) in the mean of up to 256 prepared patterns, instead of dk_invA or dx_A.")
     scan_step_A: float | None = _f(None, "Raster scan step in Å.")
-    scan_rotation_deg: float = _f(0.0, "Rotation of the scan axes against the detector axes, counter-clockwise.")
+    scan_rotation_deg: float | Literal["auto"] = _f(
+        0.0, "Rotation of the scan axes against the detector axes, counter-clockwise (the raster turned from +x "
+             "towards +y). auto: measured from the patterns' centre of mass (the angle at which its field over a "
+             "raster scan is curl-free), with the transpose/flip when data.transform.orientation is auto.")
     geometry: Literal["far_field", "near_field"] = _f(
         "far_field", "far_field: patterns are diffraction patterns (zero frequency at the centre); near_field: "
                      "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")

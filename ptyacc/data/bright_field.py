@@ -1,6 +1,8 @@
 """The bright-field disk of electron patterns: its radius measured in the patterns themselves (which
 gives the reciprocal pixel, ``experiment.dk_from_bright_field``), and compared with the radius the
-calibration predicts (``check_bright_field``, the calibration check of ``sanity.calibration_checks``)."""
+calibration predicts (``check_bright_field``, the calibration check of ``sanity.calibration_checks``).
+Hot and dead detector pixels are repaired first (each pixel against its eight neighbours, the rules
+that ``detector.py`` finds bad pixels with), so that a few hot pixels do not outshine the disk."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from ptyacc.data.sampling import aperture_invA
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
+DEAD_LEVEL = 0.1  # a dead pixel reads at most this share of its reference neighbour
+HOT_FACTOR = 3.0  # a hot pixel reads more than this multiple of its second-brightest neighbour
 DARK_PERCENTILE = 5
 MIN_RADIUS_PX = 1.5
 STRAY_FRACTION = 0.1  # bright pixels away from the disk, as a fraction of the disk's, before it is not one disk
@@ -27,8 +31,9 @@ def bright_field_radius_px(mean_pattern: np.ndarray, source: str) -> float:
     it to the maximum form the disk, whose plateau is their median. The area is then counted
     with sub-pixel weights, each pixel near the disk adding (value - dark) / (plateau - dark)
     clipped to [0, 1], so an edge pixel half covered adds one half: radius = sqrt(area / pi).
+    Hot and dead pixels are first replaced by their neighbours' median (``repaired``).
     Raises DataError naming ``source`` when no single disk inside the detector is found."""
-    m = np.asarray(mean_pattern, dtype=np.float64)
+    m = repaired(np.asarray(mean_pattern, dtype=np.float64))
     hint = "set experiment.dk_invA (or dx_A) instead of experiment.dk_from_bright_field"
     dark, peak = float(np.percentile(m, DARK_PERCENTILE)), float(m.max())
     if not (math.isfinite(peak) and math.isfinite(dark)) or peak <= dark:
@@ -53,6 +58,28 @@ def bright_field_radius_px(mean_pattern: np.ndarray, source: str) -> float:
     plateau = float(np.median(m[bright]))
     weights = np.clip((m[near] - dark) / (plateau - dark), 0.0, 1.0)
     return math.sqrt(weights.sum() / math.pi)
+
+
+
+def neighbours(patterns: np.ndarray) -> np.ndarray:
+    """(n, ky, kx, 8) the eight neighbours of every pixel, sorted, the patterns reflected at the edges."""
+    padded = np.pad(patterns, ((0, 0), (1, 1), (1, 1)), mode="reflect")
+    ky, kx = patterns.shape[-2:]
+    around = [padded[:, 1 + dy:1 + dy + ky, 1 + dx:1 + dx + kx]
+              for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dy or dx]
+    return np.sort(np.stack(around, axis=-1), axis=-1)
+
+
+def repaired(image: np.ndarray) -> np.ndarray:
+    """A (ky, kx) image (a mean pattern) with its hot pixels (above HOT_FACTOR times the
+    second-brightest neighbour) and dead ones (at most DEAD_LEVEL of the third-darkest, so that
+    a pixel of a dead line, with two dead neighbours, is one) replaced by their neighbours' median.
+    A pixel just outside a disk's edge has three neighbours further out, as dark as it or darker."""
+    around = neighbours(image[None])[0]
+    median = around[..., 3:5].mean(-1)
+    bad = (image > HOT_FACTOR * np.maximum(around[..., -2], 0)) | (
+        (around[..., 2] > 0) & (image <= DEAD_LEVEL * around[..., 2]))
+    return np.where(bad, median, image)
 
 
 def sample_rows(n_patterns: int, count: int = 256) -> np.ndarray:

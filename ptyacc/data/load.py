@@ -5,7 +5,9 @@ the file closed, the dataset built."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +17,30 @@ from ptyacc.config import Config
 from ptyacc.data.bright_field import measured_radius_px
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
+from ptyacc.data.descan import Descanned, measure_descan
+from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.hold import hold_patterns
-from ptyacc.data.prepare import Preparation, pattern_preparation
+from ptyacc.data.orientation import measure_orientation
+from ptyacc.data.positions import raster_positions_A
+from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
 from ptyacc.data.sanity import calibration_checks
 from ptyacc.data.simulate import simulate_dataset
+from ptyacc.errors import ConfigError, DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a measurement from the data adds to run.log (``lines``) and results.h5 /detector (``arrays``)."""
+
+    lines: tuple[str, ...] = ()
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
 POSITIONS_SETTING = "experiment.positions.key"
+BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orientation: auto
+MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
 
 
 def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
@@ -33,6 +51,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     device: where the run computes; ``data.hold`` chooses from its free memory whether the
     patterns are read now (device) or held in host memory or left in the file (``streamed``)."""
     if config.data.simulate is not None:
+        if config.experiment.scan_rotation_deg == "auto":
+            raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
+                              "dataset is made with the rotation given (set a number)")
         return keep_only(simulate_dataset(config), keep)
     data, experiment = config.data, config.experiment
     path, positions_path = _input_paths(config)
@@ -47,27 +68,92 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                 positions_path, experiment.positions.key, POSITIONS_SETTING)
             named = f"{positions_path}:{experiment.positions.key}", array
         facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
-        calibration = calibrate(experiment, facts, data.scan_shape)
-        prep = Preparation.from_config(data.transform, info.shape[-2:], experiment.geometry == "far_field", name,
-                                       info.attrs)
+        rotation_auto = experiment.scan_rotation_deg == "auto"
+        calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
+                                facts, data.scan_shape)
+        file_mask, bad = info.mask if data.use_mask else None, Measured()
+        if data.bad_pixels == "auto":
+            file_mask, bad = _without_bad_pixels(data, source, file_mask, len(calibration.positions_A))
+        transform, turned = data.transform, Measured()
+        if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
+                             and experiment.radiation == "electron"):
+            experiment, transform, turned = _oriented(experiment, transform, source, calibration, file_mask,
+                                                      info.background if data.subtract_background else None)
+            calibration = calibrate(experiment, facts, data.scan_shape)
+            calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
+        prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
         shape = prep.shape
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                       info.background if data.subtract_background else None)
-        mask = prep.mask(info.mask if data.use_mask else None)
+        mask = prep.mask(file_mask)
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
+        reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
+        if data.transform.descan == "auto":
+            source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
-                                                   device, lambda: open_patterns(path, info.key, **options))
+                                                   device, reopen)
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
         checks = calibration_checks(experiment, calibration, dx_A, source, prepare, prep.bin, shape[-1],
                                     every) if experiment.check_calibration else ()
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
-                                 stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
+                                 stored_pattern_shape=tuple(info.shape[-2:]),
+                                 checks=bad.lines + turned.lines + descan.lines + tuple(checks),
+                                 detector={**bad.arrays, **turned.arrays, **descan.arrays},
                                  hold=choice, streamed=streamed)
+
+
+def _without_bad_pixels(data, source, file_mask: np.ndarray | None, n_patterns: int) -> tuple[np.ndarray, Measured]:
+    """``data.bad_pixels: auto``: the detector mask as stored (``file_mask``, None = all good) less
+    the bad pixels found in the data; and what to report."""
+    bad, line = measure_bad_pixels(source, n_patterns, source.info.background if data.subtract_background else None)
+    return good_pixels(file_mask, bad), Measured((line,), bad.arrays())
+
+
+def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
+              background: np.ndarray | None):
+    """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
+    without basis vectors: the experiment and transform with the rotation and flags measured from
+    the centre of mass of the stored patterns (``orientation.py``), and what to report."""
+    step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
+    rotation_auto = experiment.scan_rotation_deg == "auto"
+    given = 0.0 if rotation_auto else experiment.scan_rotation_deg
+    if shape is None or step is None or not np.allclose(calibration.positions_A, raster_positions_A(shape, step, given)):
+        raise ConfigError("experiment.scan_rotation_deg: auto and data.transform.orientation: auto (from the data) need "
+                          "a raster scan (data.scan_shape and experiment.scan_step_A): the centre of mass is judged on "
+                          f"the raster's grid, and {source.path} gives its own positions; set them by hand")
+    if min(shape) < MIN_RASTER:
+        raise DataError(f"{source.path}: data.transform.orientation: auto needs the detector's basis_vectors (CXI), and "
+                        f"experiment.scan_rotation_deg: auto or orientation from the data a raster of at least "
+                        f"{MIN_RASTER} x {MIN_RASTER} positions, found {shape[0]} x {shape[1]}; set them by hand")
+    fixed = None
+    if transform.orientation == "manual":
+        fixed = (transform.transpose, transform.flip_y, transform.flip_x)
+    elif BASIS in source.info.attrs:
+        fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
+    found, line = measure_orientation(source, shape, file_mask, background, fixed, given)
+    if rotation_auto:
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=found.rotation_deg)
+    else:
+        line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
+    if fixed is None:
+        transform = dataclasses.replace(transform, orientation="manual", transpose=found.flags[0],
+                                        flip_y=found.flags[1], flip_x=found.flags[2])
+    return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(found.rotation_deg),
+                                                      "orientation_flags": np.array(found.flags)})
+
+
+def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen):
+    """``data.transform.descan: auto``: the file (and the way to open it again) whose patterns come
+    shifted back by the descan measured in them, and what to report."""
+    descan, line = measure_descan(source, prepare, positions_A, mask)
+    arrays = {"descan_px": descan.shifts_px(positions_A), "descan_plane": descan.plane}
+    return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
+            Measured((line,), arrays))
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

@@ -77,7 +77,8 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
              "source": data.source}
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
-                      initial_positions_A=np.asarray(data.positions_A, dtype=np.float64))
+                      initial_positions_A=np.asarray(data.positions_A, dtype=np.float64),
+                      detector=dict(data.detector) or None)
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())

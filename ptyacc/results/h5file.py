@@ -31,6 +31,13 @@ results.h5 layout (a public contract; add, never rename):
 - multislice runs with a tilt (``experiment.tilt_mrad``, ``optim.start.tilt``): ``tilt_mrad`` float64
   (2,) or (N, 2) per position, [y, x] in mrad (the convention in ptyacc/physics/tilt.py); with a
   tilt or a refined slice thickness, the attribute ``slice_thickness_A`` (the refined value)
+- group ``detector``: what the run measured of the detector from the data: ``bad_pixels`` int64
+  (M, 2) [row, col] of the pixels left out of the loss, as stored (``data.bad_pixels: auto``);
+  ``descan_px`` float64 (N, 2) the shift (dy, dx) in prepared pixels by which each pattern was moved
+  back and ``descan_plane`` (2, 3) its plane, per axis [at the mean position, per Å of y, per Å
+  of x] (``data.transform.descan: auto``); ``scan_rotation_deg`` float64 () and ``orientation_flags`` bool
+  (3,) (transpose, flip_y, flip_x) measured from the centre of mass (``experiment.scan_rotation_deg:
+  auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -78,6 +85,7 @@ class Results:
     comm_calls: np.ndarray | None = None
     validation_error: np.ndarray | None = None  # runs with validation positions, per iteration
     tilt_mrad: np.ndarray | None = None  # (2,) or (N, 2) [y, x] mrad, multislice with a tilt
+    detector: dict[str, np.ndarray] | None = None  # measured from the data (group ``detector``)
 
     @property
     def phase(self) -> np.ndarray:
@@ -132,6 +140,8 @@ def save_results(path: Path, results: Results) -> None:
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
         for key, value in results.attrs.items():
             f.attrs[key] = value
+        for name, array in (results.detector or {}).items():
+            f.create_dataset(f"detector/{name}", data=array)
         if results.calibration:
             group = f.create_group("calibration")
             for name, (value, source) in results.calibration.items():
@@ -158,7 +168,8 @@ def load_results(path: str | Path) -> Results:
                                                              *COUNTS)
                               if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs,
-                           calibration=calibration)
+                           calibration=calibration,
+                           detector={name: d[()] for name, d in f["detector"].items()} if "detector" in f else None)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 

@@ -1,0 +1,200 @@
+"""The scan's rotation against the detector, and the patterns' transpose/flip, from the centre of
+mass of the patterns (``experiment.scan_rotation_deg: auto``, ``data.transform.orientation: auto``
+for a file without the detector's basis vectors).
+
+Through a thin phase object phi, a pattern's centre of mass (in detector pixels, from its mean) is
+the phase gradient seen by the probe: c = grad(phi) / (2 pi dk), smoothed by the probe's intensity,
+whatever the probe's aberrations. ptyacc's model puts probe i of the nominal raster n_i at
+r_i = R(theta) n_i (``positions.raster_positions_A``: turned from +x towards +y), with the
+prepared patterns' rows along y and columns along x. Then R(theta)^T M c, with M the transpose
+and flips of the preparation acting on the centre-of-mass vectors, is the gradient of phi(R n) on
+the nominal raster: a field without curl. Its divergence, the Laplacian of a phase with positive
+peaks at the atoms, is skewed negative; that tells theta from theta + 180.
+
+The field is first freed of the plane that fits it best (descan moves the patterns by a plane in
+the scan, whose antisymmetric part would read as curl). The curl of R(a)^T c is linear in
+(cos a, sin a), so its squared sum over the scan is a quadratic form whose smallest eigenvector
+gives the angle exactly; the eigenvalues' ratio (the share of curl left at the best angle,
+against the worst) says how curl-free the field can be made. Done for the stored vectors and for
+their transpose (the other handedness), the smaller share wins; of the eight transpose/flip
+combinations of ``data.transform`` the one whose rotation lies nearest the given one (within 45
+degrees of 0 for ``auto``) is chosen, with that rotation. The rotation measured on each half of the scan gives
+its spread.
+
+Measured on the middle block of up to MAX_SIDE x MAX_SIDE raster positions (rows in the slow
+direction), read in blocks, the same on every process.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptyacc.errors import DataError
+
+MAX_SIDE = 64
+MIRRORED = 2.0  # given flags refused when they leave this many times the curl of the other handedness
+BLOCK = 256  # patterns read at a time
+FLAGS = tuple((t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True))
+
+
+def rotation(theta_deg: float) -> np.ndarray:
+    """R(theta) on (y, x) vectors: turns +x towards +y (``raster_positions_A``'s sense)."""
+    c, s = math.cos(math.radians(theta_deg)), math.sin(math.radians(theta_deg))
+    return np.array([[c, s], [-s, c]])
+
+
+def flag_matrix(transpose: bool, flip_y: bool, flip_x: bool) -> np.ndarray:
+    """What ``data.transform``'s transpose, then flip_y, then flip_x do to (y, x) vectors of a pattern."""
+    m = np.array([[0.0, 1.0], [1.0, 0.0]]) if transpose else np.eye(2)
+    return np.diag([-1.0 if flip_y else 1.0, -1.0 if flip_x else 1.0]) @ m
+
+
+def curl_and_divergence(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Curl (d vx / dy - d vy / dx) and divergence of a (ny, nx, 2) (y, x) field on the raster."""
+    dvy_dy, dvy_dx = np.gradient(field[..., 0])
+    dvx_dy, dvx_dx = np.gradient(field[..., 1])
+    return dvx_dy - dvy_dx, dvy_dy + dvx_dx
+
+
+def transverse(field: np.ndarray) -> np.ndarray:
+    """The curl of a (ny, nx, 2) (y, x) field on the raster (central differences), inside its border."""
+    return curl_and_divergence(field)[0][1:-1, 1:-1].ravel()
+
+
+def curl_free_angle(field: np.ndarray) -> tuple[float, float]:
+    """(a in degrees in [0, 180), share of curl left) for which R(a)^T ``field`` has the least curl."""
+    # R(a)^T v = cos a v + sin a J v, J v = (-vx, vy)
+    a_curl = transverse(field)
+    b_curl = transverse(np.stack([-field[..., 1], field[..., 0]], -1))
+    form = np.array([[a_curl @ a_curl, a_curl @ b_curl], [a_curl @ b_curl, b_curl @ b_curl]])
+    values, vectors = np.linalg.eigh(form)
+    angle = math.degrees(math.atan2(vectors[1, 0], vectors[0, 0])) % 180.0
+    return angle, float(values[0] / max(values[1], 1e-300))
+
+
+def turned(field: np.ndarray, angle_deg: float) -> np.ndarray:
+    """R(angle)^T applied to each (y, x) vector of ``field``."""
+    return field @ rotation(angle_deg)
+
+
+def skew(values: np.ndarray) -> float:
+    v = values.ravel() - values.mean()
+    return float((v ** 3).mean() / max((v ** 2).mean() ** 1.5, 1e-300))
+
+
+@dataclass(frozen=True)
+class Orientation:
+    """The transpose/flip ``flags`` (transpose, flip_y, flip_x) and ``rotation_deg`` that make the
+    prepared centre-of-mass field a gradient; ``curl_left`` the share of curl left (this
+    handedness) and ``curl_other`` (the other one); ``halves_deg`` the rotation measured on each half of
+    the scan; ``skew`` the divergence's skewness (negative when the sign is right)."""
+
+    flags: tuple[bool, bool, bool]
+    rotation_deg: float
+    curl_left: float
+    curl_other: float
+    halves_deg: tuple[float, float]
+    skew: float
+    positions: int
+
+    def line(self, source: str, seconds: float) -> str:
+        t, fy, fx = self.flags
+        spread = abs(self.halves_deg[0] - self.halves_deg[1]) / 2
+        return (f"scan rotation from the centre of mass: {self.rotation_deg:.2f} deg (halves of the scan "
+                f"{self.halves_deg[0]:.2f} and {self.halves_deg[1]:.2f}, +-{spread:.2f}), transpose {t}, flip_y {fy}, "
+                f"flip_x {fx}; curl left {self.curl_left:.3f} of the worst angle's (the other handedness "
+                f"{self.curl_other:.3f}), divergence skew {self.skew:+.2f}, {self.positions} positions of {source} "
+                f"({seconds:.2g} s)")
+
+
+def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] | None = None,
+                         near_deg: float = 0.0) -> Orientation:
+    """The orientation of a (ny, nx, 2) centre-of-mass field of the stored patterns (y, x px,
+    rows of the raster in the slow direction): of the transpose/flips, the one that leaves the
+    rotation nearest ``near_deg``; with ``fixed_flags`` (the preparation's flags) only the
+    rotation is found (a DataError when the data show the other handedness)."""
+    com = without_plane(com)
+    stored = curl_free_angle(com)
+    swapped = curl_free_angle(com[..., ::-1])
+    transpose = swapped[1] < stored[1] if fixed_flags is None else sum(fixed_flags) % 2 == 1
+    angle, left = swapped if transpose else stored
+    other = stored[1] if transpose else swapped[1]
+    if fixed_flags is not None and left > MIRRORED * other:
+        raise DataError(f"data.transform: transpose {fixed_flags[0]}, flip_y {fixed_flags[1]}, flip_x {fixed_flags[2]} "
+                        f"mirror the patterns against the scan (the centre of mass leaves {left:.3f} of its curl so, "
+                        f"{other:.3f} mirrored): set data.transform.orientation: auto, or add or remove one flip")
+    field = com[..., ::-1] if transpose else com
+    _, div = curl_and_divergence(turned(field, angle))
+    if skew(div) > 0:
+        angle += 180.0
+    # R(angle)^T T^h c is the gradient; prepared M c with R(theta)^T M = R(angle)^T T^h
+    candidates = FLAGS if fixed_flags is None else (fixed_flags,)
+    best = None
+    for flags in candidates:
+        rot = flag_matrix(*flags) @ (np.array([[0.0, 1.0], [1.0, 0.0]]) if transpose else np.eye(2)) @ rotation(angle)
+        if np.linalg.det(rot) < 0:
+            continue
+        theta = math.degrees(math.atan2(rot[0, 1], rot[0, 0]))
+        if best is None or abs(_wrapped(theta - near_deg, 360)) < abs(_wrapped(best[1] - near_deg, 360)):
+            best = (flags, theta)
+    flags, theta = best
+    half = com.shape[0] // 2
+    halves = tuple(theta + _wrapped(curl_free_angle(part[..., ::-1] if transpose else part)[0] - angle % 180)
+                   for part in (com[:half], com[half:]))
+    return Orientation(flags, theta, left, other, halves, skew(curl_and_divergence(turned(field, angle))[1]),
+                       com.shape[0] * com.shape[1])
+
+
+def without_plane(field: np.ndarray) -> np.ndarray:
+    """A (ny, nx, 2) field less the plane (in the raster's rows and columns) that fits it best: descan
+    moves every pattern by such a plane, whose antisymmetric part is a curl that would turn the
+    angle found; a sample's phase gradient has none."""
+    ny, nx = field.shape[:2]
+    y, x = np.meshgrid(np.arange(ny) - (ny - 1) / 2, np.arange(nx) - (nx - 1) / 2, indexing="ij")
+    design = np.column_stack([np.ones(ny * nx), y.ravel(), x.ravel()])
+    values = field.reshape(-1, 2)
+    solution, *_ = np.linalg.lstsq(design, values, rcond=None)
+    return (values - design @ solution).reshape(field.shape)
+
+
+def _wrapped(degrees: float, period: float = 180.0) -> float:
+    """``degrees`` wrapped into [-period / 2, period / 2)."""
+    return (degrees + period / 2) % period - period / 2
+
+
+def centres_of_mass(patterns: np.ndarray, good: np.ndarray | None) -> np.ndarray:
+    """(n, 2) (y, x) centre of mass in px of (n, K, K) centred patterns, bad pixels (``good``
+    False) left out."""
+    weights = patterns if good is None else patterns * good
+    y, x = np.indices(patterns.shape[-2:])
+    total = weights.sum(axis=(-2, -1), dtype=np.float64)
+    return np.stack([(weights * y).sum(axis=(-2, -1)) / total, (weights * x).sum(axis=(-2, -1)) / total], -1)
+
+
+def middle_block(scan_shape: tuple[int, int]) -> tuple[np.ndarray, tuple[int, int]]:
+    """Row-major pattern indices of the middle block of at most MAX_SIDE x MAX_SIDE raster
+    positions, and its shape."""
+    ny, nx = scan_shape
+    sy, sx = min(ny, MAX_SIDE), min(nx, MAX_SIDE)
+    y0, x0 = (ny - sy) // 2, (nx - sx) // 2
+    rows = (np.arange(y0, y0 + sy)[:, None] * nx + np.arange(x0, x0 + sx)[None, :]).ravel()
+    return rows, (sy, sx)
+
+
+def measure_orientation(source, scan_shape: tuple[int, int], good: np.ndarray | None,
+                        background: np.ndarray | None, fixed_flags=None, near_deg: float = 0.0
+                        ) -> tuple[Orientation, str]:
+    """The orientation of the stored patterns of ``source`` (a ``readers.PatternFile`` of a
+    raster ``scan_shape``), bad pixels (``good`` False, stored layout) left out, less the dark
+    frame ``background``; and its run.log line."""
+    started = time.perf_counter()
+    rows, shape = middle_block(scan_shape)
+    subtract = None if background is None else (lambda chunk: chunk - background)
+    com = np.concatenate([centres_of_mass(source.read(rows[i:i + BLOCK], subtract).patterns, good)
+                          for i in range(0, len(rows), BLOCK)])
+    found = orientation_from_com(com.reshape(*shape, 2), fixed_flags, near_deg)
+    return found, found.line(str(source.path), time.perf_counter() - started)

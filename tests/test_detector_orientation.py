@@ -1,0 +1,73 @@
+"""Scan rotation and the patterns' transpose/flip from the centre of mass (ptyacc/data/orientation.py,
+experiment.scan_rotation_deg: auto, data.transform.orientation: auto) on patterns of the independent
+simulator (examples/grid/simulate.py), whose true probe positions are the check: ptyacc's raster
+turned by the rotation found must land on them."""
+
+import h5py
+import numpy as np
+import pytest
+
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
+from ptyacc.data.orientation import FLAGS, centres_of_mass, orientation_from_com
+from ptyacc.errors import ConfigError, DataError
+
+SIDE = 40
+
+
+@pytest.fixture(scope="module")
+def turned(grid_simulator):
+    """A 40 x 40 raster turned by 9 degrees, read out without transpose or flips."""
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(SIDE, SIDE), scan_step_A=0.3, dose=3e4, defocus_A=40.0,
+                                     edge_mrad=50.0, seed=3, scan_rotation_deg=9.0, blur_px=0.6)
+    return setting, grid_simulator.simulate(setting)
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_rotation_and_the_right_one_of_the_eight(grid_simulator, turned, flags):
+    setting, result = turned
+    stored = grid_simulator.read_out(result["patterns"].reshape(-1, 48, 48).astype(np.float64), grid_simulator.Setting(
+        transpose=flags[0], flip_y=flags[1], flip_x=flags[2]))
+    found = orientation_from_com(centres_of_mass(stored, None).reshape(SIDE, SIDE, 2))
+    assert found.flags == flags
+    assert found.rotation_deg == pytest.approx(9.0, abs=0.5)
+    assert found.curl_left < 0.1 < found.curl_other and found.skew < 0
+    assert abs(found.halves_deg[0] - found.halves_deg[1]) < 2.0
+
+
+def test_given_flags_only_the_rotation_and_a_mirror_refused(turned):
+    _, result = turned
+    com = centres_of_mass(result["patterns"].reshape(-1, 48, 48), None).reshape(SIDE, SIDE, 2)
+    found = orientation_from_com(com, fixed_flags=(False, True, True))  # the patterns turned by 180 degrees
+    assert found.flags == (False, True, True) and found.rotation_deg == pytest.approx(9.0 - 180.0, abs=0.5)
+    with pytest.raises(DataError, match="mirror the patterns against the scan"):
+        orientation_from_com(com, fixed_flags=(True, False, False))
+
+
+def test_auto_through_load_data_puts_the_probes_where_they_were(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(SIDE, SIDE), scan_step_A=0.3, dose=3e4, defocus_A=40.0,
+                                     edge_mrad=50.0, seed=1, scan_rotation_deg=-12.0, transpose=True, blur_px=0.6,
+                                     hot_pixels=3, dead_column=30,  # and a descan whose plane has a curl
+                                     descan_offset_px=(0.3, -0.2), descan_px_per_A=((0.04, 0.05), (-0.05, 0.05)))
+    path = tmp_path / "turned.h5"
+    grid_simulator.write(str(path), setting)
+    with h5py.File(path) as f:
+        truth = f["ground_truth/positions_A"][()]
+    config = {"data": {"path": str(path), "bad_pixels": "auto", "transform": {"orientation": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto"}}
+    data = load_data(load_config(config))
+    assert data.calibration["scan_rotation_deg"][1] == "fitted"
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(-12.0, abs=0.5)
+    assert list(data.detector["orientation_flags"]) == [True, False, False]
+    moved = data.positions_A - data.positions_A.mean(0)
+    assert np.abs(moved - (truth - truth.mean(0))).max() < 0.1  # Å, over a 12 Å scan
+    assert any(line.startswith("scan rotation from the centre of mass") for line in data.checks)
+    # a typed rotation stays, the flags are still found
+    config["experiment"]["scan_rotation_deg"] = -10.0
+    typed = load_data(load_config(config))
+    assert typed.calibration["scan_rotation_deg"] == (-10.0, "config")
+    assert list(typed.detector["orientation_flags"]) == [True, False, False]
+    # positions from the file: no raster to judge the field on
+    config["experiment"] = {"scan_rotation_deg": "auto", "positions": {"key": "positions_A"}}
+    with pytest.raises(ConfigError, match="need a raster scan"):
+        load_data(load_config(config))

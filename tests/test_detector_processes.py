@@ -1,0 +1,32 @@
+"""The measurements from the data give the same values on 2 processes as on 1 (each process reads
+the same sample from the file), and the runs that use them the same results."""
+
+import h5py
+import numpy as np
+import pytest
+from test_distributed import launch_configs
+
+
+@pytest.mark.slow
+def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=32, scan_shape=(12, 12), scan_step_A=0.4, dose=3e4, defocus_A=40.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=7.0, flip_x=True, hot_pixels=2,
+                                     dead_column=5, descan_offset_px=(0.3, 0.2), write_positions=False)
+    grid_simulator.write(str(tmp_path / "scan.h5"), setting)
+    config = {"data": {"path": str(tmp_path / "scan.h5"), "bad_pixels": "auto",
+                       "transform": {"orientation": "auto", "descan": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto"},
+              "optim": {"iterations": 2, "batch_size": 16}, "runtime": {"progress": False},
+              "output": {"figures": False}}
+    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
+    found = {}
+    for name, out in outs.items():
+        with h5py.File(out / "results" / "results.h5") as f:
+            found[name] = ({key: f["detector"][key][()] for key in f["detector"]}, f["object"][()],
+                           f["calibration"].attrs["scan_rotation_deg"])
+    one, two = found["p1"], found["p2"]
+    assert sorted(one[0]) == ["bad_pixels", "descan_plane", "descan_px", "orientation_flags", "scan_rotation_deg"]
+    for key in one[0]:
+        assert np.array_equal(one[0][key], two[0][key]), key
+    assert one[2] == two[2] and abs(one[2] - 7.0) < 2.0
+    assert np.abs(one[1] - two[1]).max() < 1e-4
