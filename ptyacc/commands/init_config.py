@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptyacc.data.probe_file import probe_key
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
 from ptyacc.errors import PtyaccError
 
@@ -47,6 +48,10 @@ def init_config(data_path: Path, config_path: Path) -> str:
     lines += _calibration_lines(info, xray)
     if info.positions_A is not None and "scan_step_A" in info.attrs:
         lines.append("  positions: {key: positions_A}   # the file's measured positions, not a raster")
+    carried = probe_key(data_path)
+    if carried is not None:
+        lines += ["model:", f"  probe_init: {{path: {relative}, key: {carried}}}   # the file's own probe, its power "
+                  "scaled to the data"]
     batch = int(np.clip(n // 20, 4, 64))
     lines += ["optim:", "  iterations: 20", f"  batch_size: {batch}   # suggested for {n} positions: about 20 steps "
               "per iteration", "output:", f"  dir: results/{data_path.stem}"]
