@@ -11,8 +11,8 @@ import yaml
 from conftest import tiny_config
 
 import ptyacc
-from ptyacc.data.positions import median_neighbour_distance
 from ptyacc.errors import ConfigError
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.reconstruction.multislice_auto import (
     MULTISLICE,
     SMOOTHING_ELECTRONS,

@@ -105,17 +105,18 @@ def data_report(config, sample: int = 64) -> list[str]:
 
 
 def _overlap_lines(config, data, geometry) -> list[str]:
-    """``initial.scan_overlap``'s line for the probe the run would start from (info's sample of
+    """``footprint.Overlap``'s line for the probe the run would start from (info's sample of
     patterns), after the warnings of the probe's making."""
     from ptyacc.physics import Detector, fresnel_propagator
-    from ptyacc.reconstruction.initial import initial_probe, scan_overlap
+    from ptyacc.physics.footprint import footprint_overlap
+    from ptyacc.reconstruction.initial import initial_probe
 
     near = data.near_field_distance_A
     propagator = None if near is None else fresnel_propagator(data.detector_px, data.dx_A, data.wavelength_A, near)
     said: list[str] = []
     probe = initial_probe(config, data, Detector(propagator=propagator), None, said)
     return [line for line in said if line.startswith("warning: ")] + [
-        scan_overlap(probe, geometry.positions_px, near_field=near is not None)]
+        footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None)]
 
 
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:

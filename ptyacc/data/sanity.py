@@ -29,8 +29,8 @@ from ptyacc.data.bright_field import (  # noqa: F401 (the bright-field check's n
     measured_radius_px,
     predicted_disk_radius_px,
 )
-from ptyacc.data.positions import median_neighbour_distance
 from ptyacc.errors import ConfigError, DataError
+from ptyacc.physics.footprint import median_neighbour_distance
 
 
 def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bin_px: int, prepared_px: int,

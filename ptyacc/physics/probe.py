@@ -141,32 +141,6 @@ def mixed_state_probe(probe: torch.Tensor, n_modes: int, first_mode_power: float
     return out.to(probe.dtype)
 
 
-def probe_diameter_px(probe: torch.Tensor, fraction: float = 0.9) -> float:
-    """The diameter (px) of the smallest circle around the intensity's centre of mass that holds
-    ``fraction`` of the intensity of ``probe`` (..., K, K) (modes summed), the window taken as
-    periodic (a defocused probe's tails wrap around): the probe's footprint on the sample."""
-    intensity = (probe.abs() ** 2).reshape(-1, *probe.shape[-2:]).sum(0).to(torch.float64)
-    k = intensity.shape[-1]
-    angle = 2 * math.pi * torch.arange(k, dtype=torch.float64) / k
-    centre = []
-    for profile in (intensity.sum(1), intensity.sum(0)):  # circular means along y, then x
-        phasor = (profile * torch.exp(1j * angle)).sum()
-        centre.append(float(torch.angle(phasor)) * k / (2 * math.pi))
-    offset = torch.arange(k, dtype=torch.float64)
-    dy = torch.remainder(offset - centre[0] + k / 2, k) - k / 2
-    dx = torch.remainder(offset - centre[1] + k / 2, k) - k / 2
-    radius = torch.sqrt(dy[:, None] ** 2 + dx[None, :] ** 2).ravel()
-    order = torch.argsort(radius)
-    held = torch.cumsum(intensity.ravel()[order], 0) / intensity.sum().clamp_min(1e-30)
-    return 2 * float(radius[order][int(torch.searchsorted(held, torch.tensor(fraction, dtype=torch.float64)))])
-
-
-def linear_overlap(spacing_px: float, diameter_px: float) -> float:
-    """The overlap of two probe footprints of ``diameter_px`` whose centres are ``spacing_px``
-    apart, 1 - spacing / diameter (1: the same place; 0: touching; negative: a gap)."""
-    return 1.0 - spacing_px / diameter_px
-
-
 def optics_pupil(n: int, dk_invA: float, wavelength_A: float, numerical_aperture: float,
                  central_stop_fraction: float = 0.0) -> torch.Tensor:
     """(n, n) float64, unshifted: the pupil of a focusing optic (zone plate, or a lens-like KB) of

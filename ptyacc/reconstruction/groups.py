@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.positions import median_neighbour_distance
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
 from ptyacc.reconstruction.multislice_auto import AutoPriors
@@ -160,9 +160,7 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, share)
-        # its step is the least-squares one for an object no brighter than the bound: held to it after every
-        # step, not only every iteration (Poisson steps on bright counts where the model is dark took the
-        # object to 70 within the first iteration of a zone-plate case, the probe's step 4900 times too long)
+        # its step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
         groups[0].after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
     fast, beta2 = _fast_adam(device), adam_beta2(config)
     schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)

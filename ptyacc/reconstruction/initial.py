@@ -10,11 +10,10 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
-from ptyacc.data.positions import median_neighbour_distance
 from ptyacc.errors import ConfigError
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
+from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.physics.probe import linear_overlap, probe_diameter_px
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
@@ -94,7 +93,6 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
     said = said if said is not None else []
     probe = initial_probe(config, data, detector, mean_pattern, said)
-    said.append(scan_overlap(probe, geometry.positions_px, near_field=near is not None))
     modes = config.model.probe_modes
     first_power = 1 - config.model.further_mode_power() * (modes - 1) if modes > 1 else 1.0
     probe = probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum()))
@@ -103,6 +101,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
             probe = mixed_state_probe(probe, modes, first_power)
         except ValueError as exc:
             raise ConfigError(f"model.probe_modes: {exc}") from None
+    said.append(footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None))
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
                   if slices > 1 else None)
@@ -147,25 +146,6 @@ def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pat
     else:
         probe = far_field_probe(config, data, data.held_mean_pattern(), said)
     return probe
-
-
-MIN_OVERLAP = 0.5  # below it (1 - spacing / the probe's diameter) the terminal warns
-
-
-def scan_overlap(probe: torch.Tensor, positions_px: np.ndarray, near_field: bool = False) -> str:
-    """One line on how far the probe's footprints overlap: the median spacing of each position to its
-    nearest neighbour (not to the next one in the scan's order), the diameter that holds 90% of the
-    probe's intensity, and 1 - spacing / diameter; it starts "warning:" under ``MIN_OVERLAP`` (a
-    far-field scan; near-field images of the whole beam are not judged by it)."""
-    spacing = median_neighbour_distance(np.asarray(positions_px), at_most=512)
-    diameter = probe_diameter_px(probe)
-    overlap = linear_overlap(spacing, diameter)
-    line = (f"scan overlap {overlap:.0%} (1 - spacing / diameter): nearest-neighbour spacing {spacing:.3g} px "
-            f"(median), probe diameter {diameter:.3g} px (90% of its intensity)")
-    if overlap < MIN_OVERLAP and not near_field:
-        return (f"warning: {line}, under {MIN_OVERLAP:.0%}: the probes barely overlap; check the scan step and "
-                "the pixel size, or scan more densely")
-    return line
 
 
 def holds_probe(config: Config, near_field: bool) -> bool:

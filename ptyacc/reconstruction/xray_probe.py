@@ -19,10 +19,10 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
-from ptyacc.data.positions import median_neighbour_distance
 from ptyacc.data.probe_file import read_probe
 from ptyacc.errors import ConfigError
 from ptyacc.physics import fresnel_propagator
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.probe import optics_pupil, pupil_probe
 
 ASSUMED_OVERLAP = 0.6  # a ptychographic scan's usual linear overlap, 1 - spacing / beam diameter
