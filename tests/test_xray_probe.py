@@ -214,6 +214,10 @@ def test_init_writes_the_probe_key_when_the_file_carries_one(tmp_path, case):
     assert "probe_init" not in init_config(tmp_path / "without.cxi", tmp_path / "without.yaml")
     (tmp_path / "with.yaml").write_text(text)
     assert ptyacc.load_config(tmp_path / "with.yaml").model.probe_init.key == "entry_1/instrument_1/source_1/probe"
+    assert "probe_modes" not in text
+    zone_plate.write_cxi(tmp_path / "modes.cxi", case, np.stack([case.probe, 0.3 * case.probe.T]).astype(np.complex64))
+    assert "  probe_modes: 2   # as many as the file's probe holds" in init_config(tmp_path / "modes.cxi",
+                                                                                   tmp_path / "modes.yaml")
 
 
 def test_probe_diameter_against_known_shapes():
