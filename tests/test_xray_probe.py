@@ -160,6 +160,22 @@ def test_without_a_probe_the_defocus_follows_the_scans_overlap(tmp_path, case):
     assert defocus_um == pytest.approx(diameter_m / (2 * na) * 1e6, rel=0.05)  # the cone's edge read within 5%
 
 
+def test_a_masked_hot_pixel_leaves_the_default_probe_alone(tmp_path, case):
+    """A detector pixel at 1e9 counts in every pattern, flagged bad in the CXI mask: the cone and
+    so the defocus are those of the clean data (unmasked, the hot pixel alone would be the cone)."""
+    clean = initial_probe(config_for(tmp_path, case))[1]
+    zone_plate.write_cxi(tmp_path / "zp.cxi", case)
+    with h5py.File(tmp_path / "zp.cxi", "a") as f:
+        f["entry_1/instrument_1/detector_1/data"][:, 3, 5] = 10**9
+        mask = np.zeros((64, 64), dtype=np.uint32)
+        mask[3, 5] = 1
+        f["entry_1/instrument_1/detector_1/mask"] = mask
+    config = ptyacc.load_config({"data": {"path": str(tmp_path / "zp.cxi")}, "experiment": {"radiation": "xray"}})
+    hot = initial_probe(config)[1]
+    line = [text for text in clean if text.startswith("initial probe")]
+    assert line == [text for text in hot if text.startswith("initial probe")] and "defocus of 1" in line[0]
+
+
 @pytest.mark.parametrize("with_probe", [False, True], ids=["default_probe", "true_probe_file"])
 def test_defaults_on_counted_zone_plate_data_converge_without_nan(tmp_path, case, with_probe):
     """1e7 photons per pattern, whole-number counts: with the defaults (Poisson loss, the

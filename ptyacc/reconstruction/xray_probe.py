@@ -77,14 +77,15 @@ def _centred(field: torch.Tensor, sizes: list[int]) -> torch.Tensor:
 def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor, said: list[str]) -> torch.Tensor:
     """(K, K) the initial probe of X-ray far-field data (the module docstring), what it chose in ``said``."""
     k, optics = data.detector_px, config.experiment.optics
-    peak = float(mean_pattern.max())
-    bright = mean_pattern >= BRIGHT * peak
+    if data.mask is not None:  # a hot pixel left out of the loss stays out of the cone
+        mean_pattern = mean_pattern * data.mask
     if optics is not None:
         na = optics.numerical_aperture(data.wavelength_A * 1e-10)
         pupil = optics_pupil(k, data.dk_invA, data.wavelength_A, na, optics.central_stop_fraction)
         pupil_said = f"the optics' pupil (numerical aperture {na:.4g}, central stop {optics.central_stop_fraction:g})"
     else:
         pupil = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64))
+        bright = mean_pattern >= BRIGHT * float(mean_pattern.max())
         frequency = torch.fft.fftfreq(k, d=1.0 / k, dtype=torch.float64)  # px from the zero frequency at [0, 0]
         radius = torch.sqrt(frequency[:, None] ** 2 + frequency[None, :] ** 2)
         radius_px = float(radius[bright].quantile(0.98))  # the cone's outer edge, a disk's or an annulus's
