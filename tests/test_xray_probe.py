@@ -239,10 +239,13 @@ def test_init_writes_the_probe_key_when_the_file_carries_one(tmp_path, case):
 
 def test_probe_diameter_against_known_shapes():
     """A uniform disk of radius 10 px holds 90% of its intensity within sqrt(0.9) 10 px; wrapped
-    around the window's edge it measures the same."""
+    around the window's edge it measures the same; a point is a pixel across."""
     from ptyacc.physics.footprint import probe_diameter_px
 
     y, x = np.indices((64, 64)) - 32
     disk = torch.from_numpy((np.hypot(y, x) <= 10).astype(np.complex64))
     assert probe_diameter_px(disk) == pytest.approx(2 * np.sqrt(0.9) * 10, abs=1.0)
     assert probe_diameter_px(torch.roll(disk, (32, 32), (0, 1))) == pytest.approx(probe_diameter_px(disk), abs=1e-9)
+    point = torch.zeros(64, 64, dtype=torch.complex64)
+    point[32, 32] = 1
+    assert probe_diameter_px(point) == 1.0  # a pixel across, never 0 (the overlap divides by it)

@@ -35,7 +35,7 @@ def median_neighbour_distance(positions_px: np.ndarray, at_most: int | None = No
 def probe_diameter_px(probe: torch.Tensor, fraction: float = 0.9) -> float:
     """The diameter (px) of the smallest circle around the intensity's centre of mass that holds
     ``fraction`` of the intensity of ``probe`` (..., K, K) (modes summed), the window taken as
-    periodic (a defocused probe's tails wrap around): the probe's footprint on the sample."""
+    periodic (a defocused probe's tails wrap around): the probe's footprint on the sample, at least 1 px."""
     intensity = (probe.abs() ** 2).reshape(-1, *probe.shape[-2:]).sum(0).to(torch.float64)
     k = intensity.shape[-1]
     angle = 2 * math.pi * torch.arange(k, dtype=torch.float64) / k
@@ -49,7 +49,8 @@ def probe_diameter_px(probe: torch.Tensor, fraction: float = 0.9) -> float:
     radius = torch.sqrt(dy[:, None] ** 2 + dx[None, :] ** 2).ravel()
     order = torch.argsort(radius)
     held = torch.cumsum(intensity.ravel()[order], 0) / intensity.sum().clamp_min(1e-30)
-    return 2 * float(radius[order][int(torch.searchsorted(held, torch.tensor(fraction, dtype=torch.float64)))])
+    # at least a pixel: a probe within one pixel is one pixel across
+    return max(2 * float(radius[order][int(torch.searchsorted(held, torch.tensor(fraction, dtype=torch.float64)))]), 1.0)
 
 
 @dataclass(frozen=True)
