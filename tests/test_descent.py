@@ -327,8 +327,10 @@ def test_a_step_divides_by_the_scans_illumination_raised_to_the_batch_floor_time
 
 def test_the_batch_floor_keeps_a_large_step_stable_on_a_dense_scan(tmp_path):
     """On a dense scan (a quarter-Å raster, half a pixel) the illumination of all positions is far
-    below what a step's batch puts on its pixels: a step of 3 diverges without the floor and
-    converges with a floor of 3 (no step beyond its batch's least-squares step)."""
+    below what a step's batch puts on its pixels: a step of 3 without the floor throws the loss up
+    (by 6.3e3 in the first iterations; before the object was held to its amplitude bound after every
+    step it went to NaN) and ends above the run with a floor of 3 (no step beyond its batch's
+    least-squares step), whose loss falls at every iteration."""
     from tests.conftest import tiny_config
 
     losses = {}
@@ -342,8 +344,8 @@ def test_the_batch_floor_keeps_a_large_step_stable_on_a_dense_scan(tmp_path):
             losses[batch_floor] = ptyacc.reconstruct(ptyacc.load_config(config), write=False).loss
         except ptyacc.errors.PtyaccError as error:
             losses[batch_floor] = str(error)
-    assert "nan" in losses[0.0]
-    assert np.all(np.isfinite(losses[3.0])) and losses[3.0][-1] < losses[3.0][0]
+    assert max(losses[0.0]) > losses[0.0][0] + 1000
+    assert np.all(np.diff(losses[3.0]) <= 0) and losses[3.0][-1] < losses[0.0][-1]
 
 
 def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson():

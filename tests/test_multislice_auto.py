@@ -12,6 +12,7 @@ from conftest import tiny_config
 
 import ptyacc
 from ptyacc.errors import ConfigError
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.reconstruction.multislice_auto import (
     MULTISLICE,
     SMOOTHING_ELECTRONS,
@@ -21,7 +22,6 @@ from ptyacc.reconstruction.multislice_auto import (
     electrons_per_pixel,
     resolved,
 )
-from ptyacc.reconstruction.slices import median_neighbour_distance
 
 KEYS = ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")
 

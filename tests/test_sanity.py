@@ -116,7 +116,7 @@ def test_the_demo_passes_its_check():
 def test_xray_scan_against_the_window():
     positions_m = np.stack(np.meshgrid(np.arange(5), np.arange(5), indexing="ij"), -1).reshape(-1, 2) * 1e-6
     lines = check_xray(positions_m * 1e10, dx_A=1e3, k=64, wavelength=1.0, near_field_distance_A=None)
-    assert lines == ["calibration check: scan spans 40 px, median step 10 px, window 64 px"]
+    assert lines == ["calibration check: scan spans 40 px, nearest-neighbour spacing 10 px (median), window 64 px"]
     with pytest.raises(ConfigError, match="scan spans 0.04 px"):  # a pixel 1000x too large (mm for m)
         check_xray(positions_m * 1e10, dx_A=1e6, k=64, wavelength=1.0, near_field_distance_A=None)
     with pytest.raises(ConfigError, match="in steps of 1e\\+03 px against a probe window of 64 px"):

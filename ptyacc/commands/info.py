@@ -98,11 +98,25 @@ def data_report(config, sample: int = 64) -> list[str]:
         probe_lines, probe_warnings = _electron_probe_report(data)
         lines += probe_lines
         warnings += probe_warnings
-    step = np.median(np.linalg.norm(np.diff(data.positions_A, axis=0), axis=1)) if data.n_patterns > 1 else 0.0
-    lines.append(f"median step between consecutive positions {_length(step, xray=xray)} = {step / dx:.3g} px")
-    if step > window_A / 2:
-        warnings.append("positions are more than half a window apart: the probes barely overlap")
+    if data.n_patterns > 1 and (xray or data.semiangle_mrad):
+        for line in _overlap_lines(config, data, geometry):
+            (warnings if line.startswith("warning: ") else lines).append(line.removeprefix("warning: "))
     return lines + [f"warning: {w}" for w in warnings]
+
+
+def _overlap_lines(config, data, geometry) -> list[str]:
+    """``footprint.Overlap``'s line for the probe the run would start from (info's sample of
+    patterns), after the warnings of the probe's making."""
+    from ptyacc.physics import Detector, fresnel_propagator
+    from ptyacc.physics.footprint import footprint_overlap
+    from ptyacc.reconstruction.initial import initial_probe
+
+    near = data.near_field_distance_A
+    propagator = None if near is None else fresnel_propagator(data.detector_px, data.dx_A, data.wavelength_A, near)
+    said: list[str] = []
+    probe = initial_probe(config, data, Detector(propagator=propagator), None, said)
+    return [line for line in said if line.startswith("warning: ")] + [
+        footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None)]
 
 
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.data.load import MIN_RASTER
+from ptyacc.data.probe_file import probe_key, read_probe
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
 from ptyacc.errors import PtyaccError
 
@@ -54,6 +55,12 @@ def init_config(data_path: Path, config_path: Path) -> str:
         lines.append("  scan_rotation_deg: auto   # from the patterns' centre of mass (0 = scan along the detector)")
     if measured:
         lines.append("  positions: {key: positions_A}   # the file's measured positions, not a raster")
+    carried = probe_key(data_path)
+    if carried is not None:
+        lines += ["model:", f"  probe_init: {{path: {relative}, key: {carried}}}   # the file's own probe, its power "
+                  "scaled to the data"]
+        modes = len(read_probe(data_path, carried).modes)
+        lines += [f"  probe_modes: {modes}   # as many as the file's probe holds"] if modes > 1 else []
     batch = int(np.clip(n // 20, 4, 64))
     lines += ["optim:", "  iterations: 20", f"  batch_size: {batch}   # suggested for {n} positions: about 20 steps "
               "per iteration", "output:", f"  dir: results/{data_path.stem}"]

@@ -25,6 +25,7 @@ from ptyacc.config.recenter import RecenterConfig
 from ptyacc.config.regularize import RegularizeConfig
 from ptyacc.config.steps import LearningRates, StartIterations
 from ptyacc.config.tune import TuneConfig
+from ptyacc.config.xray import ProbeFileConfig, XrayOpticsConfig
 from ptyacc.errors import ConfigError
 
 ABERRATION_NAMES = (
@@ -113,7 +114,11 @@ class ExperimentConfig:
     detector_distance_m: float | None = _f(None, "Sample-to-detector distance in m (X-ray; from a CXI file if omitted).")
     detector_pixel_m: float | None = _f(None, "Detector pixel size in m (X-ray; from a CXI file if omitted).")
     focus_to_sample_m: float | None = _f(None, "Near field: distance from the probe focus to the sample in m "
-                                               "(Fresnel scaling: magnification (z1 + z2) / z1).")
+                                               "(Fresnel scaling: magnification (z1 + z2) / z1). Far field with "
+                                               "optics: the defocus, the sample this far downstream of the focus "
+                                               "(negative: upstream); null = from the patterns' parallax.")
+    optics: XrayOpticsConfig | None = _f(None, "X-ray far field: the focusing optics the initial probe is made from "
+                                               "(docs/user-guide.md, 'The X-ray probe').")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
     check_calibration: bool = _f(
@@ -131,7 +136,12 @@ class ExperimentConfig:
         for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
                      "detector_pixel_m", "focus_to_sample_m"):
             value = getattr(self, name)
-            _require(value is None or value > 0, f"{path}.{name}", f"must be > 0, got {value}")
+            signed = name == "focus_to_sample_m" and self.geometry == "far_field"  # the defocus, either side
+            _require(value is None or value > 0 or (signed and value != 0), f"{path}.{name}",
+                     f"must be {'non-zero' if signed else '> 0'}, got {value}")
+        if self.optics is not None and (self.radiation != "xray" or self.geometry != "far_field"):
+            raise ConfigError(f"{path}.optics: makes the probe of X-ray far-field data, got {self.radiation} "
+                              f"{self.geometry}")
         if self.geometry == "near_field" and self.radiation != "xray":
             raise ConfigError(f"{path}.geometry: near_field needs radiation: xray, got {self.radiation}")
         unknown = sorted(set(self.aberrations) - set(ABERRATION_NAMES))
@@ -179,6 +189,8 @@ class ModelConfig:
     orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
     init_from: str | None = _f(None, "A previous results.h5 whose object, probe and positions start this run "
                                      "(relative to the config file; shapes must match).")
+    probe_init: ProbeFileConfig | None = _f(None, "{path, key, pixel_m} of a probe file that starts the run "
+                                                  "(docs/user-guide.md, 'The X-ray probe').")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
     tilt: Literal["global", "per_position"] = _f(
@@ -204,6 +216,8 @@ class ModelConfig:
                  f"must be auto, or > 0 with (probe_modes - 1) x probe_mode_power < 1 (the first mode has the rest), "
                  f"got {power} x {self.probe_modes - 1}")
         _require(self.slice_thickness_A > 0, f"{path}.slice_thickness_A", f"must be > 0, got {self.slice_thickness_A}")
+        _require(self.init_from is None or self.probe_init is None, f"{path}.probe_init",
+                 "model.init_from starts the probe too: give one of them")
         _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
                  f"must be > 0 or null, got {self.tilt_smoothing_A}")
         _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")

@@ -30,6 +30,7 @@ from ptyacc.data.bright_field import (  # noqa: F401 (the bright-field check's n
     predicted_disk_radius_px,
 )
 from ptyacc.errors import ConfigError, DataError
+from ptyacc.physics.footprint import median_neighbour_distance
 
 
 def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bin_px: int, prepared_px: int,
@@ -64,8 +65,9 @@ def check_xray(positions_A: np.ndarray, dx_A: float, k: int, wavelength: float,
     lines = []
     if len(positions_A) > 1:
         span_px = float(np.ptp(positions_A, axis=0).max()) / dx_A
-        step_px = float(np.median(np.linalg.norm(np.diff(positions_A, axis=0), axis=1))) / dx_A
-        lines.append(f"calibration check: scan spans {span_px:.4g} px, median step {step_px:.3g} px, window {k} px")
+        step_px = median_neighbour_distance(positions_A, at_most=512) / dx_A  # not the next position's: interleaved scans
+        lines.append(f"calibration check: scan spans {span_px:.4g} px, nearest-neighbour spacing {step_px:.3g} px "
+                     f"(median), window {k} px")
         if span_px < 1 or step_px > k:
             raise ConfigError(f"experiment: with an object pixel of {dx_A * 1e-10:.4g} m the scan spans "
                               f"{span_px:.3g} px in steps of {step_px:.3g} px against a probe window of {k} px: the "

@@ -153,3 +153,28 @@ def mixed_state_probe(probe: torch.Tensor, n_modes: int, first_mode_power: float
     total = (probe.abs() ** 2).sum().to(torch.float64)
     out = torch.stack(modes) * torch.sqrt(power * total)[:, None, None]
     return out.to(probe.dtype)
+
+
+def optics_pupil(n: int, dk_invA: float, wavelength_A: float, numerical_aperture: float,
+                 central_stop_fraction: float = 0.0) -> torch.Tensor:
+    """(n, n) float64, unshifted: the pupil of a focusing optic (zone plate, or a lens-like KB) of
+    ``numerical_aperture`` seen on the window's frequency grid, a disk of radius NA / wavelength
+    with a central stop of ``central_stop_fraction`` of its diameter, each edge a one-pixel ramp."""
+    k = torch.fft.fftfreq(n, d=1.0 / (n * dk_invA), dtype=torch.float64)
+    ky, kx = k[:, None], k[None, :]
+    semiangle_mrad = numerical_aperture * 1e3
+    outer = aperture(ky, kx, wavelength_A, semiangle_mrad, dk_invA)
+    if central_stop_fraction <= 0:
+        return outer
+    return outer * (1 - aperture(ky, kx, wavelength_A, semiangle_mrad * central_stop_fraction, dk_invA))
+
+
+def pupil_probe(pupil: torch.Tensor, propagator: torch.Tensor | None) -> torch.Tensor:
+    """(n, n) complex64 probe centred in the window, unit total intensity: the field whose
+    spectrum is ``pupil`` (n, n, unshifted, real or complex) at the focus, advanced to the sample
+    by ``propagator`` (``fresnel_propagator`` of the focus-to-sample distance; None: in focus)."""
+    spectrum = pupil.to(torch.complex128)
+    if propagator is not None:
+        spectrum = spectrum * propagator.to(torch.complex128)
+    probe = torch.fft.fftshift(torch.fft.ifft2(spectrum))
+    return (probe / torch.sqrt((probe.abs() ** 2).sum()).clamp_min(1e-30)).to(torch.complex64)

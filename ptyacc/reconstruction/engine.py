@@ -201,7 +201,8 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
                       *((text, True) for text in priors.notes + dose_notes),
-                      *((text, False) for text in priors.log_notes + loss_notes + built_said + recentred)])
+                      *((text, False) for text in priors.log_notes + loss_notes + recentred),
+                      *((text, text.startswith("warning:")) for text in built_said)])
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
 from ptyacc.reconstruction.multislice_auto import AutoPriors
-from ptyacc.reconstruction.slices import TiltSmoothing, median_neighbour_distance
+from ptyacc.reconstruction.slices import TiltSmoothing
 from ptyacc.reconstruction.tiles import TiledAdam
 
 
@@ -159,6 +160,8 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, share)
+        # its step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
+        groups[0].after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
     fast, beta2 = _fast_adam(device), adam_beta2(config)
     schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
     for group in groups:

@@ -12,9 +12,11 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
+from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
+from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
 from ptyacc.results.h5file import Results, load_results
 
 
@@ -89,29 +91,17 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     near = (fresnel_propagator(k, data.dx_A, data.wavelength_A, data.near_field_distance_A)
             if data.near_field_distance_A is not None else None)
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
-    if data.radiation == "electron":
-        if data.semiangle_mrad is None:
-            raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
-                              "has no 'semiangle_mrad' attribute")
-        if mean_pattern is None:
-            probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
-        else:
-            probe, contrast, read = stem_probe_read_edge(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad,
-                                                         data.aberrations, mean_pattern, data.mask)
-            edge = config.model.probe_aperture_edge
-            if not read and edge == "measured":
-                raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
-            (said if said is not None else []).append(
-                (EDGE_READ if read else EDGE_SOFT).format(auto="auto: " if edge == "auto" else "", contrast=contrast))
-    else:
-        probe = probe_from_patterns(data.held_mean_pattern(), detector)
+    said = said if said is not None else []
+    probe = initial_probe(config, data, detector, mean_pattern, said)
     modes = config.model.probe_modes
     first_power = 1 - config.model.further_mode_power() * (modes - 1) if modes > 1 else 1.0
-    try:
-        probe = mixed_state_probe(probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum())), modes,
-                                  first_power)
-    except ValueError as exc:
-        raise ConfigError(f"model.probe_modes: {exc}") from None
+    probe = probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum()))
+    if probe.dim() == 2:
+        try:
+            probe = mixed_state_probe(probe, modes, first_power)
+        except ValueError as exc:
+            raise ConfigError(f"model.probe_modes: {exc}") from None
+    said.append(footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None))
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
                   if slices > 1 else None)
@@ -123,6 +113,39 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
                        propagation=propagation,
                        scan_affine=config.optim.start.scan_affine is not None, movable_scan=movable)
+
+
+def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pattern: torch.Tensor | None,
+                  said: list[str]) -> torch.Tensor:
+    """The probe (K, K), or a probe file's modes (M, K, K), before its power is scaled to the data:
+    ``model.probe_init``'s file; for electrons the optics' STEM probe, its aperture edge read from
+    ``mean_pattern`` where given; near-field X-rays the mean image brought back to the sample; far-field
+    X-rays ``xray_probe.far_field_probe``. What it chose is appended to ``said``."""
+    k = data.detector_px
+    if config.model.probe_init is not None:
+        probe, line = probe_from_file(config, data)
+        check_modes(probe, config.model.probe_modes)
+        said.append(line)
+        probe = probe[0] if len(probe) == 1 else probe
+    elif data.radiation == "electron":
+        if data.semiangle_mrad is None:
+            raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
+                              "has no 'semiangle_mrad' attribute")
+        if mean_pattern is None:
+            probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+        else:
+            probe, contrast, read = stem_probe_read_edge(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad,
+                                                         data.aberrations, mean_pattern, data.mask)
+            edge = config.model.probe_aperture_edge
+            if not read and edge == "measured":
+                raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
+            said.append(
+                (EDGE_READ if read else EDGE_SOFT).format(auto="auto: " if edge == "auto" else "", contrast=contrast))
+    elif detector.propagator is not None:
+        probe = probe_from_patterns(data.held_mean_pattern(), detector)
+    else:
+        probe = far_field_probe(config, data, data.held_mean_pattern(), said)
+    return probe
 
 
 def holds_probe(config: Config, near_field: bool) -> bool:
@@ -146,10 +169,7 @@ def slice_propagation(config: Config, data: PtychoData, n_positions: int) -> Sli
 
 
 def probe_from_patterns(mean_pattern: torch.Tensor, detector: Detector) -> torch.Tensor:
-    """A first probe (K, K) when the optics are unknown (X-ray): the wave whose detector
-    intensity is the mean pattern (model layout), with a flat phase at the detector, brought
-    back to the sample plane; centred in the window for the far field."""
-    amplitude = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64)).to(torch.complex128)
-    if detector.propagator is None:
-        return torch.fft.fftshift(torch.fft.ifft2(amplitude, norm="ortho")).to(torch.complex64)
-    return detector.adjoint(amplitude.to(torch.complex64)[None])[0]
+    """A first probe (K, K) of near-field X-ray data: the wave whose detector intensity is the
+    mean pattern (model layout), with a flat phase at the detector, brought back to the sample plane."""
+    amplitude = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64)).to(torch.complex64)
+    return detector.adjoint(amplitude[None])[0]

@@ -43,7 +43,7 @@ import numpy as np
 
 from ptyacc.config import Config
 from ptyacc.config.schema import LearningRates
-from ptyacc.reconstruction.slices import median_neighbour_distance
+from ptyacc.physics.footprint import median_neighbour_distance
 
 ADAM_STEPS = LearningRates()  # optim.lr's defaults
 

@@ -110,23 +110,3 @@ class TiltSmoothing:
     def __call__(self, offsets: torch.Tensor) -> None:
         smooth = torch.sparse.mm(self.weights.to(offsets.device), offsets.double())
         offsets.copy_((smooth - smooth.mean(0)).to(offsets.dtype))
-
-
-def median_neighbour_distance(positions_px: np.ndarray, at_most: int | None = None) -> float:
-    """The median over positions (N, 2) of the distance to the nearest other position (px); with
-    ``at_most``, over that many positions evenly spread through the list (every one when N is smaller),
-    each against all N, in chunks that hold about 2^22 distances (32 MiB), whatever N."""
-    points = torch.as_tensor(np.asarray(positions_px), dtype=torch.float64)
-    if len(points) < 2:
-        return 1.0
-    rows = torch.arange(len(points))
-    if at_most is not None and len(points) > at_most:
-        rows = torch.linspace(0, len(points) - 1, at_most).round().long()
-    chunk = max(1, (1 << 22) // len(points))
-    nearest = []
-    for start in range(0, len(rows), chunk):
-        some = rows[start:start + chunk]
-        distance = torch.cdist(points[some], points)
-        distance[torch.arange(len(some)), some] = float("inf")
-        nearest.append(distance.min(1).values)
-    return float(torch.cat(nearest).median())
