@@ -174,8 +174,7 @@ def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_r
 def test_strong_scattering_takes_the_amplitude_loss_on_counts():
     """A mean pattern with more than STRONG_SCATTERING of its counts beyond the bright-field disk
     (a thick crystal) takes the amplitude loss; the share is measured against a known pattern."""
-    from ptyacc.physics.probe import dark_field_fraction
-    from ptyacc.reconstruction.multislice_auto import STRONG_SCATTERING
+    from ptyacc.reconstruction.multislice_auto import STRONG_SCATTERING, dark_field_fraction
 
     n, dk, wavelength, semiangle = 32, 0.1, 0.02, 10.0  # the disk's edge at 5 px
     k = torch.fft.fftfreq(n, d=1.0 / (n * dk), dtype=torch.float64)

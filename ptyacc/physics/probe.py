@@ -77,20 +77,6 @@ def measured_edge(mean_pattern: torch.Tensor, wavelength_A: float, semiangle_mra
     return torch.where(counted, between, ramp), contrast
 
 
-def dark_field_fraction(mean_pattern: torch.Tensor, wavelength_A: float, semiangle_mrad: float, dk: float,
-                        mask: torch.Tensor | None = None) -> float:
-    """The share of ``mean_pattern``'s (K, K) (unshifted) counts more than one pixel beyond the
-    bright-field disk of the semi-angle, over the pixels where ``mask`` is 1: how strongly the
-    sample scatters (a thin sample of light atoms: about 1 %; 40 Å of SrTiO3 at 300 kV: 8 %)."""
-    n = mean_pattern.shape[-1]
-    k = torch.fft.fftfreq(n, d=1.0 / (n * dk), dtype=torch.float64)
-    r = torch.sqrt(k[:, None] ** 2 + k[None, :] ** 2) / dk
-    pattern = mean_pattern.to(torch.float64) * (1.0 if mask is None else mask.to(torch.float64))
-    total = float(pattern.sum())
-    outside = semiangle_mrad * 1e-3 / wavelength_A / dk + 1.0
-    return float(pattern[r > outside].sum()) / total if total > 0 else 0.0
-
-
 def stem_probe_read_edge(n: int, dk_invA: float, wavelength_A: float, semiangle_mrad: float,
                          aberrations: dict[str, float] | None, mean_pattern: torch.Tensor,
                          mask: torch.Tensor | None = None) -> tuple[torch.Tensor, float, bool]:

@@ -29,7 +29,6 @@ from ptyacc.data.store import load_planned, over_processes, pattern_store, poiss
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.physics.probe import dark_field_fraction
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
@@ -165,11 +164,8 @@ class Reconstructor:
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
         # auto keys the data decide (the loss; on several slices the TV smoothing step from the dose): the
         # run's config has what they chose, results.h5 says so
-        dark_field = (dark_field_fraction(mean_pattern, self.data.wavelength_A, self.data.semiangle_mrad,
-                                          self.data.dk_invA, self.data.mask)
-                      if mean_pattern is not None and self.data.semiangle_mrad else None)
-        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts,
-                                                            self.data.dx_A, self.data.positions_A, dark_field)
+        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts, self.data,
+                                                            mean_pattern)
         if chosen:
             self.config = config
             self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
