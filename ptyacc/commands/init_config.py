@@ -53,6 +53,16 @@ def init_config(data_path: Path, config_path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def from_ptyrad(params_path: Path, config_path: Path, adam_steps: bool = False) -> str:
+    """The text of a config made from a PtyRAD params file (``interop.ptyrad_params``), to be
+    written at ``config_path``."""
+    from ptyacc.interop.ptyrad_params import convert
+    from ptyacc.interop.ptyrad_schema import config_text, load_ptyrad_params
+
+    conversion = convert(load_ptyrad_params(params_path), config_path.resolve().parent, adam_steps)
+    return config_text(conversion, params_path)
+
+
 def _calibration_lines(info: PatternsInfo, xray: bool) -> list[str]:
     """One line per calibration key: the file's value in a comment, or the key to fill in."""
     lines = []
