@@ -184,15 +184,22 @@ def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, out
 @cli.command()
 @click.argument("results_file", type=click.Path(dir_okay=False))
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False), help="Folder for the TIFFs (default: beside the file).")
+@click.option("--format", "formats", type=click.Choice(["tiff", "hspy", "emd"]), multiple=True,
+              help="Write only these formats (repeat the option; default: all three).")
 @friendly_errors
-def export(results_file: str, output_dir: str | None) -> None:
+def export(results_file: str, output_dir: str | None, formats: tuple[str, ...]) -> None:
     """Write the object phase (summed and per slice) and the probe (amplitude, phase) of a
-    results.h5 as 32-bit float TIFF with the pixel size (needs ptyacc[formats])."""
+    results.h5 as 32-bit float TIFF with the pixel size, and the object and probe as HyperSpy
+    (.hspy) and EMD (.emd) files with calibrated axes (needs ptyacc[formats])."""
     from ptyacc.results.h5file import load_results
+    from ptyacc.results.hyperspy import export_hyperspy
     from ptyacc.results.tiff import export_tiff
 
     folder = Path(output_dir) if output_dir else Path(results_file).parent
-    for path in export_tiff(load_results(results_file), folder):
+    results, formats = load_results(results_file), formats or ("tiff", "hspy", "emd")
+    written = export_tiff(results, folder) if "tiff" in formats else []
+    written += export_hyperspy(results, folder, tuple(name for name in formats if name != "tiff"))
+    for path in written:
         click.echo(str(path))
 
 
