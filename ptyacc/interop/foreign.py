@@ -9,9 +9,11 @@ Layouts, as those packages write them (read from their code):
   (the probe's centre at + K // 2), ``model_attributes/{dx, slice_thickness}`` in Å;
 - PtychoShelves / fold_slice ``Niter*.mat``: ``object`` (Ny, Nx[, Nz]) complex, ``probe`` (Ny, Nx[,
   pmode[, variable modes]]), ``outputs.probe_positions`` (N, 2) (x, y) px about the object's centre
-  (window corner at (y, x) + ceil(object / 2 - K / 2) - 1), ``p.dx_spec`` in m and, multislice,
-  ``p.delta_z`` in m. MAT v7.3 is HDF5 (axes reversed, complex as real/imag); older MAT files are
-  read with SciPy when it is installed;
+  (window corner at (y, x) + ceil(object / 2 - K / 2) - 1), ``p.dx_spec`` (fold_slice's electron
+  runs give it in Å, X-ray runs in m: a value under 1e-4 is taken as m). The slice thickness is not
+  read (where it is kept differs between versions): a multislice start keeps this config's
+  model.slice_thickness_A. MAT v7.3 is HDF5 (axes reversed, complex as real/imag); older MAT files
+  are read with SciPy when it is installed;
 - py4DSTEM (emdfile HDF5, written by ``ptycho.save``): a group holding ``_object_emd/data`` ((Nz,)
   Ny, Nx; complex, or a real potential for object_type 'potential': transmission exp(i V)),
   ``_probe_emd/data`` ((modes,) K, K), and ``metadatabundle/preprocess_metadata/{positions_px,
@@ -48,7 +50,7 @@ def read_start(path: Path) -> Results:
             return _from_ptyrad(f)
         if "object" in f and "probe" in f:
             return _from_ptychoshelves(_mat73(f, "object"), _mat73(f, "probe"), _mat73(f, "outputs/probe_positions"),
-                                       _mat73(f, "p/dx_spec"), _mat73(f, "p/delta_z"))
+                                       _mat73(f, "p/dx_spec"))
         group = _py4dstem_group(f)
         if group is not None:
             return _from_py4dstem(group)
@@ -96,12 +98,11 @@ def _from_mat_v5(path: Path) -> Results:
     p, outputs = mat.get("p"), mat.get("outputs")
     if "object" not in mat or "probe" not in mat or outputs is None or p is None:
         raise DataError(f"model.init_from: {path} lacks object, probe, outputs or p (not a PtychoShelves Niter*.mat)")
-    return _from_ptychoshelves(mat["object"], mat["probe"], outputs.probe_positions, p.dx_spec,
-                               getattr(p, "delta_z", None))
+    return _from_ptychoshelves(mat["object"], mat["probe"], outputs.probe_positions, p.dx_spec)
 
 
-def _from_ptychoshelves(obj: np.ndarray, probe: np.ndarray, positions: np.ndarray | None, dx_spec: np.ndarray | None,
-                        delta_z: np.ndarray | None) -> Results:
+def _from_ptychoshelves(obj: np.ndarray, probe: np.ndarray, positions: np.ndarray | None,
+                        dx_spec: np.ndarray | None) -> Results:
     if positions is None or dx_spec is None:
         raise DataError("model.init_from: the PtychoShelves file lacks outputs.probe_positions or p.dx_spec")
     obj = obj[..., None] if obj.ndim == 2 else obj  # (Ny, Nx, Nz)
@@ -110,9 +111,9 @@ def _from_ptychoshelves(obj: np.ndarray, probe: np.ndarray, positions: np.ndarra
     window = probe.shape[0]
     positions = np.asarray(positions, dtype=np.float64).reshape(-1, 2)
     corners = positions[:, ::-1] + np.ceil(np.asarray(obj.shape[:2]) / 2 - window / 2) - 1
-    thickness = float(np.ravel(delta_z)[0]) * 1e10 if delta_z is not None else None
+    dx = float(np.ravel(dx_spec)[0])
     return _result(np.moveaxis(obj, 2, 0)[None], np.moveaxis(probe, 2, 0), corners + window // 2,
-                   float(np.ravel(dx_spec)[0]) * 1e10, "PtychoShelves", thickness)
+                   dx * 1e10 if dx < 1e-4 else dx, "PtychoShelves", None)
 
 
 def _py4dstem_group(f: h5py.File) -> h5py.Group | None:
