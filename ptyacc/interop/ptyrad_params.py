@@ -96,8 +96,7 @@ def _optics(p: Params, out: Conversion) -> None:
         aberrations = krivanek_cartesian(given)
     except ValueError as exc:
         raise ConfigError(f"init_params.probe_aberrations: {exc}") from None
-    if "C10" in aberrations:
-        out.set("experiment.defocus_A", -aberrations.pop("C10"))
+    out.set("experiment.defocus_A", 0.0 - aberrations.pop("C10", 0.0))  # set even when 0: not the data file's
     if aberrations:
         out.set("experiment.aberrations", aberrations)
     if given and set(given) - {"C10"}:
