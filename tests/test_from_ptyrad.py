@@ -217,3 +217,43 @@ def test_the_cli_writes_the_config_and_lists_what_has_no_counterpart(in_tmp):
     assert again.exit_code != 0 and "exists" in again.output
     both = CliRunner().invoke(cli, ["init", str(in_tmp / "ptyrad_sim.h5"), "--from-ptyrad", str(params)])
     assert both.exit_code != 0 and "one of them" in both.output
+
+
+def test_the_converted_config_reconstructs_as_well_as_ptyaccs_own(in_tmp):
+    """On noise-free data simulated by ptyacc (a file with its ground truth), run_ptyrad.py's params
+    for that data, converted, reach the NCC with the truth of the config `ptyacc init` writes for the
+    same file within 0.005 (same iterations and batch)."""
+    import yaml
+
+    import ptyacc
+    from ptyacc.commands.init_config import init_config
+    from ptyacc.data.export import write_dataset as write_ptyacc_dataset
+    from ptyacc.data.load import load_data
+    from ptyacc.interop.ptyrad_params import convert
+    from ptyacc.interop.ptyrad_schema import config_text
+    from ptyacc.results.quality import best_shift_ncc
+
+    simulated = ptyacc.load_config({"data": {"simulate": {"scan_shape": [10, 10], "detector_px": 32}},
+                                    "experiment": {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 30.0,
+                                                   "scan_step_A": 0.5, "dk_invA": 0.06}})
+    data = load_data(simulated)
+    write_ptyacc_dataset(in_tmp / "sim.h5", data)
+    params = yaml.safe_load((DATA / "ptyrad_bench_params.yaml").read_text())
+    params["init_params"].update(probe_kv=80.0, probe_conv_angle=25.0, probe_aberrations={"C10": -30.0}, meas_Npix=32,
+                                 pos_N_scans=100, pos_N_scan_slow=10, pos_N_scan_fast=10, pos_scan_step_size=0.5,
+                                 meas_calibration={"mode": "dk", "value": 0.06}, meas_reshape=None,
+                                 meas_params={"path": "sim.h5", "key": "patterns"})
+    params["recon_params"].update(NITER=12, output_dir="converted")
+    (in_tmp / "converted.yaml").write_text(config_text(convert(params, in_tmp), in_tmp / "ptyrad.yaml"))
+    own = yaml.safe_load(init_config(in_tmp / "sim.h5", in_tmp / "own.yaml"))
+    own["optim"].update(iterations=12, batch_size=32)
+    truth, scores = data.ground_truth, {}
+    frame = np.asarray(truth["geometry"].origin_A)
+    for name, config in (("converted", ptyacc.load_config(in_tmp / "converted.yaml")),
+                         ("own", ptyacc.load_config({**own, "data": {"path": str(in_tmp / "sim.h5")}}))):
+        config.runtime.progress = False
+        results = ptyacc.reconstruct(config, write=False).results
+        scores[name], _ = best_shift_ncc(results.phase, np.asarray(results.origin_A) - frame, results.dx_A,
+                                         data.positions_A - frame, truth["phase"].sum(0))
+    assert scores["own"] > 0.9
+    assert scores["converted"] > scores["own"] - 0.005, scores
