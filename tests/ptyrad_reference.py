@@ -15,7 +15,10 @@ It writes into tests/data/:
   notation, tilts, probe modes, learning rates, regularisers;
 - ``ptyrad_geometry.npz``: for each (prefix ``bench_``, ``own_``) PtyRAD's positions (px, the
   probe window's corner in its object canvas, sub-pixel shifts included), its initial probe
-  (modes, K, K), its object's shape, dx, and the mean pattern after its flips and crop.
+  (modes, K, K), its object's shape, dx, and the mean pattern after its flips and crop; and
+  (prefix ``model_``) what the saved model below holds;
+- ``ptyrad_model.hdf5``: PtyRAD's saved model (its own writer) of the second file's initial state,
+  its groups optimizable_tensors, model_attributes and ptyrad_version (the rest left out for size).
 The dataset itself is remade by ``tests/test_from_ptyrad.py::write_dataset`` (same recipe).
 """
 
@@ -26,6 +29,7 @@ import tempfile
 import types
 from pathlib import Path
 
+import h5py
 import numpy as np
 import yaml
 
@@ -56,7 +60,7 @@ def bench_params(dataset: Path, workdir: Path) -> dict:
     return params
 
 
-def record(params_path: Path, prefix: str, out: dict) -> None:
+def record(params_path: Path, prefix: str, out: dict) -> tuple:
     """PtyRAD's loader on ``params_path`` (run from its folder, as PtyRAD reads relative paths)."""
     from ptyrad.init import Initializer
     from ptyrad.params import load_params
@@ -69,6 +73,33 @@ def record(params_path: Path, prefix: str, out: dict) -> None:
     out[f"{prefix}object_shape"] = np.asarray(v["obj"].shape)
     out[f"{prefix}dx_A"] = np.float64(v["dx"])
     out[f"{prefix}mean_pattern"] = np.asarray(v["measurements"]).mean(0).astype(np.float32)
+    return params, init
+
+
+def save_model(params: dict, init, path: Path, out: dict) -> None:
+    """PtyRAD's saved model (its own writer, as after an iteration) of the initial state, and what
+    it holds: object obja exp(i objp), probe, positions (px, window corner)."""
+    import torch
+    from ptyrad.core import PtychoModel
+    from ptyrad.io.save import make_save_dict, save_dict_to_hdf5
+    from ptyrad.solver.reconstruction import create_optimizer
+
+    params["recon_params"]["save_result"] = ["model"]
+    model = PtychoModel(init.init_variables, params["model_params"], device=torch.device("cpu"))
+    model.iter_times.append(0.0)
+    optimizer = create_optimizer(model.optimizer_params, model.optimizable_params)
+    save = make_save_dict(str(path.parent), model, params, optimizer, None, 1, np.arange(4), {"loss": [1.0]})
+    whole = path.with_suffix(".whole.hdf5")
+    save_dict_to_hdf5(save, str(whole))
+    with h5py.File(whole, "r") as source, h5py.File(path, "w") as kept:  # the groups a start is read from
+        for name in ("optimizable_tensors", "model_attributes", "ptyrad_version"):
+            source.copy(source[name], kept, name)
+    whole.unlink()
+    obj = model.opt_obja.detach().numpy() * np.exp(1j * model.opt_objp.detach().numpy())
+    out["model_object"] = obj.astype(np.complex64)
+    out["model_probe"] = model.get_complex_probe_view().detach().numpy().astype(np.complex64)
+    out["model_positions_px"] = model.crop_pos.numpy() + model.opt_probe_pos_shifts.detach().numpy()
+    out["model_dx_A"] = np.float64(model.dx)
 
 
 def main() -> None:
@@ -91,7 +122,8 @@ def main() -> None:
                 f"# PtyRAD 1.0 params for tests/test_from_ptyrad.py, written by tests/ptyrad_reference.py\n{text}")
             (folder / f"{name}.yaml").write_text(text)
             os.chdir(folder)
-            record(folder / f"{name}.yaml", f"{name}_", out)
+            loaded, init = record(folder / f"{name}.yaml", f"{name}_", out)
+        save_model(loaded, init, data / "ptyrad_model.hdf5", out)
     np.savez_compressed(data / "ptyrad_geometry.npz", **out)
     print("wrote", data / "ptyrad_geometry.npz", {k: np.shape(v) for k, v in out.items()})
 

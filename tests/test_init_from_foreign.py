@@ -5,6 +5,8 @@ start to this run's pixel, slices, modes and window."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -57,6 +59,19 @@ def test_ptyrad_hdf5(tmp_path, start):
     result = read_start(tmp_path / "model_iter0100.hdf5")
     assert result.attrs["written_by"] == "PtyRAD"
     check(result, obj, probe, crop + (corners - crop).astype(np.float32))  # PtyRAD keeps the shifts in float32
+
+
+def test_ptyrads_own_saved_model():
+    """A model file written by PtyRAD 1.0's own writer (tests/ptyrad_reference.py: the initial state
+    of tests/data/ptyrad_own_params.yaml: 3 slices, 3 probe modes) against what its model held."""
+    data = Path(__file__).parent / "data"
+    held = np.load(data / "ptyrad_geometry.npz")
+    result = read_start(data / "ptyrad_model.hdf5")
+    np.testing.assert_allclose(result.object, held["model_object"], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(result.probe, held["model_probe"])
+    k = held["model_probe"].shape[-1]
+    np.testing.assert_allclose(result.positions_A, (held["model_positions_px"] + k // 2) * held["model_dx_A"], rtol=1e-6)
+    assert result.attrs["slice_thickness_A"] == pytest.approx(4.0) and result.object.shape[:2] == (1, 3)
 
 
 def ptychoshelves_variables(obj, probe, corners):
