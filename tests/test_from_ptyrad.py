@@ -257,3 +257,14 @@ def test_the_converted_config_reconstructs_as_well_as_ptyaccs_own(in_tmp):
                                          data.positions_A - frame, truth["phase"].sum(0))
     assert scores["own"] > 0.9
     assert scores["converted"] > scores["own"] - 0.005, scores
+
+
+def test_a_file_that_is_not_ptyrads_params_is_refused_in_one_line(in_tmp):
+    from click.testing import CliRunner
+
+    from ptyacc.commands.cli import cli
+
+    (in_tmp / "other.yaml").write_text("data: {path: x.h5}\n")
+    result = CliRunner().invoke(cli, ["init", "--from-ptyrad", str(in_tmp / "other.yaml")])
+    assert result.exit_code != 0 and "other.yaml: not a PtyRAD params file (no init_params section)" in result.output
+    assert "Traceback" not in result.output and not (in_tmp / "other_ptyacc.yaml").exists()

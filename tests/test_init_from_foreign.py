@@ -216,3 +216,15 @@ def test_a_run_starts_from_a_ptyrad_file_and_from_other_pixels_slices_and_modes(
                              new.object.shape[-2:])
     expected, inside = resample_object(resample_slices(res.object, 2), rows, cols)
     np.testing.assert_allclose(new.object[:, :, inside], expected[:, :, inside], atol=1e-4)
+
+
+def test_a_file_holding_no_reconstruction_is_refused(tmp_path):
+    from ptyacc.errors import DataError
+
+    with h5py.File(tmp_path / "patterns.h5", "w") as f:
+        f["patterns"] = np.zeros((2, 4, 4), np.float32)
+    with pytest.raises(DataError, match="patterns.h5 holds no reconstruction ptyacc knows"):
+        read_start(tmp_path / "patterns.h5")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(DataError, match="neither HDF5"):
+        read_start(tmp_path / "notes.txt")
