@@ -56,8 +56,9 @@ def test_ptyrad_hdf5(tmp_path, start):
         f["model_attributes/crop_pos"] = crop
         f["model_attributes/dx"] = np.float32(DX_A)
         f["model_attributes/slice_thickness"] = np.float32(THICKNESS_A)
+        f["optimizable_tensors/obj_tilts"] = np.array([[1.5, -2.0]], np.float32)
     result = read_start(tmp_path / "model_iter0100.hdf5")
-    assert result.attrs["written_by"] == "PtyRAD"
+    assert result.attrs["written_by"] == "PtyRAD" and result.tilt_mrad.tolist() == [-1.5, 2.0]
     check(result, obj, probe, crop + (corners - crop).astype(np.float32))  # PtyRAD keeps the shifts in float32
 
 

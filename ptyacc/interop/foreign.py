@@ -6,7 +6,8 @@ Layouts, as those packages write them (read from their code):
 - PtyRAD 1.0 (HDF5, ``save_dict_to_hdf5``): ``optimizable_tensors/{obja, objp}`` (omode, Nz, Ny, Nx),
   ``optimizable_tensors/probe`` complex (pmode, K, K), ``optimizable_tensors/probe_pos_shifts`` and
   ``model_attributes/crop_pos`` (N, 2) px whose sum is the corner of each probe window in the object
-  (the probe's centre at + K // 2), ``model_attributes/{dx, slice_thickness}`` in Å;
+  (the probe's centre at + K // 2), ``model_attributes/{dx, slice_thickness}`` in Å,
+  ``optimizable_tensors/obj_tilts`` (1 or N, 2) mrad (ptyacc's tilt is minus PtyRAD's);
 - PtychoShelves / fold_slice ``Niter*.mat``: ``object`` (Ny, Nx[, Nz]) complex, ``probe`` (Ny, Nx[,
   pmode[, variable modes]]), ``outputs.probe_positions`` (N, 2) (x, y) px about the object's centre
   (window corner at (y, x) + ceil(object / 2 - K / 2) - 1), ``p.dx_spec`` (fold_slice's electron
@@ -74,8 +75,12 @@ def _from_ptyrad(f: h5py.File) -> Results:
     probe = tensors["probe"][()]
     corners = attributes["crop_pos"][()].astype(np.float64) + tensors["probe_pos_shifts"][()]
     thickness = float(np.ravel(attributes["slice_thickness"][()])[0]) if "slice_thickness" in attributes else None
-    return _result(obj, probe, corners + probe.shape[-1] // 2, float(np.ravel(attributes["dx"][()])[0]),
-                   "PtyRAD", thickness)
+    result = _result(obj, probe, corners + probe.shape[-1] // 2, float(np.ravel(attributes["dx"][()])[0]),
+                     "PtyRAD", thickness)
+    if "obj_tilts" in tensors:  # (1, 2) or (N, 2) mrad; PtyRAD's tilt moves the wave the other way
+        tilts = -np.asarray(tensors["obj_tilts"][()], dtype=np.float64).reshape(-1, 2)
+        result.tilt_mrad = tilts[0] if len(tilts) == 1 else tilts
+    return result
 
 
 def _mat73(f: h5py.File, name: str) -> np.ndarray | None:
