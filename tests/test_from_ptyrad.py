@@ -268,3 +268,15 @@ def test_a_file_that_is_not_ptyrads_params_is_refused_in_one_line(in_tmp):
     result = CliRunner().invoke(cli, ["init", "--from-ptyrad", str(in_tmp / "other.yaml")])
     assert result.exit_code != 0 and "other.yaml: not a PtyRAD params file (no init_params section)" in result.output
     assert "Traceback" not in result.output and not (in_tmp / "other_ptyacc.yaml").exists()
+
+
+def test_a_required_setting_missing_is_named(in_tmp):
+    import yaml
+
+    from ptyacc.errors import ConfigError
+    from ptyacc.interop.ptyrad_params import convert
+
+    params = yaml.safe_load(OWN_PARAMS)
+    del params["init_params"]["pos_scan_step_size"]
+    with pytest.raises(ConfigError, match="init_params.pos_scan_step_size: missing"):
+        convert(params, in_tmp)

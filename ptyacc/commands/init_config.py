@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
-from ptyacc.errors import PtyaccError
+from ptyacc.errors import ConfigError, PtyaccError
 
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
@@ -59,7 +59,10 @@ def from_ptyrad(params_path: Path, config_path: Path, adam_steps: bool = False) 
     from ptyacc.interop.ptyrad_params import convert
     from ptyacc.interop.ptyrad_schema import config_text, load_ptyrad_params
 
-    conversion = convert(load_ptyrad_params(params_path), config_path.resolve().parent, adam_steps)
+    try:
+        conversion = convert(load_ptyrad_params(params_path), config_path.resolve().parent, adam_steps)
+    except ConfigError as exc:
+        raise ConfigError(f"{params_path}: {exc}") from None
     return config_text(conversion, params_path)
 
 

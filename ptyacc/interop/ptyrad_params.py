@@ -69,9 +69,9 @@ def _data(p: Params, out: Conversion, config_dir: Path) -> None:
     for name in ("shape", "offset", "gap", "selection", "zarr_kwargs"):
         if meas.get(name) is not None:
             out.unmapped.append((f"init_params.meas_params.{name}", meas[name], REASONS["meas_params"]))
-    out.set("data.scan_shape", [int(p.take("init_params.pos_N_scan_slow")), int(p.take("init_params.pos_N_scan_fast"))])
+    out.set("data.scan_shape", [int(p.need("init_params.pos_N_scan_slow")), int(p.need("init_params.pos_N_scan_fast"))])
     p.take("init_params.pos_N_scans")
-    p.take("init_params.meas_Npix")
+    p.need("init_params.meas_Npix")
     reshape = p.take("init_params.meas_reshape")
     if reshape is not None and len(reshape) == 3 and reshape[1] != reshape[2]:
         out.unmapped.append(("init_params.meas_reshape", reshape, "ptyacc reads square patterns only"))
@@ -87,10 +87,10 @@ def _optics(p: Params, out: Conversion) -> None:
     radiation = p.take("init_params.probe_illum_type")
     out.set("experiment.radiation", radiation)
     if radiation == "xray":
-        out.set("experiment.energy_eV", float(p.take("init_params.beam_kev")) * 1e3)
+        out.set("experiment.energy_eV", float(p.need("init_params.beam_kev")) * 1e3)
         return
-    out.set("experiment.energy_eV", float(p.take("init_params.probe_kv")) * 1e3)
-    out.set("experiment.semiangle_mrad", float(p.take("init_params.probe_conv_angle")))
+    out.set("experiment.energy_eV", float(p.need("init_params.probe_kv")) * 1e3)
+    out.set("experiment.semiangle_mrad", float(p.need("init_params.probe_conv_angle")))
     given = p.take("init_params.probe_aberrations") or {}
     try:
         aberrations = krivanek_cartesian(given)
@@ -133,7 +133,7 @@ def _calibration(p: Params, out: Conversion) -> None:
     else:
         out.set("experiment.dk_invA", 2 * k_max / npix)
     if mode not in ("dx", "dk"):
-        out.notes.append(f"experiment.{'dk_invA'} from init_params.meas_calibration {{mode: {mode}, value: {value}}}")
+        out.notes.append(f"experiment.dk_invA from init_params.meas_calibration {{mode: {mode}, value: {value}}}")
 
 
 def _detector(p: Params, out: Conversion) -> None:
@@ -185,7 +185,7 @@ def _binning(p: Params, out: Conversion) -> int:
 
 
 def _scan(p: Params, out: Conversion) -> None:
-    step = float(p.take("init_params.pos_scan_step_size"))
+    step = float(p.need("init_params.pos_scan_step_size"))
     rotation = 0.0
     affine = p.take("init_params.pos_scan_affine")
     if affine is not None:
@@ -238,8 +238,8 @@ def _model(p: Params, out: Conversion) -> None:
     occupancy = p.take("init_params.obj_omode_init_occu")
     if occupancy and occupancy.get("occu_type", "uniform") != "uniform":
         out.unmapped.append(("init_params.obj_omode_init_occu", occupancy, "ptyacc's object modes are equal"))
-    out.set("model.slices", int(p.take("init_params.obj_Nlayer")))
-    out.set("model.slice_thickness_A", float(p.take("init_params.obj_slice_thickness")))
+    out.set("model.slices", int(p.need("init_params.obj_Nlayer")))
+    out.set("model.slice_thickness_A", float(p.need("init_params.obj_slice_thickness")))
     tilts = p.take("init_params.tilt_params")
     source = p.take("init_params.tilt_source")
     if source == "simu" and isinstance(tilts, dict):

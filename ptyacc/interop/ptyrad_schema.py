@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ptyacc.errors import DataError
+from ptyacc.errors import ConfigError, DataError
 
 _OFF = {"start_iter": None}
 DEFAULTS: dict[str, Any] = {
@@ -164,6 +164,13 @@ class Params:
     def take(self, dotted: str) -> Any:
         self.used.add(dotted)
         return self.get(dotted)
+
+    def need(self, dotted: str) -> Any:
+        """``take`` of a setting PtyRAD requires (no default); a ConfigError naming it if absent."""
+        value = self.take(dotted)
+        if value is None:
+            raise ConfigError(f"{dotted}: missing; PtyRAD needs it too (no default)")
+        return value
 
     def unused(self) -> Iterator[tuple[str, Any]]:
         yield from (leaf for leaf in _leaves(self.given, "") if not self._consumed(leaf[0]) and leaf[1] is not None)
