@@ -3,7 +3,7 @@
 Not a test: run it with a Python that has PtyRAD 1.0 (PyPI ``ptyrad``; its torchvision import is
 stood in for, the loader does not use it) and the benchmark folder beside the repository:
 
-    python3 -m venv /tmp/ptyrad_venv && /tmp/ptyrad_venv/bin/pip install torch pydantic scipy h5py \\
+    python3 -m venv /tmp/ptyrad_venv && /tmp/ptyrad_venv/bin/pip install torch pydantic scipy h5py pytest \\
         pyyaml matplotlib tifffile scikit-learn accelerate && /tmp/ptyrad_venv/bin/pip install --no-deps ptyrad==1.0.0
     /tmp/ptyrad_venv/bin/python tests/ptyrad_reference.py
 
