@@ -34,7 +34,7 @@ SPLIT = {
     "scaling_check": ("speed.scaling_check", "speed.link_check"),
 }
 # the layers, bottom up: a module imports only from its own layer or the ones below
-LAYERS = [("errors", "version"), ("physics", "config"), ("data",), ("results",), ("reconstruction", "watch"),
+LAYERS = [("errors", "version"), ("physics", "config"), ("data",), ("results", "interop"), ("reconstruction", "watch"),
           ("speed",), ("tune",), ("commands",)]
 
 

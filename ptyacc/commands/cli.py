@@ -152,20 +152,28 @@ def plot(results_file: str, output_dir: str | None) -> None:
 
 
 @cli.command()
-@click.argument("data_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("data_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--from-ptyrad", "ptyrad_params", type=click.Path(exists=True, dir_okay=False),
+              help="Make the config from this PtyRAD 1.0 params file instead (docs/coming-from-ptyrad.md).")
+@click.option("--adam-steps", is_flag=True, help="With --from-ptyrad: carry PtyRAD's object and probe learning "
+              "rates over as Adam steps (default: ptyacc's own steps for them).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Config to write (default: DATA_FILE's name, .yaml).")
 @click.option("--force", is_flag=True, help="Replace an existing config.")
 @friendly_errors
-def init(data_file: str, output: str | None, force: bool) -> None:
+def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, output: str | None, force: bool) -> None:
     """Write a commented config for DATA_FILE, filled with what the file says (calibration,
-    positions, shape, a suggested batch), ending with what `ptyacc info` derives from it."""
-    from ptyacc.commands.init_config import init_config, report
+    positions, shape, a suggested batch), or from a PtyRAD params file (--from-ptyrad), ending
+    with what `ptyacc info` derives from it."""
+    from ptyacc.commands.init_config import from_ptyrad, init_config, report
     from ptyacc.results.outdir import write_text
 
-    path = Path(output or Path(data_file).with_suffix(".yaml").name)
+    if (data_file is None) == (ptyrad_params is None):
+        raise click.UsageError("give a DATA_FILE or --from-ptyrad PARAMS.yml (one of them)")
+    source = Path(data_file or ptyrad_params)
+    path = Path(output or (source.with_suffix(".yaml").name if data_file else source.stem + "_ptyacc.yaml"))
     if path.exists() and not force:
         raise OutputError(f"{path} exists; pass --force to replace it, or -o another file")
-    text = init_config(Path(data_file), path)
+    text = init_config(source, path) if data_file else from_ptyrad(source, path, adam_steps)
     write_text(path, text)
     found = report(path)
     write_text(path, text + "\n# ptyacc info:\n" + "\n".join(found) + "\n")
@@ -176,15 +184,22 @@ def init(data_file: str, output: str | None, force: bool) -> None:
 @cli.command()
 @click.argument("results_file", type=click.Path(dir_okay=False))
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False), help="Folder for the TIFFs (default: beside the file).")
+@click.option("--format", "formats", type=click.Choice(["tiff", "hspy", "emd"]), multiple=True,
+              help="Write only these formats (repeat the option; default: all three).")
 @friendly_errors
-def export(results_file: str, output_dir: str | None) -> None:
+def export(results_file: str, output_dir: str | None, formats: tuple[str, ...]) -> None:
     """Write the object phase (summed and per slice) and the probe (amplitude, phase) of a
-    results.h5 as 32-bit float TIFF with the pixel size (needs ptyacc[formats])."""
+    results.h5 as 32-bit float TIFF with the pixel size, and the object and probe as HyperSpy
+    (.hspy) and EMD (.emd) files with calibrated axes (needs ptyacc[formats])."""
     from ptyacc.results.h5file import load_results
+    from ptyacc.results.hyperspy import export_hyperspy
     from ptyacc.results.tiff import export_tiff
 
     folder = Path(output_dir) if output_dir else Path(results_file).parent
-    for path in export_tiff(load_results(results_file), folder):
+    results, formats = load_results(results_file), formats or ("tiff", "hspy", "emd")
+    written = export_tiff(results, folder) if "tiff" in formats else []
+    written += export_hyperspy(results, folder, tuple(name for name in formats if name != "tiff"))
+    for path in written:
         click.echo(str(path))
 
 

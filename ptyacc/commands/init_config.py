@@ -14,7 +14,7 @@ import numpy as np
 from ptyacc.data.load import MIN_RASTER
 from ptyacc.data.probe_file import probe_key, read_probe
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
-from ptyacc.errors import PtyaccError
+from ptyacc.errors import ConfigError, PtyaccError
 
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
@@ -74,6 +74,19 @@ def _found_in_data_lines(turned: bool) -> list[str]:
     return ["  bad_pixels: auto   # dead and hot pixels, dead rows and columns found in the data",
             f"  transform: {{{orientation}descan: auto}}   # "
             + ("transpose/flip from the centre of mass; " if turned else "") + "the disk's wandering centre taken out"]
+
+
+def from_ptyrad(params_path: Path, config_path: Path, adam_steps: bool = False) -> str:
+    """The text of a config made from a PtyRAD params file (``interop.ptyrad_params``), to be
+    written at ``config_path``."""
+    from ptyacc.interop.ptyrad_params import convert
+    from ptyacc.interop.ptyrad_schema import config_text, load_ptyrad_params
+
+    try:
+        conversion = convert(load_ptyrad_params(params_path), config_path.resolve().parent, adam_steps)
+    except ConfigError as exc:
+        raise ConfigError(f"{params_path}: {exc}") from None
+    return config_text(conversion, params_path)
 
 
 def _calibration_lines(info: PatternsInfo, xray: bool) -> list[str]:

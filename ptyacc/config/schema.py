@@ -187,8 +187,10 @@ class ModelConfig:
     object_amplitude_bounds: list[float] = _f(
         factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each iteration.")
     orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
-    init_from: str | None = _f(None, "A previous results.h5 whose object, probe and positions start this run "
-                                     "(relative to the config file; shapes must match).")
+    init_from: str | None = _f(None, "A previous reconstruction whose object, probe and positions start this run "
+                                     "(relative to the config file): ptyacc's results.h5, PtyRAD's HDF5, "
+                                     "PtychoShelves' Niter*.mat or py4DSTEM's output, fitted to this run's pixel, "
+                                     "window, slices and modes (docs/coming-from-ptyrad.md, 'Starting from').")
     probe_init: ProbeFileConfig | None = _f(None, "{path, key, pixel_m} of a probe file that starts the run "
                                                   "(docs/user-guide.md, 'The X-ray probe').")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")

@@ -158,7 +158,7 @@ class Reconstructor:
                                  region=self.tiles.region if self.tiles is not None else None,
                                  mean_pattern=mean_pattern, said=built_said)
         if previous is not None:
-            start_from(self.model, self.geometry, previous, config.model.init_from)
+            start_from(self.model, self.geometry, previous, config.model.init_from, built_said)
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]

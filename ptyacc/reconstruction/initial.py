@@ -11,51 +11,85 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
+from ptyacc.interop.foreign import read_start
+from ptyacc.interop.resample import resample_object, resample_probe, resample_slices, sample_grid
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
-from ptyacc.results.h5file import Results, load_results
+from ptyacc.results.h5file import Results
 
 
 def previous_results(config: Config, data: PtychoData) -> Results:
-    """The results.h5 that ``model.init_from`` names, checked against this data."""
+    """The reconstruction that ``model.init_from`` names (ptyacc's results.h5, PtyRAD's HDF5,
+    PtychoShelves' Niter*.mat, py4DSTEM's output: ``interop.foreign``), checked against this data."""
     path = config.resolve_input(config.model.init_from)
-    previous = load_results(path)
+    previous = read_start(path)
     if previous.positions_A.shape != data.positions_A.shape:
         raise ConfigError(f"model.init_from: {path} holds {len(previous.positions_A)} positions, the data "
                           f"{len(data.positions_A)}")
-    if abs(previous.dx_A / data.dx_A - 1) > 1e-6:
-        raise ConfigError(f"model.init_from: {path} has object pixels of {previous.dx_A:.6g} A, this data "
-                          f"{data.dx_A:.6g} A")
     return previous
 
 
-def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, name: str) -> None:
-    """Copy a previous run's probe and object into the new model. The object canvas may have
-    moved by whole pixels (refined positions change its extent): the overlap is copied."""
-    if previous.probe.shape != tuple(model.complex_probe().shape):
-        raise ConfigError(f"model.init_from: {name} has probe modes {previous.probe.shape}, this config builds "
-                          f"{tuple(model.complex_probe().shape)} (model.probe_modes, detector size)")
-    modes, slices = previous.object.shape[:2]
-    if (modes, slices) != tuple(model.object.shape[:2]):
-        raise ConfigError(f"model.init_from: {name} has {modes} object mode(s) x {slices} slice(s), this config "
-                          f"{model.object.shape[0]} x {model.object.shape[1]} (model.object_modes, model.slices)")
-    shift = np.round((np.asarray(previous.origin_A) - np.asarray(geometry.origin_A)) / geometry.dx_A).astype(int)
-    shift -= model.object_origin.cpu().numpy()  # the held region's corner (shard_object), else (0, 0)
-    old = torch.from_numpy(previous.object)
+def start_from(model: PtychoModel, geometry: ObjectGeometry, previous: Results, name: str,
+               said: list[str] | None = None) -> None:
+    """Copy a previous run's probe and object into the new model, fitted to it (``interop.resample``):
+    the object onto this run's pixels (its canvas may also have moved), slices and modes to this
+    run's numbers (further modes keep the model's own start), the probe onto this run's window and
+    pixel; another package's probe is scaled to this data's intensity. What was done is appended to
+    ``said`` (run.log's lines)."""
+    notes = said if said is not None else []
+    source = previous.attrs.get("written_by", "ptyacc")
+    probe = torch.view_as_complex(model.probe.detach()) * model.probe_scale  # (modes, K, K)
+    old_probe = previous.probe[: probe.shape[0]]
+    resized = old_probe.shape[-1] != probe.shape[-1] or abs(previous.dx_A / geometry.dx_A - 1) > 1e-6
+    if resized:
+        old_probe = resample_probe(old_probe, previous.dx_A, geometry.dx_A, probe.shape[-1])
+    if source != "ptyacc":  # its own normalisation: this data's intensity, in the modes it fills
+        total = float((probe[: old_probe.shape[0]].abs() ** 2).sum())
+        old_probe = old_probe * np.sqrt(total / float((np.abs(old_probe) ** 2).sum()))
+    notes.append(_probe_note(name, source, previous, old_probe.shape, tuple(probe.shape), resized))
+    old = resample_slices(previous.object[: model.object.shape[0]], model.object.shape[1])
+    origin = np.asarray(geometry.origin_A) + model.object_origin.cpu().numpy() * geometry.dx_A
+    target = torch.view_as_complex(model.object.detach())
+    start = (origin - np.asarray(previous.origin_A)) / previous.dx_A
+    same_pixel = abs(previous.dx_A / geometry.dx_A - 1) <= 1e-6
+    # on the same pixel the canvas moved by whole pixels (as refined positions moved its corner): a copy
+    rows, cols = sample_grid(np.round(start) if same_pixel else start, 1.0 if same_pixel else geometry.dx_A / previous.dx_A,
+                             tuple(target.shape[-2:]))
+    values, inside = resample_object(old, rows, cols)
+    notes.append(_object_note(previous, old.shape, tuple(target.shape), geometry.dx_A, float(inside.mean())))
     with torch.no_grad():
-        model.probe.copy_(torch.view_as_real(torch.from_numpy(previous.probe) / model.probe_scale))
-        target = torch.view_as_complex(model.object)
-        (oy, ox), (ny, nx) = shift, old.shape[-2:]
-        y0, x0 = max(oy, 0), max(ox, 0)
-        y1, x1 = min(oy + ny, target.shape[-2]), min(ox + nx, target.shape[-1])
-        if y1 > y0 and x1 > x0:
-            target[..., y0:y1, x0:x1] = old[..., y0 - oy:y1 - oy, x0 - ox:x1 - ox]
+        device = model.probe.device
+        model.probe[: old_probe.shape[0]] = torch.view_as_real(torch.from_numpy(old_probe).to(device) / model.probe_scale)
+        mask, values = torch.from_numpy(inside).to(device), torch.from_numpy(values).to(device)
+        target[: values.shape[0]] = torch.where(mask, values, target[: values.shape[0]])
     if model.propagation is not None:
-        model.propagation.start_from(previous.tilt_mrad, previous.attrs.get("slice_thickness_A"))
+        same_slices = previous.object.shape[1] == model.object.shape[1]
+        model.propagation.start_from(previous.tilt_mrad, previous.attrs.get("slice_thickness_A") if same_slices else None)
+
+
+def _probe_note(name: str, source: str, previous: Results, old: tuple, new: tuple, resized: bool) -> str:
+    kept = f"{old[0]} of its {previous.probe.shape[0]} probe mode(s)" + (
+        f", {new[0] - old[0]} further from this config's optics" if new[0] > old[0] else "")
+    how = (f"resampled (bilinear, about the window centre) from {previous.probe.shape[-1]} px of "
+           f"{previous.dx_A:.4g} A to {new[-1]} px" if resized else "as saved")
+    return f"model.init_from: {name} ({source}): {kept}, {how}" + ("" if source == "ptyacc" else
+                                                                      ", scaled to this data's intensity")
+
+
+def _object_note(previous: Results, old: tuple, new: tuple, dx_A: float, covered: float) -> str:
+    slices = previous.object.shape[1]
+    parts = [f"object {previous.object.shape[0]} mode(s) x {slices} slice(s) of {previous.dx_A:.4g} A px"]
+    if slices != new[1]:
+        parts.append(f"slices {slices} -> {new[1]} (log transmission spread over depth, summed phase kept)")
+    if abs(previous.dx_A / dx_A - 1) > 1e-6:
+        parts.append(f"resampled to {dx_A:.4g} A px (bilinear on amplitude and unit phasor)")
+    if previous.object.shape[0] != new[0]:
+        parts.append(f"modes {previous.object.shape[0]} -> {new[0]} (first kept; further ones the model's own)")
+    return "model.init_from: " + "; ".join(parts) + f"; it covers {100 * covered:.0f}% of this run's object"
 
 
 # run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
