@@ -8,7 +8,9 @@ These checks catch it while the run can still say which key is wrong:
   ``disk_radius_px``) against the disk measured in the mean pattern; more than TOLERANCE apart
   stops the run, naming the slip that explains the data (each candidate of SLIPS is tried) or,
   when none does, every value that sets the radius (``check_bright_field``, which lives with the
-  measurement in bright_field.py).
+  measurement in bright_field.py). A mean pattern without a disk skips the check, on the terminal;
+  but when the scan axes of 4D data show a disk instead (the array stored as (ky, kx, scan_y,
+  scan_x)), the run stops naming the transpose (``check_axis_order``).
 - X-rays: the scan against the probe window (raster steps larger than the window, or a scan
   that spans less than a pixel, mean a wrong pixel size) and, in the near field, the Fresnel
   number of the window (K dx)^2 / (wavelength z), which must lie in the near-field regime.
@@ -25,6 +27,7 @@ from ptyacc.data.bright_field import (  # noqa: F401 (the bright-field check's n
     SLIPS,
     TOLERANCE,
     Slip,
+    bright_field_radius_px,
     check_bright_field,
     measured_radius_px,
     predicted_disk_radius_px,
@@ -52,9 +55,41 @@ def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bi
     try:
         radius_px = measured_radius_px(source, len(calibration.positions_A), prepare, every) * bin_px
     except DataError as exc:
-        return (f"calibration check skipped: {str(exc).split('; ')[0]}",)
+        check_axis_order(source, prepare, every)
+        return (f"calibration check skipped (energy, semi-angle and dk are not checked against the data): "
+                f"{str(exc).split('; ')[0]}",)
     return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path),
                                calibration.disk_radius_px),)
+
+
+SCAN_SAMPLE = 64  # scan rows and columns summed by check_axis_order, at most
+MIN_CONTRAST = 0.5  # (peak - dark) / peak of a disk in the scan axes: a right scan's summed counts are nearly flat
+
+
+def check_axis_order(source, prepare, every: np.ndarray | None) -> None:
+    """Raise DataError when 4D data look stored as (ky, kx, scan_y, scan_x): their mean pattern
+    shows no disk (the caller found none), while the counts of each pattern, laid out on the scan
+    grid, do (on a grid of up to SCAN_SAMPLE x SCAN_SAMPLE evenly spread scan points, read from
+    ``every`` (all prepared patterns) or from ``source`` through ``prepare``). Patterns of a right
+    scan hold nearly the same counts everywhere, so their grid is flat and no disk is found."""
+    shape = source.info.shape
+    if len(shape) != 4:
+        return
+    grid = [np.unique(np.linspace(0, n - 1, min(n, SCAN_SAMPLE)).round().astype(np.int64)) for n in shape[:2]]
+    rows = (grid[0][:, None] * shape[1] + grid[1][None, :]).ravel()
+    sample = source.read(rows, prepare).patterns if every is None else every[rows]
+    counts = sample.sum(axis=(-2, -1), dtype=np.float64).reshape(len(grid[0]), len(grid[1]))
+    try:
+        radius_px = bright_field_radius_px(counts, str(source.path))
+    except DataError:
+        return
+    if np.ptp(counts) < MIN_CONTRAST * counts.max():
+        return
+    raise DataError(f"{source.path}: the patterns' axes look swapped with the scan's: the mean pattern shows no "
+                    f"bright-field disk, but the counts over the scan ({shape[0]} x {shape[1]}) form one of radius "
+                    f"{radius_px * (shape[0] - 1) / max(len(grid[0]) - 1, 1):.3g} px, so the array is likely stored as "
+                    f"(ky, kx, scan_y, scan_x); write it as (scan_y, scan_x, ky, kx), e.g. numpy's "
+                    f"array.transpose(2, 3, 0, 1) ({SKIP})")
 
 
 def check_xray(positions_A: np.ndarray, dx_A: float, k: int, wavelength: float,

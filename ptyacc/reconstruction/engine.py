@@ -196,7 +196,7 @@ class Reconstructor:
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
         self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes + dose_notes),
+                      *((text, True) for text in priors.notes + dose_notes + batches.clamped(config.optim.batch_size)),
                       *((text, False) for text in priors.log_notes + loss_notes + built_said + recentred)])
 
     def _resumed(self, history: History) -> History:
