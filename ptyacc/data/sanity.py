@@ -32,6 +32,7 @@ from ptyacc.data.bright_field import (  # noqa: F401 (the bright-field check's n
     measured_radius_px,
     predicted_disk_radius_px,
 )
+from ptyacc.data.defocus_sign import FLIPPED, defocus_sign_check
 from ptyacc.errors import ConfigError, DataError
 
 
@@ -58,8 +59,33 @@ def calibration_checks(experiment, calibration, dx_A: float, source, prepare, bi
         check_axis_order(source, prepare, every)
         return (f"calibration check skipped (energy, semi-angle and dk are not checked against the data): "
                 f"{str(exc).split('; ')[0]}",)
-    return (check_bright_field(values, calibration.sources, k, radius_px, str(source.path),
-                               calibration.disk_radius_px),)
+    line = check_bright_field(values, calibration.sources, k, radius_px, str(source.path), calibration.disk_radius_px)
+    return (line, *check_defocus_sign(calibration, source.info.shape, every, radius_px / bin_px, dx_A))
+
+
+def check_defocus_sign(calibration, stored_shape: tuple[int, ...], every: np.ndarray | None, radius_px: float,
+                       dx_A: float) -> tuple[str, ...]:
+    """The defocus sign against the parallax of the bright-field disk (``defocus_sign``) of the
+    prepared patterns ``every`` (N, K, K), whose disk has ``radius_px``, on the scan grid of 4D
+    data (``stored_shape``) or of the calibration: a line for run.log, and a warning for the
+    terminal when the data say the opposite sign."""
+    scan_shape = tuple(stored_shape[:2]) if len(stored_shape) == 4 else calibration.scan_shape
+    defocus_A = -calibration.aberrations.get("C10", 0.0)
+    if every is None or scan_shape is None:
+        return ("defocus check skipped: it needs every pattern in memory, on a raster scan",)
+    ratio = defocus_sign_check(every, scan_shape, calibration.positions_A, defocus_A, calibration.wavelength_A,
+                               1.0 / (every.shape[-1] * dx_A), radius_px)
+    if ratio is None:
+        return ("defocus check: the bright-field parallax cannot tell the sign (defocus too small or too large for "
+                "the scan step, positions off a raster, or no contrast)",)
+    line = f"defocus check: bright-field parallax {ratio:.2f} x the one defocus {defocus_A:g} A predicts"
+    if not FLIPPED[0] <= ratio <= FLIPPED[1]:
+        return (line,)
+    where = {"file": "the file's attribute", "config": "the config"}.get(calibration.sources.get("defocus_A", ""),
+                                                                         "the calibration")
+    return (line, f"warning: the data's bright-field parallax says the defocus has the opposite sign to {defocus_A:g} "
+                  f"A (from {where}): try experiment.defocus_A: {-defocus_A:g} (or, if the defocus is right, a scan rotated by "
+                  "180 degrees: experiment.scan_rotation_deg); experiment.check_calibration: false skips this check")
 
 
 SCAN_SAMPLE = 64  # scan rows and columns summed by check_axis_order, at most

@@ -62,7 +62,7 @@ def data_lines(data, object_shape: tuple[int, int]) -> list[tuple[str, bool]]:
               f"dx {data.dx_A:.4g} A, object {object_shape[0]} x {object_shape[1]} px", False)]
     lines += [(f"override: {text}", True) for text in data.overrides]
     lines.append(("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()), False))
-    return lines + [(text, text.startswith("calibration check skipped")) for text in data.checks]
+    return lines + [(text, text.startswith(("calibration check skipped", "warning"))) for text in data.checks]
 
 
 class RunLog:
