@@ -155,8 +155,9 @@ def plot(results_file: str, output_dir: str | None) -> None:
 @click.argument("data_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Config to write (default: DATA_FILE's name, .yaml).")
 @click.option("--force", is_flag=True, help="Replace an existing config.")
+@click.option("--key", help="The HDF5 dataset that holds the patterns, when the file has several (data.key).")
 @friendly_errors
-def init(data_file: str, output: str | None, force: bool) -> None:
+def init(data_file: str, output: str | None, force: bool, key: str | None) -> None:
     """Write a commented config for DATA_FILE, filled with what the file says (calibration,
     positions, shape, a suggested batch), ending with what `ptyacc info` derives from it."""
     from ptyacc.commands.init_config import init_config, report
@@ -165,7 +166,7 @@ def init(data_file: str, output: str | None, force: bool) -> None:
     path = Path(output or Path(data_file).with_suffix(".yaml").name)
     if path.exists() and not force:
         raise OutputError(f"{path} exists; pass --force to replace it, or -o another file")
-    text = init_config(Path(data_file), path)
+    text = init_config(Path(data_file), path, key)
     write_text(path, text)
     found = report(path)
     write_text(path, text + "\n# ptyacc info:\n" + "\n".join(found) + "\n")

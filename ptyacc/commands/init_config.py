@@ -25,10 +25,10 @@ CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
 }
 
 
-def init_config(data_path: Path, config_path: Path) -> str:
+def init_config(data_path: Path, config_path: Path, key: str | None = None) -> str:
     """The text of a config for ``data_path``, to be written at ``config_path`` (data.path is
-    relative to it)."""
-    info = inspect_patterns(data_path)
+    relative to it); ``key``: the dataset of the patterns, where the file has several."""
+    info = inspect_patterns(data_path, key)
     xray = info.format == "cxi" or info.attrs.get("radiation") == "xray"
     relative = os.path.relpath(data_path.resolve(), config_path.resolve().parent)
     relative = data_path.resolve() if relative.startswith("..") else relative

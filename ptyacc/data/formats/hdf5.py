@@ -22,6 +22,7 @@ from ptyacc.data.formats.common import (
     scan_shape_4d,
     scan_shape_attribute,
 )
+from ptyacc.data.formats.emd_calibration import py4dstem_calibration
 from ptyacc.errors import DataError
 
 KIND = "an HDF5 file"
@@ -35,7 +36,8 @@ def open_file(path: Path, options: ReadOptions) -> h5py.File:
 
 def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> PatternsInfo:
     """The pattern dataset (``key``, or 'patterns', or the only 3D/4D numeric dataset), its
-    scan shape (4D data, or a root 'scan_shape' attribute), the file's root attributes, and
+    scan shape (4D data, or a root 'scan_shape' attribute), the file's root attributes (after
+    py4DSTEM's calibration, ``emd_calibration``), and
     ptyacc's layout's root datasets when present: ``mask`` (ky, kx), non-zero = good pixel;
     ``background`` (ky, kx); ``positions_A`` (N, 2), taken only when it has that shape (a config
     that names it checks it and says what is wrong); and the dataset ``options.positions_key``."""
@@ -45,7 +47,7 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
     scan_shape = scan_shape_4d(shape)
     if scan_shape is None and "scan_shape" in f.attrs:
         scan_shape = scan_shape_attribute(f.attrs["scan_shape"])
-    attrs = {k: plain(v) for k, v in f.attrs.items()}
+    attrs = {**py4dstem_calibration(f), **{k: plain(v) for k, v in f.attrs.items()}}
     mask = image(f, path, "mask", pattern_shape)
     background = image(f, path, "background", pattern_shape)
     positions = f.get("positions_A")
@@ -109,7 +111,9 @@ def find_patterns(f: h5py.File, path: Path, key: str | None) -> h5py.Dataset:
         return f[candidates[0]]
     if not candidates:
         raise DataError(f"{path}: no 3D or 4D numeric dataset found; set data.key")
-    raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key")
+    listed = ", ".join(f"{name} {f[name].shape} {f[name].dtype}" for name in candidates)
+    raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key "
+                    f"(ptyacc init: --key) to one of: {listed}")
 
 
 def image(f: h5py.File, path: Path, key: str, pattern_shape: tuple[int, int],
