@@ -42,6 +42,7 @@ from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
+from ptyacc.reconstruction.threads import set_threads
 from ptyacc.reconstruction.tiles import object_tiles
 from ptyacc.reconstruction.validation import ValidationHook, validation_positions
 from ptyacc.results.h5file import Results
@@ -103,8 +104,7 @@ class Reconstructor:
         self.out_dir = Path(config.output.dir)
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
-        if config.runtime.threads:
-            torch.set_num_threads(config.runtime.threads)
+        self.threads_said = set_threads(config.runtime.threads)
         if write and config.output.trackers:
             from ptyacc.watch.trackers import require_packages  # imported only for a run with trackers
 
@@ -195,7 +195,8 @@ class Reconstructor:
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
-        self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
+        self.log.say([self.threads_said, *((text, False) for text in tiles_said),
+                      *data_lines(self.data, self.geometry.shape), *held,
                       *((text, True) for text in priors.notes + dose_notes + batches.clamped(config.optim.batch_size)),
                       *((text, False) for text in priors.log_notes + loss_notes + built_said + recentred)])
 
