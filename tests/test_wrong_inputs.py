@@ -13,8 +13,8 @@ from conftest import tiny_config
 from ptyacc.cli import main
 from ptyacc.config import load_config
 from ptyacc.data import load_data
-from ptyacc.data.defocus_sign import defocus_sign_check, image_shift, scan_grid_steps
 from ptyacc.data.export import write_dataset
+from ptyacc.data.sanity import defocus_sign_check, image_shift, scan_grid_steps
 from ptyacc.physics import wavelength_A
 
 SCAN = [16, 16]

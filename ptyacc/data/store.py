@@ -82,15 +82,6 @@ class EpochBatches(Dataset):
         self._pieces = self._make_pieces()
         self._told = False  # whether the store has this epoch's plan and no step of it was taken yet
 
-    def clamped(self, batch_size: int) -> list[str]:
-        """A line for the user when the asked global ``batch_size`` is larger than the positions
-        drawn each epoch (it is clamped to them: one step per iteration), else none."""
-        n = len(self.members)
-        if batch_size <= n:
-            return []
-        return [f"optim.batch_size: {batch_size} is more than the {n} positions drawn each iteration; using {n} "
-                "(one step per iteration)"]
-
     def set_epoch(self, epoch: int) -> None:
         """The epoch to iterate; the store is told its steps once. The engine and Accelerate's
         loader both set the epoch before an iteration; telling a streaming store twice would drop

@@ -143,6 +143,9 @@ class Reconstructor:
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
+        drawn = len(batches.members)  # EpochBatches takes at most these in a step
+        clamped = [f"optim.batch_size: {config.optim.batch_size} is more than the {drawn} positions drawn each "
+                   f"iteration; using {drawn} (one step per iteration)"] if config.optim.batch_size > drawn else []
         # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge: build_model
         # reads it for electrons, unless told soft or started from a previous run), from a sample agreed by all
         # processes (one collective where each holds its own share)
@@ -197,7 +200,7 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes + dose_notes + batches.clamped(config.optim.batch_size)),
+                      *((text, True) for text in priors.notes + dose_notes + clamped),
                       *((text, False) for text in priors.log_notes + loss_notes + built_said + recentred)])
 
     def _resumed(self, history: History) -> History:
