@@ -248,8 +248,7 @@ def _pattern_panel(ax: Axes, image: np.ndarray, results: Results, title: str, cm
     config = results.config or {}
     if (config.get("experiment") or {}).get("geometry") == "near_field" or "wavelength_A" not in results.attrs:
         ax.imshow(image, cmap=cmap)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xlabel="detector column (px)", ylabel="detector row (px)")
         return
     k = image.shape[-1]
     dk_invA = 1.0 / (k * results.dx_A)
