@@ -168,7 +168,7 @@ CASES = [
         config={"data": {"simulate": {"scan_shape": [6]}}}),
     file_case("data_scan_one_number", "data.scan_shape: must be two positive integers [slow, fast], got [12]",
               config={"data": {"scan_shape": [12]}}),
-    bad("threads_zero", "runtime.threads: must be >= 1 or null, got 0", config={"runtime": {"threads": 0}}),
+    bad("threads_zero", "runtime.threads: must be >= 1, auto or null, got 0", config={"runtime": {"threads": 0}}),
     bad("timeout_zero", "runtime.timeout_s: must be > 0, got 0.0", config={"runtime": {"timeout_s": 0}}),
     bad("slice_thickness_negative", "model.slice_thickness_A: must be > 0, got -2.0",
         config={"model": {"slice_thickness_A": -2}}),

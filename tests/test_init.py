@@ -46,3 +46,58 @@ def test_init_names_what_a_bare_file_lacks(tmp_path, monkeypatch):
     for line in ("scan_shape: null   # NEEDED", "energy_eV: null   # NEEDED", "semiangle_mrad: null   # NEEDED",
                  "dk_invA: null   # NEEDED", "scan_step_A: null   # NEEDED for a raster scan", "# not ready: "):
         assert line in text, line
+
+
+def test_init_lists_the_candidate_datasets_and_takes_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with h5py.File(DEMO) as demo, h5py.File(tmp_path / "two.h5", "w") as f:
+        f["raw/frames"] = demo["patterns"][()]
+        f["processed/dark"] = np.zeros((2, 64, 64), np.float32)
+        f.attrs.update({k: v for k, v in demo.attrs.items() if k != "scan_shape"})
+    listed = CliRunner().invoke(cli, ["init", "two.h5"])
+    assert listed.exit_code == 2
+    assert "several datasets could hold the patterns (processed/dark, raw/frames)" in listed.output
+    assert "processed/dark (2, 64, 64) float32, raw/frames (24, 24, 64, 64) uint16" in listed.output
+    assert "--key" in listed.output and not (tmp_path / "two.yaml").exists()
+    chosen = CliRunner().invoke(cli, ["init", "two.h5", "--key", "raw/frames"])
+    assert chosen.exit_code == 0, chosen.output
+    assert "ready: ptyacc run two.yaml" in chosen.output
+    assert yaml.safe_load((tmp_path / "two.yaml").read_text())["data"]["key"] == "raw/frames"
+
+
+def py4dstem_file(path: Path, q_units: str = "A^-1", r_units: str = "nm") -> None:
+    """The demo's patterns in py4DSTEM's EMD 1.0 layout (a root group, the data cube's 'data'
+    and dim vectors, the root's metadatabundle/calibration as scalar datasets), bare of ptyacc's
+    attributes but energy and semi-angle."""
+    with h5py.File(DEMO) as demo, h5py.File(path, "w") as f:
+        f.attrs.update(emd_group_type="file", version_major=1, version_minor=0, energy_eV=80e3, semiangle_mrad=25.0)
+        root = f.create_group("root")
+        root.attrs.update(emd_group_type="root", python_class="Root")
+        cube = root.create_group("datacube")
+        cube.attrs.update(emd_group_type="array", python_class="DataCube")
+        cube["data"] = demo["patterns"][()]
+        for i, n in enumerate(cube["data"].shape):
+            cube[f"dim{i}"] = np.arange(n, dtype=np.float64)
+        calibration = root.create_group("metadatabundle/calibration")
+        calibration.attrs.update(emd_group_type="metadata", python_class="Calibration")
+        calibration["Q_pixel_size"] = 0.078125 * (10 if q_units == "nm^-1" else 1)
+        calibration["R_pixel_size"] = 0.04 if r_units == "nm" else 0.4
+        for name, units in (("Q_pixel_units", q_units), ("R_pixel_units", r_units)):
+            calibration[name] = units.encode()
+
+
+def test_init_reads_py4dstems_calibration(tmp_path, monkeypatch):
+    from ptyacc.data.readers import inspect_patterns
+
+    monkeypatch.chdir(tmp_path)
+    py4dstem_file(tmp_path / "cube.h5", "nm^-1", "nm")
+    attrs = inspect_patterns(tmp_path / "cube.h5").attrs
+    assert attrs["dk_invA"] == 0.078125 and attrs["scan_step_A"] == 0.4  # 0.78125 1/nm, 0.04 nm
+    result = CliRunner().invoke(cli, ["init", "cube.h5"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "cube.yaml").read_text()
+    assert "# dk_invA: 0.078125   # from the file" in text and "# scan_step_A: 0.4   # from the file" in text
+    assert "key: root/datacube/data" in text
+    assert "# calibration check: bright-field disk radius predicted 7.66 px" in text
+    py4dstem_file(tmp_path / "pixels.h5", "pixels", "pixels")  # not calibrated yet: asked for
+    assert "dk_invA" not in inspect_patterns(tmp_path / "pixels.h5").attrs

@@ -74,9 +74,10 @@ def test_probe_has_a_colour_wheel_of_its_own_colours():
     (wheel,) = panel.child_axes
     image = wheel.get_images()[0].get_array()
     centre = image.shape[0] // 2
-    np.testing.assert_allclose(image[centre, -1], complex_to_rgb(np.array([1.0 + 0j]))[0])  # phase 0 at the right
-    np.testing.assert_allclose(image[0, centre], complex_to_rgb(np.array([1j]))[0])  # pi / 2 at the top
-    np.testing.assert_allclose(image[centre, centre], 0.0)  # amplitude 0 at the centre
+    np.testing.assert_allclose(image[centre, -1, :3], complex_to_rgb(np.array([1.0 + 0j]))[0])  # phase 0 at the right
+    np.testing.assert_allclose(image[0, centre, :3], complex_to_rgb(np.array([1j]))[0])  # pi / 2 at the top
+    np.testing.assert_allclose(image[centre, centre, :3], 0.0)  # amplitude 0 at the centre
+    assert image[0, 0, 3] == 0 and image[centre, centre, 3] == 1  # only the disk is drawn
 
 
 def test_object_has_a_scale_bar_and_patterns_k_and_mrad_axes():

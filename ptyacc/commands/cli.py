@@ -159,8 +159,10 @@ def plot(results_file: str, output_dir: str | None) -> None:
               "rates over as Adam steps (default: ptyacc's own steps for them).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Config to write (default: DATA_FILE's name, .yaml).")
 @click.option("--force", is_flag=True, help="Replace an existing config.")
+@click.option("--key", help="The HDF5 dataset that holds the patterns, when the file has several (data.key).")
 @friendly_errors
-def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, output: str | None, force: bool) -> None:
+def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, output: str | None, force: bool,
+         key: str | None) -> None:
     """Write a commented config for DATA_FILE, filled with what the file says (calibration,
     positions, shape, a suggested batch), or from a PtyRAD params file (--from-ptyrad), ending
     with what `ptyacc info` derives from it."""
@@ -173,7 +175,7 @@ def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, out
     path = Path(output or (source.with_suffix(".yaml").name if data_file else source.stem + "_ptyacc.yaml"))
     if path.exists() and not force:
         raise OutputError(f"{path} exists; pass --force to replace it, or -o another file")
-    text = init_config(source, path) if data_file else from_ptyrad(source, path, adam_steps)
+    text = init_config(source, path, key) if data_file else from_ptyrad(source, path, adam_steps)
     write_text(path, text)
     found = report(path)
     write_text(path, text + "\n# ptyacc info:\n" + "\n".join(found) + "\n")

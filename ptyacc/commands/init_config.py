@@ -27,10 +27,10 @@ CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
 }
 
 
-def init_config(data_path: Path, config_path: Path) -> str:
+def init_config(data_path: Path, config_path: Path, key: str | None = None) -> str:
     """The text of a config for ``data_path``, to be written at ``config_path`` (data.path is
-    relative to it)."""
-    info = inspect_patterns(data_path)
+    relative to it); ``key``: the dataset of the patterns, where the file has several."""
+    info = inspect_patterns(data_path, key)
     xray = info.format == "cxi" or info.attrs.get("radiation") == "xray"
     relative = os.path.relpath(data_path.resolve(), config_path.resolve().parent)
     relative = data_path.resolve() if relative.startswith("..") else relative
@@ -46,7 +46,7 @@ def init_config(data_path: Path, config_path: Path) -> str:
     if kx > 256:
         lines.append(f"  # transform: {{bin: 2}}   # {kx} px patterns: binning halves the window and quarters the time")
     measured = info.positions_A is not None and "scan_step_A" in info.attrs
-    turned = not xray and not measured and min(info.scan_shape or (0, 0)) >= MIN_RASTER
+    turned = not xray and info.positions_A is None and min(info.scan_shape or (0, 0)) >= MIN_RASTER
     if not xray:
         lines += _found_in_data_lines(turned)
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]

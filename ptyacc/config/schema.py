@@ -368,7 +368,9 @@ class RuntimeConfig:
     seed: int = _f(0, "Seed of batch order and random initialisation (identical on all processes).")
     backend: Literal["auto", "nccl", "gloo"] = _f("auto", "Process-group backend; auto: NCCL with CUDA on Linux, else gloo.")
     timeout_s: float = _f(600.0, "Seconds a collective may wait before the run stops.")
-    threads: int | None = _f(None, "torch CPU threads per process; null = torch's default.")
+    threads: int | Literal["auto"] | None = _f(
+        "auto", "torch CPU threads per process; auto: the process's usable cores less the machine's load average "
+                "(at least 1; OMP_NUM_THREADS, when set, is kept); null = torch's default (one per core).")
     check_sync_every: int = _f(0, "Check every K iterations that all processes hold identical parameters; 0 = only at the end.")
     progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
     shard_data: bool = _f(False, "Each process holds only the patterns of its own spatial region (memory ~N/W); "
@@ -384,7 +386,8 @@ class RuntimeConfig:
 
     def _check(self, path: str) -> None:
         _require(self.timeout_s > 0, f"{path}.timeout_s", f"must be > 0, got {self.timeout_s}")
-        _require(self.threads is None or self.threads >= 1, f"{path}.threads", f"must be >= 1 or null, got {self.threads}")
+        _require(self.threads in (None, "auto") or self.threads >= 1, f"{path}.threads",
+                 f"must be >= 1, auto or null, got {self.threads}")
         _require(self.check_sync_every >= 0, f"{path}.check_sync_every", f"must be >= 0, got {self.check_sync_every}")
         _require(self.backend != "nccl" or self.device in ("auto", "cuda"), f"{path}.backend",
                  f"nccl needs CUDA GPUs, got {path}.device: {self.device}; use gloo or auto")

@@ -42,6 +42,7 @@ from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
+from ptyacc.reconstruction.threads import set_threads
 from ptyacc.reconstruction.tiles import object_tiles
 from ptyacc.reconstruction.validation import ValidationHook, validation_positions
 from ptyacc.results.h5file import Results
@@ -103,8 +104,7 @@ class Reconstructor:
         self.out_dir = Path(config.output.dir)
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
-        if config.runtime.threads:
-            torch.set_num_threads(config.runtime.threads)
+        self.threads_said = set_threads(config.runtime.threads)
         if write and config.output.trackers:
             from ptyacc.watch.trackers import require_packages  # imported only for a run with trackers
 
@@ -143,6 +143,9 @@ class Reconstructor:
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
+        drawn = len(batches.members)  # EpochBatches takes at most these in a step
+        clamped = [f"optim.batch_size: {config.optim.batch_size} is more than the {drawn} positions drawn each "
+                   f"iteration; using {drawn} (one step per iteration)"] if config.optim.batch_size > drawn else []
         # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge: build_model
         # reads it for electrons, unless told soft or started from a previous run), from a sample agreed by all
         # processes (one collective where each holds its own share)
@@ -195,8 +198,9 @@ class Reconstructor:
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
-        self.log.say([*((text, False) for text in tiles_said), *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes + dose_notes),
+        self.log.say([self.threads_said, *((text, False) for text in tiles_said),
+                      *data_lines(self.data, self.geometry.shape), *held,
+                      *((text, True) for text in priors.notes + dose_notes + clamped),
                       *((text, False) for text in priors.log_notes + loss_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
 

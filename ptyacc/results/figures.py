@@ -49,7 +49,7 @@ def object_figure(results: Results) -> Figure:
 
     fig = Figure(figsize=(6, 5.5))
     ax = fig.subplots()
-    _object_panel(fig, ax, results.phase, results, "object phase, summed over slices (rad)", shrink=0.8)
+    _object_panel(fig, ax, results.phase, results, "object phase, summed over slices", "phase (rad)", shrink=0.8)
     return fig
 
 
@@ -58,7 +58,7 @@ def probe_figure(results: Results) -> Figure:
 
     modes = results.probe
     power = (np.abs(modes) ** 2).sum(axis=(1, 2))
-    fig = Figure(figsize=(3 * len(modes), 3.3))
+    fig = Figure(figsize=(4.6 * len(modes), 3.6))
     axes = fig.subplots(1, len(modes), squeeze=False)[0]
     for i, ax in enumerate(axes):
         _probe_panel(ax, modes[i], results, f"probe mode {i}: {100 * power[i] / power.sum():.1f}%")
@@ -68,7 +68,7 @@ def probe_figure(results: Results) -> Figure:
 def loss_figure(results: Results) -> Figure:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5, 3.5))
+    fig = Figure(figsize=(5.5, 3.8))
     plot_loss(fig.subplots(), results)
     return fig
 
@@ -101,9 +101,10 @@ def summary_figure(results: Results, initial_positions_A: np.ndarray | None) -> 
     fig = Figure(figsize=(17, 8.5))
     axes = fig.subplots(2, 4)
     amplitude = np.abs(results.object[0]).prod(axis=0)
-    _object_panel(fig, axes[0, 0], results.phase, results, "object phase (rad, summed over slices)")
-    _object_panel(fig, axes[0, 1], amplitude, results, "object amplitude (product over slices)")
-    _probe_panel(axes[0, 2], results.probe[0], results, f"probe mode 0 of {len(results.probe)} (hue = phase)")
+    _object_panel(fig, axes[0, 0], results.phase, results, "object phase\nsummed over slices", "phase (rad)")
+    _object_panel(fig, axes[0, 1], amplitude, results, "object amplitude\nproduct over slices", "amplitude (1: none absorbed)")
+    _probe_panel(axes[0, 2], results.probe[0], results, f"probe mode 0 of {len(results.probe)}\n(hue = phase)",
+                 wheel_beside=False)
     spectrum = np.fft.fftshift(np.abs(np.fft.fft2(np.fft.ifftshift(results.probe[0]))))
     _pattern_panel(axes[0, 3], np.log10(spectrum + spectrum.max() * 1e-4), results,
                    "probe mode 0, |FFT| (log)", "magma")
@@ -131,22 +132,24 @@ def plot_loss(ax: Axes, results: Results) -> None:
     negative) on a linear scale."""
     loss, name = np.asarray(results.loss), results.attrs.get("loss_name", "")
     iterations = np.arange(1, len(loss) + 1)
+    style = {"marker": "o", "ms": 3} if len(loss) <= 30 else {}  # a few iterations: points, not a line
     title = f"loss ({name})"
     deviance = poisson_deviance_history(results)
     if deviance is not None:
-        ax.semilogy(iterations, deviance)
+        ax.semilogy(iterations, deviance, **style)
         ax.axhline(1.0, color="0.6", lw=0.8, ls="--")  # the noise level
         ax.set_ylabel("Poisson deviance per counted pixel")
-        title = f"Poisson deviance (1 = noise level); final model {float(results.attrs['poisson_deviance']):.4g}"
+        title = f"Poisson deviance: final {float(results.attrs['poisson_deviance']):.4g}\n(dashed: 1, the noise level)"
     elif len(loss) and np.min(loss) > 0:
-        ax.semilogy(iterations, loss)
+        ax.semilogy(iterations, loss, **style)
         ax.set_ylabel(f"loss ({name})")
     else:
-        ax.plot(iterations, loss)
-        ax.set_ylabel("loss per pattern (up to a data-only constant)")
+        ax.plot(iterations, loss, **style)
+        ax.set_ylabel("loss per pattern\n(up to a data-only constant)")
     if deviance is None and "poisson_deviance" in results.attrs:
-        title += f"; final Poisson deviance {float(results.attrs['poisson_deviance']):.4g} per pixel"
+        title += f"\nfinal Poisson deviance {float(results.attrs['poisson_deviance']):.4g} per pixel"
     ax.set(xlabel="iteration", title=title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
 
 
 def poisson_deviance_history(results: Results) -> np.ndarray | None:
@@ -170,27 +173,36 @@ def complex_to_rgb(field_: np.ndarray) -> np.ndarray:
     return hsv_to_rgb(hsv)
 
 
-def colour_wheel(ax: Axes) -> Axes:
-    """An inset in the corner of ``ax``: the colours of ``complex_to_rgb`` for amplitude 0 to 1
-    (centre to rim) and phase -pi to pi (around)."""
-    inset = ax.inset_axes([0.72, 0.72, 0.27, 0.27])
+def colour_wheel(ax: Axes, beside: bool = True) -> Axes:
+    """An inset of ``ax``, to its right (``beside``, with a caption) or in its top right corner
+    (white labels): the colours of ``complex_to_rgb`` for amplitude 0 to 1 (centre to rim) and
+    phase -pi to pi (around), its phases labelled inside the inset's own box."""
+    inset = ax.inset_axes([1.04, 0.5, 0.45, 0.45] if beside else [0.68, 0.68, 0.31, 0.31])
     y, x = np.mgrid[-1:1:65j, -1:1:65j]
     wheel = np.where(np.hypot(y, x) <= 1, np.hypot(y, x) * np.exp(1j * np.arctan2(-y, x)), 0)
-    inset.imshow(complex_to_rgb(wheel))
+    rgba = np.concatenate([complex_to_rgb(wheel), (np.hypot(y, x) <= 1)[..., None].astype(float)], axis=-1)
+    inset.imshow(rgba, extent=(-1, 1, -1, 1))
+    inset.set(xlim=(-1.9, 1.9), ylim=(-1.9, 1.9))
     inset.set_axis_off()
-    inset.text(1.0, 0.5, "0", transform=inset.transAxes, fontsize=6, color="w", ha="right", va="center")
-    inset.text(0.0, 0.5, "π", transform=inset.transAxes, fontsize=6, color="w", ha="left", va="center")
+    colour = "black" if beside else "white"
+    for (px, py), label, ha, va in (((1.1, 0), "0", "left", "center"), ((0, 1.1), "π/2", "center", "bottom"),
+                                    ((-1.1, 0), "π", "right", "center"), ((0, -1.1), "−π/2", "center", "top")):
+        inset.text(px, py, label, fontsize=7, ha=ha, va=va, color=colour)
+    if beside:
+        inset.text(0, -2.1, "hue: phase\nbrightness:\namplitude", fontsize=7, ha="center", va="top")
     return inset
 
 
 def scale_bar(ax: Axes, width: float, unit: str) -> float:
     """A bar of a 1-2-5 length near a fifth of ``width`` (data units, ``unit``) in the lower right
-    corner of ``ax``; its length."""
+    corner of ``ax``, white on a dark box so that it reads over any image; its length."""
     from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
     length = round_down_125(0.2 * width)
-    ax.add_artist(AnchoredSizeBar(ax.transData, length, f"{length:g} {unit}", "lower right", color="yellow",
-                                  frameon=False, size_vertical=0.01 * width, pad=0.4))
+    bar = AnchoredSizeBar(ax.transData, length, f"{length:g} {unit}", "lower right", color="white", frameon=True,
+                          size_vertical=0.012 * width, pad=0.3, borderpad=0.5, sep=3)
+    bar.patch.set(facecolor="black", alpha=0.65, edgecolor="none")
+    ax.add_artist(bar)
     return length
 
 
@@ -200,10 +212,11 @@ def round_down_125(value: float) -> float:
     return max(step * power for step in (1, 2, 5) if step * power <= value * (1 + 1e-9))
 
 
-def _object_panel(fig: Figure, ax: Axes, image: np.ndarray, results: Results, title: str,
+def _object_panel(fig: Figure, ax: Axes, image: np.ndarray, results: Results, title: str, bar_label: str,
                   shrink: float = 0.75) -> None:
     """``image`` (Ny, Nx) of the object in the positions' frame, its contrast from the scanned
-    region (the weakly lit rim is noisy and would wash it out), with a scale bar."""
+    region (the weakly lit rim is noisy and would wash it out), with a scale bar and a colour bar
+    labelled ``bar_label``."""
     unit, per_A = length_unit(results)
     ny, nx = image.shape
     oy, ox = results.origin_A
@@ -213,20 +226,19 @@ def _object_panel(fig: Figure, ax: Axes, image: np.ndarray, results: Results, ti
     low, high = np.percentile(image[max(r0, 0):r1, max(c0, 0):c1], [0.5, 99.5])
     im = ax.imshow(image, cmap="gray", extent=extent, vmin=low, vmax=high)
     ax.set(title=title, xlabel=f"x ({unit})", ylabel=f"y ({unit})")
-    fig.colorbar(im, ax=ax, shrink=shrink)
+    fig.colorbar(im, ax=ax, shrink=shrink, label=bar_label)
     scale_bar(ax, nx * results.dx_A * per_A, unit)
 
 
-def _probe_panel(ax: Axes, mode: np.ndarray, results: Results, title: str) -> None:
-    """One probe mode (K, K) in colour (hue = phase) with a scale bar and the colour wheel."""
+def _probe_panel(ax: Axes, mode: np.ndarray, results: Results, title: str, wheel_beside: bool = True) -> None:
+    """One probe mode (K, K) in colour (hue = phase) on axes centred on the window, with a scale
+    bar and the colour wheel (beside it, or in its corner)."""
     unit, per_A = length_unit(results)
-    width = mode.shape[-1] * results.dx_A * per_A
-    ax.imshow(complex_to_rgb(mode), extent=(0, width, width, 0))
-    ax.set_title(title)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    scale_bar(ax, width, unit)
-    colour_wheel(ax)
+    half = mode.shape[-1] * results.dx_A * per_A / 2
+    ax.imshow(complex_to_rgb(mode), extent=(-half, half, half, -half))
+    ax.set(title=title, xlabel=f"x ({unit})", ylabel=f"y ({unit})")
+    scale_bar(ax, 2 * half, unit)
+    colour_wheel(ax, wheel_beside)
 
 
 def _pattern_panel(ax: Axes, image: np.ndarray, results: Results, title: str, cmap: str) -> None:
@@ -236,8 +248,7 @@ def _pattern_panel(ax: Axes, image: np.ndarray, results: Results, title: str, cm
     config = results.config or {}
     if (config.get("experiment") or {}).get("geometry") == "near_field" or "wavelength_A" not in results.attrs:
         ax.imshow(image, cmap=cmap)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xlabel="detector column (px)", ylabel="detector row (px)")
         return
     k = image.shape[-1]
     dk_invA = 1.0 / (k * results.dx_A)

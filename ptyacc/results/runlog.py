@@ -57,12 +57,12 @@ def ptyacc_logger():
 def data_lines(data, object_shape: tuple[int, int]) -> list[tuple[str, bool]]:
     """What run.log says of the dataset ``data`` (a ``PtychoData``) and the object of
     ``object_shape`` px built for it, as ``RunLog.say`` takes them: the config values that replace
-    the file's also on the terminal."""
+    the file's, and a calibration check that could not run, also on the terminal."""
     lines = [(f"data: {data.source}, {data.n_patterns} positions, patterns {data.detector_px}^2, "
               f"dx {data.dx_A:.4g} A, object {object_shape[0]} x {object_shape[1]} px", False)]
     lines += [(f"override: {text}", True) for text in data.overrides]
     lines.append(("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()), False))
-    return lines + [(text, False) for text in data.checks]
+    return lines + [(text, text.startswith(("calibration check skipped", "warning"))) for text in data.checks]
 
 
 class RunLog:

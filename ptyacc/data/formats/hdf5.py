@@ -1,7 +1,16 @@
 """HDF5: ptyacc's layout, and any file with one pattern dataset.
 
 The other readers reuse ``open_hdf5``, ``find_patterns``, ``image`` and ``named_positions`` (CXI
-and MATLAB v7.3 files are HDF5 files)."""
+and MATLAB v7.3 files are HDF5 files).
+
+The calibration py4DSTEM writes into its EMD 1.0 (HDF5) files, as ptyacc's attributes.
+
+py4DSTEM keeps it in a metadata group named ``calibration`` (under a ``metadatabundle`` group
+of the root or of the data cube), one scalar dataset per value: ``Q_pixel_size`` with
+``Q_pixel_units`` (the detector pixel: ``A^-1`` or ``nm^-1``) and ``R_pixel_size`` with
+``R_pixel_units`` (the scan step: ``A`` or ``nm``). Pixel units (py4DSTEM's default before
+calibration) and angles (``mrad``, which need the energy) are not taken: ``ptyacc init`` then
+asks for the value."""
 
 from __future__ import annotations
 
@@ -35,7 +44,8 @@ def open_file(path: Path, options: ReadOptions) -> h5py.File:
 
 def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> PatternsInfo:
     """The pattern dataset (``key``, or 'patterns', or the only 3D/4D numeric dataset), its
-    scan shape (4D data, or a root 'scan_shape' attribute), the file's root attributes, and
+    scan shape (4D data, or a root 'scan_shape' attribute), the file's root attributes (after
+    py4DSTEM's calibration, ``emd_calibration``), and
     ptyacc's layout's root datasets when present: ``mask`` (ky, kx), non-zero = good pixel;
     ``background`` (ky, kx); ``positions_A`` (N, 2), taken only when it has that shape (a config
     that names it checks it and says what is wrong); and the dataset ``options.positions_key``."""
@@ -45,7 +55,7 @@ def inspect(f: h5py.File, path: Path, key: str | None, options: ReadOptions) -> 
     scan_shape = scan_shape_4d(shape)
     if scan_shape is None and "scan_shape" in f.attrs:
         scan_shape = scan_shape_attribute(f.attrs["scan_shape"])
-    attrs = {k: plain(v) for k, v in f.attrs.items()}
+    attrs = {**py4dstem_calibration(f), **{k: plain(v) for k, v in f.attrs.items()}}
     mask = image(f, path, "mask", pattern_shape)
     background = image(f, path, "background", pattern_shape)
     positions = f.get("positions_A")
@@ -109,7 +119,9 @@ def find_patterns(f: h5py.File, path: Path, key: str | None) -> h5py.Dataset:
         return f[candidates[0]]
     if not candidates:
         raise DataError(f"{path}: no 3D or 4D numeric dataset found; set data.key")
-    raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key")
+    listed = ", ".join(f"{name} {f[name].shape} {f[name].dtype}" for name in candidates)
+    raise DataError(f"{path}: several datasets could hold the patterns ({', '.join(candidates)}); set data.key "
+                    f"(ptyacc init: --key) to one of: {listed}")
 
 
 def image(f: h5py.File, path: Path, key: str, pattern_shape: tuple[int, int],
@@ -136,3 +148,41 @@ def plain(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+TO_INV_A = {"A^-1": 1.0, "Å^-1": 1.0, "1/A": 1.0, "nm^-1": 0.1, "1/nm": 0.1}
+TO_A = {"A": 1.0, "Å": 1.0, "nm": 10.0}
+PY4DSTEM_NAMES = {"Q_pixel_size": ("Q_pixel_units", TO_INV_A, "dk_invA"), "R_pixel_size": ("R_pixel_units", TO_A, "scan_step_A")}
+
+
+def py4dstem_calibration(f: h5py.File) -> dict[str, float]:
+    """ptyacc's ``dk_invA`` and ``scan_step_A`` from the first py4DSTEM calibration group in
+    ``f`` (none when there is none or its units are pixels or angles)."""
+    groups: list[h5py.Group] = []
+    f.visititems(lambda name, obj: groups.append(obj) if isinstance(obj, h5py.Group) and name.split("/")[-1] ==
+                 "calibration" and "Q_pixel_size" in obj else None)
+    if not groups:
+        return {}
+    found = {}
+    for size, (units, scale, key) in PY4DSTEM_NAMES.items():
+        value, unit = _scalar(groups[0], size), _text(groups[0], units)
+        if value is not None and unit in scale:
+            found[key] = value * scale[unit]
+    return found
+
+
+def _scalar(group: h5py.Group, name: str) -> float | None:
+    """The number ``name`` of ``group``: one value (py4DSTEM may store a pair of equal ones)."""
+    item = group.get(name)
+    if not isinstance(item, h5py.Dataset) or item.dtype.kind not in "iuf":
+        return None
+    values = np.unique(np.atleast_1d(item[()]).astype(np.float64))
+    return float(values[0]) if len(values) == 1 and values[0] > 0 else None
+
+
+def _text(group: h5py.Group, name: str) -> str | None:
+    item = group.get(name)
+    if not isinstance(item, h5py.Dataset) or item.dtype.kind not in "SOU":
+        return None
+    value = item[()]
+    return value.decode() if isinstance(value, bytes) else str(value)
