@@ -2,6 +2,10 @@
 there is none, a failed check makes the exit code non-zero, and the agreement tolerance."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +16,7 @@ from ptyacc.speed import selftest
 
 ALL_CHECKS = ["build", "devices", "mig", "backend", "reconstruct cpu", "reconstruct cuda", "reconstruct mps",
               "hold host", "hold disk", "speed", "compile", "two processes"]
+ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--skip", "compile", "--skip", "two"]  # compile: tests/test_compile.py; two processes: the slow test below
 
 
@@ -99,3 +104,42 @@ def test_two_processes_against_one_on_cpus(tmp_path):
     single = selftest.run_problem(tmp_path, "cpu")
     detail, figures = selftest.two_process_run(tmp_path, "cpu", single)
     assert figures["relative_difference"] <= 1e-5, detail  # on CPUs the split batch repeats 1 process to float rounding
+
+
+def test_two_ranks_on_one_gpu_only_with_gloo(monkeypatch):
+    """NCCL refuses two ranks on one GPU: ptyacc says so in one line; gloo may share it (how the
+    selftest and the suite run two processes on one GPU)."""
+    from ptyacc.errors import DistributedError
+    from ptyacc.reconstruction import distributed
+
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed.torch.cuda, "get_device_name", lambda i: "NVIDIA H100 80GB HBM3")
+    distributed._check_gpu_count({"LOCAL_WORLD_SIZE": "2"}, backend="gloo")
+    with pytest.raises(DistributedError, match="NCCL cannot put two processes on one GPU.*runtime.backend: gloo"):
+        distributed._check_gpu_count({"LOCAL_WORLD_SIZE": "2"}, backend="nccl")
+
+
+def test_the_chosen_device_reaches_the_tests_that_take_one(monkeypatch, tmp_path):
+    import conftest
+
+    assert conftest.test_device() == "cpu" and os.environ["CUDA_VISIBLE_DEVICES"] == ""  # unset: the CPU, GPUs hidden
+    assert conftest.tiny_config(tmp_path)["runtime"] == {"progress": False, "seed": 3}  # unchanged on the CPU
+    assert conftest.launch_environment()["ACCELERATE_USE_CPU"] == "1"
+    monkeypatch.setenv("PTYACC_TEST_DEVICE", "cuda")
+    assert conftest.tiny_config(tmp_path)["runtime"] == {"progress": False, "seed": 3, "device": "cuda",
+                                                         "backend": "gloo"}  # two launched ranks share one GPU
+    assert "ACCELERATE_USE_CPU" not in conftest.launch_environment()
+
+
+def test_what_cannot_run_on_the_chosen_device_is_skipped_with_why(tmp_path):
+    node = next(iter(conftest_cpu_only()))  # a parametrized test: its 3 cases
+    env = {k: v for k, v in os.environ.items() if k != "PTYACC_TEST_DEVICE"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--device", "mps",
+                           node], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "3 skipped" in done.stdout and "CPU only: its expected lines name the cpu device" in done.stdout, done.stdout
+
+
+def conftest_cpu_only() -> dict:
+    import conftest
+
+    return conftest.CPU_ONLY
