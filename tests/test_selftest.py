@@ -15,7 +15,7 @@ from ptyacc.commands.cli import main
 from ptyacc.speed import selftest
 
 ALL_CHECKS = ["build", "devices", "mig", "backend", "reconstruct cpu", "reconstruct cuda", "reconstruct mps",
-              "hold host", "hold disk", "speed", "compile", "two processes"]
+              "hold host", "hold disk", "speed", "syncs", "compile", "two processes"]
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--skip", "compile", "--skip", "two"]  # compile: tests/test_compile.py; two processes: the slow test below
 
@@ -32,7 +32,7 @@ def test_selftest_runs_the_cpu_checks_and_says_what_it_skipped(tmp_path, capsys)
     assert list(checks) == ALL_CHECKS
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out] == [name.split()[0] for name in ALL_CHECKS]  # one line per check
-    for name in ("build", "devices", "backend", "reconstruct cpu", "hold host", "hold disk", "speed"):
+    for name in ("build", "devices", "backend", "reconstruct cpu", "hold host", "hold disk", "speed", "syncs"):
         assert checks[name]["status"] == "ok", checks[name]
     loss = checks["reconstruct cpu"]["figures"]["loss"]
     assert loss[-1] < 0.5 * loss[0]  # it reconstructs: the data misfit falls
@@ -48,6 +48,7 @@ def test_selftest_runs_the_cpu_checks_and_says_what_it_skipped(tmp_path, capsys)
     assert checks["compile"]["detail"] == "not asked (--skip)"
     assert report["counts"]["failed"] == 0 and report["tolerance_relative"] == selftest.AGREEMENT_RTOL
     assert checks["speed"]["figures"]["fft_bound_s"] > 0 and checks["speed"]["figures"]["peak_memory_bytes"] > 0
+    assert checks["syncs"]["figures"]["counted"]["operators_per_step"] > 20
 
 
 def test_a_failed_check_makes_the_exit_code_nonzero(tmp_path, monkeypatch, capsys):
@@ -62,7 +63,7 @@ def test_a_failed_check_makes_the_exit_code_nonzero(tmp_path, monkeypatch, capsy
         return state
 
     monkeypatch.setattr(selftest, "run_problem", off_when_streamed)
-    code = main(["selftest", "--json", str(tmp_path / "st.json"), *QUICK, "--skip", "speed"])
+    code = main(["selftest", "--json", str(tmp_path / "st.json"), *QUICK, "--skip", "speed", "--skip", "syncs"])
     checks, report = _report(tmp_path / "st.json")
     assert code == 1
     assert checks["hold disk"]["status"] == "failed"
@@ -76,7 +77,7 @@ def test_a_check_that_breaks_fails_alone_with_its_error(tmp_path, monkeypatch):
         raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
 
     monkeypatch.setattr("ptyacc.speed.bench.run_bench", broken)
-    test = selftest.Selftest(tmp_path, skip=("reconstruct", "hold", "compile", "two"))
+    test = selftest.Selftest(tmp_path, skip=("reconstruct", "hold", "syncs", "compile", "two"))
     checks = {c.name: c for c in test.run(echo=lambda line: None)}
     assert checks["speed"].status == "failed"
     assert checks["speed"].detail == "RuntimeError: CUDA error: an illegal memory access was encountered"

@@ -209,7 +209,7 @@ def bench(config_file: str, overrides: tuple[str, ...], iterations: int, warmup:
         write_json(report, Path(json_path))
 
 
-SELFTEST_CHECKS = ("build", "devices", "mig", "backend", "reconstruct", "hold", "speed", "compile", "two")
+SELFTEST_CHECKS = ("build", "devices", "mig", "backend", "reconstruct", "hold", "speed", "syncs", "compile", "two")
 
 
 @cli.command()

@@ -192,8 +192,8 @@ class Selftest:
         return [("build", self.build), ("devices", self.list_devices), ("mig", self.mig), ("backend", self.backend),
                 ("reconstruct cpu", self.on_cpu), ("reconstruct cuda", lambda: self.against_cpu("cuda")),
                 ("reconstruct mps", lambda: self.against_cpu("mps")), ("hold host", lambda: self.hold("host")),
-                ("hold disk", lambda: self.hold("disk")), ("speed", self.speed), ("compile", self.compiled),
-                ("two processes", self.two_processes)]
+                ("hold disk", lambda: self.hold("disk")), ("speed", self.speed), ("syncs", self.syncs),
+                ("compile", self.compiled), ("two processes", self.two_processes)]
 
     def build(self):
         f = build_figures()
@@ -268,6 +268,19 @@ class Selftest:
         mib = report["peak_memory_bytes"] / 2**20
         return (f"on {self.device}: {report['s_per_iteration'] * 1e3:.1f} ms per iteration, {report['ratio']:.1f} x the "
                 f"FFT bound ({report['fft_bound_s'] * 1e3:.2f} ms); peak {mib:.1f} MiB ({report['memory_measure']})"), report
+
+    def syncs(self):
+        import ptyacc
+        from ptyacc.speed.syncs import count_steps, cuda_syncs_per_step
+
+        config = lambda: ptyacc.load_config(problem_config(self.folder, self.device))  # noqa: E731 - each run its own
+        with quietly():
+            counted = count_steps(config())
+            driver = cuda_syncs_per_step(config()) if self.device == "cuda" else None
+        said = f"{counted['syncs_per_step']} synchronisation(s) per step counted from the calls"
+        if driver is not None:
+            said += f", {driver['syncs_per_step']} by CUDA's sync debug mode"
+        return f"{said}; {counted['operators_per_step']} operators per step", {"counted": counted, "cuda": driver}
 
     def compiled(self):
         run = run_problem(self.folder, self.device, compile=True)

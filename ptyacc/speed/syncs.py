@@ -184,6 +184,35 @@ class operator_profile:
         return False
 
 
+def cuda_syncs_per_step(config, iterations: int = 2) -> dict:
+    """On CUDA, the driver's own count: ``torch.cuda.set_sync_debug_mode("warn")`` warns at every
+    synchronising call; the warnings between one step's start and the next are that step's
+    (the median over the steps after the first iteration, and the places of the first step's)."""
+    import warnings
+
+    from ptyacc.reconstruction.engine import reconstruct
+
+    config.optim.iterations = iterations
+    starts: list[int] = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+
+        def on_step(iteration: int, indices) -> None:
+            if iteration >= 1:
+                starts.append(len(seen))
+
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            reconstruct(config, write=False, on_step=on_step)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    counts = [b - a for a, b in zip(starts, starts[1:])]
+    if not counts:
+        raise ValueError("fewer than two steps were counted: run more steps")
+    first = [f"{Path(w.filename).name}:{w.lineno}" for w in seen[starts[0]:starts[1]]]
+    return {"syncs_per_step": sorted(counts)[len(counts) // 2], "sync_sites": dict(collections.Counter(first))}
+
+
 def sync_lines(summary: dict) -> Iterator[str]:
     yield (f"{summary['syncs_per_step']} host-device synchronisation(s) per step, {summary['operators_per_step']} "
            f"operators per step (median of {summary['steps_counted']} steps)")
