@@ -30,7 +30,7 @@ if [ $DRY = 1 ]; then
 else
     DEVICE=cuda; DEMO_SETS=""
     TESTS="tests/test_selftest.py tests/test_syncs.py tests/test_hold.py tests/test_batches.py tests/test_descent.py tests/test_compile.py tests/test_checkpoint.py"
-    RACE="--device cuda --budget-s 140"
+    RACE="--device cuda --scan 48 --budget-s 140"  # 2304 positions: the NumPy simulation takes ~20 s of it
     if ls build/gpu_wheels/*.whl >/dev/null 2>&1; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site build/gpu_wheels/*.whl
     fi
@@ -81,5 +81,6 @@ EOF
 step "4. the race against PtyRAD"
 timeout 190 "$PY" examples/gpu_race.py /tmp/gpu_check_race $RACE --ptyrad-python "$PTYRAD"
 echo "race exit $?"
-cp /tmp/gpu_check_race/race.md /tmp/gpu_check_race/race.json "$OUT"/ 2>/dev/null
+cp /tmp/gpu_check_race/race.md /tmp/gpu_check_race/race.json "$OUT"/ 2>/dev/null  # written after every run
+tail -5 /tmp/gpu_check_race/*.log 2>/dev/null | tail -40  # the runs' own last lines, for a failed one
 step "done"

@@ -299,6 +299,12 @@ def table(runs: list[dict], shape: dict, device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_tables(out: Path, runs: list[dict], shape: dict, device: str) -> None:
+    (out / "race.json").write_text(json.dumps({"case": shape, "device": device, "runs": runs,
+                                              "paper_a100_s_per_iteration_16384": PAPER_A100_S_PER_ITERATION}, indent=1))
+    (out / "race.md").write_text(table(runs, shape, device))
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     shape = case(args)
@@ -323,10 +329,7 @@ def main(argv=None) -> int:
                 continue
             runs.append(score(launch(args, shape, data, package, batch), data))
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "origin_A"}), flush=True)
-    (args.out / "race.json").write_text(json.dumps({"case": shape, "device": args.device, "runs": runs,
-                                                   "paper_a100_s_per_iteration_16384": PAPER_A100_S_PER_ITERATION},
-                                                  indent=1))
-    (args.out / "race.md").write_text(table(runs, shape, args.device))
+            write_tables(args.out, runs, shape, args.device)  # after every run: a race cut short keeps what it ran
     print(table(runs, shape, args.device))
     return 1 if any("error" in r and not r["error"].startswith("not run") for r in runs) else 0
 

@@ -335,13 +335,8 @@ def preconditioner(model: PtychoModel, floor: float, share: float = HALF,
     whole object's illumination (``illumination(model)`` when not given)."""
     light = illumination(model) if light is None else light
     factor = share / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
-    y0, x0 = origin if origin is not None else held_origin(model)
+    y0, x0 = origin if origin is not None else model.object_origin.tolist()  # origin: read off the device once
     return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
-
-
-def held_origin(model: PtychoModel) -> tuple[int, int]:
-    """(y, x): where this process's region starts in the whole object, read off the device once."""
-    return tuple(int(v) for v in model.object_origin.tolist())
 
 
 @dataclass(frozen=True)
@@ -372,7 +367,7 @@ class PreconditionedDescent(TakesStepContext, torch.optim.Optimizer):
         self.corners: torch.Tensor | None = None  # and their window corners
         self.factor: torch.Tensor | None = None
         self.made_in: int | None = None  # the iteration whose probe made ``light`` and ``factor``
-        self.origin = held_origin(model)  # fixed for the run
+        self.origin = tuple(model.object_origin.tolist())  # fixed for the run: one read, not one per step
 
     def current_factor(self) -> torch.Tensor:
         """The preconditioner: the illumination of all positions made anew at the first step of every

@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ptyacc.config import load_config
+from ptyacc.reconstruction.engine import reconstruct
 from ptyacc.results.outdir import write_text
 
 AGREEMENT_RTOL = 1e-3  # relative L2 difference of every parameter between two runs that should agree (see above)
@@ -130,12 +132,10 @@ def write_problem(folder: Path) -> Path:
 def run_problem(folder: Path, device: str, hold: str = "device", **runtime) -> dict[str, np.ndarray]:
     """Reconstruct the problem on ``device`` with the patterns held as ``hold``: every parameter
     (float64 NumPy), the loss history, and why torch.compile failed (None: it did not, or was not asked)."""
-    import ptyacc
-
-    config = ptyacc.load_config(problem_config(folder, device, **runtime))
+    config = load_config(problem_config(folder, device, **runtime))
     config.data.hold = hold
     with quietly():
-        rec = ptyacc.reconstruct(config, write=False)
+        rec = reconstruct(config, write=False)
     state = {name: p.detach().to("cpu", torch.float64).numpy() for name, p in rec.model.named_parameters()}
     state["loss"] = np.asarray(rec.loss)
     state["compile_failure"] = getattr(rec.model.loss_terms, "failure", None)
@@ -259,10 +259,9 @@ class Selftest:
         return f"on {self.device}, equals data.hold: device {said(figures)}", figures
 
     def speed(self):
-        import ptyacc
         from ptyacc.speed.bench import run_bench
 
-        config = ptyacc.load_config(problem_config(self.folder, self.device))
+        config = load_config(problem_config(self.folder, self.device))
         with quietly():
             report = run_bench(config, iterations=3, warmup=2)
         mib = report["peak_memory_bytes"] / 2**20
@@ -270,17 +269,16 @@ class Selftest:
                 f"FFT bound ({report['fft_bound_s'] * 1e3:.2f} ms); peak {mib:.1f} MiB ({report['memory_measure']})"), report
 
     def syncs(self):
-        import ptyacc
         from ptyacc.speed.syncs import count_steps, cuda_syncs_per_step
 
-        config = lambda: ptyacc.load_config(problem_config(self.folder, self.device))  # noqa: E731 - each run its own
+        config = lambda: load_config(problem_config(self.folder, self.device))  # noqa: E731 - each run its own
         with quietly():
             counted = count_steps(config())
             driver = cuda_syncs_per_step(config()) if self.device == "cuda" else None
-        said = f"{counted['syncs_per_step']} synchronisation(s) per step counted from the calls"
+        text = f"{counted['syncs_per_step']} synchronisation(s) per step counted from the calls"
         if driver is not None:
-            said += f", {driver['syncs_per_step']} by CUDA's sync debug mode"
-        return f"{said}; {counted['operators_per_step']} operators per step", {"counted": counted, "cuda": driver}
+            text += f", {driver['syncs_per_step']} by CUDA's sync debug mode"
+        return f"{text}; {counted['operators_per_step']} operators per step", {"counted": counted, "cuda": driver}
 
     def compiled(self):
         run = run_problem(self.folder, self.device, compile=True)
