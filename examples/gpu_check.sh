@@ -9,10 +9,18 @@
 # limit, so that a hang in one leaves the others their time.
 #   OUT=/some/folder examples/gpu_check.sh            # on the GPU machine
 #   OUT=/tmp/x PTYRAD_PYTHON=/tmp/venv/bin/python examples/gpu_check.sh --dry-run   # on a CPU: tiny, CPU only
-# Wheels in build/gpu_wheels (PtyRAD 1.0 and what the GPU image lacks for it) are installed into
-# /tmp/site and seen by PtyRAD's process only.
+# Wheels in build/gpu_wheels (PtyRAD 1.0 and what the GPU image lacks for it: pydantic and its
+# needs) are installed into /tmp/site and seen by PtyRAD's process only; `--wheels`, here (pip and
+# PyPI), fetches them for the GPU image's Python 3.12; the device call carries build/gpu_wheels.
 set -u
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--wheels" ]; then
+    mkdir -p build/gpu_wheels
+    exec "${PYTHON:-python3}" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d build/gpu_wheels ptyrad==1.0.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
+        typing-inspection==0.4.5 typing-extensions==4.16.0
+fi
 OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
 DRY=0

@@ -123,7 +123,9 @@ def test_two_ranks_on_one_gpu_only_with_gloo(monkeypatch):
 def test_the_chosen_device_reaches_the_tests_that_take_one(monkeypatch, tmp_path):
     import conftest
 
-    assert conftest.test_device() == "cpu" and os.environ["CUDA_VISIBLE_DEVICES"] == ""  # unset: the CPU, GPUs hidden
+    if conftest.test_device() == "cpu":  # unset: the CPU, GPUs hidden
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.setenv("PTYACC_TEST_DEVICE", "cpu")
     assert conftest.tiny_config(tmp_path)["runtime"] == {"progress": False, "seed": 3}  # unchanged on the CPU
     assert conftest.launch_environment()["ACCELERATE_USE_CPU"] == "1"
     monkeypatch.setenv("PTYACC_TEST_DEVICE", "cuda")
@@ -144,3 +146,28 @@ def conftest_cpu_only() -> dict:
     import conftest
 
     return conftest.CPU_ONLY
+
+
+def _flag_on_rank_one(rank: int, store_file: str, results: str) -> None:
+    import torch.distributed as dist
+
+    from ptyacc.reconstruction.exchange import on_any_process, timed_all_reduce
+
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
+    seen = on_any_process(torch.tensor(rank == 1), 2)
+    summed = torch.ones(3)
+    wait = timed_all_reduce(summed)  # on a CPU: seconds from the host's clock
+    Path(results, f"rank{rank}.json").write_text(json.dumps([seen, summed.tolist(), wait]))
+    dist.destroy_process_group()
+
+
+def test_a_stop_on_one_process_stops_every_process(tmp_path):
+    """A window check that fails on one process (runtime.shard_object) is agreed by all: each raises
+    the same error instead of the others waiting in the next collective."""
+    torch.multiprocessing.spawn(_flag_on_rank_one, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        seen, summed, wait = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert seen is True and summed == [2.0, 2.0, 2.0] and 0 <= wait < 60
+    from ptyacc.reconstruction.exchange import on_any_process
+
+    assert on_any_process(torch.tensor(False), 1) is False and on_any_process(torch.tensor(True), 1) is True
