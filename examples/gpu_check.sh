@@ -7,7 +7,8 @@
 #   4. the race against PtyRAD 1.0 (examples/gpu_race.py)        -> $OUT/race.md, $OUT/race.json
 # and everything printed in $OUT/check.log, the machine in $OUT/env.txt. Each step has its own time
 # limit, so that a hang in one leaves the others their time.
-#   OUT=/some/folder examples/gpu_check.sh            # on the GPU machine
+#   OUT=/some/folder examples/gpu_check.sh            # on the GPU machine (this workplace's device tool:
+#       command "bash examples/gpu_check.sh", carry ["build/gpu_wheels"], timeout_s 540)
 #   OUT=/tmp/x PTYRAD_PYTHON=/tmp/venv/bin/python examples/gpu_check.sh --dry-run   # on a CPU: tiny, CPU only
 # Wheels in build/gpu_wheels (PtyRAD 1.0 and what the GPU image lacks for it: pydantic and its
 # needs) are installed into /tmp/site and seen by PtyRAD's process only; `--wheels`, here (pip and
@@ -38,7 +39,7 @@ if [ $DRY = 1 ]; then
 else
     DEVICE=cuda; DEMO_SETS=""
     TESTS="tests/test_selftest.py tests/test_syncs.py tests/test_hold.py tests/test_batches.py tests/test_descent.py tests/test_compile.py tests/test_checkpoint.py"
-    RACE="--device cuda --scan 48 --budget-s 140"  # 2304 positions: the NumPy simulation takes ~20 s of it
+    RACE="--device cuda --scan 48 --budget-s 110"  # 2304 positions: the NumPy simulation takes ~20 s of it
     if ls build/gpu_wheels/*.whl >/dev/null 2>&1; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site build/gpu_wheels/*.whl
     fi
@@ -52,21 +53,22 @@ step "machine"
 cat "$OUT/env.txt"
 
 step "1. ptyacc selftest"
-timeout 100 bash -c "$(declare -f ptyacc); PY=$PY; ptyacc selftest --json '$OUT/selftest.json'"
+timeout 110 bash -c "$(declare -f ptyacc); PY=$PY; ptyacc selftest --json '$OUT/selftest.json'"
 echo "selftest exit $?"
 
 step "2. the tests that take a device, on $DEVICE"
-PTYACC_TEST_DEVICE=$DEVICE timeout 110 "$PY" -m pytest -q -p no:cacheprovider -m "not slow" -rs \
+# -v: one line per test in check.log, which survives the time limit (the XML is written at the end only)
+PTYACC_TEST_DEVICE=$DEVICE timeout 130 "$PY" -m pytest -v --tb=short -p no:cacheprovider -m "not slow" -rs \
     --junitxml="$OUT/pytest.xml" $TESTS
 echo "pytest exit $?"
 
 step "3. the demo on $DEVICE against the CPU"
 for device in cpu $DEVICE; do
-    timeout 25 "$PY" -m ptyacc.run configs/demo.yaml --quiet --overwrite --set runtime.device=$device \
+    timeout 20 "$PY" -m ptyacc.run configs/demo.yaml --quiet --overwrite --set runtime.device=$device \
         --set output.dir=/tmp/gpu_check_demo_$device --set output.figures=false $DEMO_SETS
     echo "demo on $device exit $?"
 done
-timeout 20 "$PY" - "$OUT/demo.json" "$DEVICE" <<'EOF'
+timeout 15 "$PY" - "$OUT/demo.json" "$DEVICE" <<'EOF'
 import json, sys
 import numpy as np
 from ptyacc.results.h5file import load_results
@@ -87,7 +89,7 @@ print(json.dumps(report))
 EOF
 
 step "4. the race against PtyRAD"
-timeout 190 "$PY" examples/gpu_race.py /tmp/gpu_check_race $RACE --ptyrad-python "$PTYRAD"
+timeout 160 "$PY" examples/gpu_race.py /tmp/gpu_check_race $RACE --ptyrad-python "$PTYRAD"
 echo "race exit $?"
 cp /tmp/gpu_check_race/race.md /tmp/gpu_check_race/race.json "$OUT"/ 2>/dev/null  # written after every run
 tail -5 /tmp/gpu_check_race/*.log 2>/dev/null | tail -40  # the runs' own last lines, for a failed one
