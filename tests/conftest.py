@@ -13,6 +13,70 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The suite on a chosen device: `PTYACC_TEST_DEVICE=cuda python -m pytest` (or `--device cuda`) runs
+# every test that takes a device (tiny_config's runs; runtime.device: auto) there, and the launched
+# workers, which inherit the variable, too. Unset (or cpu), the GPUs are hidden: the suite is the
+# CPU's wherever it runs, and no test moves to a GPU through `auto` unasked.
+TEST_DEVICE_VARIABLE = "PTYACC_TEST_DEVICE"
+# what cannot run on a GPU, and why (nodeid prefix -> reason)
+CPU_ONLY = {
+    "tests/test_hold.py::test_auto_chooses_by_the_free_memory_and_says_why":
+        "its expected lines name the cpu device and the free memory it is given",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=None, help="run the tests that take a device on this one (cpu, cuda, mps; "
+                     f"default ${TEST_DEVICE_VARIABLE}, else cpu)")
+
+
+def pytest_configure(config):
+    device = config.getoption("--device") or os.environ.get(TEST_DEVICE_VARIABLE) or "cpu"
+    os.environ[TEST_DEVICE_VARIABLE] = device  # the launched workers read it too
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch looks for GPUs (test modules are imported after this)
+        return
+    # CUDA's index_add_ (the object gradient) and cuBLAS sum in any order unless asked: the tests that compare two
+    # runs bit for bit then hold on the GPU too (ptyacc's own runs on a GPU agree within docs/multi-process.md's tolerance)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    if test_device() == "cpu":
+        return
+    for item in items:
+        reason = next((why for prefix, why in CPU_ONLY.items() if item.nodeid.startswith(prefix)), None)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"CPU only: {reason}"))
+
+
+def test_device() -> str:
+    """The device the tests that take one run on: cpu unless PTYACC_TEST_DEVICE (or --device) says."""
+    return os.environ.get(TEST_DEVICE_VARIABLE) or "cpu"
+
+
+test_device.__test__ = False  # a helper, not a test
+
+
+def device_runtime() -> dict:
+    """runtime keys for a run on the chosen device: nothing on the CPU; on a GPU the device, and gloo
+    (NCCL refuses two processes on one GPU: a launched test shares it)."""
+    device = test_device()
+    return {} if device == "cpu" else {"device": device, "backend": "gloo"}
+
+
+def launch_environment() -> dict:
+    """The environment of a launched multi-process test: CPU processes (ACCELERATE_USE_CPU) unless a
+    GPU is the chosen device."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    if test_device() == "cpu":
+        env["ACCELERATE_USE_CPU"] = "1"
+    return env
+
 
 @pytest.fixture(scope="session")
 def grid_simulator():
@@ -32,7 +96,7 @@ def tiny_config(tmp_path, **sections) -> dict:
                        "dx_A": 0.3},
         "optim": {"iterations": 2, "batch_size": 8},
         "output": {"dir": str(tmp_path / "out")},
-        "runtime": {"progress": False, "seed": 3},
+        "runtime": {"progress": False, "seed": 3, **device_runtime()},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

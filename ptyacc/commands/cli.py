@@ -226,6 +226,33 @@ def bench(config_file: str, overrides: tuple[str, ...], iterations: int, warmup:
         write_json(report, Path(json_path))
 
 
+SELFTEST_CHECKS = ("build", "devices", "mig", "backend", "reconstruct", "hold", "speed", "syncs", "compile", "two")
+
+
+@cli.command()
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the whole report as JSON here.")
+@click.option("--skip", multiple=True, type=click.Choice(SELFTEST_CHECKS), help="A check not to run (repeatable).")
+@click.option("--keep", type=click.Path(file_okay=False), help="Run in this folder and keep it (default: a temporary one).")
+@friendly_errors
+def selftest(json_path: str | None, skip: tuple[str, ...], keep: str | None) -> None:
+    """Check what this machine runs: devices (CUDA, MIG slices, MPS, CPU), backend, torch/CUDA
+    build; a small reconstruction on each device against the CPU; data.hold host and disk
+    against device; an iteration against the FFT bound; runtime.compile; with 2+ GPUs, two
+    processes against one. One line per check (ok / failed / skipped, with why); exits 1 if
+    a check failed."""
+    from ptyacc.speed.selftest import run_selftest, write_report
+
+    checks = run_selftest(skip, echo=click.echo, folder=Path(keep) if keep else None)
+    failed = [c.name for c in checks if c.status == "failed"]
+    if json_path:
+        write_report(checks, Path(json_path))
+    counts = {s: sum(c.status == s for c in checks) for s in ("ok", "failed", "skipped")}
+    click.echo(f"ptyacc selftest: {counts['ok']} ok, {counts['failed']} failed"
+               f"{' (' + ', '.join(failed) + ')' if failed else ''}, {counts['skipped']} skipped", err=True)
+    if failed:
+        sys.exit(1)
+
+
 @cli.command()
 @click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
 @set_option

@@ -107,7 +107,12 @@ class EpochBatches(Dataset):
         pieces = self._pieces[item // self.world_size]
         indices = torch.from_numpy(pieces[item % self.world_size])
         measured = self.store.measured(indices) if self.store is not None else None
-        return Step(indices, measured, torch.from_numpy(np.concatenate(pieces)))
+        batch = torch.from_numpy(np.concatenate(pieces))
+        device = getattr(self.store, "device", None)
+        if device is None:
+            return Step(indices, measured, batch)
+        # on the device already: Accelerate's loader would copy them with non_blocking=False, a wait for the GPU each
+        return Step(queued_copy(indices, device), measured, queued_copy(batch, device))
 
     def _make_pieces(self) -> list[list[np.ndarray]]:
         """pieces[step][process]: random or spatially compact groups, steps in random order."""
@@ -287,7 +292,7 @@ class PatternStore:
 
     def measured(self, indices: torch.Tensor) -> torch.Tensor:
         """(b, K, K) patterns of the positions ``indices`` (b,), which this process must hold."""
-        indices = indices.to(self.patterns.device)
+        indices = queued_copy(indices, self.device)
         return self.patterns[indices] if self._row_of is None else self.patterns[self._row_of[indices]]
 
     def mean_of_sample(self, predict: Callable[[torch.Tensor], torch.Tensor], most: int = 128
@@ -295,6 +300,14 @@ class PatternStore:
         """Mean measured pattern and mean prediction over a seeded random sample of up to ``most``
         held positions (``stream.mean_of_sample``)."""
         return mean_of_sample(self, predict, most)
+
+
+def queued_copy(values: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``values`` (host memory) on ``device``; to a GPU through pinned memory with
+    ``non_blocking``: queued on the stream, the host goes on (a plain copy from pageable
+    memory waits for the GPU to finish all its queued work, once per step)."""
+    pinned = values.pin_memory() if device.type == "cuda" and values.device.type == "cpu" else values
+    return pinned.to(device, non_blocking=True)
 
 
 def sample_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | None = None,

@@ -59,12 +59,13 @@ class StreamedStore:
             self._fill()
         if ahead is not None:
             self.prefetched += 1
-            patterns = ahead[1].result()
+            patterns, copied = ahead[1].result()
         else:
             self.direct += 1
-            patterns = self._on_device(wanted)
-        if self._copies is not None:  # copied on the side stream: compute waits for it, memory knows its user
-            torch.cuda.current_stream(self.device).wait_stream(self._copies)
+            patterns, copied = self._on_device(wanted)
+        if copied is not None:  # copied on the side stream: compute waits for this copy (not the next ones queued
+            # behind it, which would undo the overlap), and the memory knows its user
+            torch.cuda.current_stream(self.device).wait_event(copied)
             patterns.record_stream(torch.cuda.current_stream(self.device))
         return patterns
 
@@ -79,17 +80,22 @@ class StreamedStore:
             step = self._upcoming.popleft()
             self._pending.append((step, self._reader.submit(self._on_device, step)))
 
-    def _on_device(self, indices: np.ndarray) -> torch.Tensor:
+    def _on_device(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         """The patterns of ``indices`` in their order: their rows read sorted and once each
-        (contiguous runs in one read), then copied to the device."""
+        (contiguous runs in one read), then copied to the device; and on a GPU the event that
+        marks the copy's end. The prefetch thread names its GPU (a thread starts on GPU 0: a
+        process on another GPU would open a context there)."""
         rows, inverse = np.unique(indices, return_inverse=True)
         patterns = torch.from_numpy(self.read(rows))
         if not np.array_equal(rows, indices):
             patterns = patterns[torch.from_numpy(inverse.reshape(-1))]
         if self._copies is None:
-            return patterns.to(self.device)
-        with torch.cuda.stream(self._copies):
-            return patterns.pin_memory().to(self.device, non_blocking=True)
+            return patterns.to(self.device), None
+        with torch.cuda.device(self.device), torch.cuda.stream(self._copies):
+            copied = patterns.pin_memory().to(self.device, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._copies)
+        return copied, done
 
 
 class FileRows:

@@ -46,6 +46,42 @@ def footprint_box(corners: np.ndarray, window: int) -> tuple[int, int, int, int]
     return y0, y1, x0, x1
 
 
+def collective_events(tensor: torch.Tensor) -> tuple[torch.cuda.Event, torch.cuda.Event] | None:
+    """For a collective on a GPU tensor: a started timing event on the current stream and one to
+    record once it is done (their interval is read after the iteration, without a wait per step:
+    NCCL returns when the collective is queued, so the host's clock would read about 0); None on a CPU."""
+    if not tensor.is_cuda:
+        return None
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    return start, torch.cuda.Event(enable_timing=True)
+
+
+def timed_all_reduce(tensor: torch.Tensor, **options):
+    """``dist.all_reduce(tensor)``, and the wait for it: seconds, or on a GPU its (start, end)
+    events (``collective_events``), for ``GradientExchange.count``."""
+    import torch.distributed as dist
+
+    events = collective_events(tensor)
+    start = time.perf_counter()
+    dist.all_reduce(tensor, **options)
+    if events is None:
+        return time.perf_counter() - start
+    events[1].record()
+    return events
+
+
+def on_any_process(flag: torch.Tensor, world: int) -> bool:
+    """Whether the 0-d ``flag`` is true on any of ``world`` processes (one all-reduce when several),
+    so that all stop together: one process alone stopping would leave the others waiting in a collective."""
+    flag = flag.to(torch.int32)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag)
+
+
 @dataclass
 class Traffic:
     """What one process exchanged in one iteration: bytes per kind of parameter, collectives,
@@ -71,6 +107,7 @@ class GradientExchange:
         self.model, self.world, self.footprint = model, world, footprint
         self.box: tuple[int, int, int, int] | None = None  # None: the whole object
         self.current = Traffic()
+        self.timed: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # a GPU's collectives, read at take()
 
     @classmethod
     def attach(cls, wrapped: nn.Module, model: nn.Module, world: int, footprint: bool = True
@@ -93,14 +130,23 @@ class GradientExchange:
         height, width = self.model.object_shape
         self.box = None if (y1 - y0) * (x1 - x0) >= WHOLE_FRACTION * height * width else (y0, y1, x0, x1)
 
-    def count(self, kind: str, nbytes: int, wait_s: float) -> None:
-        """A collective made outside the hook (the object tiles' halo exchange, ``ptyacc/reconstruction/tiles.py``)."""
+    def count(self, kind: str, nbytes: int, wait_s) -> None:
+        """A collective made outside the hook (the object tiles' halo exchange, ``ptyacc/reconstruction/tiles.py``);
+        ``wait_s``: seconds, or on a GPU the (start, end) events around it (``collective_events``)."""
         self.current.bytes[kind] += nbytes
         self.current.calls += 1
-        self.current.wait_s += wait_s
+        if isinstance(wait_s, tuple):
+            self.timed.append(wait_s)
+        else:
+            self.current.wait_s += wait_s
 
     def take(self) -> Traffic:
-        """The traffic since the last call (an iteration's), and start counting afresh."""
+        """The traffic since the last call (an iteration's), and start counting afresh. On a GPU the
+        collectives' seconds are read here from their events (one wait, at the iteration's end)."""
+        for start, end in self.timed:
+            end.synchronize()
+            self.current.wait_s += start.elapsed_time(end) / 1e3
+        self.timed = []
         taken, self.current = self.current, Traffic()
         return taken
 
@@ -122,6 +168,9 @@ class GradientExchange:
         # nothing cut out (the whole object): the buffer itself is summed, in place, unpacked
         packed = buffer if self.box is None else torch.cat([piece.reshape(-1) for piece in pieces])
         packed.div_(self.world)
+        # NCCL's future completes when the collective is queued, not done: on a GPU the time is taken
+        # by events on the stream (read at take()), elsewhere by the clock when the sum has arrived
+        events = collective_events(packed)
         start = time.perf_counter()
         future = dist.all_reduce(packed, async_op=True).get_future()
 
@@ -132,7 +181,11 @@ class GradientExchange:
                 for piece in pieces:
                     piece.copy_(summed[offset:offset + piece.numel()].view_as(piece))
                     offset += piece.numel()
-            self.current.wait_s += time.perf_counter() - start
+            if events:
+                events[1].record()
+                self.timed.append(events)
+            else:
+                self.current.wait_s += time.perf_counter() - start
             return buffer
 
         return future.then(unpack)

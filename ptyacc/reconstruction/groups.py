@@ -332,13 +332,13 @@ def window_sum(levels: torch.Tensor, corners: torch.Tensor, shape: tuple[int, in
 
 
 def preconditioner(model: PtychoModel, floor: float, share: float = HALF,
-                   light: torch.Tensor | None = None) -> torch.Tensor:
+                   light: torch.Tensor | None = None, origin: tuple[int, int] | None = None) -> torch.Tensor:
     """(h, w) the factor of the gradient of the object this model holds (its region of the whole
     object): ``share`` / (slices x (``light`` + floor x its largest value)), ``light`` the
     whole object's illumination (``illumination(model)`` when not given)."""
     light = illumination(model) if light is None else light
     factor = share / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
-    y0, x0 = (int(v) for v in model.object_origin)
+    y0, x0 = origin if origin is not None else model.object_origin.tolist()  # origin: read off the device once
     return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
 
 
@@ -370,6 +370,7 @@ class PreconditionedDescent(TakesStepContext, torch.optim.Optimizer):
         self.corners: torch.Tensor | None = None  # and their window corners
         self.factor: torch.Tensor | None = None
         self.made_in: int | None = None  # the iteration whose probe made ``light`` and ``factor``
+        self.origin = tuple(model.object_origin.tolist())  # fixed for the run: one read, not one per step
 
     def current_factor(self) -> torch.Tensor:
         """The preconditioner: the illumination of all positions made anew at the first step of every
@@ -378,10 +379,10 @@ class PreconditionedDescent(TakesStepContext, torch.optim.Optimizer):
         if self.light is None or self.made_in != context.iteration:
             self.corners, self.made_in = all_corners(self.model), context.iteration
             self.light = illumination(self.model, corners=self.corners)
-            self.factor = preconditioner(self.model, group["floor"], group["share"], self.light)
+            self.factor = preconditioner(self.model, group["floor"], group["share"], self.light, self.origin)
         if self.batch_floor > 0 and context.batch is not None:  # the corners of the iteration's start
             light = torch.maximum(self.light, self.batch_floor * illumination(self.model, context.batch, self.corners))
-            return preconditioner(self.model, group["floor"], group["share"], light)
+            return preconditioner(self.model, group["floor"], group["share"], light, self.origin)
         return self.factor
 
     @torch.no_grad()

@@ -27,7 +27,6 @@ moments) tile by tile: it holds the whole object once at save time, on the CPU.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +36,7 @@ from torch import nn
 from ptyacc.data.store import Cut, spatial_bisection
 from ptyacc.errors import ConfigError, PtyaccError
 from ptyacc.physics.regularizers import lateral_blur_reach_px
+from ptyacc.reconstruction.exchange import on_any_process, timed_all_reduce
 
 Rect = tuple[int, int, int, int]  # (y0, y1, x0, x1): rows y0:y1, columns x0:x1 of the whole object
 OBJECT = "object"
@@ -198,7 +198,6 @@ class HaloExchange:
             values[..., rows, cols, :] = piece
 
     def _all_reduce(self, local: torch.Tensor, writer_is_holder: bool) -> torch.Tensor:
-        import torch.distributed as dist
 
         modes = local.shape[0] * local.shape[1] * local.shape[-1]
         packed = torch.zeros(self.pixels * modes, dtype=local.dtype, device=local.device)
@@ -206,10 +205,9 @@ class HaloExchange:
             if (r if writer_is_holder else s) == self.rank:
                 part = local[..., rows, cols, :]
                 packed[offset * modes:offset * modes + part.numel()] = part.reshape(-1)
-        start = time.perf_counter()
-        dist.all_reduce(packed)
+        wait = timed_all_reduce(packed)
         if self.count is not None:
-            self.count(packed.numel() * packed.element_size(), time.perf_counter() - start)
+            self.count(packed.numel() * packed.element_size(), wait)
         return packed
 
     def _pieces(self, packed: torch.Tensor, local: torch.Tensor, mine_as: str):
@@ -421,8 +419,8 @@ class ObjectTiles:
         corners = model.window_corners(indices.to(model.positions_px.device))
         local = corners - model.object_origin
         limit = torch.tensor(model.object.shape[2:4], device=local.device) - model.window
-        if bool((local < 0).any() | (local > limit).any()):
-            raise PtyaccError("runtime.shard_object: a position moved beyond the halo of its process's object region "
+        if on_any_process((local < 0).any() | (local > limit).any(), self.world):
+            raise PtyaccError("runtime.shard_object: a position moved beyond the halo of a process's object region "
                               "within one iteration; lower optim.lr.positions or optim.max_position_offset_fraction, "
                               "or set runtime.shard_object: false")
 

@@ -76,8 +76,6 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     # at their float32 size instead, and loading's own peak is a separate measurement
     _release_free_memory()
     baseline_rss = _rss_bytes() - data.patterns.numel() * data.patterns.element_size()
-    if accelerator.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     marks, starts = {}, {}
 
     def on_step(iteration, indices):
@@ -85,6 +83,9 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
         # the peak is taken over the timed iterations: start-up allocations and lazy imports are done by then
         if iteration == warmup and "rss" not in marks:
             marks["rss"], marks["reset"] = _rss_bytes(), _reset_peak_rss()
+            if accelerator.device.type == "cuda":  # what the warm-up left queued is counted before the reset
+                torch.cuda.synchronize(accelerator.device)
+                torch.cuda.reset_peak_memory_stats(accelerator.device)
 
     try:
         rec = reconstruct(config, accelerator=accelerator, data=data, write=writes, on_step=on_step)
@@ -136,8 +137,9 @@ def _peak_memory(device: torch.device, high_water: int | None, baseline_rss: int
     """The run's peak memory in bytes beyond the baseline, and how it was measured: the CUDA
     allocator's peak, else the resident set's high-water mark over the timed iterations
     (``high_water``, None where it could not be reset), else the process's coarse peak."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(), "CUDA allocator peak"
+    if device.type == "cuda":  # the caching allocator holds more than it hands out: both are said
+        reserved = torch.cuda.max_memory_reserved(device) / 2**20
+        return torch.cuda.max_memory_allocated(device), f"CUDA allocator peak, timed iterations; {reserved:.1f} MiB reserved"
     if high_water is not None:
         return max(high_water - baseline_rss, 0), "resident set, timed iterations"
     return max(_peak_rss_bytes() - baseline_rss, 0), "peak resident set of the process (coarse)"
