@@ -368,8 +368,7 @@ class PreconditionedDescent(TakesStepContext, torch.optim.Optimizer):
         self.model, self.batch_floor = model, batch_floor
         self.light: torch.Tensor | None = None  # the illumination of all positions
         self.corners: torch.Tensor | None = None  # and their window corners
-        self.factor: torch.Tensor | None = None
-        self.made_in: int | None = None  # the iteration whose probe made ``light`` and ``factor``
+        self.factor, self.made_in = None, None  # the preconditioner, and the iteration whose probe made it and ``light``
         self.origin = tuple(model.object_origin.tolist())  # fixed for the run: one read, not one per step
 
     def current_factor(self) -> torch.Tensor:
