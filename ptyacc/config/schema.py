@@ -185,7 +185,8 @@ class ModelConfig:
     slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")
     object_padding_px: int = _f(0, "Extra object pixels around the scanned field, on each side.")
     object_amplitude_bounds: list[float] = _f(
-        factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each iteration.")
+        factory=lambda: [0.0, 1.0], doc="[min, max] of the object amplitude, applied after each iteration (after "
+                                        "every step where the probe takes the preconditioned step).")
     orthogonalize_probe: bool = _f(True, "Orthogonalise probe modes after each step (sorted by power).")
     init_from: str | None = _f(None, "A previous reconstruction whose object, probe and positions start this run "
                                      "(relative to the config file): ptyacc's results.h5, PtyRAD's HDF5, "
