@@ -5,6 +5,7 @@ predict``, the command that prints either or the reference tables (``gpu_cases``
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import statistics
@@ -99,6 +100,12 @@ def _overhead_worker(rank: int, config_path: str, overrides: list[str], iteratio
         found = {"steps": len(joined.loader), "same_loss": same_loss, **{k: warm_iterations(v) for k, v in times.items()}}
         Path(out).write_text(json.dumps(found))
     finally:
+        # the DDP reducer goes while the group still lives: the reducer holding the group's last reference
+        # would join gloo's worker thread from a destructor that holds the GIL, while that thread waits for
+        # the GIL to release the exchange hook's callback (a hang seen once at the worker's exit)
+        dist.barrier()
+        joined.wrapped = None
+        gc.collect()
         dist.destroy_process_group()
 
 
