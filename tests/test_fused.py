@@ -97,3 +97,34 @@ def test_fused_with_detector_weights_background_and_mask(kind, near_field):
     assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
     for mine, theirs in zip(fused_grads, reference_grads, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("slices, probe_modes", [(1, 1), (3, 2)])
+@pytest.mark.parametrize("shifted", [False, True])
+@pytest.mark.parametrize("chunk", [1, 2, 64])
+def test_fused_probe_per_position(kind, slices, probe_modes, shifted, chunk):
+    """A probe per position (B, P, K, K), each its own: value and gradients (each position's
+    probe, object, shifts) equal autograd's through the reference, and a probe repeated for
+    every position gives the shared probe's loss, its per-position gradients summing to the
+    shared probe's gradient."""
+    probe, obj, top_left, fraction, propagator, measured = problem(slices, probe_modes, 2, shifted, seed=3)
+    batch, k = top_left.shape[0], probe.shape[-1]
+    own = random_complex(batch, probe_modes, k, k, seed=21).requires_grad_()
+    ramps = shift_ramp(fraction, k) if shifted else None
+    inputs = (own, obj) + ((fraction,) if shifted else ())
+    fused = ptycho_loss(own, obj, top_left, ramps, propagator, measured, kind, chunk)
+    fused_grads = torch.autograd.grad(fused, inputs)
+    probes = torch.fft.ifft2(torch.fft.fft2(own) * shift_ramp(fraction, k)[:, None]) if shifted else own
+    reference = far_field_loss(exit_waves(probes, extract_patches(obj, top_left, k), propagator), measured, kind)
+    reference_grads = torch.autograd.grad(reference, inputs)
+    assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
+    for mine, theirs in zip(fused_grads, reference_grads, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+    repeated = probe.detach().expand(batch, *probe.shape).clone().requires_grad_()
+    ramps = shift_ramp(fraction.detach(), k) if shifted else None
+    shared = ptycho_loss(probe, obj, top_left, ramps, propagator, measured, kind, chunk)
+    per = ptycho_loss(repeated, obj, top_left, ramps, propagator, measured, kind, chunk)
+    assert float(per.detach()) == pytest.approx(float(shared.detach()), rel=1e-12)
+    torch.testing.assert_close(torch.autograd.grad(per, repeated)[0].sum(0), torch.autograd.grad(shared, probe)[0],
+                               rtol=1e-10, atol=1e-10)

@@ -34,8 +34,8 @@ SPLIT = {
     "scaling_check": ("speed.scaling_check", "speed.link_check"),
 }
 # the layers, bottom up: a module imports only from its own layer or the ones below
-LAYERS = [("errors", "version"), ("physics", "config"), ("data",), ("results", "interop"), ("reconstruction", "watch"),
-          ("speed",), ("tune",), ("commands",)]
+LAYERS = [("errors", "version"), ("physics", "config"), ("data",), ("results", "interop"),
+          ("reconstruction", "quantities", "watch"), ("speed",), ("tune",), ("commands",)]
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -27,9 +27,14 @@ class LearningRates:
     tilt: float = _f(0.1, "Tilt step size in mrad.")
     slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
     scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
+    probe_amplitude: float = _f(1e-2, "Step size of the main probe mode's amplitude at each position (relative to 1; "
+                                      "model.probe_variation: a beam current that fluctuates).")
+    probe_variation: float = _f(3e-2, "Step size of the eigen-probes (relative to the probe's peak amplitude) and of "
+                                      "their weights per position (model.probe_variation).")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
+                     "probe_amplitude", "probe_variation"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -52,8 +57,13 @@ class StartIterations:
               "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
               "correction is kept at zero. Start it with or before positions. null = off.")
 
+    probe_variation: int | Literal["probe"] | None = _f(
+        "probe", "First iteration that updates the eigen-probes, their weights and the main mode's amplitude per "
+                 "position of model.probe_variation; probe = with the probe.")
+
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
+                     "probe_variation"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")

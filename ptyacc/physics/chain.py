@@ -42,7 +42,8 @@ class ProbeShift:
     probes (B, P, K, K) = ifft2(fft2(probe) * ramps[:, None]), with ``ramps`` (B, K, K) the
     Fourier multipliers of ``shift_ramp``; without ramps the probe itself as (1, P, K, K),
     shared by the whole batch. Linear in the probe (``adjoint``) and in the ramps
-    (``ramps_adjoint``: what the gradient with respect to the positions needs).
+    (``ramps_adjoint``: what the gradient with respect to the positions needs). A probe per
+    position (B, P, K, K) (``probe_variation``) is shifted alike; its adjoints keep the batch axis.
 
     The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
     chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
@@ -53,32 +54,35 @@ class ProbeShift:
 
     def forward(self, probe: torch.Tensor) -> torch.Tensor:
         if self.ramps is None:
-            return probe[None]
+            return probe if probe.dim() == 4 else probe[None]
         return self.from_spectrum(torch.fft.fft2(probe))
 
     def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
-        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe) (P, K, K)."""
+        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe) (P, K, K), or (B, P, K, K) per position."""
         return torch.fft.ifft2(spectrum * self.ramps[:, None])
 
-    def adjoint(self, grad: torch.Tensor) -> torch.Tensor:
+    def adjoint(self, grad: torch.Tensor, per_position: bool = False) -> torch.Tensor:
         """(P, K, K) from (B or 1, P, K, K): ifft2(sum_b fft2(grad_b) conj(ramps_b)), the adjoint
-        of ifft2(fft2(.) ramps) (fft2's adjoint is K^2 ifft2); without ramps the sum over the batch."""
+        of ifft2(fft2(.) ramps) (fft2's adjoint is K^2 ifft2); without ramps the sum over the batch;
+        ``per_position`` (a probe per position): (B, P, K, K), not summed."""
         if self.ramps is None:
-            return grad.sum(0)
-        return torch.fft.ifft2(self.spectrum_vjp(grad)[0])
+            return grad if per_position else grad.sum(0)
+        return torch.fft.ifft2(self.spectrum_vjp(grad, per_position=per_position)[0])
 
     def ramps_adjoint(self, grad: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
         """(B, K, K) from (B, P, K, K): the adjoint of the map ramps -> forward(probe), linear in the ramps."""
         return self.spectrum_vjp(grad, torch.fft.fft2(probe))[1]
 
-    def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None
+    def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None, per_position: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """From the gradient (B, P, K, K) with respect to the shifted probes: (sum over the batch
-        of fft2(grad) conj(ramps) (P, K, K), which one ifft2 turns into the probe's gradient, so
-        that the chunks of a batch add their sums before that one transform; the gradient with
-        respect to the ramps (B, K, K) when the probe's ``spectrum`` is given, else None)."""
+        of fft2(grad) conj(ramps) (P, K, K) (each term (B, P, K, K) with ``per_position``), which one
+        ifft2 turns into the probe's gradient, so the chunks add their sums before that transform;
+        the ramps' gradient (B, K, K) given the probe's ``spectrum`` (P or B, P, K, K), else None)."""
         grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
-        grad_spectrum = (grad_x * self.ramps[:, None].conj()).sum(0)
+        grad_spectrum = grad_x * self.ramps[:, None].conj()
+        if not per_position:
+            grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
             return grad_spectrum, None
         return grad_spectrum, (grad_x * spectrum.conj()).sum(1) / grad.shape[-1] ** 2
@@ -347,11 +351,11 @@ def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
 def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                          propagator: torch.Tensor | None, detector: Detector, weights: torch.Tensor | None = None,
                          background: torch.Tensor | None = None) -> torch.Tensor:
-    """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes
-    (P, K, K) at windows of the object (O, S, Ny, Nx) with corners ``top_left`` (B, 2), each
-    probe shifted by its sub-pixel rest (Fourier multipliers ``ramps`` (B, K, K), or None) and
-    detected by ``detector`` (near field: the image shifted back by the same rest), times the
-    optional ``weights`` (B,) plus the optional ``background`` (K, K). Differentiable by autograd."""
+    """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes (P, K, K)
+    (or (B, P, K, K), a probe per position) at windows of the object (O, S, Ny, Nx) with corners
+    ``top_left`` (B, 2), each probe shifted by its sub-pixel rest (Fourier multipliers ``ramps``
+    (B, K, K), or None) and detected by ``detector`` (near field: the image shifted back by the same
+    rest), times the optional ``weights`` (B,) plus the optional ``background`` (K, K). Autograd."""
     probes = ProbeShift(ramps).forward(probe)
     waves = Multislice(propagator).forward(probes, extract_patches(obj, top_left, probe.shape[-1]))
     return detector_response(summed_intensity(Detect(detector, ramps).forward(waves)), weights, background)

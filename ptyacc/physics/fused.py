@@ -36,7 +36,8 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
-    probe:      (P, K, K) complex probe modes, centred.
+    probe:      (P, K, K) complex probe modes, centred; or (B, P, K, K), a probe per position
+                (``probe_variation``, several scans), whose gradient is then per position too.
     obj:        (O, S, Ny, Nx) complex transmission.
     top_left:   (B, 2) long, corner of each position's K x K window in the object.
     ramps:      (B, K, K) complex Fourier multipliers of each position's sub-pixel probe shift
@@ -51,7 +52,7 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
     """
     if chunk is None:
-        per_pattern = probe.shape[0] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
+        per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
                              detector or Detector(), terms)
@@ -63,6 +64,7 @@ class _PtychoLoss(torch.autograd.Function):
                 terms):
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
+        per_probe = probe.dim() == 4  # a probe per position (B, P, K, K)
         grad_propagator = torch.zeros_like(propagator) if ctx.needs_input_grad[6] else None
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
@@ -84,7 +86,10 @@ class _PtychoLoss(torch.autograd.Function):
             detect = Detect(detector, shift.ramps)
             multislice = Multislice(propagator[part] if per_position else propagator)
             spectra = [] if grad_propagator is not None else None
-            probes = shift.from_spectrum(spectrum) if shifted else shift.forward(probe)
+            if shifted:
+                probes = shift.from_spectrum(spectrum[part] if per_probe else spectrum)
+            else:
+                probes = shift.forward(probe[part] if per_probe else probe)
             windows = patches.forward(obj)  # (C, O, S, K, K)
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
@@ -105,12 +110,19 @@ class _PtychoLoss(torch.autograd.Function):
                 grad_background += grad_b
             patches.add_adjoint(grad_obj, grad_patches)
             if shifted:
-                grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, spectrum if grad_ramps is not None else None)
-                grad_spectrum_sum += grad_spectrum
+                own = spectrum[part] if per_probe else spectrum
+                grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, own if grad_ramps is not None else None,
+                                                           per_position=per_probe)
+                if per_probe:
+                    grad_spectrum_sum[part] = grad_spectrum
+                else:
+                    grad_spectrum_sum += grad_spectrum
                 if grad_ramps is not None:
                     grad_ramps[part] = grad_r
                     if grad_back is not None:
                         grad_ramps[part] += grad_back
+            elif per_probe:
+                grad_probe[part] = shift.adjoint(grad_probes, per_position=True)
             else:
                 grad_probe += shift.adjoint(grad_probes)
         if shifted:

@@ -7,9 +7,8 @@ A group that has not started yet is not stepped, but its tensors keep requiring 
 and take part in every forward (DESIGN rule 2). Projections run identically on every
 process, whether the group has started or not, so parameters stay bit-identical.
 
-A regulariser's gradient is added after the exchange between processes (``step`` sees the sum
-over processes), on every process alike: it counts once whatever the process count, on every
-pixel, including those outside the step's footprint that the exchange does not send.
+A regulariser's gradient is added after the exchange between processes (``step`` sees their sum), on every
+process alike: it counts once whatever the process count, on every pixel, even outside the step's footprint.
 
 The object's preconditioned descent (``optim.object_optimizer: preconditioned``,
 ``PreconditionedDescent``): the gradient divided by the probe's illumination of each pixel, the
@@ -27,12 +26,11 @@ that pixels the probe barely reaches move little:
 The probe's (``ProbeDescent``) divides half its gradient by the object's largest intensity instead.
 For the Poisson loss both take a quarter (``multislice_auto.LEAST_SQUARES``).
 
-A step of 1 is the full least-squares step on one slice; on several slices each takes 1 / slices
-of it. The illumination of all positions is made once per iteration; ``optim.preconditioner_batch_floor``
-(by default 0.25 on several slices, off on one) raises it at every step to at least that fraction of
-the step's own positions', which keeps a larger step stable on a dense scan. Both are exact
-(``illumination``): the same bits on every process (a split object takes its region's part) and no
-state, so 1 and several processes agree.
+A step of 1 is the full least-squares step on one slice; on several slices each takes 1 / slices of it. The
+illumination of all positions is made once per iteration; ``optim.preconditioner_batch_floor`` (by default 0.25
+on several slices, off on one) raises it at every step to at least that fraction of the step's own positions',
+which keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same bits on every
+process (a split object takes its region's part) and no state, so 1 and several processes agree.
 """
 
 from __future__ import annotations
@@ -48,15 +46,16 @@ from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
 from ptyacc.reconstruction.multislice_auto import AutoPriors
+from ptyacc.reconstruction.row_adam import RowAdam, StepContext, TakesStepContext
 from ptyacc.reconstruction.slices import TiltSmoothing
 from ptyacc.reconstruction.tiles import TiledAdam
 
 
 @dataclass
 class LrSchedule:
-    """The learning rates' factor: a cosine decay from 1 at the first of ``iterations`` to
-    ``final_fraction`` at the last (``optim.lr_final_fraction``), times ``scale`` (halved by
-    each rollback after a non-finite loss, ``hooks.NanGuard``). One schedule serves every group."""
+    """The learning rates' factor: a cosine decay from 1 at the first of ``iterations`` to ``final_fraction`` at the
+    last (``optim.lr_final_fraction``), times ``scale`` (halved by each rollback after a non-finite loss,
+    ``hooks.NanGuard``). One schedule serves every group."""
 
     iterations: int
     final_fraction: float
@@ -123,10 +122,9 @@ class ParameterGroup:
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device,
                  auto: AutoPriors | None = None) -> list[ParameterGroup]:
-    """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with
-    its Adam (the fused kernel where ``device`` has one), or for the object and the probe their
-    preconditioned descent; ``auto``: what the config's auto keys came to (``AutoPriors.of(config)``
-    when not given)."""
+    """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with its Adam (the fused
+    kernel where ``device`` has one), or for the object and the probe their preconditioned descent; ``auto``: what
+    the config's auto keys came to (``AutoPriors.of(config)`` when not given)."""
     opt, start = config.optim, config.optim.start
     auto = AutoPriors.of(config) if auto is None else auto
     probe_modes = model.probe.shape[0]
@@ -144,22 +142,29 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
                                      after_iteration=lambda: zero_mean(model.position_offsets)))
     groups += slice_groups(config, model)
+    if (variation := model.probe_variation) is not None:  # quantities/probe_variation.py
+        begin = start.probe if start.probe_variation == "probe" else start.probe_variation
+        # a row per position: stepped at its visits only (RowAdam), the eigen-probes by Adam
+        groups += [ParameterGroup("probe_amplitude", [variation.amplitudes], opt.lr.probe_amplitude, begin,
+                                  optimizer=RowAdam([variation.amplitudes], opt.lr.probe_amplitude)),
+                   ParameterGroup("probe_weights", [variation.weights], opt.lr.probe_variation, begin,
+                                  optimizer=RowAdam([variation.weights], opt.lr.probe_variation)),
+                   ParameterGroup("probe_variation", [variation.eigen], opt.lr.probe_variation, begin,
+                                  after_iteration=variation.normalizer(model, config))]
     detector = [p for p in (model.background, model.intensity_weights) if p is not None]
     if detector:
-        # a negative background or weight could make the predicted intensity negative (and the
-        # Poisson loss undefined) at the next step: projected after every step
+        # a negative background or weight could make the intensity negative (Poisson loss undefined): projected
         groups.append(ParameterGroup("detector", detector, opt.lr.detector,
                                      start.probe if start.detector == "probe" else start.detector,
                                      after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
-    share = auto.share
     if auto.optimizer == "preconditioned":
         groups[0].lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
-                                                    share, auto.batch_floor)
+                                                    auto.share, auto.batch_floor)
     if auto.probe_optimizer == "preconditioned":
         groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
         groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
-                                           config.model.object_amplitude_bounds[1] ** 2, share)
+                                           config.model.object_amplitude_bounds[1] ** 2, auto.share)
         # its step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
         groups[0].after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
     fast, beta2 = _fast_adam(device), adam_beta2(config)
@@ -172,8 +177,8 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
 
 
 def slice_groups(config: Config, model: PtychoModel) -> list[ParameterGroup]:
-    """The refined tilt (smoothed over neighbouring positions after every iteration when there is
-    one per position) and slice thickness (kept above a hundredth of its start), if any."""
+    """The refined tilt (smoothed over neighbouring positions after every iteration when there is one per position)
+    and slice thickness (kept above a hundredth of its start), if any."""
     propagation, opt, groups = model.propagation, config.optim, []
     if propagation is None:
         return groups
@@ -204,8 +209,8 @@ def adam_beta2(config: Config) -> float:
 
 
 def _object_group(config: Config, model: PtychoModel, priors: dict[str, float]) -> ParameterGroup:
-    """The object: after every iteration the TV smoothing step, the depth and lateral blurs when
-    asked for, and the amplitude bounds; the phase total variation (``optim.regularize``)."""
+    """The object: after every iteration the TV smoothing step, the depth and lateral blurs when asked for, and the
+    amplitude bounds; the phase total variation (``optim.regularize``)."""
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
     sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
@@ -238,8 +243,8 @@ def clamp(tensor: torch.Tensor, low: float | None, high: float | None) -> None:
 
 @torch.no_grad()
 def zero_mean(offsets: torch.Tensor) -> None:
-    """Position offsets (N, 2) less their mean, in place: a common shift of all positions is the
-    object's shift, and with a scan affine it would let the corrections drift together."""
+    """Position offsets (N, 2) less their mean, in place: a common shift of all positions is the object's shift,
+    and with a scan affine it would let the corrections drift together."""
     offsets.sub_(offsets.mean(0))
 
 
@@ -340,20 +345,6 @@ def preconditioner(model: PtychoModel, floor: float, share: float = HALF,
     factor = share / (model.object.shape[1] * (light + floor * light.max()).clamp_min(1e-30))
     y0, x0 = origin if origin is not None else model.object_origin.tolist()  # origin: read off the device once
     return factor[y0:y0 + model.object.shape[2], x0:x0 + model.object.shape[3]]
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What a step's update may need beyond the gradient: its ``iteration`` and its global ``batch``."""
-
-    iteration: int
-    batch: torch.Tensor | None = None
-
-
-class TakesStepContext:
-    """An optimizer whose step reads its ``StepContext``, which ``ParameterGroup.step`` sets before it."""
-
-    context = StepContext(-1)
 
 
 class PreconditionedDescent(TakesStepContext, torch.optim.Optimizer):

@@ -22,6 +22,7 @@ from ptyacc.physics import (
     shift_ramps_1d,
 )
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.probe_variation import ProbeVariation
 from ptyacc.reconstruction.slices import SlicePropagation
 
 
@@ -49,6 +50,8 @@ class PtychoModel(nn.Module):
       the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
     - background: (K, K) float32 detector background in units of ``background_scale`` (optional)
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
+    - probe_variation: a probe that varies across the scan (``ProbeVariation``: eigen-probes and
+      weights per position), when ``probe_variation`` > 0 eigen-probes are asked for
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     ``propagation`` (``SlicePropagation``, multislice with a tilt or a refined slice thickness):
@@ -66,7 +69,7 @@ class PtychoModel(nn.Module):
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
                  region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
-                 scan_affine: bool = False, movable_scan: bool = False) -> None:
+                 scan_affine: bool = False, movable_scan: bool = False, probe_variation: int = 0) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -125,6 +128,8 @@ class PtychoModel(nn.Module):
         self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
         self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
         self.propagation = propagation
+        self.probe_variation = (ProbeVariation(probe_variation, len(positions_px), k, geometry.dx_A, seed)
+                                if probe_variation > 0 else None)
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
@@ -135,6 +140,8 @@ class PtychoModel(nn.Module):
         (value and gradient computed together by ``ptycho_loss``)."""
         indices = indices.reshape(-1)
         probe = self.complex_probe()
+        if self.probe_variation is not None:  # a probe per position (B, P, K, K)
+            probe = self.probe_variation.probes(probe, indices, self.probe_scale)
         obj = self.complex_object()
         detector = self.detector()
         propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None

@@ -57,6 +57,7 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     processes (``tiles``; every process must call this then) the main process's record holds
     the whole object, the others' the region they hold (with its own origin_A). ``texts``: the
     run's ``run_texts``, made here when not given."""
+    quantities = fitted_quantities(model) or None  # first: the demo's data walk stays in this module
     # positions moved against the object (``model.recenter.probe``) move the object in the data's frame
     shift_px = model.scan_shift_px.double().cpu().numpy()
     origin_A = tuple(float(v) for v in geometry.to_A(-shift_px)) if shift_px.any() else geometry.origin_A
@@ -78,11 +79,28 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
                       initial_positions_A=np.asarray(data.positions_A, dtype=np.float64),
-                      detector=dict(data.detector) or None)
+                      detector=dict(data.detector) or None, quantities=quantities)
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
     return results
+
+
+def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
+    """results.h5's groups of refined quantities beyond the object, probe and positions:
+    ``probe_variation`` and ``fitted`` (the detector background in counts, the intensity weights)."""
+    groups = {}
+    with torch.no_grad():
+        if model.probe_variation is not None:
+            groups["probe_variation"] = model.probe_variation.saved(model.complex_probe(), model.probe_scale)
+        fitted = {}
+        if model.background is not None:
+            fitted["background"] = (model.background * model.background_scale).double().cpu().numpy()
+        if model.intensity_weights is not None:
+            fitted["intensity_weights"] = model.intensity_weights.double().cpu().numpy()
+    if fitted:
+        groups["fitted"] = fitted
+    return groups
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:

@@ -39,9 +39,31 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
 def make_figures(results: Results, initial_positions_A: np.ndarray | None = None) -> dict[str, Figure]:
     """{file name: Figure} of a run; ``initial_positions_A`` (N, 2) default to the results' own."""
     initial = results.initial_positions_A if initial_positions_A is None else initial_positions_A
-    return {"object_phase.png": object_figure(results), "probe.png": probe_figure(results),
-            "loss.png": loss_figure(results), "positions.png": positions_figure(results, initial),
-            "summary.png": summary_figure(results, initial)}
+    figures = {"object_phase.png": object_figure(results), "probe.png": probe_figure(results),
+               "loss.png": loss_figure(results), "positions.png": positions_figure(results, initial),
+               "summary.png": summary_figure(results, initial)}
+    if "probe_variation" in (results.quantities or {}):
+        figures["probe_variation.png"] = probe_variation_figure(results)
+    return figures
+
+
+def probe_variation_figure(results: Results) -> Figure:
+    """A varying probe (results.h5's ``probe_variation``): each mode [P_0, E_1, ...] above its
+    weights over the scan, a dot per position coloured by the weight."""
+    from matplotlib.figure import Figure
+
+    modes, weights = results.quantities["probe_variation"]["modes"], results.quantities["probe_variation"]["weights"]
+    unit, per_A = length_unit(results)
+    where = results.positions_A * per_A
+    fig = Figure(figsize=(3.8 * len(modes), 7.2))
+    axes = fig.subplots(2, len(modes), squeeze=False)
+    for k, (top, bottom) in enumerate(zip(axes[0], axes[1], strict=True)):
+        _probe_panel(top, modes[k], results, "mean probe P_0" if k == 0 else f"eigen-probe E_{k}")
+        dots = bottom.scatter(where[:, 1], where[:, 0], c=weights[:, k], s=6, cmap="coolwarm" if k else "viridis")
+        bottom.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", title=f"weight {k} over the scan", aspect="equal")
+        bottom.invert_yaxis()
+        fig.colorbar(dots, ax=bottom, shrink=0.8)
+    return fig
 
 
 def object_figure(results: Results) -> Figure:

@@ -38,6 +38,12 @@ results.h5 layout (a public contract; add, never rename):
   of x] (``data.transform.descan: auto``); ``scan_rotation_deg`` float64 () and ``orientation_flags`` bool
   (3,) (transpose, flip_y, flip_x) measured from the centre of mass (``experiment.scan_rotation_deg:
   auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
+- group ``probe_variation`` (``model.probe_variation``): ``modes`` complex64 (V + 1, K, K), the first
+  probe mode P_0 (the mean probe) and the V eigen-probes E_k, and ``weights`` float64 (N, V + 1): the
+  first probe mode at position j is sum_k weights[j, k] modes[k] (``ptyacc/quantities/probe_variation.py``)
+- group ``fitted``: the refined detector quantities that have no place above: ``background`` float64
+  (K, K) in counts, unshifted layout (``model.background``), ``intensity_weights`` float64 (N,)
+  (``model.intensity_weights``)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
@@ -58,6 +64,7 @@ from ptyacc.results.outdir import atomic_write
 from ptyacc.version import __version__
 
 METRE_PER_A = 1e-10
+_QUANTITY_GROUPS = ("probe_variation", "fitted")  # ``Results.quantities``
 COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
 
 
@@ -86,6 +93,7 @@ class Results:
     validation_error: np.ndarray | None = None  # runs with validation positions, per iteration
     tilt_mrad: np.ndarray | None = None  # (2,) or (N, 2) [y, x] mrad, multislice with a tilt
     detector: dict[str, np.ndarray] | None = None  # measured from the data (group ``detector``)
+    quantities: dict[str, dict[str, np.ndarray]] | None = None  # groups ``probe_variation``, ``fitted``
 
     @property
     def phase(self) -> np.ndarray:
@@ -142,6 +150,9 @@ def save_results(path: Path, results: Results) -> None:
             f.attrs[key] = value
         for name, array in (results.detector or {}).items():
             f.create_dataset(f"detector/{name}", data=array)
+        for group, arrays in (results.quantities or {}).items():
+            for name, array in arrays.items():
+                f.create_dataset(f"{group}/{name}", data=array)
         if results.calibration:
             group = f.create_group("calibration")
             for name, (value, source) in results.calibration.items():
@@ -169,7 +180,9 @@ def load_results(path: str | Path) -> Results:
                               if name in f},
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs,
                            calibration=calibration,
-                           detector={name: d[()] for name, d in f["detector"].items()} if "detector" in f else None)
+                           detector={name: d[()] for name, d in f["detector"].items()} if "detector" in f else None,
+                           quantities={group: {name: d[()] for name, d in f[group].items()}
+                                       for group in _QUANTITY_GROUPS if group in f} or None)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 

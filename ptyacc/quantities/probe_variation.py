@@ -1,0 +1,131 @@
+"""A probe that varies across the scan (``model.probe_variation``): orthogonal probe relaxation.
+
+The first probe mode at position j is
+
+    probe_j = w_j0 P_0 + sum_{k=1..V} w_jk E_k
+
+with P_0 the model's first probe mode (close to the mean probe), E_k (K, K) complex the V eigen-probes of
+the variation and w_j (V + 1,) real weights per position: w_j0 the main mode's amplitude (a beam
+current that fluctuates), the others how much of each eigen-probe the position sees (a defocus
+that drifts with the sample's height). Further incoherent modes, where there are several, are
+shared by every position: the variation applies to the first mode only.
+
+The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so the eigen-probes
+and the weights are plain autograd parameters refined by Adam (``optim.lr.probe_variation``, from
+``optim.start.probe_variation``). After every iteration (``ProbeVariation.normalize``, the same on
+every process) the decomposition is put back into its canonical form, every probe_j unchanged:
+P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
+real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
+scaled so that the main weights have a mean of 1 (P_0 is the first principal probe, close to the
+mean probe) and each eigen-probe given P_0's norm, the weights changed to compensate. Optionally
+(``model.probe_variation_smoothing_A``) the eigen-probes' weights are then averaged over
+neighbouring positions, less their mean (a defocus drift is smooth across the field; beam-current
+noise is not, so w_j0 is never smoothed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ptyacc.reconstruction.slices import TiltSmoothing
+
+
+class ProbeVariation(nn.Module):
+    """Eigen-probes and weights of a varying probe (module docstring).
+
+    Parameters
+    - eigen: (V, K, K, 2) float32, real and imaginary parts of E_1..E_V divided by the model's
+      ``probe_scale`` (as the probe's are)
+    - amplitudes: (N,) float32, w_j0 of every position (Adam's step ``optim.lr.probe_amplitude``)
+    - weights: (N, V) float32, w_j1 .. w_jV of every position
+    """
+
+    def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0) -> None:
+        super().__init__()
+        self.dx_A = dx_A  # the object's pixel, in which the positions are given
+        self.seed = seed
+        # zero until the first ``normalize`` puts in ``first_directions`` of the probe it is given
+        self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2))
+        self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
+        self.weights = nn.Parameter(torch.zeros(positions, variation))  # w_jk, k >= 1
+
+    def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
+        """(B, P, K, K) complex: the probe modes (P, K, K) of the positions ``indices`` (B,), the
+        first mode varied by this decomposition, the others shared."""
+        eigen = torch.view_as_complex(self.eigen) * probe_scale  # (V, K, K)
+        first = (self.amplitudes[indices, None, None].to(probe.dtype) * probe[0]
+                 + torch.einsum("bv,vyx->byx", self.weights[indices].to(probe.dtype), eigen))[:, None]  # (B, 1, K, K)
+        if probe.shape[0] == 1:
+            return first
+        return torch.cat([first, probe[1:].expand(len(indices), -1, -1, -1)], dim=1)
+
+    @torch.no_grad()
+    def normalize(self, probe: torch.Tensor, smoothing: TiltSmoothing | None = None) -> None:
+        """The canonical form of the module docstring, in place; ``probe`` is the model's probe
+        parameter (P, K, K, 2), whose first mode is P_0 (changed with the eigen-probes)."""
+        if not self.eigen.any():
+            self.eigen.copy_(first_directions(probe[0], len(self.eigen), self.seed))
+        basis = torch.cat([probe[:1], self.eigen]).reshape(len(self.eigen) + 1, -1).double()  # (V + 1, 2 K^2)
+        # W B = W R^T Q^T with B^T = Q R, and W R^T = U S Vh (a real SVD of a small matrix): W B = (U S) (Vh Q^T)
+        q, r = torch.linalg.qr(basis.T)
+        u, s, vh = torch.linalg.svd(self.all_weights().double() @ r.T, full_matrices=False)
+        modes, weights = vh @ q.T, u * s  # orthonormal rows, by decreasing power
+        # the SVD's sign of each pair is arbitrary (rounding may flip it): the largest entry of each mode is positive
+        signs = torch.sign(modes.gather(1, modes.abs().argmax(1, keepdim=True)))
+        modes, weights = modes * signs, weights * signs.T
+        mean = weights[:, 0].mean()  # the first mode scaled (and its sign chosen) so that its weights' mean is 1
+        modes[0] *= mean
+        weights[:, 0] /= mean
+        norm0 = modes[0].norm()
+        modes[1:] *= norm0
+        weights[:, 1:] /= norm0
+        if smoothing is not None:
+            smoothing(weights[:, 1:])  # Gaussian mean over neighbours, less the mean over all
+        probe[0].copy_(modes[0].reshape(probe[0].shape).to(probe.dtype))
+        self.eigen.copy_(modes[1:].reshape(self.eigen.shape).to(self.eigen.dtype))
+        self.amplitudes.copy_(weights[:, 0].to(self.amplitudes.dtype))
+        self.weights.copy_(weights[:, 1:].to(self.weights.dtype))
+
+    def all_weights(self) -> torch.Tensor:
+        """(N, V + 1): w_j0 .. w_jV of every position."""
+        return torch.cat([self.amplitudes[:, None], self.weights], dim=1)
+
+    def normalizer(self, model, config) -> Callable[[], None]:
+        """What follows every iteration of ``model`` (the ``PtychoModel`` holding this): ``normalize``
+        with its probe, the weights smoothed over its positions by a Gaussian of
+        ``config.model.probe_variation_smoothing_A`` (None: not smoothed)."""
+        sigma_A = config.model.probe_variation_smoothing_A
+        smoothing = TiltSmoothing(model.positions_px, sigma_A / self.dx_A) if sigma_A is not None else None
+        return lambda: self.normalize(model.probe, smoothing)
+
+    def saved(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> dict:
+        """results.h5's group ``probe_variation``: ``modes`` (V + 1, K, K) complex64 [P_0, E_1..E_V] and
+        ``weights`` (N, V + 1) float64."""
+        with torch.no_grad():
+            eigen = torch.view_as_complex(self.eigen) * probe_scale
+            modes = torch.cat([probe[:1], eigen]).cpu().numpy()
+            return {"modes": modes, "weights": self.all_weights().double().cpu().numpy()}
+
+
+
+def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
+    """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how
+    it changes with focus (ifft2(i |q|^2 fft2(P)), the derivative of a Fresnel propagation: a
+    sample's height that drifts), then with a shift along y and along x (a beam that wanders),
+    then seeded noise. Weights start at zero, so the gradient of each position's weights is at
+    once the projection of its probe's gradient on these directions."""
+    wave = torch.view_as_complex(probe.double().contiguous())
+    k = wave.shape[-1]
+    q = torch.fft.fftfreq(k, dtype=torch.float64, device=wave.device)
+    spectrum = torch.fft.fft2(wave)
+    factors = [1j * (q[:, None] ** 2 + q[None, :] ** 2), 1j * q[:, None].expand(k, k), 1j * q[None, :].expand(k, k)]
+    directions = [torch.fft.ifft2(spectrum * factor) for factor in factors[:count]]
+    generator = torch.Generator().manual_seed(seed + 17)
+    while len(directions) < count:
+        noise = torch.randn(k, k, 2, generator=generator, dtype=torch.float64)
+        directions.append(torch.view_as_complex(noise).to(wave.device))
+    stacked = torch.view_as_real(torch.stack(directions))
+    return (stacked / stacked.flatten(1).norm(dim=1).clamp_min(1e-30)[:, None, None, None]).to(probe.dtype)
