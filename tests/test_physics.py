@@ -323,9 +323,11 @@ def test_fresnel_propagator_composes():
 
 
 @pytest.mark.parametrize("shift", [(1, 0), (0, 1), (-2, 3), (5, -7)])
-def test_fourier_shift_integer_equals_roll(shift):
-    """An integer shift (dy, dx) equals np.roll: +dy moves content to larger row index."""
-    images = random_complex((2, 3, 8, 8), seed=3)
+@pytest.mark.parametrize("shape", [(8, 8), (7, 10)])
+def test_fourier_shift_integer_equals_roll(shift, shape):
+    """An integer shift (dy, dx) equals np.roll: +dy moves content to larger row index; also on
+    images that are not square (a reconstruction of a scan that is not square is not)."""
+    images = random_complex((2, 3, *shape), seed=3)
     shifts = torch.tensor([shift, (-shift[0], 2)], dtype=torch.float64)
     got = fourier_shift(t(images), shifts).numpy()
     for b in range(2):

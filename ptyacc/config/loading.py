@@ -46,7 +46,41 @@ def load_config(source: str | Path | dict | None = None, overrides: list[str] | 
         _apply_override(raw, item)
     config = _build(Config, raw, "")
     config.base_dir = base_dir
+    scan_configs(config)  # each scan's sections checked where the user typed them
     return config
+
+
+def scan_configs(config: Config) -> list[Config]:
+    """The whole config of each of ``config.scans`` (none without them): the top-level config
+    with the scan's ``data`` and ``experiment`` keys replacing the top-level ones (nested
+    sections key by key) and ``scans`` left out; an error names the scan and the key."""
+    if config.scans and config.model.probe_variation:
+        raise ConfigError("model.probe_variation: a varying probe is not made for several scans (each has its own "
+                          "probe); leave it 0 with scans")
+    configs = []
+    for number, scan in enumerate(config.scans or []):
+        raw = config.to_dict()
+        raw.pop("scans")
+        if "path" in scan.data or "simulate" in scan.data:  # a scan's own source replaces the top-level one
+            raw["data"].pop("simulate" if "path" in scan.data else "path", None)
+        for section in ("data", "experiment"):
+            _merge(raw[section], _deep_copy(getattr(scan, section)))
+        try:
+            whole = _build(Config, raw, "")
+        except ConfigError as exc:
+            raise ConfigError(f"scans[{number}].{exc}") from None
+        whole.base_dir = config.base_dir
+        configs.append(whole)
+    return configs
+
+
+def _merge(base: dict, update: dict) -> None:
+    """``update``'s keys into ``base``, in place; a mapping into a mapping key by key."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 def yaml_error_message(exc: yaml.YAMLError, text: str) -> str:
@@ -162,6 +196,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
         return {str(k): _coerce(v, args[1], f"{path}.{k}") for k, v in value.items()}
+    if tp is Any:  # checked where it is used (a scan's sections: ``scan_configs``)
+        return value
     if tp is bool:
         if isinstance(value, bool):
             return value

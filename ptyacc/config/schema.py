@@ -23,6 +23,7 @@ from ptyacc.config.fields import _f, _require, _suggest
 from ptyacc.config.preparation import SimulateConfig, TransformConfig
 from ptyacc.config.recenter import RecenterConfig
 from ptyacc.config.regularize import RegularizeConfig
+from ptyacc.config.scans import ScanConfig
 from ptyacc.config.steps import LearningRates, StartIterations
 from ptyacc.config.tune import TuneConfig
 from ptyacc.config.xray import ProbeFileConfig, XrayOpticsConfig
@@ -417,6 +418,9 @@ class Config:
     output: OutputConfig = _f(factory=OutputConfig, doc="Output.")
     runtime: RuntimeConfig = _f(factory=RuntimeConfig, doc="Runtime.")
     tune: TuneConfig = _f(factory=TuneConfig, doc="The search of `ptyacc tune` (unused by `ptyacc run`).")
+    scans: list[ScanConfig] | None = _f(
+        None, "Several scans of one object (a focal series, a repeated scan): a list whose items hold data and "
+              "experiment keys that replace the top-level ones for that scan (docs/user-guide.md, 'Several scans').")
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:

@@ -38,8 +38,11 @@ def shift_ramps_1d(shifts_px: torch.Tensor, n: int) -> tuple[torch.Tensor, torch
 
 
 def fourier_shift(images: torch.Tensor, shifts_px: torch.Tensor) -> torch.Tensor:
-    """Shift complex images (B, ..., n, n) by (B, 2) sub-pixel amounts (dy, dx)."""
-    n = images.shape[-1]
-    ramp = shift_ramp(shifts_px, n)
-    ramp = ramp.reshape(ramp.shape[0], *([1] * (images.dim() - 3)), n, n)
+    """Shift complex images (B, ..., ny, nx) by (B, 2) sub-pixel amounts (dy, dx)."""
+    ny, nx = images.shape[-2:]
+    if ny == nx:
+        ramp = shift_ramp(shifts_px, nx)
+    else:
+        ramp = shift_ramps_1d(shifts_px, ny)[0][:, :, None] * shift_ramps_1d(shifts_px, nx)[1][:, None, :]
+    ramp = ramp.reshape(ramp.shape[0], *([1] * (images.dim() - 3)), ny, nx)
     return torch.fft.ifft2(torch.fft.fft2(images) * ramp)

@@ -29,6 +29,7 @@ from ptyacc.data.store import load_planned, over_processes, pattern_store, poiss
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
@@ -125,16 +126,16 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ build
     def build(self, data: PtychoData | None = None) -> None:
-        """The state of the run, from the config (and ``data``, if already loaded). What it chose
-        is said at the end, so that a config error found while building stays the one line a
-        user sees."""
+        """The state of the run, from the config (and ``data``, if already loaded). What it chose is said at the
+        end, so that a config error found while building stays the one line a user sees."""
         from accelerate.utils import set_seed
 
         config, accelerator = self.config, self.accelerator
         set_seed(config.runtime.seed)  # Python's, NumPy's, torch's and CUDA's generators
+        # several scans of one object are one dataset (quantities/scans.py)
+        data, scans = load_scans(config, accelerator.device) if data is None and config.scans else (data, None)
         self.data, self.plan = load_planned(config, self.world, accelerator.process_index, data, accelerator.device)
-        self.left_out = validation_positions(self.data.positions_A, config.optim.validation_fraction,
-                                             config.runtime.seed)
+        self.left_out = validation_positions(self.data.positions_A, config.optim.validation_fraction, config.runtime.seed)
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:
             self.data = dataclasses.replace(self.data, positions_A=previous.positions_A.copy())
@@ -159,7 +160,7 @@ class Reconstructor:
         built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
-                                 mean_pattern=mean_pattern, said=built_said)
+                                 mean_pattern=mean_pattern, said=built_said, scans=scans)
         if previous is not None:
             start_from(self.model, self.geometry, previous, config.model.init_from, built_said)
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only

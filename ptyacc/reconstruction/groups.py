@@ -134,6 +134,10 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                        after_iteration=(lambda: orthogonalize(model.probe))
                        if config.model.orthogonalize_probe and probe_modes > 1 else None),
     ]
+    if model.scan_probes is not None:  # several scans: the probes of scans 1.. (quantities/scans.py)
+        groups.append(ParameterGroup("scan_probes", [model.scan_probes.probes], opt.lr.probe, start.probe,
+                                     after_iteration=(lambda: [orthogonalize(p) for p in model.scan_probes.probes])
+                                     if config.model.orthogonalize_probe and probe_modes > 1 else None))
     if model.refine_positions:
         limit_px = opt.max_position_offset_fraction * model.window
         groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,

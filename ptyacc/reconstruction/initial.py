@@ -16,6 +16,7 @@ from ptyacc.interop.resample import resample_object, resample_probe, resample_sl
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.scans import Scan, ScanProbes, scan_of_position
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
@@ -104,14 +105,16 @@ EDGE_REFUSED = ("model.probe_aperture_edge: measured, but the mean pattern shows
 
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                 mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None,
-                mean_pattern: torch.Tensor | None = None, said: list[str] | None = None) -> PtychoModel:
+                mean_pattern: torch.Tensor | None = None, said: list[str] | None = None,
+                scans: list[Scan] | None = None) -> PtychoModel:
     """The initial model: a probe from the experiment's optics, its aperture edge read from
     ``mean_pattern`` (model layout; ``model.probe_aperture_edge``; the engine passes it for
     electrons unless the key is soft or ``model.init_from`` is set) if given, scaled to the
     data's mean intensity (total counts per pattern; computed from the held patterns if None),
     split into modes; a flat object (only its ``region`` (y0, y1, x0, x1) under
-    ``runtime.shard_object``); positions from the data. What it chose is appended to ``said``,
-    if given (run.log's lines)."""
+    ``runtime.shard_object``); positions from the data; with several ``scans`` (the data their
+    combination) the probes of scans 1.. too. What it chose is appended to ``said``, if given
+    (run.log's lines)."""
     k = data.detector_px
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
@@ -126,6 +129,30 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
             if data.near_field_distance_A is not None else None)
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
     said = said if said is not None else []
+    probe = probe_modes(config, data, detector, mean_pattern, mean_intensity, said)
+    said.append(footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None))
+    slices = config.model.slices
+    propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
+                  if slices > 1 else None)
+    pixel_mean = mean_intensity / k**2
+    model = PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
+                        refine_positions=config.optim.start.positions is not None
+                        or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
+                        detector=detector, fit_background=config.model.background,
+                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
+                        propagation=propagation, scan_affine=config.optim.start.scan_affine is not None,
+                        movable_scan=movable, probe_variation=config.model.probe_variation)
+    if scans is not None:  # several scans: each scan's probe from its own optics, at its own counts
+        others = [probe_modes(scan.config, scan.data, detector, mean_pattern, scan.data.mean_intensity, said)
+                  for scan in scans[1:]]
+        model.scan_probes = ScanProbes(torch.stack(others), scan_of_position(scans), model.probe_scale)
+    return model
+
+
+def probe_modes(config: Config, data: PtychoData, detector: Detector, mean_pattern: torch.Tensor | None,
+                mean_intensity: float, said: list[str]) -> torch.Tensor:
+    """The initial probe modes (P, K, K) of ``initial_probe``, their power scaled to the data's
+    ``mean_intensity`` and split into ``model.probe_modes`` modes."""
     probe = initial_probe(config, data, detector, mean_pattern, said)
     modes = config.model.probe_modes
     first_power = 1 - config.model.further_mode_power() * (modes - 1) if modes > 1 else 1.0
@@ -135,19 +162,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
             probe = mixed_state_probe(probe, modes, first_power)
         except ValueError as exc:
             raise ConfigError(f"model.probe_modes: {exc}") from None
-    said.append(footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None))
-    slices = config.model.slices
-    propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
-                  if slices > 1 else None)
-    pixel_mean = mean_intensity / k**2
-    return PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
-                       refine_positions=config.optim.start.positions is not None
-                       or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
-                       detector=detector, fit_background=config.model.background,
-                       fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
-                       propagation=propagation,
-                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=movable,
-                       probe_variation=config.model.probe_variation)
+    return probe
 
 
 def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pattern: torch.Tensor | None,

@@ -130,6 +130,7 @@ class PtychoModel(nn.Module):
         self.propagation = propagation
         self.probe_variation = (ProbeVariation(probe_variation, len(positions_px), k, geometry.dx_A, seed)
                                 if probe_variation > 0 else None)
+        self.scan_probes = None  # several scans: the probes of scans 1.. (``quantities/scans.py``, set after building)
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
@@ -142,6 +143,8 @@ class PtychoModel(nn.Module):
         probe = self.complex_probe()
         if self.probe_variation is not None:  # a probe per position (B, P, K, K)
             probe = self.probe_variation.probes(probe, indices, self.probe_scale)
+        elif self.scan_probes is not None:  # the probe of each position's scan (B, P, K, K)
+            probe = self.scan_probes.per_position(probe, indices, self.probe_scale)
         obj = self.complex_object()
         detector = self.detector()
         propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None

@@ -41,6 +41,9 @@ results.h5 layout (a public contract; add, never rename):
 - group ``probe_variation`` (``model.probe_variation``): ``modes`` complex64 (V + 1, K, K), the first
   probe mode P_0 (the mean probe) and the V eigen-probes E_k, and ``weights`` float64 (N, V + 1): the
   first probe mode at position j is sum_k weights[j, k] modes[k] (``ptyacc/quantities/probe_variation.py``)
+- group ``scans`` (the top-level ``scans:``, several scans of one object): ``probes`` complex64 (S, P, K,
+  K), each scan's probe modes (``/probe`` is scan 0's), and ``scan_of_position`` int64 (N,); the
+  positions of all scans follow each other in ``positions_A``
 - group ``fitted``: the refined detector quantities that have no place above: ``background`` float64
   (K, K) in counts, unshifted layout (``model.background``), ``intensity_weights`` float64 (N,)
   (``model.intensity_weights``)
@@ -64,7 +67,7 @@ from ptyacc.results.outdir import atomic_write
 from ptyacc.version import __version__
 
 METRE_PER_A = 1e-10
-_QUANTITY_GROUPS = ("probe_variation", "fitted")  # ``Results.quantities``
+_QUANTITY_GROUPS = ("probe_variation", "scans", "fitted")  # ``Results.quantities``
 COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
 
 
@@ -93,7 +96,7 @@ class Results:
     validation_error: np.ndarray | None = None  # runs with validation positions, per iteration
     tilt_mrad: np.ndarray | None = None  # (2,) or (N, 2) [y, x] mrad, multislice with a tilt
     detector: dict[str, np.ndarray] | None = None  # measured from the data (group ``detector``)
-    quantities: dict[str, dict[str, np.ndarray]] | None = None  # groups ``probe_variation``, ``fitted``
+    quantities: dict[str, dict[str, np.ndarray]] | None = None  # groups ``probe_variation``, ``scans``, ``fitted``
 
     @property
     def phase(self) -> np.ndarray:

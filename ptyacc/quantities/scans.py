@@ -1,0 +1,117 @@
+"""Several scans of one object (the config's top-level ``scans:``): a focal series, scans at
+different rotations, a scan repeated after a drift.
+
+Each scan is read, calibrated and prepared by its own whole config (``config.loading.scan_configs``:
+the top-level config with the scan's ``data`` and ``experiment`` keys in place), autos included.
+The scans then become one dataset: their patterns and positions one after the other, scan 0's
+first (``combined``). One object is shared by all scans; each scan has its own probe, made from
+its own optics and scaled to its own counts (``ScanProbes``: the model's ``probe`` parameter is
+scan 0's, the others are this module's parameter), and its own positions (every position has its
+own offset when positions are refined). Batches draw from all scans alike.
+
+What must match: the radiation, the wavelength and the object pixel dx_A (the patterns' width K
+and reciprocal pixel), within 1e-6 relative: the object has one grid, and a multislice step one
+wavelength. Scans at different energies or magnifications need resampling, which is not done here.
+Where the scans' positions are in one frame (a focal series on one stage) nothing else is needed;
+a scan shifted against the others is found by position refinement only if the shift is small.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ptyacc.config import Config
+from ptyacc.config.loading import scan_configs
+from ptyacc.data import PtychoData, load_data
+from ptyacc.errors import ConfigError
+
+MATCH = 1e-6  # relative tolerance of what the scans must share
+
+
+@dataclass
+class Scan:
+    """One scan: its whole config, its data and the rows [start, stop) of its positions in the combined data."""
+
+    config: Config
+    data: PtychoData
+    start: int
+    stop: int
+
+
+def load_scans(config: Config, device: torch.device | str = "cpu") -> tuple[PtychoData, list[Scan]]:
+    """The combined dataset of ``config.scans`` (every pattern in memory) and each scan."""
+    scans, start = [], 0
+    for number, whole in enumerate(scan_configs(config)):
+        data = load_data(dataclasses.replace(whole, data=dataclasses.replace(whole.data, hold="device")), device=device)
+        if data.streamed is not None:
+            raise ConfigError(f"scans[{number}].data: several scans are held in memory; this one does not fit")
+        scans.append(Scan(whole, data, start, start + data.n_patterns))
+        start += data.n_patterns
+    check_scans_match([scan.data for scan in scans])
+    return combined([scan.data for scan in scans]), scans
+
+
+def check_scans_match(datas: list[PtychoData]) -> None:
+    """Stop with the first scan whose radiation, wavelength, object pixel or pattern width differs from scan 0's."""
+    first = datas[0]
+    for number, data in enumerate(datas[1:], start=1):
+        for name, mine, theirs in (("wavelength_A", data.wavelength_A, first.wavelength_A),
+                                   ("dx_A", data.dx_A, first.dx_A), ("detector_px", data.detector_px, first.detector_px)):
+            if abs(mine - theirs) > MATCH * abs(theirs):
+                raise ConfigError(f"scans[{number}]: {name} {mine:.6g} differs from scan 0's {theirs:.6g}; the scans of "
+                                  "one object must share the wavelength, the object pixel and the pattern width "
+                                  "(docs/user-guide.md, 'Several scans')")
+        if data.radiation != first.radiation:
+            raise ConfigError(f"scans[{number}]: radiation {data.radiation} differs from scan 0's {first.radiation}")
+
+
+def combined(datas: list[PtychoData]) -> PtychoData:
+    """One dataset of the scans ``datas``, one after the other: scan 0's calibration and
+    detector, the patterns counted only where every scan's mask counts them."""
+    first = datas[0]
+    masks = [d.mask for d in datas if d.mask is not None]
+    mask = torch.stack(masks).all(0) if masks else None
+    return dataclasses.replace(
+        first, patterns=torch.cat([d.patterns for d in datas]),
+        positions_A=np.concatenate([d.positions_A for d in datas]), scan_shape=None, pattern_rows=None,
+        source=" + ".join(d.source for d in datas), mask=mask, ground_truth={}, hold=None, streamed=None,
+        overrides=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.overrides),
+        checks=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.checks))
+
+
+class ScanProbes(nn.Module):
+    """The probes of scans 1 .. S-1 (scan 0's is the model's ``probe``).
+
+    Parameters
+    - probes: (S - 1, P, K, K, 2) float32, real and imaginary parts divided by the model's
+      ``probe_scale`` (as the probe's are)
+    Buffers: scan_of_position (N,) long, the scan of every position."""
+
+    def __init__(self, probes: torch.Tensor, scan_of_position: torch.Tensor, probe_scale: torch.Tensor) -> None:
+        super().__init__()
+        self.probes = nn.Parameter(torch.view_as_real(probes.to(torch.complex64) / probe_scale).contiguous())
+        self.register_buffer("scan_of_position", scan_of_position.long())
+
+    def per_position(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
+        """(B, P, K, K) complex: the probe modes of the scan of each position of ``indices`` (B,),
+        ``probe`` (P, K, K) being scan 0's."""
+        every = torch.cat([probe[None], torch.view_as_complex(self.probes) * probe_scale])  # (S, P, K, K)
+        return every[self.scan_of_position[indices]]
+
+    def saved(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> dict[str, np.ndarray]:
+        """results.h5's group ``scans``: ``probes`` (S, P, K, K) complex64 and ``scan_of_position`` (N,) int64."""
+        with torch.no_grad():
+            every = torch.cat([probe[None], torch.view_as_complex(self.probes) * probe_scale])
+            return {"probes": every.cpu().numpy(), "scan_of_position": self.scan_of_position.cpu().numpy()}
+
+
+def scan_of_position(scans: list[Scan]) -> torch.Tensor:
+    """(N,) long: the scan of every position of the combined data."""
+    return torch.cat([torch.full((scan.stop - scan.start,), number, dtype=torch.long)
+                      for number, scan in enumerate(scans)])
+
