@@ -89,15 +89,15 @@ def reconstruct(path: Path, out: Path, write: bool = False, **model) -> ptyacc.R
 
 def test_a_drifting_defocus_and_a_fluctuating_current_are_found(varying_case, tmp_path):
     """The defocus drifts from 60 to 140 Å along the slow axis and the current by 15 % rms: with
-    two eigen-probes the phase NCC rises clearly (0.964 -> 0.983 measured), the main weights
-    follow the current (correlation 0.98) and the first eigen-probe's the defocus (0.80)."""
+    two eigen-probes the phase NCC rises clearly (0.964 -> 0.982 measured), the main weights
+    follow the current (correlation 0.99) and the first eigen-probe's the defocus (0.95)."""
     path, truth = varying_case
     plain = phase_ncc(reconstruct(path, tmp_path / "plain"), truth)
     varied = reconstruct(path, tmp_path / "varied", write=True, probe_variation=2)
     assert phase_ncc(varied, truth) > plain + 0.01
     weights = varied.results.quantities["probe_variation"]["weights"]
     assert np.corrcoef(weights[:, 0] ** 2, truth["current"])[0, 1] > 0.9
-    assert abs(np.corrcoef(weights[:, 1], truth["defocus_A"])[0, 1]) > 0.7
+    assert abs(np.corrcoef(weights[:, 1], truth["defocus_A"])[0, 1]) > 0.85
     with h5py.File(tmp_path / "varied" / "results.h5") as f:
         assert f["probe_variation/modes"].shape == (3, 48, 48) and f["probe_variation/weights"].shape == (196, 3)
         np.testing.assert_array_equal(f["probe_variation/weights"][()], weights)
@@ -140,7 +140,9 @@ def test_two_processes_split_object_and_resume_agree(tmp_path):
     for reference, name in (("one", "two"), ("data", "split")):  # the split object batches as shard_data does
         mine, theirs = runs[reference].quantities["probe_variation"], runs[name].quantities["probe_variation"]
         np.testing.assert_allclose(theirs["weights"], mine["weights"], atol=1e-5)
-        assert np.linalg.norm(theirs["modes"] - mine["modes"]) / np.linalg.norm(mine["modes"]) < 1e-4
+        # every position's probe: an eigen-probe whose weights are ~3e-3 is itself known to ~1e-3 only
+        probes = [np.einsum("nk,kyx->nyx", q["weights"], q["modes"]) for q in (mine, theirs)]
+        assert np.linalg.norm(probes[1] - probes[0]) / np.linalg.norm(probes[0]) < 1e-4
         np.testing.assert_allclose(runs[name].loss, runs[reference].loss, rtol=1e-4)
     config = ptyacc.load_config({**settings, "output": {**settings["output"], "dir": str(tmp_path / "resume")}})
     whole = ptyacc.reconstruct(config).results

@@ -202,10 +202,10 @@ class ModelConfig:
            "the first probe mode may change from position to position, each position with its own weights "
            "(e.g. 2-4; a defocus that drifts, a beam current that fluctuates). 0: one probe for all positions "
            "(docs/user-guide.md, 'A probe that varies').")
-    probe_variation_smoothing_A: float | None = _f(
-        None, "model.probe_variation: standard deviation in Å of the Gaussian over neighbouring positions by which "
-              "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "
-              "noise is not smooth); null = not smoothed.")
+    probe_variation_smoothing_A: float | Literal["auto"] | None = _f(
+        "auto", "model.probe_variation: standard deviation in Å of the Gaussian over neighbouring positions by which "
+                "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "
+                "noise is not smooth); auto: twice the median distance between neighbouring positions; null: none.")
     tilt: Literal["global", "per_position"] = _f(
         "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
                   "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
@@ -234,8 +234,8 @@ class ModelConfig:
         _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
                  f"must be > 0 or null, got {self.tilt_smoothing_A}")
         _require(self.probe_variation >= 0, f"{path}.probe_variation", f"must be >= 0, got {self.probe_variation}")
-        _require(self.probe_variation_smoothing_A is None or self.probe_variation_smoothing_A > 0,
-                 f"{path}.probe_variation_smoothing_A", f"must be > 0 or null, got {self.probe_variation_smoothing_A}")
+        _require(self.probe_variation_smoothing_A in (None, "auto") or self.probe_variation_smoothing_A > 0,
+                 f"{path}.probe_variation_smoothing_A", f"must be > 0, auto or null, got {self.probe_variation_smoothing_A}")
         _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")
         lo_hi = self.object_amplitude_bounds
         _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",

@@ -17,10 +17,10 @@ every process) the decomposition is put back into its canonical form, every prob
 P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
 scaled so that the main weights have a mean of 1 (P_0 is the first principal probe, close to the
-mean probe) and each eigen-probe given P_0's norm, the weights changed to compensate. Optionally
-(``model.probe_variation_smoothing_A``) the eigen-probes' weights are then averaged over
-neighbouring positions, less their mean (a defocus drift is smooth across the field; beam-current
-noise is not, so w_j0 is never smoothed).
+mean probe) and each eigen-probe given P_0's norm, the weights changed to compensate. Then
+(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours)
+the eigen-probes' weights are then averaged over neighbouring positions, less their mean (a
+defocus drift is smooth across the field; beam-current noise is not, so w_j0 is never smoothed).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.reconstruction.slices import TiltSmoothing
 
 
@@ -71,10 +72,16 @@ class ProbeVariation(nn.Module):
         basis = torch.cat([probe[:1], self.eigen]).reshape(len(self.eigen) + 1, -1).double()  # (V + 1, 2 K^2)
         # W B = W R^T Q^T with B^T = Q R, and W R^T = U S Vh (a real SVD of a small matrix): W B = (U S) (Vh Q^T)
         q, r = torch.linalg.qr(basis.T)
+        senses = torch.where(torch.diagonal(r) < 0, -1.0, 1.0).to(q.dtype)  # Gram-Schmidt's: still basis^T = q r
+        q, r = q * senses, r * senses[:, None]
+        if not self.weights.any():  # before the variation starts: its start directions, orthogonal, of P_0's norm
+            self.eigen.copy_((q[:, 1:].T * basis[0].norm()).reshape(self.eigen.shape).to(self.eigen.dtype))
+            return
         u, s, vh = torch.linalg.svd(self.all_weights().double() @ r.T, full_matrices=False)
         modes, weights = vh @ q.T, u * s  # orthonormal rows, by decreasing power
-        # the SVD's sign of each pair is arbitrary (rounding may flip it): the largest entry of each mode is positive
-        signs = torch.sign(modes.gather(1, modes.abs().argmax(1, keepdim=True)))
+        # the SVD's sign of each pair is arbitrary: each mode keeps the sense of the one it replaces, so
+        # that Adam's moments of the eigen-probes and weights still point the same way
+        signs = torch.where((modes * basis).sum(1, keepdim=True) < 0, -1.0, 1.0).to(modes.dtype)
         modes, weights = modes * signs, weights * signs.T
         mean = weights[:, 0].mean()  # the first mode scaled (and its sign chosen) so that its weights' mean is 1
         modes[0] *= mean
@@ -96,9 +103,13 @@ class ProbeVariation(nn.Module):
     def normalizer(self, model, config) -> Callable[[], None]:
         """What follows every iteration of ``model`` (the ``PtychoModel`` holding this): ``normalize``
         with its probe, the weights smoothed over its positions by a Gaussian of
-        ``config.model.probe_variation_smoothing_A`` (None: not smoothed)."""
+        ``config.model.probe_variation_smoothing_A`` (auto: twice the median distance between
+        neighbouring positions; None: not smoothed)."""
         sigma_A = config.model.probe_variation_smoothing_A
-        smoothing = TiltSmoothing(model.positions_px, sigma_A / self.dx_A) if sigma_A is not None else None
+        if sigma_A == "auto":
+            sigma_px = 2 * median_neighbour_distance(model.positions_px.cpu().numpy())
+        smoothing = None if sigma_A is None else TiltSmoothing(
+            model.positions_px, sigma_px if sigma_A == "auto" else sigma_A / self.dx_A)
         return lambda: self.normalize(model.probe, smoothing)
 
     def saved(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> dict:

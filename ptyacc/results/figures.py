@@ -60,7 +60,7 @@ def probe_variation_figure(results: Results) -> Figure:
     for k, (top, bottom) in enumerate(zip(axes[0], axes[1], strict=True)):
         _probe_panel(top, modes[k], results, "mean probe P_0" if k == 0 else f"eigen-probe E_{k}")
         dots = bottom.scatter(where[:, 1], where[:, 0], c=weights[:, k], s=6, cmap="coolwarm" if k else "viridis")
-        bottom.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", title=f"weight {k} over the scan", aspect="equal")
+        bottom.set(xlabel=f"x ({unit})", ylabel=f"y ({unit})", title=f"weight {k}", aspect="equal")
         bottom.invert_yaxis()
         fig.colorbar(dots, ax=bottom, shrink=0.8)
     return fig
