@@ -196,6 +196,11 @@ class ModelConfig:
                                                   "(docs/user-guide.md, 'The X-ray probe').")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
+    detector_blur_px: float = _f(
+        0.0, "The detector's point spread (charge sharing, scintillator): sigma in pixels of the patterns as prepared "
+             "(after data.transform.bin) of a Gaussian that blurs every predicted pattern before the background and "
+             "the loss; the start value when optim.start.detector_blur is set. 0: none (docs/user-guide.md, 'Detector "
+             "blur and gain').")
     tilt: Literal["global", "per_position"] = _f(
         "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
                   "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
@@ -224,6 +229,7 @@ class ModelConfig:
         _require(self.tilt_smoothing_A is None or self.tilt_smoothing_A > 0, f"{path}.tilt_smoothing_A",
                  f"must be > 0 or null, got {self.tilt_smoothing_A}")
         _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")
+        _require(self.detector_blur_px >= 0, f"{path}.detector_blur_px", f"must be >= 0, got {self.detector_blur_px}")
         lo_hi = self.object_amplitude_bounds
         _require(len(lo_hi) == 2 and 0 <= lo_hi[0] < lo_hi[1], f"{path}.object_amplitude_bounds",
                  f"must be [min, max] with 0 <= min < max, got {lo_hi}")

@@ -27,9 +27,11 @@ class LearningRates:
     tilt: float = _f(0.1, "Tilt step size in mrad.")
     slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
     scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
+    detector_blur: float = _f(0.01, "Step size of the detector blur's variance (sigma squared) in px^2.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
+                     "detector_blur"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -51,9 +53,13 @@ class StartIterations:
         None, "First iteration that refines a global affine distortion of the scan (scale, rotation, shear, "
               "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
               "correction is kept at zero. Start it with or before positions. null = off.")
+    detector_blur: int | None = _f(
+        None, "First iteration that refines the detector blur (model.detector_blur_px, from its value there, 0 "
+              "included); null = fixed at that value.")
 
     def _check(self, path: str) -> None:
-        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine"):
+        for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
+                     "detector_blur"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")

@@ -7,8 +7,8 @@ Stage 1, ``ProbeShift``: the probe modes moved to each position's sub-pixel rest
 Stage 2, ``Patches``: the object's windows under the probe at each position.
 Stage 3, ``Multislice``: multislice exit waves with incoherent probe and object modes.
 Stage 4, ``Detect``: exit waves to the field at the detector (far or near field), intensities
-summed over the modes, and the detector's response (gain per pattern, background:
-``detector_response``).
+summed over the modes and blurred by its point spread (``DetectorBlur``, detector_blur.py), and
+the detector's response (gain per pattern, background: ``detector_response``).
 Stage 5, the data fidelity: how well intensities fit measured ones, for training and for
 evaluation. Losses are SUMS over the given patterns; the caller divides by the global batch size.
 - amplitude: sum over pixels of (sqrt(I) - sqrt(M))^2 (Gaussian noise on amplitudes)
@@ -24,6 +24,8 @@ deviance of the final model (``deviance_sums``).
 from dataclasses import dataclass
 
 import torch
+
+from ptyacc.physics.detector_blur import DetectorBlur
 
 EPS = 1e-8
 # Counts added to the model intensity in the Poisson loss: a pixel the model leaves dark where counts
@@ -85,7 +87,6 @@ class ProbeShift:
 
 
 # ------------------------------------------------------------------ stage 2: patches
-
 class Patches:
     """Windows (B, ..., size, size) of an image (..., Ny, Nx) whose pixel [0, 0] sits at
     ``top_left`` (B, 2) integer (row, column), inside the image. ``forward`` indexes a strided
@@ -138,7 +139,6 @@ class _ExtractPatches(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------ stage 4: detection (before stage 3, which uses it)
-
 @dataclass
 class Detector:
     """How exit waves become measured intensities, beyond the far-field FFT.
@@ -146,6 +146,7 @@ class Detector:
     propagator: (K, K) complex, unshifted: near-field detection, the detector field is
         ifft2(fft2(wave) * propagator) instead of fft2(wave) (both orthonormal).
     mask:       (K, K) float, unshifted: 1 for pixels that count in the loss, 0 for bad ones.
+    blur_variance_px2: () real, the point spread's variance (``DetectorBlur``), or None for none.
 
     A near-field image stays with the beam while the sample moves. The model puts each probe
     window on the object's pixel grid and shifts the probe by the sub-pixel rest s (Fourier
@@ -158,6 +159,7 @@ class Detector:
 
     propagator: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+    blur_variance_px2: torch.Tensor | None = None
 
     def field(self, waves: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
         """``Detect(self, ramps).forward(waves)``."""
@@ -173,18 +175,21 @@ class Detect:
     pixels: fft2 (orthonormal) in the far field; F* T F in the near field, with F the
     orthonormal fft2 and the transfer function T = propagator * conj(ramps) (B, K, K), which
     also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
-    ``adjoint`` is the inverse. ``mask`` is the detector's, for the data fidelity."""
+    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's."""
 
     def __init__(self, detector: Detector, ramps: torch.Tensor | None = None) -> None:
         self.mask = detector.mask
+        self.blur = DetectorBlur(detector.blur_variance_px2) if detector.blur_variance_px2 is not None else None
         self.ramps = ramps if detector.propagator is not None else None
-        if detector.propagator is None:
-            self.transfer = None
-        else:
-            self.transfer = detector.propagator if ramps is None else ramps.conj() * detector.propagator
+        self.transfer = None if detector.propagator is None else (
+            detector.propagator if ramps is None else ramps.conj() * detector.propagator)
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         return self.forward_with_spectrum(waves)[0]
+
+    def intensity(self, field: torch.Tensor) -> torch.Tensor:
+        """(B, K, K): the detector ``field``'s intensity summed over the modes, blurred by the point spread."""
+        return summed_intensity(field) if self.blur is None else self.blur(summed_intensity(field))
 
     def forward_with_spectrum(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the
@@ -238,7 +243,6 @@ def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.
 
 
 # ------------------------------------------------------------------ stage 3: multislice
-
 def transmission(amplitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
     """Complex transmission amplitude * exp(i phase) from two real tensors of any shape."""
     return torch.polar(amplitude, phase)
@@ -343,18 +347,18 @@ def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
 
 
 # ------------------------------------------------------------------ the chain
-
 def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                          propagator: torch.Tensor | None, detector: Detector, weights: torch.Tensor | None = None,
                          background: torch.Tensor | None = None) -> torch.Tensor:
     """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes
     (P, K, K) at windows of the object (O, S, Ny, Nx) with corners ``top_left`` (B, 2), each
     probe shifted by its sub-pixel rest (Fourier multipliers ``ramps`` (B, K, K), or None) and
-    detected by ``detector`` (near field: the image shifted back by the same rest), times the
-    optional ``weights`` (B,) plus the optional ``background`` (K, K). Differentiable by autograd."""
+    detected by ``detector`` (near field: the image shifted back by the same rest; its blur),
+    times the ``weights`` (B,) plus the ``background`` (K, K), both optional. Differentiable."""
     probes = ProbeShift(ramps).forward(probe)
     waves = Multislice(propagator).forward(probes, extract_patches(obj, top_left, probe.shape[-1]))
-    return detector_response(summed_intensity(Detect(detector, ramps).forward(waves)), weights, background)
+    detect = Detect(detector, ramps)
+    return detector_response(detect.intensity(detect.forward(waves)), weights, background)
 
 
 # ------------------------------------------------------------------ stage 5: the data fidelity

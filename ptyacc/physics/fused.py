@@ -24,7 +24,6 @@ from ptyacc.physics.chain import (
     detector_response,
     intensity_loss_terms,
     loss_from_intensities,
-    summed_intensity,
 )
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
@@ -45,7 +44,8 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 (``tilted_propagator``), else None. Differentiable (tilt, slice thickness).
     measured:   (B, K, K) intensities, unshifted layout.
     chunk:      patterns per chunk; default: a chunk's waves fill CHUNK_BYTES.
-    detector:   near-field propagation and bad-pixel mask (``Detector``); default far field, all pixels.
+    detector:   near-field propagation, bad-pixel mask and point spread (``Detector``; its blur variance is
+                differentiable); default far field, all pixels, no blur.
     weights:    (B,) real intensity factor of each pattern (differentiable), or None.
     background: (K, K) real intensity added to every pattern, unshifted (differentiable), or None.
     terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
@@ -53,14 +53,15 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     if chunk is None:
         per_pattern = probe.shape[0] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
+    detector = detector or Detector()
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector or Detector(), terms)
+                             detector, terms, detector.blur_variance_px2)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
-                terms):
+                terms, blur_variance):
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
         grad_propagator = torch.zeros_like(propagator) if ctx.needs_input_grad[6] else None
@@ -75,6 +76,7 @@ class _PtychoLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=measured.dtype, device=measured.device)
         grad_weights = torch.empty_like(weights) if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
+        grad_blur = torch.zeros_like(blur_variance) if ctx.needs_input_grad[12] else None
         for start in range(0, top_left.shape[0], chunk):
             # one chunk while its waves are in cache: each stage's forward, the data fidelity's
             # gradient in the detector field, then each stage's vjp in reverse order
@@ -88,9 +90,14 @@ class _PtychoLoss(torch.autograd.Function):
             windows = patches.forward(obj)  # (C, O, S, K, K)
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
-            loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured[part], kind,
+            coherent = detect.intensity(far)  # summed over the modes, blurred by the point spread
+            loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind,
                                                  weights[part] if weights is not None else None, background,
                                                  detect.mask)
+            if detect.blur is not None:  # factor = 2 dL/d(blurred); the blur is its own adjoint
+                if grad_blur is not None:
+                    grad_blur += 0.5 * detect.blur.variance_vjp(factor, coherent)
+                factor = detect.blur.adjoint(factor)
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
@@ -117,14 +124,14 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background, None,
-                     grad_propagator)
+                     grad_propagator, None, None, None, None, None, grad_blur)
         return total
 
     @staticmethod
     def backward(ctx, grad_loss):
         grads = ctx.grads
         del ctx.grads
-        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 5)
+        return tuple(None if g is None else g * grad_loss for g in grads)
 
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
@@ -132,11 +139,11 @@ def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amp
                    background: torch.Tensor | None = None, ramps: torch.Tensor | None = None) -> torch.Tensor:
     """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
     both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
-    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K);
+    Model intensity: weights (B,) * blur(sum over modes |detector field|^2) + background (K, K);
     ramps (B, K, K): the probes' sub-pixel shifts, undone at a near-field detector (``Detect``)."""
     check_kind(kind)
     detect = Detect(detector or Detector(), ramps)
-    intensity = detector_response(summed_intensity(detect.forward(waves)), weights, background)
+    intensity = detector_response(detect.intensity(detect.forward(waves)), weights, background)
     per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False)
     return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
 

@@ -146,7 +146,9 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                        detector=detector, fit_background=config.model.background,
                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
                        propagation=propagation,
-                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=movable)
+                       scan_affine=config.optim.start.scan_affine is not None, movable_scan=movable,
+                       detector_blur_px=config.model.detector_blur_px,
+                       refine_detector_blur=config.optim.start.detector_blur is not None)
 
 
 def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pattern: torch.Tensor | None,

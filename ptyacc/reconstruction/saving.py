@@ -82,6 +82,8 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
+    if model.detector_blur_px() is not None:
+        attrs["detector_blur_px"] = model.detector_blur_px()
     return results
 
 
