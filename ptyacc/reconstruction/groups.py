@@ -141,8 +141,7 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
                                      after_iteration=lambda: zero_mean(model.position_offsets)))
     groups += slice_groups(config, model)
-    blur = model.detector_blur_variance  # px^2, kept >= 0
-    if isinstance(blur, torch.nn.Parameter):
+    if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
         groups.append(ParameterGroup("detector_blur", [blur], opt.lr.detector_blur, start.detector_blur,
                                      after_step=lambda: clamp(blur, 0.0, None)))
     detector = [p for p in (model.background, model.intensity_weights) if p is not None]
