@@ -1,0 +1,120 @@
+"""The detector's point spread (``model.detector_blur_px``): the blur against a direct NumPy
+convolution, the fused loss's gradients (waves, object, probe, shifts, the blur's variance)
+against autograd and central differences, and the model and config around it."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ptyacc.physics import Detector, exit_waves, extract_patches, far_field_loss, ptycho_loss, shift_ramp
+from ptyacc.physics.detector_blur import DetectorBlur, blur_transfer
+from tests.test_fused import problem, random_complex
+
+
+def discrete_gaussian(variance, reach):
+    """exp(-v) I_n(v) for n = -reach .. reach, I_n by its power series (NumPy only)."""
+    def bessel_i(n, x):
+        return sum((x / 2) ** (2 * m + n) / (math.factorial(m) * math.factorial(m + n)) for m in range(60))
+    return np.array([math.exp(-variance) * bessel_i(abs(n), variance) for n in range(-reach, reach + 1)])
+
+
+def direct_blur(images, variance, reach=16):
+    """(B, K, K) images convolved periodically, pixel by pixel, with the separable kernel."""
+    taps = discrete_gaussian(variance, reach)
+    out = np.zeros_like(images)
+    for dy in range(-reach, reach + 1):
+        for dx in range(-reach, reach + 1):
+            out += taps[dy + reach] * taps[dx + reach] * np.roll(images, (dy, dx), axis=(-2, -1))
+    return out
+
+
+@pytest.mark.parametrize("sigma", [0.3, 0.6, 1.2])
+def test_blur_is_the_direct_convolution_with_the_discrete_gaussian(sigma):
+    rng = np.random.default_rng(1)
+    images = rng.random((3, 12, 12)) ** 4  # a few bright pixels on a dark ground
+    got = DetectorBlur(torch.tensor(sigma ** 2, dtype=torch.float64))(torch.from_numpy(images)).numpy()
+    np.testing.assert_allclose(got, direct_blur(images, sigma ** 2), atol=1e-12)
+    taps = discrete_gaussian(sigma ** 2, 16)
+    offsets = np.arange(-16, 17)
+    assert taps.min() > 0 and taps.sum() == pytest.approx(1.0)
+    assert (taps * offsets ** 2).sum() == pytest.approx(sigma ** 2)  # its variance is v
+    assert got.min() >= -1e-15 and got.sum() == pytest.approx(images.sum())  # positive, counts kept
+
+
+def test_blur_is_self_adjoint_and_near_the_continuous_gaussian_at_low_frequencies():
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(2, 4, 10, 10, generator=g, dtype=torch.float64)
+    blur = DetectorBlur(torch.tensor(0.5, dtype=torch.float64))
+    assert float((blur(x) * y).sum()) == pytest.approx(float((x * blur.adjoint(y)).sum()), rel=1e-13)
+    transfer = blur_transfer(64, torch.tensor(0.36, dtype=torch.float64))
+    f = torch.fft.fftfreq(64, dtype=torch.float64)
+    continuous = torch.exp(-2 * math.pi ** 2 * 0.36 * (f[:, None] ** 2 + f[None, :33] ** 2))
+    low = slice(0, 4)
+    torch.testing.assert_close(transfer[low, low], continuous[low, low], rtol=2e-3, atol=0)
+
+
+def blurred_reference(probe, obj, top_left, fraction, propagator, measured, kind, detector, weights, background):
+    """The loss through the separately tested chain and the blur, differentiated by autograd."""
+    k = probe.shape[-1]
+    ramps = shift_ramp(fraction, k)
+    probes = torch.fft.ifft2(torch.fft.fft2(probe)[None] * ramps[:, None])
+    waves = exit_waves(probes, extract_patches(obj, top_left, k), propagator)
+    return far_field_loss(waves, measured, kind, detector, weights, background, ramps)
+
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("near_field", [False, True])
+@pytest.mark.parametrize("variance", [0.0, 0.4])
+def test_fused_blur_matches_autograd(kind, near_field, variance):
+    """With the blur, a mask, weights and a background, far and near field: the value and every
+    gradient (probe, object, shifts, weights, background, the blur's variance) equal autograd's,
+    for any chunking; at variance 0 the variance's gradient is not zero (a blur can start from none)."""
+    probe, obj, top_left, fraction, propagator, measured = problem(2, 2, 1, True, seed=5, batch=5)
+    g = torch.Generator().manual_seed(6)
+    near = torch.exp(2j * torch.pi * torch.rand(6, 6, generator=g, dtype=torch.float64)) if near_field else None
+    mask = (torch.rand(6, 6, generator=g) > 0.2).double()
+    weights = (1 + 0.1 * torch.rand(5, generator=g, dtype=torch.float64)).requires_grad_()
+    background = (0.1 * torch.rand(6, 6, generator=g, dtype=torch.float64)).requires_grad_()
+    blur = torch.tensor(variance, dtype=torch.float64, requires_grad=True)
+    detector = Detector(propagator=near, mask=mask, blur_variance_px2=blur)
+    inputs = (probe, obj, fraction, weights, background, blur)
+    reference = blurred_reference(probe, obj, top_left, fraction, propagator, measured, kind, detector, weights,
+                                  background)
+    reference_grads = torch.autograd.grad(reference, inputs)
+    assert abs(float(reference_grads[-1])) > 1e-3
+    for chunk in (1, 2, 64):
+        ramps = shift_ramp(fraction, 6)
+        fused = ptycho_loss(probe, obj, top_left, ramps, propagator, measured, kind, chunk, detector, weights,
+                            background)
+        assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
+        for mine, theirs in zip(torch.autograd.grad(fused, inputs), reference_grads, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+
+
+def test_fused_blur_gradient_matches_finite_differences():
+    """Directional derivative along the probe, the object and the blur's variance, central differences."""
+    probe, obj, top_left, _, propagator, measured = problem(1, 2, 1, False, seed=8)
+    mask = (torch.rand(6, 6, generator=torch.Generator().manual_seed(2)) > 0.2).double()
+
+    def loss(p, o, variance):
+        return ptycho_loss(p, o, top_left, None, propagator, measured, "amplitude",
+                           detector=Detector(mask=mask, blur_variance_px2=variance))
+
+    variance = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    grads = torch.autograd.grad(loss(probe, obj, variance), (probe, obj, variance))
+    directions = (random_complex(*probe.shape, seed=11), random_complex(*obj.shape, seed=12),
+                  torch.tensor(0.7, dtype=torch.float64))
+    h = 1e-6
+    with torch.no_grad():
+        points = (probe, obj, variance)
+        plus = loss(*(x + h * d for x, d in zip(points, directions, strict=True)))
+        minus = loss(*(x - h * d for x, d in zip(points, directions, strict=True)))
+    numeric = float(plus - minus) / (2 * h)
+    analytic = sum(float((g.conj() * d).real.sum()) for g, d in zip(grads, directions, strict=True))
+    assert analytic == pytest.approx(numeric, rel=1e-6)
+    only_blur = float(grads[2]) * 0.7
+    with torch.no_grad():
+        numeric_blur = float(loss(probe, obj, variance + h * 0.7) - loss(probe, obj, variance - h * 0.7)) / (2 * h)
+    assert only_blur == pytest.approx(numeric_blur, rel=1e-6)
