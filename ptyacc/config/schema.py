@@ -55,6 +55,11 @@ class DataConfig:
         "off", "auto: find dead pixels, hot pixels and dead rows/columns in up to 256 patterns as stored and leave "
                "them out of the loss too (run.log and results.h5 /detector say which); off: only the file's mask.")
     subtract_background: bool = _f(True, "Subtract the file's dark/background frame (CXI) from every pattern.")
+    flat_field: str | None = _f(
+        None, "The detector's gain per pixel (.npy, or HDF5 with flat_field_key), relative to the config file, shaped as "
+              "the patterns are stored: every pattern is divided by it as it is read, before data.transform. Pixels "
+              "without a positive gain are left out of the loss (docs/user-guide.md, 'Detector blur and gain').")
+    flat_field_key: str = _f("flat_field", "The HDF5 dataset of data.flat_field.")
     hold: Literal["auto", "device", "host", "disk"] = _f(
         "auto", "Where the patterns live during the run. device: all on the device (fastest); host: in host memory "
         "(in their stored integer type when they are counts), each step's batch copied to the device, the next "
