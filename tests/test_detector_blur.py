@@ -47,7 +47,7 @@ def test_blur_is_self_adjoint_and_near_the_continuous_gaussian_at_low_frequencie
     g = torch.Generator().manual_seed(3)
     x, y = torch.rand(2, 4, 10, 10, generator=g, dtype=torch.float64)
     blur = DetectorBlur(torch.tensor(0.5, dtype=torch.float64))
-    assert float((blur(x) * y).sum()) == pytest.approx(float((x * blur.adjoint(y)).sum()), rel=1e-13)
+    assert float((blur.convolve(x) * y).sum()) == pytest.approx(float((x * blur.convolve(y)).sum()), rel=1e-13)
     transfer = blur_transfer(64, torch.tensor(0.36, dtype=torch.float64))
     f = torch.fft.fftfreq(64, dtype=torch.float64)
     continuous = torch.exp(-2 * math.pi ** 2 * 0.36 * (f[:, None] ** 2 + f[None, :33] ** 2))
@@ -118,3 +118,17 @@ def test_fused_blur_gradient_matches_finite_differences():
     with torch.no_grad():
         numeric_blur = float(loss(probe, obj, variance + h * 0.7) - loss(probe, obj, variance - h * 0.7)) / (2 * h)
     assert only_blur == pytest.approx(numeric_blur, rel=1e-6)
+
+
+def test_float32_round_off_below_zero_is_clamped_and_the_loss_stays_finite():
+    """A bright disk on a dark ground in float32: the FFT convolution leaves dark pixels below 0
+    by more than the amplitude loss's floor (its square root would be NaN); the blur clamps them."""
+    y, x = torch.meshgrid(torch.arange(48.0), torch.arange(48.0), indexing="ij")
+    disk = torch.fft.ifftshift(100.0 * (((y - 24) ** 2 + (x - 24) ** 2) < 100).float())[None]
+    blur = DetectorBlur(torch.tensor(0.36))
+    assert float(blur.convolve(disk).min()) < -1e-8
+    assert float(blur(disk).min()) == 0.0
+    wave = torch.fft.ifft2(torch.sqrt(disk).to(torch.complex64), norm="ortho")[:, None]
+    variance = torch.tensor(0.0, requires_grad=True)
+    loss = far_field_loss(wave, disk, "amplitude", Detector(blur_variance_px2=variance))
+    assert torch.isfinite(loss) and torch.isfinite(torch.autograd.grad(loss, variance)[0])

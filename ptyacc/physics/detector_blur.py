@@ -20,7 +20,10 @@ transform, and is not zero at v = 0: a blur refined from none starts to move.
 The convolution is periodic (multiplication of the rfft2 spectrum), so in the unshifted layout
 of far-field patterns it is exact (it commutes with the fftshift); on near-field images it wraps
 around their edges, where it mixes at most a few sigma of pixels. A symmetric kernel makes it
-self-adjoint: the adjoint that the hand-written gradient needs is the blur itself.
+self-adjoint: the adjoint that the hand-written gradient needs is the blur itself. A positive
+kernel keeps intensities positive, but the FFTs' float32 round-off leaves dark pixels at about
+-1e-7 of the brightest, below the amplitude loss's floor (1e-8), hence NaN: ``forward`` clamps
+the blurred intensities at 0 (where, as autograd's clamp, it passes no gradient).
 """
 
 from __future__ import annotations
@@ -60,19 +63,26 @@ class DetectorBlur:
         return self._transfers[key]
 
     def forward(self, intensity: torch.Tensor) -> torch.Tensor:
-        """Intensities (B, K, K) real convolved with the point spread (periodically), same shape and dtype."""
-        k = intensity.shape[-1]
-        spectrum = torch.fft.rfft2(intensity) * self.transfer(k, intensity.dtype)
-        return torch.fft.irfft2(spectrum, s=intensity.shape[-2:])
+        """Intensities (B, K, K) real convolved with the point spread (periodically), the round-off
+        below 0 clamped (module docstring); same shape and dtype."""
+        return self.convolve(intensity).clamp_min(0.0)
 
     __call__ = forward
 
-    def adjoint(self, grad: torch.Tensor) -> torch.Tensor:
-        """The gradient (B, K, K) with respect to the intensities before the blur, from the one after it."""
-        return self.forward(grad)
+    def convolve(self, image: torch.Tensor) -> torch.Tensor:
+        """Images (B, K, K) real convolved with the point spread, periodically."""
+        spectrum = torch.fft.rfft2(image) * self.transfer(image.shape[-1], image.dtype)
+        return torch.fft.irfft2(spectrum, s=image.shape[-2:])
+
+    def adjoint(self, grad: torch.Tensor, blurred: torch.Tensor) -> torch.Tensor:
+        """The gradient (B, K, K) with respect to the intensities before the blur, from the one
+        after it and the ``blurred`` intensities: the convolution (its own adjoint) of the gradient,
+        0 where the clamp acted."""
+        return self.convolve(grad * (blurred > 0))
 
     def variance_vjp(self, grad: torch.Tensor, blurred: torch.Tensor) -> torch.Tensor:
         """() the gradient with respect to the variance from the gradient (B, K, K) with respect
         to the ``blurred`` intensities (B, K, K): sum of grad x d blurred / d variance, the latter
-        ``half_laplacian(blurred)`` (d H / d v = (cos 2 pi f_y + cos 2 pi f_x - 2) H)."""
-        return (grad * half_laplacian(blurred)).sum()
+        ``half_laplacian(blurred)`` (d H / d v = (cos 2 pi f_y + cos 2 pi f_x - 2) H), 0 where the
+        clamp acted."""
+        return (grad * (blurred > 0) * half_laplacian(blurred)).sum()

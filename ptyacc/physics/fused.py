@@ -94,10 +94,10 @@ class _PtychoLoss(torch.autograd.Function):
             loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind,
                                                  weights[part] if weights is not None else None, background,
                                                  detect.mask)
-            if detect.blur is not None:  # factor = 2 dL/d(blurred); the blur is its own adjoint
+            if detect.blur is not None:  # factor = 2 dL/d(blurred)
                 if grad_blur is not None:
                     grad_blur += 0.5 * detect.blur.variance_vjp(factor, coherent)
-                factor = detect.blur.adjoint(factor)
+                factor = detect.blur.adjoint(factor, coherent)
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
