@@ -24,6 +24,7 @@ from ptyacc.physics.chain import (
     detector_response,
     intensity_loss_terms,
     loss_from_intensities,
+    summed_intensity,
 )
 
 CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost more in Python overhead than they save
@@ -90,14 +91,16 @@ class _PtychoLoss(torch.autograd.Function):
             windows = patches.forward(obj)  # (C, O, S, K, K)
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
-            coherent = detect.intensity(far)  # summed over the modes, blurred by the point spread
+            coherent, blur_spectrum = summed_intensity(far), None
+            if detect.blur is not None:  # the detector's point spread
+                coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
             loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind,
                                                  weights[part] if weights is not None else None, background,
                                                  detect.mask)
-            if detect.blur is not None:  # factor = 2 dL/d(blurred)
-                if grad_blur is not None:
-                    grad_blur += 0.5 * detect.blur.variance_vjp(factor, coherent)
-                factor = detect.blur.adjoint(factor, coherent)
+            if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
+                factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
+                if grad_v is not None:
+                    grad_blur += 0.5 * grad_v
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
