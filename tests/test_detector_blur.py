@@ -147,3 +147,51 @@ def test_blur_vjp_matches_autograd_for_even_and_odd_sizes(k):
     theirs = torch.autograd.grad(DetectorBlur(variance)(intensity), (intensity, variance), grad)
     torch.testing.assert_close(mine[0], theirs[0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(mine[1], theirs[1], rtol=1e-12, atol=1e-12)
+
+
+def test_blur_refined_from_none_finds_the_independent_simulators_sigma(grid_simulator, tmp_path):
+    """Data blurred by 0.6 px by examples/grid/simulate.py (a Gaussian sampled on the pixels, its
+    own code); ptyacc refines the blur from 0 and ends within 20 % of it, saved in results.h5 and
+    run.log; the blur's variance is a parameter of its own group, in the model's state."""
+    import h5py
+
+    import ptyacc
+    from ptyacc.reconstruction.groups import build_groups
+
+    path = tmp_path / "blurred.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(detector_px=32, scan_shape=(12, 12), scan_step_A=0.5,
+                                                           dose=1e5, defocus_A=60.0, edge_mrad=50.0, seed=3, blur_px=0.6))
+    config = ptyacc.load_config({"data": {"path": str(path)}, "optim": {"iterations": 20, "start": {"detector_blur": 0}},
+                                 "output": {"dir": str(tmp_path / "out"), "figures": False},
+                                 "runtime": {"progress": False}})
+    run = ptyacc.reconstruct(config)
+    sigma = run.model.detector_blur_px()
+    assert sigma == pytest.approx(0.6, rel=0.2)
+    with h5py.File(tmp_path / "out" / "results.h5") as f:
+        assert f.attrs["detector_blur_px"] == pytest.approx(sigma)
+    assert f"detector blur: sigma {sigma:.3f} px (refined from 0 px)" in (tmp_path / "out" / "run.log").read_text()
+    assert isinstance(run.model.detector_blur_variance, torch.nn.Parameter)
+    assert "detector_blur_variance" in run.model.state_dict()
+    groups = build_groups(config, run.model, torch.device("cpu"))
+    assert [g.params for g in groups if g.name == "detector_blur"] == [[run.model.detector_blur_variance]]
+
+
+def test_model_without_blur_has_none_and_a_fixed_blur_is_a_buffer():
+    """Off (the default): no blur in the detector, nothing in the state (the run is the same as
+    before the blur existed); given but not refined: a buffer the optimizers never see."""
+    import numpy as np
+
+    from ptyacc.physics.geometry import ObjectGeometry
+    from ptyacc.reconstruction.model import PtychoModel
+
+    geometry = ObjectGeometry.around(np.array([[0.0, 0.0], [1.0, 1.0]]), 0.5, 8)
+    probe = torch.ones(1, 8, 8, dtype=torch.complex64)
+    off = PtychoModel(probe, geometry)
+    assert off.detector().blur_variance_px2 is None and off.detector_blur_px() is None
+    assert not any("blur" in name for name in off.state_dict())
+    fixed = PtychoModel(probe, geometry, detector_blur_px=0.5)
+    assert float(fixed.detector().blur_variance_px2) == pytest.approx(0.25)
+    assert "detector_blur_variance" in dict(fixed.named_buffers())
+    assert not any("blur" in name for name, _ in fixed.named_parameters())
+    refined = PtychoModel(probe, geometry, refine_detector_blur=True)
+    assert refined.detector_blur_px() == 0.0 and "detector_blur_variance" in dict(refined.named_parameters())

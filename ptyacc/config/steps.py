@@ -27,7 +27,7 @@ class LearningRates:
     tilt: float = _f(0.1, "Tilt step size in mrad.")
     slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
     scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
-    detector_blur: float = _f(0.01, "Step size of the detector blur's variance (sigma squared) in px^2.")
+    detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
