@@ -195,3 +195,25 @@ def test_model_without_blur_has_none_and_a_fixed_blur_is_a_buffer():
     assert not any("blur" in name for name, _ in fixed.named_parameters())
     refined = PtychoModel(probe, geometry, refine_detector_blur=True)
     assert refined.detector_blur_px() == 0.0 and "detector_blur_variance" in dict(refined.named_parameters())
+
+
+@pytest.mark.slow
+def test_refined_blur_is_the_same_on_one_and_two_processes(grid_simulator, tmp_path):
+    """The blur's variance is a parameter like the others: DDP sums its gradient, and 2 processes
+    end where 1 does (to float rounding)."""
+    import h5py
+    from test_distributed import launch_configs
+
+    grid_simulator.write(str(tmp_path / "blurred.h5"), grid_simulator.Setting(
+        detector_px=32, scan_shape=(10, 10), scan_step_A=0.5, dose=1e5, defocus_A=60.0, edge_mrad=50.0, seed=4,
+        blur_px=0.6))
+    config = {"data": {"path": str(tmp_path / "blurred.h5")}, "runtime": {"progress": False},
+              "optim": {"iterations": 4, "batch_size": 16, "start": {"detector_blur": 0}}, "output": {"figures": False}}
+    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
+    found = {}
+    for name, out in outs.items():
+        with h5py.File(out / "results" / "results.h5") as f:
+            found[name] = (float(f.attrs["detector_blur_px"]), f["object"][()])
+    (sigma_one, object_one), (sigma_two, object_two) = found["p1"], found["p2"]
+    assert sigma_one > 0.2 and abs(sigma_one - sigma_two) < 1e-4
+    assert np.abs(object_one - object_two).max() < 1e-4
