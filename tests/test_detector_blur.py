@@ -217,3 +217,33 @@ def test_refined_blur_is_the_same_on_one_and_two_processes(grid_simulator, tmp_p
     (sigma_one, object_one), (sigma_two, object_two) = found["p1"], found["p2"]
     assert sigma_one > 0.2 and abs(sigma_one - sigma_two) < 1e-4
     assert np.abs(object_one - object_two).max() < 1e-4
+
+
+def test_a_resumed_run_continues_the_refined_blur(tmp_path):
+    """The blur's variance and its Adam state are in the checkpoint: stopped after 3 of 6 iterations
+    and resumed, the run ends where the uninterrupted one does."""
+    import dataclasses
+
+    import h5py
+
+    import ptyacc
+    from tests.conftest import tiny_config
+
+    def config(folder):
+        raw = tiny_config(folder, optim={"iterations": 6, "start": {"detector_blur": 0}},
+                          model={"detector_blur_px": 0.5}, output={"dir": str(folder / "out"), "figures": False})
+        loaded = ptyacc.load_config(raw)
+        return dataclasses.replace(loaded, output=dataclasses.replace(loaded.output, checkpoint_every=3))
+
+    whole = config(tmp_path / "whole")
+    ptyacc.reconstruct(whole)
+    cut = config(tmp_path / "cut")
+    ptyacc.reconstruct(cut)
+    out = tmp_path / "cut" / "out"
+    (out / "checkpoints" / "ckpt_000006.pt").unlink()
+    (out / "results.h5").unlink()
+    ptyacc.reconstruct(cut, resume=True)
+    with h5py.File(tmp_path / "whole" / "out" / "results.h5") as a, h5py.File(out / "results.h5") as b:
+        assert a.attrs["detector_blur_px"] != pytest.approx(0.5, abs=1e-3)  # it moved
+        assert b.attrs["detector_blur_px"] == pytest.approx(a.attrs["detector_blur_px"], abs=1e-6)
+        np.testing.assert_allclose(b["object"][()], a["object"][()], atol=1e-5)
