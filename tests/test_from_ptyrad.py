@@ -140,7 +140,7 @@ def test_a_params_file_with_flips_crop_affine_and_tilts_maps_each_value(in_tmp):
     assert e.scan_step_A == pytest.approx(0.9 * 1.02) and e.scan_rotation_deg == -12.0
     assert e.tilt_mrad == [-1.5, 2.0]
     assert (m.probe_modes, m.probe_mode_power, m.slices, m.slice_thickness_A) == (3, 0.05, 3, 4.0)
-    assert m.object_amplitude_bounds == [0.9, 1.1]
+    assert m.object_amplitude_bounds == [0.9, 1.1] and m.detector_blur_px == 0.6  # PtyRAD's detector_blur_std
     assert m.recenter.probe_mask_mrad == pytest.approx(0.3 * 28 * e.dk_invA / 2 * wavelength * 1e3, rel=1e-3)
     assert (o.start.object, o.start.probe, o.start.positions, o.start.tilt, o.start.slice_thickness) == (0, 1, 2, 4, 5)
     assert (o.lr.positions, o.lr.tilt, o.lr.slice_thickness) == (1e-3, 0.02, pytest.approx(0.1 / 4))

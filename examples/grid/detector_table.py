@@ -1,7 +1,8 @@
 """The README's "Real data" table: one case of the independent simulator with a detector's and a
 microscope's effects (simulate.py), reconstructed by ptyacc at 20 iterations with the file's nominal
 values only, with each measurement from the data added in turn, and with the true positions and
-flips; the phase NCC with the truth after the best sub-pixel shift, one JSON line per row.
+flips (each also with the detector's blur refined from none); the phase NCC with the truth after the best
+sub-pixel shift and the blur found, one JSON line per row.
 
     python examples/grid/detector_table.py WORKDIR
 """
@@ -25,8 +26,14 @@ ROWS = {
     "+ orientation, scan_rotation_deg": {"data": {"bad_pixels": "auto", "transform": {"orientation": "auto"}},
                                          "experiment": {"scan_rotation_deg": "auto"}},
     "+ descan (every auto)": {"data": AUTOS, "experiment": {"scan_rotation_deg": "auto"}},
+    "+ detector blur refined (what ptyacc init writes)": {"data": AUTOS, "experiment": {"scan_rotation_deg": "auto"},
+                                                          "optim": {"start": {"detector_blur": 0}}},
     "true positions and flips": {"data": {"bad_pixels": "auto", "transform": {"transpose": True, "descan": "auto"}},
                                  "experiment": {"positions": {"path": "true_positions.h5", "key": "positions_A"}}},
+    "true positions and flips, blur refined": {
+        "data": {"bad_pixels": "auto", "transform": {"transpose": True, "descan": "auto"}},
+        "experiment": {"positions": {"path": "true_positions.h5", "key": "positions_A"}},
+        "optim": {"start": {"detector_blur": 0}}},
 }
 SETTING = simulate.Setting(detector_px=48, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=60.0, edge_mrad=50.0,
                            seed=5, scan_rotation_deg=9.0, transpose=True, descan_offset_px=(0.3, -0.2),
@@ -56,7 +63,8 @@ def main(work: Path) -> None:
         rec = ptyacc.reconstruct(ptyacc.load_config(config), write=False)
         offset = positions.mean(0) - np.asarray(rec.results.initial_positions_A).mean(0)  # the run's frame to the truth's
         found = packages.score(rec.results.phase, np.asarray(rec.results.origin_A) + offset, dx, positions, truth)
-        print(json.dumps({"row": name, **found, "s": round(time.time() - started, 1)}), flush=True)
+        print(json.dumps({"row": name, **found, "blur_px": rec.model.detector_blur_px(), "s": round(time.time() - started, 1)}),
+              flush=True)
 
 
 if __name__ == "__main__":

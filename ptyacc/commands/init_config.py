@@ -63,7 +63,10 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
         lines += [f"  probe_modes: {modes}   # as many as the file's probe holds"] if modes > 1 else []
     batch = int(np.clip(n // 20, 4, 64))
     lines += ["optim:", "  iterations: 20", f"  batch_size: {batch}   # suggested for {n} positions: about 20 steps "
-              "per iteration", "output:", f"  dir: results/{data_path.stem}"]
+              "per iteration"]
+    if not xray:
+        lines.append("  start: {detector_blur: 0}   # the detector's blur (model.detector_blur_px) refined from none")
+    lines += ["output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
 
 

@@ -31,10 +31,11 @@ class LearningRates:
                                       "model.probe_variation: a beam current that fluctuates).")
     probe_variation: float = _f(3e-2, "Step size of the eigen-probes (relative to the probe's peak amplitude) and of "
                                       "their weights per position (model.probe_variation).")
+    detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_amplitude", "probe_variation"):
+                     "probe_amplitude", "probe_variation", "detector_blur"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -56,6 +57,9 @@ class StartIterations:
         None, "First iteration that refines a global affine distortion of the scan (scale, rotation, shear, "
               "asymmetry about the scan's centre: drift, a miscalibrated step); with it the mean position "
               "correction is kept at zero. Start it with or before positions. null = off.")
+    detector_blur: int | None = _f(
+        None, "First iteration that refines the detector blur (model.detector_blur_px, from its value there, 0 "
+              "included); null = fixed at that value.")
 
     probe_variation: int | Literal["probe"] | None = _f(
         "probe", "First iteration that updates the eigen-probes, their weights and the main mode's amplitude per "
@@ -63,7 +67,7 @@ class StartIterations:
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_variation"):
+                     "probe_variation", "detector_blur"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")

@@ -19,6 +19,7 @@ from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.descan import Descanned, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
+from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation
 from ptyacc.data.positions import raster_positions_A
@@ -71,7 +72,10 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         rotation_auto = experiment.scan_rotation_deg == "auto"
         calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
                                 facts, data.scan_shape)
-        file_mask, bad = info.mask if data.use_mask else None, Measured()
+        file_mask, bad, gain = info.mask if data.use_mask else None, Measured(), None
+        if data.flat_field is not None:  # its pixels without a usable gain are left out, as bad ones
+            gain, usable = read_flat_field(config.resolve_input(data.flat_field), data.flat_field_key, info.shape[-2:])
+            file_mask = usable if file_mask is None else np.asarray(file_mask, dtype=bool) & usable
         if data.bad_pixels == "auto":
             file_mask, bad = _without_bad_pixels(data, source, file_mask, len(calibration.positions_A))
         transform, turned = data.transform, Measured()
@@ -84,7 +88,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
         shape = prep.shape
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
-                                      info.background if data.subtract_background else None)
+                                      info.background if data.subtract_background else None, gain)
         mask = prep.mask(file_mask)
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk

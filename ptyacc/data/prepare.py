@@ -2,7 +2,8 @@
 
 Order (``data.transform`` and the ``data`` policies), on each chunk (c, ky, kx) as stored:
 
-1. subtract the file's dark/background frame (``data.subtract_background``)
+1. subtract the file's dark/background frame (``data.subtract_background``), then divide by the
+   detector's gain (``data.flat_field``, ``flat_field.py``)
 2. crop to ``crop`` x ``crop`` pixels, centred on the stored zero frequency (ky // 2, kx // 2)
    or starting at ``crop_offset`` [row, col] of the stored pattern
 3. NaN/Inf and negative values (``data.nonfinite``, ``data.negative``), pixel by pixel
@@ -184,16 +185,20 @@ def orientation_from_basis(basis_vectors: object, source: str) -> dict[str, bool
 
 
 def pattern_preparation(prep: Preparation, source: str, nonfinite: str = "error", negative: str = "clip",
-                        background: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
+                        background: np.ndarray | None = None,
+                        gain_factor: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """The per-chunk preparation (float32 (c, ky, kx) as stored -> (c, K, K) prepared) in the
     order of the module docstring; ``nonfinite`` and ``negative`` as ``data.nonfinite`` and
-    ``data.negative``."""
+    ``data.negative``; ``gain_factor`` (ky, kx) as stored, 1 / gain (``flat_field.read_flat_field``)."""
     cropped_background = None if background is None else prep.crop(background[None])[0]
+    cropped_gain = None if gain_factor is None else prep.crop(gain_factor[None])[0]
 
     def prepare(chunk: np.ndarray) -> np.ndarray:
         chunk = prep.crop(chunk)  # a view: the caller's chunk is never changed in place
         if cropped_background is not None:
             chunk = chunk - cropped_background
+        if cropped_gain is not None:
+            chunk = chunk * cropped_gain
         bad = ~np.isfinite(chunk)
         if bad.any():
             if nonfinite == "error":

@@ -239,6 +239,9 @@ def _model(p: Params, out: Conversion) -> None:
     if occupancy and occupancy.get("occu_type", "uniform") != "uniform":
         out.unmapped.append(("init_params.obj_omode_init_occu", occupancy, "ptyacc's object modes are equal"))
     out.set("model.slices", int(p.need("init_params.obj_Nlayer")))
+    blur = p.take("model_params.detector_blur_std")  # PtyRAD's Gaussian blur of the model's patterns, std in px
+    if blur:
+        out.set("model.detector_blur_px", float(blur))
     out.set("model.slice_thickness_A", float(p.need("init_params.obj_slice_thickness")))
     tilts = p.take("init_params.tilt_params")
     source = p.take("init_params.tilt_source")

@@ -66,7 +66,6 @@ REASONS: dict[str, str] = {
     "pos_recenter": "ptyacc keeps the mean position correction at zero with optim.start.scan_affine",
     "tilt_smooth": "ptyacc smooths per-position tilts over model.tilt_smoothing_A (Å)",
     "probe_mask_r": "no ptyacc counterpart (model.recenter.probe_mask_mrad masks in k)",
-    "model_params.detector_blur_std": "no ptyacc counterpart (model.background fits a detector background)",
     "model_params.preload_data": "data.hold chooses where the patterns live",
     "model_params.scheduler_params": "ptyacc's learning rates fall along a cosine to optim.lr_final_fraction",
     "hypertune_params": "`ptyacc tune` has its own search (the tune: section)",

@@ -1,29 +1,30 @@
-"""The forward chain, probe shift -> object patches -> multislice -> detection -> data fidelity,
-in one place: its stages, each with its forward and its adjoint, and ``detected_intensities``,
-the chain's forward for prediction, simulation and the saved mean pattern. The training loss
-``ptycho_loss`` (fused.py) runs the same stages' forward and backward in chunks.
+"""The forward chain, probe shift -> object patches -> multislice -> detection -> data fidelity, in one
+place: its stages, each with its forward and its adjoint, and ``detected_intensities``, the chain's
+forward for prediction, simulation and the saved mean pattern. The training loss ``ptycho_loss``
+(fused.py) runs the same stages' forward and backward in chunks.
 
 Stage 1, ``ProbeShift``: the probe modes moved to each position's sub-pixel rest.
 Stage 2, ``Patches``: the object's windows under the probe at each position.
 Stage 3, ``Multislice``: multislice exit waves with incoherent probe and object modes.
-Stage 4, ``Detect``: exit waves to the field at the detector (far or near field), intensities
-summed over the modes, and the detector's response (gain per pattern, background:
-``detector_response``).
-Stage 5, the data fidelity: how well intensities fit measured ones, for training and for
-evaluation. Losses are SUMS over the given patterns; the caller divides by the global batch size.
+Stage 4, ``Detect``: exit waves to the field at the detector (far or near field), intensities summed over
+the modes and blurred by its point spread (``DetectorBlur``, detector_blur.py), and the detector's
+response (gain per pattern, background: ``detector_response``).
+Stage 5, the data fidelity: how well intensities fit measured ones, for training and for evaluation.
+Losses are SUMS over the given patterns; the caller divides by the global batch size.
 - amplitude: sum over pixels of (sqrt(I) - sqrt(M))^2 (Gaussian noise on amplitudes)
 - poisson:   sum over pixels of I - M log(I) (Poisson negative log-likelihood, data term dropped)
-with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISSON_FLOOR), and M
-the measured one, over the pixels of the detector's mask. Each formula is written once (``detector_response``,
-``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss
-(``intensity_loss_terms``, which also gives the gradients of the gain and the background), the
-autograd reference (``loss_from_intensities``; ``far_field_loss`` in fused.py) and the Poisson
-deviance of the final model (``deviance_sums``).
+with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISSON_FLOOR), and M the
+measured one, over the pixels of the detector's mask. Each formula is written once (``detector_response``,
+``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss (``intensity_loss_terms``,
+which also gives the gradients of the gain and the background), the autograd reference
+(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the deviance of the final model (``deviance_sums``).
 """
 
 from dataclasses import dataclass
 
 import torch
+
+from ptyacc.physics.detector_blur import DetectorBlur
 
 EPS = 1e-8
 # Counts added to the model intensity in the Poisson loss: a pixel the model leaves dark where counts
@@ -38,12 +39,11 @@ TINY = 1e-30  # floor of the intensities whose logarithm the deviance takes
 # ------------------------------------------------------------------ stage 1: probe shift
 
 class ProbeShift:
-    """Probe modes (P, K, K) moved by each position's sub-pixel shift:
-    probes (B, P, K, K) = ifft2(fft2(probe) * ramps[:, None]), with ``ramps`` (B, K, K) the
-    Fourier multipliers of ``shift_ramp``; without ramps the probe itself as (1, P, K, K),
-    shared by the whole batch. Linear in the probe (``adjoint``) and in the ramps
-    (``ramps_adjoint``: what the gradient with respect to the positions needs). A probe per
-    position (B, P, K, K) (``probe_variation``) is shifted alike; its adjoints keep the batch axis.
+    """Probe modes (P, K, K) moved by each position's sub-pixel shift: probes (B, P, K, K) = ifft2(fft2(probe) *
+    ramps[:, None]), with ``ramps`` (B, K, K) the Fourier multipliers of ``shift_ramp``; without ramps the probe
+    itself as (1, P, K, K), shared by the whole batch. Linear in the probe (``adjoint``) and in the ramps
+    (``ramps_adjoint``: what the gradient with respect to the positions needs). A probe per position
+    (B, P, K, K) (``probe_variation``, scans) is shifted alike; its adjoints keep the batch axis.
 
     The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
     chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
@@ -89,7 +89,6 @@ class ProbeShift:
 
 
 # ------------------------------------------------------------------ stage 2: patches
-
 class Patches:
     """Windows (B, ..., size, size) of an image (..., Ny, Nx) whose pixel [0, 0] sits at
     ``top_left`` (B, 2) integer (row, column), inside the image. ``forward`` indexes a strided
@@ -142,7 +141,6 @@ class _ExtractPatches(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------ stage 4: detection (before stage 3, which uses it)
-
 @dataclass
 class Detector:
     """How exit waves become measured intensities, beyond the far-field FFT.
@@ -150,18 +148,18 @@ class Detector:
     propagator: (K, K) complex, unshifted: near-field detection, the detector field is
         ifft2(fft2(wave) * propagator) instead of fft2(wave) (both orthonormal).
     mask:       (K, K) float, unshifted: 1 for pixels that count in the loss, 0 for bad ones.
+    blur_variance_px2: () real, the point spread's variance (``DetectorBlur``), or None for none.
 
-    A near-field image stays with the beam while the sample moves. The model puts each probe
-    window on the object's pixel grid and shifts the probe by the sub-pixel rest s (Fourier
-    multipliers ``ramps`` (B, K, K) from ``shift_ramp``), so the image of that window must be
-    shifted back by -s to land on the detector's pixels; otherwise the beam's own fringes jitter
-    by up to half a pixel from pattern to pattern. ``Detect`` folds that shift back into the
-    propagator, at no extra FFT. In the far field such a shift is a phase ramp that leaves the
-    intensity unchanged, so there the ramps are ignored.
-    """
+    A near-field image stays with the beam while the sample moves. The model puts each probe window on
+    the object's pixel grid and shifts the probe by the sub-pixel rest s (Fourier multipliers ``ramps``
+    (B, K, K) from ``shift_ramp``), so the image of that window must be shifted back by -s to land on the
+    detector's pixels; otherwise the beam's own fringes jitter by up to half a pixel from pattern to
+    pattern. ``Detect`` folds that shift back into the propagator, at no extra FFT. In the far field such
+    a shift is a phase ramp that leaves the intensity unchanged, so there the ramps are ignored."""
 
     propagator: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+    blur_variance_px2: torch.Tensor | None = None
 
     def field(self, waves: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
         """``Detect(self, ramps).forward(waves)``."""
@@ -177,22 +175,25 @@ class Detect:
     pixels: fft2 (orthonormal) in the far field; F* T F in the near field, with F the
     orthonormal fft2 and the transfer function T = propagator * conj(ramps) (B, K, K), which
     also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
-    ``adjoint`` is the inverse. ``mask`` is the detector's, for the data fidelity."""
+    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's."""
 
     def __init__(self, detector: Detector, ramps: torch.Tensor | None = None) -> None:
         self.mask = detector.mask
+        self.blur = DetectorBlur(detector.blur_variance_px2) if detector.blur_variance_px2 is not None else None
         self.ramps = ramps if detector.propagator is not None else None
-        if detector.propagator is None:
-            self.transfer = None
-        else:
-            self.transfer = detector.propagator if ramps is None else ramps.conj() * detector.propagator
+        self.transfer = None if detector.propagator is None else (
+            detector.propagator if ramps is None else ramps.conj() * detector.propagator)
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         return self.forward_with_spectrum(waves)[0]
 
+    def intensity(self, field: torch.Tensor) -> torch.Tensor:
+        """(B, K, K): the detector ``field``'s intensity summed over the modes, blurred by the point spread."""
+        return summed_intensity(field) if self.blur is None else self.blur(summed_intensity(field))
+
     def forward_with_spectrum(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the
-        gradient with respect to the ramps (None in the far field)."""
+        """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the gradient with
+        respect to the ramps (None in the far field)."""
         far = torch.fft.fft2(waves, norm="ortho")
         if self.transfer is None:
             return far, None
@@ -227,9 +228,9 @@ class Detect:
 
 
 def summed_intensity(far: torch.Tensor) -> torch.Tensor:
-    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K).
-    re^2 + im^2 gives a contiguous result several times faster on CPU than abs()**2, squaring
-    view_as_real, or reducing a strided real view; a single mode skips the reduction."""
+    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K). re^2 + im^2 gives
+    a contiguous result several times faster on CPU than abs()**2, squaring view_as_real, or reducing a strided
+    real view; a single mode skips the reduction."""
     power = far.real.square() + far.imag.square()
     power = power.reshape(far.shape[0], -1, *far.shape[-2:])
     return power[:, 0] if power.shape[1] == 1 else power.sum(1)
@@ -242,7 +243,6 @@ def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.
 
 
 # ------------------------------------------------------------------ stage 3: multislice
-
 def transmission(amplitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
     """Complex transmission amplitude * exp(i phase) from two real tensors of any shape."""
     return torch.polar(amplitude, phase)
@@ -347,7 +347,6 @@ def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
 
 
 # ------------------------------------------------------------------ the chain
-
 def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                          propagator: torch.Tensor | None, detector: Detector, weights: torch.Tensor | None = None,
                          background: torch.Tensor | None = None) -> torch.Tensor:
@@ -355,10 +354,11 @@ def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch
     (or (B, P, K, K), a probe per position) at windows of the object (O, S, Ny, Nx) with corners
     ``top_left`` (B, 2), each probe shifted by its sub-pixel rest (Fourier multipliers ``ramps``
     (B, K, K), or None) and detected by ``detector`` (near field: the image shifted back by the same
-    rest), times the optional ``weights`` (B,) plus the optional ``background`` (K, K). Autograd."""
+    rest; its blur), times the ``weights`` (B,) plus the ``background`` (K, K), both optional. Autograd."""
     probes = ProbeShift(ramps).forward(probe)
     waves = Multislice(propagator).forward(probes, extract_patches(obj, top_left, probe.shape[-1]))
-    return detector_response(summed_intensity(Detect(detector, ramps).forward(waves)), weights, background)
+    detect = Detect(detector, ramps)
+    return detector_response(detect.intensity(detect.forward(waves)), weights, background)
 
 
 # ------------------------------------------------------------------ stage 5: the data fidelity

@@ -46,7 +46,8 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 (``tilted_propagator``), else None. Differentiable (tilt, slice thickness).
     measured:   (B, K, K) intensities, unshifted layout.
     chunk:      patterns per chunk; default: a chunk's waves fill CHUNK_BYTES.
-    detector:   near-field propagation and bad-pixel mask (``Detector``); default far field, all pixels.
+    detector:   near-field propagation, bad-pixel mask and point spread (``Detector``; its blur variance is
+                differentiable); default far field, all pixels, no blur.
     weights:    (B,) real intensity factor of each pattern (differentiable), or None.
     background: (K, K) real intensity added to every pattern, unshifted (differentiable), or None.
     terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
@@ -54,14 +55,15 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     if chunk is None:
         per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
+    detector = detector or Detector()
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector or Detector(), terms)
+                             detector, terms, detector.blur_variance_px2)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
-                terms):
+                terms, blur_variance):
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
         per_probe = probe.dim() == 4  # a probe per position (B, P, K, K)
@@ -77,6 +79,7 @@ class _PtychoLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=measured.dtype, device=measured.device)
         grad_weights = torch.empty_like(weights) if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
+        grad_blur = torch.zeros_like(blur_variance) if ctx.needs_input_grad[12] else None
         for start in range(0, top_left.shape[0], chunk):
             # one chunk while its waves are in cache: each stage's forward, the data fidelity's
             # gradient in the detector field, then each stage's vjp in reverse order
@@ -93,9 +96,16 @@ class _PtychoLoss(torch.autograd.Function):
             windows = patches.forward(obj)  # (C, O, S, K, K)
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
-            loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured[part], kind,
+            coherent, blur_spectrum = summed_intensity(far), None
+            if detect.blur is not None:  # the detector's point spread
+                coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
+            loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind,
                                                  weights[part] if weights is not None else None, background,
                                                  detect.mask)
+            if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
+                factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
+                if grad_v is not None:
+                    grad_blur += 0.5 * grad_v
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
@@ -129,14 +139,14 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background, None,
-                     grad_propagator)
+                     grad_propagator, None, None, None, None, None, grad_blur)
         return total
 
     @staticmethod
     def backward(ctx, grad_loss):
         grads = ctx.grads
         del ctx.grads
-        return (*(None if g is None else g * grad_loss for g in grads), *[None] * 5)
+        return tuple(None if g is None else g * grad_loss for g in grads)
 
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
@@ -144,11 +154,11 @@ def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amp
                    background: torch.Tensor | None = None, ramps: torch.Tensor | None = None) -> torch.Tensor:
     """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
     both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
-    Model intensity: weights (B,) * sum over modes |detector field|^2 + background (K, K);
+    Model intensity: weights (B,) * blur(sum over modes |detector field|^2) + background (K, K);
     ramps (B, K, K): the probes' sub-pixel shifts, undone at a near-field detector (``Detect``)."""
     check_kind(kind)
     detect = Detect(detector or Detector(), ramps)
-    intensity = detector_response(summed_intensity(detect.forward(waves)), weights, background)
+    intensity = detector_response(detect.intensity(detect.forward(waves)), weights, background)
     per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False)
     return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
 

@@ -282,6 +282,10 @@ class Reconstructor:
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
         results = self.saver.save(history, figures=config.output.figures)
         said = [] if self.saver.deviance is None else [f"Poisson deviance per counted pixel: {self.saver.deviance:.6g}"]
+        if "detector_blur_px" in results.attrs:
+            said.append(f"detector blur: sigma {results.attrs['detector_blur_px']:.3f} px"
+                        + (f" (refined from {config.model.detector_blur_px:g} px)"
+                           if config.optim.start.detector_blur is not None else ""))
         for text in said + peak_memory_lines(self.accelerator):
             self.log.line(text)
         wall = time.perf_counter() - self.started

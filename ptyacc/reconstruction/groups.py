@@ -1,25 +1,24 @@
-"""One parameter group per optimised quantity (object, probe, positions, detector): its
-tensors, its optimizer (Adam; for the object and the probe, Adam or the preconditioned descent
-below), its learning rate and schedule, its start iteration, its projections and its regulariser
-(``optim.regularize``).
+"""One parameter group per optimised quantity (object, probe, positions, detector, ...): its tensors, its
+optimizer (Adam; for the object and the probe, Adam or the preconditioned descent below), its learning rate
+and schedule, its start iteration, its projections and its regulariser (``optim.regularize``).
 
-A group that has not started yet is not stepped, but its tensors keep requiring gradients
-and take part in every forward (DESIGN rule 2). Projections run identically on every
-process, whether the group has started or not, so parameters stay bit-identical.
+A group that has not started yet is not stepped, but its tensors keep requiring gradients and take part in
+every forward (DESIGN rule 2). Projections run identically on every process, whether the group has started
+or not, so parameters stay bit-identical.
 
-A regulariser's gradient is added after the exchange between processes (``step`` sees their sum), on every
-process alike: it counts once whatever the process count, on every pixel, even outside the step's footprint.
+A regulariser's gradient is added after the exchange between processes (``step`` sees the sum over
+processes), on every process alike: it counts once whatever the process count, on every pixel, including
+those outside the step's footprint that the exchange does not send.
 
-The object's preconditioned descent (``optim.object_optimizer: preconditioned``,
-``PreconditionedDescent``): the gradient divided by the probe's illumination of each pixel, the
-least-squares step of ePIE and LSQML, instead of Adam's step of one size everywhere. For the
-amplitude loss of one pattern, ||F(P O) - measured amplitude||^2 with an orthonormal F, the
-gradient with respect to the object's real and imaginary parts is 2 conj(P) (psi - psi'), psi'
-the exit wave with the measured amplitudes put in; the step that turns psi into psi' where the
-probe is (ePIE's full step) is minus half the gradient divided by |P|^2. A step's loss is the
-mean over its batch, so half the gradient is divided by the mean over all positions of the
-probe's intensity at each pixel (``illumination``), plus ``floor`` times its largest value so
-that pixels the probe barely reaches move little:
+The object's preconditioned descent (``optim.object_optimizer: preconditioned``, ``PreconditionedDescent``):
+the gradient divided by the probe's illumination of each pixel, the least-squares step of ePIE and LSQML,
+instead of Adam's step of one size everywhere. For the amplitude loss of one pattern, ||F(P O) - measured
+amplitude||^2 with an orthonormal F, the gradient with respect to the object's real and imaginary parts is
+2 conj(P) (psi - psi'), psi' the exit wave with the measured amplitudes put in; the step that turns psi into
+psi' where the probe is (ePIE's full step) is minus half the gradient divided by |P|^2. A step's loss is the
+mean over its batch, so half the gradient is divided by the mean over all positions of the probe's
+intensity at each pixel (``illumination``), plus ``floor`` times its largest value so that pixels the probe
+barely reaches move little:
 
     object -= step x 0.5 x gradient / (slices x (illumination + floor x max illumination))
 
@@ -27,10 +26,10 @@ The probe's (``ProbeDescent``) divides half its gradient by the object's largest
 For the Poisson loss both take a quarter (``multislice_auto.LEAST_SQUARES``).
 
 A step of 1 is the full least-squares step on one slice; on several slices each takes 1 / slices of it. The
-illumination of all positions is made once per iteration; ``optim.preconditioner_batch_floor`` (by default 0.25
-on several slices, off on one) raises it at every step to at least that fraction of the step's own positions',
-which keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same bits on every
-process (a split object takes its region's part) and no state, so 1 and several processes agree.
+illumination of all positions is made once per iteration; ``optim.preconditioner_batch_floor`` (by default
+0.25 on several slices, off on one) raises it at every step to at least that fraction of the step's own
+positions', which keeps a larger step stable on a dense scan. Both are exact (``illumination``): the same
+bits on every process (a split object takes its region's part) and no state, so 1 and several processes agree.
 """
 
 from __future__ import annotations
@@ -155,6 +154,9 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                                   optimizer=RowAdam([variation.weights], opt.lr.probe_variation)),
                    ParameterGroup("probe_variation", [variation.eigen], opt.lr.probe_variation, begin,
                                   after_iteration=variation.normalizer(model, config))]
+    if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
+        groups.append(ParameterGroup("detector_blur", [blur], opt.lr.detector_blur, start.detector_blur,
+                                     after_step=lambda: clamp(blur, 0.0, None)))
     detector = [p for p in (model.background, model.intensity_weights) if p is not None]
     if detector:
         # a negative background or weight could make the intensity negative (Poisson loss undefined): projected

@@ -141,7 +141,9 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                         detector=detector, fit_background=config.model.background,
                         fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
                         propagation=propagation, scan_affine=config.optim.start.scan_affine is not None,
-                        movable_scan=movable, probe_variation=config.model.probe_variation)
+                        movable_scan=movable, probe_variation=config.model.probe_variation,
+                        detector_blur_px=config.model.detector_blur_px,
+                        refine_detector_blur=config.optim.start.detector_blur is not None)
     if scans is not None:  # several scans: each scan's probe from its own optics, at its own counts
         others = [probe_modes(scan.config, scan.data, detector, mean_pattern, scan.data.mean_intensity, said)
                   for scan in scans[1:]]

@@ -52,6 +52,10 @@ class PtychoModel(nn.Module):
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
     - probe_variation: a probe that varies across the scan (``ProbeVariation``: eigen-probes and
       weights per position), when ``probe_variation`` > 0 eigen-probes are asked for
+    - detector_blur_variance: () float32 px^2, the variance of the detector's point spread
+      (``physics/detector_blur.py``) when refined (``refine_detector_blur``); a buffer when fixed
+      at ``detector_blur_px`` > 0; None without blur. The variance, not sigma: a blur refined from
+      none has a gradient in it.
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     ``propagation`` (``SlicePropagation``, multislice with a tilt or a refined slice thickness):
@@ -69,7 +73,8 @@ class PtychoModel(nn.Module):
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
                  region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
-                 scan_affine: bool = False, movable_scan: bool = False, probe_variation: int = 0) -> None:
+                 scan_affine: bool = False, movable_scan: bool = False, probe_variation: int = 0,
+                 detector_blur_px: float = 0.0, refine_detector_blur: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -127,6 +132,11 @@ class PtychoModel(nn.Module):
         self.register_buffer("background_scale", torch.tensor(float(background_scale)))
         self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
         self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
+        variance = torch.tensor(float(detector_blur_px) ** 2)
+        if refine_detector_blur:
+            self.detector_blur_variance = nn.Parameter(variance)
+        else:
+            self.register_buffer("detector_blur_variance", variance if detector_blur_px > 0 else None)
         self.propagation = propagation
         self.probe_variation = (ProbeVariation(probe_variation, len(positions_px), k, geometry.dx_A, seed)
                                 if probe_variation > 0 else None)
@@ -175,9 +185,15 @@ class PtychoModel(nn.Module):
         return torch.view_as_complex(self.propagator)
 
     def detector(self) -> Detector:
-        """The detection of this model: near-field propagator and bad-pixel mask, when used."""
+        """The detection of this model: near-field propagator, bad-pixel mask and point spread, when used."""
         return Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
-                        mask=self.detector_mask if self.has_mask else None)
+                        mask=self.detector_mask if self.has_mask else None,
+                        blur_variance_px2=self.detector_blur_variance)
+
+    def detector_blur_px(self) -> float | None:
+        """The point spread's sigma (px) now, or None for a model without blur."""
+        variance = self.detector_blur_variance
+        return None if variance is None else float(variance.detach().clamp_min(0.0).sqrt())
 
     def _window_corners(self, centres: torch.Tensor, scan_shift_px: torch.Tensor | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:

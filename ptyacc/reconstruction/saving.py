@@ -83,6 +83,8 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
+    if model.detector_blur_variance is not None:  # ``model.detector_blur_px()``, inline: the data walk stays in this module
+        attrs["detector_blur_px"] = float(model.detector_blur_variance.detach().clamp_min(0.0).sqrt())
     return results
 
 

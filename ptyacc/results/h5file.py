@@ -31,6 +31,8 @@ results.h5 layout (a public contract; add, never rename):
 - multislice runs with a tilt (``experiment.tilt_mrad``, ``optim.start.tilt``): ``tilt_mrad`` float64
   (2,) or (N, 2) per position, [y, x] in mrad (the convention in ptyacc/physics/tilt.py); with a
   tilt or a refined slice thickness, the attribute ``slice_thickness_A`` (the refined value)
+- runs with a detector blur (``model.detector_blur_px``, ``optim.start.detector_blur``): the attribute
+  ``detector_blur_px``, its sigma at the end (px of the prepared patterns)
 - group ``detector``: what the run measured of the detector from the data: ``bad_pixels`` int64
   (M, 2) [row, col] of the pixels left out of the loss, as stored (``data.bad_pixels: auto``);
   ``descan_px`` float64 (N, 2) the shift (dy, dx) in prepared pixels by which each pattern was moved
