@@ -27,15 +27,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 from ptyacc.physics.footprint import median_neighbour_distance
+from ptyacc.quantities.registry import BuildContext, Quantity, register
+from ptyacc.reconstruction.groups import ParameterGroup
+from ptyacc.reconstruction.row_adam import RowAdam
 from ptyacc.reconstruction.slices import TiltSmoothing
 
 
-class ProbeVariation(nn.Module):
-    """Eigen-probes and weights of a varying probe (module docstring).
+class ProbeVariation(Quantity):
+    """Eigen-probes and weights of a varying probe (module docstring), a ``Quantity``.
 
     Parameters
     - eigen: (V, K, K, 2) float32, real and imaginary parts of E_1..E_V divided by the model's
@@ -43,6 +47,8 @@ class ProbeVariation(nn.Module):
     - amplitudes: (N,) float32, w_j0 of every position (Adam's step ``optim.lr.probe_amplitude``)
     - weights: (N, V) float32, w_j1 .. w_jV of every position
     """
+
+    name = "probe_variation"
 
     def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0) -> None:
         super().__init__()
@@ -112,15 +118,34 @@ class ProbeVariation(nn.Module):
             model.positions_px, sigma_px if sigma_A == "auto" else sigma_A / self.dx_A)
         return lambda: self.normalize(model.probe, smoothing)
 
-    def saved(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> dict:
+    def groups(self, config, model) -> list[ParameterGroup]:
+        """The main weights and the eigen-probes' weights, a row per position stepped at its visits
+        only (``RowAdam``), and the eigen-probes (Adam), which put the form back after every iteration."""
+        opt, start = config.optim, config.optim.start
+        begin = start.probe if start.probe_variation == "probe" else start.probe_variation
+        return [ParameterGroup("probe_amplitude", [self.amplitudes], opt.lr.probe_amplitude, begin,
+                               optimizer=RowAdam([self.amplitudes], opt.lr.probe_amplitude)),
+                ParameterGroup("probe_weights", [self.weights], opt.lr.probe_variation, begin,
+                               optimizer=RowAdam([self.weights], opt.lr.probe_variation)),
+                ParameterGroup("probe_variation", [self.eigen], opt.lr.probe_variation, begin,
+                               after_iteration=self.normalizer(model, config))]
+
+    def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``probe_variation``: ``modes`` (V + 1, K, K) complex64 [P_0, E_1..E_V] and
         ``weights`` (N, V + 1) float64."""
         with torch.no_grad():
-            eigen = torch.view_as_complex(self.eigen) * probe_scale
-            modes = torch.cat([probe[:1], eigen]).cpu().numpy()
+            eigen = torch.view_as_complex(self.eigen) * model.probe_scale
+            modes = torch.cat([model.complex_probe()[:1], eigen]).cpu().numpy()
             return {"modes": modes, "weights": self.all_weights().double().cpu().numpy()}
 
 
+@register
+def varying_probe(config, model, context: BuildContext) -> ProbeVariation | None:
+    """``model.probe_variation`` eigen-probes, when asked for."""
+    if config.model.probe_variation == 0:
+        return None
+    return ProbeVariation(config.model.probe_variation, len(model.positions_px), model.window, context.geometry.dx_A,
+                          config.runtime.seed)
 
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
     """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how

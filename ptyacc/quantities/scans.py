@@ -29,6 +29,8 @@ from ptyacc.config import Config
 from ptyacc.config.loading import scan_configs
 from ptyacc.data import PtychoData, load_data
 from ptyacc.errors import ConfigError
+from ptyacc.quantities.registry import BuildContext, Quantity, register
+from ptyacc.reconstruction.groups import ParameterGroup, orthogonalize
 
 MATCH = 1e-6  # relative tolerance of what the scans must share
 
@@ -84,31 +86,48 @@ def combined(datas: list[PtychoData]) -> PtychoData:
         checks=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.checks))
 
 
-class ScanProbes(nn.Module):
-    """The probes of scans 1 .. S-1 (scan 0's is the model's ``probe``).
+class ScanProbes(Quantity):
+    """The probes of scans 1 .. S-1 (scan 0's is the model's ``probe``), a ``Quantity``.
 
     Parameters
-    - probes: (S - 1, P, K, K, 2) float32, real and imaginary parts divided by the model's
+    - modes: (S - 1, P, K, K, 2) float32, real and imaginary parts divided by the model's
       ``probe_scale`` (as the probe's are)
     Buffers: scan_of_position (N,) long, the scan of every position."""
 
+    name = "scans"
+
     def __init__(self, probes: torch.Tensor, scan_of_position: torch.Tensor, probe_scale: torch.Tensor) -> None:
         super().__init__()
-        self.probes = nn.Parameter(torch.view_as_real(probes.to(torch.complex64) / probe_scale).contiguous())
+        self.modes = nn.Parameter(torch.view_as_real(probes.to(torch.complex64) / probe_scale).contiguous())
         self.register_buffer("scan_of_position", scan_of_position.long())
 
-    def per_position(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
+    def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         """(B, P, K, K) complex: the probe modes of the scan of each position of ``indices`` (B,),
         ``probe`` (P, K, K) being scan 0's."""
-        every = torch.cat([probe[None], torch.view_as_complex(self.probes) * probe_scale])  # (S, P, K, K)
+        every = torch.cat([probe[None], torch.view_as_complex(self.modes) * probe_scale])  # (S, P, K, K)
         return every[self.scan_of_position[indices]]
 
-    def saved(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> dict[str, np.ndarray]:
+    def groups(self, config, model) -> list[ParameterGroup]:
+        """The probes of scans 1.., as the probe's (Adam, its step and start; orthogonal modes)."""
+        modes = self.modes.shape[1]
+        orthogonal = config.model.orthogonalize_probe and modes > 1
+        return [ParameterGroup("scan_probes", [self.modes], config.optim.lr.probe, config.optim.start.probe,
+                               after_iteration=(lambda: [orthogonalize(p) for p in self.modes]) if orthogonal else None)]
+
+    def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``scans``: ``probes`` (S, P, K, K) complex64 and ``scan_of_position`` (N,) int64."""
         with torch.no_grad():
-            every = torch.cat([probe[None], torch.view_as_complex(self.probes) * probe_scale])
+            every = torch.cat([model.complex_probe()[None], torch.view_as_complex(self.modes) * model.probe_scale])
             return {"probes": every.cpu().numpy(), "scan_of_position": self.scan_of_position.cpu().numpy()}
 
+
+@register
+def scan_probes(config, model, context: BuildContext) -> ScanProbes | None:
+    """The probes of scans 1.. (several scans of one object), each from its own optics at its own counts."""
+    if context.scans is None:
+        return None
+    others = [context.make_probe(scan.config, scan.data) for scan in context.scans[1:]]
+    return ScanProbes(torch.stack(others), scan_of_position(context.scans), model.probe_scale)
 
 def scan_of_position(scans: list[Scan]) -> torch.Tensor:
     """(N,) long: the scan of every position of the combined data."""

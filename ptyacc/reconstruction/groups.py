@@ -45,7 +45,7 @@ from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
 from ptyacc.reconstruction.multislice_auto import AutoPriors
-from ptyacc.reconstruction.row_adam import RowAdam, StepContext, TakesStepContext
+from ptyacc.reconstruction.row_adam import StepContext, TakesStepContext
 from ptyacc.reconstruction.slices import TiltSmoothing
 from ptyacc.reconstruction.tiles import TiledAdam
 
@@ -133,10 +133,6 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                        after_iteration=(lambda: orthogonalize(model.probe))
                        if config.model.orthogonalize_probe and probe_modes > 1 else None),
     ]
-    if model.scan_probes is not None:  # several scans: the probes of scans 1.. (quantities/scans.py)
-        groups.append(ParameterGroup("scan_probes", [model.scan_probes.probes], opt.lr.probe, start.probe,
-                                     after_iteration=(lambda: [orthogonalize(p) for p in model.scan_probes.probes])
-                                     if config.model.orthogonalize_probe and probe_modes > 1 else None))
     if model.refine_positions:
         limit_px = opt.max_position_offset_fraction * model.window
         groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
@@ -145,15 +141,8 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
                                      after_iteration=lambda: zero_mean(model.position_offsets)))
     groups += slice_groups(config, model)
-    if (variation := model.probe_variation) is not None:  # quantities/probe_variation.py
-        begin = start.probe if start.probe_variation == "probe" else start.probe_variation
-        # a row per position: stepped at its visits only (RowAdam), the eigen-probes by Adam
-        groups += [ParameterGroup("probe_amplitude", [variation.amplitudes], opt.lr.probe_amplitude, begin,
-                                  optimizer=RowAdam([variation.amplitudes], opt.lr.probe_amplitude)),
-                   ParameterGroup("probe_weights", [variation.weights], opt.lr.probe_variation, begin,
-                                  optimizer=RowAdam([variation.weights], opt.lr.probe_variation)),
-                   ParameterGroup("probe_variation", [variation.eigen], opt.lr.probe_variation, begin,
-                                  after_iteration=variation.normalizer(model, config))]
+    for quantity in model.quantities.values():  # ptyacc/quantities/: their own groups
+        groups += quantity.groups(config, model)
     if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
         groups.append(ParameterGroup("detector_blur", [blur], opt.lr.detector_blur, start.detector_blur,
                                      after_step=lambda: clamp(blur, 0.0, None)))

@@ -16,7 +16,7 @@ from ptyacc.interop.resample import resample_object, resample_probe, resample_sl
 from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.quantities.scans import Scan, ScanProbes, scan_of_position
+from ptyacc.quantities import BuildContext, attach_quantities
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.slices import SlicePropagation
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
@@ -106,15 +106,15 @@ EDGE_REFUSED = ("model.probe_aperture_edge: measured, but the mean pattern shows
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                 mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None,
                 mean_pattern: torch.Tensor | None = None, said: list[str] | None = None,
-                scans: list[Scan] | None = None) -> PtychoModel:
+                scans: list | None = None) -> PtychoModel:
     """The initial model: a probe from the experiment's optics, its aperture edge read from
     ``mean_pattern`` (model layout; ``model.probe_aperture_edge``; the engine passes it for
     electrons unless the key is soft or ``model.init_from`` is set) if given, scaled to the
     data's mean intensity (total counts per pattern; computed from the held patterns if None),
     split into modes; a flat object (only its ``region`` (y0, y1, x0, x1) under
-    ``runtime.shard_object``); positions from the data; with several ``scans`` (the data their
-    combination) the probes of scans 1.. too. What it chose is appended to ``said``, if given
-    (run.log's lines)."""
+    ``runtime.shard_object``); positions from the data; the refined quantities of their own modules
+    (``attach_quantities``: a varying probe; with several ``scans``, the data their combination, the
+    probes of scans 1..). What it chose is appended to ``said``, if given (run.log's lines)."""
     k = data.detector_px
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
@@ -141,13 +141,11 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                         detector=detector, fit_background=config.model.background,
                         fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
                         propagation=propagation, scan_affine=config.optim.start.scan_affine is not None,
-                        movable_scan=movable, probe_variation=config.model.probe_variation,
-                        detector_blur_px=config.model.detector_blur_px,
+                        movable_scan=movable, detector_blur_px=config.model.detector_blur_px,
                         refine_detector_blur=config.optim.start.detector_blur is not None)
-    if scans is not None:  # several scans: each scan's probe from its own optics, at its own counts
-        others = [probe_modes(scan.config, scan.data, detector, mean_pattern, scan.data.mean_intensity, said)
-                  for scan in scans[1:]]
-        model.scan_probes = ScanProbes(torch.stack(others), scan_of_position(scans), model.probe_scale)
+    # another scan's probe from its own optics, at its own counts
+    make_probe = lambda c, d: probe_modes(c, d, detector, mean_pattern, d.mean_intensity, said)  # noqa: E731
+    attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said))
     return model
 
 

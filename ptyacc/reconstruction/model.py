@@ -22,7 +22,6 @@ from ptyacc.physics import (
     shift_ramps_1d,
 )
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.quantities.probe_variation import ProbeVariation
 from ptyacc.reconstruction.slices import SlicePropagation
 
 
@@ -50,8 +49,8 @@ class PtychoModel(nn.Module):
       the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
     - background: (K, K) float32 detector background in units of ``background_scale`` (optional)
     - intensity_weights: (N,) float32 intensity factor per pattern (optional)
-    - probe_variation: a probe that varies across the scan (``ProbeVariation``: eigen-probes and
-      weights per position), when ``probe_variation`` > 0 eigen-probes are asked for
+    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: a varying
+      probe, the probes of several scans, ...), by name, given after construction (``attach_quantities``)
     - detector_blur_variance: () float32 px^2, the variance of the detector's point spread
       (``physics/detector_blur.py``) when refined (``refine_detector_blur``); a buffer when fixed
       at ``detector_blur_px`` > 0; None without blur. The variance, not sigma: a blur refined from
@@ -73,8 +72,8 @@ class PtychoModel(nn.Module):
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
                  region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
-                 scan_affine: bool = False, movable_scan: bool = False, probe_variation: int = 0,
-                 detector_blur_px: float = 0.0, refine_detector_blur: bool = False) -> None:
+                 scan_affine: bool = False, movable_scan: bool = False, detector_blur_px: float = 0.0,
+                 refine_detector_blur: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -138,9 +137,7 @@ class PtychoModel(nn.Module):
         else:
             self.register_buffer("detector_blur_variance", variance if detector_blur_px > 0 else None)
         self.propagation = propagation
-        self.probe_variation = (ProbeVariation(probe_variation, len(positions_px), k, geometry.dx_A, seed)
-                                if probe_variation > 0 else None)
-        self.scan_probes = None  # several scans: the probes of scans 1.. (``quantities/scans.py``, set after building)
+        self.quantities = nn.ModuleDict()  # ptyacc/quantities/registry.py
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
@@ -151,10 +148,8 @@ class PtychoModel(nn.Module):
         (value and gradient computed together by ``ptycho_loss``)."""
         indices = indices.reshape(-1)
         probe = self.complex_probe()
-        if self.probe_variation is not None:  # a probe per position (B, P, K, K)
-            probe = self.probe_variation.probes(probe, indices, self.probe_scale)
-        elif self.scan_probes is not None:  # the probe of each position's scan (B, P, K, K)
-            probe = self.scan_probes.per_position(probe, indices, self.probe_scale)
+        for quantity in self.quantities.values():  # each may make a probe per position (B, P, K, K)
+            probe = quantity.probes(probe, indices, self.probe_scale)
         obj = self.complex_object()
         detector = self.detector()
         propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None
@@ -172,6 +167,10 @@ class PtychoModel(nn.Module):
                 probe, ramps = torch.fft.ifft2(torch.fft.fft2(probe) * ramps), None
         top_left = top_left - self.object_origin  # corners in the held part of the object
         weights = self.intensity_weights[indices] if self.intensity_weights is not None else None
+        for quantity in self.quantities.values():  # each may scale the patterns (B,)
+            factor = quantity.intensity_factor(indices)
+            if factor is not None:
+                weights = factor if weights is None else weights * factor
         background = self.background * self.background_scale if self.background is not None else None
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,

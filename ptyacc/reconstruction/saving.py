@@ -90,13 +90,12 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
 
 def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
     """results.h5's groups of refined quantities beyond the object, probe and positions:
-    ``probe_variation``, ``scans`` and ``fitted`` (the detector background in counts, the intensity weights)."""
+    each of ``model.quantities``' (``probe_variation``, ``scans``...) and ``fitted`` (the detector background in
+    counts, the intensity weights)."""
     groups = {}
     with torch.no_grad():
-        if model.probe_variation is not None:
-            groups["probe_variation"] = model.probe_variation.saved(model.complex_probe(), model.probe_scale)
-        if model.scan_probes is not None:
-            groups["scans"] = model.scan_probes.saved(model.complex_probe(), model.probe_scale)
+        for quantity in model.quantities.values():
+            groups[quantity.name] = quantity.saved(model)
         fitted = {}
         if model.background is not None:
             fitted["background"] = (model.background * model.background_scale).double().cpu().numpy()

@@ -46,6 +46,7 @@ results.h5 layout (a public contract; add, never rename):
 - group ``scans`` (the top-level ``scans:``, several scans of one object): ``probes`` complex64 (S, P, K,
   K), each scan's probe modes (``/probe`` is scan 0's), and ``scan_of_position`` int64 (N,); the
   positions of all scans follow each other in ``positions_A``
+- a group per refined quantity of its own module (``ptyacc/quantities/``), its ``saved`` arrays
 - group ``fitted``: the refined detector quantities that have no place above: ``background`` float64
   (K, K) in counts, unshifted layout (``model.background``), ``intensity_weights`` float64 (N,)
   (``model.intensity_weights``)
@@ -69,7 +70,7 @@ from ptyacc.results.outdir import atomic_write
 from ptyacc.version import __version__
 
 METRE_PER_A = 1e-10
-_QUANTITY_GROUPS = ("probe_variation", "scans", "fitted")  # ``Results.quantities``
+_NOT_QUANTITIES = ("calibration", "detector")  # every other group of results.h5 is one of ``Results.quantities``
 COUNTS = ("comm_bytes", "comm_bytes_object", "comm_bytes_probe", "comm_bytes_other", "comm_calls")  # int64
 
 
@@ -98,7 +99,7 @@ class Results:
     validation_error: np.ndarray | None = None  # runs with validation positions, per iteration
     tilt_mrad: np.ndarray | None = None  # (2,) or (N, 2) [y, x] mrad, multislice with a tilt
     detector: dict[str, np.ndarray] | None = None  # measured from the data (group ``detector``)
-    quantities: dict[str, dict[str, np.ndarray]] | None = None  # groups ``probe_variation``, ``scans``, ``fitted``
+    quantities: dict[str, dict[str, np.ndarray]] | None = None  # groups ``probe_variation``, ``scans``, ``fitted``...
 
     @property
     def phase(self) -> np.ndarray:
@@ -186,8 +187,8 @@ def load_results(path: str | Path) -> Results:
                            origin_A=tuple(float(v) for v in attrs.pop("origin_A")), attrs=attrs,
                            calibration=calibration,
                            detector={name: d[()] for name, d in f["detector"].items()} if "detector" in f else None,
-                           quantities={group: {name: d[()] for name, d in f[group].items()}
-                                       for group in _QUANTITY_GROUPS if group in f} or None)
+                           quantities={name: {key: d[()] for key, d in group.items()} for name, group in f.items()
+                                       if isinstance(group, h5py.Group) and name not in _NOT_QUANTITIES} or None)
     except OSError as exc:
         raise DataError(f"{path}: cannot be read as HDF5 ({exc})") from None
 

@@ -1,0 +1,93 @@
+"""Refined quantities in modules of their own, and the registry through which a run finds them.
+
+A quantity is a ``Quantity`` (an ``nn.Module``: its parameters and buffers registered, so that
+DDP, checkpoints and the object split carry them) that says what it does to the forward model
+and how it is refined:
+- ``probes(probe, indices, probe_scale)``: the probe modes of a batch's positions, given those so
+  far ((P, K, K) shared by the batch, or (B, P, K, K) per position; the fused data term takes
+  either); the default leaves them;
+- ``intensity_factor(indices)``: (B,) a factor of each predicted pattern, or None (the default);
+- ``groups(config, model)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
+  start iteration, optimizer, what runs after each step and iteration);
+- ``saved(model)``: {name: array}, results.h5's group ``name`` (``Results.quantities``).
+
+A factory ``(config, model, context) -> Quantity | None`` registered with ``register`` is asked,
+once the model is built (``build_model``, which passes a ``BuildContext``), whether the run has its quantity; the model keeps
+the quantities it is given in ``model.quantities`` (by name, in registration order) and applies
+them in that order. The package registers a varying probe (``probe_variation.py``) and the
+probes of several scans (``scans.py``); a quantity defined elsewhere (a test, a notebook)
+registers its own factory, and nothing in the package changes (docs/architecture.md, "Adding a
+quantity").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from ptyacc.config import Config
+    from ptyacc.reconstruction.groups import ParameterGroup
+    from ptyacc.reconstruction.model import PtychoModel
+
+
+
+@dataclass
+class BuildContext:
+    """What a factory may read besides the config and the model: the run's ``data`` (``PtychoData``)
+    and object ``geometry`` (``ObjectGeometry``), its ``scans`` (``scans.Scan``, several scans of
+    one object) or None, ``make_probe(config, data)``: initial probe modes (P, K, K) as the model's
+    were made, for another scan's config and data; ``said``: run.log's lines, to add to."""
+
+    data: Any
+    geometry: Any
+    scans: list | None = None
+    make_probe: Callable[[Config, Any], torch.Tensor] | None = None
+    said: list[str] = field(default_factory=list)
+
+
+Factory = Callable[["Config", "PtychoModel", BuildContext], "Quantity | None"]
+FACTORIES: list[Factory] = []
+
+
+class Quantity(nn.Module):
+    """A refined quantity (module docstring); ``name`` is its results.h5 group and must be unique."""
+
+    name = "quantity"
+
+    def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
+        return probe
+
+    def intensity_factor(self, indices: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def groups(self, config: Config, model: PtychoModel) -> list[ParameterGroup]:
+        return []
+
+    def saved(self, model: PtychoModel) -> dict[str, np.ndarray]:
+        return {}
+
+
+def register(factory: Factory) -> Factory:
+    """Add ``factory`` to those asked when a model is built (usable as a decorator); returns it."""
+    FACTORIES.append(factory)
+    return factory
+
+
+def unregister(factory: Factory) -> None:
+    FACTORIES.remove(factory)
+
+
+def attach_quantities(config: Config, model: PtychoModel, context: BuildContext) -> None:
+    """Give ``model`` the quantity of every registered factory that makes one for this run."""
+    for factory in FACTORIES:
+        quantity = factory(config, model, context)
+        if quantity is not None:
+            if quantity.name in model.quantities:
+                raise ValueError(f"two quantities are named {quantity.name!r}")
+            model.quantities[quantity.name] = quantity
