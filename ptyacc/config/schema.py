@@ -96,7 +96,11 @@ class ExperimentConfig:
     radiation: Literal["electron", "xray"] = _f("electron", "Kind of radiation.")
     energy_eV: float | None = _f(None, "Beam energy in eV (electrons: accelerating voltage x e).")
     semiangle_mrad: float | None = _f(None, "Probe-forming aperture semi-angle in mrad.")
-    defocus_A: float | None = _f(None, "Defocus in Å, = -C10; positive = underfocus (focus below the entrance surface).")
+    defocus_A: float | Literal["auto"] | None = _f(
+        None, "Defocus in Å, = -C10; positive = underfocus (focus below the entrance surface). auto (electrons, a "
+              "raster scan): measured from the parallax of the bright-field disk (the shifts of its pixels' virtual "
+              "images), the file's defocus_A attribute or aberrations.C10 the nominal value it falls back to where "
+              "the data cannot tell; run.log gives both.")
     aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
     dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
@@ -149,7 +153,7 @@ class ExperimentConfig:
             hint = _suggest(unknown[0], ABERRATION_NAMES)
             raise ConfigError(f"{path}.aberrations.{unknown[0]}: unknown aberration{hint}; "
                               f"known: {', '.join(ABERRATION_NAMES)}")
-        if "C10" in self.aberrations and self.defocus_A is not None:
+        if "C10" in self.aberrations and self.defocus_A not in (None, "auto"):
             raise ConfigError(f"{path}.defocus_A: give defocus_A or aberrations.C10, not both (defocus_A = -C10)")
         if self.dk_invA is not None and self.dx_A is not None:
             raise ConfigError(f"{path}: give dk_invA or dx_A, not both (dx_A = 1 / (K dk_invA))")

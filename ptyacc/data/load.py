@@ -21,10 +21,11 @@ from ptyacc.data.descan import Descanned, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation
+from ptyacc.data.parallax import measure_parallax
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
-from ptyacc.data.sanity import calibration_checks
+from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
 from ptyacc.errors import ConfigError, DataError
 
@@ -54,6 +55,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         if config.experiment.scan_rotation_deg == "auto":
             raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
                               "dataset is made with the rotation given (set a number)")
+        if config.experiment.defocus_A == "auto":
+            raise ConfigError("experiment.defocus_A: auto measures the defocus in a data file; a data.simulate dataset "
+                              "is made with the defocus given (set a number)")
         return keep_only(simulate_dataset(config), keep)
     data, experiment = config.data, config.experiment
     path, positions_path = _input_paths(config)
@@ -68,6 +72,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                 positions_path, experiment.positions.key, POSITIONS_SETTING)
             named = f"{positions_path}:{experiment.positions.key}", array
         facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
+        defocus_auto = experiment.defocus_A == "auto"
+        if defocus_auto:  # the nominal value from the file or aberrations.C10
+            experiment = dataclasses.replace(experiment, defocus_A=None)
         rotation_auto = experiment.scan_rotation_deg == "auto"
         calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
                                 facts, data.scan_shape)
@@ -94,6 +101,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
         if data.transform.descan == "auto":
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
+        focus = Measured()
+        if defocus_auto:
+            calibration, focus = _defocused(calibration, source, prepare, mask, dx_A, shape[-1])
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
                                                    device, reopen)
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
@@ -102,8 +112,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
-                                 checks=bad.lines + turned.lines + descan.lines + tuple(checks),
-                                 detector={**bad.arrays, **turned.arrays, **descan.arrays},
+                                 checks=bad.lines + turned.lines + descan.lines + focus.lines + tuple(checks),
+                                 detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
                                  hold=choice, streamed=streamed)
 
 
@@ -154,6 +164,38 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     arrays = {"descan_px": descan.shifts_px(positions_A), "descan_plane": descan.plane}
     return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
             Measured((line,), arrays))
+
+
+def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int):
+    """``experiment.defocus_A: auto``: the calibration with the defocus measured from the parallax of
+    the prepared patterns (``parallax.py``) where the data tell it, else the nominal one; and what to report."""
+    nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
+    where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
+                                                                               "none given")
+    said = "none" if nominal is None else f"{nominal:g} A ({where})"
+    head = "defocus from the bright-field parallax (experiment.defocus_A: auto)"
+    steps = None if calibration.scan_shape is None else scan_grid_steps(calibration.positions_A, calibration.scan_shape)
+    if steps is None:
+        found, reason, seconds = None, "it needs a raster scan (data.scan_shape and experiment.scan_step_A)", 0.0
+    else:
+        found, reason, seconds = measure_parallax(source, calibration.scan_shape, steps, calibration.wavelength_A,
+                                                  1.0 / (k * dx_A), prepare, mask)
+    if found is None or not found.reliable:
+        measured = "" if found is None else f"measured {found.summary()}, "
+        return calibration, Measured((f"{head}: {measured}not used: {reason}; the nominal defocus {said} is used "
+                                      f"({seconds:.2g} s)",))
+    change = "" if nominal is None else (f", {found.defocus_A - nominal:+.1f} A from the nominal {said}"
+                                         f"{f' ({(found.defocus_A - nominal) / abs(nominal):+.0%})' if nominal else ''}")
+    line = f"{head}: {found.summary()}{change}; the measured defocus is used ({seconds:.2g} s)"
+    aberrations = dict(calibration.aberrations, C10=-found.defocus_A)
+    calibration = dataclasses.replace(calibration, aberrations=aberrations,
+                                      values=dict(calibration.values, defocus_A=found.defocus_A),
+                                      sources=dict(calibration.sources, defocus_A="fitted"))
+    arrays = {"parallax_defocus_A": np.array([found.defocus_A, found.defocus_error_A]),
+              "parallax_c12_A": np.array([found.c12a_A, found.c12b_A, found.c12_error_A]),
+              "parallax_k_invA": found.k_invA[found.used], "parallax_shifts_A": found.shifts_A[found.used],
+              "parallax_image": found.image}
+    return calibration, Measured((line,), arrays)
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

@@ -13,7 +13,7 @@ and defocus = -C10 (positive: underfocus). For a weak object this holds exactly 
 neighbourhood of the scan's frequencies stays inside the disk; near the disk's edge the image turns
 into a differential phase contrast image, so the edge is left out.
 
-Measured on the middle block of up to MAX_SIDE x MAX_SIDE raster positions (the same on every
+Measured on the middle block of up to 64 x 64 raster positions (``orientation.middle_block``) (the same on every
 process): the pixels within INNER of the disk's radius are binned into about GROUPS square groups,
 each a virtual image (patterns normalised to their total counts, the image to its mean). Each
 image's shift against a reference is found to a small fraction of a scan step by Gauss-Newton on
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.data.bright_field import bright_field_radius_px, repaired
+from ptyacc.data.orientation import middle_block
 from ptyacc.errors import DataError
 
-MAX_SIDE = 64
 MIN_SIDE = 12  # raster positions per side below which the parallax is not measured
 INNER = 0.8  # groups from the pixels within this share of the disk's radius
 GROUPS = 48  # about this many groups of pixels
@@ -301,13 +301,10 @@ def result(m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k
 def measure_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,
                      prepare, good: np.ndarray | None) -> tuple[Parallax | None, str, float]:
     """The parallax of the middle block of up to MAX_SIDE x MAX_SIDE positions of the pattern file
-    ``source`` (a ``readers.PatternFile``, prepared by ``prepare``), or None with the reason; and
-    the seconds it took."""
-    from ptyacc.data.orientation import middle_block
-
+    ``source`` (a ``readers.PatternFile``, prepared by ``prepare``; ``good`` its prepared mask):
+    (the Parallax or None, why it is not to be used ("" if it is), seconds taken)."""
     started = time.perf_counter()
-    rows, shape = middle_block(scan_shape) if max(scan_shape) > MAX_SIDE else (np.arange(math.prod(scan_shape)),
-                                                                              tuple(scan_shape))
+    rows, shape = middle_block(tuple(scan_shape))
     try:
         found = measure(source.read(rows, prepare).patterns, shape, steps_A, wavelength_A, dk_invA, good)
     except NoParallax as exc:

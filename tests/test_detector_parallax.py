@@ -1,0 +1,86 @@
+"""Defocus from the bright-field parallax (ptyacc/data/parallax.py, experiment.defocus_A: auto) on
+patterns of the independent simulator (examples/grid/simulate.py), whose true defocus is the check;
+the file's nominal defocus is 25 % off."""
+
+import h5py
+import numpy as np
+import pytest
+
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
+from ptyacc.data.parallax import NoParallax, measure, shifted
+from ptyacc.data.sanity import scan_grid_steps
+
+K = 48
+
+
+def case(grid_simulator, defocus_A, side=32, **effects):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(side, side), scan_step_A=0.4, dose=3e4,
+                                     defocus_A=defocus_A, edge_mrad=50.0, seed=5, **effects)
+    return setting, grid_simulator.simulate(setting)
+
+
+def measured(grid_simulator, setting, result, rotation_deg=None):
+    """The parallax of a simulated case, its raster turned by ``rotation_deg`` (default: the true positions)."""
+    patterns = np.fft.ifftshift(result["patterns"].reshape(-1, K, K), axes=(-2, -1))
+    positions = result["positions_A"] if rotation_deg is None else grid_simulator.rotated(
+        result["nominal_positions_A"], rotation_deg)
+    steps = scan_grid_steps(positions, setting.scan_shape)
+    return measure(patterns, setting.scan_shape, steps, result["wavelength_A"], result["dk_invA"])
+
+
+def test_cubic_shift_moves_an_image_by_a_fraction_of_a_step():
+    y, x = np.indices((20, 20))
+    image = np.sin(0.4 * y) * np.cos(0.3 * x)
+    moved = shifted(image, np.array([0.25, -1.5]))
+    truth = np.sin(0.4 * (y - 0.25)) * np.cos(0.3 * (x + 1.5))
+    inside = np.isfinite(moved)
+    assert inside.sum() > 250 and np.abs(moved[inside] - truth[inside]).max() < 0.01
+
+
+@pytest.mark.parametrize("defocus_A, rotation_deg", [(100.0, 9.0), (-80.0, -12.0), (150.0, 0.0)])
+def test_defocus_within_five_percent_with_its_sign(grid_simulator, defocus_A, rotation_deg):
+    setting, result = case(grid_simulator, defocus_A, scan_rotation_deg=rotation_deg)
+    found = measured(grid_simulator, setting, result)
+    assert found.reliable
+    assert found.defocus_A == pytest.approx(defocus_A, rel=0.05)
+    assert abs(found.rotation_left_deg) < 1.0
+    assert abs(found.c12a_A) < 0.05 * abs(defocus_A) and abs(found.c12b_A) < 0.05 * abs(defocus_A)
+    assert np.isfinite(found.image[10:-10, 10:-10]).all()
+
+
+def test_a_scan_rotation_left_out_shows_in_the_antisymmetric_part(grid_simulator):
+    setting, result = case(grid_simulator, 100.0, scan_rotation_deg=9.0)
+    found = measured(grid_simulator, setting, result, rotation_deg=4.0)  # the raster assumed turned by 4 degrees, truly 9
+    assert found.rotation_left_deg == pytest.approx(5.0, abs=1.0)
+    assert found.defocus_A == pytest.approx(100.0, rel=0.05)
+
+
+def test_no_disk_or_a_small_raster_cannot_tell(grid_simulator):
+    setting, result = case(grid_simulator, 100.0, side=8)
+    with pytest.raises(NoParallax, match="raster of at least"):
+        measured(grid_simulator, setting, result)
+    setting, result = case(grid_simulator, 100.0, side=16)
+    flat = np.ones((16 * 16, K, K), dtype=np.float32)
+    with pytest.raises(NoParallax, match="no bright-field disk"):
+        measure(flat, (16, 16), np.eye(2) * 0.4, result["wavelength_A"], result["dk_invA"])
+
+
+def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=-100.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=9.0, nominal_defocus_A=-125.0,
+                                     write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    data = load_data(load_config(config))
+    value, source = data.calibration["defocus_A"]
+    assert source == "fitted" and value == pytest.approx(-100.0, rel=0.05)
+    line = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
+    assert "-125 A (the file's defocus_A)" in line and "the measured defocus is used" in line
+    assert data.detector["parallax_image"].shape == (32, 32)
+    with h5py.File(path, "a") as f:  # a blank sample: nothing to align, the nominal value stays
+        f["patterns"][...] = np.broadcast_to(f["patterns"][...].mean(axis=(0, 1)), f["patterns"].shape)
+    blank = load_data(load_config(config))
+    assert blank.calibration["defocus_A"] == (-125.0, "file")
+    assert any("not used" in line and "nominal defocus -125 A" in line for line in blank.checks)
