@@ -84,3 +84,9 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     blank = load_data(load_config(config))
     assert blank.calibration["defocus_A"] == (-125.0, "file")
     assert any("not used" in line and "nominal defocus -125 A" in line for line in blank.checks)
+
+
+def test_a_defocus_too_small_for_the_shift_model_is_not_trusted(grid_simulator):
+    setting, result = case(grid_simulator, 40.0)  # its phase at the disk's edge is under 2 rad
+    found = measured(grid_simulator, setting, result)
+    assert not found.reliable and "too small" in found.reason
