@@ -4,6 +4,7 @@ values only, with each measurement from the data added in turn, and with the tru
 flips; the phase NCC with the truth after the best sub-pixel shift, one JSON line per row.
 
     python examples/grid/detector_table.py WORKDIR
+    python examples/grid/detector_table.py WORKDIR --defocus   # the defocus alone: nominal / parallax / true, 30 iterations
 """
 
 from __future__ import annotations
@@ -34,19 +35,30 @@ SETTING = simulate.Setting(detector_px=48, scan_shape=(32, 32), scan_step_A=0.4,
                            blur_px=0.6, write_positions=False)
 
 
-def main(work: Path) -> None:
+DEFOCUS_SETTING = simulate.Setting(detector_px=48, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                   edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, nominal_defocus_A=96.0,
+                                   write_positions=False)
+DEFOCUS_ROWS = {  # the defocus alone (the true rotation given): the file's nominal value 20 % off, the parallax, the truth
+    "defocus nominal (20 % off)": {"experiment": {"scan_rotation_deg": 9.0}},
+    "defocus auto (parallax)": {"experiment": {"scan_rotation_deg": 9.0, "defocus_A": "auto"}},
+    "defocus true": {"experiment": {"scan_rotation_deg": 9.0, "defocus_A": DEFOCUS_SETTING.defocus_A}},
+    "defocus auto, rotation auto": {"experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}},
+}
+
+
+def main(work: Path, setting: simulate.Setting = SETTING, rows: dict = ROWS, iterations: int = 20) -> None:
     import ptyacc
 
     work.mkdir(parents=True, exist_ok=True)
     path = work / "case.h5"
-    simulate.write(str(path), SETTING)
+    simulate.write(str(path), setting)
     with h5py.File(path) as f:
         truth, dx = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"])
         positions = f["ground_truth/positions_A"][()]
     with h5py.File(work / "true_positions.h5", "w") as f:
         f["positions_A"] = positions
-    for name, extra in ROWS.items():
-        config = {"data": {"path": str(path)}, "optim": {"iterations": 20, "batch_size": 32},
+    for name, extra in rows.items():
+        config = {"data": {"path": str(path)}, "optim": {"iterations": iterations, "batch_size": 32},
                   "runtime": {"progress": False, "threads": 1}}
         for section, values in extra.items():
             config.setdefault(section, {}).update(values)
@@ -56,8 +68,12 @@ def main(work: Path) -> None:
         rec = ptyacc.reconstruct(ptyacc.load_config(config), write=False)
         offset = positions.mean(0) - np.asarray(rec.results.initial_positions_A).mean(0)  # the run's frame to the truth's
         found = packages.score(rec.results.phase, np.asarray(rec.results.origin_A) + offset, dx, positions, truth)
-        print(json.dumps({"row": name, **found, "s": round(time.time() - started, 1)}), flush=True)
+        defocus = rec.results.calibration.get("defocus_A") if hasattr(rec.results, "calibration") else None
+        print(json.dumps({"row": name, **found, "defocus_A": defocus, "s": round(time.time() - started, 1)}), flush=True)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[2:] == ["--defocus"]:
+        main(Path(sys.argv[1]), DEFOCUS_SETTING, DEFOCUS_ROWS, iterations=30)
+    else:
+        main(Path(sys.argv[1]))
