@@ -77,7 +77,7 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     value, source = data.calibration["defocus_A"]
     assert source == "fitted" and value == pytest.approx(-100.0, rel=0.05)
     line = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
-    assert "-125 A (the file's defocus_A)" in line and "the measured defocus is used" in line
+    assert "-125 A (the file's defocus_A)" in line and "the measured defocus -" in line
     assert data.detector["parallax_image"].shape == (32, 32)
     with h5py.File(path, "a") as f:  # a blank sample: nothing to align, the nominal value stays
         f["patterns"][...] = np.broadcast_to(f["patterns"][...].mean(axis=(0, 1)), f["patterns"].shape)
@@ -90,3 +90,20 @@ def test_a_defocus_too_small_for_the_shift_model_is_not_trusted(grid_simulator):
     setting, result = case(grid_simulator, 40.0)  # its phase at the disk's edge is under 2 rad
     found = measured(grid_simulator, setting, result)
     assert not found.reliable and "too small" in found.reason
+
+
+def test_the_parallax_corrects_a_rotation_the_centre_of_mass_could_not_tell(grid_simulator, tmp_path):
+    """At 120 A defocus the centre of mass hardly tells a rotation from the one 180 degrees away
+    (divergence skew near 0) and picks the wrong one here; the parallax's defocus then has the
+    nominal one's opposite sign, which turns the rotation back, and its antisymmetric part refines it."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, nominal_defocus_A=96.0,
+                                     write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    data = load_data(load_config(config))
+    assert abs(float(data.detector["orientation_skew"])) < 1.0
+    assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.06)
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
+    assert any("turned by 180 deg" in line for line in data.checks)

@@ -93,17 +93,28 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                       info.background if data.subtract_background else None)
         mask = prep.mask(file_mask)
+        radius_px = None
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
-        rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
         if data.transform.descan == "auto":
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
         focus = Measured()
         if defocus_auto:
-            calibration, focus = _defocused(calibration, source, prepare, mask, dx_A, shape[-1])
+            defocus, turn_deg, focus = _defocused(calibration, source, prepare, mask, dx_A, shape[-1], rotation_auto,
+                                                  turned.arrays.get("orientation_skew"))
+            if turn_deg:
+                turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
+                experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+                calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
+                calibration.sources["scan_rotation_deg"] = "fitted"
+            if defocus is not None:
+                calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-defocus),
+                                                  values=dict(calibration.values, defocus_A=defocus),
+                                                  sources=dict(calibration.sources, defocus_A="fitted"))
+        rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
                                                    device, reopen)
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
@@ -154,7 +165,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         transform = dataclasses.replace(transform, orientation="manual", transpose=found.flags[0],
                                         flip_y=found.flags[1], flip_x=found.flags[2])
     return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(found.rotation_deg),
-                                                      "orientation_flags": np.array(found.flags)})
+                                                      "orientation_flags": np.array(found.flags),
+                                                      "orientation_skew": np.float64(found.skew)})
 
 
 def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen):
@@ -166,9 +178,16 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
             Measured((line,), arrays))
 
 
-def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int):
-    """``experiment.defocus_A: auto``: the calibration with the defocus measured from the parallax of
-    the prepared patterns (``parallax.py``) where the data tell it, else the nominal one; and what to report."""
+SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
+
+
+def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
+               skew: np.ndarray | None) -> tuple[float | None, float, Measured]:
+    """``experiment.defocus_A: auto``: the defocus measured from the parallax of the prepared patterns
+    (``parallax.py``), or None where the data cannot tell (the nominal one stays); the turn (deg)
+    to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
+    parallax says the defocus has the nominal one's opposite sign while the centre of mass could
+    hardly tell the rotation from the one 180 degrees away); and what to report."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -182,20 +201,30 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                                   1.0 / (k * dx_A), prepare, mask)
     if found is None or not found.reliable:
         measured = "" if found is None else f"measured {found.summary()}, "
-        return calibration, Measured((f"{head}: {measured}not used: {reason}; the nominal defocus {said} is used "
-                                      f"({seconds:.2g} s)",))
-    change = "" if nominal is None else (f", {found.defocus_A - nominal:+.1f} A from the nominal {said}"
-                                         f"{f' ({(found.defocus_A - nominal) / abs(nominal):+.0%})' if nominal else ''}")
-    line = f"{head}: {found.summary()}{change}; the measured defocus is used ({seconds:.2g} s)"
-    aberrations = dict(calibration.aberrations, C10=-found.defocus_A)
-    calibration = dataclasses.replace(calibration, aberrations=aberrations,
-                                      values=dict(calibration.values, defocus_A=found.defocus_A),
-                                      sources=dict(calibration.sources, defocus_A="fitted"))
-    arrays = {"parallax_defocus_A": np.array([found.defocus_A, found.defocus_error_A]),
+        return None, 0.0, Measured((f"{head}: {measured}not used: {reason}; the nominal defocus {said} is used "
+                                    f"({seconds:.2g} s)",))
+    defocus, turn, notes = found.defocus_A, 0.0, ""
+    opposite = nominal is not None and nominal * defocus < 0
+    if rotation_auto:
+        turn = found.rotation_left_deg
+        if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:
+            turn, defocus, opposite = turn + 180.0, -defocus, False
+            notes = (f"; the scan rotation turned by 180 deg as well (the centre of mass could not tell it, divergence "
+                     f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
+        notes = f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg{notes}"
+    if opposite:
+        notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
+    change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
+                                         f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
+    line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
+    arrays = {"parallax_defocus_A": np.array([defocus, found.defocus_error_A]),
               "parallax_c12_A": np.array([found.c12a_A, found.c12b_A, found.c12_error_A]),
+              "parallax_rotation_left_deg": np.float64(found.rotation_left_deg),
               "parallax_k_invA": found.k_invA[found.used], "parallax_shifts_A": found.shifts_A[found.used],
               "parallax_image": found.image}
-    return calibration, Measured((line,), arrays)
+    if turn:
+        arrays["scan_rotation_deg"] = np.float64((calibration.values["scan_rotation_deg"] + turn + 180.0) % 360.0 - 180.0)
+    return defocus, turn, Measured((line,), arrays)
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

@@ -256,7 +256,7 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
     image = aligned_mean(images, d - offset, used)
     radial = np.hypot(*k_invA.T)
     inner = used & (radial <= np.median(radial[used]))
-    halves = [float(np.trace(fit_shifts(k_invA, shifts_A, errors_A, part)[1])) / (2 * wavelength_A)
+    halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
               for part in (inner, used & ~inner)]
     return result(m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, ny * nx,
                   float(np.linalg.norm(steps_A, axis=0).mean()), halves, radius * dk_invA * wavelength_A)
@@ -276,12 +276,20 @@ def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray) -> np.ndar
         return np.where(count >= 0.5 * used.sum(), total / count, np.nan)
 
 
+def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
+    """The defocus (Å) of the fitted M (2, 2): its part a I + b J (J antisymmetric) is lambda defocus
+    R(phi) for a scan turned by phi from the one assumed, so defocus = sign(a) |(a, b)| / lambda,
+    whatever rotation is left."""
+    a, b = (m[0, 0] + m[1, 1]) / 2, (m[1, 0] - m[0, 1]) / 2
+    return float(math.copysign(math.hypot(a, b), a) / wavelength_A)
+
+
 def result(m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
            image, positions: int, step_A: float, halves: list[float], semiangle_rad: float) -> Parallax:
     """The Parallax of the fitted M (2, 2) and its covariance (4, 4), judged; ``halves`` the
     defocus fitted to the inner and the outer half of the groups, whose difference (the model's
     failure towards the disk's edge) is added to the statistical error; ``semiangle_rad`` the disk's."""
-    defocus = (m[0, 0] + m[1, 1]) / (2 * wavelength_A)
+    defocus = defocus_of(m, wavelength_A)
     statistical = math.sqrt(max(cov[0, 0] + cov[3, 3], 0.0)) / (2 * wavelength_A)
     defocus_error = math.hypot(statistical, (halves[0] - halves[1]) / 2)
     c12a = (m[0, 0] - m[1, 1]) / (2 * wavelength_A)
