@@ -10,6 +10,7 @@ from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.parallax import NoParallax, measure, shifted
 from ptyacc.data.sanity import scan_grid_steps
+from ptyacc.results.figures import parallax_figure
 
 K = 48
 
@@ -79,6 +80,8 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     line = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
     assert "-125 A (the file's defocus_A)" in line and "the measured defocus -" in line
     assert data.detector["parallax_image"].shape == (32, 32)
+    figure = parallax_figure(data.detector)  # the run's parallax.png
+    assert len(figure.axes) == 2 and len(figure.axes[1].collections) == 2
     with h5py.File(path, "a") as f:  # a blank sample: nothing to align, the nominal value stays
         f["patterns"][...] = np.broadcast_to(f["patterns"][...].mean(axis=(0, 1)), f["patterns"].shape)
     blank = load_data(load_config(config))

@@ -221,7 +221,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
               "parallax_c12_A": np.array([found.c12a_A, found.c12b_A, found.c12_error_A]),
               "parallax_rotation_left_deg": np.float64(found.rotation_left_deg),
               "parallax_k_invA": found.k_invA[found.used], "parallax_shifts_A": found.shifts_A[found.used],
-              "parallax_image": found.image}
+              "parallax_fit_A": found.fit_A, "parallax_image": found.image}
     if turn:
         arrays["scan_rotation_deg"] = np.float64((calibration.values["scan_rotation_deg"] + turn + 180.0) % 360.0 - 180.0)
     return defocus, turn, Measured((line,), arrays)

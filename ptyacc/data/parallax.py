@@ -75,6 +75,7 @@ class Parallax:
     reliable: bool
     reason: str = ""
     halves_A: tuple[float, float] = (math.nan, math.nan)
+    fit_A: np.ndarray | None = None  # (2, 3) per axis (y, x): [s0, M[:, 0], M[:, 1]], Å and Å per 1/Å
 
     def summary(self) -> str:
         return (f"defocus {self.defocus_A:.1f} +- {self.defocus_error_A:.1f} A (inner and outer pixels "
@@ -258,7 +259,7 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
     inner = used & (radial <= np.median(radial[used]))
     halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
               for part in (inner, used & ~inner)]
-    return result(m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, ny * nx,
+    return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, ny * nx,
                   float(np.linalg.norm(steps_A, axis=0).mean()), halves, radius * dk_invA * wavelength_A)
 
 
@@ -284,9 +285,9 @@ def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
     return float(math.copysign(math.hypot(a, b), a) / wavelength_A)
 
 
-def result(m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
+def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
            image, positions: int, step_A: float, halves: list[float], semiangle_rad: float) -> Parallax:
-    """The Parallax of the fitted M (2, 2) and its covariance (4, 4), judged; ``halves`` the
+    """The Parallax of the fitted s0 (2,), M (2, 2) and M's covariance (4, 4), judged; ``halves`` the
     defocus fitted to the inner and the outer half of the groups, whose difference (the model's
     failure towards the disk's edge) is added to the statistical error; ``semiangle_rad`` the disk's."""
     defocus = defocus_of(m, wavelength_A)
@@ -308,7 +309,8 @@ def result(m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k
         reason = f"the defocus is uncertain by {defocus_error:.3g} A"
     return Parallax(float(defocus), float(defocus_error), float(c12a), float(c12b), float(c12_error),
                     float(rotation_left), k_invA, shifts_A, errors_A, used, image, float(misfit), positions,
-                    reliable=not reason, reason=reason, halves_A=tuple(halves))
+                    reliable=not reason, reason=reason, halves_A=tuple(halves),
+                    fit_A=np.column_stack([s0, m]))
 
 
 def measure_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,

@@ -39,9 +39,35 @@ def save_figures(folder: Path, results: Results, initial_positions_A: np.ndarray
 def make_figures(results: Results, initial_positions_A: np.ndarray | None = None) -> dict[str, Figure]:
     """{file name: Figure} of a run; ``initial_positions_A`` (N, 2) default to the results' own."""
     initial = results.initial_positions_A if initial_positions_A is None else initial_positions_A
-    return {"object_phase.png": object_figure(results), "probe.png": probe_figure(results),
-            "loss.png": loss_figure(results), "positions.png": positions_figure(results, initial),
-            "summary.png": summary_figure(results, initial)}
+    figures = {"object_phase.png": object_figure(results), "probe.png": probe_figure(results),
+               "loss.png": loss_figure(results), "positions.png": positions_figure(results, initial),
+               "summary.png": summary_figure(results, initial)}
+    if "parallax_shifts_A" in (results.detector or {}):
+        figures["parallax.png"] = parallax_figure(results.detector)
+    return figures
+
+
+def parallax_figure(detector: dict[str, np.ndarray]) -> Figure:
+    """``experiment.defocus_A: auto``: the tilt-corrected bright-field image of the scan's middle
+    block, and each pixel group's measured shift (Å) drawn at its spatial frequency, beside the
+    linear fit's."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4.6))
+    image_ax, shift_ax = fig.subplots(1, 2)
+    image_ax.imshow(detector["parallax_image"], cmap="gray")
+    image_ax.set(title="tilt-corrected bright field (raster steps)", xlabel="fast", ylabel="slow")
+    k, shifts, fit = detector["parallax_k_invA"], detector["parallax_shifts_A"], detector["parallax_fit_A"]
+    defocus, error = detector["parallax_defocus_A"][:2]
+    fitted = k @ fit[:, 1:].T
+    shifts = shifts - fit[:, 0]  # the constant part (the disk's centre off the axis) left out
+    shift_ax.quiver(k[:, 1], k[:, 0], fitted[:, 1], fitted[:, 0], color="0.7", angles="xy", label="fit")
+    shift_ax.quiver(k[:, 1], k[:, 0], shifts[:, 1], shifts[:, 0], color="C3", angles="xy", label="measured")
+    shift_ax.set(title=f"pixel groups' shifts: defocus {defocus:.1f} +- {error:.1f} A", xlabel="kx (1/A)",
+                 ylabel="ky (1/A)", aspect="equal")
+    shift_ax.invert_yaxis()
+    shift_ax.legend(loc="upper right", fontsize="small")
+    return fig
 
 
 def object_figure(results: Results) -> Figure:
