@@ -103,17 +103,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
         focus = Measured()
         if defocus_auto:
-            defocus, turn_deg, focus = _defocused(calibration, source, prepare, mask, dx_A, shape[-1], rotation_auto,
-                                                  turned.arrays.get("orientation_skew"))
-            if turn_deg:
-                turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
-                experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
-                calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
-                calibration.sources["scan_rotation_deg"] = "fitted"
-            if defocus is not None:
-                calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-defocus),
-                                                  values=dict(calibration.values, defocus_A=defocus),
-                                                  sources=dict(calibration.sources, defocus_A="fitted"))
+            experiment, calibration, focus = _with_parallax(experiment, calibration, facts, data.scan_shape, radius_px,
+                                                            (source, prepare, mask, dx_A, shape[-1]), rotation_auto,
+                                                            turned.arrays.get("orientation_skew"))
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
                                                    device, reopen)
@@ -176,6 +168,24 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     arrays = {"descan_px": descan.shifts_px(positions_A), "descan_plane": descan.plane}
     return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
             Measured((line,), arrays))
+
+
+def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
+                   rotation_auto: bool, skew: np.ndarray | None):
+    """The experiment and calibration with the defocus (and a measured rotation's correction) from
+    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width), and
+    what to report."""
+    defocus, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew)
+    if turn_deg:
+        turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+        calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
+        calibration.sources["scan_rotation_deg"] = "fitted"
+    if defocus is not None:
+        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-defocus),
+                                          values=dict(calibration.values, defocus_A=defocus),
+                                          sources=dict(calibration.sources, defocus_A="fitted"))
+    return experiment, calibration, focus
 
 
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
