@@ -10,6 +10,7 @@ from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.parallax import NoParallax, measure, shifted
 from ptyacc.data.sanity import scan_grid_steps
+from ptyacc.errors import ConfigError
 from ptyacc.results.figures import parallax_figure
 
 K = 48
@@ -110,3 +111,12 @@ def test_the_parallax_corrects_a_rotation_the_centre_of_mass_could_not_tell(grid
     assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.06)
     assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
     assert any("turned by 180 deg" in line for line in data.checks)
+
+
+def test_auto_refused_where_no_parallax_applies():
+    with pytest.raises(ConfigError, match="defocus_A: auto measures the defocus"):
+        load_config({"experiment": {"defocus_A": "auto", "radiation": "xray"}})
+    simulated = load_config({"data": {"simulate": {"scan_shape": [6, 6], "detector_px": 16}},
+                             "experiment": {"defocus_A": "auto"}})
+    with pytest.raises(ConfigError, match="a data.simulate dataset is made with the defocus given"):
+        load_data(simulated)

@@ -153,6 +153,9 @@ class ExperimentConfig:
             hint = _suggest(unknown[0], ABERRATION_NAMES)
             raise ConfigError(f"{path}.aberrations.{unknown[0]}: unknown aberration{hint}; "
                               f"known: {', '.join(ABERRATION_NAMES)}")
+        if self.defocus_A == "auto" and self.radiation != "electron":
+            raise ConfigError(f"{path}.defocus_A: auto measures the defocus from the parallax of the bright-field disk "
+                              f"(electrons); for {self.radiation} give a number (X-ray far field: focus_to_sample_m)")
         if "C10" in self.aberrations and self.defocus_A not in (None, "auto"):
             raise ConfigError(f"{path}.defocus_A: give defocus_A or aberrations.C10, not both (defocus_A = -C10)")
         if self.dk_invA is not None and self.dx_A is not None:
