@@ -51,6 +51,15 @@ def test_defocus_within_five_percent_with_its_sign(grid_simulator, defocus_A, ro
     assert np.isfinite(found.image[10:-10, 10:-10]).all()
 
 
+@pytest.mark.parametrize("c12_A", [(20.0, 0.0), (0.0, -20.0)])
+def test_astigmatism_its_sign_and_size(grid_simulator, c12_A):
+    setting, result = case(grid_simulator, 120.0, scan_rotation_deg=9.0, c12_A=c12_A)
+    found = measured(grid_simulator, setting, result)
+    assert found.reliable and found.defocus_A == pytest.approx(120.0, rel=0.08)  # seed 5 reads 4-7 % low at 120 A
+    assert np.hypot(found.c12a_A - c12_A[0], found.c12b_A - c12_A[1]) < 5.0  # Å, of 20
+    assert found.c12_error_A < 5.0
+
+
 def test_a_scan_rotation_left_out_shows_in_the_antisymmetric_part(grid_simulator):
     setting, result = case(grid_simulator, 100.0, scan_rotation_deg=9.0)
     found = measured(grid_simulator, setting, result, rotation_deg=4.0)  # the raster assumed turned by 4 degrees, truly 9
@@ -111,6 +120,20 @@ def test_the_parallax_corrects_a_rotation_the_centre_of_mass_could_not_tell(grid
     assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.06)
     assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
     assert any("turned by 180 deg" in line for line in data.checks)
+    assert "C12a" not in data.aberrations  # none in the data: within 2 sigma of 0
+
+
+def test_measured_astigmatism_goes_into_the_probe(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=2, c12_A=(0.0, -20.0), nominal_defocus_A=96.0)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    data = load_data(load_config({"data": {"path": str(path)}, "experiment": {"defocus_A": "auto"}}))
+    assert data.aberrations["C10"] == pytest.approx(-120.0, rel=0.05)
+    assert data.aberrations["C12b"] == pytest.approx(-20.0, abs=5.0) and abs(data.aberrations["C12a"]) < 5.0
+    given = load_data(load_config({"data": {"path": str(path)},
+                                   "experiment": {"defocus_A": "auto", "aberrations": {"C12a": 1.0}}}))
+    assert given.aberrations["C12a"] == 1.0 and "C12b" not in given.aberrations
 
 
 def test_auto_refused_where_no_parallax_applies():

@@ -6,6 +6,7 @@ the file closed, the dataset built."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,15 +176,15 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
     the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width), and
     what to report."""
-    defocus, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew)
+    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
         calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
         calibration.sources["scan_rotation_deg"] = "fitted"
-    if defocus is not None:
-        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-defocus),
-                                          values=dict(calibration.values, defocus_A=defocus),
+    if found:
+        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, **found),
+                                          values=dict(calibration.values, defocus_A=-found["C10"]),
                                           sources=dict(calibration.sources, defocus_A="fitted"))
     return experiment, calibration, focus
 
@@ -192,9 +193,10 @@ SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choic
 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
-               skew: np.ndarray | None) -> tuple[float | None, float, Measured]:
-    """``experiment.defocus_A: auto``: the defocus measured from the parallax of the prepared patterns
-    (``parallax.py``), or None where the data cannot tell (the nominal one stays); the turn (deg)
+               skew: np.ndarray | None) -> tuple[dict[str, float], float, Measured]:
+    """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
+    patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
+    more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
     to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
     parallax says the defocus has the nominal one's opposite sign while the centre of mass could
     hardly tell the rotation from the one 180 degrees away); and what to report."""
@@ -211,7 +213,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                                   1.0 / (k * dx_A), prepare, mask)
     if found is None or not found.reliable:
         measured = "" if found is None else f"measured {found.summary()}, "
-        return None, 0.0, Measured((f"{head}: {measured}not used: {reason}; the nominal defocus {said} is used "
+        return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; the nominal defocus {said} is used "
                                     f"({seconds:.2g} s)",))
     defocus, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * defocus < 0
@@ -224,6 +226,13 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         notes = f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg{notes}"
     if opposite:
         notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
+    found_aberrations = {"C10": -defocus}
+    c12 = (found.c12a_A, found.c12b_A) if defocus == found.defocus_A else (-found.c12a_A, -found.c12b_A)
+    if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
+        notes += "; C12 as the config gives it"
+    elif math.hypot(*c12) > 2 * found.c12_error_A:
+        found_aberrations.update(C12a=c12[0], C12b=c12[1])
+        notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
                                          f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
     line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
@@ -234,7 +243,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
               "parallax_fit_A": found.fit_A, "parallax_image": found.image}
     if turn:
         arrays["scan_rotation_deg"] = np.float64((calibration.values["scan_rotation_deg"] + turn + 180.0) % 360.0 - 180.0)
-    return defocus, turn, Measured((line,), arrays)
+    return found_aberrations, turn, Measured((line,), arrays)
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

@@ -21,7 +21,8 @@ c T(n - d) + b (T sampled by cubic convolution, so no window or wrap biases it),
 cross-correlation's peak, then from the linear fit; the reference is first the image of the group
 nearest the disk's centre, then the mean of all images moved back (three rounds). The shifts,
 turned into Å by the raster's step vectors, are fitted by s = s0 + M k, each group weighted by how
-well its shift was measured; the fit's scatter and the shifts' errors give the uncertainty. M's
+well its shift was measured; the fit's scatter and the shifts' errors, the difference between the
+inner and the outer groups' defocus and SYSTEMATIC of it give the uncertainty. M's
 antisymmetric part is a rotation of the scan left unaccounted for (``rotation_left_deg``).
 """
 
@@ -46,6 +47,7 @@ MAX_REL_ERROR = 0.1  # the defocus trusted when its uncertainty is at most this 
 MIN_SHIFT_STEPS = 0.3  # ... or the parallax across the groups is below this many scan steps (defocus near 0)
 MIN_EDGE_PHASE = 3.5  # rad: the defocus's phase at the disk's edge, pi defocus alpha^2 / lambda, below which the
 # shift model fails (measured on the independent simulator: +25 % at 1.9 rad, +6-10 % at 2.8, within 4 % from 3.8)
+SYSTEMATIC = 0.03  # share of |defocus| added to its and C12's errors: the spread between samples on the simulator
 MAX_MISFIT = 0.5  # the shifts' rms misfit to the linear model, as a share of their rms, beyond which it is not trusted
 
 
@@ -289,13 +291,14 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
            image, positions: int, step_A: float, halves: list[float], semiangle_rad: float) -> Parallax:
     """The Parallax of the fitted s0 (2,), M (2, 2) and M's covariance (4, 4), judged; ``halves`` the
     defocus fitted to the inner and the outer half of the groups, whose difference (the model's
-    failure towards the disk's edge) is added to the statistical error; ``semiangle_rad`` the disk's."""
+    failure towards the disk's edge) and SYSTEMATIC of the defocus are added to the statistical
+    error; ``semiangle_rad`` the disk's."""
     defocus = defocus_of(m, wavelength_A)
     statistical = math.sqrt(max(cov[0, 0] + cov[3, 3], 0.0)) / (2 * wavelength_A)
-    defocus_error = math.hypot(statistical, (halves[0] - halves[1]) / 2)
+    defocus_error = math.hypot(statistical, (halves[0] - halves[1]) / 2, SYSTEMATIC * defocus)
     c12a = (m[0, 0] - m[1, 1]) / (2 * wavelength_A)
     c12b = -(m[0, 1] + m[1, 0]) / (2 * wavelength_A)
-    c12_error = math.hypot(statistical, (halves[0] - halves[1]) / 2)
+    c12_error = defocus_error
     rotation_left = math.degrees(math.atan((m[1, 0] - m[0, 1]) / (m[0, 0] + m[1, 1]))) if m[0, 0] + m[1, 1] else 0.0
     reach = float(np.hypot(*k_invA[used].T).max())
     reason = ""
