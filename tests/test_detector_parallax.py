@@ -143,3 +143,20 @@ def test_auto_refused_where_no_parallax_applies():
                              "experiment": {"defocus_A": "auto"}})
     with pytest.raises(ConfigError, match="a data.simulate dataset is made with the defocus given"):
         load_data(simulated)
+
+
+def test_the_parallax_turns_flags_the_centre_of_mass_could_not_tell(grid_simulator, tmp_path):
+    """Orientation auto too: the patterns, not the scan, are turned back by 180 degrees (flip_y and
+    flip_x toggled), so that the rotation stays the one nearest 0."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, transpose=True,
+                                     nominal_defocus_A=96.0, write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path), "transform": {"orientation": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    data = load_data(load_config(config))
+    assert list(data.detector["orientation_flags"]) == [True, False, False]
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
+    assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.08)
+    assert any("flip_y and flip_x toggled" in line for line in data.checks)  # the centre of mass alone chose them wrong

@@ -5,6 +5,8 @@ flips; the phase NCC with the truth after the best sub-pixel shift, one JSON lin
 
     python examples/grid/detector_table.py WORKDIR
     python examples/grid/detector_table.py WORKDIR --defocus   # the defocus alone: nominal / parallax / true, 30 iterations
+    python examples/grid/detector_table.py WORKDIR --astigmatism   # the same with C12b -20 Å the file does not mention
+    python examples/grid/detector_table.py WORKDIR --every   # every effect, the defocus 120 Å (nominal 96 Å), 20 iterations
 """
 
 from __future__ import annotations
@@ -45,6 +47,23 @@ DEFOCUS_ROWS = {  # the defocus alone (the true rotation given): the file's nomi
     "defocus auto, rotation auto": {"experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}},
 }
 
+ASTIGMATIC_SETTING = simulate.Setting(**{**DEFOCUS_SETTING.__dict__, "c12_A": (0.0, -20.0)})
+ASTIGMATIC_ROWS = {  # and a two-fold astigmatism the file does not mention
+    "astigmatic, nominal": DEFOCUS_ROWS["defocus nominal (20 % off)"],
+    "astigmatic, auto (parallax)": DEFOCUS_ROWS["defocus auto (parallax)"],
+    "astigmatic, true": {"experiment": {"scan_rotation_deg": 9.0, "defocus_A": DEFOCUS_SETTING.defocus_A,
+                                        "aberrations": {"C12a": 0.0, "C12b": -20.0}}},
+}
+
+EVERY_SETTING = simulate.Setting(**{**SETTING.__dict__, "defocus_A": 120.0, "nominal_defocus_A": 96.0})
+EVERY_ROWS = {  # every effect of SETTING, the defocus 120 Å with the file's nominal 96 Å
+    "every auto, defocus nominal": ROWS["+ descan (every auto)"],
+    "every auto and defocus auto (what ptyacc init writes)": {"data": AUTOS, "experiment": {
+        "scan_rotation_deg": "auto", "defocus_A": "auto"}},
+    "true positions, flips and defocus": {**ROWS["true positions and flips"], "experiment": {
+        **ROWS["true positions and flips"]["experiment"], "defocus_A": 120.0}},
+}
+
 
 def main(work: Path, setting: simulate.Setting = SETTING, rows: dict = ROWS, iterations: int = 20) -> None:
     import ptyacc
@@ -75,5 +94,9 @@ def main(work: Path, setting: simulate.Setting = SETTING, rows: dict = ROWS, ite
 if __name__ == "__main__":
     if sys.argv[2:] == ["--defocus"]:
         main(Path(sys.argv[1]), DEFOCUS_SETTING, DEFOCUS_ROWS, iterations=30)
+    elif sys.argv[2:] == ["--every"]:
+        main(Path(sys.argv[1]), EVERY_SETTING, EVERY_ROWS)
+    elif sys.argv[2:] == ["--astigmatism"]:
+        main(Path(sys.argv[1]), ASTIGMATIC_SETTING, ASTIGMATIC_ROWS, iterations=30)
     else:
         main(Path(sys.argv[1]))

@@ -22,7 +22,7 @@ from ptyacc.data.descan import Descanned, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation
-from ptyacc.data.parallax import measure_parallax
+from ptyacc.data.parallax import measure_parallax, stored_parallax
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
@@ -86,7 +86,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
                              and experiment.radiation == "electron"):
             experiment, transform, turned = _oriented(experiment, transform, source, calibration, file_mask,
-                                                      info.background if data.subtract_background else None)
+                                                      info.background if data.subtract_background else None,
+                                                      defocus_auto)
             calibration = calibrate(experiment, facts, data.scan_shape)
             calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
         prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
@@ -129,10 +130,12 @@ def _without_bad_pixels(data, source, file_mask: np.ndarray | None, n_patterns: 
 
 
 def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
-              background: np.ndarray | None):
+              background: np.ndarray | None, defocus_auto: bool = False):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
     without basis vectors: the experiment and transform with the rotation and flags measured from
-    the centre of mass of the stored patterns (``orientation.py``), and what to report."""
+    the centre of mass of the stored patterns (``orientation.py``), and what to report. With
+    ``defocus_auto`` the flags are turned by 180 degrees where the centre of mass could hardly tell
+    them from those (``_turned_by_parallax``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
@@ -154,12 +157,39 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         experiment = dataclasses.replace(experiment, scan_rotation_deg=found.rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
+    flags = found.flags
+    if fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE:
+        flags, said = _turned_by_parallax(source, calibration, experiment.scan_rotation_deg, flags, file_mask,
+                                          background)
+        line += said
     if fixed is None:
-        transform = dataclasses.replace(transform, orientation="manual", transpose=found.flags[0],
-                                        flip_y=found.flags[1], flip_x=found.flags[2])
+        transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
+                                        flip_x=flags[2])
     return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(found.rotation_deg),
-                                                      "orientation_flags": np.array(found.flags),
+                                                      "orientation_flags": np.array(flags),
                                                       "orientation_skew": np.float64(found.skew)})
+
+
+def _turned_by_parallax(source, calibration, rotation_deg: float, flags: tuple[bool, bool, bool],
+                        file_mask: np.ndarray | None, background: np.ndarray | None) -> tuple[tuple, str]:
+    """The flags with flip_y and flip_x toggled (the patterns turned by 180 degrees) where the
+    parallax of the stored patterns so oriented gives a defocus of the nominal one's opposite sign
+    (the parallax alone cannot tell a defocus from its opposite with the patterns turned by 180
+    degrees; a nominal defocus, even 30 % off, has the right sign); and what to add to run.log."""
+    nominal = -calibration.aberrations.get("C10", 0.0)
+    if nominal == 0 or calibration.stored_dx_A is None:
+        return flags, ""
+    shape, step = calibration.scan_shape, calibration.values["scan_step_A"]
+    steps = scan_grid_steps(raster_positions_A(shape, step, rotation_deg), shape)
+    if steps is None:
+        return flags, ""
+    found = stored_parallax(source, shape, steps, calibration.wavelength_A,
+                            1.0 / (source.info.shape[-1] * calibration.stored_dx_A), flags, file_mask, background)
+    if found is None or found.defocus_A * nominal > 0:
+        return flags, ""
+    return (flags[0], not flags[1], not flags[2]), (
+        f"; with these flags the bright-field parallax gives a defocus of {found.defocus_A:.1f} A, the nominal "
+        f"{nominal:g} A's opposite sign: flip_y and flip_x toggled (the patterns turned by 180 deg)")
 
 
 def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen):

@@ -328,3 +328,28 @@ def measure_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, w
     except NoParallax as exc:
         return None, str(exc), time.perf_counter() - started
     return found, found.reason, time.perf_counter() - started
+
+
+def stored_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,
+                    flags: tuple[bool, bool, bool], good: np.ndarray | None, background: np.ndarray | None
+                    ) -> Parallax | None:
+    """The parallax of the stored patterns (centred, pixels of ``dk_invA``) turned by the
+    transpose/flip ``flags`` as ``data.transform`` would, less ``background``, ``good`` the stored
+    detector mask; None where it cannot be told. Settles the orientation before the patterns are
+    prepared: patterns turned by 180 degrees reverse the defocus's sign."""
+    rows, shape = middle_block(tuple(scan_shape))
+    subtract = None if background is None else (lambda chunk: chunk - background)
+    patterns = source.read(rows, subtract).patterns
+    mask = None if good is None else np.asarray(good, dtype=bool)
+    if flags[0]:
+        patterns, mask = np.swapaxes(patterns, -1, -2), None if mask is None else mask.T
+    if flags[1]:
+        patterns, mask = patterns[..., ::-1, :], None if mask is None else mask[::-1]
+    if flags[2]:
+        patterns, mask = patterns[..., ::-1], None if mask is None else mask[:, ::-1]
+    try:
+        found = measure(np.fft.ifftshift(patterns, axes=(-2, -1)), shape, steps_A, wavelength_A, dk_invA,
+                        None if mask is None else np.fft.ifftshift(mask))
+    except NoParallax:
+        return None
+    return found if found.reliable else None
