@@ -84,6 +84,12 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     path = tmp_path / "case.h5"
     grid_simulator.write(str(path), setting)
     config = {"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    with h5py.File(path, "a") as f:  # no nominal value: the parallax alone
+        del f.attrs["defocus_A"]
+    alone = load_data(load_config(config))
+    assert alone.calibration["defocus_A"][0] == pytest.approx(-100.0, rel=0.05)
+    with h5py.File(path, "a") as f:
+        f.attrs["defocus_A"] = -125.0
     data = load_data(load_config(config))
     value, source = data.calibration["defocus_A"]
     assert source == "fitted" and value == pytest.approx(-100.0, rel=0.05)
@@ -97,6 +103,9 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     blank = load_data(load_config(config))
     assert blank.calibration["defocus_A"] == (-125.0, "file")
     assert any("not used" in line and "nominal defocus -125 A" in line for line in blank.checks)
+    with h5py.File(path, "a") as f:
+        del f.attrs["defocus_A"]
+    assert "defocus_A" not in load_data(load_config(config)).calibration  # no nominal: in focus
 
 
 def test_a_defocus_too_small_for_the_shift_model_is_not_trusted(grid_simulator):

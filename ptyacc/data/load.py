@@ -243,8 +243,9 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                                   1.0 / (k * dx_A), prepare, mask)
     if found is None or not found.reliable:
         measured = "" if found is None else f"measured {found.summary()}, "
-        return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; the nominal defocus {said} is used "
-                                    f"({seconds:.2g} s)",))
+        kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
+            f"the nominal defocus {said} is used"
+        return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",))
     defocus, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * defocus < 0
     if rotation_auto:
