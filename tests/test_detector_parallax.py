@@ -71,7 +71,9 @@ def test_no_disk_or_a_small_raster_cannot_tell(grid_simulator):
     setting, result = case(grid_simulator, 100.0, side=8)
     with pytest.raises(NoParallax, match="raster of at least"):
         measured(grid_simulator, setting, result)
-    setting, result = case(grid_simulator, 100.0, side=16)
+    setting, result = case(grid_simulator, 120.0, side=16)
+    found = measured(grid_simulator, setting, result)  # shifts of 6 steps on a 16-step side
+    assert not found.reliable and "too little overlap" in found.reason
     flat = np.ones((16 * 16, K, K), dtype=np.float32)
     with pytest.raises(NoParallax, match="no bright-field disk"):
         measure(flat, (16, 16), np.eye(2) * 0.4, result["wavelength_A"], result["dk_invA"])

@@ -38,7 +38,8 @@ from ptyacc.data.bright_field import bright_field_radius_px, repaired
 from ptyacc.data.orientation import middle_block
 from ptyacc.errors import DataError
 
-MIN_SIDE = 12  # raster positions per side below which the parallax is not measured
+MIN_SIDE = 16  # raster positions per side below which the parallax is not measured
+MAX_SHIFT_SHARE = 1 / 3  # of the raster's side: the largest shift whose images still overlap enough to trust
 INNER = 0.8  # groups from the pixels within this share of the disk's radius
 GROUPS = 48  # about this many groups of pixels
 ROUNDS = 3  # reference rebuilt from the aligned images this many times
@@ -261,8 +262,9 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
     inner = used & (radial <= np.median(radial[used]))
     halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
               for part in (inner, used & ~inner)]
-    return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, ny * nx,
-                  float(np.linalg.norm(steps_A, axis=0).mean()), halves, radius * dk_invA * wavelength_A)
+    overlap = float(np.abs(d[used] - offset).max()) / min(ny, nx)
+    return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, (ny, nx),
+                  float(np.linalg.norm(steps_A, axis=0).mean()), halves, radius * dk_invA * wavelength_A, overlap)
 
 
 def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray) -> np.ndarray:
@@ -288,11 +290,12 @@ def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
 
 
 def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
-           image, positions: int, step_A: float, halves: list[float], semiangle_rad: float) -> Parallax:
+           image, shape: tuple[int, int], step_A: float, halves: list[float], semiangle_rad: float,
+           overlap: float) -> Parallax:
     """The Parallax of the fitted s0 (2,), M (2, 2) and M's covariance (4, 4), judged; ``halves`` the
     defocus fitted to the inner and the outer half of the groups, whose difference (the model's
     failure towards the disk's edge) and SYSTEMATIC of the defocus are added to the statistical
-    error; ``semiangle_rad`` the disk's."""
+    error; ``semiangle_rad`` the disk's; ``overlap`` the largest shift as a share of the raster's side."""
     defocus = defocus_of(m, wavelength_A)
     statistical = math.sqrt(max(cov[0, 0] + cov[3, 3], 0.0)) / (2 * wavelength_A)
     defocus_error = math.hypot(statistical, (halves[0] - halves[1]) / 2, SYSTEMATIC * defocus)
@@ -305,13 +308,16 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
     if misfit > MAX_MISFIT:
         reason = (f"the pixel groups' shifts do not follow one defocus (misfit {misfit:.2f} of their spread): a thick "
                   "or strongly scattering sample, or too little contrast")
+    elif overlap > MAX_SHIFT_SHARE:
+        reason = (f"the largest shift is {overlap:.2f} of the {shape[0]} x {shape[1]} raster's side (over "
+                  f"{MAX_SHIFT_SHARE:.2f}): too little overlap between the images for this defocus")
     elif math.pi * abs(defocus) * semiangle_rad ** 2 / wavelength_A < MIN_EDGE_PHASE:
         reason = (f"the defocus is too small for the parallax to measure well (its phase at the disk's edge "
                   f"{math.pi * abs(defocus) * semiangle_rad ** 2 / wavelength_A:.2g} rad, below {MIN_EDGE_PHASE:g})")
     elif defocus_error > max(MAX_REL_ERROR * abs(defocus), MIN_SHIFT_STEPS * step_A / (wavelength_A * reach)):
         reason = f"the defocus is uncertain by {defocus_error:.3g} A"
     return Parallax(float(defocus), float(defocus_error), float(c12a), float(c12b), float(c12_error),
-                    float(rotation_left), k_invA, shifts_A, errors_A, used, image, float(misfit), positions,
+                    float(rotation_left), k_invA, shifts_A, errors_A, used, image, float(misfit), shape[0] * shape[1],
                     reliable=not reason, reason=reason, halves_A=tuple(halves),
                     fit_A=np.column_stack([s0, m]))
 
