@@ -257,7 +257,7 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
             predicted = (s0 + k_invA @ m.T) @ to_steps.T
             reference = aligned_mean(images, d - offset, used)
             d = np.where(np.isfinite(d) & (np.abs(d - predicted) < 1.0), d, predicted) - offset
-    image = aligned_mean(images, d - offset, used)
+    image = aligned_mean(images, d - offset, used, reach=0.25)
     radial = np.hypot(*k_invA.T)
     inner = used & (radial <= np.median(radial[used]))
     halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
@@ -267,9 +267,10 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
                   float(np.linalg.norm(steps_A, axis=0).mean()), halves, radius * dk_invA * wavelength_A, overlap)
 
 
-def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray) -> np.ndarray:
+def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray, reach: float = 0.5) -> np.ndarray:
     """The mean of the used images moved back by their shifts d (G, 2), each to unit variance;
-    NaN where fewer than half of them reach."""
+    NaN where fewer than ``reach`` of them reach (the reference: half, so that its every pixel is
+    averaged over many; the image shown: a quarter)."""
     total = np.zeros(images.shape[1:])
     count = np.zeros(images.shape[1:])
     for image, shift in zip(images[used], d[used]):
@@ -278,7 +279,7 @@ def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray) -> np.ndar
         total[seen] += back[seen]
         count[seen] += 1
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count >= 0.5 * used.sum(), total / count, np.nan)
+        return np.where(count >= reach * used.sum(), total / count, np.nan)
 
 
 def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
