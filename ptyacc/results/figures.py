@@ -61,9 +61,15 @@ def parallax_figure(detector: dict[str, np.ndarray]) -> Figure:
     defocus, error = detector["parallax_defocus_A"][:2]
     fitted = k @ fit[:, 1:].T
     shifts = shifts - fit[:, 0]  # the constant part (the disk's centre off the axis) left out
-    shift_ax.quiver(k[:, 1], k[:, 0], fitted[:, 1], fitted[:, 0], color="0.7", angles="xy", label="fit")
-    shift_ax.quiver(k[:, 1], k[:, 0], shifts[:, 1], shifts[:, 0], color="C3", angles="xy", label="measured")
-    shift_ax.set(title=f"pixel groups' shifts: defocus {defocus:.1f} +- {error:.1f} A", xlabel="kx (1/A)",
+    gaps = np.hypot(*(k[:, None] - k[None]).transpose(2, 0, 1))
+    spacing = float(np.min(gaps[gaps > 0])) if len(k) > 1 else 1.0
+    scale = float(np.abs(shifts).max()) / (0.9 * spacing) or 1.0  # Å per 1/Å: the longest arrow 0.9 of the spacing
+    arrows = {"angles": "xy", "scale_units": "xy", "scale": scale}
+    shift_ax.quiver(k[:, 1], k[:, 0], fitted[:, 1], fitted[:, 0], color="0.6", width=0.012, label="fit", **arrows)
+    shift_ax.quiver(k[:, 1], k[:, 0], shifts[:, 1], shifts[:, 0], color="C3", width=0.005, label="measured", **arrows)
+    reach = float(np.abs(k).max()) + spacing
+    shift_ax.set(title=f"pixel groups' shifts (0.1 1/A: {0.1 * scale:.3g} A)\ndefocus {defocus:.1f} +- {error:.1f} A",
+                 xlim=(-reach, reach), ylim=(-reach, reach), xlabel="kx (1/A)",
                  ylabel="ky (1/A)", aspect="equal")
     shift_ax.invert_yaxis()
     shift_ax.legend(loc="upper right", fontsize="small")
