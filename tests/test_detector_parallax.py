@@ -171,3 +171,19 @@ def test_the_parallax_turns_flags_the_centre_of_mass_could_not_tell(grid_simulat
     assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
     assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.08)
     assert any("flip_y and flip_x toggled" in line for line in data.checks)  # the centre of mass alone chose them wrong
+
+
+def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_path):
+    """The parallax sees the defocus at the sample's middle: 4 slices 8 A apart (24 A of propagation)
+    read about 12 A less; a 4-slice model gets it back at the entrance surface, where its probe is."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=2, slices=4, slice_thickness_A=8.0, nominal_defocus_A=96.0)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path)}, "experiment": {"defocus_A": "auto"}}
+    middle = load_data(load_config(config)).calibration["defocus_A"][0]
+    config["model"] = {"slices": 4, "slice_thickness_A": 8.0}
+    entrance = load_data(load_config(config))
+    assert entrance.calibration["defocus_A"][0] == pytest.approx(middle + 12.0)
+    assert entrance.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.05)
+    assert any("at the sample's middle, 12 A below the entrance surface" in line for line in entrance.checks)

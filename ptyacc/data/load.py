@@ -105,9 +105,10 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
         focus = Measured()
         if defocus_auto:
+            depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
             experiment, calibration, focus = _with_parallax(experiment, calibration, facts, data.scan_shape, radius_px,
                                                             (source, prepare, mask, dx_A, shape[-1]), rotation_auto,
-                                                            turned.arrays.get("orientation_skew"))
+                                                            turned.arrays.get("orientation_skew"), depth_A)
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
                                                    device, reopen)
@@ -202,11 +203,11 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
-                   rotation_auto: bool, skew: np.ndarray | None):
+                   rotation_auto: bool, skew: np.ndarray | None, depth_A: float = 0.0):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
     the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width), and
     what to report."""
-    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew)
+    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew, depth_A)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -223,13 +224,15 @@ SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choic
 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
-               skew: np.ndarray | None) -> tuple[dict[str, float], float, Measured]:
+               skew: np.ndarray | None, depth_A: float = 0.0) -> tuple[dict[str, float], float, Measured]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
     more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
     to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
     parallax says the defocus has the nominal one's opposite sign while the centre of mass could
-    hardly tell the rotation from the one 180 degrees away); and what to report."""
+    hardly tell the rotation from the one 180 degrees away); and what to report. The parallax sees
+    the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where the
+    model's probe is defined (half the multislice model's propagated thickness), so that is added."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -246,19 +249,22 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
             f"the nominal defocus {said} is used"
         return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",))
-    defocus, turn, notes = found.defocus_A, 0.0, ""
-    opposite = nominal is not None and nominal * defocus < 0
+    middle, turn, notes = found.defocus_A, 0.0, ""
+    opposite = nominal is not None and nominal * (middle + depth_A) < 0
     if rotation_auto:
         turn = found.rotation_left_deg
         if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:
-            turn, defocus, opposite = turn + 180.0, -defocus, False
-            notes = (f"; the scan rotation turned by 180 deg as well (the centre of mass could not tell it, divergence "
-                     f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
-        notes = f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg{notes}"
+            turn, middle, opposite = turn + 180.0, -middle, False
+            notes += (f"; the scan rotation turned by 180 deg (the centre of mass could not tell it, divergence "
+                      f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
+        notes += f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg"
     if opposite:
         notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
+    defocus = middle + depth_A
+    if depth_A:
+        notes = f"; {middle:.1f} A at the sample's middle, {depth_A:g} A below the entrance surface{notes}"
     found_aberrations = {"C10": -defocus}
-    c12 = (found.c12a_A, found.c12b_A) if defocus == found.defocus_A else (-found.c12a_A, -found.c12b_A)
+    c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
     if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
         notes += "; C12 as the config gives it"
     elif math.hypot(*c12) > 2 * found.c12_error_A:
