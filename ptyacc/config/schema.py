@@ -101,7 +101,7 @@ class ExperimentConfig:
               "raster scan): measured from the parallax of the bright-field disk (the shifts of its pixels' virtual "
               "images), the file's defocus_A attribute or aberrations.C10 the nominal value it falls back to where "
               "the data cannot tell; run.log gives both. It also sets C12a/C12b where they are clear and not given, "
-              "and refines scan_rotation_deg: auto (docs/user-guide.md, 'Defocus from parallax').")
+              "and refines scan_rotation_deg: auto (docs/user-guide.md, 'Real data: what ptyacc finds for you').")
     aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
     dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
