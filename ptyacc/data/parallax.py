@@ -13,8 +13,8 @@ and defocus = -C10 (positive: underfocus). For a weak object this holds exactly 
 neighbourhood of the scan's frequencies stays inside the disk; near the disk's edge the image turns
 into a differential phase contrast image, so the edge is left out.
 
-Measured on the middle block of up to 64 x 64 raster positions (``orientation.middle_block``) (the same on every
-process): the pixels within INNER of the disk's radius are binned into about GROUPS square groups,
+Measured on the middle block of up to 64 x 64 raster positions (``orientation.middle_block``, the
+same on every process): the pixels within INNER of the disk's radius are binned into about GROUPS square groups,
 each a virtual image (patterns normalised to their total counts, the image to its mean). Each
 image's shift against a reference is found to a small fraction of a scan step by Gauss-Newton on
 c T(n - d) + b (T sampled by cubic convolution, so no window or wrap biases it), started from a
@@ -44,8 +44,7 @@ INNER = 0.8  # groups from the pixels within this share of the disk's radius
 GROUPS = 48  # about this many groups of pixels
 ROUNDS = 3  # reference rebuilt from the aligned images this many times
 MIN_GROUPS = 8
-MAX_REL_ERROR = 0.1  # the defocus trusted when its uncertainty is at most this share of it ...
-MIN_SHIFT_STEPS = 0.3  # ... or the parallax across the groups is below this many scan steps (defocus near 0)
+MAX_REL_ERROR = 0.1  # the defocus trusted when its uncertainty is at most this share of it
 MIN_EDGE_PHASE = 3.5  # rad: the defocus's phase at the disk's edge, pi defocus alpha^2 / lambda, below which the
 # shift model fails (measured on the independent simulator: +25 % at 1.9 rad, +6-10 % at 2.8, within 4 % from 3.8)
 SYSTEMATIC = 0.03  # share of |defocus| added to its and C12's errors: the spread between samples on the simulator
@@ -263,8 +262,8 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
     halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
               for part in (inner, used & ~inner)]
     overlap = float(np.abs(d[used] - offset).max()) / min(ny, nx)
-    return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, (ny, nx),
-                  float(np.linalg.norm(steps_A, axis=0).mean()), halves, radius * dk_invA * wavelength_A, overlap)
+    return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, (ny, nx), halves,
+                  radius * dk_invA * wavelength_A, overlap)
 
 
 def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray, reach: float = 0.5) -> np.ndarray:
@@ -291,8 +290,7 @@ def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
 
 
 def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
-           image, shape: tuple[int, int], step_A: float, halves: list[float], semiangle_rad: float,
-           overlap: float) -> Parallax:
+           image, shape: tuple[int, int], halves: list[float], semiangle_rad: float, overlap: float) -> Parallax:
     """The Parallax of the fitted s0 (2,), M (2, 2) and M's covariance (4, 4), judged; ``halves`` the
     defocus fitted to the inner and the outer half of the groups, whose difference (the model's
     failure towards the disk's edge) and SYSTEMATIC of the defocus are added to the statistical
@@ -304,7 +302,6 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
     c12b = -(m[0, 1] + m[1, 0]) / (2 * wavelength_A)
     c12_error = defocus_error
     rotation_left = math.degrees(math.atan((m[1, 0] - m[0, 1]) / (m[0, 0] + m[1, 1]))) if m[0, 0] + m[1, 1] else 0.0
-    reach = float(np.hypot(*k_invA[used].T).max())
     reason = ""
     if misfit > MAX_MISFIT:
         reason = (f"the pixel groups' shifts do not follow one defocus (misfit {misfit:.2f} of their spread): a thick "
@@ -315,7 +312,7 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
     elif math.pi * abs(defocus) * semiangle_rad ** 2 / wavelength_A < MIN_EDGE_PHASE:
         reason = (f"the defocus is too small for the parallax to measure well (its phase at the disk's edge "
                   f"{math.pi * abs(defocus) * semiangle_rad ** 2 / wavelength_A:.2g} rad, below {MIN_EDGE_PHASE:g})")
-    elif defocus_error > max(MAX_REL_ERROR * abs(defocus), MIN_SHIFT_STEPS * step_A / (wavelength_A * reach)):
+    elif defocus_error > MAX_REL_ERROR * abs(defocus):
         reason = f"the defocus is uncertain by {defocus_error:.3g} A"
     return Parallax(float(defocus), float(defocus_error), float(c12a), float(c12b), float(c12_error),
                     float(rotation_left), k_invA, shifts_A, errors_A, used, image, float(misfit), shape[0] * shape[1],
