@@ -322,7 +322,7 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
 
 def measure_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,
                      prepare, good: np.ndarray | None) -> tuple[Parallax | None, str, float]:
-    """The parallax of the middle block of up to MAX_SIDE x MAX_SIDE positions of the pattern file
+    """The parallax of the middle block of up to 64 x 64 positions (``middle_block``) of the pattern file
     ``source`` (a ``readers.PatternFile``, prepared by ``prepare``; ``good`` its prepared mask):
     (the Parallax or None, why it is not to be used ("" if it is), seconds taken)."""
     started = time.perf_counter()
