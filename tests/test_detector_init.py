@@ -28,3 +28,6 @@ def test_init_turns_the_autos_on_and_reports_them(grid_simulator, tmp_path, monk
     assert "transpose True, flip_y False, flip_x False" in rotation
     assert "dead columns [30]" in report and "3 hot" in report
     assert "disk centre off by (+0.5" in report
+    assert config["experiment"]["defocus_A"] == "auto"
+    assert "the file's 50 Å is the nominal value" in text
+    assert any(line.startswith("# defocus from the bright-field parallax") for line in report.splitlines())

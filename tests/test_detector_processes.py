@@ -15,7 +15,7 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
     grid_simulator.write(str(tmp_path / "scan.h5"), setting)
     config = {"data": {"path": str(tmp_path / "scan.h5"), "bad_pixels": "auto",
                        "transform": {"orientation": "auto", "descan": "auto"}},
-              "experiment": {"scan_rotation_deg": "auto"},
+              "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"},
               "optim": {"iterations": 2, "batch_size": 16}, "runtime": {"progress": False},
               "output": {"figures": False}}
     outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
@@ -23,10 +23,33 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
     for name, out in outs.items():
         with h5py.File(out / "results" / "results.h5") as f:
             found[name] = ({key: f["detector"][key][()] for key in f["detector"]}, f["object"][()],
-                           f["calibration"].attrs["scan_rotation_deg"])
+                           f["calibration"].attrs["scan_rotation_deg"], f["calibration"].attrs["defocus_A"])
     one, two = found["p1"], found["p2"]
-    assert sorted(one[0]) == ["bad_pixels", "descan_plane", "descan_px", "orientation_flags", "scan_rotation_deg"]
+    assert sorted(one[0]) == ["bad_pixels", "descan_plane", "descan_px", "orientation_flags", "orientation_skew",
+                              "scan_rotation_deg"]
     for key in one[0]:
         assert np.array_equal(one[0][key], two[0][key]), key
     assert one[2] == two[2] and abs(one[2] - 7.0) < 2.0
+    assert one[3] == two[3]  # the parallax cannot tell this small defocus on a 12 x 12 raster: both keep 40
     assert np.abs(one[1] - two[1]).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_parallax_defocus_agrees_on_one_and_two_processes(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=32, scan_shape=(24, 24), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=7.0, nominal_defocus_A=96.0)
+    grid_simulator.write(str(tmp_path / "scan.h5"), setting)
+    config = {"data": {"path": str(tmp_path / "scan.h5")},
+              "experiment": {"scan_rotation_deg": 7.0, "defocus_A": "auto", "positions": {"key": "positions_A"}},
+              "optim": {"iterations": 2, "batch_size": 16}, "runtime": {"progress": False},
+              "output": {"figures": False}}
+    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
+    found = {}
+    for name, out in outs.items():
+        with h5py.File(out / "results" / "results.h5") as f:
+            found[name] = ({key: f["detector"][key][()] for key in f["detector"]}, f["calibration"].attrs["defocus_A"])
+    one, two = found["p1"], found["p2"]
+    assert "parallax_defocus_A" in one[0] and one[1] == pytest.approx(120.0, rel=0.06)
+    for key in one[0]:
+        assert np.array_equal(one[0][key], two[0][key], equal_nan=True), key  # the image is NaN where few images reach
+    assert one[1] == two[1]

@@ -5,6 +5,9 @@ flips (each also with the detector's blur refined from none); the phase NCC with
 sub-pixel shift and the blur found, one JSON line per row.
 
     python examples/grid/detector_table.py WORKDIR
+    python examples/grid/detector_table.py WORKDIR --defocus   # the defocus alone: nominal / parallax / true, 30 iterations
+    python examples/grid/detector_table.py WORKDIR --astigmatism   # the same with C12b -20 Å the file does not mention
+    python examples/grid/detector_table.py WORKDIR --every   # every effect, the defocus 120 Å (nominal 96 Å), 20 iterations
 """
 
 from __future__ import annotations
@@ -41,19 +44,47 @@ SETTING = simulate.Setting(detector_px=48, scan_shape=(32, 32), scan_step_A=0.4,
                            blur_px=0.6, write_positions=False)
 
 
-def main(work: Path) -> None:
+DEFOCUS_SETTING = simulate.Setting(detector_px=48, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                   edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, nominal_defocus_A=96.0,
+                                   write_positions=False)
+DEFOCUS_ROWS = {  # the defocus alone (the true rotation given): the file's nominal value 20 % off, the parallax, the truth
+    "defocus nominal (20 % off)": {"experiment": {"scan_rotation_deg": 9.0}},
+    "defocus auto (parallax)": {"experiment": {"scan_rotation_deg": 9.0, "defocus_A": "auto"}},
+    "defocus true": {"experiment": {"scan_rotation_deg": 9.0, "defocus_A": DEFOCUS_SETTING.defocus_A}},
+    "defocus auto, rotation auto": {"experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}},
+}
+
+ASTIGMATIC_SETTING = simulate.Setting(**{**DEFOCUS_SETTING.__dict__, "c12_A": (0.0, -20.0)})
+ASTIGMATIC_ROWS = {  # and a two-fold astigmatism the file does not mention
+    "astigmatic, nominal": DEFOCUS_ROWS["defocus nominal (20 % off)"],
+    "astigmatic, auto (parallax)": DEFOCUS_ROWS["defocus auto (parallax)"],
+    "astigmatic, true": {"experiment": {"scan_rotation_deg": 9.0, "defocus_A": DEFOCUS_SETTING.defocus_A,
+                                        "aberrations": {"C12a": 0.0, "C12b": -20.0}}},
+}
+
+EVERY_SETTING = simulate.Setting(**{**SETTING.__dict__, "defocus_A": 120.0, "nominal_defocus_A": 96.0})
+EVERY_ROWS = {  # every effect of SETTING, the defocus 120 Å with the file's nominal 96 Å
+    "every auto, defocus nominal": ROWS["+ descan (every auto)"],
+    "every auto and defocus auto (what ptyacc init writes)": {"data": AUTOS, "experiment": {
+        "scan_rotation_deg": "auto", "defocus_A": "auto"}},
+    "true positions, flips and defocus": {**ROWS["true positions and flips"], "experiment": {
+        **ROWS["true positions and flips"]["experiment"], "defocus_A": 120.0}},
+}
+
+
+def main(work: Path, setting: simulate.Setting = SETTING, rows: dict = ROWS, iterations: int = 20) -> None:
     import ptyacc
 
     work.mkdir(parents=True, exist_ok=True)
     path = work / "case.h5"
-    simulate.write(str(path), SETTING)
+    simulate.write(str(path), setting)
     with h5py.File(path) as f:
         truth, dx = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"])
         positions = f["ground_truth/positions_A"][()]
     with h5py.File(work / "true_positions.h5", "w") as f:
         f["positions_A"] = positions
-    for name, extra in ROWS.items():
-        config = {"data": {"path": str(path)}, "optim": {"iterations": 20, "batch_size": 32},
+    for name, extra in rows.items():
+        config = {"data": {"path": str(path)}, "optim": {"iterations": iterations, "batch_size": 32},
                   "runtime": {"progress": False, "threads": 1}}
         for section, values in extra.items():
             config.setdefault(section, {}).update(values)
@@ -63,9 +94,17 @@ def main(work: Path) -> None:
         rec = ptyacc.reconstruct(ptyacc.load_config(config), write=False)
         offset = positions.mean(0) - np.asarray(rec.results.initial_positions_A).mean(0)  # the run's frame to the truth's
         found = packages.score(rec.results.phase, np.asarray(rec.results.origin_A) + offset, dx, positions, truth)
-        print(json.dumps({"row": name, **found, "blur_px": rec.model.detector_blur_px(), "s": round(time.time() - started, 1)}),
-              flush=True)
+        defocus = rec.results.calibration.get("defocus_A") if hasattr(rec.results, "calibration") else None
+        print(json.dumps({"row": name, **found, "blur_px": rec.model.detector_blur_px(), "defocus_A": defocus,
+                          "s": round(time.time() - started, 1)}), flush=True)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[2:] == ["--defocus"]:
+        main(Path(sys.argv[1]), DEFOCUS_SETTING, DEFOCUS_ROWS, iterations=30)
+    elif sys.argv[2:] == ["--every"]:
+        main(Path(sys.argv[1]), EVERY_SETTING, EVERY_ROWS)
+    elif sys.argv[2:] == ["--astigmatism"]:
+        main(Path(sys.argv[1]), ASTIGMATIC_SETTING, ASTIGMATIC_ROWS, iterations=30)
+    else:
+        main(Path(sys.argv[1]))

@@ -41,6 +41,8 @@ what a microscope records and ``/ground_truth`` the rest):
 * ``dead_pixels``, ``hot_pixels``, ``dead_column``: that many random detector pixels read 0, or
   ``hot_fraction`` of the dose plus Poisson noise, and a column (stored layout) reads 0, after the
   noise; ``/ground_truth/bad_pixels`` (K, K) uint8 in the stored layout, 1 = planted;
+* ``c12_A``: the probe's two-fold astigmatism (C12a, C12b) in Å (Krivanek, as the defocus:
+  chi += pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky)), ``/ground_truth`` attribute ``c12_A``;
 * ``nominal_defocus_A``: the file's ``defocus_A`` attribute (what the microscope says) when not
   None; the true one is ``/ground_truth`` attribute ``defocus_A``.
 
@@ -65,7 +67,7 @@ import numpy as np
 
 HC_EV_A = 12398.419843320026  # h c in eV Å
 ELECTRON_REST_EV = 510998.95  # m c^2 in eV
-EFFECTS = ("scan_rotation_deg", "transpose", "flip_y", "flip_x", "blur_px", "source_size_A", "focal_spread_A",
+EFFECTS = ("c12_A", "scan_rotation_deg", "transpose", "flip_y", "flip_x", "blur_px", "source_size_A", "focal_spread_A",
            "dead_pixels", "hot_pixels", "hot_fraction", "write_positions")  # in /ground_truth only
 
 
@@ -103,6 +105,7 @@ class Setting:
     hot_fraction: float = 0.05
     dead_column: int | None = None
     nominal_defocus_A: float | None = None
+    c12_A: tuple[float, float] = (0.0, 0.0)
     write_positions: bool = True
 
 
@@ -117,12 +120,14 @@ def centred_frequencies(n: int, dk_invA: float) -> tuple[np.ndarray, np.ndarray]
     return np.meshgrid(k, k, indexing="ij")
 
 
-def probe_wave(n: int, dk_invA: float, lam_A: float, semiangle_mrad: float, defocus_A: float) -> np.ndarray:
-    """(n, n) complex probe, centre at (n/2, n/2), sum |p|^2 = 1."""
+def probe_wave(n: int, dk_invA: float, lam_A: float, semiangle_mrad: float, defocus_A: float,
+               c12_A: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+    """(n, n) complex probe, centre at (n/2, n/2), sum |p|^2 = 1; ``c12_A`` the two-fold
+    astigmatism (C12a, C12b) in Å, Krivanek: chi += pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky)."""
     ky, kx = centred_frequencies(n, dk_invA)
     k2 = ky ** 2 + kx ** 2
     aperture = np.sqrt(k2) <= semiangle_mrad * 1e-3 / lam_A
-    chi = np.pi * lam_A * (-defocus_A) * k2
+    chi = np.pi * lam_A * ((-defocus_A) * k2 + c12_A[0] * (kx ** 2 - ky ** 2) + 2 * c12_A[1] * kx * ky)
     probe = np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(aperture * np.exp(-1j * chi))))
     return probe / np.sqrt(np.sum(np.abs(probe) ** 2))
 
@@ -205,14 +210,15 @@ def simulate(setting: Setting) -> dict:
     size = int(np.ceil(span_A / dx)) + n + 16
     size += size % 2
     phases = np.stack([random_atoms((size, size), dx, setting, rng) for _ in range(setting.slices)])
-    probe = probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A)
+    probe = probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A, setting.c12_A)
     nominal = scan_positions_A(setting, size * dx)
     positions = rotated(nominal, setting.scan_rotation_deg)
     kernel = fresnel_kernel(n, dx, lam, setting.slice_thickness_A)
     descan = descan_px(setting, positions)
     clean = np.zeros((len(positions), n, n))
     for shift, focus, weight in coherence_quadrature(setting):
-        variant = probe if focus == 0 else probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A + focus)
+        variant = probe if focus == 0 else probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A + focus,
+                                                      setting.c12_A)
         clean += weight * patterns_at(variant, np.exp(1j * phases), (positions + shift) / dx, kernel, descan)
     clean = blurred(clean, setting.blur_px)
     patterns = rng.poisson(clean * setting.dose).astype(np.float64) if setting.dose > 0 else clean
@@ -291,9 +297,9 @@ def write(path: str, setting: Setting) -> None:
         truth.create_dataset("bad_pixels", data=sim["bad_pixels"].astype(np.uint8))
         if sim["descan_px"] is not None:
             truth.create_dataset("descan_px", data=sim["descan_px"])
-        truth.attrs.update(defocus_A=setting.defocus_A, scan_rotation_deg=setting.scan_rotation_deg,
-                           blur_px=setting.blur_px, transpose=setting.transpose, flip_y=setting.flip_y,
-                           flip_x=setting.flip_x)
+        truth.attrs.update(defocus_A=setting.defocus_A, c12_A=np.asarray(setting.c12_A),
+                           scan_rotation_deg=setting.scan_rotation_deg, blur_px=setting.blur_px,
+                           transpose=setting.transpose, flip_y=setting.flip_y, flip_x=setting.flip_x)
         truth.create_dataset("phase", data=sim["phases"].sum(0).astype(np.float32)).attrs["dx_A"] = sim["dx_A"]
         slices = truth.create_dataset("potential_slices_phase", data=sim["phases"].astype(np.float32))
         slices.attrs["slice_thickness_A"] = setting.slice_thickness_A

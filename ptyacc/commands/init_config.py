@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.data.load import MIN_RASTER
+from ptyacc.data.parallax import MIN_SIDE
 from ptyacc.data.probe_file import probe_key, read_probe
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
 from ptyacc.errors import ConfigError, PtyaccError
@@ -50,7 +51,8 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     if not xray:
         lines += _found_in_data_lines(turned)
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
-    lines += _calibration_lines(info, xray)
+    parallax = not xray and info.positions_A is None and min(info.scan_shape or (0, 0)) >= MIN_SIDE
+    lines += _calibration_lines(info, xray, parallax)
     if turned:
         lines.append("  scan_rotation_deg: auto   # from the patterns' centre of mass (0 = scan along the detector)")
     if measured:
@@ -92,12 +94,18 @@ def from_ptyrad(params_path: Path, config_path: Path, adam_steps: bool = False) 
     return config_text(conversion, params_path)
 
 
-def _calibration_lines(info: PatternsInfo, xray: bool) -> list[str]:
-    """One line per calibration key: the file's value in a comment, or the key to fill in."""
+def _calibration_lines(info: PatternsInfo, xray: bool, parallax: bool = False) -> list[str]:
+    """One line per calibration key: the file's value in a comment, or the key to fill in;
+    ``parallax``: the defocus measured from the data (a raster scan of electrons)."""
     lines = []
     found_wavelength = "wavelength_A" in info.attrs
     for key, (what, electron_needs, xray_needs) in CALIBRATION.items():
-        if key in info.attrs:
+        if key == "defocus_A" and parallax:
+            nominal = (f"the file's {_number(info.attrs[key])} Å is the nominal value" if key in info.attrs else
+                       "no nominal value in the file: add aberrations: {C10: -value} to give one")
+            lines.append(f"  defocus_A: auto   # from the bright-field parallax; {nominal}, used where the data "
+                         "cannot tell")
+        elif key in info.attrs:
             lines.append(f"  # {key}: {_number(info.attrs[key])}   # from the file; uncomment to override")
         elif key == "dk_invA" and "dx_A" in info.attrs:
             lines.append(f"  # dx_A: {_number(info.attrs['dx_A'])}   # from the file; uncomment to override")

@@ -103,7 +103,12 @@ class ExperimentConfig:
     radiation: Literal["electron", "xray"] = _f("electron", "Kind of radiation.")
     energy_eV: float | None = _f(None, "Beam energy in eV (electrons: accelerating voltage x e).")
     semiangle_mrad: float | None = _f(None, "Probe-forming aperture semi-angle in mrad.")
-    defocus_A: float | None = _f(None, "Defocus in Å, = -C10; positive = underfocus (focus below the entrance surface).")
+    defocus_A: float | Literal["auto"] | None = _f(
+        None, "Defocus in Å, = -C10; positive = underfocus (focus below the entrance surface). auto (electrons, a "
+              "raster scan): measured from the parallax of the bright-field disk (the shifts of its pixels' virtual "
+              "images), the file's defocus_A attribute or aberrations.C10 the nominal value it falls back to where "
+              "the data cannot tell; run.log gives both. It also sets C12a/C12b where they are clear and not given, "
+              "and refines scan_rotation_deg: auto (docs/user-guide.md, 'Real data: what ptyacc finds for you').")
     aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
     dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
@@ -156,7 +161,10 @@ class ExperimentConfig:
             hint = _suggest(unknown[0], ABERRATION_NAMES)
             raise ConfigError(f"{path}.aberrations.{unknown[0]}: unknown aberration{hint}; "
                               f"known: {', '.join(ABERRATION_NAMES)}")
-        if "C10" in self.aberrations and self.defocus_A is not None:
+        if self.defocus_A == "auto" and self.radiation != "electron":
+            raise ConfigError(f"{path}.defocus_A: auto measures the defocus from the parallax of the bright-field disk "
+                              f"(electrons); for {self.radiation} give a number (X-ray far field: focus_to_sample_m)")
+        if "C10" in self.aberrations and self.defocus_A not in (None, "auto"):
             raise ConfigError(f"{path}.defocus_A: give defocus_A or aberrations.C10, not both (defocus_A = -C10)")
         if self.dk_invA is not None and self.dx_A is not None:
             raise ConfigError(f"{path}: give dk_invA or dx_A, not both (dx_A = 1 / (K dk_invA))")

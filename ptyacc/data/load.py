@@ -6,6 +6,7 @@ the file closed, the dataset built."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,11 @@ from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation
+from ptyacc.data.parallax import measure_parallax, stored_parallax
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
-from ptyacc.data.sanity import calibration_checks
+from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
 from ptyacc.errors import ConfigError, DataError
 
@@ -55,6 +57,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         if config.experiment.scan_rotation_deg == "auto":
             raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
                               "dataset is made with the rotation given (set a number)")
+        if config.experiment.defocus_A == "auto":
+            raise ConfigError("experiment.defocus_A: auto measures the defocus in a data file; a data.simulate dataset "
+                              "is made with the defocus given (set a number)")
         return keep_only(simulate_dataset(config), keep)
     data, experiment = config.data, config.experiment
     path, positions_path = _input_paths(config)
@@ -69,6 +74,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                 positions_path, experiment.positions.key, POSITIONS_SETTING)
             named = f"{positions_path}:{experiment.positions.key}", array
         facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
+        defocus_auto = experiment.defocus_A == "auto"
+        if defocus_auto:  # the nominal value from the file or aberrations.C10
+            experiment = dataclasses.replace(experiment, defocus_A=None)
         rotation_auto = experiment.scan_rotation_deg == "auto"
         calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
                                 facts, data.scan_shape)
@@ -82,7 +90,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
                              and experiment.radiation == "electron"):
             experiment, transform, turned = _oriented(experiment, transform, source, calibration, file_mask,
-                                                      info.background if data.subtract_background else None)
+                                                      info.background if data.subtract_background else None,
+                                                      defocus_auto)
             calibration = calibrate(experiment, facts, data.scan_shape)
             calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
         prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
@@ -90,14 +99,21 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
                                       info.background if data.subtract_background else None, gain)
         mask = prep.mask(file_mask)
+        radius_px = None
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
             calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
-        rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
         if data.transform.descan == "auto":
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
+        focus = Measured()
+        if defocus_auto:
+            depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
+            experiment, calibration, focus = _with_parallax(experiment, calibration, facts, data.scan_shape, radius_px,
+                                                            (source, prepare, mask, dx_A, shape[-1]), rotation_auto,
+                                                            turned.arrays.get("orientation_skew"), depth_A)
+        rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
                                                    device, reopen)
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
@@ -106,8 +122,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
-                                 checks=bad.lines + turned.lines + descan.lines + tuple(checks),
-                                 detector={**bad.arrays, **turned.arrays, **descan.arrays},
+                                 checks=bad.lines + turned.lines + descan.lines + focus.lines + tuple(checks),
+                                 detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
                                  hold=choice, streamed=streamed)
 
 
@@ -119,10 +135,12 @@ def _without_bad_pixels(data, source, file_mask: np.ndarray | None, n_patterns: 
 
 
 def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
-              background: np.ndarray | None):
+              background: np.ndarray | None, defocus_auto: bool = False):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
     without basis vectors: the experiment and transform with the rotation and flags measured from
-    the centre of mass of the stored patterns (``orientation.py``), and what to report."""
+    the centre of mass of the stored patterns (``orientation.py``), and what to report. With
+    ``defocus_auto`` the flags are turned by 180 degrees where the centre of mass could hardly tell
+    them from those (``_turned_by_parallax``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
@@ -144,11 +162,39 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         experiment = dataclasses.replace(experiment, scan_rotation_deg=found.rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
+    flags = found.flags
+    if fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE:
+        flags, said = _turned_by_parallax(source, calibration, experiment.scan_rotation_deg, flags, file_mask,
+                                          background)
+        line += said
     if fixed is None:
-        transform = dataclasses.replace(transform, orientation="manual", transpose=found.flags[0],
-                                        flip_y=found.flags[1], flip_x=found.flags[2])
+        transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
+                                        flip_x=flags[2])
     return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(found.rotation_deg),
-                                                      "orientation_flags": np.array(found.flags)})
+                                                      "orientation_flags": np.array(flags),
+                                                      "orientation_skew": np.float64(found.skew)})
+
+
+def _turned_by_parallax(source, calibration, rotation_deg: float, flags: tuple[bool, bool, bool],
+                        file_mask: np.ndarray | None, background: np.ndarray | None) -> tuple[tuple, str]:
+    """The flags with flip_y and flip_x toggled (the patterns turned by 180 degrees) where the
+    parallax of the stored patterns so oriented gives a defocus of the nominal one's opposite sign
+    (the parallax alone cannot tell a defocus from its opposite with the patterns turned by 180
+    degrees; a nominal defocus, even 30 % off, has the right sign); and what to add to run.log."""
+    nominal = -calibration.aberrations.get("C10", 0.0)
+    if nominal == 0 or calibration.stored_dx_A is None:
+        return flags, ""
+    shape, step = calibration.scan_shape, calibration.values["scan_step_A"]
+    steps = scan_grid_steps(raster_positions_A(shape, step, rotation_deg), shape)
+    if steps is None:
+        return flags, ""
+    found = stored_parallax(source, shape, steps, calibration.wavelength_A,
+                            1.0 / (source.info.shape[-1] * calibration.stored_dx_A), flags, file_mask, background)
+    if found is None or found.defocus_A * nominal > 0:
+        return flags, ""
+    return (flags[0], not flags[1], not flags[2]), (
+        f"; with these flags the bright-field parallax gives a defocus of {found.defocus_A:.1f} A, the nominal "
+        f"{nominal:g} A's opposite sign: flip_y and flip_x toggled (the patterns turned by 180 deg)")
 
 
 def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen):
@@ -158,6 +204,87 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     arrays = {"descan_px": descan.shifts_px(positions_A), "descan_plane": descan.plane}
     return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
             Measured((line,), arrays))
+
+
+def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
+                   rotation_auto: bool, skew: np.ndarray | None, depth_A: float = 0.0):
+    """The experiment and calibration with the defocus (and a measured rotation's correction) from
+    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width), and
+    what to report."""
+    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew, depth_A)
+    if turn_deg:
+        turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+        calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
+        calibration.sources["scan_rotation_deg"] = "fitted"
+    if found:
+        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, **found),
+                                          values=dict(calibration.values, defocus_A=-found["C10"]),
+                                          sources=dict(calibration.sources, defocus_A="fitted"))
+    return experiment, calibration, focus
+
+
+SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
+
+
+def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
+               skew: np.ndarray | None, depth_A: float = 0.0) -> tuple[dict[str, float], float, Measured]:
+    """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
+    patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
+    more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
+    to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
+    parallax says the defocus has the nominal one's opposite sign while the centre of mass could
+    hardly tell the rotation from the one 180 degrees away); and what to report. The parallax sees
+    the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where the
+    model's probe is defined (half the multislice model's propagated thickness), so that is added."""
+    nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
+    where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
+                                                                               "none given")
+    said = "none" if nominal is None else f"{nominal:g} A ({where})"
+    head = "defocus from the bright-field parallax (experiment.defocus_A: auto)"
+    steps = None if calibration.scan_shape is None else scan_grid_steps(calibration.positions_A, calibration.scan_shape)
+    if steps is None:
+        found, reason, seconds = None, "it needs a raster scan (data.scan_shape and experiment.scan_step_A)", 0.0
+    else:
+        found, reason, seconds = measure_parallax(source, calibration.scan_shape, steps, calibration.wavelength_A,
+                                                  1.0 / (k * dx_A), prepare, mask)
+    if found is None or not found.reliable:
+        measured = "" if found is None else f"measured {found.summary()}, "
+        kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
+            f"the nominal defocus {said} is used"
+        return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",))
+    middle, turn, notes = found.defocus_A, 0.0, ""
+    opposite = nominal is not None and nominal * (middle + depth_A) < 0
+    if rotation_auto:
+        turn = found.rotation_left_deg
+        if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:
+            turn, middle, opposite = turn + 180.0, -middle, False
+            notes += (f"; the scan rotation turned by 180 deg (the centre of mass could not tell it, divergence "
+                      f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
+        notes += f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg"
+    if opposite:
+        notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
+    defocus = middle + depth_A
+    if depth_A:
+        notes = f"; {middle:.1f} A at the sample's middle, {depth_A:g} A below the entrance surface{notes}"
+    found_aberrations = {"C10": -defocus}
+    c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
+    if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
+        notes += "; C12 as the config gives it"
+    elif math.hypot(*c12) > 2 * found.c12_error_A:
+        found_aberrations.update(C12a=c12[0], C12b=c12[1])
+        notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
+    change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
+                                         f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
+    line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
+    arrays = {"parallax_defocus_A": np.array([defocus, found.defocus_error_A]),
+              "parallax_c12_A": np.array([found.c12a_A, found.c12b_A, found.c12_error_A]),
+              "parallax_rotation_left_deg": np.float64(found.rotation_left_deg),
+              "parallax_k_invA": found.k_invA[found.used], "parallax_shifts_A": found.shifts_A[found.used],
+              "parallax_fit_A": found.fit_A, "parallax_image": found.image}
+    if turn:
+        arrays["scan_rotation_deg"] = np.float64((calibration.values["scan_rotation_deg"] + turn + 180.0) % 360.0 - 180.0)
+    return found_aberrations, turn, Measured((line,), arrays)
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

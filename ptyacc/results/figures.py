@@ -44,7 +44,38 @@ def make_figures(results: Results, initial_positions_A: np.ndarray | None = None
                "summary.png": summary_figure(results, initial)}
     if "probe_variation" in (results.quantities or {}):
         figures["probe_variation.png"] = probe_variation_figure(results)
+    if "parallax_shifts_A" in (results.detector or {}):
+        figures["parallax.png"] = parallax_figure(results.detector)
     return figures
+
+
+def parallax_figure(detector: dict[str, np.ndarray]) -> Figure:
+    """``experiment.defocus_A: auto``: the tilt-corrected bright-field image of the scan's middle
+    block, and each pixel group's measured shift (Å) drawn at its spatial frequency, beside the
+    linear fit's."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4.6))
+    image_ax, shift_ax = fig.subplots(1, 2)
+    image_ax.imshow(detector["parallax_image"], cmap="gray")
+    image_ax.set(title="tilt-corrected bright field (raster steps)", xlabel="fast", ylabel="slow")
+    k, shifts, fit = detector["parallax_k_invA"], detector["parallax_shifts_A"], detector["parallax_fit_A"]
+    defocus, error = detector["parallax_defocus_A"][:2]
+    fitted = k @ fit[:, 1:].T
+    shifts = shifts - fit[:, 0]  # the constant part (the disk's centre off the axis) left out
+    gaps = np.hypot(*(k[:, None] - k[None]).transpose(2, 0, 1))
+    spacing = float(np.min(gaps[gaps > 0])) if len(k) > 1 else 1.0
+    scale = float(np.abs(shifts).max()) / (0.9 * spacing) or 1.0  # Å per 1/Å: the longest arrow 0.9 of the spacing
+    arrows = {"angles": "xy", "scale_units": "xy", "scale": scale}
+    shift_ax.quiver(k[:, 1], k[:, 0], fitted[:, 1], fitted[:, 0], color="0.6", width=0.012, label="fit", **arrows)
+    shift_ax.quiver(k[:, 1], k[:, 0], shifts[:, 1], shifts[:, 0], color="C3", width=0.005, label="measured", **arrows)
+    reach = float(np.abs(k).max()) + spacing
+    shift_ax.set(title=f"pixel groups' shifts (0.1 1/A: {0.1 * scale:.3g} A)\ndefocus {defocus:.1f} +- {error:.1f} A",
+                 xlim=(-reach, reach), ylim=(-reach, reach), xlabel="kx (1/A)",
+                 ylabel="ky (1/A)", aspect="equal")
+    shift_ax.invert_yaxis()
+    shift_ax.legend(loc="upper right", fontsize="small")
+    return fig
 
 
 def probe_variation_figure(results: Results) -> Figure:

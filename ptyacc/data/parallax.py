@@ -1,0 +1,359 @@
+"""Defocus and two-fold astigmatism from the parallax of the bright-field disk
+(``experiment.defocus_A: auto``), and the tilt-corrected bright-field image.
+
+Each detector pixel inside the bright-field disk, at spatial frequency k (1/Å, from the disk's
+centre), sees the sample through the rays of the probe that reach it. For a probe whose phase is
+chi(k) = pi lambda (C10 |k|^2 + C12a (kx^2 - ky^2) + 2 C12b kx ky) (``physics.probe``), the ray
+reaching k crossed the sample at grad chi / (2 pi) from the probe's centre, so that pixel's virtual
+bright-field image of the scan is the common bright-field image moved by s(k) = M k (Å), with
+
+    M / lambda = [[defocus + C12a, -C12b], [-C12b, defocus - C12a]]   (rows and columns y, x)
+
+and defocus = -C10 (positive: underfocus). For a weak object this holds exactly for the pixels whose
+neighbourhood of the scan's frequencies stays inside the disk; near the disk's edge the image turns
+into a differential phase contrast image, so the edge is left out.
+
+Measured on the middle block of up to 64 x 64 raster positions (``orientation.middle_block``, the
+same on every process): the pixels within INNER of the disk's radius are binned into about GROUPS square groups,
+each a virtual image (patterns normalised to their total counts, the image to its mean). Each
+image's shift against a reference is found to a small fraction of a scan step by Gauss-Newton on
+c T(n - d) + b (T sampled by cubic convolution, so no window or wrap biases it), started from a
+cross-correlation's peak, then from the linear fit; the reference is first the image of the group
+nearest the disk's centre, then the mean of all images moved back (three rounds). The shifts,
+turned into Å by the raster's step vectors, are fitted by s = s0 + M k, each group weighted by how
+well its shift was measured; the fit's scatter and the shifts' errors, the difference between the
+inner and the outer groups' defocus and SYSTEMATIC of it give the uncertainty. M's
+antisymmetric part is a rotation of the scan left unaccounted for (``rotation_left_deg``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptyacc.data.bright_field import bright_field_radius_px, repaired
+from ptyacc.data.orientation import middle_block
+from ptyacc.errors import DataError
+
+MIN_SIDE = 16  # raster positions per side below which the parallax is not measured
+MAX_SHIFT_SHARE = 1 / 3  # of the raster's side: the largest shift whose images still overlap enough to trust
+INNER = 0.8  # groups from the pixels within this share of the disk's radius
+GROUPS = 48  # about this many groups of pixels
+ROUNDS = 3  # reference rebuilt from the aligned images this many times
+MIN_GROUPS = 8
+MAX_REL_ERROR = 0.1  # the defocus trusted when its uncertainty is at most this share of it
+MIN_EDGE_PHASE = 3.5  # rad: the defocus's phase at the disk's edge, pi defocus alpha^2 / lambda, below which the
+# shift model fails (measured on the independent simulator: +25 % at 1.9 rad, +6-10 % at 2.8, within 4 % from 3.8)
+SYSTEMATIC = 0.03  # share of |defocus| added to its and C12's errors: the spread between samples on the simulator
+MAX_MISFIT = 0.5  # the shifts' rms misfit to the linear model, as a share of their rms, beyond which it is not trusted
+
+
+@dataclass(frozen=True)
+class Parallax:
+    """What the parallax measured: ``defocus_A`` (= -C10, positive underfocus) with its standard
+    error ``defocus_error_A``; ``c12a_A``, ``c12b_A`` (Krivanek, Å) with ``c12_error_A``;
+    ``rotation_left_deg`` the scan rotation M's antisymmetric part says is left (0 when the scan
+    rotation is right); per group ``k_invA`` (G, 2) and ``shifts_A`` (G, 2) the measured shifts
+    (y, x) with ``errors_A`` (G,) and ``used`` (G,) bool; ``image`` (ny, nx) the tilt-corrected
+    bright-field image on the raster block (NaN where no image covers it); ``misfit`` the shifts'
+    rms distance from the fit over their rms; ``reliable`` and ``reason`` whether to use it."""
+
+    defocus_A: float
+    defocus_error_A: float
+    c12a_A: float
+    c12b_A: float
+    c12_error_A: float
+    rotation_left_deg: float
+    k_invA: np.ndarray
+    shifts_A: np.ndarray
+    errors_A: np.ndarray
+    used: np.ndarray
+    image: np.ndarray
+    misfit: float
+    positions: int
+    reliable: bool
+    reason: str = ""
+    halves_A: tuple[float, float] = (math.nan, math.nan)
+    fit_A: np.ndarray | None = None  # (2, 3) per axis (y, x): [s0, M[:, 0], M[:, 1]], Å and Å per 1/Å
+
+    def summary(self) -> str:
+        return (f"defocus {self.defocus_A:.1f} +- {self.defocus_error_A:.1f} A (inner and outer pixels "
+                f"{self.halves_A[0]:.1f}, {self.halves_A[1]:.1f}), C12a {self.c12a_A:+.1f} C12b "
+                f"{self.c12b_A:+.1f} (+- {self.c12_error_A:.1f}) A, scan rotation left {self.rotation_left_deg:+.2f} "
+                f"deg, {int(self.used.sum())} pixel groups, misfit {self.misfit:.2f}, {self.positions} positions")
+
+
+class NoParallax(Exception):
+    """The data cannot tell the defocus (the reason in the message)."""
+
+
+def cubic_weights(t: float) -> np.ndarray:
+    """Keys' cubic convolution weights (a = -1/2) of the samples at -1, 0, 1, 2 for a point t in [0, 1)."""
+    a = -0.5
+    d = np.array([1 + t, t, 1 - t, 2 - t])
+    near = (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
+    far = a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
+    return np.where(d <= 1, near, far)
+
+
+def shifted(image: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """(ny, nx) ``image`` sampled at (i - d[0], j - d[1]) by cubic convolution: the image moved by d
+    (raster steps); NaN where the samples would leave the image (or meet its NaN)."""
+    out = image
+    for axis, shift in enumerate(d):
+        start = math.floor(-shift)
+        weights = cubic_weights(-shift - start)
+        n = out.shape[axis]
+        padded = np.concatenate([np.full_like(np.take(out, [0], axis), np.nan).repeat(n + 4, axis), out,
+                                 np.full_like(np.take(out, [0], axis), np.nan).repeat(n + 4, axis)], axis)
+        total = 0.0
+        for o, w in zip((-1, 0, 1, 2), weights):
+            first = n + 4 + start + o
+            if abs(first - (n + 4)) > n + 3:
+                return np.full_like(image, np.nan)
+            total = total + w * np.take(padded, range(first, first + n), axis)
+        out = total
+    return out
+
+
+def aligned_shift(image: np.ndarray, reference: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shift d (2,) raster steps with ``image`` ~ c reference(n - d) + b, by Gauss-Newton from
+    ``start``, and its covariance (2, 2); NaN where it fails."""
+    d = np.asarray(start, dtype=np.float64).copy()
+    gradient = np.gradient(reference)
+    failed = np.full(2, np.nan), np.full((2, 2), np.nan)
+    for _ in range(8):
+        t = shifted(reference, d)
+        gy, gx = shifted(gradient[0], d), shifted(gradient[1], d)
+        valid = np.isfinite(t) & np.isfinite(gy) & np.isfinite(gx)
+        if valid.sum() < 16:
+            return failed
+        design = np.column_stack([t[valid], np.ones(valid.sum()), -gy[valid], -gx[valid]])
+        solution, *_ = np.linalg.lstsq(design, image[valid], rcond=None)
+        c = solution[0]
+        if not c > 0:
+            return failed
+        step = np.clip(solution[2:] / c, -1.0, 1.0)
+        d += step
+        residual = image[valid] - design @ solution
+        if np.abs(step).max() < 1e-3:
+            break
+    inverse = np.linalg.pinv(design.T @ design)
+    return d, inverse[2:, 2:] * (residual @ residual / max(valid.sum() - 4, 1)) / c ** 2
+
+
+def correlation_peak(image: np.ndarray, reference: np.ndarray, max_shift: float) -> np.ndarray:
+    """The integer shift d (2,) with image(n) ~ reference(n - d), |d| <= max_shift, from the
+    peak of their cross-correlation (both zero-mean, Hann-windowed, zero-padded)."""
+    ny, nx = image.shape
+    window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :]
+    a = np.nan_to_num(image - np.nanmean(image)) * window
+    b = np.nan_to_num(reference - np.nanmean(reference)) * window
+    size = (2 * ny, 2 * nx)
+    xc = np.fft.ifft2(np.fft.fft2(a, size) * np.conj(np.fft.fft2(b, size))).real
+    dy = np.fft.fftfreq(size[0]) * size[0]
+    dx = np.fft.fftfreq(size[1]) * size[1]
+    far = np.hypot(dy[:, None], dx[None, :]) > max_shift
+    xc[far] = -np.inf
+    i, j = np.unravel_index(np.argmax(xc), xc.shape)
+    return np.array([dy[i], dx[j]])
+
+
+def pixel_groups(mean: np.ndarray, radius_px: float, good: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of the pixels of centred (K, K) patterns within INNER of the disk of ``radius_px``
+    about the ``mean`` pattern's disk centroid: (G, K*K) membership (0/1) and (G, 2) their
+    intensity-weighted mean position (y, x) in px from that centre."""
+    k = mean.shape[-1]
+    level = np.clip(mean / np.median(mean[mean > 0.5 * mean.max()]), 0.0, 1.0)
+    y, x = np.indices(mean.shape)
+    centre = np.array([(level * y).sum(), (level * x).sum()]) / level.sum()
+    width = max(1, round(INNER * radius_px * math.sqrt(math.pi / GROUPS)))
+    inside = np.hypot(y - centre[0], x - centre[1]) <= INNER * radius_px
+    if good is not None:
+        inside &= good
+    tiles = np.floor((y - centre[0]) / width + 0.5).astype(int) * (2 * k) + np.floor((x - centre[1]) / width + 0.5).astype(int)
+    members, places = [], []
+    for tile in np.unique(tiles[inside]):
+        pick = inside & (tiles == tile)
+        if pick.sum() < max(1, width * width // 2):
+            continue
+        members.append(pick.ravel())
+        w = mean[pick]
+        places.append([(w * y[pick]).sum() / w.sum() - centre[0], (w * x[pick]).sum() / w.sum() - centre[1]])
+    if not members:
+        return np.zeros((0, k * k)), np.zeros((0, 2))
+    return np.array(members, dtype=np.float64), np.array(places)
+
+
+def virtual_images(patterns: np.ndarray, membership: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """(G, ny, nx) virtual bright-field images of centred patterns (n, K, K), each pattern divided by
+    its total counts, each image by its mean, less 1."""
+    flat = patterns.reshape(len(patterns), -1).astype(np.float64)
+    flat = flat / np.maximum(flat.sum(1, keepdims=True), 1e-30)
+    images = (flat @ membership.T).T.reshape(len(membership), *shape)
+    return images / np.maximum(images.mean(axis=(1, 2), keepdims=True), 1e-30) - 1.0
+
+
+def fit_shifts(k_invA: np.ndarray, shifts_A: np.ndarray, errors_A: np.ndarray, used: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The weighted least-squares fit s = s0 + M k of the used groups: (s0 (2,), M (2, 2),
+    M's covariance (4, 4) in row-major order, the weighted rms misfit over the shifts' rms)."""
+    k, s, w = k_invA[used], shifts_A[used], 1.0 / errors_A[used] ** 2
+    design = np.column_stack([np.ones(len(k)), k])
+    normal = np.linalg.pinv(design.T @ (design * w[:, None]))
+    solution = normal @ (design.T @ (s * w[:, None]))  # (3, 2): rows 1, ky, kx; columns y, x
+    residual = s - design @ solution
+    chi2 = float((w[:, None] * residual ** 2).sum() / max(2 * len(k) - 6, 1))
+    scale = max(chi2, 1.0)
+    cov = np.zeros((4, 4))
+    cov[:2, :2] = normal[1:, 1:] * scale  # M[0, :] (the y shift against ky, kx)
+    cov[2:, 2:] = normal[1:, 1:] * scale
+    spread = s - np.average(s, axis=0, weights=w)
+    misfit = math.sqrt((w[:, None] * residual ** 2).sum() / max((w[:, None] * spread ** 2).sum(), 1e-30))
+    return solution[0], solution[1:].T, cov, misfit
+
+
+def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float,
+            dk_invA: float, good: np.ndarray | None = None) -> Parallax:
+    """The parallax of (ny * nx, K, K) patterns (zero frequency at [0, 0], ptyacc's prepared layout)
+    on a raster ``scan_shape`` (row-major, rows the slow axis) whose step vectors are the columns
+    of ``steps_A`` (2, 2) (rows y, x in Å); ``good`` (K, K) the detector mask in the same layout.
+    Raises NoParallax when the data cannot tell."""
+    ny, nx = scan_shape
+    if min(ny, nx) < MIN_SIDE:
+        raise NoParallax(f"a raster of at least {MIN_SIDE} x {MIN_SIDE} positions is needed, found {ny} x {nx}")
+    centred = np.fft.fftshift(patterns, axes=(-2, -1))
+    centred_good = None if good is None else np.fft.fftshift(np.asarray(good, dtype=bool))
+    mean = repaired(centred.mean(0, dtype=np.float64))
+    try:
+        radius = bright_field_radius_px(mean, "the patterns")
+    except DataError as exc:
+        raise NoParallax(str(exc).split(";")[0]) from None
+    membership, places = pixel_groups(mean, radius, centred_good)
+    if len(membership) < MIN_GROUPS:
+        raise NoParallax(f"only {len(membership)} groups of pixels inside the bright-field disk")
+    images = virtual_images(centred, membership, (ny, nx))
+    k_invA = places * dk_invA
+    to_steps = np.linalg.inv(steps_A)
+    reference = images[int(np.argmin(np.hypot(*places.T)))]
+    d = np.array([correlation_peak(image, reference, 0.45 * min(ny, nx)) for image in images])
+    for round_ in range(ROUNDS + 1):
+        found = [aligned_shift(image, reference, start) for image, start in zip(images, d)]
+        d = np.array([f[0] for f in found])
+        shifts_A = d @ steps_A.T
+        errors_A = np.sqrt(np.abs(np.einsum("ij,gjk,ik->g", steps_A, np.array([f[1] for f in found]), steps_A)) / 2)
+        used = np.isfinite(errors_A) & np.isfinite(shifts_A).all(1) & (errors_A > 0)
+        if used.sum() < MIN_GROUPS:
+            raise NoParallax(f"the shifts of only {int(used.sum())} pixel groups could be measured")
+        used &= errors_A < 10 * np.median(errors_A[used])
+        s0, m, cov, misfit = fit_shifts(k_invA, shifts_A, errors_A, used)
+        offset = s0 @ to_steps.T
+        if round_ < ROUNDS:
+            predicted = (s0 + k_invA @ m.T) @ to_steps.T
+            reference = aligned_mean(images, d - offset, used)
+            d = np.where(np.isfinite(d) & (np.abs(d - predicted) < 1.0), d, predicted) - offset
+    image = aligned_mean(images, d - offset, used, reach=0.25)
+    radial = np.hypot(*k_invA.T)
+    inner = used & (radial <= np.median(radial[used]))
+    halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
+              for part in (inner, used & ~inner)]
+    overlap = float(np.abs(d[used] - offset).max()) / min(ny, nx)
+    return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, (ny, nx), halves,
+                  radius * dk_invA * wavelength_A, overlap)
+
+
+def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray, reach: float = 0.5) -> np.ndarray:
+    """The mean of the used images moved back by their shifts d (G, 2), each to unit variance;
+    NaN where fewer than ``reach`` of them reach (the reference: half, so that its every pixel is
+    averaged over many; the image shown: a quarter)."""
+    total = np.zeros(images.shape[1:])
+    count = np.zeros(images.shape[1:])
+    for image, shift in zip(images[used], d[used]):
+        back = shifted(image / max(float(image.std()), 1e-30), -shift)
+        seen = np.isfinite(back)
+        total[seen] += back[seen]
+        count[seen] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count >= reach * used.sum(), total / count, np.nan)
+
+
+def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
+    """The defocus (Å) of the fitted M (2, 2): its part a I + b J (J antisymmetric) is lambda defocus
+    R(phi) for a scan turned by phi from the one assumed, so defocus = sign(a) |(a, b)| / lambda,
+    whatever rotation is left."""
+    a, b = (m[0, 0] + m[1, 1]) / 2, (m[1, 0] - m[0, 1]) / 2
+    return float(math.copysign(math.hypot(a, b), a) / wavelength_A)
+
+
+def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
+           image, shape: tuple[int, int], halves: list[float], semiangle_rad: float, overlap: float) -> Parallax:
+    """The Parallax of the fitted s0 (2,), M (2, 2) and M's covariance (4, 4), judged; ``halves`` the
+    defocus fitted to the inner and the outer half of the groups, whose difference (the model's
+    failure towards the disk's edge) and SYSTEMATIC of the defocus are added to the statistical
+    error; ``semiangle_rad`` the disk's; ``overlap`` the largest shift as a share of the raster's side."""
+    defocus = defocus_of(m, wavelength_A)
+    statistical = math.sqrt(max(cov[0, 0] + cov[3, 3], 0.0)) / (2 * wavelength_A)
+    defocus_error = math.hypot(statistical, (halves[0] - halves[1]) / 2, SYSTEMATIC * defocus)
+    c12a = (m[0, 0] - m[1, 1]) / (2 * wavelength_A)
+    c12b = -(m[0, 1] + m[1, 0]) / (2 * wavelength_A)
+    c12_error = defocus_error
+    rotation_left = math.degrees(math.atan((m[1, 0] - m[0, 1]) / (m[0, 0] + m[1, 1]))) if m[0, 0] + m[1, 1] else 0.0
+    reason = ""
+    if misfit > MAX_MISFIT:
+        reason = (f"the pixel groups' shifts do not follow one defocus (misfit {misfit:.2f} of their spread): a thick "
+                  "or strongly scattering sample, or too little contrast")
+    elif overlap > MAX_SHIFT_SHARE:
+        reason = (f"the largest shift is {overlap:.2f} of the {shape[0]} x {shape[1]} raster's side (over "
+                  f"{MAX_SHIFT_SHARE:.2f}): too little overlap between the images for this defocus")
+    elif math.pi * abs(defocus) * semiangle_rad ** 2 / wavelength_A < MIN_EDGE_PHASE:
+        reason = (f"the defocus is too small for the parallax to measure well (its phase at the disk's edge "
+                  f"{math.pi * abs(defocus) * semiangle_rad ** 2 / wavelength_A:.2g} rad, below {MIN_EDGE_PHASE:g})")
+    elif defocus_error > MAX_REL_ERROR * abs(defocus):
+        reason = f"the defocus is uncertain by {defocus_error:.3g} A"
+    return Parallax(float(defocus), float(defocus_error), float(c12a), float(c12b), float(c12_error),
+                    float(rotation_left), k_invA, shifts_A, errors_A, used, image, float(misfit), shape[0] * shape[1],
+                    reliable=not reason, reason=reason, halves_A=tuple(halves),
+                    fit_A=np.column_stack([s0, m]))
+
+
+def measure_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,
+                     prepare, good: np.ndarray | None) -> tuple[Parallax | None, str, float]:
+    """The parallax of the middle block of up to 64 x 64 positions (``middle_block``) of the pattern file
+    ``source`` (a ``readers.PatternFile``, prepared by ``prepare``; ``good`` its prepared mask):
+    (the Parallax or None, why it is not to be used ("" if it is), seconds taken)."""
+    started = time.perf_counter()
+    rows, shape = middle_block(tuple(scan_shape))
+    try:
+        found = measure(source.read(rows, prepare).patterns, shape, steps_A, wavelength_A, dk_invA, good)
+    except NoParallax as exc:
+        return None, str(exc), time.perf_counter() - started
+    return found, found.reason, time.perf_counter() - started
+
+
+def stored_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,
+                    flags: tuple[bool, bool, bool], good: np.ndarray | None, background: np.ndarray | None
+                    ) -> Parallax | None:
+    """The parallax of the stored patterns (centred, pixels of ``dk_invA``) turned by the
+    transpose/flip ``flags`` as ``data.transform`` would, less ``background``, ``good`` the stored
+    detector mask; None where it cannot be told. Settles the orientation before the patterns are
+    prepared: patterns turned by 180 degrees reverse the defocus's sign."""
+    rows, shape = middle_block(tuple(scan_shape))
+    subtract = None if background is None else (lambda chunk: chunk - background)
+    patterns = source.read(rows, subtract).patterns
+    mask = None if good is None else np.asarray(good, dtype=bool)
+    if flags[0]:
+        patterns, mask = np.swapaxes(patterns, -1, -2), None if mask is None else mask.T
+    if flags[1]:
+        patterns, mask = patterns[..., ::-1, :], None if mask is None else mask[::-1]
+    if flags[2]:
+        patterns, mask = patterns[..., ::-1], None if mask is None else mask[:, ::-1]
+    try:
+        found = measure(np.fft.ifftshift(patterns, axes=(-2, -1)), shape, steps_A, wavelength_A, dk_invA,
+                        None if mask is None else np.fft.ifftshift(mask))
+    except NoParallax:
+        return None
+    return found if found.reliable else None

@@ -1,0 +1,189 @@
+"""Defocus from the bright-field parallax (ptyacc/data/parallax.py, experiment.defocus_A: auto) on
+patterns of the independent simulator (examples/grid/simulate.py), whose true defocus is the check;
+the file's nominal defocus is 25 % off."""
+
+import h5py
+import numpy as np
+import pytest
+
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
+from ptyacc.data.parallax import NoParallax, measure, shifted
+from ptyacc.data.sanity import scan_grid_steps
+from ptyacc.errors import ConfigError
+from ptyacc.results.figures import parallax_figure
+
+K = 48
+
+
+def case(grid_simulator, defocus_A, side=32, **effects):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(side, side), scan_step_A=0.4, dose=3e4,
+                                     defocus_A=defocus_A, edge_mrad=50.0, seed=5, **effects)
+    return setting, grid_simulator.simulate(setting)
+
+
+def measured(grid_simulator, setting, result, rotation_deg=None):
+    """The parallax of a simulated case, its raster turned by ``rotation_deg`` (default: the true positions)."""
+    patterns = np.fft.ifftshift(result["patterns"].reshape(-1, K, K), axes=(-2, -1))
+    positions = result["positions_A"] if rotation_deg is None else grid_simulator.rotated(
+        result["nominal_positions_A"], rotation_deg)
+    steps = scan_grid_steps(positions, setting.scan_shape)
+    return measure(patterns, setting.scan_shape, steps, result["wavelength_A"], result["dk_invA"])
+
+
+def test_cubic_shift_moves_an_image_by_a_fraction_of_a_step():
+    y, x = np.indices((20, 20))
+    image = np.sin(0.4 * y) * np.cos(0.3 * x)
+    moved = shifted(image, np.array([0.25, -1.5]))
+    truth = np.sin(0.4 * (y - 0.25)) * np.cos(0.3 * (x + 1.5))
+    inside = np.isfinite(moved)
+    assert inside.sum() > 250 and np.abs(moved[inside] - truth[inside]).max() < 0.01
+
+
+@pytest.mark.parametrize("defocus_A, rotation_deg", [(100.0, 9.0), (-80.0, -12.0), (150.0, 0.0)])
+def test_defocus_within_five_percent_with_its_sign(grid_simulator, defocus_A, rotation_deg):
+    setting, result = case(grid_simulator, defocus_A, scan_rotation_deg=rotation_deg)
+    found = measured(grid_simulator, setting, result)
+    assert found.reliable
+    assert found.defocus_A == pytest.approx(defocus_A, rel=0.05)
+    assert abs(found.rotation_left_deg) < 1.0
+    assert abs(found.c12a_A) < 0.05 * abs(defocus_A) and abs(found.c12b_A) < 0.05 * abs(defocus_A)
+    assert np.isfinite(found.image[10:-10, 10:-10]).all()
+
+
+@pytest.mark.parametrize("c12_A", [(20.0, 0.0), (0.0, -20.0)])
+def test_astigmatism_its_sign_and_size(grid_simulator, c12_A):
+    setting, result = case(grid_simulator, 120.0, scan_rotation_deg=9.0, c12_A=c12_A)
+    found = measured(grid_simulator, setting, result)
+    assert found.reliable and found.defocus_A == pytest.approx(120.0, rel=0.08)  # seed 5 reads 4-7 % low at 120 A
+    assert np.hypot(found.c12a_A - c12_A[0], found.c12b_A - c12_A[1]) < 5.0  # Å, of 20
+    assert found.c12_error_A < 5.0
+
+
+def test_a_scan_rotation_left_out_shows_in_the_antisymmetric_part(grid_simulator):
+    setting, result = case(grid_simulator, 100.0, scan_rotation_deg=9.0)
+    found = measured(grid_simulator, setting, result, rotation_deg=4.0)  # the raster assumed turned by 4 degrees, truly 9
+    assert found.rotation_left_deg == pytest.approx(5.0, abs=1.0)
+    assert found.defocus_A == pytest.approx(100.0, rel=0.05)
+
+
+def test_no_disk_or_a_small_raster_cannot_tell(grid_simulator):
+    setting, result = case(grid_simulator, 100.0, side=8)
+    with pytest.raises(NoParallax, match="raster of at least"):
+        measured(grid_simulator, setting, result)
+    setting, result = case(grid_simulator, 120.0, side=16)
+    found = measured(grid_simulator, setting, result)  # shifts of 6 steps on a 16-step side
+    assert not found.reliable and "too little overlap" in found.reason
+    flat = np.ones((16 * 16, K, K), dtype=np.float32)
+    with pytest.raises(NoParallax, match="no bright-field disk"):
+        measure(flat, (16, 16), np.eye(2) * 0.4, result["wavelength_A"], result["dk_invA"])
+
+
+def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=-100.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=9.0, nominal_defocus_A=-125.0,
+                                     write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    with h5py.File(path, "a") as f:  # no nominal value: the parallax alone
+        del f.attrs["defocus_A"]
+    alone = load_data(load_config(config))
+    assert alone.calibration["defocus_A"][0] == pytest.approx(-100.0, rel=0.05)
+    with h5py.File(path, "a") as f:
+        f.attrs["defocus_A"] = -125.0
+    data = load_data(load_config(config))
+    value, source = data.calibration["defocus_A"]
+    assert source == "fitted" and value == pytest.approx(-100.0, rel=0.05)
+    line = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
+    assert "-125 A (the file's defocus_A)" in line and "the measured defocus -" in line
+    assert data.detector["parallax_image"].shape == (32, 32)
+    figure = parallax_figure(data.detector)  # the run's parallax.png
+    assert len(figure.axes) == 2 and len(figure.axes[1].collections) == 2
+    with h5py.File(path, "a") as f:  # a blank sample: nothing to align, the nominal value stays
+        f["patterns"][...] = np.broadcast_to(f["patterns"][...].mean(axis=(0, 1)), f["patterns"].shape)
+    blank = load_data(load_config(config))
+    assert blank.calibration["defocus_A"] == (-125.0, "file")
+    assert any("not used" in line and "nominal defocus -125 A" in line for line in blank.checks)
+    with h5py.File(path, "a") as f:
+        del f.attrs["defocus_A"]
+    assert "defocus_A" not in load_data(load_config(config)).calibration  # no nominal: in focus
+
+
+def test_a_defocus_too_small_for_the_shift_model_is_not_trusted(grid_simulator):
+    setting, result = case(grid_simulator, 40.0)  # its phase at the disk's edge is under 2 rad
+    found = measured(grid_simulator, setting, result)
+    assert not found.reliable and "too small" in found.reason
+
+
+def test_the_parallax_corrects_a_rotation_the_centre_of_mass_could_not_tell(grid_simulator, tmp_path):
+    """At 120 A defocus the centre of mass hardly tells a rotation from the one 180 degrees away
+    (divergence skew near 0) and picks the wrong one here; the parallax's defocus then has the
+    nominal one's opposite sign, which turns the rotation back, and its antisymmetric part refines it."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, nominal_defocus_A=96.0,
+                                     write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    data = load_data(load_config(config))
+    assert abs(float(data.detector["orientation_skew"])) < 1.0
+    assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.06)
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
+    assert any("turned by 180 deg" in line for line in data.checks)
+    assert "C12a" not in data.aberrations  # none in the data: within 2 sigma of 0
+
+
+def test_measured_astigmatism_goes_into_the_probe(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=2, c12_A=(0.0, -20.0), nominal_defocus_A=96.0)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    data = load_data(load_config({"data": {"path": str(path)}, "experiment": {"defocus_A": "auto"}}))
+    assert data.aberrations["C10"] == pytest.approx(-120.0, rel=0.05)
+    assert data.aberrations["C12b"] == pytest.approx(-20.0, abs=5.0) and abs(data.aberrations["C12a"]) < 5.0
+    given = load_data(load_config({"data": {"path": str(path)},
+                                   "experiment": {"defocus_A": "auto", "aberrations": {"C12a": 1.0}}}))
+    assert given.aberrations["C12a"] == 1.0 and "C12b" not in given.aberrations
+
+
+def test_auto_refused_where_no_parallax_applies():
+    with pytest.raises(ConfigError, match="defocus_A: auto measures the defocus"):
+        load_config({"experiment": {"defocus_A": "auto", "radiation": "xray"}})
+    simulated = load_config({"data": {"simulate": {"scan_shape": [6, 6], "detector_px": 16}},
+                             "experiment": {"defocus_A": "auto"}})
+    with pytest.raises(ConfigError, match="a data.simulate dataset is made with the defocus given"):
+        load_data(simulated)
+
+
+def test_the_parallax_turns_flags_the_centre_of_mass_could_not_tell(grid_simulator, tmp_path):
+    """Orientation auto too: the patterns, not the scan, are turned back by 180 degrees (flip_y and
+    flip_x toggled), so that the rotation stays the one nearest 0."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, transpose=True,
+                                     nominal_defocus_A=96.0, write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path), "transform": {"orientation": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}
+    data = load_data(load_config(config))
+    assert list(data.detector["orientation_flags"]) == [True, False, False]
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
+    assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.08)
+    assert any("flip_y and flip_x toggled" in line for line in data.checks)  # the centre of mass alone chose them wrong
+
+
+def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_path):
+    """The parallax sees the defocus at the sample's middle: 4 slices 8 A apart (24 A of propagation)
+    read about 12 A less; a 4-slice model gets it back at the entrance surface, where its probe is."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=2, slices=4, slice_thickness_A=8.0, nominal_defocus_A=96.0)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path)}, "experiment": {"defocus_A": "auto"}}
+    middle = load_data(load_config(config)).calibration["defocus_A"][0]
+    config["model"] = {"slices": 4, "slice_thickness_A": 8.0}
+    entrance = load_data(load_config(config))
+    assert entrance.calibration["defocus_A"][0] == pytest.approx(middle + 12.0)
+    assert entrance.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.05)
+    assert any("at the sample's middle, 12 A below the entrance surface" in line for line in entrance.checks)
