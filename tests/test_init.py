@@ -25,7 +25,7 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     assert "# calibration check: bright-field disk radius predicted 7.66 px" in text  # info's report, appended
     config = yaml.safe_load(text)
     assert config["data"] == {"path": "scan.h5", "key": "patterns", "bad_pixels": "auto",
-                              "transform": {"descan": "auto"}} and config["optim"]["batch_size"] == 28
+                              "transform": {"descan": "auto"}} and config["optim"]["batch_size"] == 72
     assert "scan_rotation_deg" not in config["experiment"]  # the file's measured positions: no raster to turn
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", "optim.iterations=1",
                                    "--set", "output.figures=false"])
