@@ -75,18 +75,6 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def defined_names(path: Path) -> list[str]:
-    """The public names a module's source defines at its top level (functions, classes, constants)."""
-    names = []
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return [name for name in names if not name.startswith("_")]
-
-
 def layer_of(module: str) -> int | None:
     """The layer of a module of ptyacc (a folder's ``__main__`` is in its folder's layer; the front
     door ``ptyacc`` at the top); None for one that no layer names."""
