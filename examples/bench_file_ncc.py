@@ -1,8 +1,8 @@
 """ptyacc on a dataset in the side-by-side harness's layout (``../shared/bench/make_sim.py``, the
 demo files), scored as docs/pty-chi.md reports it: the zero-shift NCC of the phase (summed over
 slices) with ``/ground_truth/phase`` over the scanned region, the reconstruction placed at its
-exact sub-pixel ``origin_A`` (``ptyacc.quality.placed_ncc``), and the best NCC over shifts up to
-0.5 px in steps of 0.1 px (ptyacc.quality.best_shift_ncc); with the median seconds per iteration. One JSON line.
+exact sub-pixel ``origin_A`` (``ptyacc.results.quality.placed_ncc``), and the best NCC over shifts up to
+0.5 px in steps of 0.1 px (ptyacc.results.quality.best_shift_ncc); with the median seconds per iteration. One JSON line.
 
     python examples/bench_file_ncc.py sim_32x32.h5 20 model.probe_modes=4 model.slices=4
 """
@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 import ptyacc
-from ptyacc.quality import best_shift_ncc, placed_ncc
+from ptyacc.results.quality import best_shift_ncc, placed_ncc
 
 
 def scores(path: str, iterations: int, overrides: list[str]) -> dict:

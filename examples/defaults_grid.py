@@ -3,7 +3,7 @@ slice, 12 x 12 scan 0.6 Å apart, 48 px patterns, 80 kV, 25 mrad), defocus -150 
 detector edge 60 / 110 mrad, doses 5e3 / 2e4 / 1e5 electrons per pattern, 20 iterations.
 Compares the defaults with optim.loss: poisson and with model.recenter.probe, by the phase NCC
 with the truth over the scanned region, zero-shift (placed exactly at origin_A,
-``ptyacc.quality.placed_ncc``) and after the best shift (a 0.2 px grid up to 0.6 px). Not
+``ptyacc.results.quality.placed_ncc``) and after the best shift (a 0.2 px grid up to 0.6 px). Not
 independent of ptyacc's forward model (the abTEM/PtyRAD grid of ../shared/bench is the
 independent one). Prints a Markdown table (docs/thick-crystals.md has the figures).
 
@@ -19,7 +19,7 @@ import numpy as np
 import ptyacc
 from ptyacc.data import load_data
 from ptyacc.physics import electron_wavelength_A
-from ptyacc.quality import best_shift_ncc, placed_ncc
+from ptyacc.results.quality import best_shift_ncc, placed_ncc
 
 K = 48
 VARIANTS = {"defaults": {}, "poisson": {"optim": {"loss": "poisson"}}, "recenter.probe": {"model": {"recenter": {"probe": True}}}}

@@ -1,6 +1,6 @@
 """The low-dose benchmark: ptyacc's defaults on the abTEM MoS2 demo at several doses, scored by
 the zero-shift NCC of the phase with the ground truth over the scanned region
-(``ptyacc.quality.scanned_region_ncc``); optionally PtyRAD on the same files, through a
+(``ptyacc.results.quality.scanned_region_ncc``); optionally PtyRAD on the same files, through a
 side-by-side harness that runs it and scores it the same way.
 
     python examples/lowdose_benchmark.py                      # the files in examples/data
@@ -24,7 +24,7 @@ from pathlib import Path
 import h5py
 
 import ptyacc
-from ptyacc.quality import scanned_region_ncc
+from ptyacc.results.quality import scanned_region_ncc
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "examples" / "data"

@@ -13,7 +13,7 @@ from ptyacc.data import load_data
 from ptyacc.data.simulate import _forward
 from ptyacc.physics import spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator
-from ptyacc.quality import placed_ncc
+from ptyacc.results.quality import placed_ncc
 
 
 def crystal_config(slices=4, thickness_A=10.0, scan=12, **optim) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 import ptyacc
-from ptyacc.distributed import end_process_group, exit_after_launch, get_attribute, parameter_checksum
+from ptyacc.reconstruction.distributed import end_process_group, exit_after_launch, get_attribute, parameter_checksum
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
 
     config = ptyacc.load_config(args.config, args.overrides)
-    from ptyacc.distributed import make_accelerator
+    from ptyacc.reconstruction.distributed import make_accelerator
 
     accelerator = make_accelerator(config.runtime)
     rank = accelerator.process_index

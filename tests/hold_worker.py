@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 import ptyacc
-from ptyacc.distributed import end_process_group, exit_after_launch, make_accelerator
+from ptyacc.reconstruction.distributed import end_process_group, exit_after_launch, make_accelerator
 
 
 def main() -> None:

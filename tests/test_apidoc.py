@@ -2,7 +2,7 @@
 
 import pytest
 
-from ptyacc.apidoc import build, public_modules
+from ptyacc.commands.apidoc import build, public_modules
 
 pytest.importorskip("pdoc")
 

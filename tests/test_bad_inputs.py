@@ -3,7 +3,7 @@
 Each case is one mistake a user can make. `ptyacc run` must answer it with exit code 2 and
 one line `ptyacc: error: ...` on stderr that names the key or file and what is wrong, with no
 traceback, and must write nothing but run.log. Every case runs in-process through
-``ptyacc.cli.main`` (fast); the cases marked ``subprocess`` also run as
+``ptyacc.commands.cli.main`` (fast); the cases marked ``subprocess`` also run as
 ``python -m ptyacc.run`` in a fresh process, to prove the real entry point behaves the same.
 """
 
@@ -25,7 +25,7 @@ import torch
 import yaml
 from conftest import tiny_config
 
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 
 DELETE = object()  # in a case's config: remove this key from the base config
 SUBPROCESS_TIMEOUT_S = 120

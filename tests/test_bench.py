@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 from conftest import tiny_config
 
-from ptyacc import bench
-from ptyacc.cli import cli
+from ptyacc.commands.cli import cli
+from ptyacc.speed import bench
 
 
 def test_bench_memory_minimum_counts_patterns_state_and_one_batch():

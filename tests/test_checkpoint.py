@@ -16,9 +16,9 @@ import torch
 import yaml
 
 import ptyacc
-from ptyacc.checkpoint import latest_checkpoint, save_checkpoint
 from ptyacc.errors import ConfigError, PtyaccError
-from ptyacc.speedtest import free_port
+from ptyacc.reconstruction.checkpoint import latest_checkpoint, save_checkpoint
+from ptyacc.speed.speedtest import free_port
 
 ROOT = Path(__file__).parents[1]
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -121,7 +121,7 @@ def uninterrupted(kill_config) -> ptyacc.Results:
 
 HOLD_AFTER_10 = """
 import sys, time
-import ptyacc.checkpoint as ck
+import ptyacc.reconstruction.checkpoint as ck
 real = ck.write_checkpoint_file
 def hold(path, state):
     if state["iterations_done"] == 12:   # checkpoint 10 is whole and in place: wait to be killed
@@ -169,7 +169,7 @@ def resume_and_compare(config: Path, out: Path, processes: int, uninterrupted: p
 
 SLOW_WRITE = """
 import sys, time
-import ptyacc.checkpoint as ck
+import ptyacc.reconstruction.checkpoint as ck
 real = ck.write_checkpoint_file
 def slow(path, state):
     if state["iterations_done"] == 6:   # the 3rd checkpoint: write half of it, then hang
@@ -179,7 +179,7 @@ def slow(path, state):
         time.sleep(120)
     real(path, state)
 ck.write_checkpoint_file = slow
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 sys.exit(main(["run", *sys.argv[1:]]))
 """
 
@@ -255,7 +255,7 @@ def poison_object_once(at_iteration: int):
 
     def on_step(iteration, indices):
         if iteration == at_iteration and not done:
-            from ptyacc.distributed import get_attribute
+            from ptyacc.reconstruction.distributed import get_attribute
 
             model = on_step.model
             with torch.no_grad():
@@ -267,7 +267,7 @@ def poison_object_once(at_iteration: int):
 
 def run_with_poison(config, at_iteration):
     """reconstruct with a NaN written into the live model at ``at_iteration``."""
-    from ptyacc.distributed import make_accelerator
+    from ptyacc.reconstruction.distributed import make_accelerator
 
     accelerator = make_accelerator(config.runtime)
     on_step = poison_object_once(at_iteration)
@@ -332,7 +332,7 @@ def slow(self, name, *args, **kwargs):
             time.sleep(120)
     return real(self, name, *args, **kwargs)
 h5py.Group.create_dataset = slow
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 sys.exit(main(["run", *sys.argv[1:]]))
 """
 

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 from conftest import tiny_config
 
-from ptyacc.cli import cli
+from ptyacc.commands.cli import cli
 from ptyacc.config import config_reference
 
 ROOT = Path(__file__).parents[1]
@@ -28,7 +28,7 @@ def test_module_and_console_script_do_the_same(tmp_path):
     config = write_config(tmp_path)
     outputs = []
     for name, command in (("a", [sys.executable, "-m", "ptyacc.run"]),
-                          ("b", [sys.executable, "-c", "from ptyacc.cli import entry_point; entry_point()", "run"])):
+                          ("b", [sys.executable, "-c", "from ptyacc.commands.cli import entry_point; entry_point()", "run"])):
         out = tmp_path / name
         done = subprocess.run([*command, str(config), "--set", f"output.dir={out}"], capture_output=True, text=True,
                               timeout=300)
@@ -220,7 +220,7 @@ def test_fft_bound_times_exactly_the_transforms_an_iteration_needs(monkeypatch):
     """Per pattern and mode pair: 2 (2 S - 1) transforms, plus 2 for refined positions."""
     import torch
 
-    from ptyacc import bench
+    from ptyacc.speed import bench
 
     calls = []
     real_fft2, real_ifft2 = torch.fft.fft2, torch.fft.ifft2

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 from click.testing import CliRunner
 
-from ptyacc.cli import cli, main
+from ptyacc.commands.cli import cli, main
 from ptyacc.config import config_reference
 
 CXI = Path(__file__).parents[1] / "examples" / "data" / "PETRAIII_P25_Near_Field_Ptycho.cxi"

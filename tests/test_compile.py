@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 import ptyacc
-from ptyacc.physics.fidelity import intensity_loss_terms
+from ptyacc.physics.chain import intensity_loss_terms
 from ptyacc.physics.fused import CompiledTerms
 
 

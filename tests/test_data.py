@@ -10,7 +10,7 @@ from ptyacc.config import load_config
 from ptyacc.data import load_data
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.errors import ConfigError, DataError
-from ptyacc.output import Results, load_results, save_results
+from ptyacc.results.h5file import Results, load_results, save_results
 
 
 def config_for(path, **data):
@@ -203,16 +203,15 @@ def test_figure_axes_in_micrometres_for_xray(tmp_path, monkeypatch, radiation, u
     Å for electron results; the image extent follows the unit."""
     import yaml
 
-    from ptyacc import figures as drawn
-    from ptyacc import output
+    from ptyacc.results import figures as drawn
 
-    results = output.Results(object=np.ones((1, 1, 10, 20), np.complex64), probe=np.ones((1, 4, 4), np.complex64),
+    results = Results(object=np.ones((1, 1, 10, 20), np.complex64), probe=np.ones((1, 4, 4), np.complex64),
                              positions_A=np.array([[3000.0, 4000.0], [5000.0, 6000.0]]), loss=np.array([2.0, 1.0]),
                              dx_A=1000.0, origin_A=(100.0, 200.0),
                              attrs={"config": yaml.safe_dump({"experiment": {"radiation": radiation}})})
     figures = []
     monkeypatch.setattr(drawn, "_save", lambda fig, path: figures.append(fig) or path)
-    output.save_figures(tmp_path, results)
+    drawn.save_figures(tmp_path, results)
     ax = figures[0].axes[0]
     assert ax.get_xlabel() == f"x ({unit})" and ax.get_ylabel() == f"y ({unit})"
     np.testing.assert_allclose(ax.images[0].get_extent(), np.array([200.0, 20200.0, 10100.0, 100.0]) * per_A)
@@ -222,7 +221,7 @@ def test_overrides_are_told_on_the_terminal_in_run_log_and_by_info(pattern_file,
     """A config value that replaces the file's (within a factor of a correction) runs, and says so."""
     import yaml
 
-    from ptyacc.cli import main
+    from ptyacc.commands.cli import main
 
     path, _, _ = pattern_file
     config = tmp_path / "c.yaml"

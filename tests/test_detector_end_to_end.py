@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 import ptyacc
-from ptyacc.cli import cli
+from ptyacc.commands.cli import cli
 from ptyacc.results.quality import best_shift_ncc
 
 

@@ -5,7 +5,7 @@ defocus): the config it writes measures them from the data, and says what it fou
 import yaml
 from click.testing import CliRunner
 
-from ptyacc.cli import cli
+from ptyacc.commands.cli import cli
 
 
 def test_init_turns_the_autos_on_and_reports_them(grid_simulator, tmp_path, monkeypatch):

@@ -16,7 +16,9 @@ from conftest import tiny_config
 import ptyacc
 from ptyacc.data import load_data
 from ptyacc.data.positions import raster_positions_A
-from ptyacc.distributed import (
+from ptyacc.errors import DistributedError
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.reconstruction.distributed import (
     _refuse_mixed_precision,
     bare_optimizer,
     check_world_size,
@@ -26,10 +28,8 @@ from ptyacc.distributed import (
     parameter_checksum,
     unwrap,
 )
-from ptyacc.errors import DistributedError
-from ptyacc.exchange import WHOLE_FRACTION
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.speedtest import free_port
+from ptyacc.reconstruction.exchange import WHOLE_FRACTION
+from ptyacc.speed.speedtest import free_port
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
@@ -59,7 +59,7 @@ def test_forcing_nccl_where_it_cannot_run_is_refused(device, system):
 
 def test_backend_auto_follows_the_platform(monkeypatch):
     """With no explicit system, the choice reads platform.system()."""
-    import ptyacc.distributed as dist
+    import ptyacc.reconstruction.distributed as dist
 
     monkeypatch.setattr(dist.platform, "system", lambda: "Windows")
     assert choose_backend("auto", "cuda") == "gloo"
@@ -71,7 +71,7 @@ def test_backend_and_timeout_reach_the_process_group_kwargs():
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     from ptyacc.config import RuntimeConfig
-    from ptyacc.distributed import kwargs_handlers
+    from ptyacc.reconstruction.distributed import kwargs_handlers
 
     runtime = RuntimeConfig(timeout_s=42.0, backend="gloo")
     ddp, group = kwargs_handlers(runtime, "cuda", {"WORLD_SIZE": "2"})
@@ -82,7 +82,7 @@ def test_backend_and_timeout_reach_the_process_group_kwargs():
 
 
 def test_more_processes_than_gpus_is_refused(monkeypatch):
-    import ptyacc.distributed as dist
+    import ptyacc.reconstruction.distributed as dist
 
     monkeypatch.setattr(dist.torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist.torch.cuda, "get_device_name", lambda i: "NVIDIA H100 80GB HBM3")
@@ -92,7 +92,7 @@ def test_more_processes_than_gpus_is_refused(monkeypatch):
 
 
 def test_mig_slices_with_several_processes_are_refused(monkeypatch):
-    import ptyacc.distributed as dist
+    import ptyacc.reconstruction.distributed as dist
 
     monkeypatch.setattr(dist.torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist.torch.cuda, "get_device_name", lambda i: "NVIDIA A100-SXM4-40GB MIG 3g.20gb")
@@ -163,7 +163,7 @@ def test_bare_optimizer_steps_as_accelerates_wrapper():
 EXIT_SCRIPT = """
 import atexit, sys
 from pathlib import Path
-from ptyacc.distributed import exit_after_launch
+from ptyacc.reconstruction.distributed import exit_after_launch
 atexit.register(lambda: Path(sys.argv[1]).write_text("at-exit ran"))
 print("flushed", end="")
 exit_after_launch(7)
@@ -219,8 +219,8 @@ def test_model_state_is_real_valued():
     """DESIGN rule 1: no complex parameter or buffer, so none can reach a collective."""
     config = ptyacc.load_config(tiny_config(Path("/tmp")), ["optim.start.positions=0", "model.slices=2"])
     from ptyacc.data import load_data
-    from ptyacc.engine import build_model
-    from ptyacc.geometry import ObjectGeometry
+    from ptyacc.physics.geometry import ObjectGeometry
+    from ptyacc.reconstruction.engine import build_model
 
     data = load_data(config)
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
@@ -235,9 +235,9 @@ def test_step_footprint_is_the_box_of_its_windows_or_the_whole_object(refine, mo
     """The footprint of a step is the bounding box of its windows where the forward pass puts
     them (fixed corners, or the current refined positions); a box covering WHOLE_FRACTION of
     the object or more is sent whole (None)."""
-    from ptyacc import exchange as exchange_module
-    from ptyacc.engine import build_model
-    from ptyacc.exchange import GradientExchange
+    from ptyacc.reconstruction import exchange as exchange_module
+    from ptyacc.reconstruction.engine import build_model
+    from ptyacc.reconstruction.exchange import GradientExchange
 
     config = ptyacc.load_config(tiny_config(Path("/tmp")), ["optim.start.positions=0"] if refine else [])
     data = load_data(config)
@@ -493,7 +493,7 @@ def test_speedtest_writes_tables_and_figure(mp_config, tmp_path):
     import csv
 
     out = tmp_path / "st"
-    done = subprocess.run([sys.executable, "-c", "from ptyacc.cli import entry_point; entry_point()", "speedtest",
+    done = subprocess.run([sys.executable, "-c", "from ptyacc.commands.cli import entry_point; entry_point()", "speedtest",
                            str(mp_config), "--processes", "1,2", "--trials", "1", "-o", str(out),
                            "--threads-per-process", "1", "--set", "optim.iterations=3"],
                           capture_output=True, text=True, timeout=300, env=environment())

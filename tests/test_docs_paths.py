@@ -16,7 +16,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 PATH = re.compile(r"(?<![\w./-])((?:\.\./shared/|\.ci/|configs/|examples/|docs/|ptyacc/|tests/)[\w./*{}-]*[\w*}])")
 VERB = re.compile(r"(?:^|[\s(`/])ptyacc ([a-z][a-z-]+)\b", re.M)
 HARNESS_NOTE = "bench harness"  # a page citing ../shared/ must say it needs the harness, in these words
-WRITTEN = {"docs/api", "docs/api/index.html"}  # what `python -m ptyacc.apidoc docs/api` writes (docs/api.md)
+WRITTEN = {"docs/api", "docs/api/index.html"}  # what `python -m ptyacc.commands.apidoc docs/api` writes (docs/api.md)
 
 
 def code_of(text: str) -> str:
@@ -49,7 +49,7 @@ def exists(path: str) -> bool:
 
 
 def cli_verbs() -> set[str]:
-    from ptyacc.cli import cli
+    from ptyacc.commands.cli import cli
 
     return set(cli.commands)
 

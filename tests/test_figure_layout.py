@@ -9,8 +9,8 @@ import pytest
 from conftest import tiny_config
 
 import ptyacc
-from ptyacc.output import Results
 from ptyacc.results import figures
+from ptyacc.results.h5file import Results
 
 matplotlib.use("Agg")
 

@@ -115,8 +115,8 @@ def test_export_writes_32_bit_tiffs_with_the_pixel_size(tmp_path):
     import tifffile
     from click.testing import CliRunner
 
-    from ptyacc.cli import cli
-    from ptyacc.output import Results, save_results
+    from ptyacc.commands.cli import cli
+    from ptyacc.results.h5file import Results, save_results
 
     rng = np.random.default_rng(3)
     obj = np.exp(1j * rng.uniform(-1, 1, (1, 2, 10, 12))).astype(np.complex64)

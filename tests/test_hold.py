@@ -100,7 +100,7 @@ def files(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     return folder, write_files(folder)
 
 
-def reconstruct(config: dict) -> ptyacc.engine.Reconstruction:
+def reconstruct(config: dict) -> ptyacc.reconstruction.engine.Reconstruction:
     return ptyacc.reconstruct(load_config(config), write=False)
 
 
@@ -135,7 +135,7 @@ def test_prefetch_reads_the_steps_ahead(files):
     data = load_data(config)
     store = StreamedStore(data.streamed.read, None, data.n_patterns, "cpu")
     in_memory = load_data(load_config(reader_config(folder, readers["hdf5"], "device"))).patterns
-    from ptyacc.data.batches import EpochBatches
+    from ptyacc.data.store import EpochBatches
 
     batches = EpochBatches(np.zeros((data.n_patterns, 2)), 8, 1, "random", 3, store=store)
     for epoch in range(2):
@@ -295,7 +295,7 @@ def test_a_step_reads_its_scattered_rows_run_by_run(tmp_path, monkeypatch):
 def test_slow_chunk_layout_is_named_with_its_cost_and_fixed_by_convert(files, tmp_path, capsys):
     """The scan file's gzip chunks of 6 patterns pass; chunks of 36 patterns get one warning naming
     the cost and the fix, which `ptyacc convert --streaming` applies (chunks of one pattern)."""
-    from ptyacc.cli import main
+    from ptyacc.commands.cli import main
 
     folder, readers = files
     counts = np.load(folder / "scan.npy")
@@ -347,7 +347,7 @@ def test_xray_probe_from_the_mean_pattern_is_the_same_in_every_mode(tmp_path):
 def test_info_states_the_bytes_of_each_mode_and_the_choice(files, monkeypatch):
     """`ptyacc info` gives the patterns' bytes on disk, on the device (float32) and in host memory
     (uint16 counts), and the mode auto would choose under the (mocked) free memory."""
-    from ptyacc.info import data_report
+    from ptyacc.commands.info import data_report
 
     folder, readers = files
     fake_memory(monkeypatch, 0.05, 0.2)

@@ -1,9 +1,8 @@
 """The house rules of the package, read from its source with ``ast``: no import cycle, layers that
-point down, no module over 450 lines, no function over 80, a docstring on every module; and the old
-import paths still give the same objects as the modules' new homes."""
+point down, no module over 450 lines, no function over 80, a docstring on every module, and no
+module that only keeps an old import path alive."""
 
 import ast
-import importlib
 import sys
 from pathlib import Path
 
@@ -13,29 +12,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ptyacc"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
 
-# old path -> the module it is (the same module object, so monkeypatching it reaches the code)
-MOVED = {
-    "engine": "reconstruction.engine", "groups": "reconstruction.groups", "hooks": "reconstruction.hooks",
-    "exchange": "reconstruction.exchange", "saving": "reconstruction.saving", "initial": "reconstruction.initial",
-    "model": "reconstruction.model", "slices": "reconstruction.slices",
-    "recenter": "reconstruction.recenter", "tiles": "reconstruction.tiles", "distributed": "reconstruction.distributed",
-    "checkpoint": "reconstruction.checkpoint", "interrupt": "reconstruction.interrupt",
-    "validation": "reconstruction.validation", "geometry": "physics.geometry",
-    "figures": "results.figures", "outdir": "results.outdir", "runlog": "results.runlog", "tiff": "results.tiff",
-    "quality": "results.quality", "progress": "watch.progress", "trackers": "watch.trackers",
-    "tracker_images": "watch.tracker_images", "bench": "speed.bench", "speedtest": "speed.speedtest",
-    "scaling_tiles": "speed.scaling_tiles", "cli": "commands.cli", "info": "commands.info",
-    "init_config": "commands.init_config", "apidoc": "commands.apidoc",
-}
-# old path -> the modules whose names it offers (it was split, or it re-exported another module's names)
-SPLIT = {
-    "output": ("results.h5file", "results.figures"),
-    "scaling": ("speed.scaling", "speed.gpu_cases"),
-    "scaling_check": ("speed.scaling_check", "speed.link_check"),
-}
+# the modules that only forwarded an old path to a moved module, deleted in issue 42: none may return
+OLD_PATHS = ("apidoc", "bench", "checkpoint", "cli", "distributed", "engine", "exchange", "figures", "geometry",
+             "groups", "hooks", "info", "init_config", "initial", "interrupt", "model", "outdir", "output",
+             "progress", "quality", "recenter", "runlog", "saving", "scaling", "scaling_check", "scaling_tiles",
+             "slices", "speedtest", "tiff", "tiles", "tracker_images", "trackers", "validation",
+             "physics.fidelity", "data.batches")
 # the layers, bottom up: a module imports only from its own layer or the ones below
-LAYERS = [("errors", "version"), ("physics", "config"), ("data",), ("results", "interop"),
-          ("reconstruction", "quantities", "watch"), ("speed",), ("tune",), ("commands",)]
+LAYERS = [("errors", "version", "command_line"), ("physics", "config"), ("data",), ("results", "interop"),
+          ("watch",), ("reconstruction", "quantities"), ("speed",), ("tune",), ("commands",), ("run",)]
+TOP = len(LAYERS) - 1  # the entry points: the front door ``ptyacc`` and ``python -m ptyacc.run``
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -89,25 +75,37 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def defined_names(path: Path) -> list[str]:
-    """The public names a module's source defines at its top level (functions, classes, constants)."""
-    names = []
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return [name for name in names if not name.startswith("_")]
-
-
 def layer_of(module: str) -> int | None:
-    """The layer of a module of ptyacc; None above them all (the front door ``ptyacc``,
-    ``run``, ``__main__``s and the modules kept for old paths)."""
+    """The layer of a module of ptyacc (a folder's ``__main__`` is in its folder's layer; the front
+    door ``ptyacc`` at the top); None for one that no layer names."""
     parts = module.split(".")
-    if len(parts) < 2 or parts[-1] == "__main__":
-        return None
+    if len(parts) < 2:
+        return TOP
     return next((depth for depth, names in enumerate(LAYERS) if parts[1] in names), None)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module from a layer above its own, as 'a -> b'."""
+    return [f"{a} -> {b}" for a, targets in sorted(graph.items()) for b in sorted(targets)
+            if layer_of(b) is None or layer_of(a) is None or layer_of(b) > layer_of(a)]
+
+
+def is_alias(path: Path) -> bool:
+    """Whether the module only keeps another's path alive: its docstring says so, it puts another
+    module in ``sys.modules`` under its own name, or (not a package's ``__init__`` nor a
+    ``__main__``) it defines nothing of its own, only imports."""
+    tree = ast.parse(path.read_text())
+    if (ast.get_docstring(tree) or "").startswith("Kept for the old path"):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) and "modules" in ast.unparse(t.value)
+                                                and "__name__" in ast.unparse(t.slice) for t in node.targets):
+            return True
+    if path.name in ("__init__.py", "__main__.py"):
+        return False
+    own = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+           or (isinstance(node, (ast.Assign, ast.AnnAssign)) and "__all__" not in ast.unparse(node))]
+    return not own
 
 
 @pytest.fixture(scope="module")
@@ -135,10 +133,22 @@ def test_no_import_cycle_inside_ptyacc(graph):
 
 
 def test_layers_point_down(graph):
-    upward = [f"{a} -> {b}" for a, targets in graph.items() for b in targets
-              if layer_of(a) is not None and (layer_of(b) is None or layer_of(b) > layer_of(a))]
-    assert upward == []
-    assert {layer_of(m) for m in graph if m.count(".") == 1 and m.split(".")[1] in MOVED} == {None}
+    """Every module sits in a layer and imports only from its own or those below (lazy and
+    type-checking imports included): the watch below the run it watches (the trackers read the
+    run's objects through protocols of their own), the tuning verb below the command line."""
+    assert [m for m in graph if layer_of(m) is None] == []
+    assert upward_imports(graph) == []
+    assert layer_of("ptyacc.watch.trackers") < layer_of("ptyacc.reconstruction.hooks")
+    assert layer_of("ptyacc.tune.__main__") < layer_of("ptyacc.commands.cli")
+
+
+def test_the_layer_rule_finds_an_upward_import():
+    graph = {"ptyacc.watch.trackers": {"ptyacc.reconstruction.groups", "ptyacc.physics.chain"},
+             "ptyacc.tune.__main__": {"ptyacc.commands.cli"}, "ptyacc.commands.cli": {"ptyacc.tune.command"},
+             "ptyacc.reconstruction.hooks": {"ptyacc.watch.trackers"}, "ptyacc.speed.new": {"ptyacc.engine"}}
+    assert upward_imports(graph) == ["ptyacc.speed.new -> ptyacc.engine",  # a module no layer names
+                                     "ptyacc.tune.__main__ -> ptyacc.commands.cli",
+                                     "ptyacc.watch.trackers -> ptyacc.reconstruction.groups"]
 
 
 def test_no_module_over_450_lines_and_no_function_over_80():
@@ -161,52 +171,39 @@ def test_every_module_says_its_job_in_a_docstring():
     assert missing == []
 
 
-def test_old_paths_are_the_moved_modules_themselves():
-    for old, new in MOVED.items():
-        assert importlib.import_module(f"ptyacc.{old}") is importlib.import_module(f"ptyacc.{new}"), old
-        first_line = (PACKAGE / f"{old}.py").read_text().splitlines()[0]
-        assert first_line.startswith('"""Kept for the old path'), old
-    from ptyacc.engine import Reconstructor, reconstruct
-    from ptyacc.reconstruction.engine import Reconstructor as moved_reconstructor
+def test_no_module_only_keeps_an_old_path_alive():
+    """Import from the real module: the package is 0.x, its API is ``ptyacc/__init__.py``'s names
+    and the command line. The deleted forwarders stay deleted, and no new one appears."""
+    import importlib.util
 
-    assert Reconstructor is moved_reconstructor and reconstruct is sys.modules["ptyacc"].reconstruct
-
-
-def test_split_old_paths_offer_every_name_of_their_new_modules():
-    for old, homes in SPLIT.items():
-        module = importlib.import_module(f"ptyacc.{old}")
-        assert (PACKAGE / f"{old}.py").read_text().startswith('"""Kept for the old path'), old
-        for home in homes[:1] if old == "output" else homes:
-            new = importlib.import_module(f"ptyacc.{home}")
-            names = defined_names(PACKAGE / (home.replace(".", "/") + ".py"))
-            assert names and all(getattr(module, n) is getattr(new, n) for n in names), (old, home)
-    from ptyacc.output import _complex_to_rgb, save_figures
-    from ptyacc.results.figures import complex_to_rgb
-    from ptyacc.results.figures import save_figures as moved_save_figures
-
-    assert _complex_to_rgb is complex_to_rgb and save_figures is moved_save_figures
+    aliases = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py")) if is_alias(p)]
+    assert aliases == []
+    assert [old for old in OLD_PATHS if importlib.util.find_spec(f"ptyacc.{old}") is not None] == []
+    re_exported = [f"{p.relative_to(PACKAGE)}:{n}" for p in sorted(PACKAGE.rglob("*.py")) if p.name != "__init__.py"
+                   for n, line in enumerate(p.read_text().splitlines(), 1) if "noqa: F401" in line]
+    assert re_exported == []  # a name imported only to be offered again under this module
 
 
-def test_no_module_of_ptyacc_imports_an_old_path(graph):
-    """Only the front door does: ``import ptyacc`` keeps the old modules it made attributes."""
-    old = {f"ptyacc.{name}" for name in (*MOVED, *SPLIT)}
-    users = [f"{a} -> {b}" for a, targets in graph.items() for b in targets & old if a not in old and a != "ptyacc"]
-    assert users == []
+def test_the_alias_finder_finds_each_kind(tmp_path):
+    kinds = {"moved.py": '"""Kept for the old path ``pkg.moved``."""\n',
+             "swap.py": '"""Another name."""\nimport sys\nfrom pkg import real\nsys.modules[__name__] = real\n',
+             "names.py": '"""Names of another."""\nfrom pkg.real import f, g\n\n__all__ = ["f", "g"]\n'}
+    for name, text in kinds.items():
+        (tmp_path / name).write_text(text)
+        assert is_alias(tmp_path / name), name
+    (tmp_path / "real.py").write_text('"""A real one."""\nfrom math import pi\n\nTAU = 2 * pi\n')
+    (tmp_path / "__main__.py").write_text('"""An entry."""\nfrom pkg.real import main\n')
+    assert not is_alias(tmp_path / "real.py") and not is_alias(tmp_path / "__main__.py")
 
 
-def test_names_that_moved_within_the_package_are_the_same_objects_at_their_old_paths():
-    """Modules merged into their collaborators (this round's data walk) keep their old paths: the
-    module itself, or the names it offered."""
-    from ptyacc.data import batches, bright_field, sanity, store
-    from ptyacc.physics import chain, fidelity
-    from ptyacc.reconstruction import hooks, model, recenter
-    from ptyacc.results import runlog
+def test_the_documented_api_and_entry_points_import():
+    import ptyacc
+    from ptyacc.commands.cli import cli
+    from ptyacc.run import run_main
+    from ptyacc.tune.command import main as tune_main
 
-    assert fidelity is chain and batches is store
-    assert fidelity.intensity_loss_terms is chain.intensity_loss_terms and batches.EpochBatches is store.EpochBatches
-    assert hooks.LogLine is runlog.LogLine and recenter.ProbeCentring is model.ProbeCentring
-    assert all(getattr(sanity, n) is getattr(bright_field, n)
-               for n in ("check_bright_field", "predicted_disk_radius_px", "SLIPS", "TOLERANCE"))
+    assert all(hasattr(ptyacc, name) for name in ptyacc.__all__) and callable(run_main) and callable(tune_main)
+    assert {"run", "tune", "init", "info", "bench", "speedtest", "convert"} <= set(cli.commands)
 
 
 def demo_walk(tmp_path, overrides: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ import numpy as np
 import yaml
 from click.testing import CliRunner
 
-from ptyacc.cli import cli
+from ptyacc.commands.cli import cli
 
 DEMO = Path(__file__).parents[1] / "examples" / "data" / "demo_mos2.h5"
 

@@ -14,8 +14,8 @@ from conftest import tiny_config
 from test_checkpoint import command, env, resume_and_compare, run_to_end
 
 import ptyacc
-from ptyacc.checkpoint import latest_checkpoint
 from ptyacc.config import load_config
+from ptyacc.reconstruction.checkpoint import latest_checkpoint
 
 ITERATIONS = 40
 
@@ -90,7 +90,7 @@ def test_several_processes_agree_on_a_signal_every_few_steps_and_at_an_iteration
     at the iteration's last one (20 steps: 3 all-reduces, not 20); a signal waits at most until then."""
     import types
 
-    import ptyacc.interrupt as interrupt
+    import ptyacc.reconstruction.interrupt as interrupt
 
     asked = []
     monkeypatch.setattr(interrupt, "agreed_max", lambda accelerator, value: asked.append(value) or value)

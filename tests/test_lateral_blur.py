@@ -13,7 +13,7 @@ from conftest import tiny_config
 import ptyacc
 from ptyacc.errors import ConfigError
 from ptyacc.physics.regularizers import gaussian_taps, lateral_blur, lateral_blur_reach_px
-from ptyacc.tiles import Tiling, needs_pixel_ring
+from ptyacc.reconstruction.tiles import Tiling, needs_pixel_ring
 
 
 def as_object(t: np.ndarray) -> torch.Tensor:

@@ -21,9 +21,9 @@ import yaml
 from conftest import tiny_config
 
 import ptyacc
-from ptyacc.distributed import _check_lone_process_launch
 from ptyacc.errors import DistributedError
-from ptyacc.speedtest import free_port
+from ptyacc.reconstruction.distributed import _check_lone_process_launch
+from ptyacc.speed.speedtest import free_port
 
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.accelerate_cli"]
 SHIPPED = Path(__file__).parents[1] / "configs" / "accelerate"
@@ -191,7 +191,7 @@ def test_use_cpu_from_the_launcher_is_followed_on_a_gpu_machine(monkeypatch):
     and accepts only gloo, so ptyacc must ask for the CPU and gloo, not NCCL."""
     import accelerate
 
-    import ptyacc.distributed as dist
+    import ptyacc.reconstruction.distributed as dist
     from ptyacc.config import RuntimeConfig
 
     made = {}

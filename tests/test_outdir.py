@@ -30,7 +30,7 @@ import yaml
 from conftest import tiny_config
 
 import ptyacc
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 
 NO_SPACE = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 SUBPROCESS_TIMEOUT_S = 300
@@ -121,7 +121,7 @@ def torch_full_disk(real_write, at_iteration: int):
 def test_a_checkpoint_that_does_not_fit_stops_the_run_and_resume_continues(tmp_path, capsys, monkeypatch):
     """Full disk at the 2nd checkpoint: one line with the space needed, the temporary file gone,
     the 1st checkpoint intact; after space is freed, --resume ends as an uninterrupted run."""
-    import ptyacc.checkpoint as checkpoint
+    import ptyacc.reconstruction.checkpoint as checkpoint
 
     config = write_config(tmp_path, optim={"iterations": 6}, output={"checkpoint_every": 2})
     real = checkpoint.write_checkpoint_file
@@ -157,14 +157,14 @@ def test_results_that_do_not_fit_stop_the_run_with_one_line(tmp_path, capsys, mo
 def test_run_log_that_cannot_be_written_is_one_warning_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
     import builtins
 
-    import ptyacc.runlog
+    import ptyacc.results.runlog
 
     def full_open(path, mode="r", *args, **kwargs):
         if str(path).endswith("run.log") and "a" in mode:
             raise NO_SPACE
         return builtins.open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(ptyacc.runlog, "open", full_open, raising=False)
+    monkeypatch.setattr(ptyacc.results.runlog, "open", full_open, raising=False)
     config = write_config(tmp_path)
     assert main(["run", str(config), "--quiet"]) == 0
     err = capsys.readouterr().err
@@ -216,7 +216,7 @@ def test_speedtest_tables_hold_plain_numbers_and_a_full_disk_is_one_error(tmp_pa
     """Issue 14.6: losses read back from results.h5 are NumPy scalars; the CSVs must hold plain
     numbers (np.float64(...) is NumPy 2's repr), every cell readable by float()."""
     from ptyacc.errors import OutputError
-    from ptyacc.speedtest import Trial, write_tables
+    from ptyacc.speed.speedtest import Trial, write_tables
 
     losses = np.array([1082.8612365722656, 541.91, 300.5])
     trials = [Trial(p, 0, np.float64(2.5), list(losses * p), list(np.array([0.1, 0.1, 0.2]) / p),
@@ -241,7 +241,7 @@ def test_only_errors_from_a_write_are_translated():
     """An error raised while handling a read failure (a DataError, or any error raised 'from
     None') is not a write failure; torch's 'unexpected pos' raised during ENOSPC is."""
     from ptyacc.errors import DataError, OutputError
-    from ptyacc.outdir import writing
+    from ptyacc.results.outdir import writing
 
     for error in (DataError("data.h5: cannot be read"), ValueError("not a write")):
         with pytest.raises(type(error), match=str(error)), writing(Path("out.h5")):
@@ -273,7 +273,7 @@ def ended_pid() -> int:
 
 def test_lock_holds_pid_and_host_refuses_a_second_holder_and_goes_at_release(tmp_path):
     from ptyacc.errors import OutputError
-    from ptyacc.outdir import LOCK_NAME, hold_output_dir
+    from ptyacc.results.outdir import LOCK_NAME, hold_output_dir
 
     folder = tmp_path / "run"
     with hold_output_dir(folder, main=True):
@@ -291,7 +291,7 @@ def test_lock_holds_pid_and_host_refuses_a_second_holder_and_goes_at_release(tmp
 
 
 def test_only_the_main_process_touches_the_lock(tmp_path, monkeypatch):
-    from ptyacc.outdir import hold_output_dir, is_main_process
+    from ptyacc.results.outdir import hold_output_dir, is_main_process
 
     with hold_output_dir(tmp_path / "run", main=False) as lock:
         assert lock is None and not (tmp_path / "run").exists()
@@ -302,7 +302,7 @@ def test_only_the_main_process_touches_the_lock(tmp_path, monkeypatch):
 
 
 def test_a_lock_whose_process_has_ended_or_whose_pid_was_reused_is_stale(tmp_path, capsys):
-    from ptyacc.outdir import LOCK_NAME, hold_output_dir
+    from ptyacc.results.outdir import LOCK_NAME, hold_output_dir
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -317,7 +317,7 @@ def test_a_lock_whose_process_has_ended_or_whose_pid_was_reused_is_stale(tmp_pat
 def test_a_lock_held_by_a_killed_process_not_yet_reaped_is_stale(tmp_path, capsys):
     """A SIGKILLed run's workers stay zombies until reaped (a killed launcher's children wait for
     init): such a pid still answers kill(pid, 0) but holds nothing, so its lock is stale."""
-    from ptyacc.outdir import LOCK_NAME, hold_output_dir
+    from ptyacc.results.outdir import LOCK_NAME, hold_output_dir
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.monotonic() + 30
@@ -338,7 +338,7 @@ def test_a_lock_held_by_a_killed_process_not_yet_reaped_is_stale(tmp_path, capsy
 
 def test_a_lock_from_another_host_is_not_guessed_at(tmp_path):
     from ptyacc.errors import OutputError
-    from ptyacc.outdir import LOCK_NAME, hold_output_dir
+    from ptyacc.results.outdir import LOCK_NAME, hold_output_dir
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -351,7 +351,7 @@ def test_a_lock_from_another_host_is_not_guessed_at(tmp_path):
 
 
 def test_release_never_removes_another_runs_lock(tmp_path):
-    from ptyacc.outdir import LOCK_NAME, hold_output_dir
+    from ptyacc.results.outdir import LOCK_NAME, hold_output_dir
 
     folder = tmp_path / "run"
     with hold_output_dir(folder, main=True):
@@ -360,7 +360,7 @@ def test_release_never_removes_another_runs_lock(tmp_path):
 
 
 def test_temporary_files_of_a_killed_run_are_removed_when_the_folder_is_locked(tmp_path):
-    from ptyacc.outdir import hold_output_dir
+    from ptyacc.results.outdir import hold_output_dir
 
     folder = tmp_path / "run"
     (folder / "checkpoints").mkdir(parents=True)
@@ -380,7 +380,7 @@ def test_temporary_files_of_a_killed_run_are_removed_when_the_folder_is_locked(t
 HOLD_AT_ITERATION_2 = """
 import sys, time
 from pathlib import Path
-import ptyacc.runlog as runlog
+import ptyacc.results.runlog as runlog
 real = runlog.RunLog.line
 def line(self, text):
     real(self, text)
@@ -388,7 +388,7 @@ def line(self, text):
         while not Path(sys.argv[1]).exists():
             time.sleep(0.05)
 runlog.RunLog.line = line
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 sys.exit(main(["run", *sys.argv[2:]]))
 """
 
@@ -430,7 +430,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_is_unaffecte
 
 @pytest.mark.slow
 def test_a_killed_run_leaves_a_stale_lock_that_the_next_run_replaces(tmp_path):
-    from ptyacc.outdir import LOCK_NAME
+    from ptyacc.results.outdir import LOCK_NAME
 
     config, out = write_config(tmp_path, optim={"iterations": 4}), tmp_path / "killed"
     first = start_held_run(config, out, tmp_path / "never", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -9,7 +9,8 @@ import pytest
 from conftest import tiny_config
 
 import ptyacc
-from ptyacc.output import Results, save_figures
+from ptyacc.results.figures import save_figures
+from ptyacc.results.h5file import Results
 
 matplotlib.use("Agg")
 
@@ -68,7 +69,7 @@ def test_position_arrows_have_a_stated_scale(tmp_path, monkeypatch):
 
 
 def test_probe_has_a_colour_wheel_of_its_own_colours():
-    from ptyacc.figures import complex_to_rgb, probe_figure
+    from ptyacc.results.figures import complex_to_rgb, probe_figure
 
     panel = probe_figure(results_on_a_grid(False)).axes[0]
     (wheel,) = panel.child_axes
@@ -83,7 +84,7 @@ def test_probe_has_a_colour_wheel_of_its_own_colours():
 def test_object_has_a_scale_bar_and_patterns_k_and_mrad_axes():
     from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
-    from ptyacc.figures import object_figure, summary_figure
+    from ptyacc.results.figures import object_figure, summary_figure
 
     results = results_on_a_grid(False)
     bars = [a for a in object_figure(results).axes[0].artists if isinstance(a, AnchoredSizeBar)]
@@ -101,7 +102,7 @@ def test_object_has_a_scale_bar_and_patterns_k_and_mrad_axes():
 
 
 def test_poisson_loss_is_drawn_as_it_is_with_the_deviance():
-    from ptyacc.figures import loss_figure
+    from ptyacc.results.figures import loss_figure
 
     results = results_on_a_grid(False)
     results.loss, results.attrs["loss_name"] = np.array([-5.0, -7.0, -7.5]), "poisson"
@@ -113,7 +114,7 @@ def test_poisson_loss_is_drawn_as_it_is_with_the_deviance():
 
 @pytest.mark.parametrize("refined", [False, True])
 def test_positions_legend_only_for_what_happened(refined):
-    from ptyacc.figures import positions_figure
+    from ptyacc.results.figures import positions_figure
 
     results = results_on_a_grid(refined)
     initial = results.positions_A - (0.05 if refined else 0.0)
@@ -127,7 +128,7 @@ def test_positions_legend_only_for_what_happened(refined):
 def test_plot_redraws_the_runs_figures_exactly(tmp_path):
     from click.testing import CliRunner
 
-    from ptyacc.cli import cli
+    from ptyacc.commands.cli import cli
 
     config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3, "start": {"positions": 1}}))
     ptyacc.reconstruct(config)
@@ -143,7 +144,7 @@ def test_poisson_runs_draw_the_deviance_per_iteration(tmp_path):
     """The Poisson loss leaves out the data-only term sum(M - M log M); results.h5 keeps it (and
     the count of pixel values >= 1), so the loss history becomes the deviance per counted pixel,
     whose last value is near the final model's deviance."""
-    from ptyacc.figures import loss_figure, poisson_deviance_history
+    from ptyacc.results.figures import loss_figure, poisson_deviance_history
 
     config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 6, "loss": "poisson"},
                                             data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from ptyacc.model import orthogonalize_modes
 from ptyacc.physics import (
     aberration_phase,
     aperture,
@@ -28,6 +27,7 @@ from ptyacc.physics import (
     wavelength_A,
     xray_wavelength_A,
 )
+from ptyacc.reconstruction.model import orthogonalize_modes
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference helpers
@@ -476,8 +476,8 @@ def test_the_initial_probe_modes_start_with_model_probe_mode_power_each(tmp_path
 
     import ptyacc
     from ptyacc.data import load_data
-    from ptyacc.geometry import ObjectGeometry
-    from ptyacc.initial import build_model
+    from ptyacc.physics.geometry import ObjectGeometry
+    from ptyacc.reconstruction.initial import build_model
 
     def probe(n_modes: int, given: dict) -> np.ndarray:
         config = ptyacc.load_config(tiny_config(tmp_path, model={"probe_modes": n_modes, **given}))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ptyacc
-from ptyacc.quality import placed_ncc
+from ptyacc.results.quality import placed_ncc
 
 DRIFT_A_PER_ROW = 0.02
 JITTER_A = 0.15

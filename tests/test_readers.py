@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 from ptyacc.data.convert import convert_patterns
 from ptyacc.data.formats import chunks
 from ptyacc.data.readers import (

@@ -11,11 +11,12 @@ from crystal_data import best_shift_ncc, phase_ncc
 
 import ptyacc
 from ptyacc.data import load_data
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.initial import build_model
-from ptyacc.output import Results, save_results
 from ptyacc.physics import fourier_shift, spatial_frequencies
-from ptyacc.recenter import ObjectDepthCentring, ProbeCentring, ProbeMask, probe_centre_offset_px
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.reconstruction.initial import build_model
+from ptyacc.reconstruction.model import ProbeCentring, probe_centre_offset_px
+from ptyacc.reconstruction.recenter import ObjectDepthCentring, ProbeMask
+from ptyacc.results.h5file import Results, save_results
 
 SIM = {"data": {"simulate": {"scan_shape": [8, 8], "detector_px": 32, "dose": 1e5, "seed": 2}},
        "experiment": {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 50.0, "scan_step_A": 0.6, "dx_A": 0.25},
@@ -127,7 +128,7 @@ def write_shifted_start(path: Path, data, shift_px):
 def test_placed_ncc_places_the_reconstruction_at_its_fractional_origin():
     """A band-limited truth, and the same image resampled 0.4 px and 0.3 px off with that origin:
     placed exactly, the NCC is 1 to rounding; rounded to whole pixels (scanned_region_ncc), less."""
-    from ptyacc.quality import placed_ncc, scanned_region_ncc
+    from ptyacc.results.quality import placed_ncc, scanned_region_ncc
 
     y, x = np.mgrid[0:40, 0:40] * (2 * np.pi / 40)
     truth = np.cos(3 * y + x) + np.sin(2 * x - y)
@@ -144,7 +145,7 @@ def test_best_shift_ncc_finds_an_image_declared_off_its_place():
     """The same band-limited image declared 0.26 px down and 0.14 px left of where it lies: the
     zero-shift NCC is below 1; the coarse-to-fine search finds the shift (0.26, -0.14) to 0.02 px
     and an NCC of 1 to rounding; a flat 0.1 px grid gets within a step of it."""
-    from ptyacc.quality import best_shift_ncc, placed_ncc
+    from ptyacc.results.quality import best_shift_ncc, placed_ncc
 
     y, x = np.mgrid[0:40, 0:40] * (2 * np.pi / 40)
     truth = np.cos(3 * y + x) + np.sin(2 * x - y)

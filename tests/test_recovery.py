@@ -7,7 +7,7 @@ import pytest
 
 import ptyacc
 from ptyacc.data import load_data
-from ptyacc.quality import scanned_region, scanned_region_ncc
+from ptyacc.results.quality import scanned_region, scanned_region_ncc
 
 
 def scanned_region_phase_error(rec) -> float:

@@ -20,8 +20,8 @@ from ptyacc.physics.regularizers import (
     phase_total_variation,
     phase_total_variation_gradient,
 )
-from ptyacc.quality import scanned_region
-from ptyacc.tiles import Tiling, needs_pixel_ring
+from ptyacc.reconstruction.tiles import Tiling, needs_pixel_ring
+from ptyacc.results.quality import scanned_region
 
 EPS = 0.05
 
@@ -203,8 +203,8 @@ def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, 
     smoothing step runs, and only on counted patterns (tv_phase_smoothing auto: the step from their
     dose, the same as given explicitly); on patterns that are not counts, or with it at 0, nothing
     runs. (auto for the others: tests/test_multislice_auto.py.)"""
-    import ptyacc.groups as groups
     import ptyacc.physics.regularizers as regularizers
+    import ptyacc.reconstruction.groups as groups
 
     def counted(**regularize):
         base = tiny_config(tmp_path, model={"slices": 4, "slice_thickness_A": 2.0},

@@ -8,11 +8,12 @@ import yaml
 from click.testing import CliRunner
 from conftest import tiny_config
 
-from ptyacc.cli import cli
+from ptyacc.commands.cli import cli
 from ptyacc.config import load_config
 from ptyacc.data import load_data
+from ptyacc.data.bright_field import predicted_disk_radius_px
 from ptyacc.data.export import write_dataset
-from ptyacc.data.sanity import check_xray, predicted_disk_radius_px
+from ptyacc.data.sanity import check_xray
 from ptyacc.errors import ConfigError
 from ptyacc.physics import wavelength_A
 

@@ -10,12 +10,22 @@ import yaml
 
 from ptyacc.data import EpochBatches
 from ptyacc.errors import PtyaccError
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.model import PtychoModel
-from ptyacc.scaling import (
-    LINKS,
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.speed.gpu_cases import (
     PTYRAD_A100_ITERATION_S,
     PTYRAD_CASE,
+    gpu_step_cost,
+    h100_assumption,
+    speedup_table,
+)
+from ptyacc.speed.link_check import (
+    LinkMeasurement,
+    fit_link,
+    measure_link,
+)
+from ptyacc.speed.scaling import (
+    LINKS,
     Exchange,
     Link,
     StepCost,
@@ -24,22 +34,16 @@ from ptyacc.scaling import (
     epoch_load,
     fit_step_cost,
     footprint_exchange,
-    gpu_step_cost,
-    h100_assumption,
     predict_iteration,
     raster_layout,
     ring_allreduce_s,
-    speedup_table,
 )
-from ptyacc.scaling_check import (
+from ptyacc.speed.scaling_check import (
     CheckRow,
     CheckSamples,
     ExchangeOverhead,
-    LinkMeasurement,
-    fit_link,
     format_check,
     measure_exchange_overhead,
-    measure_link,
     warm_iterations,
 )
 
@@ -139,8 +143,8 @@ def test_side_by_side_runs_are_independent_whole_runs(tmp_path):
     from pathlib import Path
 
     import ptyacc
-    from ptyacc.output import load_results
-    from ptyacc.scaling_check import run_side_by_side
+    from ptyacc.results.h5file import load_results
+    from ptyacc.speed.scaling_check import run_side_by_side
 
     config = Path(__file__).parents[1] / "configs" / "simulated.yaml"
     sets = ["optim.iterations=3", "data.simulate.scan_shape=[6,6]", "data.simulate.detector_px=16",
@@ -362,7 +366,7 @@ def test_link_fit_of_disturbed_times_is_a_clear_error():
 def test_predict_refuses_a_check_it_cannot_fit(capsys):
     from pathlib import Path
 
-    from ptyacc.cli import main
+    from ptyacc.commands.cli import main
 
     config = str(Path(__file__).parents[1] / "configs" / "simulated.yaml")
     assert main(["predict", config, "--processes", "2,4"]) == 2
@@ -374,7 +378,8 @@ def test_predict_refuses_a_check_it_cannot_fit(capsys):
 
 # ----------------------------------------------------------------------------- the object split (scaling_tiles)
 
-from ptyacc.scaling_tiles import (  # noqa: E402
+from ptyacc.reconstruction.tiles import HaloExchange  # noqa: E402
+from ptyacc.speed.scaling_tiles import (  # noqa: E402
     Case,
     GridTiling,
     Scan,
@@ -387,7 +392,6 @@ from ptyacc.scaling_tiles import (  # noqa: E402
     split_memory,
     tile_sizes,
 )
-from ptyacc.tiles import HaloExchange  # noqa: E402
 
 
 def test_memory_of_a_tiny_case_by_hand():

@@ -14,7 +14,7 @@ from test_distributed import WORKER, launch
 
 import ptyacc
 from ptyacc.errors import ConfigError
-from ptyacc.quality import placed_ncc
+from ptyacc.results.quality import placed_ncc
 
 FOCI_A = (60.0, 200.0)
 

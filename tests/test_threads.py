@@ -5,7 +5,7 @@ import torch
 import yaml
 from conftest import tiny_config
 
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 from ptyacc.reconstruction import threads
 from ptyacc.reconstruction.threads import auto_threads
 

@@ -13,13 +13,12 @@ from test_distributed import WORKER, launch, ranks
 
 import ptyacc
 from ptyacc.data import load_data, spatial_shards
-from ptyacc.data.batches import spatial_bisection
 from ptyacc.data.positions import raster_positions_A
-from ptyacc.data.store import ShardPlan
+from ptyacc.data.store import ShardPlan, spatial_bisection
 from ptyacc.errors import ConfigError
-from ptyacc.geometry import ObjectGeometry
-from ptyacc.groups import _fast_adam
-from ptyacc.tiles import TiledAdam, Tiling, plan_tiling
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.reconstruction.groups import _fast_adam
+from ptyacc.reconstruction.tiles import TiledAdam, Tiling, plan_tiling
 
 K = 16
 

@@ -155,7 +155,7 @@ def test_poisson_deviance_of_the_fitted_positions_read_from_the_file(tmp_path):
     pytest.importorskip("tensorboard")
     from ptyacc.data import load_data
     from ptyacc.data.export import write_dataset
-    from ptyacc.validation import validation_positions
+    from ptyacc.reconstruction.validation import validation_positions
 
     simulated = tracked_config(tmp_path, ["tensorboard"], image_every=0)
     write_dataset(tmp_path / "data.h5", load_data(ptyacc.load_config(simulated)))
@@ -177,8 +177,8 @@ def test_the_validation_error_is_logged_where_the_history_has_one(tmp_path):
     """optim.validation_fraction (another change) gives History a ``validation`` list; without
     one there is no validation scalar."""
     pytest.importorskip("tensorboard")
-    from ptyacc.engine import Reconstructor
-    from ptyacc.trackers import Trackers
+    from ptyacc.reconstruction.engine import Reconstructor
+    from ptyacc.watch.trackers import Trackers
 
     reconstructor = Reconstructor(ptyacc.load_config(tracked_config(tmp_path, ["tensorboard"])))
     with reconstructor.closing:
@@ -194,7 +194,7 @@ def test_an_interrupted_run_closes_its_trackers(tmp_path):
     """Interrupted in iteration 3: the TensorBoard writer is closed (flushed), and its file
     holds the two iterations done, pictures included."""
     pytest.importorskip("tensorboard")
-    from ptyacc.distributed import make_accelerator
+    from ptyacc.reconstruction.distributed import make_accelerator
 
     config = ptyacc.load_config(tracked_config(tmp_path, ["tensorboard"], image_every=1))
     accelerator = make_accelerator(config.runtime, config.output)
@@ -220,7 +220,7 @@ def test_trackers_that_fail_to_start_are_closed(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from accelerate.tracking import TensorBoardTracker
 
-    from ptyacc.distributed import make_accelerator
+    from ptyacc.reconstruction.distributed import make_accelerator
 
     started = []
 
@@ -259,7 +259,7 @@ def test_unknown_tracker_and_bad_intervals_are_refused_with_the_key():
 NO_TRACKERS = """
 import sys, ptyacc, yaml
 ptyacc.reconstruct(ptyacc.load_config(yaml.safe_load(sys.argv[1])))
-loaded = [m for m in ("ptyacc.trackers", "ptyacc.tracker_images", "tensorboard", "torch.utils.tensorboard",
+loaded = [m for m in ("ptyacc.watch.trackers", "ptyacc.watch.tracker_images", "tensorboard", "torch.utils.tensorboard",
                       "mlflow", "wandb") if m in sys.modules]
 print("loaded:", loaded)
 """
@@ -326,8 +326,8 @@ def test_the_seed_reaches_python_and_numpy(tmp_path):
 
 
 def test_pictures_of_a_multislice_object_and_the_probe_key():
-    from ptyacc.output import _complex_to_rgb
-    from ptyacc.tracker_images import WHEEL_PX, colour_wheel, object_images, positions_image
+    from ptyacc.results.figures import complex_to_rgb as _complex_to_rgb
+    from ptyacc.watch.tracker_images import WHEEL_PX, colour_wheel, object_images, positions_image
 
     rows, cols = np.mgrid[0:20, 0:30]
     phases = np.stack([0.01 * cols, 0.02 * rows])  # (slices, Ny, Nx)
@@ -353,7 +353,7 @@ def test_pictures_of_a_multislice_object_and_the_probe_key():
 def test_the_positions_picture_has_its_longer_side_exactly_whatever_the_rounding():
     """Its longer side is the span times (side - 3) / span, which float rounding can put a hair
     above side - 3: that hair must not add a row or column (it did for 51 of these 300 scans)."""
-    from ptyacc.tracker_images import positions_image
+    from ptyacc.watch.tracker_images import positions_image
 
     for seed in range(300):
         rng = np.random.default_rng(seed)

@@ -17,7 +17,7 @@ import yaml
 from test_distributed import environment, launch
 
 import ptyacc
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 from ptyacc.data import load_data
 from ptyacc.data.export import write_dataset
 from ptyacc.errors import ConfigError, PtyaccError

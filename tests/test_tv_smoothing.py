@@ -11,7 +11,7 @@ import ptyacc
 from ptyacc.errors import ConfigError
 from ptyacc.physics.regularizers import tv_phase_smoothing
 from ptyacc.reconstruction.multislice_auto import resolved
-from ptyacc.tiles import Tiling, needs_pixel_ring
+from ptyacc.reconstruction.tiles import Tiling, needs_pixel_ring
 
 EPS = 0.05
 

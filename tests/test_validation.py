@@ -11,9 +11,9 @@ from test_distributed import WORKER, launch, ranks
 
 import ptyacc
 from ptyacc.data import EpochBatches, load_data
-from ptyacc.data.batches import spatial_shards
+from ptyacc.data.store import spatial_shards
 from ptyacc.errors import ConfigError
-from ptyacc.validation import validation_positions
+from ptyacc.reconstruction.validation import validation_positions
 
 
 def raster(side: int) -> np.ndarray:

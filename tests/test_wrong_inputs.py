@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import tiny_config
 
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 from ptyacc.config import load_config
 from ptyacc.data import load_data
 from ptyacc.data.export import write_dataset

@@ -7,9 +7,9 @@ import torch
 import ptyacc
 from ptyacc.data.sampling import xray_sampling
 from ptyacc.data.store import PatternStore
-from ptyacc.engine import poisson_deviance_sums
 from ptyacc.errors import ConfigError
-from ptyacc.quality import scanned_region
+from ptyacc.reconstruction.engine import poisson_deviance_sums
+from ptyacc.results.quality import scanned_region
 
 
 def test_far_and_near_field_sampling():

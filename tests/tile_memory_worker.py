@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 import ptyacc
-from ptyacc.distributed import end_process_group, exit_after_launch, make_accelerator
-from ptyacc.engine import Reconstructor
+from ptyacc.reconstruction.distributed import end_process_group, exit_after_launch, make_accelerator
+from ptyacc.reconstruction.engine import Reconstructor
 
 
 def main() -> None:

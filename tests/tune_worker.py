@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from ptyacc.cli import main
+from ptyacc.commands.cli import main
 from ptyacc.tune import trial as trial_module
 
 

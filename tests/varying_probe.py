@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 
 import ptyacc
-from ptyacc.quality import placed_ncc
+from ptyacc.results.quality import placed_ncc
 
 
 def write_varying_case(simulator, path, defocus_A: tuple[float, float] = (60.0, 140.0), current_spread: float = 0.15,

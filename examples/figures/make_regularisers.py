@@ -10,7 +10,7 @@ import matplotlib
 import numpy as np
 
 import ptyacc
-from ptyacc.quality import scanned_region
+from ptyacc.results.quality import scanned_region
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -3,7 +3,7 @@
 Each runner reconstructs one dataset and returns the reconstructed phase (summed over slices) on
 its canvas, the canvas's origin (the position in Å of its pixel [0, 0] in the ground truth's
 frame) and its seconds per iteration; ``score`` turns that into the zero-shift and best-shift
-NCC with ``ptyacc.quality.placed_ncc`` (the canvas placed at its exact sub-pixel origin)."""
+NCC with ``ptyacc.results.quality.placed_ncc`` (the canvas placed at its exact sub-pixel origin)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench"
 def score(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray, truth: np.ndarray) -> dict:
     """Zero-shift NCC and the NCC after the best sub-pixel shift (coarse to fine: 0.5 px steps
     over ±2 px, then 0.1 px, then 0.02 px around the best), both over the scanned region."""
-    from ptyacc.quality import best_shift_ncc, placed_ncc
+    from ptyacc.results.quality import best_shift_ncc, placed_ncc
 
     zero = placed_ncc(phase, origin_A, dx_A, positions_A, truth)
     best, best_shift = best_shift_ncc(phase, origin_A, dx_A, positions_A, truth, levels=((0.5, 4), (0.1, 4), (0.02, 4)))

@@ -6,7 +6,6 @@ the user-facing functions, not its submodules."""
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
 import sys
 from pathlib import Path
@@ -18,18 +17,9 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]  # what it documents, not impo
 
 
 def public_modules() -> list[str]:
-    """Every module of ptyacc whose name has no part starting with an underscore, less those kept
-    for old paths (each documented under its new name)."""
+    """Every module of ptyacc whose name has no part starting with an underscore."""
     found = pkgutil.walk_packages([str(PACKAGE_DIR)], prefix="ptyacc.")
-    names = [m.name for m in found if not any(p.startswith("_") for p in m.name.split("."))]
-    return ["ptyacc", *sorted(name for name in names if not _kept_for_old_path(name))]
-
-
-def _kept_for_old_path(name: str) -> bool:
-    """A moved module's old name (the module itself under another name), or a module that only
-    offers moved names (its docstring says so)."""
-    module = importlib.import_module(name)
-    return module.__name__ != name or (module.__doc__ or "").startswith("Kept for the old path")
+    return ["ptyacc", *sorted(m.name for m in found if not any(p.startswith("_") for p in m.name.split(".")))]
 
 
 def build(output_dir: Path) -> list[Path]:

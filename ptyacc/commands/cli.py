@@ -3,37 +3,14 @@ one-line messages with exit code 2."""
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
 import click
 
+from ptyacc.command_line import friendly_errors, run_command, set_option
 from ptyacc.errors import OutputError, PtyaccError
-
-EXIT_USAGE = 2
-
-set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                          help="Override a config key, e.g. --set optim.iterations=5 (repeatable).")
-
-
-def friendly_errors(func):
-    """Print ptyacc errors as one line on stderr and exit with code 2, without a traceback."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except PtyaccError as exc:
-            from ptyacc.reconstruction.distributed import tell_launcher
-
-            code = getattr(exc, "exit_code", EXIT_USAGE)  # 128 + signal for an interrupted run
-            line = f"ptyacc: {'error: ' if code == EXIT_USAGE else ''}{exc}"
-            click.echo(line, err=True)
-            tell_launcher(line)
-            sys.exit(code)
-
-    return wrapper
+from ptyacc.tune.command import tune_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,21 +55,7 @@ def run(config_file: str, overrides: tuple[str, ...], quiet: bool, resume: bool,
     exit_after_launch()
 
 
-@cli.command("tune")
-@click.argument("config_file", type=click.Path(dir_okay=False))
-@set_option
-@friendly_errors
-def tune_cmd(config_file: str, overrides: tuple[str, ...]) -> None:
-    """Search the keys of CONFIG_FILE's tune section for the lowest validation error, one short
-    reconstruction per trial; the study, trials.csv, best.yaml and figures go to output.dir/tune.
-    Under `accelerate launch -m ptyacc.tune` each process runs its own trials on its own device."""
-    from ptyacc.tune.processes import detach_from_launcher
-
-    process = detach_from_launcher()  # before anything else reads the launcher's variables
-    from ptyacc.config import load_config
-    from ptyacc.tune import tune
-
-    tune(load_config(config_file, overrides), process)
+cli.add_command(tune_cmd)
 
 
 @cli.command()
@@ -406,29 +369,8 @@ def convert(input_file: str, output: str, key: str | None, scan_shape: tuple[int
 
 
 def main(argv: list[str] | None = None) -> int:
-    unjoined = set_without_equals(sys.argv[1:] if argv is None else argv)
-    if unjoined:
-        click.echo(f"ptyacc: error: {unjoined}", err=True)
-        return EXIT_USAGE
-    try:
-        cli.main(args=argv, prog_name="ptyacc", standalone_mode=False)
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        return EXIT_USAGE
-    except click.exceptions.Abort:
-        return 1
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
-def set_without_equals(argv: list[str]) -> str | None:
-    """The message for a ``--set KEY VALUE`` (a space where ``=`` belongs), which click would
-    report only as an unexpected extra argument; None when every --set has its ``=``."""
-    for word, item, value in zip(argv, argv[1:], argv[2:]):
-        if word == "--set" and "=" not in item and not value.startswith("-"):
-            return f"--set {item} {value}: write --set {item}={value} (KEY=VALUE as one word, no spaces around =)"
-    return None
+    """``ptyacc`` on ``argv`` (the process's arguments when None); its exit code."""
+    return run_command(cli, argv, prog_name="ptyacc")
 
 
 def entry_point() -> None:

@@ -35,15 +35,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptyacc.data.bright_field import (  # noqa: F401 (the bright-field check's names, also offered here)
+from ptyacc.data.bright_field import (
     SKIP,
-    SLIPS,
-    TOLERANCE,
-    Slip,
     bright_field_radius_px,
     check_bright_field,
     measured_radius_px,
-    predicted_disk_radius_px,
 )
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics.footprint import median_neighbour_distance

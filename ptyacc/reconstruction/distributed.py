@@ -8,10 +8,8 @@ import hashlib
 import os
 import platform
 import sys
-import time
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -70,20 +68,6 @@ def quiet_ddp_settings():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
         yield
-
-
-def tell_launcher(message: str) -> None:
-    """Hand ``message`` (the one-line error a process stops with) to torch's elastic launcher
-    (``accelerate launch``, ``torchrun``) through its error file, so that the launcher's closing
-    report shows it as this process's cause instead of "To enable traceback see ...". Nothing
-    to do outside such a launcher."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    import json
-
-    with contextlib.suppress(OSError):  # the launcher's report is a convenience: the line is printed already
-        Path(path).write_text(json.dumps({"message": message, "timestamp": str(int(time.time()))}))
 
 
 def end_process_group() -> None:

@@ -18,7 +18,7 @@ from ptyacc.reconstruction.groups import ParameterGroup
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.interrupt import agreed_max
 from ptyacc.reconstruction.saving import Saver
-from ptyacc.results.runlog import LogLine, RunLog  # noqa: F401 (LogLine, the run.log line, is also offered here)
+from ptyacc.results.runlog import LogLine, RunLog
 from ptyacc.watch.progress import in_notebook, progress_bar
 
 

@@ -199,7 +199,7 @@ def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pat
 
 
 def holds_probe(config: Config, near_field: bool) -> bool:
-    """Whether ``model.recenter.hold_probe`` acts (``recenter.ProbeCentring``), which makes the
+    """Whether ``model.recenter.hold_probe`` acts (``model.ProbeCentring``), which makes the
     model's scan movable: far-field data only (moving the probe and the positions together
     changes near-field images), and not when ``model.recenter.probe`` centres it."""
     recenter = config.model.recenter

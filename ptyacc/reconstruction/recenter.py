@@ -18,11 +18,9 @@ from __future__ import annotations
 import torch
 
 from ptyacc.physics import fresnel_propagator, spatial_frequencies
-from ptyacc.reconstruction.model import (  # noqa: F401 (the probe's centring is the model's: offered here too)
-    MIN_SHIFT_PX,
+from ptyacc.reconstruction.model import (
     ProbeCentring,
     PtychoModel,
-    probe_centre_offset_px,
 )
 
 

@@ -3,7 +3,7 @@ once per process): the same as ``ptyacc tune``."""
 
 import sys
 
-from ptyacc.commands.cli import main
+from ptyacc.tune.command import main
 
 if __name__ == "__main__":
-    sys.exit(main(["tune", *sys.argv[1:]]))
+    sys.exit(main())

@@ -10,20 +10,56 @@ Imported only when ``output.trackers`` names one: a run without trackers loads n
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from ptyacc.config import Config
+from ptyacc.data.dataset import PtychoData
+from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError
 from ptyacc.physics.chain import saturated_sums
-from ptyacc.reconstruction.groups import ParameterGroup
+from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.watch.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
 
-if TYPE_CHECKING:
-    from ptyacc.reconstruction.history import History
-    from ptyacc.reconstruction.saving import Saver
+
+# What the trackers read of the run, as they read it: the run (``reconstruction/``) is the layer
+# above and hands its objects in (its ``ParameterGroup``, ``History`` and ``Saver``).
+class Group(Protocol):
+    """A refined quantity's parameter group: its name, optimizer and start."""
+
+    name: str
+    optimizer: torch.optim.Optimizer
+
+    def active(self, iteration: int) -> bool: ...
+
+
+class Record(Protocol):
+    """The iterations done so far: their loss, seconds, traffic and validation error."""
+
+    iterations: int
+    done: int
+    loss: list[float]
+    seconds: list[float]
+    traffic: list[Any] | None
+    validation: list[float] | None
+
+
+class Saved(Protocol):
+    """The run's saver: the model, the data and their geometry, the patterns' store, the left-out
+    positions, the final deviance (once computed) and the mean patterns."""
+
+    accelerator: Any
+    model: torch.nn.Module
+    data: PtychoData
+    geometry: ObjectGeometry
+    store: PatternStore
+    left_out: np.ndarray
+    deviance: float | None
+
+    def mean_patterns(self) -> tuple[np.ndarray, np.ndarray]: ...
+
 
 # the modules a tracker needs besides its own (named as the tracker); each tracker has a ptyacc
 # extra of its name that installs them: pip install 'ptyacc[mlflow]'
@@ -105,7 +141,7 @@ class Trackers:
     pixel of the iteration's loss (the model moves during the iteration; the final model's
     exact deviance is ``poisson_deviance_final``, logged when the run closes)."""
 
-    def __init__(self, config: Config, accelerator, saver: Saver, groups: list[ParameterGroup]) -> None:
+    def __init__(self, config: Config, accelerator, saver: Saved, groups: list[Group]) -> None:
         self.config, self.accelerator, self.saver, self.groups = config, accelerator, saver, groups
         output = config.output
         self.main = accelerator.is_main_process
@@ -142,7 +178,7 @@ class Trackers:
             tracker.finish()
         self.accelerator.trackers.clear()
 
-    def __call__(self, history: History) -> None:
+    def __call__(self, history: Record) -> None:
         if not self.main:
             return
         output, done = self.config.output, history.done
@@ -154,7 +190,7 @@ class Trackers:
             self.log_images(self.images(), done)
 
     # ------------------------------------------------------------------ what is logged
-    def scalars(self, history: History) -> dict[str, float]:
+    def scalars(self, history: Record) -> dict[str, float]:
         """The logged numbers of the newest iteration (see the class docstring)."""
         iteration, model = history.done - 1, self.saver.model
         values = {"loss": history.loss[-1], "seconds_per_iteration": history.seconds[-1]}
@@ -215,7 +251,7 @@ class Trackers:
                     mlflow.log_image(image, key=name.replace("/", "_"), step=step)
 
 
-def _saturated_sums(saver: Saver) -> tuple[float, float]:
+def _saturated_sums(saver: Saved) -> tuple[float, float]:
     """(sum over the detector mask of the Poisson loss of the measured patterns predicting
     themselves, number of pixel values >= 1) over the fitted positions: a Poisson loss summed over
     them minus the first, over half the second, is the deviance per counted pixel
