@@ -28,7 +28,7 @@ NEAR_FIELD = {"data": {"simulate": {"scan_shape": [6, 6], "detector_px": 16, "do
 CASES = {
     "1 mode, 1 slice": ({}, dict(operators=62, passes=19, ffts=6, wave_ffts=2, syncs=0)),
     # the one wait: the batch floor adds the windows one by one from a host list on a CPU (tests/test_syncs.py)
-    "1 mode, 3 slices": (MULTISLICE, dict(operators=133, passes=45, ffts=14, wave_ffts=10, syncs=1)),
+    "1 mode, 3 slices": (MULTISLICE, dict(operators=132, passes=44, ffts=14, wave_ffts=10, syncs=1)),
     "2 probe modes": ({"model": {"probe_modes": 2}}, dict(operators=64, passes=21, ffts=6, wave_ffts=2, syncs=0)),
     "near field, refined positions": (NEAR_FIELD, dict(operators=128, passes=52, ffts=8, wave_ffts=6, syncs=0)),
 }

@@ -19,9 +19,9 @@ from torch.utils._pytree import tree_flatten
 
 from ptyacc.speed import syncs
 
-NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach",
-             "alias", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "size", "stride",
-             "is_same_size", "resolve_conj", "resolve_neg", "_conj", "_neg_view", "set_",
+NO_KERNEL = {"_unsafe_view", "_reshape_alias", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+             "lift_fresh", "detach", "alias", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "size",
+             "stride", "is_same_size", "resolve_conj", "resolve_neg", "_conj", "_neg_view", "set_",
              "_record_function_enter", "_record_function_enter_new", "_record_function_exit"}  # the profiler's marks
 FFTS = {"_fft_c2c", "_fft_r2c", "_fft_c2r"}
 KINDS = ("operators", "passes", "ffts", "wave_ffts", "other")
