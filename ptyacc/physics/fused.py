@@ -60,12 +60,6 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                              detector, terms, detector.blur_variance_px2)
 
 
-def _add(total: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
-    """A sum over the chunks that starts from the first chunk's value, not from zeros: two
-    operators fewer per step where the batch is one chunk (the same numbers: 0 + x = x)."""
-    return value if total is None else total + value
-
-
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
@@ -82,7 +76,7 @@ class _PtychoLoss(torch.autograd.Function):
             grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[2] else None
         else:
             grad_probe = torch.zeros_like(probe) if per_probe else None
-        total = None
+        total = None  # the sums over the chunks start from the first chunk's value, not from zeros (0 + x = x)
         grad_weights = torch.empty_like(weights) if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
         grad_blur = torch.zeros_like(blur_variance) if ctx.needs_input_grad[12] else None
@@ -115,7 +109,7 @@ class _PtychoLoss(torch.autograd.Function):
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
-            total = _add(total, loss)
+            total = loss if total is None else total + loss
             if grad_h is not None and per_position:
                 grad_propagator[part] = grad_h
             elif grad_h is not None:
@@ -132,7 +126,7 @@ class _PtychoLoss(torch.autograd.Function):
                 if per_probe:
                     grad_spectrum_sum[part] = grad_spectrum
                 else:
-                    grad_spectrum_sum = _add(grad_spectrum_sum, grad_spectrum)
+                    grad_spectrum_sum = grad_spectrum if grad_spectrum_sum is None else grad_spectrum_sum + grad_spectrum
                 if grad_ramps is not None:
                     grad_ramps[part] = grad_r
                     if grad_back is not None:
@@ -140,7 +134,8 @@ class _PtychoLoss(torch.autograd.Function):
             elif per_probe:
                 grad_probe[part] = shift.adjoint(grad_probes, per_position=True)
             else:
-                grad_probe = _add(grad_probe, shift.adjoint(grad_probes))
+                adjoint = shift.adjoint(grad_probes)
+                grad_probe = adjoint if grad_probe is None else grad_probe + adjoint
         if shifted:
             grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
         # in the order of forward's inputs; None for those without a gradient
