@@ -226,8 +226,11 @@ def test_fft_bound_times_exactly_the_transforms_an_iteration_needs(monkeypatch):
     real_fft2, real_ifft2 = torch.fft.fft2, torch.fft.ifft2
     monkeypatch.setattr(torch.fft, "fft2", lambda x, *a, **k: calls.append(x.shape[:-2].numel()) or real_fft2(x, *a, **k))
     monkeypatch.setattr(torch.fft, "ifft2", lambda x, *a, **k: calls.append(x.shape[:-2].numel()) or real_ifft2(x, *a, **k))
-    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=1, slices=3, k=8, refine_positions=False, repeats=1)
+    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=1, slices=3, k=8, shifted=False, repeats=1)
     assert sum(calls) == 25 * 2 * 1 * 2 * (2 * 3 - 1)
     calls.clear()
-    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=3, slices=1, k=8, refine_positions=True, repeats=1)
+    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=3, slices=1, k=8, shifted=True, repeats=1)
     assert sum(calls) == 25 * 2 * 3 * 2 * 1 + 25 * 2 * 2
+    calls.clear()  # the near field: the propagation to the detector, each way
+    bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=1, slices=1, k=8, shifted=False, repeats=1, near_field=True)
+    assert sum(calls) == 25 * 2 * 1 * 2 * 2

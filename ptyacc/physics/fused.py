@@ -72,11 +72,11 @@ class _PtychoLoss(torch.autograd.Function):
         shifted = ramps is not None
         if shifted:
             spectrum = torch.fft.fft2(probe)  # (P, K, K), shifted chunk by chunk
-            grad_spectrum_sum = torch.zeros_like(spectrum)
+            grad_spectrum_sum = torch.zeros_like(spectrum) if per_probe else None
             grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[2] else None
         else:
-            grad_probe = torch.zeros_like(probe)
-        total = torch.zeros((), dtype=measured.dtype, device=measured.device)
+            grad_probe = torch.zeros_like(probe) if per_probe else None
+        total = None  # the sums over the chunks start from the first chunk's value, not from zeros (0 + x = x)
         grad_weights = torch.empty_like(weights) if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
         grad_blur = torch.zeros_like(blur_variance) if ctx.needs_input_grad[12] else None
@@ -109,7 +109,7 @@ class _PtychoLoss(torch.autograd.Function):
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
             grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
-            total += loss
+            total = loss if total is None else total + loss
             if grad_h is not None and per_position:
                 grad_propagator[part] = grad_h
             elif grad_h is not None:
@@ -126,7 +126,7 @@ class _PtychoLoss(torch.autograd.Function):
                 if per_probe:
                     grad_spectrum_sum[part] = grad_spectrum
                 else:
-                    grad_spectrum_sum += grad_spectrum
+                    grad_spectrum_sum = grad_spectrum if grad_spectrum_sum is None else grad_spectrum_sum + grad_spectrum
                 if grad_ramps is not None:
                     grad_ramps[part] = grad_r
                     if grad_back is not None:
@@ -134,7 +134,8 @@ class _PtychoLoss(torch.autograd.Function):
             elif per_probe:
                 grad_probe[part] = shift.adjoint(grad_probes, per_position=True)
             else:
-                grad_probe += shift.adjoint(grad_probes)
+                adjoint = shift.adjoint(grad_probes)
+                grad_probe = adjoint if grad_probe is None else grad_probe + adjoint
         if shifted:
             grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
         # in the order of forward's inputs; None for those without a gradient

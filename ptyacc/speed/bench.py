@@ -2,8 +2,11 @@
 
 The FFT bound is the time of exactly the Fourier transforms one iteration must do, run with
 torch.fft at the same batch shapes: for every pattern, probe mode and object mode, 2*slices - 1
-transforms of K x K forward and as many backward, plus, when positions are refined, the
-probe-shift transforms (one inverse transform forward, one backward, per pattern and probe mode).
+transforms of K x K forward and as many backward (one more each way in the near field: the Fresnel
+propagation to the detector), plus, when the probe is shifted per position (positions refined, or
+fixed at sub-pixel offsets that differ), the probe-shift transforms (one inverse transform forward,
+one backward, per pattern and probe mode). ``ffts_per_step`` counts them; tests/test_operators.py
+checks the count against the transforms a step issues.
 """
 
 from __future__ import annotations
@@ -26,15 +29,27 @@ from ptyacc.data import EpochBatches, load_data
 from ptyacc.results.outdir import write_text
 
 
+def ffts_per_step(slices: int, shifted: bool, near_field: bool = False) -> int:
+    """The transforms of one step in the FFT bound, each over the whole batch (all patterns, probe
+    and object modes at once): 2*slices - 1 forward (2*slices in the near field) and as many
+    backward, and with a probe shifted per position the shift's inverse transform and its gradient's."""
+    return 2 * (2 * slices - 1 + near_field) + (2 if shifted else 0)
+
+
+def per_position_shift(model) -> bool:
+    """Whether the model shifts the probe per position (a transform over the batch each way)."""
+    return bool(model.refine_positions or (model.needs_shift and not model.uniform_shift))
+
+
 def fft_bound_s(batch_sizes: list[int], probe_modes: int, object_modes: int, slices: int, k: int,
-                refine_positions: bool, device: torch.device | str = "cpu", repeats: int = 5) -> float:
+                shifted: bool, device: torch.device | str = "cpu", repeats: int = 5, near_field: bool = False) -> float:
     """Seconds per iteration spent in the FFTs the model needs, best of ``repeats``."""
     shapes = {}
     for b in batch_sizes:
         shapes[b] = shapes.get(b, 0) + 1
     waves = {b: torch.randn(b, probe_modes, object_modes, k, k, dtype=torch.complex64, device=device) for b in shapes}
     probes = {b: torch.randn(b, probe_modes, k, k, dtype=torch.complex64, device=device) for b in shapes}
-    per_pattern = 2 * (2 * slices - 1)
+    per_pattern = ffts_per_step(slices, False, near_field)
     best = float("inf")
     for _ in range(repeats):
         _sync(device)
@@ -43,7 +58,7 @@ def fft_bound_s(batch_sizes: list[int], probe_modes: int, object_modes: int, sli
             for _ in range(count):
                 for _ in range(per_pattern):
                     torch.fft.fft2(waves[b])
-                if refine_positions:
+                if shifted:
                     torch.fft.ifft2(probes[b])
                     torch.fft.fft2(probes[b])
         _sync(device)
@@ -99,7 +114,7 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     batches = EpochBatches(np.zeros((data.n_patterns, 2)), config.optim.batch_size, 1)
     bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
                         config.model.object_modes, config.model.slices, data.detector_px,
-                        rec.model.refine_positions, accelerator.device)
+                        per_position_shift(rec.model), accelerator.device, near_field=rec.model.near_field)
     high_water = _status_bytes("VmHWM") if marks.get("reset") else None
     peak, memory_measure = _peak_memory(accelerator.device, high_water, baseline_rss)
     minimum = _minimum_bytes(rec.model, data, config.optim.batch_size)

@@ -1,0 +1,65 @@
+"""The operators of one reconstruction step by kind (ptyacc/speed/operators.py), counted rather
+than timed: the classification on a known body, and the exact counts per step of small cases.
+
+The counts are held on purpose: a change that adds an operator, a pass over the batch's waves, an
+FFT or a host-device wait to every step fails here, and must update the number below (and the
+shipped cases' table in docs/performance.md) with the reason; one that removes some updates them
+too. The transforms over the batch's waves must equal those of ``ptyacc bench``'s FFT bound
+(``bench.ffts_per_step``): the bound times exactly the transforms a step issues. Counted on the
+CPU's path (on a GPU the multislice batch floor takes one ``index_add_`` instead of a loop)."""
+
+import pytest
+import torch
+from conftest import tiny_config
+
+import ptyacc
+from ptyacc.speed import bench, operators
+
+MULTISLICE = {"model": {"slices": 3, "slice_thickness_A": 2.0},
+              "data": {"simulate": {"scan_shape": [8, 8], "detector_px": 16, "atoms": 6}}}
+NEAR_FIELD = {"data": {"simulate": {"scan_shape": [6, 6], "detector_px": 16, "dose": 1e6, "atoms": 20, "seed": 4}},
+              "experiment": {"radiation": "xray", "geometry": "near_field", "energy_eV": 12660,
+                             "detector_distance_m": 1.12, "detector_pixel_m": 55e-6, "focus_to_sample_m": 3.65e-3,
+                             "scan_step_A": 15000},
+              "model": {"background": True, "intensity_weights": True},
+              "optim": {"batch_size": 6, "loss": "poisson", "start": {"positions": 1}}}
+# per step, counted in iteration 1 (the probe and the positions then refined): operators, passes over
+# the batch's waves, FFTs (of which over the batch's waves) and host-device waits
+CASES = {
+    "1 mode, 1 slice": ({}, dict(operators=62, passes=19, ffts=6, wave_ffts=2, syncs=0)),
+    # the one wait: the batch floor adds the windows one by one from a host list on a CPU (tests/test_syncs.py)
+    "1 mode, 3 slices": (MULTISLICE, dict(operators=132, passes=44, ffts=14, wave_ffts=10, syncs=1)),
+    "2 probe modes": ({"model": {"probe_modes": 2}}, dict(operators=64, passes=21, ffts=6, wave_ffts=2, syncs=0)),
+    "near field, refined positions": (NEAR_FIELD, dict(operators=128, passes=52, ffts=8, wave_ffts=6, syncs=0)),
+}
+
+
+def test_operators_are_sorted_by_kind():
+    waves = torch.ones(4, 8, 8, dtype=torch.complex64)
+    with operators.OperatorKinds(wave_elements=4 * 8 * 8) as kinds:
+        spectrum = torch.fft.fft2(waves * 2)  # a pass, an FFT over the waves
+        torch.fft.ifft2(spectrum[0])  # an FFT of one wave
+        spectrum.view(4, 64).abs().sum()  # a view (not an operator), a pass, a small operator
+        torch.empty(4, 8, 8)  # an allocation: no kernel
+    assert dict(kinds.counts) == dict(operators=5, passes=2, ffts=2, wave_ffts=1, other=1)
+    assert kinds.names["_fft_c2c (ffts)"] == 2 and kinds.names["mul (passes)"] == 1
+
+
+def test_the_fft_bound_counts_the_transforms_over_the_waves():
+    assert bench.ffts_per_step(1, shifted=False) == 2  # the detector's transform and its gradient's
+    assert bench.ffts_per_step(3, shifted=False) == 10  # and two propagations between slices, each way
+    assert bench.ffts_per_step(1, shifted=True, near_field=True) == 6  # the probe shift, the Fresnel step
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_counts_per_step(tmp_path, case):
+    sections, expected = CASES[case]
+    values = tiny_config(tmp_path, **{name: dict(section) for name, section in sections.items()})
+    values["runtime"] = {"progress": False, "seed": 3}  # the CPU's path, whatever the tests' device
+    if "experiment" in sections:  # X-ray: none of the electron settings
+        values["experiment"] = dict(sections["experiment"])
+    config = ptyacc.load_config(values)
+    counts = operators.count_operators(config, iterations=2, from_iteration=1)
+    assert counts["wave_ffts"] == counts["bound_ffts"], counts  # the FFT bound times what a step does
+    assert counts["operators"] == counts["passes"] + counts["ffts"] + counts["other"]
+    assert {k: counts[k] for k in expected} == expected, (counts["by_name"], counts["sync_sites"])
