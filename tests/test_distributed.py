@@ -280,6 +280,12 @@ def launch(args: list[str], processes: int, timeout: int = 300, extra: list[str]
     return done
 
 
+# a run on 1 process, on 2, on 2 with shard_data and on 2 with the object split (which batches as shard_data does):
+# (name, processes, settings), for ``launch_configs``
+ONE_TWO_DATA_SPLIT = (("one", 1, []), ("two", 2, []), ("data", 2, ["runtime.shard_data=true"]),
+                      ("split", 2, ["runtime.shard_object=true"]))
+
+
 def launch_configs(folder: Path, runs) -> dict[str, Path]:
     """Each (name, config dict, processes, settings) of ``runs`` written to ``folder``/name.yaml and
     run by the worker with its output in ``folder``/name/results; {name: ``folder``/name}."""

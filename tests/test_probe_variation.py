@@ -9,9 +9,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-import yaml
 from conftest import tiny_config
-from test_distributed import WORKER, launch
+from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
 from varying_probe import phase_ncc, write_varying_case
 
 import ptyacc
@@ -128,15 +127,8 @@ def test_two_processes_split_object_and_resume_agree(tmp_path):
                            output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
     settings["data"]["simulate"].update(scan_shape=[10, 10])
     settings["experiment"]["scan_step_A"] = 3.0
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    runs = {}
-    for name, processes, extra in (("one", 1, []), ("two", 2, []), ("data", 2, ["runtime.shard_data=true"]),
-                                   ("split", 2, ["runtime.shard_object=true"])):
-        out = tmp_path / name
-        sets = [item for o in (*extra, f"output.dir={out / 'results'}") for item in ("--set", o)]
-        launch([str(WORKER), str(path), str(out / "records"), *sets], processes)
-        runs[name] = ptyacc.load_results(out / "results" / "results.h5")
+    outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
+    runs = {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
     for reference, name in (("one", "two"), ("data", "split")):  # the split object batches as shard_data does
         mine, theirs = runs[reference].quantities["probe_variation"], runs[name].quantities["probe_variation"]
         np.testing.assert_allclose(theirs["weights"], mine["weights"], atol=1e-5)

@@ -3,14 +3,12 @@ series simulated by the benchmark grid's NumPy multislice (independent of ptyacc
 together beats each scan alone; every scan has its own probe and positions; 1 and 2 processes,
 and the split object, agree; what the scans must share is checked where the user typed it."""
 
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-import yaml
 from conftest import tiny_config
-from test_distributed import WORKER, launch
+from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
 
 import ptyacc
 from ptyacc.errors import ConfigError
@@ -112,15 +110,8 @@ def test_two_processes_and_the_split_object_agree(tmp_path):
     settings["scans"] = [{"experiment": {"defocus_A": 20.0}}, {"experiment": {"defocus_A": 60.0}}]
     settings["data"]["simulate"].update(scan_shape=[10, 10])
     settings["experiment"]["scan_step_A"] = 3.0
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    runs = {}
-    for name, processes, extra in (("one", 1, []), ("two", 2, []), ("data", 2, ["runtime.shard_data=true"]),
-                                   ("split", 2, ["runtime.shard_object=true"])):
-        out = tmp_path / name
-        sets = [item for o in (*extra, f"output.dir={out / 'results'}") for item in ("--set", o)]
-        launch([str(WORKER), str(path), str(out / "records"), *sets], processes)
-        runs[name] = ptyacc.load_results(Path(out / "results" / "results.h5"))
+    outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
+    runs = {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
     assert runs["one"].quantities["scans"]["probes"].shape == (2, 1, 16, 16)
     for reference, name in (("one", "two"), ("data", "split")):
         mine, theirs = runs[reference], runs[name]
