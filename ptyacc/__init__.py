@@ -1,6 +1,7 @@
 """ptyacc: ptychographic reconstruction by automatic differentiation, on one CPU or many GPUs."""
 
-import ptyacc.watch.progress  # noqa: F401  (first: tqdm.auto imported without its notebook warning)
+import ptyacc.version  # noqa: F401  (first: when the import began, run.log's start-up)
+import ptyacc.watch.progress  # noqa: F401  (before the rest: tqdm.auto imported without its notebook warning)
 from ptyacc.config import Config, load_config
 from ptyacc.errors import ConfigError, DataError, DistributedError, OutputError, PtyaccError
 from ptyacc.reconstruction.engine import Reconstruction, reconstruct

@@ -285,9 +285,15 @@ def test_run_log_lines_reach_the_handlers_of_ptyaccs_logger(tmp_path):
     lines = (tmp_path / "out" / "run.log").read_text().splitlines()
     assert len(records) == len(lines) and "[RANK" not in "".join(lines)
     assert [line.split(" ", 1)[1] for line in lines] == [r.getMessage().removeprefix("[RANK 0] ") for r in records]
-    # the summary, then (data.hold) the run's peak memory: the last lines reach the handlers too
-    assert lines[-2].split(" ", 1)[1].startswith("done: 2 iterations")
-    assert lines[-1].split(" ", 1)[1].startswith("memory: ")
+    # the start-up before the first iteration's line; the summary, the finish, then (data.hold) the run's
+    # peak memory: the last lines reach the handlers too
+    messages = [line.split(" ", 1)[1] for line in lines]
+    first = next(i for i, m in enumerate(messages) if m.startswith("iteration 1/2: "))
+    assert messages[first - 1].startswith("start-up: the first iteration began ") and " s reading the data" in messages[first - 1]
+    assert messages[-3].startswith("done: 2 iterations")
+    assert messages[-2].startswith("finish: ") and messages[-2].endswith("s from the last iteration's end to the results "
+                                                                          "saved (the deviance, results.h5, figures)")
+    assert messages[-1].startswith("memory: ")
 
 
 @pytest.mark.slow

@@ -234,6 +234,7 @@ class Reconstructor:
                 self.history.record(loss, seconds, traffic)
                 for hook in self.hooks:
                     hook(self.history)
+        self.ran_until = time.perf_counter()  # finish's run.log line counts from here
 
     def _iteration(self, iteration: int) -> tuple[float, float]:
         """One pass over all positions: the mean loss per pattern over all processes, and the
@@ -286,6 +287,9 @@ class Reconstructor:
             said.append(f"detector blur: sigma {results.attrs['detector_blur_px']:.3f} px"
                         + (f" (refined from {config.model.detector_blur_px:g} px)"
                            if config.optim.start.detector_blur is not None else ""))
+        if hasattr(self, "ran_until"):
+            said.append(f"finish: {time.perf_counter() - self.ran_until:.2f} s from the last iteration's end to the "
+                        "results saved (the deviance, results.h5, figures)")
         for text in said + peak_memory_lines(self.accelerator):
             self.log.line(text)
         wall = time.perf_counter() - self.started

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ptyacc.results.outdir import write_failure
+from ptyacc.version import IMPORTED_AT
 
 LOGGER_NAME = "ptyacc"
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"  # run.log's time stamp, to the second
@@ -131,11 +132,12 @@ class RunLog:
 
 
 class LogLine:
-    """One run.log line per iteration: loss, time, and what the exchange moved; after the last
-    iteration, the run's summary (seconds since ``started``, a ``time.perf_counter`` reading)."""
+    """One run.log line per iteration: loss, time, and what the exchange moved; before the first, the
+    start-up's seconds; after the last, the run's summary (seconds since ``started``, a
+    ``time.perf_counter`` reading)."""
 
     def __init__(self, log: RunLog, started: float) -> None:
-        self.log, self.started = log, started
+        self.log, self.started, self.first = log, started, True
 
     def __call__(self, history) -> None:
         """``history``: the run's record so far (``reconstruction.history.History``)."""
@@ -148,6 +150,11 @@ class LogLine:
         valid = f", validation error {history.validation[-1]:.6g}" if history.validation else ""
         lines = [f"iteration {history.done}/{history.iterations}: loss {history.loss[-1]:.6g}{valid}, "
                  f"{history.seconds[-1]:.3f} s{comm}"]
+        if self.first:  # this launch's first iteration: what came before it
+            self.first, began = False, time.perf_counter() - history.seconds[-1]
+            lines.insert(0, f"start-up: the first iteration began {began - IMPORTED_AT:.2f} s after `import ptyacc` "
+                            f"began ({self.started - IMPORTED_AT:.2f} s to the run's start: imports, the config; "
+                            f"{began - self.started:.2f} s reading the data and building the run)")
         if history.done == history.iterations:
             lines += self._summary(history)
         for line in lines:
