@@ -7,6 +7,17 @@ import pytest
 from test_distributed import launch_configs
 
 
+def on_one_and_two(folder, config: dict) -> tuple[tuple, tuple]:
+    """``config`` run by the worker on 1 and on 2 processes: for each, (results.h5's ``detector``
+    group as {name: array}, the object, the calibration's scan_rotation_deg and defocus_A)."""
+    found = []
+    for out in launch_configs(folder, [(f"p{n}", config, n, []) for n in (1, 2)]).values():
+        with h5py.File(out / "results" / "results.h5") as f:
+            found.append(({key: f["detector"][key][()] for key in f["detector"]}, f["object"][()],
+                          f["calibration"].attrs["scan_rotation_deg"], f["calibration"].attrs["defocus_A"]))
+    return found[0], found[1]
+
+
 @pytest.mark.slow
 def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
     setting = grid_simulator.Setting(detector_px=32, scan_shape=(12, 12), scan_step_A=0.4, dose=3e4, defocus_A=40.0,
@@ -18,13 +29,7 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
               "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"},
               "optim": {"iterations": 2, "batch_size": 16}, "runtime": {"progress": False},
               "output": {"figures": False}}
-    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
-    found = {}
-    for name, out in outs.items():
-        with h5py.File(out / "results" / "results.h5") as f:
-            found[name] = ({key: f["detector"][key][()] for key in f["detector"]}, f["object"][()],
-                           f["calibration"].attrs["scan_rotation_deg"], f["calibration"].attrs["defocus_A"])
-    one, two = found["p1"], found["p2"]
+    one, two = on_one_and_two(tmp_path, config)
     assert sorted(one[0]) == ["bad_pixels", "descan_plane", "descan_px", "orientation_flags", "orientation_skew",
                               "scan_rotation_deg"]
     for key in one[0]:
@@ -43,13 +48,8 @@ def test_parallax_defocus_agrees_on_one_and_two_processes(grid_simulator, tmp_pa
               "experiment": {"scan_rotation_deg": 7.0, "defocus_A": "auto", "positions": {"key": "positions_A"}},
               "optim": {"iterations": 2, "batch_size": 16}, "runtime": {"progress": False},
               "output": {"figures": False}}
-    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
-    found = {}
-    for name, out in outs.items():
-        with h5py.File(out / "results" / "results.h5") as f:
-            found[name] = ({key: f["detector"][key][()] for key in f["detector"]}, f["calibration"].attrs["defocus_A"])
-    one, two = found["p1"], found["p2"]
-    assert "parallax_defocus_A" in one[0] and one[1] == pytest.approx(120.0, rel=0.06)
+    one, two = on_one_and_two(tmp_path, config)
+    assert "parallax_defocus_A" in one[0] and one[3] == pytest.approx(120.0, rel=0.06)
     for key in one[0]:
         assert np.array_equal(one[0][key], two[0][key], equal_nan=True), key  # the image is NaN where few images reach
-    assert one[1] == two[1]
+    assert one[3] == two[3]

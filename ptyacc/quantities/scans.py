@@ -104,8 +104,11 @@ class ScanProbes(Quantity):
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         """(B, P, K, K) complex: the probe modes of the scan of each position of ``indices`` (B,),
         ``probe`` (P, K, K) being scan 0's."""
-        every = torch.cat([probe[None], torch.view_as_complex(self.modes) * probe_scale])  # (S, P, K, K)
-        return every[self.scan_of_position[indices]]
+        return self.every_probe(probe, probe_scale)[self.scan_of_position[indices]]
+
+    def every_probe(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
+        """(S, P, K, K) complex: every scan's probe modes, ``probe`` (P, K, K) being scan 0's."""
+        return torch.cat([probe[None], torch.view_as_complex(self.modes) * probe_scale])
 
     def groups(self, config, model) -> list[ParameterGroup]:
         """The probes of scans 1.., as the probe's (Adam, its step and start; orthogonal modes)."""
@@ -117,7 +120,7 @@ class ScanProbes(Quantity):
     def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``scans``: ``probes`` (S, P, K, K) complex64 and ``scan_of_position`` (N,) int64."""
         with torch.no_grad():
-            every = torch.cat([model.complex_probe()[None], torch.view_as_complex(self.modes) * model.probe_scale])
+            every = self.every_probe(model.complex_probe(), model.probe_scale)
             return {"probes": every.cpu().numpy(), "scan_of_position": self.scan_of_position.cpu().numpy()}
 
 

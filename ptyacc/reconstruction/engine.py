@@ -100,6 +100,7 @@ class Reconstructor:
     def __init__(self, config: Config, accelerator=None, write: bool = True, on_step=None, resume: bool = False,
                  overwrite: bool = False) -> None:
         self.started = time.perf_counter()
+        self.ran_until: float | None = None  # when ``run`` ended: finish's run.log line counts from there
         self.config, self.write, self.on_step, self.resume = config, write, on_step, resume
         self.texts = run_texts(config)  # the config, auto's values and the versions, as results.h5 keeps them
         self.out_dir = Path(config.output.dir)
@@ -234,7 +235,7 @@ class Reconstructor:
                 self.history.record(loss, seconds, traffic)
                 for hook in self.hooks:
                     hook(self.history)
-        self.ran_until = time.perf_counter()  # finish's run.log line counts from here
+        self.ran_until = time.perf_counter()
 
     def _iteration(self, iteration: int) -> tuple[float, float]:
         """One pass over all positions: the mean loss per pattern over all processes, and the
@@ -287,7 +288,7 @@ class Reconstructor:
             said.append(f"detector blur: sigma {results.attrs['detector_blur_px']:.3f} px"
                         + (f" (refined from {config.model.detector_blur_px:g} px)"
                            if config.optim.start.detector_blur is not None else ""))
-        if hasattr(self, "ran_until"):
+        if self.ran_until is not None:
             said.append(f"finish: {time.perf_counter() - self.ran_until:.2f} s from the last iteration's end to the "
                         "results saved (the deviance, results.h5, figures)")
         for text in said + peak_memory_lines(self.accelerator):
