@@ -13,7 +13,7 @@ from ptyacc.config import load_config
 from ptyacc.data import load_data
 from ptyacc.data.formats import chunks
 from ptyacc.data.prepare import Preparation, orientation_from_basis
-from ptyacc.errors import DataError
+from ptyacc.errors import ConfigError, DataError
 
 EXPERIMENT = {"energy_eV": 80e3, "dk_invA": 0.1, "scan_step_A": 0.5}
 
@@ -55,6 +55,26 @@ def test_crop_bin_flip_pad_match_numpy(tmp_path, monkeypatch):
     expected_mask = np.zeros((6, 6), bool)
     expected_mask[1:5, 1:5] = True
     np.testing.assert_array_equal(data.mask.numpy(), np.fft.ifftshift(expected_mask))
+
+
+def test_upsample_is_pad_to_a_multiple_after_bin(tmp_path):
+    """upsample 3 after a 2 x 2 bin of 8 x 8 patterns: the same patterns, mask and dx as pad 12."""
+    path = write(tmp_path / "p.h5", counts((2, 3, 8, 8)))
+    upsampled, padded = load(path, {"bin": 2, "upsample": 3}), load(path, {"bin": 2, "pad": 12})
+    np.testing.assert_array_equal(upsampled.patterns.numpy(), padded.patterns.numpy())
+    np.testing.assert_array_equal(upsampled.mask.numpy(), padded.mask.numpy())
+    assert upsampled.detector_px == 12 and int(upsampled.mask.sum()) == 16
+    assert upsampled.dx_A == pytest.approx(1 / (3 * 4 * 0.2))  # a third of the binned patterns' dx
+
+
+def test_upsample_refused_with_pad_and_in_the_near_field(tmp_path):
+    path = write(tmp_path / "p.h5", counts((2, 2, 8, 8)))
+    with pytest.raises(ConfigError, match="data.transform.upsample: 2 pads the patterns to 2 times their size"):
+        load(path, {"upsample": 2, "pad": 16})
+    experiment = {"radiation": "xray", "geometry": "near_field", "energy_eV": 8000.0, "detector_distance_m": 1.0,
+                  "detector_pixel_m": 1e-6, "focus_to_sample_m": 1e-2, "scan_step_A": 1e3, "check_calibration": False}
+    with pytest.raises(DataError, match="upsample: 2 makes the object's pixels finer in the far field only"):
+        load(path, {"upsample": 2}, experiment)
 
 
 def test_crop_at_an_offset_changes_dx_and_ignores_what_is_cut(tmp_path):

@@ -39,6 +39,12 @@ class TransformConfig:
                      "multiple of bin.")
     pad: int | None = _f(None, "Zero-pad to pad x pad pixels, centred, after binning; the padded pixels are "
                                "masked out of the loss. null = no padding.")
+    upsample: int = _f(1, "Far field: object pixels upsample times finer than the detector's reciprocal pixel (dx = "
+                          "1 / (upsample K dk)); each pattern is zero-padded to upsample K (after binning), the unmeasured "
+                          "frequencies left out of the loss: the same as pad = upsample K. Thick crystals: waves "
+                          "scattered beyond the detector come back into it in later slices, and a tilt refined on the "
+                          "detector's grid is biased by about 1 mrad (docs/thick-crystals.md); 2 costs about 3x per "
+                          "iteration.")
     descan: Literal["off", "auto"] = _f(
         "off", "auto: measure the bright-field disk's centre in up to 1024 prepared patterns, fit a plane in the "
                "probe positions and shift every pattern back by it (sub-pixel, Fourier), so that zero frequency sits "
@@ -55,6 +61,10 @@ class TransformConfig:
             raise ConfigError(f"{path}.orientation: auto sets transpose, flip_y and flip_x from the file; leave "
                               "them false or use orientation: manual")
         _require(self.pad is None or self.pad >= 1, f"{path}.pad", f"must be >= 1 or null, got {self.pad}")
+        _require(self.upsample >= 1, f"{path}.upsample", f"must be >= 1, got {self.upsample}")
+        if self.upsample > 1 and self.pad is not None:
+            raise ConfigError(f"{path}.upsample: {self.upsample} pads the patterns to {self.upsample} times their size; "
+                              f"give it or pad ({self.pad}), not both")
 
 
 @dataclass

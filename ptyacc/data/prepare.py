@@ -9,7 +9,8 @@ Order (``data.transform`` and the ``data`` policies), on each chunk (c, ky, kx) 
 3. NaN/Inf and negative values (``data.nonfinite``, ``data.negative``), pixel by pixel
 4. bin: sum ``bin`` x ``bin`` blocks (counts stay counts)
 5. orientation: transpose, then flip_y, then flip_x
-6. zero-pad to ``pad`` x ``pad`` pixels, centred; the padded pixels are left out of the loss
+6. zero-pad to ``pad`` x ``pad`` pixels (``upsample`` K with ``upsample`` > 1), centred; the padded
+   pixels are left out of the loss
 7. far field: ifftshift to the model's layout (zero frequency at [0, 0])
 
 The detector mask follows steps 2, 4 (a binned pixel is good only when all its pixels are),
@@ -79,6 +80,11 @@ class Preparation:
             raise DataError(f"{source}: data.transform.bin: {b} does not divide the {'cropped' if transform.crop else 'stored'} "
                             f"pattern size {shape[0]} x {shape[1]}; crop to a multiple of {b} (data.transform.crop)")
         binned = (shape[0] // b, shape[1] // b)
+        if transform.upsample > 1:
+            if not far_field:
+                raise DataError(f"{source}: data.transform.upsample: {transform.upsample} makes the object's pixels finer "
+                                "in the far field only; near-field pixels are the detector's (use 1)")
+            transform = dataclasses.replace(transform, pad=transform.upsample * max(binned))
         if transform.pad is not None and transform.pad < max(binned):
             raise DataError(f"{source}: data.transform.pad: {transform.pad} is smaller than the {binned[0]} x "
                             f"{binned[1]} px patterns after crop and bin; pad to at least {max(binned)}")

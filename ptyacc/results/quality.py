@@ -31,6 +31,31 @@ def scanned_region_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np
     return float(np.corrcoef(true.ravel(), found.ravel())[0, 1])
 
 
+def resampled(phase: np.ndarray, dx_A: float, target_dx_A: float) -> np.ndarray:
+    """``phase`` (Ny, Nx) on pixels of ``dx_A`` brought to pixels of ``target_dx_A`` >= ``dx_A`` (a reconstruction
+    with ``data.transform.upsample``, scored against a truth on the detector's grid): Fourier cropping, which
+    keeps the frequencies both grids hold. Pixel [a, b] of the result sits where pixel [a r, b r] of ``phase``
+    does (r = target_dx_A / dx_A), so the origin is unchanged. Each side is first cut to the largest length whose
+    resampled length is an even whole number of pixels."""
+    ratio = dx_A / target_dx_A
+    if ratio > 1 + 1e-9:
+        raise ValueError(f"resampled: {target_dx_A} A pixels are finer than the phase's {dx_A} A")
+    if abs(ratio - 1) < 1e-9:
+        return np.asarray(phase)
+    sides = []
+    for n in np.shape(phase):
+        while n > 0 and (abs(n * ratio - round(n * ratio)) > 1e-6 or round(n * ratio) % 2):
+            n -= 1
+        sides.append(n)
+    if 0 in sides:
+        raise ValueError(f"resampled: no length of {np.shape(phase)} pixels of {dx_A} A is a whole even number of "
+                         f"{target_dx_A} A pixels")
+    (n_y, n_x), (m_y, m_x) = sides, [round(n * ratio) for n in sides]
+    spectrum = np.fft.fftshift(np.fft.fft2(np.asarray(phase)[:n_y, :n_x]))
+    kept = spectrum[n_y // 2 - m_y // 2:n_y // 2 + m_y // 2, n_x // 2 - m_x // 2:n_x // 2 + m_x // 2]
+    return np.fft.ifft2(np.fft.ifftshift(kept)).real * (m_y * m_x) / (n_y * n_x)
+
+
 def placed_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.ndarray, truth: np.ndarray,
                shift_px=(0.0, 0.0)) -> float:
     """``scanned_region_ncc`` with the reconstruction placed at its ``origin_A`` exactly: its
