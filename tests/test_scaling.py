@@ -11,6 +11,7 @@ import yaml
 from ptyacc.data import EpochBatches
 from ptyacc.errors import PtyaccError
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.detector_fit import DetectorFit
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.speed.gpu_cases import (
     PTYRAD_A100_ITERATION_S,
@@ -189,7 +190,8 @@ def test_layout_parameters_are_the_models():
     geometry = ObjectGeometry(1.0, (0.0, 0.0), layout.object_shape, layout.positions_px)
     probe = torch.ones(3, 8, 8, dtype=torch.complex64)
     model = PtychoModel(probe, geometry, object_modes=2, slices=2, propagator=torch.ones(8, 8, dtype=torch.complex64),
-                        refine_positions=True, fit_background=True, fit_weights=True)
+                        refine_positions=True)
+    model.quantities["fitted"] = DetectorFit(8, len(layout.positions_px), background=True, weights=True)
     expected = [(name, p.numel()) for name, p in model.named_parameters()]
     assert layout.parameter_floats() == expected
     assert dense_exchange(layout).bytes_per_step == sum(p.numel() * 4 for p in model.parameters())

@@ -7,6 +7,7 @@ and how it is refined:
   far ((P, K, K) shared by the batch, or (B, P, K, K) per position; the fused data term takes
   either); the default leaves them;
 - ``intensity_factor(indices)``: (B,) a factor of each predicted pattern, or None (the default);
+- ``added_background()``: (K, K) counts added to every predicted pattern (unshifted layout), or None;
 - ``groups(config, model)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
   start iteration, optimizer, what runs after each step and iteration);
 - ``saved(model)``: {name: array}, results.h5's group ``name`` (``Results.quantities``).
@@ -14,8 +15,9 @@ and how it is refined:
 A factory ``(config, model, context) -> Quantity | None`` registered with ``register`` is asked,
 once the model is built (``build_model``, which passes a ``BuildContext``), whether the run has its quantity; the model keeps
 the quantities it is given in ``model.quantities`` (by name, in registration order) and applies
-them in that order. The package registers a varying probe (``probe_variation.py``) and the
-probes of several scans (``scans.py``); a quantity defined elsewhere (a test, a notebook)
+them in that order. The package registers the fitted background and intensity weights
+(``detector_fit.py``), a varying probe (``probe_variation.py``) and the probes of several scans
+(``scans.py``); a quantity defined elsewhere (a test, a notebook)
 registers its own factory, and nothing in the package changes (docs/architecture.md, "Adding a
 quantity").
 """
@@ -42,13 +44,15 @@ class BuildContext:
     """What a factory may read besides the config and the model: the run's ``data`` (``PtychoData``)
     and object ``geometry`` (``ObjectGeometry``), its ``scans`` (``scans.Scan``, several scans of
     one object) or None, ``make_probe(config, data)``: initial probe modes (P, K, K) as the model's
-    were made, for another scan's config and data; ``said``: run.log's lines, to add to."""
+    were made, for another scan's config and data; ``said``: run.log's lines, to add to;
+    ``mean_intensity``: the data's mean counts per pattern (None: not known)."""
 
     data: Any
     geometry: Any
     scans: list | None = None
     make_probe: Callable[[Config, Any], torch.Tensor] | None = None
     said: list[str] = field(default_factory=list)
+    mean_intensity: float | None = None
 
 
 Factory = Callable[["Config", "PtychoModel", BuildContext], "Quantity | None"]
@@ -64,6 +68,9 @@ class Quantity(nn.Module):
         return probe
 
     def intensity_factor(self, indices: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def added_background(self) -> torch.Tensor | None:
         return None
 
     def groups(self, config: Config, model: PtychoModel) -> list[ParameterGroup]:

@@ -65,10 +65,14 @@ def latest_checkpoint(out_dir: Path) -> tuple[Path, dict] | None:
     return None
 
 
-def restore(model: torch.nn.Module, optimizers: list, state: dict, path: Path) -> None:
-    """Load a checkpoint into the bare model and its optimizers, with a clear error when the
-    config has changed the shapes (other modes, slices, data)."""
+def restore(model: torch.nn.Module, named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: Path) -> None:
+    """Load a checkpoint into the bare model and the optimizers of its groups (``named``: (group name,
+    optimizer) pairs), with a clear error when the config has changed the shapes (other modes, slices,
+    data) or the refined quantities. Each optimizer takes the state saved under its group's name
+    (``optimizer_names``); a checkpoint written before names were saved gives them in order."""
     own = model.state_dict()
+    upgrade = getattr(model, "upgraded_state", None)  # names of earlier versions made today's
+    state = dict(state, model=upgrade(state["model"]) if upgrade is not None else state["model"])
     for name, tensor in state["model"].items():
         if name in own and own[name].shape != tensor.shape:
             raise ConfigError(f"{path}: {name} has shape {tuple(tensor.shape)} but this config builds "
@@ -77,16 +81,31 @@ def restore(model: torch.nn.Module, optimizers: list, state: dict, path: Path) -
     if missing:
         raise ConfigError(f"{path}: no {', '.join(missing)} in the checkpoint; resume with the config that wrote it")
     model.load_state_dict(state["model"])
-    if len(optimizers) != len(state["optimizers"]):
-        raise ConfigError(f"{path}: written with {len(state['optimizers'])} optimizers, this config has "
-                          f"{len(optimizers)} (position refinement switched on or off?)")
-    for number, (optimizer, saved) in enumerate(zip(optimizers, state["optimizers"], strict=True)):
+    for name, optimizer, saved in _paired(named, state, path):
         mine, theirs = _kind(optimizer.param_groups[0]), _kind((saved.get("param_groups") or [{}])[0])
         if None not in (mine, theirs) and mine != theirs:
-            group = {0: "optim.object_optimizer", 1: "optim.probe_optimizer"}.get(number, f"group {number}")
-            raise ConfigError(f"{path}: written with {theirs} for {group}, this config steps it with {mine}; resume "
-                              f"with {group} set as when it was written (that run's run.log says what auto chose)")
+            key = {"object": "optim.object_optimizer", "probe": "optim.probe_optimizer"}.get(name, f"the {name} group")
+            raise ConfigError(f"{path}: written with {theirs} for {key}, this config steps it with {mine}; resume "
+                              f"with {key} set as when it was written (that run's run.log says what auto chose)")
         optimizer.load_state_dict(saved)
+
+
+def _paired(named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: Path) -> list[tuple[str, object, dict]]:
+    """(name, optimizer, saved state) of every group: by name, or in order in a checkpoint without names."""
+    saved, names = state["optimizers"], state.get("optimizer_names")
+    mine = [name for name, _ in named]
+    if names is None:
+        if len(named) != len(saved):
+            raise ConfigError(f"{path}: written with {len(saved)} optimizers, this config has "
+                              f"{len(named)} (position refinement switched on or off?)")
+        return [(name, optimizer, s) for (name, optimizer), s in zip(named, saved, strict=True)]
+    if sorted(mine) != sorted(names):
+        added, gone = sorted(set(mine) - set(names)), sorted(set(names) - set(mine))
+        what = "; ".join(part for part in (f"this config also refines {', '.join(added)}" if added else "",
+                                           f"it refined {', '.join(gone)}, this config does not" if gone else "") if part)
+        raise ConfigError(f"{path}: the refined quantities differ: {what}; resume with the config that wrote it")
+    by_name = dict(zip(names, saved, strict=True))
+    return [(name, optimizer, by_name[name]) for name, optimizer in named]
 
 
 def _kind(group: dict) -> str | None:

@@ -216,7 +216,7 @@ class Reconstructor:
         path, state = found
         if self.tiles is not None:
             state = self.tiles.localize(state)
-        restore(self.model, [g.optimizer for g in self.groups], state, path)
+        restore(self.model, [(g.name, g.optimizer) for g in self.groups], state, path)
         history.resume(state["loss"], state["iteration_time_s"])
         self.log.line(f"resumed from {path} after iteration {state['iterations_done']}")
         return history

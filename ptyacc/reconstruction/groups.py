@@ -127,12 +127,11 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     opt, start = config.optim, config.optim.start
     auto = AutoPriors.of(config) if auto is None else auto
     probe_modes = model.probe.shape[0]
-    groups = [
-        _object_group(config, model, auto.values),
-        ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
-                       after_iteration=(lambda: orthogonalize(model.probe))
-                       if config.model.orthogonalize_probe and probe_modes > 1 else None),
-    ]
+    obj = _object_group(config, model, auto.values)
+    probe = ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
+                           after_iteration=(lambda: orthogonalize(model.probe))
+                           if config.model.orthogonalize_probe and probe_modes > 1 else None)
+    groups = [obj, probe]
     if model.refine_positions:
         limit_px = opt.max_position_offset_fraction * model.window
         groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
@@ -146,22 +145,16 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
         groups.append(ParameterGroup("detector_blur", [blur], opt.lr.detector_blur, start.detector_blur,
                                      after_step=lambda: clamp(blur, 0.0, None)))
-    detector = [p for p in (model.background, model.intensity_weights) if p is not None]
-    if detector:
-        # a negative background or weight could make the intensity negative (Poisson loss undefined): projected
-        groups.append(ParameterGroup("detector", detector, opt.lr.detector,
-                                     start.probe if start.detector == "probe" else start.detector,
-                                     after_step=lambda: [clamp(p, 0.0, None) for p in detector]))
     if auto.optimizer == "preconditioned":
-        groups[0].lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
-        groups[0].optimizer = PreconditionedDescent(groups[0].params, model, groups[0].lr, opt.preconditioner_floor,
-                                                    auto.share, auto.batch_floor)
+        obj.lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
+        obj.optimizer = PreconditionedDescent(obj.params, model, obj.lr, opt.preconditioner_floor, auto.share,
+                                              auto.batch_floor)
     if auto.probe_optimizer == "preconditioned":
-        groups[1].lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
-        groups[1].optimizer = ProbeDescent(groups[1].params, groups[1].lr, float(model.probe_scale),
-                                           config.model.object_amplitude_bounds[1] ** 2, auto.share)
+        probe.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
+        probe.optimizer = ProbeDescent(probe.params, probe.lr, float(model.probe_scale),
+                                       config.model.object_amplitude_bounds[1] ** 2, auto.share)
         # its step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
-        groups[0].after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
+        obj.after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
     fast, beta2 = _fast_adam(device), adam_beta2(config)
     schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
     for group in groups:

@@ -83,7 +83,7 @@ class Checkpoints:
     def __call__(self, history: History) -> None:
         due = self.clock.due() and history.done < history.iterations
         if due or self.every and (history.done % self.every == 0 or history.done == history.iterations):
-            self.saver.checkpoint([g.optimizer for g in self.groups], history.loss, history.seconds)
+            self.saver.checkpoint(self.groups, history.loss, history.seconds)
 
 
 class IntermediateSaves:

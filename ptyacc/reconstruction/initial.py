@@ -134,18 +134,16 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
                   if slices > 1 else None)
-    pixel_mean = mean_intensity / k**2
     model = PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
                         refine_positions=config.optim.start.positions is not None
                         or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
-                        detector=detector, fit_background=config.model.background,
-                        fit_weights=config.model.intensity_weights, background_scale=pixel_mean, region=region,
+                        detector=detector, region=region,
                         propagation=propagation, scan_affine=config.optim.start.scan_affine is not None,
                         movable_scan=movable, detector_blur_px=config.model.detector_blur_px,
                         refine_detector_blur=config.optim.start.detector_blur is not None)
     # another scan's probe from its own optics, at its own counts
     make_probe = lambda c, d: probe_modes(c, d, detector, mean_pattern, d.mean_intensity, said)  # noqa: E731
-    attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said))
+    attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said, mean_intensity))
     return model
 
 

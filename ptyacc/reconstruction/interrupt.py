@@ -93,7 +93,7 @@ def keep_work(signum: int, saver: Saver, guard: NanGuard, groups: list, history:
     iteration (``guard``'s copy), a checkpoint and results.h5 of it (main process), and the
     Interrupted error that says what was kept and how to continue."""
     guard.restore()
-    saver.checkpoint([g.optimizer for g in groups], history.loss, history.seconds)
+    saver.checkpoint(groups, history.loss, history.seconds)
     saver.save(history, figures=saver.config.output.figures and history.done > 0)
     name, done = signal.Signals(signum).name, history.done
     world = saver.accelerator.num_processes

@@ -47,10 +47,9 @@ class PtychoModel(nn.Module):
     - scan_affine: (2, 2) float32, with ``scan_affine``: the scan's distortion M (scale, rotation,
       shear, asymmetry), so that position = centre + (I + M) (nominal - centre) + offset, centre
       the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
-    - background: (K, K) float32 detector background in units of ``background_scale`` (optional)
-    - intensity_weights: (N,) float32 intensity factor per pattern (optional)
-    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: a varying
-      probe, the probes of several scans, ...), by name, given after construction (``attach_quantities``)
+    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: the fitted
+      background and intensity weights, a varying probe, the probes of several scans, ...), by name,
+      given after construction (``attach_quantities``), applied in that order
     - detector_blur_variance: () float32 px^2, the variance of the detector's point spread
       (``physics/detector_blur.py``) when refined (``refine_detector_blur``); a buffer when fixed
       at ``detector_blur_px`` > 0; None without blur. The variance, not sigma: a blur refined from
@@ -70,7 +69,6 @@ class PtychoModel(nn.Module):
     def __init__(self, probe: torch.Tensor, geometry: ObjectGeometry, object_modes: int = 1, slices: int = 1,
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
-                 fit_background: bool = False, fit_weights: bool = False, background_scale: float = 1.0,
                  region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
                  scan_affine: bool = False, movable_scan: bool = False, detector_blur_px: float = 0.0,
                  refine_detector_blur: bool = False) -> None:
@@ -129,16 +127,14 @@ class PtychoModel(nn.Module):
         self.register_buffer("detector_propagator", torch.view_as_real(near.to(torch.complex64)).contiguous())
         self.has_mask = detector.mask is not None
         self.register_buffer("detector_mask", (detector.mask if self.has_mask else torch.ones(k, k)).float())
-        self.register_buffer("background_scale", torch.tensor(float(background_scale)))
-        self.background = nn.Parameter(torch.zeros(k, k)) if fit_background else None
-        self.intensity_weights = nn.Parameter(torch.ones(len(positions_px))) if fit_weights else None
+        self.quantities = nn.ModuleDict()  # ptyacc/quantities/registry.py
+        self._register_load_state_dict_pre_hook(_fitted_from_old_state, with_module=True)
         variance = torch.tensor(float(detector_blur_px) ** 2)
         if refine_detector_blur:
             self.detector_blur_variance = nn.Parameter(variance)
         else:
             self.register_buffer("detector_blur_variance", variance if detector_blur_px > 0 else None)
         self.propagation = propagation
-        self.quantities = nn.ModuleDict()  # ptyacc/quantities/registry.py
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
     # ------------------------------------------------------------------ forward
@@ -168,12 +164,13 @@ class PtychoModel(nn.Module):
                 probe, ramps = torch.fft.ifft2(torch.fft.fft2(probe) * ramps), None
         if not self.holds_from_corner:
             top_left = top_left - self.object_origin  # corners in the held part of the object
-        weights = self.intensity_weights[indices] if self.intensity_weights is not None else None
-        for quantity in self.quantities.values():  # each may scale the patterns (B,)
-            factor = quantity.intensity_factor(indices)
+        weights = background = None
+        for quantity in self.quantities.values():  # each may scale the patterns (B,) and add to them (K, K)
+            factor, added = quantity.intensity_factor(indices), quantity.added_background()
             if factor is not None:
                 weights = factor if weights is None else weights * factor
-        background = self.background * self.background_scale if self.background is not None else None
+            if added is not None:
+                background = added if background is None else background + added
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms)
@@ -248,7 +245,21 @@ class PtychoModel(nn.Module):
             nominal = centre + (nominal - centre) @ distortion.T
         return nominal + self.position_offsets[indices]
 
+    def upgraded_state(self, state: dict) -> dict:
+        """``upgraded_state`` of this model (a saved state dict with today's names)."""
+        return upgraded_state(self, state)
+
     # ------------------------------------------------------------------ views of the state
+    @property
+    def background(self) -> torch.Tensor | None:
+        """The fitted background parameter (K, K), in units of the data's mean pixel count, or None."""
+        return self.quantities["fitted"].background if "fitted" in self.quantities else None
+
+    @property
+    def intensity_weights(self) -> torch.Tensor | None:
+        """The fitted intensity weights (N,), or None."""
+        return self.quantities["fitted"].intensity_weights if "fitted" in self.quantities else None
+
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
         return torch.view_as_complex(self.probe) * self.probe_scale
@@ -266,6 +277,31 @@ class PtychoModel(nn.Module):
     def positions(self) -> torch.Tensor:
         """(N, 2) current probe centres in object pixels."""
         return self._centres(torch.arange(len(self.positions_px), device=self.positions_px.device))
+
+
+OLD_FITTED_KEYS = {"background": "quantities.fitted.background",
+                   "intensity_weights": "quantities.fitted.intensity_weights",
+                   "background_scale": "quantities.fitted.background_scale"}
+
+
+def _fitted_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
+    """A checkpoint written when the model held the fitted background and weights itself
+    ('background', 'intensity_weights', and 'background_scale' always): under the names of their
+    quantity now (the scale dropped where nothing is fitted)."""
+    fitted = "fitted" in model.quantities
+    for old, new in OLD_FITTED_KEYS.items():
+        if prefix + old in state:
+            value = state.pop(prefix + old)
+            if fitted:
+                state[prefix + new] = value
+
+
+def upgraded_state(model: PtychoModel, state: dict) -> dict:
+    """A copy of a saved state dict of ``model`` with the names of earlier versions made today's
+    (what ``load_state_dict`` does on its own; ``checkpoint.restore`` checks the names first)."""
+    state = dict(state)
+    _fitted_from_old_state(model, state, "")
+    return state
 
 
 def _uniform(fractions: torch.Tensor, tolerance_px: float = 1e-4) -> bool:

@@ -89,21 +89,11 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
 
 
 def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
-    """results.h5's groups of refined quantities beyond the object, probe and positions:
-    each of ``model.quantities``' (``probe_variation``, ``scans``...) and ``fitted`` (the detector background in
-    counts, the intensity weights)."""
-    groups = {}
+    """results.h5's groups of refined quantities beyond the object, probe and positions: each of
+    ``model.quantities``' (``fitted``: the detector background in counts and the intensity weights;
+    ``probe_variation``, ``scans``...)."""
     with torch.no_grad():
-        for quantity in model.quantities.values():
-            groups[quantity.name] = quantity.saved(model)
-        fitted = {}
-        if model.background is not None:
-            fitted["background"] = (model.background * model.background_scale).double().cpu().numpy()
-        if model.intensity_weights is not None:
-            fitted["intensity_weights"] = model.intensity_weights.double().cpu().numpy()
-    if fitted:
-        groups["fitted"] = fitted
-    return groups
+        return {quantity.name: quantity.saved(model) for quantity in model.quantities.values()}
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:
@@ -161,9 +151,11 @@ class Saver:
         """Mean of up to 128 held patterns and of the model's prediction for them (centred)."""
         return centred_means(self.store, self.model, self.data.near_field_distance_A is not None)
 
-    def checkpoint(self, optimizers: list, history: list[float], times: list[float]) -> None:
-        """A checkpoint of the whole state; with the object split (``tiles``) every process
-        takes part in assembling it, in the format of a replicated run's."""
+    def checkpoint(self, groups: list, history: list[float], times: list[float]) -> None:
+        """A checkpoint of the whole state, the optimizers of ``groups`` (``ParameterGroup``) under their
+        names; with the object split (``tiles``) every process takes part in assembling it, in the
+        format of a replicated run's."""
+        optimizers = [group.optimizer for group in groups]
         if self.tiles is not None:
             whole = self.tiles.full_state(self.model, optimizers)
             model_state, optimizer_states = whole if whole is not None else (None, None)
@@ -172,7 +164,8 @@ class Saver:
         if not self.writes:
             return
         state = {"iterations_done": len(history), "model": model_state,
-                 "optimizers": optimizer_states, "loss": list(history),
+                 "optimizers": optimizer_states, "optimizer_names": [group.name for group in groups],
+                 "loss": list(history),
                  "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
                  "config": self.texts["config"]}
         save_checkpoint(self.out_dir, state, self.config.output.keep_checkpoints)

@@ -231,9 +231,9 @@ class Layout:
         if self.refine_positions:
             params.append(("position_offsets", n * 2))
         if self.background:
-            params.append(("background", k * k))
+            params.append(("quantities.fitted.background", k * k))
         if self.intensity_weights:
-            params.append(("intensity_weights", n))
+            params.append(("quantities.fitted.intensity_weights", n))
         return params
 
     def window_corners(self) -> np.ndarray:

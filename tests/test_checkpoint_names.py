@@ -1,0 +1,78 @@
+"""Checkpoints keep each optimizer under its group's name, and the fitted background and intensity
+weights under their quantity's (``ptyacc/quantities/detector_fit.py``); a checkpoint written before
+(optimizers in order, the fitted tensors at the model's top level) still resumes to the same bits."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+import ptyacc
+from ptyacc.errors import ConfigError
+from ptyacc.reconstruction.checkpoint import latest_checkpoint, save_checkpoint
+
+
+def fitted_config(tmp_path, **start):
+    config = tiny_config(tmp_path, model={"background": True, "intensity_weights": True},
+                         optim={"iterations": 6, "start": {"probe": 1, "detector": 1, **start}},
+                         output={"dir": str(tmp_path / "out"), "checkpoint_every": 3, "figures": False})
+    return ptyacc.load_config(config)
+
+
+def in_old_format(state: dict) -> dict:
+    """``state`` as a checkpoint of the earlier layout: no optimizer names, the fitted tensors and the
+    background's scale at the model's top level."""
+    model = {}
+    for name, tensor in state["model"].items():
+        model[name.removeprefix("quantities.fitted.")] = tensor
+    old = {key: value for key, value in state.items() if key != "optimizer_names"}
+    return {**old, "model": model}
+
+
+@pytest.mark.parametrize("old_format", [False, True])
+def test_resume_from_the_third_iteration_equals_the_whole_run(tmp_path, old_format):
+    config = fitted_config(tmp_path)
+    whole = ptyacc.reconstruct(config)
+    out = tmp_path / "out"
+    folder = out / "checkpoints"
+    path, state = latest_checkpoint(out)
+    assert path.name == "ckpt_000006.pt"
+    assert state["optimizer_names"] == ["object", "probe", "detector"]
+    assert {"quantities.fitted.background", "quantities.fitted.intensity_weights"} <= set(state["model"])
+    path.unlink()
+    _, third = latest_checkpoint(out)
+    shutil.rmtree(folder)
+    save_checkpoint(out, in_old_format(third) if old_format else third, keep=2)
+    resumed = ptyacc.reconstruct(config, resume=True)
+    assert resumed.results.attrs["iterations_done"] == 6
+    np.testing.assert_array_equal(resumed.results.object, whole.results.object)
+    for name in ("background", "intensity_weights"):
+        found, expected = resumed.results.quantities["fitted"][name], whole.results.quantities["fitted"][name]
+        assert np.ptp(expected) > 0  # refined, not the start
+        np.testing.assert_array_equal(found, expected)
+
+
+def test_resume_with_another_refined_quantity_names_it(tmp_path):
+    ptyacc.reconstruct(fitted_config(tmp_path))
+    with pytest.raises(ConfigError, match="the refined quantities differ: this config also refines positions"):
+        ptyacc.reconstruct(fitted_config(tmp_path, positions=2), resume=True)
+
+
+def test_optimizers_are_matched_by_name_not_by_place(tmp_path):
+    """A checkpoint whose groups are listed in another order gives each optimizer its own state."""
+    config = fitted_config(tmp_path)
+    whole = ptyacc.reconstruct(config)
+    out = tmp_path / "out"
+    (out / "checkpoints" / "ckpt_000006.pt").unlink()
+    _, third = latest_checkpoint(out)
+    shutil.rmtree(out / "checkpoints")
+    order = [2, 0, 1]
+    shuffled = dict(third, optimizers=[third["optimizers"][i] for i in order],
+                    optimizer_names=[third["optimizer_names"][i] for i in order])
+    save_checkpoint(out, shuffled, keep=2)
+    resumed = ptyacc.reconstruct(config, resume=True)
+    np.testing.assert_array_equal(resumed.results.object, whole.results.object)
+    assert torch.equal(torch.as_tensor(resumed.results.quantities["fitted"]["background"]),
+                       torch.as_tensor(whole.results.quantities["fitted"]["background"]))
