@@ -158,6 +158,14 @@ class Reconstructor:
             with_pattern=reads_edge)
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
+        # auto keys the data decide (the loss; on several slices the TV smoothing step from the dose), resolved
+        # before the model is built: the run's config has what they chose, results.h5 says so
+        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts, self.data,
+                                                            mean_pattern)
+        if chosen:
+            self.config = config
+            self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
+        priors = AutoPriors.of(config)  # what the auto keys chose
         built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
@@ -167,14 +175,6 @@ class Reconstructor:
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
-        # auto keys the data decide (the loss; on several slices the TV smoothing step from the dose): the
-        # run's config has what they chose, results.h5 says so
-        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts, self.data,
-                                                            mean_pattern)
-        if chosen:
-            self.config = config
-            self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
-        priors = AutoPriors.of(config)  # what the auto keys chose
         self.groups = build_groups(config, self.model, accelerator.device, priors)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
