@@ -33,6 +33,17 @@ def test_positions_are_the_affine_of_the_nominal_ones_plus_the_offsets():
     np.testing.assert_allclose(model.positions().detach().double().numpy(), expected, rtol=0, atol=1e-4)
 
 
+def test_the_refined_affine_is_in_results_h5(tmp_path):
+    config = ptyacc.load_config({"data": {"simulate": {"scan_shape": [4, 5], "detector_px": 16}},
+                                 "experiment": {"dx_A": 0.3}, "optim": {"iterations": 2, "start": {"scan_affine": 0}},
+                                 "output": {"dir": str(tmp_path), "figures": False}, "runtime": {"progress": False}})
+    rec = ptyacc.reconstruct(config)
+    affine = rec.model.scan_affine.detach().double().numpy()
+    assert np.abs(affine).max() > 0  # stepped, not the start
+    saved = ptyacc.load_results(tmp_path / "results.h5").quantities["fitted"]["scan_affine"]
+    np.testing.assert_array_equal(saved, affine)
+
+
 def drifting_scan(config: dict, seed: int = 0):
     """The dataset of ``config`` made again with probes that drift row by row (DRIFT_A_PER_ROW)
     and jitter (JITTER_A rms per axis), the file keeping the nominal raster; the true positions

@@ -91,9 +91,12 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
 def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
     """results.h5's groups of refined quantities beyond the object, probe and positions: each of
     ``model.quantities``' (``fitted``: the detector background in counts and the intensity weights;
-    ``probe_variation``, ``scans``...)."""
+    ``probe_variation``, ``scans``...), and in ``fitted`` the refined scan affine M (2, 2)."""
     with torch.no_grad():
-        return {quantity.name: quantity.saved(model) for quantity in model.quantities.values()}
+        groups = {quantity.name: quantity.saved(model) for quantity in model.quantities.values()}
+        if model.scan_affine is not None:
+            groups.setdefault("fitted", {})["scan_affine"] = model.scan_affine.double().cpu().numpy()
+    return groups
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:

@@ -47,9 +47,10 @@ results.h5 layout (a public contract; add, never rename):
   K), each scan's probe modes (``/probe`` is scan 0's), and ``scan_of_position`` int64 (N,); the
   positions of all scans follow each other in ``positions_A``
 - a group per refined quantity of its own module (``ptyacc/quantities/``), its ``saved`` arrays
-- group ``fitted``: the refined detector quantities that have no place above: ``background`` float64
+- group ``fitted``: the refined quantities that have no place above: ``background`` float64
   (K, K) in counts, unshifted layout (``model.background``), ``intensity_weights`` float64 (N,)
-  (``model.intensity_weights``)
+  (``model.intensity_weights``), ``scan_affine`` float64 (2, 2), the scan's distortion M of
+  ``optim.start.scan_affine`` (the positions already include it)
 - X-ray runs (``experiment.radiation: xray``) also in metres, X-ray's unit: ``positions_m``
   float64 (N, 2) and attributes ``dx_m``, ``origin_m``, each the Å value times 1e-10.
 """
