@@ -7,7 +7,7 @@ import torch
 from crystal_data import crystal_config, phase_ncc, tilted_crystal
 
 import ptyacc
-from ptyacc.reconstruction.slices import TiltSmoothing
+from ptyacc.quantities.slices import TiltSmoothing
 
 TILT_MRAD = (3.0, -2.0)
 # identical slices are the crystal's prior: without it the slices may shear to absorb the tilt

@@ -33,9 +33,9 @@ from torch import nn
 
 from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.quantities.registry import BuildContext, Quantity, register
+from ptyacc.quantities.slices import TiltSmoothing
 from ptyacc.reconstruction.groups import ParameterGroup
 from ptyacc.reconstruction.row_adam import RowAdam
-from ptyacc.reconstruction.slices import TiltSmoothing
 
 
 class ProbeVariation(Quantity):

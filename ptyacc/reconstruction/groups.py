@@ -41,12 +41,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ptyacc.config import Config
-from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.reconstruction.model import PtychoModel, orthogonalize_modes
 from ptyacc.reconstruction.multislice_auto import AutoPriors
 from ptyacc.reconstruction.row_adam import StepContext, TakesStepContext
-from ptyacc.reconstruction.slices import TiltSmoothing
 from ptyacc.reconstruction.tiles import TiledAdam
 
 
@@ -139,7 +137,8 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     if model.scan_affine is not None:
         groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
                                      after_iteration=lambda: zero_mean(model.position_offsets)))
-    groups += slice_groups(config, model)
+    if model.propagation is not None:  # the tilt and the slice thickness (quantities/slices.py)
+        groups += model.propagation.groups(config, model)
     for quantity in model.quantities.values():  # ptyacc/quantities/: their own groups
         groups += quantity.groups(config, model)
     if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
@@ -161,31 +160,6 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         if group.optimizer is None:  # every group but a preconditioned object or probe
             group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
-    return groups
-
-
-def slice_groups(config: Config, model: PtychoModel) -> list[ParameterGroup]:
-    """The refined tilt (smoothed over neighbouring positions after every iteration when there is one per position)
-    and slice thickness (kept above a hundredth of its start), if any."""
-    propagation, opt, groups = model.propagation, config.optim, []
-    if propagation is None:
-        return groups
-    tilt, thickness = propagation.tilt_mrad, propagation.slice_thickness_A
-    if isinstance(tilt, torch.nn.Parameter):
-        tilts, smooth = [tilt], None
-        if propagation.per_position:
-            sigma_A = config.model.tilt_smoothing_A
-            sigma_px = (sigma_A / propagation.dx_A if sigma_A is not None
-                        else 2 * median_neighbour_distance(model.positions_px.cpu().numpy()))
-            smoothing, offsets = TiltSmoothing(model.positions_px, sigma_px), propagation.tilt_offsets_mrad
-            tilts.append(offsets)
-            smooth = lambda: smoothing(offsets)  # noqa: E731
-        groups.append(ParameterGroup("tilt", tilts, opt.lr.tilt, opt.start.tilt, after_iteration=smooth))
-    if isinstance(thickness, torch.nn.Parameter):
-        floor_A = 0.01 * config.model.slice_thickness_A
-        groups.append(ParameterGroup("slice_thickness", [thickness], opt.lr.slice_thickness
-                                     * config.model.slice_thickness_A, opt.start.slice_thickness,
-                                     after_step=lambda: clamp(thickness, floor_A, None)))
     return groups
 
 

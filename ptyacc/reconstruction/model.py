@@ -22,7 +22,6 @@ from ptyacc.physics import (
     shift_ramps_1d,
 )
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.reconstruction.slices import SlicePropagation
 
 
 def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
@@ -56,7 +55,7 @@ class PtychoModel(nn.Module):
       none has a gradient in it.
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
-    ``propagation`` (``SlicePropagation``, multislice with a tilt or a refined slice thickness):
+    ``propagation`` (``quantities/slices.py``'s ``SlicePropagation``, multislice with a tilt or a refined slice thickness):
     the propagator made at every forward pass from the tilt and the thickness, instead of the
     constant ``propagator``.
 
@@ -69,7 +68,7 @@ class PtychoModel(nn.Module):
     def __init__(self, probe: torch.Tensor, geometry: ObjectGeometry, object_modes: int = 1, slices: int = 1,
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
-                 region: tuple[int, int, int, int] | None = None, propagation: SlicePropagation | None = None,
+                 region: tuple[int, int, int, int] | None = None, propagation: nn.Module | None = None,
                  scan_affine: bool = False, movable_scan: bool = False, detector_blur_px: float = 0.0,
                  refine_detector_blur: bool = False) -> None:
         super().__init__()

@@ -6,7 +6,11 @@ ptyacc/physics/tilt.py).
 A refined quantity is a parameter from construction on and enters every forward pass, refined
 or not yet (DESIGN rule 2): its group delays it by not stepping. Per-position tilts are smoothed
 over neighbouring positions after every iteration (``TiltSmoothing``), identically on every
-process.
+process. ``SlicePropagation.groups`` says how they are refined (``optim.lr.tilt``,
+``optim.start.tilt``, ``optim.lr.slice_thickness``, ``optim.start.slice_thickness``,
+``model.tilt_smoothing_A``); results.h5 keeps ``/tilt_mrad`` and the attribute ``slice_thickness_A``.
+The model holds it as ``model.propagation`` (not among ``model.quantities``: it makes the
+propagator between slices, which no other quantity does).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import torch
 from torch import nn
 
 from ptyacc.physics import spatial_frequencies
+from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.tilt import tilted_propagator
+from ptyacc.reconstruction.groups import ParameterGroup, clamp
 
 
 class SlicePropagation(nn.Module):
@@ -74,6 +80,28 @@ class SlicePropagation(nn.Module):
         """Propagator (K, K) complex64, or (B, K, K) for per-position tilts of ``indices`` (B,)."""
         tilt = self.tilt_mrad + self.tilt_offsets_mrad[indices] if self.per_position else self.tilt_mrad
         return tilted_propagator(self.ky_invA, self.kx_invA, self.wavelength_A, self.slice_thickness_A, tilt)
+
+    def groups(self, config, model) -> list[ParameterGroup]:
+        """The refined tilt (its per-position offsets smoothed over neighbouring ``model`` positions after every
+        iteration) and slice thickness (kept above a hundredth of its start), if any."""
+        opt, groups = config.optim, []
+        tilt, thickness = self.tilt_mrad, self.slice_thickness_A
+        if isinstance(tilt, nn.Parameter):
+            tilts, smooth = [tilt], None
+            if self.per_position:
+                sigma_A = config.model.tilt_smoothing_A
+                sigma_px = (sigma_A / self.dx_A if sigma_A is not None
+                            else 2 * median_neighbour_distance(model.positions_px.cpu().numpy()))
+                smoothing, offsets = TiltSmoothing(model.positions_px, sigma_px), self.tilt_offsets_mrad
+                tilts.append(offsets)
+                smooth = lambda: smoothing(offsets)  # noqa: E731
+            groups.append(ParameterGroup("tilt", tilts, opt.lr.tilt, opt.start.tilt, after_iteration=smooth))
+        if isinstance(thickness, nn.Parameter):
+            floor_A = 0.01 * config.model.slice_thickness_A
+            groups.append(ParameterGroup("slice_thickness", [thickness], opt.lr.slice_thickness
+                                         * config.model.slice_thickness_A, opt.start.slice_thickness,
+                                         after_step=lambda: clamp(thickness, floor_A, None)))
+        return groups
 
 
 def _state(module: nn.Module, name: str, value: torch.Tensor, refined: bool) -> None:
