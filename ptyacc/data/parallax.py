@@ -134,7 +134,8 @@ def shifted(images: np.ndarray, d: np.ndarray) -> np.ndarray:
     out = rows @ np.where(known, images, 0.0) @ np.swapaxes(columns, -1, -2)
     valid = rows_in[..., :, None] & columns_in[..., None, :] & ~lost[..., None, None]
     if not known.all():  # the samples that meet a NaN
-        valid = valid & ~((rows != 0) @ ~known @ np.swapaxes(columns != 0, -1, -2))
+        reach = (rows != 0).astype(np.float32) @ (~known).astype(np.float32) @ np.swapaxes(columns != 0, -1, -2)
+        valid = valid & (reach == 0)
     return np.where(valid, out, np.nan)
 
 
