@@ -101,15 +101,26 @@ def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | 
 
 def shifted_back(patterns: np.ndarray, shifts_px: np.ndarray, good: np.ndarray | None = None,
                  fill: np.ndarray | None = None) -> np.ndarray:
-    """(n, K, K) patterns (any layout) moved by -``shifts_px`` (n, 2) px, a Fourier shift, float32,
+    """(n, K, K) patterns (any layout) moved by -``shifts_px`` (n, 2) px, a Fourier shift in float32,
     none below 0; bad pixels (``good`` False) first filled with ``fill`` (K, K, summing to 1) times
-    each pattern's total, the same whatever else is read with it."""
+    each pattern's total, the same whatever else is read with it. The half-spectrum's Nyquist bins
+    take the real part of their ramp (paired with their mirror): the real part of the shift of the
+    full spectrum, exactly."""
+    patterns = np.asarray(patterns, dtype=np.float32)
     if good is not None and not good.all():
-        patterns = np.where(good, patterns, fill * patterns.sum(axis=(-2, -1), keepdims=True))
-    q = np.fft.fftfreq(patterns.shape[-1])
-    ramp = np.exp(2j * np.pi * (shifts_px[:, 0, None, None] * q[:, None] + shifts_px[:, 1, None, None] * q[None, :]))
-    moved = np.fft.ifft2(np.fft.fft2(patterns) * ramp).real
-    return np.maximum(moved, 0.0).astype(np.float32)
+        patterns = np.where(good, patterns, (fill * patterns.sum(axis=(-2, -1), keepdims=True)).astype(np.float32))
+    ky, kx = patterns.shape[-2:]
+    ramp_y = np.exp(2j * np.pi * shifts_px[:, 0, None] * np.fft.fftfreq(ky))  # (n, ky)
+    ramp_x = np.exp(2j * np.pi * shifts_px[:, 1, None] * np.fft.rfftfreq(kx))  # (n, kx // 2 + 1)
+    ramp = ramp_y[:, :, None] * ramp_x[:, None, :]
+    if ky % 2 == 0:
+        ramp[:, ky // 2] = ramp_x * np.cos(np.pi * shifts_px[:, 0, None])
+    if kx % 2 == 0:
+        ramp[:, :, -1] = ramp_y * np.cos(np.pi * shifts_px[:, 1, None])
+    if ky % 2 == 0 and kx % 2 == 0:
+        ramp[:, ky // 2, -1] = np.cos(np.pi * shifts_px.sum(1))
+    spectrum = np.fft.rfft2(patterns) * ramp.astype(np.complex64)
+    return np.maximum(np.fft.irfft2(spectrum, s=patterns.shape[-2:]), 0.0).astype(np.float32)
 
 
 class Descanned:
