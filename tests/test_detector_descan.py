@@ -7,7 +7,7 @@ import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data.bright_field import repaired
-from ptyacc.data.descan import disk_centres, fit_plane, shifted_back
+from ptyacc.data.descan import disk_centres, fit_plane, judged, shifted_back
 from ptyacc.data.load import load_data
 
 PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.08, -0.05), (0.03, 0.1)))
@@ -35,6 +35,31 @@ def test_the_plane_found_within_a_tenth_of_a_pixel(grid_simulator, seed, defocus
     assert rms(-found.shifts_px(result["nominal_positions_A"]) - truth) > 1.0  # the sign shows
 
 
+def measured(sim, setting):
+    """The descan judged on every pattern of a simulated case, and the case."""
+    result = sim.simulate(setting)
+    patterns, good = result["patterns"].reshape(-1, 48, 48), ~result["bad_pixels"]
+    mean = repaired(patterns.mean(0, dtype=np.float64))
+    positions, centres = result["nominal_positions_A"], disk_centres(patterns, good, mean)
+    return judged(fit_plane(positions, centres, 24, mean / mean.sum()), positions, positions, centres), result
+
+
+@pytest.mark.parametrize("change", [dict(descan_jump_px=(0.8, -0.6)), dict(descan_wave_px=(0.3, 0.5))])
+def test_a_jump_or_a_wave_is_kept_per_position_within_a_tenth_of_a_pixel(grid_simulator, change):
+    found, result = measured(grid_simulator, descanned(grid_simulator, 1, hot_pixels=2, dead_pixels=4, **change))
+    positions, truth = result["nominal_positions_A"], result["descan_px"]
+    assert found.kept_px is not None and found.residual_px > 2 * found.noise_px
+    assert rms(found.shifts_px(positions) - truth) > 0.2  # the plane alone would be off
+    assert rms(found.applied_px(positions) - truth) < 0.1
+
+
+@pytest.mark.parametrize("seed, defocus", [(1, 80.0), (2, 120.0)])
+def test_a_plane_stays_a_plane(grid_simulator, seed, defocus):
+    found, result = measured(grid_simulator, descanned(grid_simulator, seed, defocus_A=defocus))
+    assert found.kept_px is None and found.noise_px > 0
+    assert rms(found.applied_px(result["nominal_positions_A"]) - result["descan_px"]) < 0.1
+
+
 def test_shifted_back_moves_a_pattern_exactly(grid_simulator):
     still = grid_simulator.simulate(descanned(grid_simulator, 0, dose=0.0, scan_shape=(1, 1), atoms_per_A2=0.0,
                                               descan_offset_px=(0.0, 0.0)))["patterns"].reshape(-1, 48, 48)
@@ -55,9 +80,9 @@ def test_auto_takes_it_out_while_preparing(grid_simulator, tmp_path):
               "experiment": {"defocus_A": 80.0}}
     data = load_data(load_config(config))
     assert rms(data.detector["descan_px"] - truth) < 0.1
-    assert data.detector["descan_plane"].shape == (2, 3)
+    assert data.detector["descan_plane"].shape == (2, 3) and not data.detector["descan_per_position"]
     line = next(text for text in data.checks if text.startswith("descan"))
-    assert "data.transform.descan: auto" in line and "px rms" in line
+    assert "data.transform.descan: auto" in line and "px rms" in line and "the plane is used" in line
     config["data"]["transform"]["descan"] = "off"
     plain = load_data(load_config(config))
     assert "descan_px" not in plain.detector
@@ -68,3 +93,17 @@ def test_auto_takes_it_out_while_preparing(grid_simulator, tmp_path):
         mean = repaired(centred.mean(0, dtype=np.float64))
         held.centres = disk_centres(centred, good, mean) - 24
     assert rms(plain.centres) > 0.8 and rms(data.centres) < 0.2
+
+
+def test_auto_keeps_a_jump_per_position_and_says_so(grid_simulator, tmp_path):
+    path = tmp_path / "jump.h5"
+    grid_simulator.write(str(path), descanned(grid_simulator, 1, descan_jump_px=(0.8, -0.6)))
+    with h5py.File(path) as f:
+        truth = f["ground_truth/descan_px"][()]
+    data = load_data(load_config({"data": {"path": str(path), "transform": {"descan": "auto"}},
+                                  "experiment": {"defocus_A": 80.0}}))
+    assert data.detector["descan_per_position"] and rms(data.detector["descan_px"] - truth) < 0.1
+    plane_rms, noise = data.detector["descan_rms_px"]
+    assert plane_rms > 2 * noise
+    line = next(text for text in data.checks if text.startswith("descan"))
+    assert f"a plane leaves {plane_rms:.3f} px rms" in line and "kept per position" in line
