@@ -5,7 +5,10 @@ the file's nominal defocus is 25 % off."""
 import h5py
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from ptyacc.commands.cli import cli
+from ptyacc.commands.info import parallax_figure_report
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.parallax import NoParallax, measure, shifted
@@ -187,3 +190,45 @@ def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_
     assert entrance.calibration["defocus_A"][0] == pytest.approx(middle + 12.0)
     assert entrance.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.05)
     assert any("at the sample's middle, 12 A below the entrance surface" in line for line in entrance.checks)
+
+
+def test_info_draws_the_parallax_the_estimate_gives(grid_simulator, tmp_path):
+    """`ptyacc info --figure`: the arrays drawn are those of the estimate itself (``measure`` on the
+    file's patterns), and the figure shows them."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=100.0,
+                                     edge_mrad=50.0, seed=2, nominal_defocus_A=125.0)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    lines, drawn = parallax_figure_report(load_config({"data": {"path": str(path)}}), tmp_path / "parallax.png")
+    assert (tmp_path / "parallax.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"defocus {drawn['parallax_defocus_A'][0]:.1f} +-" in lines[0]
+    assert drawn["parallax_defocus_A"][0] == pytest.approx(100.0, rel=0.05)
+    with h5py.File(path) as f:
+        patterns, dk, wavelength = f["patterns"][()].reshape(-1, K, K), f.attrs["dk_invA"], f.attrs["wavelength_A"]
+    found = measure(np.fft.ifftshift(patterns, axes=(-2, -1)), (32, 32), np.eye(2) * 0.4, wavelength, dk)
+    assert drawn["parallax_defocus_A"][0] == pytest.approx(found.defocus_A, rel=1e-6)
+    assert np.allclose(drawn["parallax_shifts_A"], found.shifts_A[found.used])
+    assert np.allclose(drawn["parallax_image"], found.image, equal_nan=True)
+    figure = parallax_figure(drawn)
+    shown = np.ma.filled(figure.axes[0].images[0].get_array().astype(float), np.nan)
+    assert np.allclose(shown, found.image, equal_nan=True)
+    assert np.allclose(figure.axes[1].collections[1].get_offsets()[:, ::-1], found.k_invA[found.used])
+
+
+def test_info_figure_from_the_command_line_with_the_rotation(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=-100.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=9.0, nominal_defocus_A=-125.0,
+                                     write_positions=False)
+    path, figure = tmp_path / "case.h5", tmp_path / "figures" / "parallax.png"
+    grid_simulator.write(str(path), setting)
+    result = CliRunner().invoke(cli, ["info", str(path), "--set", "experiment.scan_rotation_deg=auto",
+                                      "--figure", str(figure)])
+    assert result.exit_code == 0, result.output
+    assert f"figure {figure}: the bright-field parallax, defocus -" in result.output and figure.is_file()
+    config = load_config({"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto"}})
+    drawn = parallax_figure_report(config, tmp_path / "again.png")[1]
+    assert float(drawn["scan_rotation_deg"]) == pytest.approx(9.0, abs=1.0)
+    assert "scan rotation from the data: " in parallax_figure(drawn)._suptitle.get_text()
+    refused = CliRunner().invoke(cli, ["info", str(path), "--set", "experiment.radiation=xray", "--figure",
+                                       str(tmp_path / "none.png")])
+    assert "not drawn" in refused.output and not (tmp_path / "none.png").exists()
