@@ -38,7 +38,9 @@ SAMPLE = 1024
 MARGIN_PX = 4  # how far beyond the mean disk's half-maximum radius a pattern's disk may wander
 EDGE_GAIN = 3.0  # a pixel weighs 1 from a sixth above half the plateau: the sample's scattering inside the disk hardly
 # moves the centre, the edge places it (on the independent simulator at 80 A defocus, 0.05 px rms from the truth, 0.1 at 1)
-POOR = 2.0  # the plane's rms residual over the centres' own noise beyond which the descan is kept per position
+POOR = 3.0  # the plane's rms residual over the centres' own noise beyond which the descan is kept per position: on the
+# independent simulator a plane reads 1.2-2.3 times the noise out of focus (the sample's pull, alike over neighbouring
+# positions, escapes the noise), 3.1 in focus; a jump of 1 px or a wave of 0.6 px 4-5 times
 NEAREST = 9  # measured centres (the position's own among them) whose median gives a position's centre
 CHUNK = 4096  # positions whose distances to the measured ones are held at a time
 
