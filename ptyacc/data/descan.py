@@ -2,15 +2,16 @@
 patterns as they are prepared (``data.transform.descan: auto``).
 
 Measured on an evenly spread sample of up to SAMPLE prepared patterns (the same on every
-process): each pattern's disk is weighed pixel by pixel as in ``bright_field_radius_px``,
-w = clip((value - dark) / (plateau - dark), 0, 1) with the dark level and plateau of the sample's
-mean pattern, near the mean disk only, its bad pixels (the detector mask) read from the mean
-pattern; the disk's centre is the centroid of w, which the sample's scattering, redistributing
-intensity inside the disk, hardly moves. The centres are fitted by a plane in the nominal probe
+process): each pattern's disk is weighed pixel by pixel, w = clip(1/2 + EDGE_GAIN (level - 1/2), 0, 1)
+with level = (value - dark) / (plateau - dark), the dark level and plateau of the sample's mean
+pattern, near the mean disk only, its bad pixels (the detector mask) read from the mean pattern;
+the disk's centre is the centroid of w, which the disk's edge sets and the sample's scattering,
+redistributing intensity inside the disk, hardly moves. The centres are fitted by a plane in the nominal probe
 positions, c(p) = c0 + G (p - mean position), in prepared pixels (after crop, bin and
 orientation); zero frequency belongs at (K // 2, K // 2) of the centred pattern, so each pattern
 at p is shifted by (K // 2, K // 2) - c(p) (a sub-pixel Fourier shift, values below zero set to 0,
-the bad pixels first filled from the mean pattern so that the shift does not smear them).
+the bad pixels first filled from the mean pattern so that the shift does not smear them); a
+pattern whose shift is under STILL_PX is left as it is.
 
 Where the plane fits poorly, the descan is kept per position instead: the plane's rms residual is
 compared with the centres' own noise, each measured centre's distance from the median of its
@@ -42,6 +43,7 @@ POOR = 3.0  # the plane's rms residual over the centres' own noise beyond which 
 # independent simulator a plane reads 1.2-2.3 times the noise out of focus (the sample's pull, alike over neighbouring
 # positions, escapes the noise), 3.1 in focus; a jump of 1 px or a wave of 0.6 px 4-5 times
 NEAREST = 9  # measured centres (the position's own among them) whose median gives a position's centre
+STILL_PX = 0.01  # a shift below which a pattern is not moved: a hundredth of the edge's step, far under its noise
 CHUNK = 4096  # positions whose distances to the measured ones are held at a time
 
 
@@ -87,11 +89,12 @@ class Descan:
             off = self.kept_px - self.shifts_px(positions_A)
             used = (f"the plane fits poorly (over {POOR:g} times the noise): kept per position, each the median of the "
                     f"{NEAREST} nearest measured centres, {np.sqrt((off ** 2).sum(1).mean()):.3f} px rms from the plane")
+        moved = int((np.abs(shifts).max(1) >= STILL_PX).sum())
         return (f"descan (data.transform.descan: auto): disk centre off by ({c0[0]:+.3f}, {c0[1]:+.3f}) px (y, x) at "
                 f"the scan's middle, gradient [[{g[0, 0]:+.4f}, {g[0, 1]:+.4f}], [{g[1, 0]:+.4f}, {g[1, 1]:+.4f}]] px/A; "
                 f"a plane leaves {self.residual_px:.3f} px rms in {self.patterns} patterns, the centres' own noise "
-                f"{self.noise_px:.3f} px rms: {used}; up to {np.abs(shifts).max():.3f} px across the scan, each "
-                f"pattern shifted back ({seconds:.2g} s)")
+                f"{self.noise_px:.3f} px rms: {used}; up to {np.abs(shifts).max():.3f} px across the scan, {moved} of "
+                f"{len(shifts)} patterns shifted back (the others by under {STILL_PX:g} px) ({seconds:.2g} s)")
 
 
 def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray) -> np.ndarray:
@@ -192,17 +195,24 @@ def shifted_back(patterns: np.ndarray, shifts_px: np.ndarray, good: np.ndarray |
 
 class Descanned:
     """A pattern file (``readers.PatternFile``) whose ``read`` gives the patterns shifted back by
-    the ``descan`` at ``positions_A``; everything else is the file's."""
+    the ``descan`` at ``positions_A`` (float32; those to move by under STILL_PX as read);
+    everything else is the file's."""
 
     def __init__(self, source, descan: Descan, positions_A: np.ndarray, good: np.ndarray | None) -> None:
         self._source, self._good, self._fill = source, good, np.fft.ifftshift(descan.fill)
         self._shifts = descan.applied_px(positions_A)
+        self._moved = np.abs(self._shifts).max(1) >= STILL_PX
 
     def __getattr__(self, name):
         return getattr(self._source, name)
 
     def read(self, rows: np.ndarray | None = None, prepare=None):
         raw = self._source.read(rows, prepare)
-        shifts = self._shifts if rows is None else self._shifts[np.asarray(rows, dtype=np.int64)]
-        return dataclasses.replace(raw, patterns=shifted_back(raw.patterns, shifts, self._good, self._fill))
+        which = slice(None) if rows is None else np.asarray(rows, dtype=np.int64)
+        shifts, moved = self._shifts[which], self._moved[which]
+        patterns = np.asarray(raw.patterns, dtype=np.float32)
+        if moved.any():
+            patterns = patterns.copy() if patterns is raw.patterns else patterns
+            patterns[moved] = shifted_back(patterns[moved], shifts[moved], self._good, self._fill)
+        return dataclasses.replace(raw, patterns=patterns)
 
