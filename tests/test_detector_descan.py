@@ -1,13 +1,15 @@
 """Descan found from the data (ptyacc/data/descan.py, data.transform.descan: auto) on patterns of
 the independent simulator (examples/grid/simulate.py), whose truth is the shift it planted."""
 
+import dataclasses
+
 import h5py
 import numpy as np
 import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data.bright_field import repaired
-from ptyacc.data.descan import disk_centres, fit_plane, judged, shifted_back
+from ptyacc.data.descan import STILL_PX, Descan, Descanned, disk_centres, fit_plane, judged, shifted_back
 from ptyacc.data.load import load_data
 
 PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.08, -0.05), (0.03, 0.1)))
@@ -107,3 +109,42 @@ def test_auto_keeps_a_jump_per_position_and_says_so(grid_simulator, tmp_path):
     assert plane_rms > 2 * noise
     line = next(text for text in data.checks if text.startswith("descan"))
     assert f"a plane leaves {plane_rms:.3f} px rms" in line and "kept per position" in line
+
+
+def test_the_half_spectrum_shift_is_the_full_spectrum_shift():
+    """Odd and even sides, Nyquist rows and columns included: the real part of the complex shift."""
+    rng = np.random.default_rng(4)
+    for shape in ((12, 12), (10, 13), (9, 9)):
+        patterns = rng.random((5, *shape)).astype(np.float32)
+        shifts = rng.normal(size=(5, 2))
+        qy, qx = np.fft.fftfreq(shape[0]), np.fft.fftfreq(shape[1])
+        ramp = np.exp(2j * np.pi * (shifts[:, 0, None, None] * qy[:, None] + shifts[:, 1, None, None] * qx[None, :]))
+        full = np.maximum(np.fft.ifft2(np.fft.fft2(patterns) * ramp).real, 0.0)
+        assert np.abs(shifted_back(patterns, shifts) - full).max() < 1e-5
+
+
+class Stored:
+    """A pattern file of given patterns (what ``Descanned`` reads through)."""
+
+    def __init__(self, patterns):
+        self.patterns = patterns
+
+    def read(self, rows=None, prepare=None):
+        return Read(self.patterns if rows is None else self.patterns[rows])
+
+
+@dataclasses.dataclass
+class Read:
+    patterns: np.ndarray
+
+
+def test_patterns_to_move_by_under_a_hundredth_of_a_pixel_stay_as_read():
+    rng = np.random.default_rng(5)
+    patterns = rng.random((4, 16, 16)).astype(np.float32)
+    kept = np.array([[0.0, 0.3], [0.004, -0.002], [0.0, 0.0], [STILL_PX, 0.0]])
+    descan = Descan(np.zeros((2, 3)), np.zeros(2), 8.0, 0.0, 4, np.full((16, 16), 1 / 256), kept_px=kept)
+    read = Descanned(Stored(patterns), descan, np.zeros((4, 2)), None).read(np.array([0, 1, 2, 3]))
+    assert np.array_equal(read.patterns[1:3], patterns[1:3])
+    for row in (0, 3):
+        assert np.abs(read.patterns[row] - shifted_back(patterns[row:row + 1], kept[row:row + 1])[0]).max() < 1e-6
+        assert np.abs(read.patterns[row] - patterns[row]).max() > 1e-3

@@ -11,7 +11,7 @@ from ptyacc.commands.cli import cli
 from ptyacc.commands.info import parallax_figure_report
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
-from ptyacc.data.parallax import NoParallax, measure, shifted
+from ptyacc.data.parallax import NoParallax, aligned_shifts, measure, shifted
 from ptyacc.data.sanity import scan_grid_steps
 from ptyacc.errors import ConfigError
 from ptyacc.results.figures import parallax_figure
@@ -41,6 +41,40 @@ def test_cubic_shift_moves_an_image_by_a_fraction_of_a_step():
     truth = np.sin(0.4 * (y - 0.25)) * np.cos(0.3 * (x + 1.5))
     inside = np.isfinite(moved)
     assert inside.sum() > 250 and np.abs(moved[inside] - truth[inside]).max() < 0.01
+
+
+def test_shifts_of_several_images_at_once_are_each_ones_own():
+    """Leading dimensions broadcast: a stack of images, each by its own shift, is each image moved
+    alone (against the sines' truth), NaN where a sample leaves the image or meets a NaN."""
+    y, x = np.indices((20, 20))
+    image = np.sin(0.4 * y) * np.cos(0.3 * x)
+    holed = image.copy()
+    holed[10, 10] = np.nan
+    d = np.array([[0.25, -1.5], [2.7, 0.4], [-3.2, 1.1]])
+    moved = shifted(np.stack([image, holed]), d[:, None, :])  # (3 shifts, 2 images, 20, 20)
+    assert moved.shape == (3, 2, 20, 20)
+    for g, (dy, dx) in enumerate(d):
+        truth = np.sin(0.4 * (y - dy)) * np.cos(0.3 * (x - dx))
+        inside = np.isfinite(moved[g, 0])
+        assert inside.sum() > 150 and np.abs(moved[g, 0][inside] - truth[inside]).max() < 0.01
+        assert np.isnan(moved[g, 1][round(10 + dy), round(10 + dx)])  # the hole moved with the image
+        near = np.isfinite(moved[g, 1])
+        assert np.allclose(moved[g, 1][near], moved[g, 0][near]) and near.sum() >= inside.sum() - 16
+
+
+def test_each_group_aligned_on_its_own_with_its_error():
+    rng = np.random.default_rng(6)
+    y, x = np.indices((28, 28))
+    reference = np.sin(0.5 * y + 0.2 * x) + np.cos(0.35 * x - 0.3 * y)
+    truth = np.array([[0.3, -0.7], [-1.6, 2.2], [2.4, 0.9], [0.0, 0.0]])
+    images = np.nan_to_num(shifted(reference, truth[:, None, :])[:, 0], nan=0.0) * 2.0 + 0.5
+    images += 0.01 * rng.normal(size=images.shape)
+    images[:, :3], images[:, -3:], images[:, :, :3], images[:, :, -3:] = 0.5, 0.5, 0.5, 0.5  # edges left out below
+    trimmed = np.full_like(reference, np.nan)
+    trimmed[4:-4, 4:-4] = reference[4:-4, 4:-4]
+    d, covariance = aligned_shifts(images, trimmed, np.round(truth))
+    assert np.abs(d - truth).max() < 0.02
+    assert (np.sqrt(np.diagonal(covariance, axis1=1, axis2=2)) < 0.01).all()
 
 
 @pytest.mark.parametrize("defocus_A, rotation_deg", [(100.0, 9.0), (-80.0, -12.0), (150.0, 0.0)])
