@@ -17,9 +17,10 @@ Measured on the middle block of up to 64 x 64 raster positions (``orientation.mi
 same on every process): the pixels within INNER of the disk's radius are binned into about GROUPS square groups,
 each a virtual image (patterns normalised to their total counts, the image to its mean). Each
 image's shift against a reference is found to a small fraction of a scan step by Gauss-Newton on
-c T(n - d) + b (T sampled by cubic convolution, so no window or wrap biases it), started from a
-cross-correlation's peak, then from the linear fit; the reference is first the image of the group
-nearest the disk's centre, then the mean of all images moved back (three rounds). The shifts,
+c T(n - d) + b (T sampled by cubic convolution, as products of banded matrices, so no window or
+wrap biases it; all groups at once), started from a cross-correlation's peak, then from the linear
+fit; the reference is first the image of the group nearest the disk's centre, then the mean of all
+images moved back (three rounds). No group's error is taken below ERROR_FLOOR of the median. The shifts,
 turned into Å by the raster's step vectors, are fitted by s = s0 + M k, each group weighted by how
 well its shift was measured; the fit's scatter and the shifts' errors, the difference between the
 inner and the outer groups' defocus and SYSTEMATIC of it give the uncertainty. M's
