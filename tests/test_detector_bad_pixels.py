@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ptyacc.config import load_config
-from ptyacc.data.bright_field import bright_field_radius_px, neighbours
-from ptyacc.data.detector import MIN_SIGNAL, find_bad_pixels
+from ptyacc.data.bright_field import HOT_FACTOR, bright_field_radius_px, neighbours
+from ptyacc.data.detector import MIN_SIGNAL, _above_second_brightest, find_bad_pixels
 from ptyacc.data.load import load_data
 from ptyacc.results.h5file import Results, load_results, save_results
 
@@ -89,3 +89,15 @@ def test_results_keep_the_bad_pixels(tmp_path):
     results.detector = None
     save_results(tmp_path / "none.h5", results)
     assert load_results(tmp_path / "none.h5").detector is None
+
+
+def test_the_hot_test_counts_as_the_sorted_neighbours_would():
+    """A hot pixel reads over HOT_FACTOR times its second-brightest neighbour: counted (fewer than two
+    neighbours reach a HOT_FACTOR-th of it) as the eight sorted neighbours say, pixel for pixel."""
+    rng = np.random.default_rng(3)
+    chunk = rng.poisson(rng.choice([0.3, 4.0, 60.0], size=(6, 24, 24))).astype(np.float64)
+    chunk[:, 5, 5], chunk[:, 5, 6], chunk[:, 0, 9] = 900.0, 800.0, 700.0  # a pair side by side, one on the edge
+    sorted_rule = chunk > HOT_FACTOR * np.maximum(neighbours(chunk)[..., -2], 0)
+    counted = _above_second_brightest(chunk)
+    assert counted[:, 5, 5].all() and counted[:, 5, 6].all() and counted[:, 0, 9].all()
+    assert np.array_equal(counted, sorted_rule) and 0 < sorted_rule.sum() < sorted_rule.size

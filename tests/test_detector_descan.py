@@ -1,13 +1,15 @@
 """Descan found from the data (ptyacc/data/descan.py, data.transform.descan: auto) on patterns of
 the independent simulator (examples/grid/simulate.py), whose truth is the shift it planted."""
 
+import dataclasses
+
 import h5py
 import numpy as np
 import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data.bright_field import repaired
-from ptyacc.data.descan import disk_centres, fit_plane, shifted_back
+from ptyacc.data.descan import STILL_PX, Descan, Descanned, disk_centres, fit_plane, judged, shifted_back
 from ptyacc.data.load import load_data
 
 PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.08, -0.05), (0.03, 0.1)))
@@ -35,6 +37,31 @@ def test_the_plane_found_within_a_tenth_of_a_pixel(grid_simulator, seed, defocus
     assert rms(-found.shifts_px(result["nominal_positions_A"]) - truth) > 1.0  # the sign shows
 
 
+def measured(sim, setting):
+    """The descan judged on every pattern of a simulated case, and the case."""
+    result = sim.simulate(setting)
+    patterns, good = result["patterns"].reshape(-1, 48, 48), ~result["bad_pixels"]
+    mean = repaired(patterns.mean(0, dtype=np.float64))
+    positions, centres = result["nominal_positions_A"], disk_centres(patterns, good, mean)
+    return judged(fit_plane(positions, centres, 24, mean / mean.sum()), positions, positions, centres), result
+
+
+@pytest.mark.parametrize("change", [dict(descan_jump_px=(0.8, -0.6)), dict(descan_wave_px=(0.3, 0.5))])
+def test_a_jump_or_a_wave_is_kept_per_position_within_a_tenth_of_a_pixel(grid_simulator, change):
+    found, result = measured(grid_simulator, descanned(grid_simulator, 1, hot_pixels=2, dead_pixels=4, **change))
+    positions, truth = result["nominal_positions_A"], result["descan_px"]
+    assert found.kept_px is not None and found.residual_px > 2 * found.noise_px
+    assert rms(found.shifts_px(positions) - truth) > 0.2  # the plane alone would be off
+    assert rms(found.applied_px(positions) - truth) < 0.1
+
+
+@pytest.mark.parametrize("seed, defocus", [(1, 80.0), (2, 120.0)])
+def test_a_plane_stays_a_plane(grid_simulator, seed, defocus):
+    found, result = measured(grid_simulator, descanned(grid_simulator, seed, defocus_A=defocus))
+    assert found.kept_px is None and found.noise_px > 0
+    assert rms(found.applied_px(result["nominal_positions_A"]) - result["descan_px"]) < 0.1
+
+
 def test_shifted_back_moves_a_pattern_exactly(grid_simulator):
     still = grid_simulator.simulate(descanned(grid_simulator, 0, dose=0.0, scan_shape=(1, 1), atoms_per_A2=0.0,
                                               descan_offset_px=(0.0, 0.0)))["patterns"].reshape(-1, 48, 48)
@@ -55,9 +82,9 @@ def test_auto_takes_it_out_while_preparing(grid_simulator, tmp_path):
               "experiment": {"defocus_A": 80.0}}
     data = load_data(load_config(config))
     assert rms(data.detector["descan_px"] - truth) < 0.1
-    assert data.detector["descan_plane"].shape == (2, 3)
+    assert data.detector["descan_plane"].shape == (2, 3) and not data.detector["descan_per_position"]
     line = next(text for text in data.checks if text.startswith("descan"))
-    assert "data.transform.descan: auto" in line and "px rms" in line
+    assert "data.transform.descan: auto" in line and "px rms" in line and "the plane is used" in line
     config["data"]["transform"]["descan"] = "off"
     plain = load_data(load_config(config))
     assert "descan_px" not in plain.detector
@@ -68,3 +95,56 @@ def test_auto_takes_it_out_while_preparing(grid_simulator, tmp_path):
         mean = repaired(centred.mean(0, dtype=np.float64))
         held.centres = disk_centres(centred, good, mean) - 24
     assert rms(plain.centres) > 0.8 and rms(data.centres) < 0.2
+
+
+def test_auto_keeps_a_jump_per_position_and_says_so(grid_simulator, tmp_path):
+    path = tmp_path / "jump.h5"
+    grid_simulator.write(str(path), descanned(grid_simulator, 1, descan_jump_px=(0.8, -0.6)))
+    with h5py.File(path) as f:
+        truth = f["ground_truth/descan_px"][()]
+    data = load_data(load_config({"data": {"path": str(path), "transform": {"descan": "auto"}},
+                                  "experiment": {"defocus_A": 80.0}}))
+    assert data.detector["descan_per_position"] and rms(data.detector["descan_px"] - truth) < 0.1
+    plane_rms, noise = data.detector["descan_rms_px"]
+    assert plane_rms > 2 * noise
+    line = next(text for text in data.checks if text.startswith("descan"))
+    assert f"a plane leaves {plane_rms:.3f} px rms" in line and "kept per position" in line
+
+
+def test_the_half_spectrum_shift_is_the_full_spectrum_shift():
+    """Odd and even sides, Nyquist rows and columns included: the real part of the complex shift."""
+    rng = np.random.default_rng(4)
+    for shape in ((12, 12), (10, 13), (9, 9)):
+        patterns = rng.random((5, *shape)).astype(np.float32)
+        shifts = rng.normal(size=(5, 2))
+        qy, qx = np.fft.fftfreq(shape[0]), np.fft.fftfreq(shape[1])
+        ramp = np.exp(2j * np.pi * (shifts[:, 0, None, None] * qy[:, None] + shifts[:, 1, None, None] * qx[None, :]))
+        full = np.maximum(np.fft.ifft2(np.fft.fft2(patterns) * ramp).real, 0.0)
+        assert np.abs(shifted_back(patterns, shifts) - full).max() < 1e-5
+
+
+class Stored:
+    """A pattern file of given patterns (what ``Descanned`` reads through)."""
+
+    def __init__(self, patterns):
+        self.patterns = patterns
+
+    def read(self, rows=None, prepare=None):
+        return Read(self.patterns if rows is None else self.patterns[rows])
+
+
+@dataclasses.dataclass
+class Read:
+    patterns: np.ndarray
+
+
+def test_patterns_to_move_by_under_a_hundredth_of_a_pixel_stay_as_read():
+    rng = np.random.default_rng(5)
+    patterns = rng.random((4, 16, 16)).astype(np.float32)
+    kept = np.array([[0.0, 0.3], [0.004, -0.002], [0.0, 0.0], [STILL_PX, 0.0]])
+    descan = Descan(np.zeros((2, 3)), np.zeros(2), 8.0, 0.0, 4, np.full((16, 16), 1 / 256), kept_px=kept)
+    read = Descanned(Stored(patterns), descan, np.zeros((4, 2)), None).read(np.array([0, 1, 2, 3]))
+    assert np.array_equal(read.patterns[1:3], patterns[1:3])
+    for row in (0, 3):
+        assert np.abs(read.patterns[row] - shifted_back(patterns[row:row + 1], kept[row:row + 1])[0]).max() < 1e-6
+        assert np.abs(read.patterns[row] - patterns[row]).max() > 1e-3

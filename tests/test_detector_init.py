@@ -2,6 +2,7 @@
 patterns of a turned, transposed raster with bad pixels and descan, the nominal raster and
 defocus): the config it writes measures them from the data, and says what it found."""
 
+import numpy as np
 import yaml
 from click.testing import CliRunner
 
@@ -27,7 +28,9 @@ def test_init_turns_the_autos_on_and_reports_them(grid_simulator, tmp_path, monk
     assert abs(float(rotation.split("mass: ")[1].split(" deg")[0]) + 12.0) < 0.5
     assert "transpose True, flip_y False, flip_x False" in rotation
     assert "dead columns [30]" in report and "3 hot" in report
-    assert "disk centre off by (+0.5" in report
+    offset = report.split("disk centre off by (")[1].split(")")[0]
+    assert np.allclose([float(v) for v in offset.split(", ")], (0.5, -0.3), atol=0.05)  # planted: (0.5, -0.3)
+    assert "the plane is used" in report
     assert config["experiment"]["defocus_A"] == "auto"
     assert "the file's 50 Å is the nominal value" in text
     assert any(line.startswith("# defocus from the bright-field parallax") for line in report.splitlines())

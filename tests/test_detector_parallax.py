@@ -5,10 +5,13 @@ the file's nominal defocus is 25 % off."""
 import h5py
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from ptyacc.commands.cli import cli
+from ptyacc.commands.info import parallax_figure_report
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
-from ptyacc.data.parallax import NoParallax, measure, shifted
+from ptyacc.data.parallax import NoParallax, aligned_shifts, measure, shifted
 from ptyacc.data.sanity import scan_grid_steps
 from ptyacc.errors import ConfigError
 from ptyacc.results.figures import parallax_figure
@@ -38,6 +41,40 @@ def test_cubic_shift_moves_an_image_by_a_fraction_of_a_step():
     truth = np.sin(0.4 * (y - 0.25)) * np.cos(0.3 * (x + 1.5))
     inside = np.isfinite(moved)
     assert inside.sum() > 250 and np.abs(moved[inside] - truth[inside]).max() < 0.01
+
+
+def test_shifts_of_several_images_at_once_are_each_ones_own():
+    """Leading dimensions broadcast: a stack of images, each by its own shift, is each image moved
+    alone (against the sines' truth), NaN where a sample leaves the image or meets a NaN."""
+    y, x = np.indices((20, 20))
+    image = np.sin(0.4 * y) * np.cos(0.3 * x)
+    holed = image.copy()
+    holed[10, 10] = np.nan
+    d = np.array([[0.25, -1.5], [2.7, 0.4], [-3.2, 1.1]])
+    moved = shifted(np.stack([image, holed]), d[:, None, :])  # (3 shifts, 2 images, 20, 20)
+    assert moved.shape == (3, 2, 20, 20)
+    for g, (dy, dx) in enumerate(d):
+        truth = np.sin(0.4 * (y - dy)) * np.cos(0.3 * (x - dx))
+        inside = np.isfinite(moved[g, 0])
+        assert inside.sum() > 150 and np.abs(moved[g, 0][inside] - truth[inside]).max() < 0.01
+        assert np.isnan(moved[g, 1][round(10 + dy), round(10 + dx)])  # the hole moved with the image
+        near = np.isfinite(moved[g, 1])
+        assert np.allclose(moved[g, 1][near], moved[g, 0][near]) and near.sum() >= inside.sum() - 16
+
+
+def test_each_group_aligned_on_its_own_with_its_error():
+    rng = np.random.default_rng(6)
+    y, x = np.indices((28, 28))
+    reference = np.sin(0.5 * y + 0.2 * x) + np.cos(0.35 * x - 0.3 * y)
+    truth = np.array([[0.3, -0.7], [-1.6, 2.2], [2.4, 0.9], [0.0, 0.0]])
+    images = np.nan_to_num(shifted(reference, truth[:, None, :])[:, 0], nan=0.0) * 2.0 + 0.5
+    images += 0.01 * rng.normal(size=images.shape)
+    images[:, :3], images[:, -3:], images[:, :, :3], images[:, :, -3:] = 0.5, 0.5, 0.5, 0.5  # edges left out below
+    trimmed = np.full_like(reference, np.nan)
+    trimmed[4:-4, 4:-4] = reference[4:-4, 4:-4]
+    d, covariance = aligned_shifts(images, trimmed, np.round(truth))
+    assert np.abs(d - truth).max() < 0.02
+    assert (np.sqrt(np.diagonal(covariance, axis1=1, axis2=2)) < 0.01).all()
 
 
 @pytest.mark.parametrize("defocus_A, rotation_deg", [(100.0, 9.0), (-80.0, -12.0), (150.0, 0.0)])
@@ -187,3 +224,45 @@ def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_
     assert entrance.calibration["defocus_A"][0] == pytest.approx(middle + 12.0)
     assert entrance.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.05)
     assert any("at the sample's middle, 12 A below the entrance surface" in line for line in entrance.checks)
+
+
+def test_info_draws_the_parallax_the_estimate_gives(grid_simulator, tmp_path):
+    """`ptyacc info --figure`: the arrays drawn are those of the estimate itself (``measure`` on the
+    file's patterns), and the figure shows them."""
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=100.0,
+                                     edge_mrad=50.0, seed=2, nominal_defocus_A=125.0)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    lines, drawn = parallax_figure_report(load_config({"data": {"path": str(path)}}), tmp_path / "parallax.png")
+    assert (tmp_path / "parallax.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"defocus {drawn['parallax_defocus_A'][0]:.1f} +-" in lines[0]
+    assert drawn["parallax_defocus_A"][0] == pytest.approx(100.0, rel=0.05)
+    with h5py.File(path) as f:
+        patterns, dk, wavelength = f["patterns"][()].reshape(-1, K, K), f.attrs["dk_invA"], f.attrs["wavelength_A"]
+    found = measure(np.fft.ifftshift(patterns, axes=(-2, -1)), (32, 32), np.eye(2) * 0.4, wavelength, dk)
+    assert drawn["parallax_defocus_A"][0] == pytest.approx(found.defocus_A, rel=1e-6)
+    assert np.allclose(drawn["parallax_shifts_A"], found.shifts_A[found.used])
+    assert np.allclose(drawn["parallax_image"], found.image, equal_nan=True)
+    figure = parallax_figure(drawn)
+    shown = np.ma.filled(figure.axes[0].images[0].get_array().astype(float), np.nan)
+    assert np.allclose(shown, found.image, equal_nan=True)
+    assert np.allclose(figure.axes[1].collections[1].get_offsets()[:, ::-1], found.k_invA[found.used])
+
+
+def test_info_figure_from_the_command_line_with_the_rotation(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=-100.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=9.0, nominal_defocus_A=-125.0,
+                                     write_positions=False)
+    path, figure = tmp_path / "case.h5", tmp_path / "figures" / "parallax.png"
+    grid_simulator.write(str(path), setting)
+    result = CliRunner().invoke(cli, ["info", str(path), "--set", "experiment.scan_rotation_deg=auto",
+                                      "--figure", str(figure)])
+    assert result.exit_code == 0, result.output
+    assert f"figure {figure}: the bright-field parallax, defocus -" in result.output and figure.is_file()
+    config = load_config({"data": {"path": str(path)}, "experiment": {"scan_rotation_deg": "auto"}})
+    drawn = parallax_figure_report(config, tmp_path / "again.png")[1]
+    assert float(drawn["scan_rotation_deg"]) == pytest.approx(9.0, abs=1.0)
+    assert "scan rotation from the data: " in parallax_figure(drawn)._suptitle.get_text()
+    refused = CliRunner().invoke(cli, ["info", str(path), "--set", "experiment.radiation=xray", "--figure",
+                                       str(tmp_path / "none.png")])
+    assert "not drawn" in refused.output and not (tmp_path / "none.png").exists()

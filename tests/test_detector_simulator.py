@@ -57,6 +57,18 @@ def test_descan_moves_each_disk_by_the_planted_shift(grid_simulator):
     assert np.abs(moved - expected).max() < 0.05
 
 
+def test_a_jump_and_a_wave_of_descan_are_where_the_docstring_puts_them(grid_simulator):
+    setting = vacuum(grid_simulator, defocus_A=0.0, descan_jump_px=(0.5, 0.0), descan_wave_px=(0.0, 0.4))
+    result = grid_simulator.simulate(setting)
+    ny, nx = setting.scan_shape
+    row, column = np.divmod(np.arange(ny * nx), nx)
+    expected = np.column_stack([0.5 * (row >= ny // 2), 0.4 * np.sin(2 * np.pi * column / nx)])
+    assert np.allclose(result["descan_px"], expected)
+    still = grid_simulator.simulate(vacuum(grid_simulator, defocus_A=0.0))["patterns"].reshape(-1, 32, 32)
+    moved = centre_of_mass(result["patterns"].reshape(-1, 32, 32)) - centre_of_mass(still)
+    assert np.abs(moved - expected).max() < 0.05
+
+
 def test_blur_spreads_a_point_by_its_sigma(grid_simulator):
     point = np.zeros((1, 32, 32))
     point[0, 16, 16] = 1.0

@@ -34,6 +34,9 @@ what a microscope records and ``/ground_truth`` the rest):
 * ``descan_offset_px`` (dy, dx) and ``descan_px_per_A`` ((dy/dy, dy/dx), (dx/dy, dx/dx)): the
   pattern of the probe at p is shifted by offset + G (p - scan centre) detector pixels (a phase
   ramp on the exit wave, as a post-specimen tilt does), ``/ground_truth/descan_px`` (N, 2);
+  ``descan_jump_px`` (dy, dx) is added to the second half of the raster's rows (a jump halfway) and
+  ``descan_wave_px`` (dy, dx) times sin(2 pi x / the scan's width) (a sine over the scan), neither
+  of them a plane;
 * ``blur_px``: Gaussian point spread (sigma, px) of the detected intensity, before the noise;
 * ``source_size_A`` and ``focal_spread_A``: partial coherence, an incoherent sum over probe
   centres displaced by a Gaussian of that sigma (each axis) and over defocus spread by a Gaussian
@@ -97,6 +100,8 @@ class Setting:
     flip_x: bool = False
     descan_offset_px: tuple[float, float] = (0.0, 0.0)
     descan_px_per_A: tuple[tuple[float, float], tuple[float, float]] = ((0.0, 0.0), (0.0, 0.0))
+    descan_jump_px: tuple[float, float] = (0.0, 0.0)
+    descan_wave_px: tuple[float, float] = (0.0, 0.0)
     blur_px: float = 0.0
     source_size_A: float = 0.0
     focal_spread_A: float = 0.0
@@ -247,11 +252,17 @@ def rotated(positions_A: np.ndarray, angle_deg: float) -> np.ndarray:
 
 
 def descan_px(setting: Setting, positions_A: np.ndarray) -> np.ndarray | None:
-    """(N, 2) detector shift (dy, dx) px of each pattern: offset + G (p - scan centre); None if none."""
+    """(N, 2) detector shift (dy, dx) px of each pattern: offset + G (p - scan centre), the jump on
+    the second half of the rows and the sine over the scan's width; None if none."""
     gradient = np.asarray(setting.descan_px_per_A, dtype=np.float64)
-    if not np.any(gradient) and not np.any(setting.descan_offset_px):
+    jump, wave = np.asarray(setting.descan_jump_px), np.asarray(setting.descan_wave_px)
+    if not (np.any(gradient) or np.any(setting.descan_offset_px) or np.any(jump) or np.any(wave)):
         return None
-    return np.asarray(setting.descan_offset_px) + (positions_A - positions_A.mean(0)) @ gradient.T
+    row = np.arange(len(positions_A)) // setting.scan_shape[1]
+    column = np.arange(len(positions_A)) % setting.scan_shape[1]
+    return (np.asarray(setting.descan_offset_px) + (positions_A - positions_A.mean(0)) @ gradient.T
+            + (row >= setting.scan_shape[0] // 2)[:, None] * jump
+            + np.sin(2 * np.pi * column / setting.scan_shape[1])[:, None] * wave)
 
 
 def coherence_quadrature(setting: Setting) -> list[tuple[np.ndarray, float, float]]:

@@ -280,19 +280,25 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--config", "-c", "config_file", type=click.Path(dir_okay=False),
               help="Config whose data.transform and experiment apply to FILE (a data file).")
+@click.option("--figure", "figure", type=click.Path(dir_okay=False),
+              help="Also draw the bright-field parallax of the data (electrons) in this PNG.")
 @set_option
 @friendly_errors
-def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) -> None:
+def info(file: str | None, config_file: str | None, figure: str | None, overrides: tuple[str, ...]) -> None:
     """Versions, devices (MIG slices marked), the backend a multi-process run would use and the
     accelerate config found. With FILE, also the data's derived sampling (dx, dk, probe
     window and diameter, object size, scan extent, bright-field disk) and warnings where the
     probe or scan do not fit. FILE is a config (.yaml), or a data file read with the settings
-    of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`."""
-    from ptyacc.commands.info import data_report, environment_report, file_radiation
+    of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`. With
+    --figure PATH, the parallax that `experiment.defocus_A: auto` measures is drawn there: the
+    tilt-corrected bright-field image and each pixel group's measured and fitted shift."""
+    from ptyacc.commands.info import data_report, environment_report, file_radiation, parallax_figure_report
 
     for line in environment_report():
         click.echo(line)
     if file is None and config_file is None:
+        if figure is not None:
+            raise click.UsageError("--figure draws a dataset's parallax: give a data file or a config")
         return
     from ptyacc.config import load_config
 
@@ -311,6 +317,8 @@ def info(file: str | None, config_file: str | None, overrides: tuple[str, ...]) 
             exc.args = (f"{exc}; give the experiment's settings with --config c.yaml or --set experiment.KEY=VALUE, "
                         f"or write a config to fill in with `ptyacc init {file}`",)
         raise
+    if figure is not None:
+        lines += parallax_figure_report(config, Path(figure))[0]
     for line in lines:
         click.echo(line)
 

@@ -148,3 +148,35 @@ def _electron_probe_report(data) -> tuple[list[str], list[str]]:
         warnings.append("the probe does not fit in the window: more than 5% of it is near the edge "
                         "(less defocus, or a larger detector crop)")
     return lines, warnings
+
+
+def parallax_figure_report(config, path: Path, sample: int = 64) -> tuple[list[str], dict[str, np.ndarray]]:
+    """``ptyacc info --figure PATH``: the parallax of the config's data measured as
+    ``experiment.defocus_A: auto`` measures it (whatever the config gives), drawn in ``path`` by
+    ``results.figures.parallax_figure`` (the tilt-corrected bright-field image, each pixel group's
+    measured and fitted shift, and the scan rotation where the config measures it); the lines to
+    report and the arrays drawn (results.h5's ``/detector`` names; empty where nothing was drawn).
+    Reads only ``sample`` evenly spread patterns besides the middle block the parallax needs."""
+    from ptyacc.data import load_data
+    from ptyacc.data.bright_field import sample_rows
+    from ptyacc.errors import PtyaccError
+    from ptyacc.results.figures import parallax_figure, save_figure
+
+    head = f"figure {path}"
+    if config.experiment.radiation != "electron" or config.data.simulate is not None:
+        return [f"{head}: not drawn: the parallax is measured in electron data read from a file"], {}
+    measured = dataclasses.replace(config, experiment=dataclasses.replace(config.experiment, defocus_A="auto"),
+                                   data=dataclasses.replace(config.data, hold="device"))
+    try:
+        data = load_data(measured, lambda positions: sample_rows(len(positions), sample))
+    except PtyaccError as exc:
+        return [f"{head}: not drawn: {exc}"], {}
+    said = next((line for line in data.checks if line.startswith("defocus from the bright-field parallax")), "")
+    if "parallax_shifts_A" not in data.detector:
+        return [f"{head}: not drawn: {said or 'no parallax measured'}"], {}
+    drawn = {name: array for name, array in data.detector.items()
+             if name.startswith("parallax_") or name in ("scan_rotation_deg", "orientation_flags")}
+    save_figure(parallax_figure(drawn), path)
+    defocus, error = drawn["parallax_defocus_A"][:2]
+    return [f"{head}: the bright-field parallax, defocus {defocus:.1f} +- {error:.1f} A from "
+            f"{len(drawn['parallax_k_invA'])} pixel groups (as experiment.defocus_A: auto measures it)"], drawn

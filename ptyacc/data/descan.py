@@ -2,22 +2,32 @@
 patterns as they are prepared (``data.transform.descan: auto``).
 
 Measured on an evenly spread sample of up to SAMPLE prepared patterns (the same on every
-process): each pattern's disk is weighed pixel by pixel as in ``bright_field_radius_px``,
-w = clip((value - dark) / (plateau - dark), 0, 1) with the dark level and plateau of the sample's
-mean pattern, near the mean disk only, its bad pixels (the detector mask) read from the mean
-pattern; the disk's centre is the centroid of w, which the sample's scattering, redistributing
-intensity inside the disk, hardly moves. The centres are fitted by a plane in the nominal probe
+process): each pattern's disk is weighed pixel by pixel, w = clip(1/2 + EDGE_GAIN (level - 1/2), 0, 1)
+with level = (value - dark) / (plateau - dark), the dark level and plateau of the sample's mean
+pattern, near the mean disk only, its bad pixels (the detector mask) read from the mean pattern;
+the disk's centre is the centroid of w, which the disk's edge sets and the sample's scattering,
+redistributing intensity inside the disk, hardly moves. The centres are fitted by a plane in the nominal probe
 positions, c(p) = c0 + G (p - mean position), in prepared pixels (after crop, bin and
 orientation); zero frequency belongs at (K // 2, K // 2) of the centred pattern, so each pattern
 at p is shifted by (K // 2, K // 2) - c(p) (a sub-pixel Fourier shift, values below zero set to 0,
-the bad pixels first filled from the mean pattern so that the shift does not smear them). The
-plane's residual says how well a plane describes the descan; run.log reports it, results.h5
-keeps the shifts (/detector/descan_px) and the plane (/detector/descan_plane).
+the bad pixels first filled from the mean pattern so that the shift does not smear them); a
+pattern whose shift is under STILL_PX is left as it is.
+
+Where the plane fits poorly, the descan is kept per position instead: the plane's rms residual is
+compared with the centres' own noise, each measured centre's distance from the median of its
+NEAREST - 1 nearest measured neighbours (a robust rms, less the median's own share), which a jump
+or a slow wave in the descan hardly moves; beyond POOR times the noise, each position's centre is
+the median of the NEAREST measured centres nearest to it (on a raster: the 3 x 3 block about it),
+which keeps a jump sharp and leaves a ninth of the noise's variance or so. run.log says which was
+used with both rms; results.h5 keeps the shifts applied (/detector/descan_px), the plane
+(/detector/descan_plane), whether they are kept per position (/detector/descan_per_position)
+and the plane's residual and the noise (/detector/descan_rms_px).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 
@@ -27,6 +37,14 @@ from ptyacc.data.bright_field import DARK_PERCENTILE, repaired, sample_rows
 
 SAMPLE = 1024
 MARGIN_PX = 4  # how far beyond the mean disk's half-maximum radius a pattern's disk may wander
+EDGE_GAIN = 3.0  # a pixel weighs 1 from a sixth above half the plateau: the sample's scattering inside the disk hardly
+# moves the centre, the edge places it (on the independent simulator at 80 A defocus, 0.05 px rms from the truth, 0.1 at 1)
+POOR = 3.0  # the plane's rms residual over the centres' own noise beyond which the descan is kept per position: on the
+# independent simulator a plane reads 1.2-2.3 times the noise out of focus (the sample's pull, alike over neighbouring
+# positions, escapes the noise), 3.1 in focus; a jump of 1 px or a wave of 0.6 px 4-5 times
+NEAREST = 9  # measured centres (the position's own among them) whose median gives a position's centre
+STILL_PX = 0.01  # a shift below which a pattern is not moved: a hundredth of the edge's step, far under its noise
+CHUNK = 4096  # positions whose distances to the measured ones are held at a time
 
 
 @dataclass(frozen=True)
@@ -34,7 +52,9 @@ class Descan:
     """A plane of disk centres: ``plane`` (2, 3), per axis (y, x) of the centred pattern
     [centre at the mean position, per Å of y, per Å of x]; ``origin_A`` the mean position;
     ``centre_px`` where zero frequency belongs; ``residual_px`` the rms distance of the measured
-    centres from the plane; ``patterns`` how many were measured."""
+    centres from the plane; ``patterns`` how many were measured; ``noise_px`` the rms noise of one
+    measured centre; ``kept_px`` (N, 2) the shift of each position's disk where the descan is
+    kept per position (the plane fits poorly), None where the plane is used."""
 
     plane: np.ndarray
     origin_A: np.ndarray
@@ -42,19 +62,39 @@ class Descan:
     residual_px: float
     patterns: int
     fill: np.ndarray  # (K, K) centred mean pattern of the sample, summing to 1 (bad pixels read from it)
+    noise_px: float = math.nan
+    kept_px: np.ndarray | None = None
+
+    def applied_px(self, positions_A: np.ndarray) -> np.ndarray:
+        """(N, 2) shift (dy, dx) px by which each pattern is moved back: kept per position, or the plane's."""
+        return self.shifts_px(positions_A) if self.kept_px is None else self.kept_px
 
     def shifts_px(self, positions_A: np.ndarray) -> np.ndarray:
         """(N, 2) shift (dy, dx) px of the disk at each probe position from where it belongs."""
         offset = np.column_stack([np.ones(len(positions_A)), positions_A - self.origin_A])
         return offset @ self.plane.T - self.centre_px
 
+    def arrays(self, positions_A: np.ndarray) -> dict[str, np.ndarray]:
+        """For results.h5 /detector (module docstring)."""
+        return {"descan_px": self.applied_px(positions_A), "descan_plane": self.plane,
+                "descan_per_position": np.bool_(self.kept_px is not None),
+                "descan_rms_px": np.array([self.residual_px, self.noise_px])}
+
     def line(self, positions_A: np.ndarray, seconds: float) -> str:
-        shifts = self.shifts_px(positions_A)
+        shifts = self.applied_px(positions_A)
         c0, g = self.plane[:, 0] - self.centre_px, self.plane[:, 1:]
+        if self.kept_px is None:
+            used = "the plane is used"
+        else:
+            off = self.kept_px - self.shifts_px(positions_A)
+            used = (f"the plane fits poorly (over {POOR:g} times the noise): kept per position, each the median of the "
+                    f"{NEAREST} nearest measured centres, {np.sqrt((off ** 2).sum(1).mean()):.3f} px rms from the plane")
+        moved = int((np.abs(shifts).max(1) >= STILL_PX).sum())
         return (f"descan (data.transform.descan: auto): disk centre off by ({c0[0]:+.3f}, {c0[1]:+.3f}) px (y, x) at "
-                f"the scan's middle, gradient [[{g[0, 0]:+.4f}, {g[0, 1]:+.4f}], [{g[1, 0]:+.4f}, {g[1, 1]:+.4f}]] px/A, "
-                f"up to {np.abs(shifts).max():.3f} px across the scan; a plane leaves {self.residual_px:.3f} px rms in "
-                f"{self.patterns} patterns; each pattern shifted back ({seconds:.2g} s)")
+                f"the scan's middle, gradient [[{g[0, 0]:+.4f}, {g[0, 1]:+.4f}], [{g[1, 0]:+.4f}, {g[1, 1]:+.4f}]] px/A; "
+                f"a plane leaves {self.residual_px:.3f} px rms in {self.patterns} patterns, the centres' own noise "
+                f"{self.noise_px:.3f} px rms: {used}; up to {np.abs(shifts).max():.3f} px across the scan, {moved} of "
+                f"{len(shifts)} patterns shifted back (the others by under {STILL_PX:g} px) ({seconds:.2g} s)")
 
 
 def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray) -> np.ndarray:
@@ -72,7 +112,7 @@ def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray
         fill = mean[near] * (totals / mean.sum())[:, None]
         values = np.where(good[near], values, fill)
     level = (values - dark * totals[:, None] / mean.sum()) / ((plateau - dark) * totals[:, None] / mean.sum())
-    w = np.clip(level, 0.0, 1.0)
+    w = np.clip(0.5 + EDGE_GAIN * (level - 0.5), 0.0, 1.0)
     return np.column_stack([w @ y[near], w @ x[near]]) / w.sum(1)[:, None]
 
 
@@ -85,6 +125,35 @@ def fit_plane(positions_A: np.ndarray, centres_px: np.ndarray, centre_px: float,
     return Descan(plane.T, origin, centre_px, float(np.sqrt((residual ** 2).sum(1).mean())), len(positions_A), fill)
 
 
+def nearest(points_A: np.ndarray, measured_A: np.ndarray, count: int) -> np.ndarray:
+    """(N, count) indices of the ``count`` ``measured_A`` (n, 2) positions nearest each of
+    ``points_A`` (N, 2), nearest first (ties in index order)."""
+    count = min(count, len(measured_A))
+    found = []
+    for start in range(0, len(points_A), CHUNK):
+        distances = ((points_A[start:start + CHUNK, None] - measured_A[None]) ** 2).sum(-1)
+        picked = np.argpartition(distances, count - 1, axis=1)[:, :count]
+        order = np.lexsort((picked, np.take_along_axis(distances, picked, 1)), axis=1)
+        found.append(np.take_along_axis(picked, order, 1))
+    return np.concatenate(found)
+
+
+def judged(descan: Descan, positions_A: np.ndarray, measured_A: np.ndarray, centres_px: np.ndarray) -> Descan:
+    """``descan`` with the centres' noise, and kept per position at ``positions_A`` (N, 2) where the
+    plane leaves over POOR times it (module docstring); ``centres_px`` (n, 2) measured at ``measured_A``."""
+    if len(measured_A) < NEAREST:
+        return descan
+    off = centres_px - descan.centre_px - descan.shifts_px(measured_A)  # (n, 2) from the plane
+    others = off[nearest(measured_A, measured_A, NEAREST)[:, 1:]]  # (n, NEAREST - 1, 2), itself left out
+    deviation = off - np.median(others, axis=1)
+    spread = 1.4826 * np.median(np.abs(deviation - np.median(deviation, axis=0)), axis=0)  # robust sigma per axis
+    noise = float(np.sqrt((spread ** 2).sum() / (1 + math.pi / (2 * (NEAREST - 1)))))  # less the median's own noise
+    kept = None
+    if descan.residual_px > POOR * noise:
+        kept = descan.shifts_px(positions_A) + np.median(off[nearest(positions_A, measured_A, NEAREST)], axis=1)
+    return dataclasses.replace(descan, noise_px=noise, kept_px=kept)
+
+
 def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | None) -> tuple[Descan, str]:
     """The descan of the pattern file ``source`` (a ``readers.PatternFile``) at the nominal
     ``positions_A`` (N, 2), from a sample prepared by ``prepare`` (model layout), ``good`` the
@@ -94,37 +163,56 @@ def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | 
     patterns = np.fft.fftshift(source.read(rows, prepare).patterns, axes=(-2, -1))
     centred_good = None if good is None else np.fft.fftshift(good)
     mean = repaired(patterns.mean(0, dtype=np.float64))
-    descan = fit_plane(positions_A[rows], disk_centres(patterns, centred_good, mean), patterns.shape[-1] // 2,
-                       mean / mean.sum())
+    centres = disk_centres(patterns, centred_good, mean)
+    descan = judged(fit_plane(positions_A[rows], centres, patterns.shape[-1] // 2, mean / mean.sum()), positions_A,
+                    positions_A[rows], centres)
     return descan, descan.line(positions_A, time.perf_counter() - started)
 
 
 def shifted_back(patterns: np.ndarray, shifts_px: np.ndarray, good: np.ndarray | None = None,
                  fill: np.ndarray | None = None) -> np.ndarray:
-    """(n, K, K) patterns (any layout) moved by -``shifts_px`` (n, 2) px, a Fourier shift, float32,
+    """(n, K, K) patterns (any layout) moved by -``shifts_px`` (n, 2) px, a Fourier shift in float32,
     none below 0; bad pixels (``good`` False) first filled with ``fill`` (K, K, summing to 1) times
-    each pattern's total, the same whatever else is read with it."""
+    each pattern's total, the same whatever else is read with it. The half-spectrum's Nyquist bins
+    take the real part of their ramp (paired with their mirror): the real part of the shift of the
+    full spectrum, exactly."""
+    patterns = np.asarray(patterns, dtype=np.float32)
     if good is not None and not good.all():
-        patterns = np.where(good, patterns, fill * patterns.sum(axis=(-2, -1), keepdims=True))
-    q = np.fft.fftfreq(patterns.shape[-1])
-    ramp = np.exp(2j * np.pi * (shifts_px[:, 0, None, None] * q[:, None] + shifts_px[:, 1, None, None] * q[None, :]))
-    moved = np.fft.ifft2(np.fft.fft2(patterns) * ramp).real
-    return np.maximum(moved, 0.0).astype(np.float32)
+        patterns = np.where(good, patterns, (fill * patterns.sum(axis=(-2, -1), keepdims=True)).astype(np.float32))
+    ky, kx = patterns.shape[-2:]
+    ramp_y = np.exp(2j * np.pi * shifts_px[:, 0, None] * np.fft.fftfreq(ky))  # (n, ky)
+    ramp_x = np.exp(2j * np.pi * shifts_px[:, 1, None] * np.fft.rfftfreq(kx))  # (n, kx // 2 + 1)
+    ramp = ramp_y[:, :, None] * ramp_x[:, None, :]
+    if ky % 2 == 0:
+        ramp[:, ky // 2] = ramp_x * np.cos(np.pi * shifts_px[:, 0, None])
+    if kx % 2 == 0:
+        ramp[:, :, -1] = ramp_y * np.cos(np.pi * shifts_px[:, 1, None])
+    if ky % 2 == 0 and kx % 2 == 0:
+        ramp[:, ky // 2, -1] = np.cos(np.pi * shifts_px.sum(1))
+    spectrum = np.fft.rfft2(patterns) * ramp.astype(np.complex64)
+    return np.maximum(np.fft.irfft2(spectrum, s=patterns.shape[-2:]), 0.0).astype(np.float32)
 
 
 class Descanned:
     """A pattern file (``readers.PatternFile``) whose ``read`` gives the patterns shifted back by
-    the ``descan`` at ``positions_A``; everything else is the file's."""
+    the ``descan`` at ``positions_A`` (float32; those to move by under STILL_PX as read);
+    everything else is the file's."""
 
     def __init__(self, source, descan: Descan, positions_A: np.ndarray, good: np.ndarray | None) -> None:
         self._source, self._good, self._fill = source, good, np.fft.ifftshift(descan.fill)
-        self._shifts = descan.shifts_px(positions_A)
+        self._shifts = descan.applied_px(positions_A)
+        self._moved = np.abs(self._shifts).max(1) >= STILL_PX
 
     def __getattr__(self, name):
         return getattr(self._source, name)
 
     def read(self, rows: np.ndarray | None = None, prepare=None):
         raw = self._source.read(rows, prepare)
-        shifts = self._shifts if rows is None else self._shifts[np.asarray(rows, dtype=np.int64)]
-        return dataclasses.replace(raw, patterns=shifted_back(raw.patterns, shifts, self._good, self._fill))
+        which = slice(None) if rows is None else np.asarray(rows, dtype=np.int64)
+        shifts, moved = self._shifts[which], self._moved[which]
+        patterns = np.asarray(raw.patterns, dtype=np.float32)
+        if moved.any():
+            patterns = patterns.copy() if patterns is raw.patterns else patterns
+            patterns[moved] = shifted_back(patterns[moved], shifts[moved], self._good, self._fill)
+        return dataclasses.replace(raw, patterns=patterns)
 

@@ -201,9 +201,8 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     """``data.transform.descan: auto``: the file (and the way to open it again) whose patterns come
     shifted back by the descan measured in them, and what to report."""
     descan, line = measure_descan(source, prepare, positions_A, mask)
-    arrays = {"descan_px": descan.shifts_px(positions_A), "descan_plane": descan.plane}
     return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
-            Measured((line,), arrays))
+            Measured((line,), descan.arrays(positions_A)))
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,

@@ -17,9 +17,10 @@ Measured on the middle block of up to 64 x 64 raster positions (``orientation.mi
 same on every process): the pixels within INNER of the disk's radius are binned into about GROUPS square groups,
 each a virtual image (patterns normalised to their total counts, the image to its mean). Each
 image's shift against a reference is found to a small fraction of a scan step by Gauss-Newton on
-c T(n - d) + b (T sampled by cubic convolution, so no window or wrap biases it), started from a
-cross-correlation's peak, then from the linear fit; the reference is first the image of the group
-nearest the disk's centre, then the mean of all images moved back (three rounds). The shifts,
+c T(n - d) + b (T sampled by cubic convolution, as products of banded matrices, so no window or
+wrap biases it; all groups at once), started from a cross-correlation's peak, then from the linear
+fit; the reference is first the image of the group nearest the disk's centre, then the mean of all
+images moved back (three rounds). No group's error is taken below ERROR_FLOOR of the median. The shifts,
 turned into Å by the raster's step vectors, are fitted by s = s0 + M k, each group weighted by how
 well its shift was measured; the fit's scatter and the shifts' errors, the difference between the
 inner and the outer groups' defocus and SYSTEMATIC of it give the uncertainty. M's
@@ -44,6 +45,8 @@ INNER = 0.8  # groups from the pixels within this share of the disk's radius
 GROUPS = 48  # about this many groups of pixels
 ROUNDS = 3  # reference rebuilt from the aligned images this many times
 MIN_GROUPS = 8
+ERROR_FLOOR = 0.1  # of the median error: the least a shift's error is taken to be (the reference group, matched
+# against itself in the first round, would otherwise outweigh every other)
 MAX_REL_ERROR = 0.1  # the defocus trusted when its uncertainty is at most this share of it
 MIN_EDGE_PHASE = 3.5  # rad: the defocus's phase at the disk's edge, pi defocus alpha^2 / lambda, below which the
 # shift model fails (measured on the independent simulator: +25 % at 1.9 rad, +6-10 % at 2.8, within 4 % from 3.8)
@@ -90,76 +93,99 @@ class NoParallax(Exception):
     """The data cannot tell the defocus (the reason in the message)."""
 
 
-def cubic_weights(t: float) -> np.ndarray:
-    """Keys' cubic convolution weights (a = -1/2) of the samples at -1, 0, 1, 2 for a point t in [0, 1)."""
+def cubic_weights(t: np.ndarray) -> np.ndarray:
+    """Keys' cubic convolution weights (a = -1/2) (..., 4) of the samples at -1, 0, 1, 2 for points
+    t (...) in [0, 1)."""
     a = -0.5
-    d = np.array([1 + t, t, 1 - t, 2 - t])
+    d = np.stack([1 + t, t, 1 - t, 2 - t], axis=-1)
     near = (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
     far = a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
     return np.where(d <= 1, near, far)
 
 
-def shifted(image: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """(ny, nx) ``image`` sampled at (i - d[0], j - d[1]) by cubic convolution: the image moved by d
-    (raster steps); NaN where the samples would leave the image (or meet its NaN)."""
-    out = image
-    for axis, shift in enumerate(d):
-        start = math.floor(-shift)
-        weights = cubic_weights(-shift - start)
-        n = out.shape[axis]
-        padded = np.concatenate([np.full_like(np.take(out, [0], axis), np.nan).repeat(n + 4, axis), out,
-                                 np.full_like(np.take(out, [0], axis), np.nan).repeat(n + 4, axis)], axis)
-        total = 0.0
-        for o, w in zip((-1, 0, 1, 2), weights):
-            first = n + 4 + start + o
-            if abs(first - (n + 4)) > n + 3:
-                return np.full_like(image, np.nan)
-            total = total + w * np.take(padded, range(first, first + n), axis)
-        out = total
-    return out
+def cubic_matrices(d: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(..., n, n) matrices A with (A @ v)[i] = v sampled at i - d (...) by cubic convolution, and
+    (..., n) whether row i's samples (those of nonzero weight) all lie inside 0 .. n - 1."""
+    start = np.floor(-d)
+    weights = cubic_weights(-d - start)  # (..., 4)
+    lead = d.shape
+    matrices = np.zeros((int(np.prod(lead)), n, n))
+    inside = np.ones((int(np.prod(lead)), n), dtype=bool)
+    rows = np.arange(n)
+    which = np.arange(len(matrices))[:, None]
+    for tap in range(4):
+        columns = rows + (start.reshape(-1, 1) + tap - 1).astype(np.int64)  # (L, n)
+        weight = weights.reshape(-1, 4)[:, tap, None]
+        within = (columns >= 0) & (columns < n)
+        inside &= within | (weight == 0)
+        matrices[which, rows, np.clip(columns, 0, n - 1)] += np.where(within, weight, 0.0)
+    return matrices.reshape(lead + (n, n)), inside.reshape(lead + (n,))
 
 
-def aligned_shift(image: np.ndarray, reference: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The shift d (2,) raster steps with ``image`` ~ c reference(n - d) + b, by Gauss-Newton from
-    ``start``, and its covariance (2, 2); NaN where it fails."""
-    d = np.asarray(start, dtype=np.float64).copy()
-    gradient = np.gradient(reference)
-    failed = np.full(2, np.nan), np.full((2, 2), np.nan)
+def shifted(images: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Images (..., ny, nx) sampled at (i - d[..., 0], j - d[..., 1]) by cubic convolution: each
+    image moved by its d (..., 2) (raster steps; the leading dimensions broadcast); NaN where the
+    samples would leave the image or meet its NaN, and for a NaN d."""
+    d = np.asarray(d, dtype=np.float64)
+    images = np.asarray(images, dtype=np.float64)
+    lost = ~np.isfinite(d).all(-1)
+    d = np.where(lost[..., None], 0.0, d)
+    (rows, rows_in), (columns, columns_in) = (cubic_matrices(d[..., axis], images.shape[axis - 2]) for axis in (0, 1))
+    known = np.isfinite(images)
+    out = rows @ np.where(known, images, 0.0) @ np.swapaxes(columns, -1, -2)
+    valid = rows_in[..., :, None] & columns_in[..., None, :] & ~lost[..., None, None]
+    if not known.all():  # the samples that meet a NaN
+        reach = (rows != 0).astype(np.float32) @ (~known).astype(np.float32) @ np.swapaxes(columns != 0, -1, -2)
+        valid = valid & (reach == 0)
+    return np.where(valid, out, np.nan)
+
+
+def aligned_shifts(images: np.ndarray, reference: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shifts d (G, 2) raster steps with ``images`` (G, ny, nx) ~ c reference(n - d) + b, each
+    by Gauss-Newton from its ``start`` (G, 2), all groups at once, and their covariances (G, 2, 2);
+    NaN where it fails."""
+    template = np.stack([reference, *np.gradient(reference)])  # (3, ny, nx)
+    d = np.array(start, dtype=np.float64)
+    covariance = np.full((len(d), 2, 2), np.nan)
+    active = np.isfinite(d).all(1)
     for _ in range(8):
-        t = shifted(reference, d)
-        gy, gx = shifted(gradient[0], d), shifted(gradient[1], d)
-        valid = np.isfinite(t) & np.isfinite(gy) & np.isfinite(gx)
-        if valid.sum() < 16:
-            return failed
-        design = np.column_stack([t[valid], np.ones(valid.sum()), -gy[valid], -gx[valid]])
-        solution, *_ = np.linalg.lstsq(design, image[valid], rcond=None)
-        c = solution[0]
-        if not c > 0:
-            return failed
-        step = np.clip(solution[2:] / c, -1.0, 1.0)
-        d += step
-        residual = image[valid] - design @ solution
-        if np.abs(step).max() < 1e-3:
+        if not active.any():
             break
-    inverse = np.linalg.pinv(design.T @ design)
-    return d, inverse[2:, 2:] * (residual @ residual / max(valid.sum() - 4, 1)) / c ** 2
+        rows = np.nonzero(active)[0]
+        t, gy, gx = shifted(template, d[rows, None, :]).transpose(1, 0, 2, 3)  # each (g, ny, nx)
+        valid = np.isfinite(t) & np.isfinite(gy) & np.isfinite(gx)
+        design = np.where(valid[..., None], np.stack([t, np.ones_like(t), -gy, -gx], axis=-1), 0.0)
+        design = design.reshape(len(rows), -1, 4)  # (g, pixels, 4)
+        target = np.where(valid, images[rows], 0.0).reshape(len(rows), -1)
+        inverse = np.linalg.pinv(np.swapaxes(design, 1, 2) @ design)
+        solution = (inverse @ (np.swapaxes(design, 1, 2) @ target[..., None]))[..., 0]  # (g, 4)
+        c, count = solution[:, 0], valid.sum(axis=(1, 2))
+        residual = target - (design @ solution[..., None])[..., 0]
+        noise = (residual ** 2).sum(1) / np.maximum(count - 4, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.clip(solution[:, 2:] / c[:, None], -1.0, 1.0)
+            covariance[rows] = inverse[:, 2:, 2:] * (noise / c ** 2)[:, None, None]
+        failed = (count < 16) | ~(c > 0)
+        d[rows] = np.where(failed[:, None], np.nan, d[rows] + step)
+        covariance[rows[failed]] = np.nan
+        active[rows] = ~failed & (np.abs(step).max(1) >= 1e-3)
+    return d, covariance
 
 
-def correlation_peak(image: np.ndarray, reference: np.ndarray, max_shift: float) -> np.ndarray:
-    """The integer shift d (2,) with image(n) ~ reference(n - d), |d| <= max_shift, from the
-    peak of their cross-correlation (both zero-mean, Hann-windowed, zero-padded)."""
-    ny, nx = image.shape
+def correlation_peaks(images: np.ndarray, reference: np.ndarray, max_shift: float) -> np.ndarray:
+    """The integer shifts d (G, 2) with images[g](n) ~ reference(n - d), |d| <= max_shift, from the
+    peaks of their cross-correlations (all zero-mean, Hann-windowed, zero-padded)."""
+    ny, nx = reference.shape
     window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :]
-    a = np.nan_to_num(image - np.nanmean(image)) * window
+    a = np.nan_to_num(images - np.nanmean(images, axis=(1, 2), keepdims=True)) * window
     b = np.nan_to_num(reference - np.nanmean(reference)) * window
     size = (2 * ny, 2 * nx)
-    xc = np.fft.ifft2(np.fft.fft2(a, size) * np.conj(np.fft.fft2(b, size))).real
+    xc = np.fft.irfft2(np.fft.rfft2(a, size) * np.conj(np.fft.rfft2(b, size)), size)
     dy = np.fft.fftfreq(size[0]) * size[0]
     dx = np.fft.fftfreq(size[1]) * size[1]
-    far = np.hypot(dy[:, None], dx[None, :]) > max_shift
-    xc[far] = -np.inf
-    i, j = np.unravel_index(np.argmax(xc), xc.shape)
-    return np.array([dy[i], dx[j]])
+    xc[:, np.hypot(dy[:, None], dx[None, :]) > max_shift] = -np.inf
+    i, j = np.unravel_index(np.argmax(xc.reshape(len(xc), -1), axis=1), size)
+    return np.column_stack([dy[i], dx[j]])
 
 
 def pixel_groups(mean: np.ndarray, radius_px: float, good: np.ndarray | None
@@ -192,9 +218,11 @@ def pixel_groups(mean: np.ndarray, radius_px: float, good: np.ndarray | None
 def virtual_images(patterns: np.ndarray, membership: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     """(G, ny, nx) virtual bright-field images of centred patterns (n, K, K), each pattern divided by
     its total counts, each image by its mean, less 1."""
-    flat = patterns.reshape(len(patterns), -1).astype(np.float64)
-    flat = flat / np.maximum(flat.sum(1, keepdims=True), 1e-30)
-    images = (flat @ membership.T).T.reshape(len(membership), *shape)
+    flat = patterns.reshape(len(patterns), -1)
+    totals = np.maximum(flat.sum(1, dtype=np.float64), 1e-30)
+    inside = membership.any(0)  # only the pixels of a group are read
+    images = (flat[:, inside].astype(np.float64) @ membership[:, inside].T / totals[:, None]).T.reshape(
+        len(membership), *shape)
     return images / np.maximum(images.mean(axis=(1, 2), keepdims=True), 1e-30) - 1.0
 
 
@@ -240,15 +268,15 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
     k_invA = places * dk_invA
     to_steps = np.linalg.inv(steps_A)
     reference = images[int(np.argmin(np.hypot(*places.T)))]
-    d = np.array([correlation_peak(image, reference, 0.45 * min(ny, nx)) for image in images])
+    d = correlation_peaks(images, reference, 0.45 * min(ny, nx))
     for round_ in range(ROUNDS + 1):
-        found = [aligned_shift(image, reference, start) for image, start in zip(images, d)]
-        d = np.array([f[0] for f in found])
+        d, covariances = aligned_shifts(images, reference, d)
         shifts_A = d @ steps_A.T
-        errors_A = np.sqrt(np.abs(np.einsum("ij,gjk,ik->g", steps_A, np.array([f[1] for f in found]), steps_A)) / 2)
+        errors_A = np.sqrt(np.abs(np.einsum("ij,gjk,ik->g", steps_A, covariances, steps_A)) / 2)
         used = np.isfinite(errors_A) & np.isfinite(shifts_A).all(1) & (errors_A > 0)
         if used.sum() < MIN_GROUPS:
             raise NoParallax(f"the shifts of only {int(used.sum())} pixel groups could be measured")
+        errors_A = np.maximum(errors_A, ERROR_FLOOR * np.median(errors_A[used]))
         used &= errors_A < 10 * np.median(errors_A[used])
         s0, m, cov, misfit = fit_shifts(k_invA, shifts_A, errors_A, used)
         offset = s0 @ to_steps.T
@@ -270,13 +298,10 @@ def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray, reach: flo
     """The mean of the used images moved back by their shifts d (G, 2), each to unit variance;
     NaN where fewer than ``reach`` of them reach (the reference: half, so that its every pixel is
     averaged over many; the image shown: a quarter)."""
-    total = np.zeros(images.shape[1:])
-    count = np.zeros(images.shape[1:])
-    for image, shift in zip(images[used], d[used]):
-        back = shifted(image / max(float(image.std()), 1e-30), -shift)
-        seen = np.isfinite(back)
-        total[seen] += back[seen]
-        count[seen] += 1
+    chosen = images[used]
+    back = shifted(chosen / np.maximum(chosen.std(axis=(1, 2), keepdims=True), 1e-30), -d[used])
+    seen = np.isfinite(back)
+    total, count = np.where(seen, back, 0.0).sum(0), seen.sum(0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count >= reach * used.sum(), total / count, np.nan)
 

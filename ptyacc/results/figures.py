@@ -52,7 +52,7 @@ def make_figures(results: Results, initial_positions_A: np.ndarray | None = None
 def parallax_figure(detector: dict[str, np.ndarray]) -> Figure:
     """``experiment.defocus_A: auto``: the tilt-corrected bright-field image of the scan's middle
     block, and each pixel group's measured shift (Å) drawn at its spatial frequency, beside the
-    linear fit's."""
+    linear fit's; the scan rotation in the title where it was measured (``scan_rotation_deg``)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 4.6))
@@ -75,6 +75,8 @@ def parallax_figure(detector: dict[str, np.ndarray]) -> Figure:
                  ylabel="ky (1/A)", aspect="equal")
     shift_ax.invert_yaxis()
     shift_ax.legend(loc="upper right", fontsize="small")
+    if "scan_rotation_deg" in detector:
+        fig.suptitle(f"scan rotation from the data: {float(detector['scan_rotation_deg']):.2f} deg")
     return fig
 
 
@@ -355,6 +357,13 @@ def _positions_refined(results: Results) -> bool | None:
     if not isinstance(optim, dict):
         return None
     return (optim.get("start") or {}).get("positions") is not None
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """One figure as a PNG at ``path`` (its folder made if missing; OutputError if it cannot be written)."""
+    with writing(path.parent, advice=FIGURE_ADVICE):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, path)
 
 
 def _save(fig: Figure, path: Path) -> Path:

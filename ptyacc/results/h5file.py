@@ -36,10 +36,12 @@ results.h5 layout (a public contract; add, never rename):
 - group ``detector``: what the run measured of the detector from the data: ``bad_pixels`` int64
   (M, 2) [row, col] of the pixels left out of the loss, as stored (``data.bad_pixels: auto``);
   ``descan_px`` float64 (N, 2) the shift (dy, dx) in prepared pixels by which each pattern was moved
-  back and ``descan_plane`` (2, 3) its plane, per axis [at the mean position, per Å of y, per Å
-  of x] (``data.transform.descan: auto``); ``scan_rotation_deg`` float64 () and ``orientation_flags`` bool
-  (3,) (transpose, flip_y, flip_x) measured from the centre of mass (``experiment.scan_rotation_deg:
-  auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
+  back and ``descan_plane`` (2, 3) the plane fitted to the disk centres, per axis [at the mean position,
+  per Å of y, per Å of x], ``descan_per_position`` bool () whether the shifts were kept per position
+  (the plane fits poorly) rather than the plane's, ``descan_rms_px`` float64 (2,) the plane's rms
+  residual and the centres' own noise (``data.transform.descan: auto``); ``scan_rotation_deg`` float64 ()
+  and ``orientation_flags`` bool (3,) (transpose, flip_y, flip_x) measured from the centre of mass
+  (``experiment.scan_rotation_deg: auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
 - group ``probe_variation`` (``model.probe_variation``): ``modes`` complex64 (V + 1, K, K), the first
   probe mode P_0 (the mean probe) and the V eigen-probes E_k, and ``weights`` float64 (N, V + 1): the
   first probe mode at position j is sum_k weights[j, k] modes[k] (``ptyacc/quantities/probe_variation.py``)
