@@ -148,3 +148,21 @@ def test_patterns_to_move_by_under_a_hundredth_of_a_pixel_stay_as_read():
     for row in (0, 3):
         assert np.abs(read.patterns[row] - shifted_back(patterns[row:row + 1], kept[row:row + 1])[0]).max() < 1e-6
         assert np.abs(read.patterns[row] - patterns[row]).max() > 1e-3
+
+
+def test_a_thick_crystal_without_descan_is_left_as_read():
+    """abTEM's 40 Å of SrTiO3 (tests/data/abtem/, no descan): the crystal moves the measured disk by about a pixel
+    between neighbouring positions, and a plane or per-position 'descan' taken out of it cost 0.02-0.04 of the
+    phase NCC (0.938 and 0.913 against 0.958 without, 10 slices, 40 iterations); no pattern is moved."""
+    from abtem_cases import case_config
+
+    config = case_config("untilted", data={"transform": {"descan": "auto"}})
+    data = load_data(load_config(config))
+    _, noise = data.detector["descan_rms_px"]
+    assert noise > 0.5 and not data.detector["descan_per_position"]
+    assert not np.asarray(data.detector["descan_px"]).any()
+    line = next(text for text in data.checks if text.startswith("descan"))
+    assert "no descan is applied" in line and "0 of 100 patterns shifted back" in line
+    with h5py.File(config["data"]["path"]) as f:
+        stored = f["patterns"][()].reshape(-1, *f["patterns"].shape[-2:])
+    np.testing.assert_array_equal(np.fft.fftshift(data.patterns.numpy(), axes=(-2, -1)), stored)

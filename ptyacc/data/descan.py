@@ -19,7 +19,14 @@ NEAREST - 1 nearest measured neighbours (a robust rms, less the median's own sha
 or a slow wave in the descan hardly moves; beyond POOR times the noise, each position's centre is
 the median of the NEAREST measured centres nearest to it (on a raster: the 3 x 3 block about it),
 which keeps a jump sharp and leaves a ninth of the noise's variance or so. run.log says which was
-used with both rms; results.h5 keeps the shifts applied (/detector/descan_px), the plane
+used with both rms.
+
+Where the centres' own noise exceeds NOISY_PX, the sample's scattering moves the measured disk
+more than a descan does (a thick crystal: 40 Å of SrTiO3 at 300 kV moves it by 1.1 px between
+neighbouring positions): nothing is kept per position, and the plane is applied only if it stands
+out of its own uncertainty (its shifts' rms over SIGNIFICANT times the residual x sqrt(3 / n), three
+coefficients per axis fitted to n centres); otherwise no pattern is moved, and run.log says why.
+results.h5 keeps the shifts applied (/detector/descan_px), the plane
 (/detector/descan_plane), whether they are kept per position (/detector/descan_per_position)
 and the plane's residual and the noise (/detector/descan_rms_px).
 """
@@ -43,6 +50,9 @@ POOR = 3.0  # the plane's rms residual over the centres' own noise beyond which 
 # independent simulator a plane reads 1.2-2.3 times the noise out of focus (the sample's pull, alike over neighbouring
 # positions, escapes the noise), 3.1 in focus; a jump of 1 px or a wave of 0.6 px 4-5 times
 NEAREST = 9  # measured centres (the position's own among them) whose median gives a position's centre
+NOISY_PX = 0.3  # the centres' noise beyond which the sample, not the descan, moves the disk (module docstring): on
+# the independent simulator's thin samples (the descan tests) 0.04-0.05 px; 40 A of SrTiO3 (abTEM) 1.1 px
+SIGNIFICANT = 3.0  # how far a plane must stand above its uncertainty to be applied when the centres are noisy
 STILL_PX = 0.01  # a shift below which a pattern is not moved: a hundredth of the edge's step, far under its noise
 CHUNK = 4096  # positions whose distances to the measured ones are held at a time
 
@@ -64,9 +74,13 @@ class Descan:
     fill: np.ndarray  # (K, K) centred mean pattern of the sample, summing to 1 (bad pixels read from it)
     noise_px: float = math.nan
     kept_px: np.ndarray | None = None
+    dropped: str | None = None  # why no pattern is moved (the centres too noisy for the plane to stand out)
 
     def applied_px(self, positions_A: np.ndarray) -> np.ndarray:
-        """(N, 2) shift (dy, dx) px by which each pattern is moved back: kept per position, or the plane's."""
+        """(N, 2) shift (dy, dx) px by which each pattern is moved back: kept per position, or the plane's
+        (none where ``dropped``)."""
+        if self.dropped is not None:
+            return np.zeros((len(positions_A), 2))
         return self.shifts_px(positions_A) if self.kept_px is None else self.kept_px
 
     def shifts_px(self, positions_A: np.ndarray) -> np.ndarray:
@@ -83,7 +97,9 @@ class Descan:
     def line(self, positions_A: np.ndarray, seconds: float) -> str:
         shifts = self.applied_px(positions_A)
         c0, g = self.plane[:, 0] - self.centre_px, self.plane[:, 1:]
-        if self.kept_px is None:
+        if self.dropped is not None:
+            used = self.dropped
+        elif self.kept_px is None:
             used = "the plane is used"
         else:
             off = self.kept_px - self.shifts_px(positions_A)
@@ -148,6 +164,15 @@ def judged(descan: Descan, positions_A: np.ndarray, measured_A: np.ndarray, cent
     deviation = off - np.median(others, axis=1)
     spread = 1.4826 * np.median(np.abs(deviation - np.median(deviation, axis=0)), axis=0)  # robust sigma per axis
     noise = float(np.sqrt((spread ** 2).sum() / (1 + math.pi / (2 * (NEAREST - 1)))))  # less the median's own noise
+    if noise > NOISY_PX:  # the sample moves the disk: a plane only, and only one that stands out
+        plane_rms = float(np.sqrt((descan.shifts_px(measured_A) ** 2).sum(1).mean()))
+        uncertainty = descan.residual_px * math.sqrt(3 / len(measured_A))
+        if plane_rms > SIGNIFICANT * uncertainty:
+            return dataclasses.replace(descan, noise_px=noise)
+        why = (f"the centres' own noise is over {NOISY_PX:g} px (the sample's scattering moves the disk: a thick or "
+               f"strongly scattering sample?) and the plane's {plane_rms:.3f} px rms is within {SIGNIFICANT:g} times "
+               f"its uncertainty ({uncertainty:.3f} px): no descan is applied")
+        return dataclasses.replace(descan, noise_px=noise, dropped=why)
     kept = None
     if descan.residual_px > POOR * noise:
         kept = descan.shifts_px(positions_A) + np.median(off[nearest(positions_A, measured_A, NEAREST)], axis=1)
