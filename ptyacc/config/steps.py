@@ -20,9 +20,10 @@ class LearningRates:
     probe: float = _f(1e-2, "Probe step size of Adam (relative to its peak amplitude; optim.probe_optimizer); 0 "
                             "freezes the probe with either optimizer. Another value than 0.01 makes "
                             "probe_optimizer: auto choose adam.")
-    positions: float = _f(0.1, "Position step size of Adam in pixels. Each position moves once per iteration, so in "
-                               "20 iterations by up to about 20 x this: 0.1 corrects errors of a pixel or two "
-                               "(docs/thick-crystals.md, scan distortion).")
+    positions: float = _f(0.1, "Position step size of Adam in pixels. A position's gradient comes once per iteration, "
+                               "with its batch, and Adam's momentum carries it over the iteration's other steps: 0.1 "
+                               "corrects errors of a pixel or two in 20 iterations (docs/thick-crystals.md, scan "
+                               "distortion).")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
     tilt: float = _f(0.5, "Tilt step size of Adam in mrad. The tilt takes one step per batch: 0.5 brings a 2-3 mrad "
                           "mistilt of a thick crystal within 0.3 mrad in 40 iterations, 0.1 only to about 0.5 "
