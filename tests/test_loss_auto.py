@@ -195,12 +195,17 @@ def test_strong_scattering_takes_the_amplitude_loss_on_counts():
 
 def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson():
     """40 Å of SrTiO3 at 300 kV (tests/data/abtem) sends 8 % of its counts beyond the disk; the
-    demo's MoS2 1.3 %."""
+    demo's MoS2 1.3 %. On several slices (the demo as its 3 true slices) the crystal also takes the depth blur
+    (``optim.regularize.depth_blur_slices: auto``), the demo not; on one slice nothing blurs in depth."""
     from abtem_cases import case_config
 
-    for config, expected in ((case_config("untilted"), "amplitude"), (yaml.safe_load(DEMO.read_text()), "poisson")):
-        config.setdefault("data", {})["path"] = str((DEMO.parent / config["data"]["path"]).resolve()) \
-            if expected == "poisson" else config["data"]["path"]
+    demo = yaml.safe_load(DEMO.read_text())
+    demo["data"]["path"] = str((DEMO.parent / demo["data"]["path"]).resolve())
+    demo.setdefault("model", {})["slices"] = 3
+    cases = ((case_config("untilted"), "amplitude", 1.0), (demo, "poisson", 0.0),
+             (case_config("untilted", model={"slices": 1}), "amplitude", 0.0))
+    for config, loss, depth_blur in cases:
         run = Reconstructor(ptyacc.load_config(config), write=False)
         run.build()
-        assert run.config.optim.loss == expected
+        assert run.config.optim.loss == loss
+        assert run.config.optim.regularize.depth_blur_slices == depth_blur

@@ -375,7 +375,8 @@ class Config:
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:
-        if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
+        depth_blur = self.optim.regularize.depth_blur_slices
+        if depth_blur != "auto" and depth_blur > 0 and self.model.slices == 1:
             raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
                               "model.slices > 1 or leave it at 0")
         if self.model.recenter.object_z and self.runtime.shard_object:

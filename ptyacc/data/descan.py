@@ -13,6 +13,13 @@ at p is shifted by (K // 2, K // 2) - c(p) (a sub-pixel Fourier shift, values be
 the bad pixels first filled from the mean pattern so that the shift does not smear them). The
 plane's residual says how well a plane describes the descan; run.log reports it, results.h5
 keeps the shifts (/detector/descan_px) and the plane (/detector/descan_plane).
+
+A part of the plane (per axis: the offset, the gradient) that lies within ``SIGNIFICANCE`` standard
+errors of zero (from the residual, as if independent) is left out: on a thick crystal the sample
+itself moves the disk by pixels from column to column (40 Å of SrTiO3 at 300 kV: 2.3 px rms), and a
+plane through that over a scan of a few unit cells is noise (0.11 px/Å, up to 0.3 px across the scan,
+about one standard error), which the shift would write into the patterns. Where nothing is left,
+the patterns are read as they are (``Descan.moves``: False).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from ptyacc.data.bright_field import DARK_PERCENTILE, repaired, sample_rows
 
 SAMPLE = 1024
 MARGIN_PX = 4  # how far beyond the mean disk's half-maximum radius a pattern's disk may wander
+SIGNIFICANCE = 5.0  # standard errors a part of the plane must reach to be taken out (module docstring)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,12 @@ class Descan:
     residual_px: float
     patterns: int
     fill: np.ndarray  # (K, K) centred mean pattern of the sample, summing to 1 (bad pixels read from it)
+    left_out: tuple[str, ...] = ()  # the parts of the plane within SIGNIFICANCE standard errors of zero
+
+    @property
+    def moves(self) -> bool:
+        """Whether any pattern is shifted (False where every part of the plane was left out)."""
+        return bool(np.any(self.plane[:, 0] != self.centre_px) or np.any(self.plane[:, 1:]))
 
     def shifts_px(self, positions_A: np.ndarray) -> np.ndarray:
         """(N, 2) shift (dy, dx) px of the disk at each probe position from where it belongs."""
@@ -51,10 +65,13 @@ class Descan:
     def line(self, positions_A: np.ndarray, seconds: float) -> str:
         shifts = self.shifts_px(positions_A)
         c0, g = self.plane[:, 0] - self.centre_px, self.plane[:, 1:]
+        left_out = (f"; left out, within {SIGNIFICANCE:g} standard errors of zero: {', '.join(self.left_out)}"
+                    if self.left_out else "")
+        moved = "each pattern shifted back" if self.moves else "the patterns left as they are"
         return (f"descan (data.transform.descan: auto): disk centre off by ({c0[0]:+.3f}, {c0[1]:+.3f}) px (y, x) at "
                 f"the scan's middle, gradient [[{g[0, 0]:+.4f}, {g[0, 1]:+.4f}], [{g[1, 0]:+.4f}, {g[1, 1]:+.4f}]] px/A, "
                 f"up to {np.abs(shifts).max():.3f} px across the scan; a plane leaves {self.residual_px:.3f} px rms in "
-                f"{self.patterns} patterns; each pattern shifted back ({seconds:.2g} s)")
+                f"{self.patterns} patterns{left_out}; {moved} ({seconds:.2g} s)")
 
 
 def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray) -> np.ndarray:
@@ -77,12 +94,28 @@ def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray
 
 
 def fit_plane(positions_A: np.ndarray, centres_px: np.ndarray, centre_px: float, fill: np.ndarray) -> Descan:
-    """The least-squares plane through ``centres_px`` (n, 2) at ``positions_A`` (n, 2)."""
+    """The least-squares plane through ``centres_px`` (n, 2) at ``positions_A`` (n, 2), its parts
+    within ``SIGNIFICANCE`` standard errors of zero left out (per axis: the offset from ``centre_px``,
+    and the gradient's two terms together, by their chi-square)."""
     origin = positions_A.mean(0)
     design = np.column_stack([np.ones(len(positions_A)), positions_A - origin])
     plane, *_ = np.linalg.lstsq(design, centres_px, rcond=None)
     residual = centres_px - design @ plane
-    return Descan(plane.T, origin, centre_px, float(np.sqrt((residual ** 2).sum(1).mean())), len(positions_A), fill)
+    variance = (residual ** 2).sum(0) / max(len(positions_A) - 3, 1)  # (2,) per axis
+    inverse = np.linalg.pinv(design.T @ design)
+    left_out = []
+    for axis, name in enumerate("yx"):
+        offset = plane[0, axis] - centre_px
+        if offset**2 < SIGNIFICANCE**2 * variance[axis] * inverse[0, 0]:
+            plane[0, axis] = centre_px
+            left_out.append(f"{name} offset")
+        gradient = plane[1:, axis]
+        chi2 = gradient @ np.linalg.pinv(variance[axis] * inverse[1:, 1:]) @ gradient if variance[axis] > 0 else np.inf
+        if chi2 < SIGNIFICANCE**2:
+            plane[1:, axis] = 0.0
+            left_out.append(f"{name} gradient")
+    return Descan(plane.T, origin, centre_px, float(np.sqrt((residual ** 2).sum(1).mean())), len(positions_A), fill,
+                  tuple(left_out))
 
 
 def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | None) -> tuple[Descan, str]:

@@ -202,6 +202,8 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     shifted back by the descan measured in them, and what to report."""
     descan, line = measure_descan(source, prepare, positions_A, mask)
     arrays = {"descan_px": descan.shifts_px(positions_A), "descan_plane": descan.plane}
+    if not descan.moves:  # nothing the data resolve: the patterns as read (counts stay counts)
+        return source, reopen, Measured((line,), arrays)
     return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
             Measured((line,), arrays))
 
