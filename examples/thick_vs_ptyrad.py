@@ -11,8 +11,8 @@ Four steps, each in the Python that has what it needs:
     # 3. PtyRAD through ../shared/bench/run_ptyrad.py (examples/grid/ptyrad_launch.py stands in for
     #    torchvision), same slices, same iterations; --variant picks its settings
     OMP_NUM_THREADS=1 /tmp/ptyrad-venv/bin/python examples/thick_vs_ptyrad.py ptyrad --work /tmp/thk
-    # 4. the Markdown table from the JSON files under WORK/results
-    python examples/thick_vs_ptyrad.py table --work /tmp/thk
+    # 4. the Markdown table from the JSON files under WORK/results (--name gave each column its name)
+    python examples/thick_vs_ptyrad.py table --work /tmp/thk --columns ptyacc_defaults ptyrad_harness
 
 Every reconstruction is scored the same way: the phase summed over slices against the file's
 /ground_truth/phase (band-limited to the pattern's dx), zero-shift NCC over the scanned region with
@@ -121,12 +121,13 @@ def main() -> None:
     parser.add_argument("--name", default=None, help="the column: ptyacc's (default 'defaults') or PtyRAD's variant")
     parser.add_argument("--variant", default="harness", choices=list(PTYRAD_VARIANTS))
     parser.add_argument("--set", nargs="*", default=[], help="ptyacc config overrides KEY=VALUE")
+    parser.add_argument("--columns", nargs="*", default=None, help="table: these names only, in this order")
     args = parser.parse_args()
     if args.step == "make":
         return make(args.work, args.scan, args.seed)
     results = args.work / "results"
     if args.step == "table":
-        return table(results)
+        return table(results, args.columns)
     results.mkdir(parents=True, exist_ok=True)
     name = args.name or ("ptyacc_defaults" if args.step == "ptyacc" else f"ptyrad_{args.variant}")
     for crystal in args.crystals:
@@ -141,16 +142,17 @@ def main() -> None:
             print(out.name, json.dumps(result), flush=True)
 
 
-def table(results: Path) -> None:
+def table(results: Path, columns: list[str] | None = None) -> None:
+    """NCC (s/iteration) per crystal and dose, a column per name (the JSON files' first part)."""
     rows: dict[tuple[str, str], dict[str, dict]] = {}
     for path in sorted(results.glob("*__*__*.json")):
         name, crystal, dose = path.stem.split("__")
         rows.setdefault((crystal, dose), {})[name] = json.loads(path.read_text())
-    names = sorted({name for row in rows.values() for name in row})
+    names = columns or sorted({name for row in rows.values() for name in row})
     print("| crystal | e/pattern | " + " | ".join(names) + " |")
     print("|---|---|" + "---|" * len(names))
     for (crystal, dose), row in sorted(rows.items()):
-        cells = [f"{row[n]['ncc']:.3f} ({row[n]['s_per_iteration']:.2f} s)" if n in row else "" for n in names]
+        cells = [f"{row[n]['ncc']:.4f} ({row[n]['s_per_iteration']:.2f} s)" if n in row else "" for n in names]
         print(f"| {crystal} | {dose} | " + " | ".join(cells) + " |")
 
 

@@ -242,7 +242,7 @@ STRONG_SCATTERING = 0.04
 STRONG_DEPTH_BLUR = 1.0
 # optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): the crystal converges slower,
 # and in 40 iterations 0.6 raised its NCC on all four cases (untilted and 2.5 mrad tilted, 1e5 and 1e6
-# electrons: 0.977-0.993 -> 0.982-0.998; 0.8 no further)
+# electrons: 0.973-0.993 -> 0.982-0.998; 0.8 no further)
 STRONG_STEP = 0.6
 
 
