@@ -293,7 +293,8 @@ class OptimConfig:
                 "replaces each exit wave's amplitude by the measured one where the probe is); on several slices "
                 "each slice takes 1 / slices of it. Follows the cosine decay of the learning rates. auto: 0.4 for "
                 "the amplitude loss, 0.8 for the Poisson loss (docs/user-guide.md, 'The object's and the probe's "
-                "optimizer').")
+                "optimizer'); 0.6 with the amplitude loss on several slices of a strongly scattering sample (more "
+                "than 4 % of the counts beyond the bright-field disk; docs/thick-crystals.md).")
     probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
