@@ -162,7 +162,35 @@ def test_a_thick_crystal_without_descan_is_left_as_read():
     assert noise > 0.5 and not data.detector["descan_per_position"]
     assert not np.asarray(data.detector["descan_px"]).any()
     line = next(text for text in data.checks if text.startswith("descan"))
-    assert "no descan is applied" in line and "0 of 100 patterns shifted back" in line
+    assert "the patterns left as they are" in line and "0 of 100 patterns shifted back" in line
     with h5py.File(config["data"]["path"]) as f:
         stored = f["patterns"][()].reshape(-1, *f["patterns"].shape[-2:])
+    np.testing.assert_array_equal(np.fft.fftshift(data.patterns.numpy(), axes=(-2, -1)), stored)
+
+
+def test_a_plane_within_the_samples_own_scatter_is_left_out_and_the_counts_stay_counts():
+    """A thick crystal moves the disk by pixels from column to column: centres scattered 2 px rms
+    about the window's centre over a 12 x 12 scan of 0.5 Å give a plane of noise, which is left
+    out (nothing shifted); a true plane of 1 px/Å under the same scatter is kept, to within its
+    error. The abTEM crystal (tests/data/abtem, 2.3 px rms) is read as stored: whole counts."""
+    rng = np.random.default_rng(4)
+    iy, ix = np.meshgrid(np.arange(12) * 0.5, np.arange(12) * 0.5, indexing="ij")
+    positions = np.column_stack([iy.ravel(), ix.ravel()])
+    scatter = rng.normal(0.0, 2.0, (144, 2))
+    noise = fit_plane(positions, 32.0 + scatter, 32, np.ones((64, 64)))
+    assert not noise.moves(positions) and set(noise.left_out) == {"y offset", "y gradient", "x offset", "x gradient"}
+    np.testing.assert_array_equal(noise.shifts_px(positions), 0.0)
+    true = np.array([[1.0, 0.0], [0.0, -1.0]])  # px per Å: (dy, dx) from (y, x)
+    tilted = fit_plane(positions, 32.0 + (positions - positions.mean(0)) @ true.T + scatter, 32, np.ones((64, 64)))
+    assert tilted.moves(positions) and "y gradient" not in tilted.left_out and "x gradient" not in tilted.left_out
+    np.testing.assert_allclose(tilted.plane[:, 1:], true, atol=0.5)
+
+    from abtem_cases import CASES
+
+    config = load_config({"data": {"path": str(CASES / "sto_untilted.h5"), "transform": {"descan": "auto"}},
+                          "experiment": {"positions": {"key": "positions_A"}}})
+    data = load_data(config)
+    assert "the patterns left as they are" in next(text for text in data.checks if text.startswith("descan"))
+    with h5py.File(CASES / "sto_untilted.h5") as f:
+        stored = f["patterns"][()].reshape(-1, 64, 64).astype(np.float32)
     np.testing.assert_array_equal(np.fft.fftshift(data.patterns.numpy(), axes=(-2, -1)), stored)

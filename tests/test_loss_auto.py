@@ -17,7 +17,7 @@ import ptyacc
 import ptyacc.physics.chain as chain
 from ptyacc.data.store import PatternStore, sample_statistics
 from ptyacc.reconstruction.engine import Reconstructor
-from ptyacc.reconstruction.multislice_auto import optimizer_notes, resolved_loss, resolved_optimizer
+from ptyacc.reconstruction.multislice_auto import optimizer_notes, resolved_loss, resolved_optimizer, resolved_step
 from tests.conftest import tiny_config
 
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
@@ -195,12 +195,20 @@ def test_strong_scattering_takes_the_amplitude_loss_on_counts():
 
 def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson():
     """40 Å of SrTiO3 at 300 kV (tests/data/abtem) sends 8 % of its counts beyond the disk; the
-    demo's MoS2 1.3 %."""
+    demo's MoS2 1.3 %. On several slices (the demo as its 3 true slices) the crystal also takes the depth blur
+    (``optim.regularize.depth_blur_slices: auto``) and the larger preconditioned step, the demo not;
+    on one slice neither."""
     from abtem_cases import case_config
 
-    for config, expected in ((case_config("untilted"), "amplitude"), (yaml.safe_load(DEMO.read_text()), "poisson")):
-        config.setdefault("data", {})["path"] = str((DEMO.parent / config["data"]["path"]).resolve()) \
-            if expected == "poisson" else config["data"]["path"]
+    demo = yaml.safe_load(DEMO.read_text())
+    demo["data"]["path"] = str((DEMO.parent / demo["data"]["path"]).resolve())
+    demo.setdefault("model", {})["slices"] = 3
+    cases = ((case_config("untilted"), "amplitude", 1.0, 0.6), (demo, "poisson", 0.0, "auto"),
+             (case_config("untilted", model={"slices": 1}), "amplitude", 0.0, "auto"))
+    for config, loss, depth_blur, step in cases:
         run = Reconstructor(ptyacc.load_config(config), write=False)
         run.build()
-        assert run.config.optim.loss == expected
+        assert run.config.optim.loss == loss
+        assert run.config.optim.regularize.depth_blur_slices == depth_blur
+        assert run.config.optim.preconditioned_step == step
+        assert resolved_step(run.config) == (0.6 if step == 0.6 else 0.4 if loss == "amplitude" else 0.8)

@@ -27,11 +27,14 @@ class RegularizeConfig:
     tv_epsilon_rad: float = _f(
         1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
               "quadratically, so the penalty is differentiable at zero.")
-    depth_blur_slices: float = _f(
-        0.0, "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
-             "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
-             "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
-             "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off.")
+    depth_blur_slices: float | Literal["auto"] = _f(
+        "auto", "Multislice (model.slices > 1): after every iteration, blur the object's amplitude and phase along "
+                "depth with a Gaussian of this standard deviation in slices, mirrored at the top and bottom slice "
+                "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
+                "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off. auto (the default): 1 "
+                "on several slices of a strongly scattering sample (more than 4 % of the mean pattern's counts "
+                "beyond the bright-field disk, as for optim.loss: auto; docs/thick-crystals.md, 'Against PtyRAD on "
+                "thick crystals'), else 0; the run says what auto chose.")
     lateral_blur_px: float | Literal["auto"] = _f(
         0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
              "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
@@ -50,9 +53,7 @@ class RegularizeConfig:
                 "auto chose.")
 
     def _check(self, path: str) -> None:
-        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing"):
+        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing", "depth_blur_slices"):
             value = getattr(self, name)
             _require(value == "auto" or value >= 0, f"{path}.{name}", f"must be auto or >= 0, got {value}")
-        _require(self.depth_blur_slices >= 0, f"{path}.depth_blur_slices",
-                 f"must be >= 0, got {self.depth_blur_slices}")
         _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")

@@ -293,7 +293,8 @@ class OptimConfig:
                 "replaces each exit wave's amplitude by the measured one where the probe is); on several slices "
                 "each slice takes 1 / slices of it. Follows the cosine decay of the learning rates. auto: 0.4 for "
                 "the amplitude loss, 0.8 for the Poisson loss (docs/user-guide.md, 'The object's and the probe's "
-                "optimizer').")
+                "optimizer'); 0.6 with the amplitude loss on several slices of a strongly scattering sample (more "
+                "than 4 % of the counts beyond the bright-field disk; docs/thick-crystals.md).")
     probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
@@ -375,7 +376,8 @@ class Config:
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:
-        if self.optim.regularize.depth_blur_slices > 0 and self.model.slices == 1:
+        depth_blur = self.optim.regularize.depth_blur_slices
+        if depth_blur != "auto" and depth_blur > 0 and self.model.slices == 1:
             raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
                               "model.slices > 1 or leave it at 0")
         if self.model.recenter.object_z and self.runtime.shard_object:

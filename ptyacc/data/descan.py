@@ -21,11 +21,14 @@ the median of the NEAREST measured centres nearest to it (on a raster: the 3 x 3
 which keeps a jump sharp and leaves a ninth of the noise's variance or so. run.log says which was
 used with both rms.
 
-Where the centres' own noise exceeds NOISY_PX, the sample's scattering moves the measured disk
-more than a descan does (a thick crystal: 40 Å of SrTiO3 at 300 kV moves it by 1.1 px between
-neighbouring positions): nothing is kept per position, and the plane is applied only if it stands
-out of its own uncertainty (its shifts' rms over SIGNIFICANT times the residual x sqrt(3 / n), three
-coefficients per axis fitted to n centres); otherwise no pattern is moved, and run.log says why.
+A part of the plane (per axis: the offset, the gradient) that lies within SIGNIFICANCE standard
+errors of zero (from the residual, as if independent) is left out: on a thick crystal the sample
+itself moves the disk by pixels from column to column (40 Å of SrTiO3 at 300 kV: 2.3 px rms), and a
+plane through that over a scan of a few unit cells is noise, which the shift would write into the
+patterns. Where the centres' own noise exceeds NOISY_PX, the sample, not a descan, moves the disk
+(that crystal: 1.1 px between neighbouring positions; thin samples 0.04-0.05 px), and nothing is
+kept per position either. Where no pattern would move, the patterns are read as stored (counts stay
+counts) and run.log says so.
 results.h5 keeps the shifts applied (/detector/descan_px), the plane
 (/detector/descan_plane), whether they are kept per position (/detector/descan_per_position)
 and the plane's residual and the noise (/detector/descan_rms_px).
@@ -52,7 +55,7 @@ POOR = 3.0  # the plane's rms residual over the centres' own noise beyond which 
 NEAREST = 9  # measured centres (the position's own among them) whose median gives a position's centre
 NOISY_PX = 0.3  # the centres' noise beyond which the sample, not the descan, moves the disk (module docstring): on
 # the independent simulator's thin samples (the descan tests) 0.04-0.05 px; 40 A of SrTiO3 (abTEM) 1.1 px
-SIGNIFICANT = 3.0  # how far a plane must stand above its uncertainty to be applied when the centres are noisy
+SIGNIFICANCE = 5.0  # standard errors a part of the plane must reach to be taken out (module docstring)
 STILL_PX = 0.01  # a shift below which a pattern is not moved: a hundredth of the edge's step, far under its noise
 CHUNK = 4096  # positions whose distances to the measured ones are held at a time
 
@@ -74,14 +77,15 @@ class Descan:
     fill: np.ndarray  # (K, K) centred mean pattern of the sample, summing to 1 (bad pixels read from it)
     noise_px: float = math.nan
     kept_px: np.ndarray | None = None
-    dropped: str | None = None  # why no pattern is moved (the centres too noisy for the plane to stand out)
+    left_out: tuple[str, ...] = ()  # the parts of the plane within SIGNIFICANCE standard errors of zero
 
     def applied_px(self, positions_A: np.ndarray) -> np.ndarray:
-        """(N, 2) shift (dy, dx) px by which each pattern is moved back: kept per position, or the plane's
-        (none where ``dropped``)."""
-        if self.dropped is not None:
-            return np.zeros((len(positions_A), 2))
+        """(N, 2) shift (dy, dx) px by which each pattern is moved back: kept per position, or the plane's."""
         return self.shifts_px(positions_A) if self.kept_px is None else self.kept_px
+
+    def moves(self, positions_A: np.ndarray) -> bool:
+        """Whether any pattern at ``positions_A`` is shifted by STILL_PX or more."""
+        return bool((np.abs(self.applied_px(positions_A)) >= STILL_PX).any())
 
     def shifts_px(self, positions_A: np.ndarray) -> np.ndarray:
         """(N, 2) shift (dy, dx) px of the disk at each probe position from where it belongs."""
@@ -97,20 +101,24 @@ class Descan:
     def line(self, positions_A: np.ndarray, seconds: float) -> str:
         shifts = self.applied_px(positions_A)
         c0, g = self.plane[:, 0] - self.centre_px, self.plane[:, 1:]
-        if self.dropped is not None:
-            used = self.dropped
-        elif self.kept_px is None:
-            used = "the plane is used"
-        else:
+        if self.kept_px is not None:
             off = self.kept_px - self.shifts_px(positions_A)
             used = (f"the plane fits poorly (over {POOR:g} times the noise): kept per position, each the median of the "
                     f"{NEAREST} nearest measured centres, {np.sqrt((off ** 2).sum(1).mean()):.3f} px rms from the plane")
+        elif self.noise_px > NOISY_PX:
+            used = (f"the noise is over {NOISY_PX:g} px (the sample's own scattering moves the disk: a thick or "
+                    "strongly scattering sample?): nothing kept per position")
+        else:
+            used = "the plane is used"
+        if self.left_out:
+            used += f"; left out of the plane, within {SIGNIFICANCE:g} standard errors of zero: {', '.join(self.left_out)}"
         moved = int((np.abs(shifts).max(1) >= STILL_PX).sum())
         return (f"descan (data.transform.descan: auto): disk centre off by ({c0[0]:+.3f}, {c0[1]:+.3f}) px (y, x) at "
                 f"the scan's middle, gradient [[{g[0, 0]:+.4f}, {g[0, 1]:+.4f}], [{g[1, 0]:+.4f}, {g[1, 1]:+.4f}]] px/A; "
                 f"a plane leaves {self.residual_px:.3f} px rms in {self.patterns} patterns, the centres' own noise "
                 f"{self.noise_px:.3f} px rms: {used}; up to {np.abs(shifts).max():.3f} px across the scan, {moved} of "
-                f"{len(shifts)} patterns shifted back (the others by under {STILL_PX:g} px) ({seconds:.2g} s)")
+                f"{len(shifts)} patterns shifted back (the others by under {STILL_PX:g} px)"
+                f"{'' if moved else ': the patterns left as they are'} ({seconds:.2g} s)")
 
 
 def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray) -> np.ndarray:
@@ -133,12 +141,28 @@ def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray
 
 
 def fit_plane(positions_A: np.ndarray, centres_px: np.ndarray, centre_px: float, fill: np.ndarray) -> Descan:
-    """The least-squares plane through ``centres_px`` (n, 2) at ``positions_A`` (n, 2)."""
+    """The least-squares plane through ``centres_px`` (n, 2) at ``positions_A`` (n, 2), its parts
+    within ``SIGNIFICANCE`` standard errors of zero left out (per axis: the offset from ``centre_px``,
+    and the gradient's two terms together, by their chi-square)."""
     origin = positions_A.mean(0)
     design = np.column_stack([np.ones(len(positions_A)), positions_A - origin])
     plane, *_ = np.linalg.lstsq(design, centres_px, rcond=None)
     residual = centres_px - design @ plane
-    return Descan(plane.T, origin, centre_px, float(np.sqrt((residual ** 2).sum(1).mean())), len(positions_A), fill)
+    variance = (residual ** 2).sum(0) / max(len(positions_A) - 3, 1)  # (2,) per axis
+    inverse = np.linalg.pinv(design.T @ design)
+    left_out = []
+    for axis, name in enumerate("yx"):
+        offset = plane[0, axis] - centre_px
+        if offset**2 < SIGNIFICANCE**2 * variance[axis] * inverse[0, 0]:
+            plane[0, axis] = centre_px
+            left_out.append(f"{name} offset")
+        gradient = plane[1:, axis]
+        chi2 = gradient @ np.linalg.pinv(variance[axis] * inverse[1:, 1:]) @ gradient if variance[axis] > 0 else np.inf
+        if chi2 < SIGNIFICANCE**2:
+            plane[1:, axis] = 0.0
+            left_out.append(f"{name} gradient")
+    return Descan(plane.T, origin, centre_px, float(np.sqrt((residual ** 2).sum(1).mean())), len(positions_A), fill,
+                  left_out=tuple(left_out))
 
 
 def nearest(points_A: np.ndarray, measured_A: np.ndarray, count: int) -> np.ndarray:
@@ -164,17 +188,8 @@ def judged(descan: Descan, positions_A: np.ndarray, measured_A: np.ndarray, cent
     deviation = off - np.median(others, axis=1)
     spread = 1.4826 * np.median(np.abs(deviation - np.median(deviation, axis=0)), axis=0)  # robust sigma per axis
     noise = float(np.sqrt((spread ** 2).sum() / (1 + math.pi / (2 * (NEAREST - 1)))))  # less the median's own noise
-    if noise > NOISY_PX:  # the sample moves the disk: a plane only, and only one that stands out
-        plane_rms = float(np.sqrt((descan.shifts_px(measured_A) ** 2).sum(1).mean()))
-        uncertainty = descan.residual_px * math.sqrt(3 / len(measured_A))
-        if plane_rms > SIGNIFICANT * uncertainty:
-            return dataclasses.replace(descan, noise_px=noise)
-        why = (f"the centres' own noise is over {NOISY_PX:g} px (the sample's scattering moves the disk: a thick or "
-               f"strongly scattering sample?) and the plane's {plane_rms:.3f} px rms is within {SIGNIFICANT:g} times "
-               f"its uncertainty ({uncertainty:.3f} px): no descan is applied")
-        return dataclasses.replace(descan, noise_px=noise, dropped=why)
     kept = None
-    if descan.residual_px > POOR * noise:
+    if descan.residual_px > POOR * noise and noise <= NOISY_PX:  # over NOISY_PX the sample moves the disk
         kept = descan.shifts_px(positions_A) + np.median(off[nearest(positions_A, measured_A, NEAREST)], axis=1)
     return dataclasses.replace(descan, noise_px=noise, kept_px=kept)
 

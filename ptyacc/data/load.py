@@ -201,8 +201,10 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     """``data.transform.descan: auto``: the file (and the way to open it again) whose patterns come
     shifted back by the descan measured in them, and what to report."""
     descan, line = measure_descan(source, prepare, positions_A, mask)
-    return (Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask),
-            Measured((line,), descan.arrays(positions_A)))
+    measured = Measured((line,), descan.arrays(positions_A))
+    if not descan.moves(positions_A):  # nothing the data resolve: the patterns as read (counts stay counts)
+        return source, reopen, measured
+    return Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask), measured
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,

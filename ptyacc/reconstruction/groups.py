@@ -175,7 +175,9 @@ def _object_group(config: Config, model: PtychoModel, priors: dict[str, float]) 
     amplitude bounds; the phase total variation (``optim.regularize``)."""
     low, high = config.model.object_amplitude_bounds
     regularize = config.optim.regularize
-    sigma = regularize.depth_blur_slices  # > 0 only for several slices (the config refuses it on one)
+    # > 0 only for several slices (the config refuses it on one); auto is the data's (data_autos): still auto
+    # only where no data resolved the config, and off there
+    sigma = 0.0 if regularize.depth_blur_slices == "auto" else regularize.depth_blur_slices
     lateral_px, smoothing = priors["lateral_blur_px"], priors["tv_phase_smoothing"]
 
     def project() -> None:
