@@ -85,7 +85,9 @@ class ProbeShift:
             grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
             return grad_spectrum, None
-        return grad_spectrum, (grad_x * spectrum.conj()).sum(1) / grad.shape[-1] ** 2
+        # times 1 / K^2 rather than / K^2: the same bits (a complex tensor divided by a real number is
+        # multiplied by its reciprocal), without the complex division's slow loop
+        return grad_spectrum, _sum_axis(grad_x * spectrum.conj(), 1) * (1.0 / grad.shape[-1] ** 2)
 
 
 # ------------------------------------------------------------------ stage 2: patches
@@ -217,8 +219,8 @@ class Detect:
         if spectrum is None or self.ramps is None:
             return grad_waves, None
         per_mode = grad_spectrum.conj() * spectrum
-        modes = tuple(range(1, per_mode.dim() - 2))  # the mode axes between batch and pixels
-        return grad_waves, self.ramps * (per_mode.sum(modes) if modes else per_mode)
+        per_mode = per_mode.reshape(per_mode.shape[0], -1, *per_mode.shape[-2:])  # the mode axes between batch and pixels
+        return grad_waves, self.ramps * _sum_axis(per_mode, 1)
 
     def _transfer(self, ndim: int) -> torch.Tensor:
         """The transfer function shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
@@ -318,14 +320,16 @@ class Multislice:
                 grad_propagator = term if grad_propagator is None else grad_propagator + term
             grad = torch.fft.ifft2(grad_spectrum * self.propagator.conj())
         grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
-        grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(grad_slices, dim=2)
+        # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
+        grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(
+            [g.movedim(0, 1) for g in grad_slices], dim=1).movedim(2, 0)
         grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
         if probes.shape[0] == 1:
             grad_probes = grad_probes.sum(0, keepdim=True)
         if grad_propagator is not None:
             k2 = grad.shape[-1] * grad.shape[-2]
             summed = grad_propagator.sum((1, 2)) if self.per_position else grad_propagator.sum(tuple(range(3)))
-            grad_propagator = summed / k2  # (B, K, K) or (K, K)
+            grad_propagator = summed * (1.0 / k2)  # (B, K, K) or (K, K); the bits of / k2 (spectrum_vjp)
         return grad_probes, grad_patches, grad_propagator
 
 

@@ -67,17 +67,19 @@ class _PtychoLoss(torch.autograd.Function):
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
         per_probe = probe.dim() == 4  # a probe per position (B, P, K, K)
-        grad_propagator = torch.zeros_like(propagator) if ctx.needs_input_grad[6] else None
+        # the gradients of what varies per position are gathered chunk by chunk (``_joined``: no copy for one chunk)
+        grad_propagator = (None if not ctx.needs_input_grad[6] else [] if per_position
+                           else torch.zeros_like(propagator))
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
         if shifted:
             spectrum = torch.fft.fft2(probe)  # (P, K, K), shifted chunk by chunk
-            grad_spectrum_sum = torch.zeros_like(spectrum) if per_probe else None
-            grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[2] else None
+            grad_spectrum_sum = [] if per_probe else None
+            grad_ramps = [] if ctx.needs_input_grad[2] else None
         else:
-            grad_probe = torch.zeros_like(probe) if per_probe else None
+            grad_probe = [] if per_probe else None
         total = None  # the sums over the chunks start from the first chunk's value, not from zeros (0 + x = x)
-        grad_weights = torch.empty_like(weights) if weights is not None else None
+        grad_weights = [] if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
         grad_blur = torch.zeros_like(blur_variance) if ctx.needs_input_grad[12] else None
         for start in range(0, top_left.shape[0], chunk):
@@ -111,11 +113,11 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
             total = loss if total is None else total + loss
             if grad_h is not None and per_position:
-                grad_propagator[part] = grad_h
+                grad_propagator.append(grad_h)
             elif grad_h is not None:
                 grad_propagator += grad_h
             if grad_weights is not None:
-                grad_weights[part] = grad_w
+                grad_weights.append(grad_w)
             if grad_background is not None:
                 grad_background += grad_b
             patches.add_adjoint(grad_obj, grad_patches)
@@ -124,30 +126,40 @@ class _PtychoLoss(torch.autograd.Function):
                 grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, own if grad_ramps is not None else None,
                                                            per_position=per_probe)
                 if per_probe:
-                    grad_spectrum_sum[part] = grad_spectrum
+                    grad_spectrum_sum.append(grad_spectrum)
                 else:
                     grad_spectrum_sum = grad_spectrum if grad_spectrum_sum is None else grad_spectrum_sum + grad_spectrum
                 if grad_ramps is not None:
-                    grad_ramps[part] = grad_r
-                    if grad_back is not None:
-                        grad_ramps[part] += grad_back
+                    grad_ramps.append(grad_r if grad_back is None else grad_r.add_(grad_back))
             elif per_probe:
-                grad_probe[part] = shift.adjoint(grad_probes, per_position=True)
+                grad_probe.append(shift.adjoint(grad_probes, per_position=True))
             else:
                 adjoint = shift.adjoint(grad_probes)
                 grad_probe = adjoint if grad_probe is None else grad_probe + adjoint
         if shifted:
-            grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
+            # ProbeShift.adjoint, summed over the chunks first
+            grad_probe = torch.fft.ifft2(_joined(grad_spectrum_sum) if per_probe else grad_spectrum_sum)
+        elif per_probe:
+            grad_probe = _joined(grad_probe)
         # in the order of forward's inputs; None for those without a gradient
-        ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background, None,
-                     grad_propagator, None, None, None, None, None, grad_blur)
+        ctx.grads = (grad_probe, grad_obj, _joined(grad_ramps) if shifted else None, _joined(grad_weights),
+                     grad_background, None, _joined(grad_propagator) if per_position else grad_propagator, None,
+                     None, None, None, None, grad_blur)
         return total
 
     @staticmethod
     def backward(ctx, grad_loss):
         grads = ctx.grads
         del ctx.grads
-        return tuple(None if g is None else g * grad_loss for g in grads)
+        # scaled in place: forward made each of them, and nothing else holds them
+        return tuple(None if g is None else g.mul_(grad_loss) for g in grads)
+
+
+def _joined(pieces: list[torch.Tensor] | None) -> torch.Tensor | None:
+    """The chunks' pieces (each (c, ...)) of a gradient per position as one (B, ...) tensor; None for None."""
+    if pieces is None:
+        return None
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
