@@ -47,7 +47,9 @@ class ProbeShift:
 
     The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
     chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
-    ``forward`` and ``adjoint`` are made of."""
+    ``forward`` and ``adjoint`` are made of. Their ``spectrum`` is fft2(probe, norm="forward"), the
+    spectrum divided by K^2: the transform over the batch then scales nothing (norm="forward"), the
+    probe's small one does (the same bits for K a power of 2, a rounding apart otherwise)."""
 
     def __init__(self, ramps: torch.Tensor | None) -> None:
         self.ramps = ramps
@@ -55,11 +57,12 @@ class ProbeShift:
     def forward(self, probe: torch.Tensor) -> torch.Tensor:
         if self.ramps is None:
             return probe if probe.dim() == 4 else probe[None]
-        return self.from_spectrum(torch.fft.fft2(probe))
+        return self.from_spectrum(torch.fft.fft2(probe, norm="forward"))
 
     def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
-        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe) (P, K, K), or (B, P, K, K) per position."""
-        return torch.fft.ifft2(spectrum * self.ramps[:, None])
+        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe, norm="forward") (P, K, K), or
+        (B, P, K, K) per position."""
+        return torch.fft.ifft2(spectrum * self.ramps[:, None], norm="forward")
 
     def adjoint(self, grad: torch.Tensor, per_position: bool = False) -> torch.Tensor:
         """(P, K, K) from (B or 1, P, K, K): ifft2(sum_b fft2(grad_b) conj(ramps_b)), the adjoint
@@ -71,23 +74,22 @@ class ProbeShift:
 
     def ramps_adjoint(self, grad: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
         """(B, K, K) from (B, P, K, K): the adjoint of the map ramps -> forward(probe), linear in the ramps."""
-        return self.spectrum_vjp(grad, torch.fft.fft2(probe))[1]
+        return self.spectrum_vjp(grad, torch.fft.fft2(probe, norm="forward"))[1]
 
     def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None, per_position: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """From the gradient (B, P, K, K) with respect to the shifted probes: (sum over the batch
         of fft2(grad) conj(ramps) (P, K, K) (each term (B, P, K, K) with ``per_position``), which one
         ifft2 turns into the probe's gradient, so the chunks add their sums before that transform;
-        the ramps' gradient (B, K, K) given the probe's ``spectrum`` (P or B, P, K, K), else None)."""
+        the ramps' gradient (B, K, K) given the probe's ``spectrum`` fft2(probe, norm="forward") (P or
+        B, P, K, K), else None)."""
         grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
         grad_spectrum = grad_x * self.ramps[:, None].conj()
         if not per_position:
             grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
             return grad_spectrum, None
-        # times 1 / K^2 rather than / K^2: the same bits (a complex tensor divided by a real number is
-        # multiplied by its reciprocal), without the complex division's slow loop
-        return grad_spectrum, _sum_axis(grad_x * spectrum.conj(), 1) * (1.0 / grad.shape[-1] ** 2)
+        return grad_spectrum, _sum_axis(grad_x * spectrum.conj(), 1)  # the spectrum's 1 / K^2: fft2's adjoint
 
 
 # ------------------------------------------------------------------ stage 2: patches
@@ -260,7 +262,9 @@ class Multislice:
                 (a tilt per position, ``tilted_propagator``); unused when S == 1.
 
     The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last
-    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector.
+    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator
+    carries the inverse transform's 1 / K^2 (``scaled``), so that no transform scales the waves
+    (the same bits for K a power of 2, a rounding apart otherwise).
 
     The exit waves are linear in the probes and in each slice on its own (not in all slices
     together): ``vjp`` gives the gradients with respect to both, which for the probes, and for
@@ -270,6 +274,8 @@ class Multislice:
         self.per_position = propagator is not None and propagator.dim() == 3
         # one kernel per position broadcasts over the probe and object modes: (B, 1, 1, K, K)
         self.propagator = propagator[:, None, None] if self.per_position else propagator
+        k2 = None if propagator is None else propagator.shape[-1] * propagator.shape[-2]
+        self.scaled = None if propagator is None else self.propagator * (1.0 / k2)
 
     def forward(self, probes: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         return self._waves(probes, patches, None)
@@ -289,7 +295,7 @@ class Multislice:
             spectrum = torch.fft.fft2(wave)
             if spectra is not None:
                 spectra.append(spectrum)
-            wave = torch.fft.ifft2(spectrum * self.propagator)
+            wave = torch.fft.ifft2(spectrum * self.scaled, norm="forward")
             if incident is not None:
                 incident.append(wave)
             wave = wave * patches[:, None, :, s]
@@ -318,7 +324,7 @@ class Multislice:
             if spectra is not None:
                 term = spectra[s - 1].conj() * grad_spectrum
                 grad_propagator = term if grad_propagator is None else grad_propagator + term
-            grad = torch.fft.ifft2(grad_spectrum * self.propagator.conj())
+            grad = torch.fft.ifft2(grad_spectrum * self.scaled.conj(), norm="forward")
         grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
         # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
         grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(

@@ -73,7 +73,7 @@ class _PtychoLoss(torch.autograd.Function):
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
         if shifted:
-            spectrum = torch.fft.fft2(probe)  # (P, K, K), shifted chunk by chunk
+            spectrum = torch.fft.fft2(probe, norm="forward")  # (P, K, K), shifted chunk by chunk (ProbeShift)
             grad_spectrum_sum = [] if per_probe else None
             grad_ramps = [] if ctx.needs_input_grad[2] else None
         else:
