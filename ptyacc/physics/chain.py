@@ -179,14 +179,24 @@ class Detect:
     pixels: fft2 (orthonormal) in the far field; F* T F in the near field, with F the
     orthonormal fft2 and the transfer function T = propagator * conj(ramps) (B, K, K), which
     also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
-    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's."""
+    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's.
 
-    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None) -> None:
+    ``prescaled``: the waves come divided by K (the caller scaled the probe, a small tensor): the
+    transforms then scale nothing, the near field's transfer function carries the second 1 / K,
+    and ``vjp`` returns the gradient with respect to the scaled waves; the field is the same (the
+    same bits for K a power of 2, a rounding apart otherwise)."""
+
+    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False) -> None:
         self.mask = detector.mask
         self.blur = DetectorBlur(detector.blur_variance_px2) if detector.blur_variance_px2 is not None else None
         self.ramps = ramps if detector.propagator is not None else None
-        self.transfer = None if detector.propagator is None else (
-            detector.propagator if ramps is None else ramps.conj() * detector.propagator)
+        # the transforms' norms: orthonormal both ways, or prescaled none (fft2's "backward", ifft2's "forward")
+        self.norms = ("backward", "forward") if prescaled else ("ortho", "ortho")
+        propagator = detector.propagator
+        if propagator is not None and prescaled:
+            propagator = propagator * (1.0 / propagator.shape[-1])
+        self.propagator = propagator
+        self.transfer = None if propagator is None else propagator if ramps is None else ramps.conj() * propagator
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         return self.forward_with_spectrum(waves)[0]
@@ -198,11 +208,11 @@ class Detect:
     def forward_with_spectrum(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the gradient with
         respect to the ramps (None in the far field)."""
-        far = torch.fft.fft2(waves, norm="ortho")
+        far = torch.fft.fft2(waves, norm=self.norms[0])
         if self.transfer is None:
             return far, None
-        spectrum = far * self._transfer(waves.dim())
-        return torch.fft.ifft2(spectrum, norm="ortho"), spectrum
+        spectrum = far * self._transfer(waves.dim(), self.transfer)
+        return torch.fft.ifft2(spectrum, norm=self.norms[1]), spectrum
 
     def adjoint(self, grad_field: torch.Tensor) -> torch.Tensor:
         return self.vjp(grad_field)[0]
@@ -215,20 +225,23 @@ class Detect:
         spectrum = G conj(R), so the gradient in R, conj(sum grad_spectrum conj(G)), equals
         R sum conj(grad_spectrum) spectrum."""
         if self.transfer is None:
-            return torch.fft.ifft2(grad_field, norm="ortho"), None
-        grad_spectrum = torch.fft.fft2(grad_field, norm="ortho")
-        grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim()).conj(), norm="ortho")
+            return torch.fft.ifft2(grad_field, norm=self.norms[1]), None
+        grad_spectrum = torch.fft.fft2(grad_field, norm=self.norms[0])
+        # conj(T) = ramps conj(propagator): the small kernel conjugated, not the (B, K, K) transfer function
+        adjoint = self.propagator.conj() if self.ramps is None else self.ramps * self.propagator.conj()
+        grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim(), adjoint), norm=self.norms[1])
         if spectrum is None or self.ramps is None:
             return grad_waves, None
         per_mode = grad_spectrum.conj() * spectrum
         per_mode = per_mode.reshape(per_mode.shape[0], -1, *per_mode.shape[-2:])  # the mode axes between batch and pixels
         return grad_waves, self.ramps * _sum_axis(per_mode, 1)
 
-    def _transfer(self, ndim: int) -> torch.Tensor:
-        """The transfer function shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
+    def _transfer(self, ndim: int, transfer: torch.Tensor) -> torch.Tensor:
+        """``transfer`` (the transfer function or its conjugate) shaped for fields with ``ndim``
+        dimensions: (B, 1, ..., K, K) with ramps."""
         if self.ramps is None:
-            return self.transfer
-        return self.transfer.reshape(self.transfer.shape[0], *([1] * (ndim - 3)), *self.transfer.shape[-2:])
+            return transfer
+        return transfer.reshape(transfer.shape[0], *([1] * (ndim - 3)), *transfer.shape[-2:])
 
 
 def summed_intensity(far: torch.Tensor) -> torch.Tensor:

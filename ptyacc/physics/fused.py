@@ -72,11 +72,16 @@ class _PtychoLoss(torch.autograd.Function):
                            else torch.zeros_like(propagator))
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
+        # a probe shared by the batch (P, K, K) is divided by K here, so that the detector's transforms over
+        # the batch scale nothing (``Detect``'s prescaled), and its gradient at the end
+        scale = 1.0 if per_probe else 1.0 / k
         if shifted:
             spectrum = torch.fft.fft2(probe, norm="forward")  # (P, K, K), shifted chunk by chunk (ProbeShift)
+            spectrum = spectrum if per_probe else spectrum * scale
             grad_spectrum_sum = [] if per_probe else None
             grad_ramps = [] if ctx.needs_input_grad[2] else None
         else:
+            probe = probe if per_probe else probe * scale
             grad_probe = [] if per_probe else None
         total = None  # the sums over the chunks start from the first chunk's value, not from zeros (0 + x = x)
         grad_weights = [] if weights is not None else None
@@ -88,7 +93,7 @@ class _PtychoLoss(torch.autograd.Function):
             part = slice(start, start + chunk)
             shift = ProbeShift(ramps[part] if shifted else None)
             patches = Patches(top_left[part], k)
-            detect = Detect(detector, shift.ramps)
+            detect = Detect(detector, shift.ramps, prescaled=not per_probe)
             multislice = Multislice(propagator[part] if per_position else propagator)
             spectra = [] if grad_propagator is not None else None
             if shifted:
@@ -141,6 +146,8 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe = torch.fft.ifft2(_joined(grad_spectrum_sum) if per_probe else grad_spectrum_sum)
         elif per_probe:
             grad_probe = _joined(grad_probe)
+        if not per_probe:
+            grad_probe = grad_probe * scale
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe, grad_obj, _joined(grad_ramps) if shifted else None, _joined(grad_weights),
                      grad_background, None, _joined(grad_propagator) if per_position else grad_propagator, None,
