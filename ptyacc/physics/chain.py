@@ -308,7 +308,10 @@ class Multislice:
             spectrum = torch.fft.fft2(wave)
             if spectra is not None:
                 spectra.append(spectrum)
-            wave = torch.fft.ifft2(spectrum * self.scaled, norm="forward")
+            # in place where nothing keeps the spectrum (no autograd, no propagator gradient): no new batch of waves
+            propagated = spectrum.mul_(self.scaled) if spectra is None and not torch.is_grad_enabled() \
+                else spectrum * self.scaled
+            wave = torch.fft.ifft2(propagated, norm="forward")
             if incident is not None:
                 incident.append(wave)
             wave = wave * patches[:, None, :, s]
@@ -337,7 +340,7 @@ class Multislice:
             if spectra is not None:
                 term = spectra[s - 1].conj() * grad_spectrum
                 grad_propagator = term if grad_propagator is None else grad_propagator + term
-            grad = torch.fft.ifft2(grad_spectrum * self.scaled.conj(), norm="forward")
+            grad = torch.fft.ifft2(grad_spectrum.mul_(self.scaled.conj()), norm="forward")
         grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
         # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
         grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(

@@ -114,7 +114,7 @@ class _PtychoLoss(torch.autograd.Function):
                 if grad_v is not None:
                     grad_blur += 0.5 * grad_v
             ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
-            grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
+            grad_waves, grad_back = detect.vjp(far.mul_(factor[:, None, None]), far_spectrum if ramp_grad else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
             total = loss if total is None else total + loss
             if grad_h is not None and per_position:
