@@ -53,6 +53,13 @@ class ProbeShift:
 
     def __init__(self, ramps: torch.Tensor | None) -> None:
         self.ramps = ramps
+        self._conj_ramps: torch.Tensor | None = None
+
+    def conj_ramps(self) -> torch.Tensor:
+        """conj(ramps) (B, K, K), made once: the adjoint's and a near-field detector's (``Detect``)."""
+        if self._conj_ramps is None:
+            self._conj_ramps = self.ramps.conj().resolve_conj()
+        return self._conj_ramps
 
     def forward(self, probe: torch.Tensor) -> torch.Tensor:
         if self.ramps is None:
@@ -84,7 +91,7 @@ class ProbeShift:
         the ramps' gradient (B, K, K) given the probe's ``spectrum`` fft2(probe, norm="forward") (P or
         B, P, K, K), else None)."""
         grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
-        grad_spectrum = grad_x * self.ramps[:, None].conj()
+        grad_spectrum = grad_x * self.conj_ramps()[:, None]
         if not per_position:
             grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
@@ -186,7 +193,9 @@ class Detect:
     and ``vjp`` returns the gradient with respect to the scaled waves; the field is the same (the
     same bits for K a power of 2, a rounding apart otherwise)."""
 
-    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False) -> None:
+    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False,
+                 conj_ramps: torch.Tensor | None = None) -> None:
+        """``conj_ramps``: conj(ramps) where the caller has them (``ProbeShift.conj_ramps``)."""
         self.mask = detector.mask
         self.blur = DetectorBlur(detector.blur_variance_px2) if detector.blur_variance_px2 is not None else None
         self.ramps = ramps if detector.propagator is not None else None
@@ -196,7 +205,9 @@ class Detect:
         if propagator is not None and prescaled:
             propagator = propagator * (1.0 / propagator.shape[-1])
         self.propagator = propagator
-        self.transfer = None if propagator is None else propagator if ramps is None else ramps.conj() * propagator
+        if propagator is not None and ramps is not None:
+            conj_ramps = ramps.conj() if conj_ramps is None else conj_ramps
+        self.transfer = None if propagator is None else propagator if ramps is None else conj_ramps * propagator
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         return self.forward_with_spectrum(waves)[0]

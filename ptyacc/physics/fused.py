@@ -93,7 +93,8 @@ class _PtychoLoss(torch.autograd.Function):
             part = slice(start, start + chunk)
             shift = ProbeShift(ramps[part] if shifted else None)
             patches = Patches(top_left[part], k)
-            detect = Detect(detector, shift.ramps, prescaled=not per_probe)
+            detect = Detect(detector, shift.ramps, prescaled=not per_probe, conj_ramps=shift.conj_ramps()
+                            if shifted and detector.propagator is not None else None)
             multislice = Multislice(propagator[part] if per_position else propagator)
             spectra = [] if grad_propagator is not None else None
             if shifted:
