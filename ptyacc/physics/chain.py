@@ -17,7 +17,8 @@ with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISS
 measured one, over the pixels of the detector's mask. Each formula is written once (``detector_response``,
 ``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss (``intensity_loss_terms``,
 which also gives the gradients of the gain and the background), the autograd reference
-(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the deviance of the final model (``deviance_sums``).
+(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the deviance of the final model (``deviance_sums``,
+deviance.py).
 """
 
 from dataclasses import dataclass
@@ -34,7 +35,6 @@ EPS = 1e-8
 # apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md, "The loss").
 POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
-TINY = 1e-30  # floor of the intensities whose logarithm the deviance takes
 
 # ------------------------------------------------------------------ stage 1: probe shift
 
@@ -47,19 +47,11 @@ class ProbeShift:
 
     The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
     chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
-    ``forward`` and ``adjoint`` are made of. Their ``spectrum`` is fft2(probe, norm="forward"), the
-    spectrum divided by K^2: the transform over the batch then scales nothing (norm="forward"), the
-    probe's small one does (the same bits for K a power of 2, a rounding apart otherwise)."""
+    ``forward`` and ``adjoint`` are made of. Their ``spectrum`` is fft2(probe, norm="forward"): the probe's
+    small transform scales, the one over the batch does not (the same bits for K a power of 2)."""
 
     def __init__(self, ramps: torch.Tensor | None) -> None:
         self.ramps = ramps
-        self._conj_ramps: torch.Tensor | None = None
-
-    def conj_ramps(self) -> torch.Tensor:
-        """conj(ramps) (B, K, K), made once: the adjoint's and a near-field detector's (``Detect``)."""
-        if self._conj_ramps is None:
-            self._conj_ramps = self.ramps.conj().resolve_conj()
-        return self._conj_ramps
 
     def forward(self, probe: torch.Tensor) -> torch.Tensor:
         if self.ramps is None:
@@ -67,8 +59,7 @@ class ProbeShift:
         return self.from_spectrum(torch.fft.fft2(probe, norm="forward"))
 
     def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
-        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe, norm="forward") (P, K, K), or
-        (B, P, K, K) per position."""
+        """Shifted probes (B, P, K, K) from fft2(probe, norm="forward") (P, K, K), or (B, P, K, K) per position."""
         return torch.fft.ifft2(spectrum * self.ramps[:, None], norm="forward")
 
     def adjoint(self, grad: torch.Tensor, per_position: bool = False) -> torch.Tensor:
@@ -91,7 +82,7 @@ class ProbeShift:
         the ramps' gradient (B, K, K) given the probe's ``spectrum`` fft2(probe, norm="forward") (P or
         B, P, K, K), else None)."""
         grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
-        grad_spectrum = grad_x * self.conj_ramps()[:, None]
+        grad_spectrum = grad_x * self.ramps[:, None].conj()
         if not per_position:
             grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
@@ -188,26 +179,18 @@ class Detect:
     also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
     ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's.
 
-    ``prescaled``: the waves come divided by K (the caller scaled the probe, a small tensor): the
-    transforms then scale nothing, the near field's transfer function carries the second 1 / K,
-    and ``vjp`` returns the gradient with respect to the scaled waves; the field is the same (the
-    same bits for K a power of 2, a rounding apart otherwise)."""
+    ``prescaled``: the waves come divided by K (the caller scaled the small probe): no transform
+    scales (fft2's norm "backward", ifft2's "forward"), the near field's transfer function carries
+    the second 1 / K, and the field is the same (the same bits for K a power of 2)."""
 
-    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False,
-                 conj_ramps: torch.Tensor | None = None) -> None:
-        """``conj_ramps``: conj(ramps) where the caller has them (``ProbeShift.conj_ramps``)."""
+    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False) -> None:
         self.mask = detector.mask
         self.blur = DetectorBlur(detector.blur_variance_px2) if detector.blur_variance_px2 is not None else None
         self.ramps = ramps if detector.propagator is not None else None
-        # the transforms' norms: orthonormal both ways, or prescaled none (fft2's "backward", ifft2's "forward")
         self.norms = ("backward", "forward") if prescaled else ("ortho", "ortho")
-        propagator = detector.propagator
-        if propagator is not None and prescaled:
-            propagator = propagator * (1.0 / propagator.shape[-1])
-        self.propagator = propagator
-        if propagator is not None and ramps is not None:
-            conj_ramps = ramps.conj() if conj_ramps is None else conj_ramps
-        self.transfer = None if propagator is None else propagator if ramps is None else conj_ramps * propagator
+        propagator = self.propagator = detector.propagator if detector.propagator is None or not prescaled \
+            else detector.propagator * (1.0 / detector.propagator.shape[-1])
+        self.transfer = None if propagator is None else propagator if ramps is None else ramps.conj() * propagator
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         return self.forward_with_spectrum(waves)[0]
@@ -248,8 +231,7 @@ class Detect:
         return grad_waves, self.ramps * _sum_axis(per_mode, 1)
 
     def _transfer(self, ndim: int, transfer: torch.Tensor) -> torch.Tensor:
-        """``transfer`` (the transfer function or its conjugate) shaped for fields with ``ndim``
-        dimensions: (B, 1, ..., K, K) with ramps."""
+        """``transfer`` (T or conj(T)) shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
         if self.ramps is None:
             return transfer
         return transfer.reshape(transfer.shape[0], *([1] * (ndim - 3)), *transfer.shape[-2:])
@@ -286,9 +268,8 @@ class Multislice:
                 (a tilt per position, ``tilted_propagator``); unused when S == 1.
 
     The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last
-    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator
-    carries the inverse transform's 1 / K^2 (``scaled``), so that no transform scales the waves
-    (the same bits for K a power of 2, a rounding apart otherwise).
+    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator carries the
+    inverse transform's 1 / K^2 (``scaled``): no transform scales the waves (the same bits for K a power of 2).
 
     The exit waves are linear in the probes and in each slice on its own (not in all slices
     together): ``vjp`` gives the gradients with respect to both, which for the probes, and for
@@ -298,8 +279,7 @@ class Multislice:
         self.per_position = propagator is not None and propagator.dim() == 3
         # one kernel per position broadcasts over the probe and object modes: (B, 1, 1, K, K)
         self.propagator = propagator[:, None, None] if self.per_position else propagator
-        k2 = None if propagator is None else propagator.shape[-1] * propagator.shape[-2]
-        self.scaled = None if propagator is None else self.propagator * (1.0 / k2)
+        self.scaled = None if propagator is None else self.propagator * (1.0 / (propagator.shape[-1] * propagator.shape[-2]))
 
     def forward(self, probes: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         return self._waves(probes, patches, None)
@@ -320,9 +300,8 @@ class Multislice:
             if spectra is not None:
                 spectra.append(spectrum)
             # in place where nothing keeps the spectrum (no autograd, no propagator gradient): no new batch of waves
-            propagated = spectrum.mul_(self.scaled) if spectra is None and not torch.is_grad_enabled() \
-                else spectrum * self.scaled
-            wave = torch.fft.ifft2(propagated, norm="forward")
+            kept = spectra is not None or torch.is_grad_enabled()
+            wave = torch.fft.ifft2(spectrum * self.scaled if kept else spectrum.mul_(self.scaled), norm="forward")
             if incident is not None:
                 incident.append(wave)
             wave = wave * patches[:, None, :, s]
@@ -464,31 +443,3 @@ def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind:
     intensity = predicted + (EPS if kind == "amplitude" else POISSON_FLOOR)
     per_pixel = _amplitude(intensity, measured)[0] if kind == "amplitude" else poisson_nll(intensity, measured)
     return per_pixel.sum() if reduce else per_pixel
-
-
-def deviance_sums(predicted: torch.Tensor, measured: torch.Tensor, mask: torch.Tensor | None = None
-                  ) -> torch.Tensor:
-    """(sum of the Poisson deviance terms, number of pixel values >= 1) (2,) float64 over the
-    pixels of predicted intensities (B, K, K) and measured counts (B, K, K) where ``mask``
-    (K, K) is 1. The deviance term of a pixel is poisson_nll(m, I) - poisson_nll(I, I), m the
-    model, I >= 0 the counts (the loaders clip or refuse negative values), both floored at TINY
-    inside the logarithm, which makes 0 log 0 = 0; summed and divided by half the count it is
-    ~1 for a model at the noise level."""
-    measured = measured.double()
-    terms = poisson_nll(predicted.double().clamp_min(TINY), measured) - poisson_nll(measured.clamp_min(TINY), measured)
-    counted = measured >= 1
-    if mask is not None:
-        terms, counted = terms * mask, counted * mask
-    return torch.stack([terms.sum(), counted.sum().double()])
-
-
-def saturated_sums(measured: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(sum of poisson_nll(I, I), number of pixel values >= 1) (2,) float64 over the pixels of
-    measured counts I (B, K, K) where ``mask`` (K, K) is 1: the Poisson loss of the counts
-    predicting themselves, which the loss leaves out, and the count that turns a summed loss
-    minus the first into a deviance per counted pixel (see ``deviance_sums``)."""
-    measured = measured.double()
-    terms, counted = poisson_nll(measured.clamp_min(TINY), measured), measured >= 1
-    if mask is not None:
-        terms, counted = terms * mask, counted * mask
-    return torch.stack([terms.sum(), counted.sum().double()])
