@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ptyacc.physics import detector_response, deviance_sums, intensity_loss_terms, loss_from_intensities
-from ptyacc.physics.chain import saturated_sums
+from ptyacc.physics.deviance import saturated_sums
 
 
 @pytest.mark.parametrize("kind", ["amplitude", "poisson"])

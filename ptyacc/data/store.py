@@ -33,8 +33,7 @@ from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.load import load_data
 from ptyacc.data.stream import HostRows, StreamedStore, mean_of_sample
 from ptyacc.errors import ConfigError
-from ptyacc.physics import deviance_sums
-from ptyacc.physics.chain import saturated_sums
+from ptyacc.physics.deviance import deviance_sums, saturated_sums
 
 
 class Step(NamedTuple):

@@ -32,7 +32,6 @@ from ptyacc.physics.chain import (
     ProbeShift,
     detected_intensities,
     detector_response,
-    deviance_sums,
     exit_waves,
     extract_patches,
     far_field_intensities,
@@ -43,6 +42,7 @@ from ptyacc.physics.chain import (
     summed_intensity,
     transmission,
 )
+from ptyacc.physics.deviance import deviance_sums
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
 from ptyacc.physics.probe import aberration_phase, aperture, measured_edge, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies

@@ -17,7 +17,8 @@ with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISS
 measured one, over the pixels of the detector's mask. Each formula is written once (``detector_response``,
 ``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss (``intensity_loss_terms``,
 which also gives the gradients of the gain and the background), the autograd reference
-(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the deviance of the final model (``deviance_sums``).
+(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the deviance of the final model (``deviance_sums``,
+deviance.py).
 """
 
 from dataclasses import dataclass
@@ -34,7 +35,6 @@ EPS = 1e-8
 # apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md, "The loss").
 POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
-TINY = 1e-30  # floor of the intensities whose logarithm the deviance takes
 
 # ------------------------------------------------------------------ stage 1: probe shift
 
@@ -47,7 +47,8 @@ class ProbeShift:
 
     The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
     chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
-    ``forward`` and ``adjoint`` are made of."""
+    ``forward`` and ``adjoint`` are made of. Their ``spectrum`` is fft2(probe, norm="forward"): the probe's
+    small transform scales, the one over the batch does not (the same bits for K a power of 2)."""
 
     def __init__(self, ramps: torch.Tensor | None) -> None:
         self.ramps = ramps
@@ -55,11 +56,11 @@ class ProbeShift:
     def forward(self, probe: torch.Tensor) -> torch.Tensor:
         if self.ramps is None:
             return probe if probe.dim() == 4 else probe[None]
-        return self.from_spectrum(torch.fft.fft2(probe))
+        return self.from_spectrum(torch.fft.fft2(probe, norm="forward"))
 
     def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
-        """Shifted probes (B, P, K, K) from the probe's spectrum fft2(probe) (P, K, K), or (B, P, K, K) per position."""
-        return torch.fft.ifft2(spectrum * self.ramps[:, None])
+        """Shifted probes (B, P, K, K) from fft2(probe, norm="forward") (P, K, K), or (B, P, K, K) per position."""
+        return torch.fft.ifft2(spectrum * self.ramps[:, None], norm="forward")
 
     def adjoint(self, grad: torch.Tensor, per_position: bool = False) -> torch.Tensor:
         """(P, K, K) from (B or 1, P, K, K): ifft2(sum_b fft2(grad_b) conj(ramps_b)), the adjoint
@@ -71,21 +72,22 @@ class ProbeShift:
 
     def ramps_adjoint(self, grad: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
         """(B, K, K) from (B, P, K, K): the adjoint of the map ramps -> forward(probe), linear in the ramps."""
-        return self.spectrum_vjp(grad, torch.fft.fft2(probe))[1]
+        return self.spectrum_vjp(grad, torch.fft.fft2(probe, norm="forward"))[1]
 
     def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None, per_position: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """From the gradient (B, P, K, K) with respect to the shifted probes: (sum over the batch
         of fft2(grad) conj(ramps) (P, K, K) (each term (B, P, K, K) with ``per_position``), which one
         ifft2 turns into the probe's gradient, so the chunks add their sums before that transform;
-        the ramps' gradient (B, K, K) given the probe's ``spectrum`` (P or B, P, K, K), else None)."""
+        the ramps' gradient (B, K, K) given the probe's ``spectrum`` fft2(probe, norm="forward") (P or
+        B, P, K, K), else None)."""
         grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
         grad_spectrum = grad_x * self.ramps[:, None].conj()
         if not per_position:
             grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
             return grad_spectrum, None
-        return grad_spectrum, (grad_x * spectrum.conj()).sum(1) / grad.shape[-1] ** 2
+        return grad_spectrum, _sum_axis(grad_x * spectrum.conj(), 1)  # the spectrum's 1 / K^2: fft2's adjoint
 
 
 # ------------------------------------------------------------------ stage 2: patches
@@ -175,14 +177,20 @@ class Detect:
     pixels: fft2 (orthonormal) in the far field; F* T F in the near field, with F the
     orthonormal fft2 and the transfer function T = propagator * conj(ramps) (B, K, K), which
     also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
-    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's."""
+    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's.
 
-    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None) -> None:
+    ``prescaled``: the waves come divided by K (the caller scaled the small probe): no transform
+    scales (fft2's norm "backward", ifft2's "forward"), the near field's transfer function carries
+    the second 1 / K, and the field is the same (the same bits for K a power of 2)."""
+
+    def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False) -> None:
         self.mask = detector.mask
         self.blur = DetectorBlur(detector.blur_variance_px2) if detector.blur_variance_px2 is not None else None
         self.ramps = ramps if detector.propagator is not None else None
-        self.transfer = None if detector.propagator is None else (
-            detector.propagator if ramps is None else ramps.conj() * detector.propagator)
+        self.norms = ("backward", "forward") if prescaled else ("ortho", "ortho")
+        propagator = self.propagator = detector.propagator if detector.propagator is None or not prescaled \
+            else detector.propagator * (1.0 / detector.propagator.shape[-1])
+        self.transfer = None if propagator is None else propagator if ramps is None else ramps.conj() * propagator
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         return self.forward_with_spectrum(waves)[0]
@@ -194,11 +202,11 @@ class Detect:
     def forward_with_spectrum(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the gradient with
         respect to the ramps (None in the far field)."""
-        far = torch.fft.fft2(waves, norm="ortho")
+        far = torch.fft.fft2(waves, norm=self.norms[0])
         if self.transfer is None:
             return far, None
-        spectrum = far * self._transfer(waves.dim())
-        return torch.fft.ifft2(spectrum, norm="ortho"), spectrum
+        spectrum = far * self._transfer(waves.dim(), self.transfer)
+        return torch.fft.ifft2(spectrum, norm=self.norms[1]), spectrum
 
     def adjoint(self, grad_field: torch.Tensor) -> torch.Tensor:
         return self.vjp(grad_field)[0]
@@ -211,20 +219,22 @@ class Detect:
         spectrum = G conj(R), so the gradient in R, conj(sum grad_spectrum conj(G)), equals
         R sum conj(grad_spectrum) spectrum."""
         if self.transfer is None:
-            return torch.fft.ifft2(grad_field, norm="ortho"), None
-        grad_spectrum = torch.fft.fft2(grad_field, norm="ortho")
-        grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim()).conj(), norm="ortho")
+            return torch.fft.ifft2(grad_field, norm=self.norms[1]), None
+        grad_spectrum = torch.fft.fft2(grad_field, norm=self.norms[0])
+        # conj(T) = ramps conj(propagator): the small kernel conjugated, not the (B, K, K) transfer function
+        adjoint = self.propagator.conj() if self.ramps is None else self.ramps * self.propagator.conj()
+        grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim(), adjoint), norm=self.norms[1])
         if spectrum is None or self.ramps is None:
             return grad_waves, None
         per_mode = grad_spectrum.conj() * spectrum
-        modes = tuple(range(1, per_mode.dim() - 2))  # the mode axes between batch and pixels
-        return grad_waves, self.ramps * (per_mode.sum(modes) if modes else per_mode)
+        per_mode = per_mode.reshape(per_mode.shape[0], -1, *per_mode.shape[-2:])  # the mode axes between batch and pixels
+        return grad_waves, self.ramps * _sum_axis(per_mode, 1)
 
-    def _transfer(self, ndim: int) -> torch.Tensor:
-        """The transfer function shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
+    def _transfer(self, ndim: int, transfer: torch.Tensor) -> torch.Tensor:
+        """``transfer`` (T or conj(T)) shaped for fields with ``ndim`` dimensions: (B, 1, ..., K, K) with ramps."""
         if self.ramps is None:
-            return self.transfer
-        return self.transfer.reshape(self.transfer.shape[0], *([1] * (ndim - 3)), *self.transfer.shape[-2:])
+            return transfer
+        return transfer.reshape(transfer.shape[0], *([1] * (ndim - 3)), *transfer.shape[-2:])
 
 
 def summed_intensity(far: torch.Tensor) -> torch.Tensor:
@@ -258,7 +268,8 @@ class Multislice:
                 (a tilt per position, ``tilted_propagator``); unused when S == 1.
 
     The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last
-    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector.
+    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator carries the
+    inverse transform's 1 / K^2 (``scaled``): no transform scales the waves (the same bits for K a power of 2).
 
     The exit waves are linear in the probes and in each slice on its own (not in all slices
     together): ``vjp`` gives the gradients with respect to both, which for the probes, and for
@@ -268,6 +279,7 @@ class Multislice:
         self.per_position = propagator is not None and propagator.dim() == 3
         # one kernel per position broadcasts over the probe and object modes: (B, 1, 1, K, K)
         self.propagator = propagator[:, None, None] if self.per_position else propagator
+        self.scaled = None if propagator is None else self.propagator * (1.0 / (propagator.shape[-1] * propagator.shape[-2]))
 
     def forward(self, probes: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
         return self._waves(probes, patches, None)
@@ -287,7 +299,9 @@ class Multislice:
             spectrum = torch.fft.fft2(wave)
             if spectra is not None:
                 spectra.append(spectrum)
-            wave = torch.fft.ifft2(spectrum * self.propagator)
+            # in place where nothing keeps the spectrum (no autograd, no propagator gradient): no new batch of waves
+            kept = spectra is not None or torch.is_grad_enabled()
+            wave = torch.fft.ifft2(spectrum * self.scaled if kept else spectrum.mul_(self.scaled), norm="forward")
             if incident is not None:
                 incident.append(wave)
             wave = wave * patches[:, None, :, s]
@@ -316,16 +330,18 @@ class Multislice:
             if spectra is not None:
                 term = spectra[s - 1].conj() * grad_spectrum
                 grad_propagator = term if grad_propagator is None else grad_propagator + term
-            grad = torch.fft.ifft2(grad_spectrum * self.propagator.conj())
+            grad = torch.fft.ifft2(grad_spectrum.mul_(self.scaled.conj()), norm="forward")
         grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
-        grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(grad_slices, dim=2)
+        # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
+        grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(
+            [g.movedim(0, 1) for g in grad_slices], dim=1).movedim(2, 0)
         grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
         if probes.shape[0] == 1:
             grad_probes = grad_probes.sum(0, keepdim=True)
         if grad_propagator is not None:
             k2 = grad.shape[-1] * grad.shape[-2]
             summed = grad_propagator.sum((1, 2)) if self.per_position else grad_propagator.sum(tuple(range(3)))
-            grad_propagator = summed / k2  # (B, K, K) or (K, K)
+            grad_propagator = summed * (1.0 / k2)  # (B, K, K) or (K, K); the bits of / k2 (spectrum_vjp)
         return grad_probes, grad_patches, grad_propagator
 
 
@@ -368,15 +384,15 @@ def poisson_nll(intensity: torch.Tensor, measured: torch.Tensor) -> torch.Tensor
 
 
 def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sqrt(I) - sqrt(M))^2 per pixel and its derivative in I."""
+    """(sqrt(I) - sqrt(M))^2 per pixel and r = sqrt(M) / sqrt(I): its derivative in I is 1 - r."""
     amplitude = torch.sqrt(intensity)
     root_measured = torch.sqrt(measured)
-    return (amplitude - root_measured).square(), 1.0 - root_measured / amplitude
+    return (amplitude - root_measured).square(), root_measured / amplitude
 
 
 def _poisson(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``poisson_nll`` per pixel and its derivative in I."""
-    return poisson_nll(intensity, measured), 1.0 - measured / intensity
+    """``poisson_nll`` per pixel and r = M / I: its derivative in I is 1 - r."""
+    return poisson_nll(intensity, measured), measured / intensity
 
 
 def check_kind(kind: str) -> None:
@@ -402,15 +418,22 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
 
     Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for
     every mode, factor (B, K, K) real; the other two are None when not asked for."""
-    intensity = detector_response(coherent, weights, background) + (EPS if kind == "amplitude" else POISSON_FLOOR)
-    per_pixel, d_intensity = (_amplitude if kind == "amplitude" else _poisson)(intensity, measured)
+    floor = EPS if kind == "amplitude" else POISSON_FLOOR
+    # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
+    intensity = (detector_response(coherent, weights, background + floor) if background is not None
+                 else detector_response(coherent, weights) + floor)
+    per_pixel, ratio = (_amplitude if kind == "amplitude" else _poisson)(intensity, measured)
+    # the complex gradient of a real function of |far|^2 is 2 dL/d|far|^2 * far, dL/dI = 1 - ratio;
+    # 2 - 2 ratio in one pass has the bits of 2 (1 - ratio) (a power of 2), so has d (2 w) those of 2 d w
+    if weights is None and background is None and mask is None:
+        return per_pixel.sum(), torch.rsub(ratio, 2.0, alpha=2.0), None, None
+    d_intensity = 1.0 - ratio
     if mask is not None:
         per_pixel = per_pixel * mask
         d_intensity = d_intensity * mask
     grad_weights = (d_intensity * coherent).sum(dim=(-2, -1)) if weights is not None else None
     grad_background = d_intensity.sum(0) if background is not None else None
-    # the complex gradient of a real function of |far|^2 is 2 dL/d|far|^2 * far
-    factor = 2.0 * d_intensity if weights is None else 2.0 * d_intensity * weights[:, None, None]
+    factor = 2.0 * d_intensity if weights is None else d_intensity * (2.0 * weights)[:, None, None]
     return per_pixel.sum(), factor, grad_weights, grad_background
 
 
@@ -420,31 +443,3 @@ def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind:
     intensity = predicted + (EPS if kind == "amplitude" else POISSON_FLOOR)
     per_pixel = _amplitude(intensity, measured)[0] if kind == "amplitude" else poisson_nll(intensity, measured)
     return per_pixel.sum() if reduce else per_pixel
-
-
-def deviance_sums(predicted: torch.Tensor, measured: torch.Tensor, mask: torch.Tensor | None = None
-                  ) -> torch.Tensor:
-    """(sum of the Poisson deviance terms, number of pixel values >= 1) (2,) float64 over the
-    pixels of predicted intensities (B, K, K) and measured counts (B, K, K) where ``mask``
-    (K, K) is 1. The deviance term of a pixel is poisson_nll(m, I) - poisson_nll(I, I), m the
-    model, I >= 0 the counts (the loaders clip or refuse negative values), both floored at TINY
-    inside the logarithm, which makes 0 log 0 = 0; summed and divided by half the count it is
-    ~1 for a model at the noise level."""
-    measured = measured.double()
-    terms = poisson_nll(predicted.double().clamp_min(TINY), measured) - poisson_nll(measured.clamp_min(TINY), measured)
-    counted = measured >= 1
-    if mask is not None:
-        terms, counted = terms * mask, counted * mask
-    return torch.stack([terms.sum(), counted.sum().double()])
-
-
-def saturated_sums(measured: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(sum of poisson_nll(I, I), number of pixel values >= 1) (2,) float64 over the pixels of
-    measured counts I (B, K, K) where ``mask`` (K, K) is 1: the Poisson loss of the counts
-    predicting themselves, which the loss leaves out, and the count that turns a summed loss
-    minus the first into a deviance per counted pixel (see ``deviance_sums``)."""
-    measured = measured.double()
-    terms, counted = poisson_nll(measured.clamp_min(TINY), measured), measured >= 1
-    if mask is not None:
-        terms, counted = terms * mask, counted * mask
-    return torch.stack([terms.sum(), counted.sum().double()])

@@ -64,20 +64,23 @@ class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
                 terms, blur_variance):
+        # No call into this module between the chain's stages (the data walk, tests/test_house.py): the gradients
+        # that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy for one chunk)
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
         per_probe = probe.dim() == 4  # a probe per position (B, P, K, K)
-        grad_propagator = torch.zeros_like(propagator) if ctx.needs_input_grad[6] else None
+        grad_propagator = (None if not ctx.needs_input_grad[6] else [] if per_position
+                           else torch.zeros_like(propagator))
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
-        if shifted:
-            spectrum = torch.fft.fft2(probe)  # (P, K, K), shifted chunk by chunk
-            grad_spectrum_sum = torch.zeros_like(spectrum) if per_probe else None
-            grad_ramps = torch.empty_like(ramps) if ctx.needs_input_grad[2] else None
-        else:
-            grad_probe = torch.zeros_like(probe) if per_probe else None
+        # a probe shared by the batch (P, K, K) divided by K: the detector's transforms then scale nothing (``Detect``)
+        scale = 1.0 if per_probe else 1.0 / k
+        probe = probe if per_probe else probe * scale
+        spectrum = torch.fft.fft2(probe, norm="forward") if shifted else None  # shifted chunk by chunk (ProbeShift)
+        grad_ramps = [] if shifted and ctx.needs_input_grad[2] else None
+        grad_probe = []  # per chunk: the probe's gradient, or with a shift the sum over the chunk of its spectrum's
         total = None  # the sums over the chunks start from the first chunk's value, not from zeros (0 + x = x)
-        grad_weights = torch.empty_like(weights) if weights is not None else None
+        grad_weights = [] if weights is not None else None
         grad_background = torch.zeros_like(background) if background is not None else None
         grad_blur = torch.zeros_like(blur_variance) if ctx.needs_input_grad[12] else None
         for start in range(0, top_left.shape[0], chunk):
@@ -86,7 +89,7 @@ class _PtychoLoss(torch.autograd.Function):
             part = slice(start, start + chunk)
             shift = ProbeShift(ramps[part] if shifted else None)
             patches = Patches(top_left[part], k)
-            detect = Detect(detector, shift.ramps)
+            detect = Detect(detector, shift.ramps, prescaled=not per_probe)
             multislice = Multislice(propagator[part] if per_position else propagator)
             spectra = [] if grad_propagator is not None else None
             if shifted:
@@ -106,16 +109,17 @@ class _PtychoLoss(torch.autograd.Function):
                 factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
                 if grad_v is not None:
                     grad_blur += 0.5 * grad_v
-            ramp_grad = shifted and grad_ramps is not None  # near field: the image's shift back at the detector
-            grad_waves, grad_back = detect.vjp(far * factor[:, None, None], far_spectrum if ramp_grad else None)
+            # near field with ramps: the gradient of the image's shift back at the detector too
+            grad_waves, grad_back = detect.vjp(far.mul_(factor[:, None, None]),
+                                               far_spectrum if grad_ramps is not None else None)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
             total = loss if total is None else total + loss
             if grad_h is not None and per_position:
-                grad_propagator[part] = grad_h
+                grad_propagator.append(grad_h)
             elif grad_h is not None:
                 grad_propagator += grad_h
             if grad_weights is not None:
-                grad_weights[part] = grad_w
+                grad_weights.append(grad_w)
             if grad_background is not None:
                 grad_background += grad_b
             patches.add_adjoint(grad_obj, grad_patches)
@@ -123,31 +127,34 @@ class _PtychoLoss(torch.autograd.Function):
                 own = spectrum[part] if per_probe else spectrum
                 grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, own if grad_ramps is not None else None,
                                                            per_position=per_probe)
-                if per_probe:
-                    grad_spectrum_sum[part] = grad_spectrum
-                else:
-                    grad_spectrum_sum = grad_spectrum if grad_spectrum_sum is None else grad_spectrum_sum + grad_spectrum
+                grad_probe.append(grad_spectrum)
                 if grad_ramps is not None:
-                    grad_ramps[part] = grad_r
-                    if grad_back is not None:
-                        grad_ramps[part] += grad_back
-            elif per_probe:
-                grad_probe[part] = shift.adjoint(grad_probes, per_position=True)
+                    grad_ramps.append(grad_r if grad_back is None else grad_r.add_(grad_back))
             else:
-                adjoint = shift.adjoint(grad_probes)
-                grad_probe = adjoint if grad_probe is None else grad_probe + adjoint
-        if shifted:
-            grad_probe = torch.fft.ifft2(grad_spectrum_sum)  # ProbeShift.adjoint, summed over the chunks first
+                grad_probe.append(shift.adjoint(grad_probes, per_position=per_probe))
+        # per position: the chunks' pieces joined; shared: summed in the chunks' order
+        grad_probe = grad_probe[0] if len(grad_probe) == 1 else torch.cat(grad_probe) if per_probe \
+            else sum(grad_probe[1:], grad_probe[0])
+        if shifted:  # ProbeShift.adjoint, summed over the chunks first
+            grad_probe = torch.fft.ifft2(grad_probe)
         # in the order of forward's inputs; None for those without a gradient
-        ctx.grads = (grad_probe, grad_obj, grad_ramps if shifted else None, grad_weights, grad_background, None,
-                     grad_propagator, None, None, None, None, None, grad_blur)
+        ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
+                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur)
         return total
 
     @staticmethod
     def backward(ctx, grad_loss):
         grads = ctx.grads
         del ctx.grads
-        return tuple(None if g is None else g * grad_loss for g in grads)
+        # scaled in place: forward made each of them, and nothing else holds them
+        return tuple(None if g is None else _joined(g).mul_(grad_loss) for g in grads)
+
+
+def _joined(pieces: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+    """The chunks' pieces (each (c, ...)) of a gradient per position as one (B, ...) tensor; a tensor as it is."""
+    if isinstance(pieces, torch.Tensor):
+        return pieces
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",

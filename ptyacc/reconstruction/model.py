@@ -155,12 +155,11 @@ class PtychoModel(nn.Module):
         else:
             top_left = self.fixed_corners[indices]
             ramps = None
-            if self.needs_shift:
-                ramp_y, ramp_x = shift_ramps_1d(self.fixed_fractions[:1] if self.uniform_shift
-                                                else self.fixed_fractions[indices], self.window)
-                ramps = torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :])  # (B, K, K)
             if self.uniform_shift:  # the same ramp for every position: the probe shifted once
-                probe, ramps = torch.fft.ifft2(torch.fft.fft2(probe) * ramps), None
+                probe = torch.fft.ifft2(torch.fft.fft2(probe) * self._fixed_ramps()[0])
+            elif self.needs_shift:
+                ramp_y, ramp_x = self._fixed_ramps()
+                ramps = torch.bmm(ramp_y[indices, :, None], ramp_x[indices, None, :])  # (B, K, K)
         if not self.holds_from_corner:
             top_left = top_left - self.object_origin  # corners in the held part of the object
         weights = background = None
@@ -174,6 +173,22 @@ class PtychoModel(nn.Module):
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background)
+
+    _ramps_made_from: tuple | None = None  # what ``_fixed_ramps`` made its ramps from
+    _ramps: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def _fixed_ramps(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The shift factors of the fixed positions' sub-pixel rests: (N, K) along y and x, or with a
+        uniform shift the ramp (1, K, K) of them all and None. Made when the rests change (``move_scan``,
+        a checkpoint or a rollback writes them in place), not at every step: the same numbers."""
+        fractions = self.fixed_fractions
+        key = (fractions.data_ptr(), fractions._version, self.uniform_shift)
+        if self._ramps_made_from != key:
+            ramp_y, ramp_x = shift_ramps_1d(fractions[:1] if self.uniform_shift else fractions, self.window)
+            self._ramps = ((torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :]), None) if self.uniform_shift
+                           else (ramp_y, ramp_x))
+            self._ramps_made_from = key
+        return self._ramps
 
     def slice_propagator(self, indices: torch.Tensor) -> torch.Tensor:
         """The propagator between slices (K, K) complex64, or (B, K, K) with a tilt per position of ``indices`` (B,)."""

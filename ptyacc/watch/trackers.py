@@ -19,7 +19,7 @@ from ptyacc.config import Config
 from ptyacc.data.dataset import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.errors import ConfigError
-from ptyacc.physics.chain import saturated_sums
+from ptyacc.physics.deviance import saturated_sums
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.watch.tracker_images import object_images, patterns_image, positions_image, probe_image, scanned_region
 
@@ -255,7 +255,7 @@ def _saturated_sums(saver: Saved) -> tuple[float, float]:
     """(sum over the detector mask of the Poisson loss of the measured patterns predicting
     themselves, number of pixel values >= 1) over the fitted positions: a Poisson loss summed over
     them minus the first, over half the second, is the deviance per counted pixel
-    (``physics.chain.deviance_sums``). Read through the store, whatever ``data.hold`` chose;
+    (``physics.deviance.deviance_sums``). Read through the store, whatever ``data.hold`` chose;
     every process takes part when each holds only its share of the patterns."""
     store, mask = saver.store, saver.model.detector_mask
     fitted = torch.as_tensor(np.setdiff1d(store.held, saver.left_out), dtype=torch.long, device=store.device)
