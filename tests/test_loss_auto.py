@@ -17,7 +17,13 @@ import ptyacc
 import ptyacc.physics.chain as chain
 from ptyacc.data.store import PatternStore, sample_statistics
 from ptyacc.reconstruction.engine import Reconstructor
-from ptyacc.reconstruction.multislice_auto import optimizer_notes, resolved_loss, resolved_optimizer, resolved_step
+from ptyacc.reconstruction.multislice_auto import (
+    STRONG_SCATTERING,
+    optimizer_notes,
+    resolved_loss,
+    resolved_optimizer,
+    resolved_step,
+)
 from tests.conftest import tiny_config
 
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
@@ -212,3 +218,19 @@ def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson()
         assert run.config.optim.regularize.depth_blur_slices == depth_blur
         assert run.config.optim.preconditioned_step == step
         assert resolved_step(run.config) == (0.6 if step == 0.6 else 0.4 if loss == "amplitude" else 0.8)
+
+
+def test_info_says_how_strongly_the_sample_scatters():
+    """``ptyacc info`` (and the comments ``ptyacc init`` writes) give the share beyond the disk, and for a thick
+    crystal what the defaults do with it and what the user should add."""
+    from abtem_cases import case_config
+
+    from ptyacc.commands.info import data_report
+
+    demo = yaml.safe_load(DEMO.read_text())
+    demo["data"]["path"] = str((DEMO.parent / demo["data"]["path"]).resolve())
+    thick = next(line for line in data_report(ptyacc.load_config(case_config("untilted"))) if "scattering" in line)
+    thin = next(line for line in data_report(ptyacc.load_config(demo)) if "scattering" in line)
+    share = lambda line: float(line.split("scattering: ")[1].split("%")[0])  # noqa: E731
+    assert share(thick) > 100 * STRONG_SCATTERING > share(thin) > 0.5
+    assert "strong" in thick and "model.slices" in thick and "upsample" in thick and "strong" not in thin

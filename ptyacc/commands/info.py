@@ -119,6 +119,19 @@ def _overlap_lines(config, data, geometry) -> list[str]:
         footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None)]
 
 
+def _scattering_line(data) -> str:
+    """How much of the sampled patterns' counts lies beyond the bright-field disk, and what a strong share means."""
+    from ptyacc.reconstruction.multislice_auto import STRONG_SCATTERING, dark_field_fraction
+
+    share = dark_field_fraction(data.patterns.mean(0), data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
+    line = f"scattering: {100 * share:.1f}% of the counts beyond the bright-field disk"
+    if share <= STRONG_SCATTERING:
+        return line
+    return (line + f" (over {100 * STRONG_SCATTERING:g}%: strong; a thick sample? give it model.slices and "
+            "model.slice_thickness_A; on several slices the defaults then take the amplitude loss, a depth blur of one "
+            "slice and a longer step; refine a tilt with data.transform.upsample: 2; docs/thick-crystals.md)")
+
+
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:
     """Bright-field disk radius, the probe's size from its defocus and aperture, and how much of
     the probe built from them lies near the window's edge."""
@@ -141,6 +154,7 @@ def _electron_probe_report(data) -> tuple[list[str], list[str]]:
     c = np.arange(k) - k // 2
     outside = float((np.abs(probe) ** 2)[np.hypot(c[:, None], c[None, :]) > 0.45 * k].sum())
     lines.append(f"probe: {100 * outside:.1f}% of its intensity lies near the window edge (r > 0.45 K)")
+    lines.append(_scattering_line(data))
     if diameter_A > k * dx:
         warnings.append(f"the defocused probe ({diameter_A:.4g} A across) is wider than the {k} x {k} px window "
                         f"({k * dx:.4g} A): less defocus, a larger crop, or padding (data.transform.pad)")
