@@ -380,3 +380,16 @@ def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_on
     for config, floor in ((one, 0.0), (several, 0.25), (given, 0.5)):
         model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=config.model.slices)
         assert build_groups(config, model, torch.device("cpu"))[0].optimizer.batch_floor == floor
+
+
+def test_adams_beta2_is_resolved_with_the_other_autos():
+    """``optim.adam_beta2: auto`` is resolved with the other auto keys before the model is built (``AutoPriors``),
+    and results.h5's auto_values name it: 0.95 on one slice, 0.999 on several; a number given is kept."""
+    from ptyacc.reconstruction.multislice_auto import AutoPriors
+
+    one = ptyacc.load_config({}, ["data.path=x.h5"])
+    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
+    given = ptyacc.load_config({}, ["data.path=x.h5", "optim.adam_beta2=0.9"])
+    assert (AutoPriors.of(one).beta2, AutoPriors.of(several).beta2, AutoPriors.of(given).beta2) == (0.95, 0.999, 0.9)
+    assert auto_values(one)["optim.adam_beta2"] == 0.95 and auto_values(several)["optim.adam_beta2"] == 0.999
+    assert "optim.adam_beta2" not in auto_values(given)

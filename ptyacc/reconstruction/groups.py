@@ -154,20 +154,13 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                                        config.model.object_amplitude_bounds[1] ** 2, auto.share)
         # its step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
         obj.after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
-    fast, beta2 = _fast_adam(device), adam_beta2(config)
+    fast, beta2 = _fast_adam(device), auto.beta2
     schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
     for group in groups:
         if group.optimizer is None:  # every group but a preconditioned object or probe
             group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
     return groups
-
-
-def adam_beta2(config: Config) -> float:
-    """``optim.adam_beta2``, with auto resolved: 0.95 for one slice, 0.999 for multislice."""
-    if config.optim.adam_beta2 != "auto":
-        return float(config.optim.adam_beta2)
-    return 0.95 if config.model.slices == 1 else 0.999
 
 
 def _object_group(config: Config, model: PtychoModel, priors: dict[str, float]) -> ParameterGroup:

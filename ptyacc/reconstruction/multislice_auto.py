@@ -274,6 +274,8 @@ def auto_values(config: Config) -> dict[str, float | str]:
         if getattr(config.optim, f"{group}_optimizer") == "auto":
             values[f"optim.{group}_optimizer"] = resolved_optimizer(config, group)
     values.update(preconditioned_autos(config))
+    if config.optim.adam_beta2 == "auto":
+        values["optim.adam_beta2"] = resolved_beta2(config)
     return values
 
 
@@ -309,7 +311,7 @@ class AutoPriors:
     """What a run's auto keys come to, resolved once at build: ``values`` {name: value} of every key of
     ``MULTISLICE`` (``resolved_values``) and ``notes`` (``auto_notes``), the object's and the probe's
     optimizer, the object's preconditioned step, the loss's share of the gradient in it and the batch
-    floor. (results.h5's
+    floor, and Adam's beta2. (results.h5's
     attribute, ``auto_values``, is made with the run's other texts when it starts.)"""
 
     values: dict[str, float]
@@ -320,9 +322,17 @@ class AutoPriors:
     log_notes: list[str] = field(default_factory=list)  # run.log only (``optimizer_notes``)
     share: float = 0.5  # ``least_squares(config.optim.loss).share``
     batch_floor: float = 0.0  # ``resolved_batch_floor(config)``
+    beta2: float = 0.95  # ``resolved_beta2(config)``, every Adam's
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
         return cls(resolved_values(config), auto_notes(config), resolved_optimizer(config),
                    resolved_optimizer(config, "probe"), resolved_step(config), optimizer_notes(config),
-                   least_squares(config.optim.loss).share, resolved_batch_floor(config))
+                   least_squares(config.optim.loss).share, resolved_batch_floor(config), resolved_beta2(config))
+
+
+def resolved_beta2(config: Config) -> float:
+    """``optim.adam_beta2``, with auto resolved: 0.95 for one slice, 0.999 for multislice."""
+    if config.optim.adam_beta2 != "auto":
+        return float(config.optim.adam_beta2)
+    return 0.95 if config.model.slices == 1 else 0.999
