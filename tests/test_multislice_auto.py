@@ -102,6 +102,8 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
                                                           "optim.probe_optimizer": "preconditioned",
                                                           "optim.preconditioned_step": 0.4,
                                                           "optim.preconditioner_batch_floor": 0.25,
+                                                          "optim.regularize.depth_blur_slices": 0.0,
+                                                          "optim.adam_beta2": 0.999,
                                                           "optim.loss": "amplitude"}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
