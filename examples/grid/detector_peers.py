@@ -95,7 +95,7 @@ def main(work: Path, setting: simulate.Setting, rows: list[str]) -> None:
             rec, per_iteration = run_ptyacc(config, overrides)
             offset = positions.mean(0) - np.asarray(rec.results.initial_positions_A).mean(0)
             found = packages.score(rec.results.phase, np.asarray(rec.results.origin_A) + offset, dx, positions, truth)
-            extra = {"batch": rec.config.optim.batch_size, "blur_px": rec.model.detector_blur_px()}
+            extra = {"blur_px": rec.model.detector_blur_px()}
         else:
             package = "ptyrad" if row.startswith("ptyrad") else "ptychi"
             modes = row[len("ptyrad"):] if package == "ptyrad" else "1"
