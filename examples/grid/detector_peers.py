@@ -63,15 +63,8 @@ def run_ptyacc(config, overrides: list[str]):
 
 
 def main(work: Path, setting: simulate.Setting, rows: list[str]) -> None:
-    work.mkdir(parents=True, exist_ok=True)
-    case, peers = work / "case.h5", work / "peers.h5"
-    if not case.exists():
-        simulate.write(str(case), setting)
-    with h5py.File(case) as f:
-        truth, dx = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"])
-        positions = f["ground_truth/positions_A"][()]
-    with h5py.File(work / "true_positions.h5", "w") as f:
-        f["positions_A"] = positions
+    case, truth, dx, positions = detector_table.write_case(work, setting, again=False)
+    peers = work / "peers.h5"
     peers_file(case, peers)
     common = [f"optim.iterations={ITERATIONS}", "runtime.progress=false", f"runtime.threads={THREADS}"]
     for row in rows:

@@ -72,17 +72,25 @@ EVERY_ROWS = {  # every effect of SETTING, the defocus 120 Å with the file's no
 }
 
 
-def main(work: Path, setting: simulate.Setting = SETTING, rows: dict = ROWS, iterations: int = 20) -> None:
-    import ptyacc
-
+def write_case(work: Path, setting: simulate.Setting, again: bool = True) -> tuple[Path, np.ndarray, float, np.ndarray]:
+    """``setting``'s case written to WORK/case.h5 (``again``: also where it exists) and its true positions to
+    WORK/true_positions.h5; the file, the true phase, its pixel (Å) and the true positions (N, 2) Å."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / "case.h5"
-    simulate.write(str(path), setting)
+    if again or not path.exists():
+        simulate.write(str(path), setting)
     with h5py.File(path) as f:
         truth, dx = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"])
         positions = f["ground_truth/positions_A"][()]
     with h5py.File(work / "true_positions.h5", "w") as f:
         f["positions_A"] = positions
+    return path, truth, dx, positions
+
+
+def main(work: Path, setting: simulate.Setting = SETTING, rows: dict = ROWS, iterations: int = 20) -> None:
+    import ptyacc
+
+    path, truth, dx, positions = write_case(work, setting)
     for name, extra in rows.items():
         config = {"data": {"path": str(path)}, "optim": {"iterations": iterations, "batch_size": 32},
                   "runtime": {"progress": False, "threads": 1}}
