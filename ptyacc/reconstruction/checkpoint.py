@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ptyacc.errors import ConfigError
+from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.results.outdir import atomic_write
 
 FOLDER = "checkpoints"
@@ -65,14 +66,13 @@ def latest_checkpoint(out_dir: Path) -> tuple[Path, dict] | None:
     return None
 
 
-def restore(model: torch.nn.Module, named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: Path) -> None:
+def restore(model: PtychoModel, named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: Path) -> None:
     """Load a checkpoint into the bare model and the optimizers of its groups (``named``: (group name,
     optimizer) pairs), with a clear error when the config has changed the shapes (other modes, slices,
     data) or the refined quantities. Each optimizer takes the state saved under its group's name
     (``optimizer_names``); a checkpoint written before names were saved gives them in order."""
     own = model.state_dict()
-    upgrade = getattr(model, "upgraded_state", None)  # names of earlier versions made today's
-    state = dict(state, model=upgrade(state["model"]) if upgrade is not None else state["model"])
+    state = dict(state, model=model.upgraded_state(state["model"]))  # names of earlier versions made today's
     for name, tensor in state["model"].items():
         if name in own and own[name].shape != tensor.shape:
             raise ConfigError(f"{path}: {name} has shape {tuple(tensor.shape)} but this config builds "

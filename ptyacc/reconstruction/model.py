@@ -260,8 +260,11 @@ class PtychoModel(nn.Module):
         return nominal + self.position_offsets[indices]
 
     def upgraded_state(self, state: dict) -> dict:
-        """``upgraded_state`` of this model (a saved state dict with today's names)."""
-        return upgraded_state(self, state)
+        """A copy of a saved state dict of this model with the names of earlier versions made today's
+        (what ``load_state_dict`` does on its own; ``checkpoint.restore`` checks the names first)."""
+        state = dict(state)
+        _fitted_from_old_state(self, state, "")
+        return state
 
     # ------------------------------------------------------------------ views of the state
     @property
@@ -308,14 +311,6 @@ def _fitted_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) 
             value = state.pop(prefix + old)
             if fitted:
                 state[prefix + new] = value
-
-
-def upgraded_state(model: PtychoModel, state: dict) -> dict:
-    """A copy of a saved state dict of ``model`` with the names of earlier versions made today's
-    (what ``load_state_dict`` does on its own; ``checkpoint.restore`` checks the names first)."""
-    state = dict(state)
-    _fitted_from_old_state(model, state, "")
-    return state
 
 
 def _uniform(fractions: torch.Tensor, tolerance_px: float = 1e-4) -> bool:
