@@ -1,6 +1,7 @@
 """Checkpoints keep each optimizer under its group's name, and the fitted background and intensity
-weights under their quantity's (``ptyacc/quantities/detector_fit.py``); a checkpoint written before
-(optimizers in order, the fitted tensors at the model's top level) still resumes to the same bits."""
+weights, and the detector blur, under their quantity's (``ptyacc/quantities/detector_fit.py``,
+``detector_blur.py``); a checkpoint written before (optimizers in order, those tensors at the model's
+top level) still resumes to the same bits."""
 
 import shutil
 
@@ -21,12 +22,15 @@ def fitted_config(tmp_path, **start):
     return ptyacc.load_config(config)
 
 
+OLD_NAMES = {"quantities.detector_blur.variance_px2": "detector_blur_variance"}
+
+
 def in_old_format(state: dict) -> dict:
     """``state`` as a checkpoint of the earlier layout: no optimizer names, the fitted tensors and the
-    background's scale at the model's top level."""
+    background's scale, and the blur's variance, at the model's top level."""
     model = {}
     for name, tensor in state["model"].items():
-        model[name.removeprefix("quantities.fitted.")] = tensor
+        model[OLD_NAMES.get(name, name.removeprefix("quantities.fitted."))] = tensor
     old = {key: value for key, value in state.items() if key != "optimizer_names"}
     return {**old, "model": model}
 
@@ -76,3 +80,22 @@ def test_optimizers_are_matched_by_name_not_by_place(tmp_path):
     np.testing.assert_array_equal(resumed.results.object, whole.results.object)
     assert torch.equal(torch.as_tensor(resumed.results.quantities["fitted"]["background"]),
                        torch.as_tensor(whole.results.quantities["fitted"]["background"]))
+
+
+def test_an_old_checkpoint_of_a_refined_blur_resumes_to_the_same_bits(tmp_path):
+    """The blur's variance saved as the model's own 'detector_blur_variance' (before
+    ``quantities/detector_blur.py``) resumes under its quantity's name."""
+    config = ptyacc.load_config(tiny_config(tmp_path, model={"detector_blur_px": 0.4},
+                                            optim={"iterations": 6, "start": {"detector_blur": 1}},
+                                            output={"dir": str(tmp_path / "out"), "checkpoint_every": 3,
+                                                    "figures": False}))
+    whole = ptyacc.reconstruct(config)
+    out = tmp_path / "out"
+    (out / "checkpoints" / "ckpt_000006.pt").unlink()
+    _, third = latest_checkpoint(out)
+    assert "quantities.detector_blur.variance_px2" in third["model"]
+    shutil.rmtree(out / "checkpoints")
+    save_checkpoint(out, in_old_format(third), keep=2)
+    resumed = ptyacc.reconstruct(config, resume=True)
+    np.testing.assert_array_equal(resumed.results.object, whole.results.object)
+    assert resumed.results.attrs["detector_blur_px"] == whole.results.attrs["detector_blur_px"] != 0.4

@@ -8,16 +8,20 @@ and how it is refined:
   either); the default leaves them;
 - ``intensity_factor(indices)``: (B,) a factor of each predicted pattern, or None (the default);
 - ``added_background()``: (K, K) counts added to every predicted pattern (unshifted layout), or None;
+- ``detection(detector)``: the model's ``Detector`` with what this quantity changes in it (a point
+  spread); the default leaves it;
 - ``groups(config, model)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
   start iteration, optimizer, what runs after each step and iteration);
-- ``saved(model)``: {name: array}, results.h5's group ``name`` (``Results.quantities``).
+- ``saved(model)``: {name: array}, results.h5's group ``results_group`` (``Results.quantities``;
+  by default the quantity's ``name``; several quantities may write into one group, as ``fitted``);
+- ``attributes(model)``: {name: number}, attributes of results.h5 (``Results.attrs``).
 
 A factory ``(config, model, context) -> Quantity | None`` registered with ``register`` is asked,
 once the model is built (``build_model``, which passes a ``BuildContext``), whether the run has its quantity; the model keeps
 the quantities it is given in ``model.quantities`` (by name, in registration order) and applies
 them in that order. The package registers the fitted background and intensity weights
-(``detector_fit.py``), a varying probe (``probe_variation.py``) and the probes of several scans
-(``scans.py``); a quantity defined elsewhere (a test, a notebook)
+(``detector_fit.py``), a varying probe (``probe_variation.py``), the probes of several scans
+(``scans.py``) and the detector's blur (``detector_blur.py``); a quantity defined elsewhere (a test, a notebook)
 registers its own factory, and nothing in the package changes (docs/architecture.md, "Adding a
 quantity").
 """
@@ -34,6 +38,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from ptyacc.config import Config
+    from ptyacc.physics import Detector
     from ptyacc.reconstruction.groups import ParameterGroup
     from ptyacc.reconstruction.model import PtychoModel
 
@@ -60,9 +65,11 @@ FACTORIES: list[Factory] = []
 
 
 class Quantity(nn.Module):
-    """A refined quantity (module docstring); ``name`` is its results.h5 group and must be unique."""
+    """A refined quantity (module docstring); ``name``, unique, is its key in ``model.quantities``
+    (its state's ``quantities.<name>.``) and, unless ``results_group`` says another, its results.h5 group."""
 
     name = "quantity"
+    results_group: str | None = None
 
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         return probe
@@ -73,10 +80,16 @@ class Quantity(nn.Module):
     def added_background(self) -> torch.Tensor | None:
         return None
 
+    def detection(self, detector: Detector) -> Detector:
+        return detector
+
     def groups(self, config: Config, model: PtychoModel) -> list[ParameterGroup]:
         return []
 
     def saved(self, model: PtychoModel) -> dict[str, np.ndarray]:
+        return {}
+
+    def attributes(self, model: PtychoModel) -> dict[str, float]:
         return {}
 
 

@@ -141,9 +141,6 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
         groups += model.propagation.groups(config, model)
     for quantity in model.quantities.values():  # ptyacc/quantities/: their own groups
         groups += quantity.groups(config, model)
-    if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
-        groups.append(ParameterGroup("detector_blur", [blur], opt.lr.detector_blur, start.detector_blur,
-                                     after_step=lambda: clamp(blur, 0.0, None)))
     if auto.optimizer == "preconditioned":
         obj.lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         obj.optimizer = PreconditionedDescent(obj.params, model, obj.lr, opt.preconditioner_floor, auto.share,

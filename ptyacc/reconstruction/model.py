@@ -47,12 +47,8 @@ class PtychoModel(nn.Module):
       shear, asymmetry), so that position = centre + (I + M) (nominal - centre) + offset, centre
       the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
     - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: the fitted
-      background and intensity weights, a varying probe, the probes of several scans, ...), by name,
-      given after construction (``attach_quantities``), applied in that order
-    - detector_blur_variance: () float32 px^2, the variance of the detector's point spread
-      (``physics/detector_blur.py``) when refined (``refine_detector_blur``); a buffer when fixed
-      at ``detector_blur_px`` > 0; None without blur. The variance, not sigma: a blur refined from
-      none has a gradient in it.
+      background and intensity weights, a varying probe, the probes of several scans, the detector's
+      blur, ...), by name, given after construction (``attach_quantities``), applied in that order
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     ``propagation`` (``quantities/slices.py``'s ``SlicePropagation``, multislice with a tilt or a refined slice thickness):
@@ -69,8 +65,7 @@ class PtychoModel(nn.Module):
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  region: tuple[int, int, int, int] | None = None, propagation: nn.Module | None = None,
-                 scan_affine: bool = False, movable_scan: bool = False, detector_blur_px: float = 0.0,
-                 refine_detector_blur: bool = False) -> None:
+                 scan_affine: bool = False, movable_scan: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -127,12 +122,7 @@ class PtychoModel(nn.Module):
         self.has_mask = detector.mask is not None
         self.register_buffer("detector_mask", (detector.mask if self.has_mask else torch.ones(k, k)).float())
         self.quantities = nn.ModuleDict()  # ptyacc/quantities/registry.py
-        self._register_load_state_dict_pre_hook(_fitted_from_old_state, with_module=True)
-        variance = torch.tensor(float(detector_blur_px) ** 2)
-        if refine_detector_blur:
-            self.detector_blur_variance = nn.Parameter(variance)
-        else:
-            self.register_buffer("detector_blur_variance", variance if detector_blur_px > 0 else None)
+        self._register_load_state_dict_pre_hook(_renamed_from_old_state, with_module=True)
         self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
@@ -197,15 +187,17 @@ class PtychoModel(nn.Module):
         return torch.view_as_complex(self.propagator)
 
     def detector(self) -> Detector:
-        """The detection of this model: near-field propagator, bad-pixel mask and point spread, when used."""
-        return Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
-                        mask=self.detector_mask if self.has_mask else None,
-                        blur_variance_px2=self.detector_blur_variance)
+        """The detection of this model: near-field propagator and bad-pixel mask when used, and what
+        its quantities do to it (the point spread, ``quantities/detector_blur.py``)."""
+        detector = Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
+                            mask=self.detector_mask if self.has_mask else None)
+        for quantity in self.quantities.values():
+            detector = quantity.detection(detector)
+        return detector
 
     def detector_blur_px(self) -> float | None:
         """The point spread's sigma (px) now, or None for a model without blur."""
-        variance = self.detector_blur_variance
-        return None if variance is None else float(variance.detach().clamp_min(0.0).sqrt())
+        return self.quantities["detector_blur"].sigma_px() if "detector_blur" in self.quantities else None
 
     def _window_corners(self, centres: torch.Tensor, scan_shift_px: torch.Tensor | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,7 +255,7 @@ class PtychoModel(nn.Module):
         """A copy of a saved state dict of this model with the names of earlier versions made today's
         (what ``load_state_dict`` does on its own; ``checkpoint.restore`` checks the names first)."""
         state = dict(state)
-        _fitted_from_old_state(self, state, "")
+        _renamed_from_old_state(self, state, "")
         return state
 
     # ------------------------------------------------------------------ views of the state
@@ -276,6 +268,11 @@ class PtychoModel(nn.Module):
     def intensity_weights(self) -> torch.Tensor | None:
         """The fitted intensity weights (N,), or None."""
         return self.quantities["fitted"].intensity_weights if "fitted" in self.quantities else None
+
+    @property
+    def detector_blur_variance(self) -> torch.Tensor | None:
+        """The variance (px^2) of the detector's point spread, a parameter when refined, or None without blur."""
+        return self.quantities["detector_blur"].variance_px2 if "detector_blur" in self.quantities else None
 
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
@@ -296,20 +293,22 @@ class PtychoModel(nn.Module):
         return self._centres(torch.arange(len(self.positions_px), device=self.positions_px.device))
 
 
-OLD_FITTED_KEYS = {"background": "quantities.fitted.background",
-                   "intensity_weights": "quantities.fitted.intensity_weights",
-                   "background_scale": "quantities.fitted.background_scale"}
+# the model's own tensors of earlier versions that moved into quantities (``quantities.<name>.<tensor>``)
+OLD_KEYS = {"background": "quantities.fitted.background",
+            "intensity_weights": "quantities.fitted.intensity_weights",
+            "background_scale": "quantities.fitted.background_scale",
+            "detector_blur_variance": "quantities.detector_blur.variance_px2"}
 
 
-def _fitted_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
-    """A checkpoint written when the model held the fitted background and weights itself
-    ('background', 'intensity_weights', and 'background_scale' always): under the names of their
-    quantity now (the scale dropped where nothing is fitted)."""
-    fitted = "fitted" in model.quantities
-    for old, new in OLD_FITTED_KEYS.items():
+def _renamed_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
+    """A checkpoint written when the model held the fitted background and weights ('background',
+    'intensity_weights', and 'background_scale' always) and the detector blur's variance itself:
+    under the names of their quantities now (dropped where this model has no such quantity: the
+    background's scale of a run that fits nothing)."""
+    for old, new in OLD_KEYS.items():
         if prefix + old in state:
             value = state.pop(prefix + old)
-            if fitted:
+            if new.split(".")[1] in model.quantities:
                 state[prefix + new] = value
 
 
