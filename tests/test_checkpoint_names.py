@@ -22,7 +22,8 @@ def fitted_config(tmp_path, **start):
     return ptyacc.load_config(config)
 
 
-OLD_NAMES = {"quantities.detector_blur.variance_px2": "detector_blur_variance"}
+OLD_NAMES = {"quantities.detector_blur.variance_px2": "detector_blur_variance",
+             "quantities.positions.offsets_px": "position_offsets", "quantities.positions.scan_affine": "scan_affine"}
 
 
 def in_old_format(state: dict) -> dict:
@@ -82,20 +83,40 @@ def test_optimizers_are_matched_by_name_not_by_place(tmp_path):
                        torch.as_tensor(whole.results.quantities["fitted"]["background"]))
 
 
-def test_an_old_checkpoint_of_a_refined_blur_resumes_to_the_same_bits(tmp_path):
-    """The blur's variance saved as the model's own 'detector_blur_variance' (before
-    ``quantities/detector_blur.py``) resumes under its quantity's name."""
+def test_an_old_checkpoint_of_a_refined_blur_and_positions_resumes_to_the_same_bits(tmp_path):
+    """The blur's variance, the position offsets and the scan affine saved as the model's own
+    ('detector_blur_variance', 'position_offsets', 'scan_affine': before ``quantities/detector_blur.py``
+    and ``positions.py``) resume under their quantities' names."""
     config = ptyacc.load_config(tiny_config(tmp_path, model={"detector_blur_px": 0.4},
-                                            optim={"iterations": 6, "start": {"detector_blur": 1}},
+                                            optim={"iterations": 6, "start": {"detector_blur": 1, "positions": 1,
+                                                                              "scan_affine": 1}},
                                             output={"dir": str(tmp_path / "out"), "checkpoint_every": 3,
                                                     "figures": False}))
     whole = ptyacc.reconstruct(config)
     out = tmp_path / "out"
     (out / "checkpoints" / "ckpt_000006.pt").unlink()
     _, third = latest_checkpoint(out)
-    assert "quantities.detector_blur.variance_px2" in third["model"]
+    assert set(OLD_NAMES) <= set(third["model"])
     shutil.rmtree(out / "checkpoints")
     save_checkpoint(out, in_old_format(third), keep=2)
     resumed = ptyacc.reconstruct(config, resume=True)
     np.testing.assert_array_equal(resumed.results.object, whole.results.object)
     assert resumed.results.attrs["detector_blur_px"] == whole.results.attrs["detector_blur_px"] != 0.4
+    np.testing.assert_array_equal(resumed.results.positions_A, whole.results.positions_A)
+    affine = whole.results.quantities["fitted"]["scan_affine"]
+    assert np.abs(affine).max() > 0 and np.array_equal(resumed.results.quantities["fitted"]["scan_affine"], affine)
+
+
+def test_an_old_checkpoint_of_fixed_positions_resumes(tmp_path):
+    """Fixed positions kept zero offsets in the model's state ('position_offsets'); they are no
+    quantity now, and such a checkpoint resumes without them."""
+    config = fitted_config(tmp_path)
+    whole = ptyacc.reconstruct(config)
+    out = tmp_path / "out"
+    (out / "checkpoints" / "ckpt_000006.pt").unlink()
+    _, third = latest_checkpoint(out)
+    assert not any("position" in name for name in third["model"] if name != "positions_px")
+    old = dict(third, model={**third["model"], "position_offsets": torch.zeros_like(third["model"]["positions_px"])})
+    shutil.rmtree(out / "checkpoints")
+    save_checkpoint(out, old, keep=2)
+    np.testing.assert_array_equal(ptyacc.reconstruct(config, resume=True).results.object, whole.results.object)

@@ -73,6 +73,7 @@ def restore(model: PtychoModel, named: list[tuple[str, torch.optim.Optimizer]], 
     (``optimizer_names``); a checkpoint written before names were saved gives them in order."""
     own = model.state_dict()
     state = dict(state, model=model.upgraded_state(state["model"]))  # names of earlier versions made today's
+    pairs = _paired(named, state, path)  # first: other refined quantities are named as such, not as missing tensors
     for name, tensor in state["model"].items():
         if name in own and own[name].shape != tensor.shape:
             raise ConfigError(f"{path}: {name} has shape {tuple(tensor.shape)} but this config builds "
@@ -81,7 +82,7 @@ def restore(model: PtychoModel, named: list[tuple[str, torch.optim.Optimizer]], 
     if missing:
         raise ConfigError(f"{path}: no {', '.join(missing)} in the checkpoint; resume with the config that wrote it")
     model.load_state_dict(state["model"])
-    for name, optimizer, saved in _paired(named, state, path):
+    for name, optimizer, saved in pairs:
         mine, theirs = _kind(optimizer.param_groups[0]), _kind((saved.get("param_groups") or [{}])[0])
         if None not in (mine, theirs) and mine != theirs:
             key = {"object": "optim.object_optimizer", "probe": "optim.probe_optimizer"}.get(name, f"the {name} group")

@@ -130,13 +130,6 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                            after_iteration=(lambda: orthogonalize(model.probe))
                            if config.model.orthogonalize_probe and probe_modes > 1 else None)
     groups = [obj, probe]
-    if model.refine_positions:
-        limit_px = opt.max_position_offset_fraction * model.window
-        groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
-                                     after_iteration=lambda: clamp(model.position_offsets, -limit_px, limit_px)))
-    if model.scan_affine is not None:
-        groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
-                                     after_iteration=lambda: zero_mean(model.position_offsets)))
     if model.propagation is not None:  # the tilt and the slice thickness (quantities/slices.py)
         groups += model.propagation.groups(config, model)
     for quantity in model.quantities.values():  # ptyacc/quantities/: their own groups

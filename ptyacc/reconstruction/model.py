@@ -36,19 +36,18 @@ def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
 
 
 class PtychoModel(nn.Module):
-    """Object, probe and (optionally) position corrections of one reconstruction.
+    """Object, probe and scan of one reconstruction, and its refined quantities.
 
     Parameters
     - object: (object_modes, slices, Ny, Nx, 2) float32 real and imaginary parts of the transmission
     - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
       so that Adam's step sizes are relative to the probe's peak amplitude
-    - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
-    - scan_affine: (2, 2) float32, with ``scan_affine``: the scan's distortion M (scale, rotation,
-      shear, asymmetry), so that position = centre + (I + M) (nominal - centre) + offset, centre
-      the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
-    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: the fitted
-      background and intensity weights, a varying probe, the probes of several scans, the detector's
-      blur, ...), by name, given after construction (``attach_quantities``), applied in that order
+    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: position
+      offsets and the scan affine, the fitted background and intensity weights, a varying probe, the
+      probes of several scans, the detector's blur, ...), by name, given after construction
+      (``attach_quantities``), applied in that order. ``refine_positions``: the probe centres move
+      (a quantity's ``centres``, ``quantities/positions.py``), so the forward pass computes the
+      windows from them instead of looking up the fixed ones.
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     ``propagation`` (``quantities/slices.py``'s ``SlicePropagation``, multislice with a tilt or a refined slice thickness):
@@ -65,7 +64,7 @@ class PtychoModel(nn.Module):
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  region: tuple[int, int, int, int] | None = None, propagation: nn.Module | None = None,
-                 scan_affine: bool = False, movable_scan: bool = False) -> None:
+                 movable_scan: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -98,13 +97,7 @@ class PtychoModel(nn.Module):
         self.register_buffer("probe_scale", scale)
         self.probe = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
         self.register_buffer("positions_px", positions_px)
-        if refine_positions:
-            self.position_offsets = nn.Parameter(torch.zeros_like(positions_px))
-        else:
-            self.register_buffer("position_offsets", torch.zeros_like(positions_px))
         self.refine_positions = refine_positions
-        self.scan_affine = nn.Parameter(torch.zeros(2, 2)) if scan_affine else None
-        self.register_buffer("scan_centre", positions_px.mean(0), persistent=False)
         if slices > 1 and propagator is None:
             raise ValueError("a multislice model needs a propagator")
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
@@ -242,14 +235,12 @@ class PtychoModel(nn.Module):
                 state[prefix + "positions_px"], state.get(prefix + "scan_shift_px", self.scan_shift_px))[1]
 
     def _centres(self, indices: torch.Tensor) -> torch.Tensor:
-        """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal,
-        distorted by the scan affine (when refined), plus the position offsets."""
-        nominal = self.positions_px[indices]
-        if self.scan_affine is not None:
-            distortion = torch.eye(2, device=nominal.device) + self.scan_affine
-            centre = self.scan_centre + self.scan_shift_px  # the nominal positions' mean, moved with them
-            nominal = centre + (nominal - centre) @ distortion.T
-        return nominal + self.position_offsets[indices]
+        """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal, then as
+        each quantity moves them (``quantities/positions.py``: the scan affine and the offsets)."""
+        centres = self.positions_px[indices]
+        for quantity in self.quantities.values():
+            centres = quantity.centres(centres, indices, self.scan_shift_px)
+        return centres
 
     def upgraded_state(self, state: dict) -> dict:
         """A copy of a saved state dict of this model with the names of earlier versions made today's
@@ -268,6 +259,16 @@ class PtychoModel(nn.Module):
     def intensity_weights(self) -> torch.Tensor | None:
         """The fitted intensity weights (N,), or None."""
         return self.quantities["fitted"].intensity_weights if "fitted" in self.quantities else None
+
+    @property
+    def position_offsets(self) -> torch.Tensor | None:
+        """The refined position offsets (N, 2) px, or None for fixed positions."""
+        return self.quantities["positions"].offsets_px if "positions" in self.quantities else None
+
+    @property
+    def scan_affine(self) -> torch.Tensor | None:
+        """The refined scan affine M (2, 2), or None."""
+        return self.quantities["positions"].scan_affine if "positions" in self.quantities else None
 
     @property
     def detector_blur_variance(self) -> torch.Tensor | None:
@@ -297,14 +298,17 @@ class PtychoModel(nn.Module):
 OLD_KEYS = {"background": "quantities.fitted.background",
             "intensity_weights": "quantities.fitted.intensity_weights",
             "background_scale": "quantities.fitted.background_scale",
+            "position_offsets": "quantities.positions.offsets_px",
+            "scan_affine": "quantities.positions.scan_affine",
             "detector_blur_variance": "quantities.detector_blur.variance_px2"}
 
 
 def _renamed_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
     """A checkpoint written when the model held the fitted background and weights ('background',
-    'intensity_weights', and 'background_scale' always) and the detector blur's variance itself:
-    under the names of their quantities now (dropped where this model has no such quantity: the
-    background's scale of a run that fits nothing)."""
+    'intensity_weights', and 'background_scale' always), the position offsets ('position_offsets',
+    always), the scan affine and the detector blur's variance itself: under the names of their
+    quantities now (dropped where this model has no such quantity: the background's scale of a run
+    that fits nothing, the zero offsets of fixed positions)."""
     for old, new in OLD_KEYS.items():
         if prefix + old in state:
             value = state.pop(prefix + old)

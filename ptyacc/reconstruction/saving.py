@@ -91,15 +91,13 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
 def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
     """results.h5's groups of refined quantities beyond the object, probe and positions: what each of
     ``model.quantities`` saves, in its ``results_group`` (``fitted``: the detector background in counts
-    and the intensity weights; ``probe_variation``, ``scans``...), and in ``fitted`` the refined scan
-    affine M (2, 2). A quantity that saves nothing adds no group."""
+    and the intensity weights, and the refined scan affine M (2, 2); ``probe_variation``, ``scans``...).
+    A quantity that saves nothing adds no group."""
     groups: dict[str, dict[str, np.ndarray]] = {}
     with torch.no_grad():
         for quantity in model.quantities.values():
             if saved := quantity.saved(model):
                 groups.setdefault(quantity.results_group or quantity.name, {}).update(saved)
-        if model.scan_affine is not None:
-            groups.setdefault("fitted", {})["scan_affine"] = model.scan_affine.double().cpu().numpy()
     return groups
 
 
