@@ -169,6 +169,7 @@ def test_blur_refined_from_none_finds_the_independent_simulators_sigma(grid_simu
     assert sigma == pytest.approx(0.6, rel=0.2)
     with h5py.File(tmp_path / "out" / "results.h5") as f:
         assert f.attrs["detector_blur_px"] == pytest.approx(sigma)
+        assert "detector_blur" not in f  # a quantity that saves no arrays adds no group
     assert f"detector blur: sigma {sigma:.3f} px (refined from 0 px)" in (tmp_path / "out" / "run.log").read_text()
     assert isinstance(run.model.detector_blur_variance, torch.nn.Parameter)
     assert "quantities.detector_blur.variance_px2" in run.model.state_dict()
