@@ -22,6 +22,7 @@ def fitted_config(tmp_path, **start):
     return ptyacc.load_config(config)
 
 
+LEGACY_ORDER = ["object", "probe", "positions", "scan_affine", "tilt", "slice_thickness", "detector_blur", "detector"]
 OLD_NAMES = {"quantities.detector_blur.variance_px2": "detector_blur_variance",
              "quantities.positions.offsets_px": "position_offsets", "quantities.positions.scan_affine": "scan_affine"}
 
@@ -33,7 +34,9 @@ def in_old_format(state: dict) -> dict:
     for name, tensor in state["model"].items():
         model[OLD_NAMES.get(name, name.removeprefix("quantities.fitted."))] = tensor
     old = {key: value for key, value in state.items() if key != "optimizer_names"}
-    return {**old, "model": model}
+    names = state["optimizer_names"]  # listed as the earlier layout built its groups
+    order = sorted(range(len(names)), key=lambda i: LEGACY_ORDER.index(names[i]))
+    return {**old, "model": model, "optimizers": [state["optimizers"][i] for i in order]}
 
 
 @pytest.mark.parametrize("old_format", [False, True])
@@ -83,13 +86,31 @@ def test_optimizers_are_matched_by_name_not_by_place(tmp_path):
                        torch.as_tensor(whole.results.quantities["fitted"]["background"]))
 
 
+def test_an_optimizer_state_of_another_shape_is_refused_not_a_crash(tmp_path):
+    """Mislabelled optimizers (the detector fit's Adam moments under the blur's name and back) would fail
+    inside the fused Adam step; the resume names the group and the shapes instead."""
+    config = fitted_config(tmp_path, detector_blur=1)
+    ptyacc.reconstruct(config)
+    out = tmp_path / "out"
+    _, last = latest_checkpoint(out)
+    shutil.rmtree(out / "checkpoints")
+    names = last["optimizer_names"]
+    i, j = names.index("detector"), names.index("detector_blur")
+    swapped = list(last["optimizers"])
+    swapped[i], swapped[j] = swapped[j], swapped[i]
+    save_checkpoint(out, dict(last, optimizers=swapped), keep=2)
+    with pytest.raises(ConfigError, match="group's saved exp_avg has shape"):
+        ptyacc.reconstruct(config, resume=True)
+
+
 def test_an_old_checkpoint_of_a_refined_blur_and_positions_resumes_to_the_same_bits(tmp_path):
-    """The blur's variance, the position offsets and the scan affine saved as the model's own
+    """The blur's variance, the position offsets and the scan affine saved as the model's own, and the
+    optimizers listed in the earlier order without names
     ('detector_blur_variance', 'position_offsets', 'scan_affine': before ``quantities/detector_blur.py``
     and ``positions.py``) resume under their quantities' names."""
-    config = ptyacc.load_config(tiny_config(tmp_path, model={"detector_blur_px": 0.4},
+    config = ptyacc.load_config(tiny_config(tmp_path, model={"detector_blur_px": 0.4, "background": True},
                                             optim={"iterations": 6, "start": {"detector_blur": 1, "positions": 1,
-                                                                              "scan_affine": 1}},
+                                                                              "scan_affine": 1, "detector": 1}},
                                             output={"dir": str(tmp_path / "out"), "checkpoint_every": 3,
                                                     "figures": False}))
     whole = ptyacc.reconstruct(config)
@@ -97,6 +118,8 @@ def test_an_old_checkpoint_of_a_refined_blur_and_positions_resumes_to_the_same_b
     (out / "checkpoints" / "ckpt_000006.pt").unlink()
     _, third = latest_checkpoint(out)
     assert set(OLD_NAMES) <= set(third["model"])
+    assert third["optimizer_names"] != sorted(third["optimizer_names"], key=LEGACY_ORDER.index)  # today's order differs:
+    # without names, each optimizer is paired by the earlier order (checkpoint._legacy_rank)
     shutil.rmtree(out / "checkpoints")
     save_checkpoint(out, in_old_format(third), keep=2)
     resumed = ptyacc.reconstruct(config, resume=True)

@@ -88,6 +88,7 @@ def restore(model: PtychoModel, named: list[tuple[str, torch.optim.Optimizer]], 
             key = {"object": "optim.object_optimizer", "probe": "optim.probe_optimizer"}.get(name, f"the {name} group")
             raise ConfigError(f"{path}: written with {theirs} for {key}, this config steps it with {mine}; resume "
                               f"with {key} set as when it was written (that run's run.log says what auto chose)")
+        _check_moments(name, optimizer, saved, path)
         optimizer.load_state_dict(saved)
 
 
@@ -99,7 +100,8 @@ def _paired(named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: P
         if len(named) != len(saved):
             raise ConfigError(f"{path}: written with {len(saved)} optimizers, this config has "
                               f"{len(named)} (position refinement switched on or off?)")
-        return [(name, optimizer, s) for (name, optimizer), s in zip(named, saved, strict=True)]
+        in_order = sorted(named, key=lambda pair: _legacy_rank(pair[0]))
+        return [(name, optimizer, s) for (name, optimizer), s in zip(in_order, saved, strict=True)]
     if sorted(mine) != sorted(names):
         added, gone = sorted(set(mine) - set(names)), sorted(set(names) - set(mine))
         what = "; ".join(part for part in (f"this config also refines {', '.join(added)}" if added else "",
@@ -107,6 +109,30 @@ def _paired(named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: P
         raise ConfigError(f"{path}: the refined quantities differ: {what}; resume with the config that wrote it")
     by_name = dict(zip(names, saved, strict=True))
     return [(name, optimizer, by_name[name]) for name, optimizer in named]
+
+
+LEGACY_FIRST = ("object", "probe", "positions", "scan_affine")  # the groups' order before names were saved
+LEGACY_LAST = ("detector_blur", "detector")
+
+
+def _legacy_rank(name: str) -> int:
+    """Where a group came in a checkpoint written before optimizers were saved by name: the object, the probe, the
+    positions and the scan affine first, the detector's blur and fit last, the others in today's order between."""
+    if name in LEGACY_FIRST:
+        return LEGACY_FIRST.index(name) - len(LEGACY_FIRST)
+    return LEGACY_LAST.index(name) + 1 if name in LEGACY_LAST else 0
+
+
+def _check_moments(name: str, optimizer: torch.optim.Optimizer, saved: dict, path: Path) -> None:
+    """A clear error, not a crash in the next step, where a saved Adam moment's shape is not its parameter's."""
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    ids = [i for group in saved.get("param_groups", []) for i in group["params"]]
+    for param, i in zip(params, ids):
+        for key in ("exp_avg", "exp_avg_sq"):
+            moment = saved.get("state", {}).get(i, {}).get(key)
+            if isinstance(moment, torch.Tensor) and moment.shape != param.shape:
+                raise ConfigError(f"{path}: the {name} group's saved {key} has shape {tuple(moment.shape)}, its "
+                                  f"parameter {tuple(param.shape)}; resume with the config that wrote the checkpoint")
 
 
 def _kind(group: dict) -> str | None:
