@@ -83,19 +83,21 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
-    if model.detector_blur_variance is not None:  # ``model.detector_blur_px()``, inline: the data walk stays in this module
-        attrs["detector_blur_px"] = float(model.detector_blur_variance.detach().clamp_min(0.0).sqrt())
+    for quantity in model.quantities.values():  # the detector blur's sigma, ...
+        attrs.update(quantity.attributes(model))
     return results
 
 
 def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
-    """results.h5's groups of refined quantities beyond the object, probe and positions: each of
-    ``model.quantities``' (``fitted``: the detector background in counts and the intensity weights;
-    ``probe_variation``, ``scans``...), and in ``fitted`` the refined scan affine M (2, 2)."""
+    """results.h5's groups of refined quantities beyond the object, probe and positions: what each of
+    ``model.quantities`` saves, in its ``results_group`` (``fitted``: the detector background in counts
+    and the intensity weights, and the refined scan affine M (2, 2); ``probe_variation``, ``scans``...).
+    A quantity that saves nothing adds no group."""
+    groups: dict[str, dict[str, np.ndarray]] = {}
     with torch.no_grad():
-        groups = {quantity.name: quantity.saved(model) for quantity in model.quantities.values()}
-        if model.scan_affine is not None:
-            groups.setdefault("fitted", {})["scan_affine"] = model.scan_affine.double().cpu().numpy()
+        for quantity in model.quantities.values():
+            if saved := quantity.saved(model):
+                groups.setdefault(quantity.results_group or quantity.name, {}).update(saved)
     return groups
 
 
