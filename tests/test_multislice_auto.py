@@ -192,10 +192,11 @@ def test_counted_multislice_data_take_the_smoothing_of_their_dose_recorded_and_s
 def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoothing_as_a_number(tmp_path):
     """results.h5's auto_values and run.log's "auto:" line name exactly the keys this run resolved: with
     model.probe_variation on, its smoothing (twice the median distance between neighbouring positions, in Å,
-    here from NumPy's pairwise distances), the object's and the probe's, and the runtime's device, backend
+    here from NumPy's pairwise distances), with two probe modes the second's power, the object's and the
+    probe's, and the runtime's device, backend
     (none: one process), threads and data.hold where auto. A run given those numbers instead of auto is the
     same bit for bit and names none of them."""
-    base = tiny_config(tmp_path, model={"probe_variation": 1}, optim={"iterations": 2},
+    base = tiny_config(tmp_path, model={"probe_variation": 1, "probe_modes": 2}, optim={"iterations": 2},
                        output={"dir": str(tmp_path / "out"), "figures": False})
     rec = ptyacc.reconstruct(ptyacc.load_config(base, []), overwrite=True)
     positions = rec.results.positions_A
@@ -207,7 +208,7 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
     assert chosen == {"optim.loss": "amplitude", "optim.object_optimizer": "preconditioned",
                       "optim.probe_optimizer": "preconditioned", "optim.preconditioned_step": 0.4,
                       "optim.preconditioner_batch_floor": 0.0, "optim.regularize.tv_phase_smoothing": 0.0,
-                      "optim.adam_beta2": 0.95, **machine_autos()}
+                      "optim.adam_beta2": 0.95, "model.probe_mode_power": 0.02, **machine_autos()}
     lines = [line.split(" ", 1)[1] for line in (tmp_path / "out" / "run.log").read_text().splitlines()]
     said = [line.removeprefix("auto: ") for line in lines if line.startswith("auto: ")]
     named = [item.split()[0] for item in said[0].split(", ")]

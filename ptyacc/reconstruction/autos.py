@@ -3,8 +3,9 @@
 
 - the keys the config and the data decide: the loss, ``optim.regularize``'s priors, the object's and
   the probe's optimizer and step, Adam's beta2 (``multislice_auto``: ``data_autos``, ``AutoPriors``);
-- the key the scan decides: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on,
-  twice the median distance between neighbouring positions (``variation_smoothing``);
+- the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
+  median distance between neighbouring positions (``variation_smoothing``), and ``model.probe_mode_power``
+  with several probe modes (``ModelConfig.further_mode_power``);
 - and, recorded as they were resolved before (the accelerator, the threads and the patterns come
   first): ``runtime.device``, ``runtime.backend`` (``distributed.make_accelerator``; "none" for a
   single process, which has no process group), ``runtime.threads`` (``threads.set_threads``) and
@@ -79,11 +80,14 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     pattern, the mean counts per pattern and the mean pattern (K, K) or None: ``data_autos``'s)."""
     smoothing = variation_smoothing(config, positions_px, data.dx_A)  # first: the demo's data walk
     config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
-    if smoothing:
+    model = dict(smoothing)  # the model's keys
+    if config.model.probe_modes > 1 and config.model.probe_mode_power == "auto":
+        model["model.probe_mode_power"] = config.model.further_mode_power()
+    if model:
         config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, probe_variation_smoothing_A=smoothing["model.probe_variation_smoothing_A"]))
+            config.model, **{key.removeprefix("model."): value for key, value in model.items()}))
     priors = AutoPriors.of(config)
-    values = {**auto_values(config), **chosen, **smoothing, **runtime}
+    values = {**auto_values(config), **chosen, **model, **runtime}
     said = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in sorted(values.items()))
     return ResolvedAutos(config, priors, values, priors.notes + notes,
