@@ -42,8 +42,9 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
 
 def run_texts(config: Config) -> dict[str, str]:
     """The attributes of results.h5 that describe the run, as text (YAML), made once when it
-    starts: the config as given, the keys given as ``auto`` with their values
-    (``multislice_auto.auto_values``) and the versions of ptyacc and its libraries."""
+    starts: the config as given, the keys given as ``auto`` that the config alone decides, with their
+    values (``multislice_auto.auto_values``; a run's build replaces them with every key it resolved:
+    ``autos.resolve_autos``) and the versions of ptyacc and its libraries."""
     import yaml
 
     return {"config": config.to_yaml(), "auto_values": yaml.safe_dump(auto_values(config)),
