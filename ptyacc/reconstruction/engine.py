@@ -30,6 +30,7 @@ from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.scans import load_scans
+from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
@@ -143,6 +144,7 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
+        config, batch_chosen, batch_notes = self._batch_from_data(config)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
@@ -162,6 +164,7 @@ class Reconstructor:
         # before the model is built: the run's config has what they chose, results.h5 says so
         config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts, self.data,
                                                             mean_pattern)
+        chosen = {**batch_chosen, **chosen}
         if chosen:
             self.config = config
             self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
@@ -202,9 +205,20 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes + dose_notes + clamped),
+                      *((text, True) for text in priors.notes + dose_notes + batch_notes + clamped),
                       *((text, False) for text in priors.log_notes + loss_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
+
+    def _batch_from_data(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
+        """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
+        the fitted positions: all less those left out for validation), {key: value} of it and the line saying
+        why; as given otherwise."""
+        if config.optim.batch_size != "auto":
+            return config, {}, []
+        fitted = len(self.data.positions_A) - len(self.left_out)
+        batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
+        self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))
+        return config, {"optim.batch_size": batch}, [f"optim.batch_size: {batch} of {fitted} positions (auto: {why})"]
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

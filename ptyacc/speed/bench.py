@@ -26,6 +26,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, load_data
+from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.results.outdir import write_text
 
 
@@ -111,20 +112,22 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     # from one iteration's first step to the next one's: the iteration and the hooks after it
     with_hooks = [starts[i + 1] - starts[i] for i in range(warmup, warmup + iterations - 1)]
     per_iteration = statistics.median(timed)
-    batches = EpochBatches(np.zeros((data.n_patterns, 2)), config.optim.batch_size, 1)
+    batch = (config.optim.batch_size if config.optim.batch_size != "auto"
+             else resolved_batch(data.n_patterns, data.detector_px, descan_moved(data))[0])
+    batches = EpochBatches(np.zeros((data.n_patterns, 2)), batch, 1)
     bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
                         config.model.object_modes, config.model.slices, data.detector_px,
                         per_position_shift(rec.model), accelerator.device, near_field=rec.model.near_field)
     high_water = _status_bytes("VmHWM") if marks.get("reset") else None
     peak, memory_measure = _peak_memory(accelerator.device, high_water, baseline_rss)
-    minimum = _minimum_bytes(rec.model, data, config.optim.batch_size)
+    minimum = _minimum_bytes(rec.model, data, batch)
     transient = max(high_water - marks["rss"], 0) if high_water is not None else None
     return {
         "device": _device_name(accelerator.device),
         "threads": torch.get_num_threads(),
         "patterns": data.n_patterns,
         "detector_px": data.detector_px,
-        "batch_size": config.optim.batch_size,
+        "batch_size": batch,
         "probe_modes": config.model.probe_modes,
         "object_modes": config.model.object_modes,
         "slices": config.model.slices,
