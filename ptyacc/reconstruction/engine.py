@@ -144,7 +144,7 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
-        config, batch_chosen, batch_notes = self._batch_from_data(config)
+        config, sized, sized_notes = self._sized(config) if config.optim.batch_size == "auto" else (config, {}, [])
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
@@ -164,8 +164,7 @@ class Reconstructor:
         # before the model is built: the run's config has what they chose, results.h5 says so
         config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts, self.data,
                                                             mean_pattern)
-        chosen = {**batch_chosen, **chosen}
-        if chosen:
+        if chosen := {**sized, **chosen}:
             self.config = config
             self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
         priors = AutoPriors.of(config)  # what the auto keys chose
@@ -205,16 +204,14 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes + dose_notes + batch_notes + clamped),
+                      *((text, True) for text in priors.notes + dose_notes + sized_notes + clamped),
                       *((text, False) for text in priors.log_notes + loss_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
 
-    def _batch_from_data(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
+    def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
         """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
         the fitted positions: all less those left out for validation), {key: value} of it and the line saying
-        why; as given otherwise."""
-        if config.optim.batch_size != "auto":
-            return config, {}, []
+        why. (Called only for auto: the demo's data walk stays in the store's module.)"""
         fitted = len(self.data.positions_A) - len(self.left_out)
         batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
         self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))
