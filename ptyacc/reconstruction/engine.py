@@ -31,6 +31,7 @@ from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
+from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
@@ -143,6 +144,7 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
+        config, sized, sized_notes = self._sized(config) if config.optim.batch_size == "auto" else (config, {}, [])
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
@@ -158,11 +160,11 @@ class Reconstructor:
             with_pattern=reads_edge)
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
-        # every auto key, resolved once before the model is built (reconstruction/autos.py): the run's config has
-        # numbers in their place, results.h5 and run.log name them
+        # every auto key, resolved once before the model is built (reconstruction/autos.py; the batch, which the
+        # batches needed, above): the run's config has numbers in their place, results.h5 and run.log name them
         autos = resolve_autos(config, self.data, self.geometry.positions_px,
-                              runtime_values(config, accelerator, self.data, self.store), not_counts == 0, peak,
-                              mean_counts, mean_pattern)
+                              {**runtime_values(config, accelerator, self.data, self.store), **sized},
+                              not_counts == 0, peak, mean_counts, mean_pattern)
         self.config = config = autos.config
         self.texts["auto_values"] = yaml.safe_dump(autos.values)
         built_said: list[str] = []
@@ -201,9 +203,18 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in autos.notes + clamped),
+                      *((text, True) for text in autos.notes + sized_notes + clamped),
                       *((text, False) for text in autos.log_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
+
+    def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
+        """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
+        the fitted positions: all less those left out for validation), {key: value} of it and the line saying
+        why. (Called only for auto: the demo's data walk stays in the store's module.)"""
+        fitted = len(self.data.positions_A) - len(self.left_out)
+        batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
+        self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))
+        return config, {"optim.batch_size": batch}, [f"optim.batch_size: {batch} of {fitted} positions (auto: {why})"]
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose
