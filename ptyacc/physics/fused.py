@@ -73,6 +73,9 @@ class _PtychoLoss(torch.autograd.Function):
                            else torch.zeros_like(propagator))
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
+        # the backward on conjugated gradients (``Multislice.vjp_all``) where that saves copies over the batch:
+        # several slices or a probe per position; not for one probe and one slice (a conjugate more than it saves)
+        conjugated = shifted or per_probe or obj.shape[1] > 1
         # a probe shared by the batch (P, K, K) divided by K: the detector's transforms then scale nothing (``Detect``)
         scale = 1.0 if per_probe else 1.0 / k
         probe = probe if per_probe else probe * scale
@@ -110,9 +113,11 @@ class _PtychoLoss(torch.autograd.Function):
                 if grad_v is not None:
                     grad_blur += 0.5 * grad_v
             # near field with ramps: the gradient of the image's shift back at the detector too
-            grad_waves, grad_back = detect.vjp(far.mul_(factor[:, None, None]),
-                                               far_spectrum if grad_ramps is not None else None)
-            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
+            grad_field = (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None])
+            grad_waves, grad_back = detect.vjp(grad_field, far_spectrum if grad_ramps is not None else None,
+                                               conjugated)
+            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra,
+                                                                   conjugated)
             total = loss if total is None else total + loss
             if grad_h is not None and per_position:
                 grad_propagator.append(grad_h)
@@ -126,7 +131,7 @@ class _PtychoLoss(torch.autograd.Function):
             if shifted:
                 own = spectrum[part] if per_probe else spectrum
                 grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, own if grad_ramps is not None else None,
-                                                           per_position=per_probe)
+                                                           per_probe, conjugated)
                 grad_probe.append(grad_spectrum)
                 if grad_ramps is not None:
                     grad_ramps.append(grad_r if grad_back is None else grad_r.add_(grad_back))
@@ -135,8 +140,11 @@ class _PtychoLoss(torch.autograd.Function):
         # per position: the chunks' pieces joined; shared: summed in the chunks' order
         grad_probe = grad_probe[0] if len(grad_probe) == 1 else torch.cat(grad_probe) if per_probe \
             else sum(grad_probe[1:], grad_probe[0])
-        if shifted:  # ProbeShift.adjoint, summed over the chunks first
-            grad_probe = torch.fft.ifft2(grad_probe)
+        if shifted:  # ProbeShift.adjoint, summed over the chunks first; ifft2(conj(x)) = conj(fft2(x, norm="forward"))
+            grad_probe = torch.fft.fft2(grad_probe, norm="forward") if conjugated else torch.fft.ifft2(grad_probe)
+        if conjugated:  # the object's and the probe's gradients, small, made plain
+            grad_probe.conj_physical_()
+            grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
                      grad_background, None, grad_propagator, None, None, None, None, None, grad_blur)
