@@ -118,8 +118,7 @@ class Patches:
 @functools.lru_cache(maxsize=16)
 def _window_offsets(size: int, nx: int, device: torch.device) -> torch.Tensor:
     """(size * size,) long: a size x size window's flat indices from its corner in an image nx wide, made once."""
-    offsets = torch.arange(size, device=device)
-    return (offsets[:, None] * nx + offsets).reshape(-1)
+    return (torch.arange(size, device=device)[:, None] * nx + torch.arange(size, device=device)).reshape(-1)
 
 
 def extract_patches(image: torch.Tensor, top_left: torch.Tensor, size: int) -> torch.Tensor:
@@ -232,9 +231,10 @@ class Detect:
 
 
 def summed_intensity(far: torch.Tensor) -> torch.Tensor:
-    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K). re^2 + im^2 is
-    several times faster on CPU than abs()**2 or squaring a real view; a single mode skips the reduction."""
-    power = far.real.square() + far.imag.square()
+    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K): re^2 + im^2 of the
+    squared real view (vectorised: faster on CPU than abs()**2 or summing the view's last axis)."""
+    squares = torch.view_as_real(far).square()
+    power = squares[..., 0] + squares[..., 1]
     power = power.reshape(far.shape[0], -1, *far.shape[-2:])
     return power[:, 0] if power.shape[1] == 1 else power.sum(1)
 
