@@ -142,7 +142,7 @@ class _PtychoLoss(torch.autograd.Function):
             else sum(grad_probe[1:], grad_probe[0])
         if shifted:  # ProbeShift.adjoint, summed over the chunks first; ifft2(conj(x)) = conj(fft2(x, norm="forward"))
             grad_probe = torch.fft.fft2(grad_probe, norm="forward") if conjugated else torch.fft.ifft2(grad_probe)
-        if conjugated:  # the object's and the probe's gradients, small, made plain
+        if conjugated:  # the object's and the probe's gradients made plain (the object's size; K x K per mode, or per position)
             grad_probe.conj_physical_()
             grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
