@@ -35,6 +35,7 @@ from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
 from ptyacc.reconstruction.groups import build_groups, lr_factor
 from ptyacc.reconstruction.guard import NanGuard
+from ptyacc.reconstruction.heap import keep_freed_memory
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
@@ -107,6 +108,7 @@ class Reconstructor:
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
         self.threads_said = set_threads(config.runtime.threads)
+        keep_freed_memory()  # no page faults for the batch's waves at every step (heap.py)
         if write and config.output.trackers:
             from ptyacc.watch.trackers import require_packages  # imported only for a run with trackers
 
