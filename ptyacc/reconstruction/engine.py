@@ -108,7 +108,6 @@ class Reconstructor:
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
         self.threads_said = set_threads(config.runtime.threads)
-        keep_freed_memory()  # no page faults for the batch's waves at every step (heap.py)
         if write and config.output.trackers:
             from ptyacc.watch.trackers import require_packages  # imported only for a run with trackers
 
@@ -233,6 +232,7 @@ class Reconstructor:
         """The iterations, each followed by the hooks; an iteration with a non-finite loss is undone
         (and maybe retried, ``guard.NanGuard``); a SIGINT or SIGTERM stops in the current step,
         keeping the work (``ptyacc.reconstruction.interrupt``)."""
+        keep_freed_memory()  # from the first step on, no page faults for the batch's waves at every step (heap.py)
         with self.interrupt:
             while self.history.done < self.config.optim.iterations:
                 loss, seconds = self._iteration(self.history.done)
