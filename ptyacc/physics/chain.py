@@ -13,14 +13,13 @@ Stage 5, the data fidelity: how well intensities fit measured ones, for training
 Losses are SUMS over the given patterns; the caller divides by the global batch size.
 - amplitude: sum over pixels of (sqrt(I) - sqrt(M))^2 (Gaussian noise on amplitudes)
 - poisson:   sum over pixels of I - M log(I) (Poisson negative log-likelihood, data term dropped)
-with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISSON_FLOOR), and M the
-measured one, over the pixels of the detector's mask. Each formula is written once (``detector_response``,
-``_amplitude``, ``poisson_nll``) and serves the hand-written gradient of the chunked loss (``intensity_loss_terms``,
-which also gives the gradients of the gain and the background), the autograd reference
-(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the deviance of the final model (``deviance_sums``,
-deviance.py).
+with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISSON_FLOOR), and M the measured one,
+over the pixels of the detector's mask. Each formula is written once and serves the hand-written gradient of the
+chunked loss (``intensity_loss_terms``, with the gain's and the background's), the autograd reference
+(``loss_from_intensities``; ``far_field_loss`` in fused.py) and the final model's deviance (deviance.py).
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -28,11 +27,10 @@ import torch
 from ptyacc.physics.detector_blur import DetectorBlur
 
 EPS = 1e-8
-# Counts added to the model intensity in the Poisson loss: a pixel the model leaves dark where counts
-# were measured pulls with M / 0.01 at most instead of M / 1e-8. Without it the demo's first steps
-# were so sensitive that 1 and 2 processes (apart by rounding, 1e-7) parted by 7.5e-2 after 8
-# iterations; with 0.01 they agree to 2.4e-6, and the demo's NCC rises at every dose (0.003: 5e-3
-# apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md, "The loss").
+# Counts added to the model intensity in the Poisson loss: a pixel the model leaves dark where counts were measured
+# pulls with M / 0.01 at most instead of M / 1e-8. Without it the demo's first steps were so sensitive that 1 and 2
+# processes (apart by rounding, 1e-7) parted by 7.5e-2 after 8 iterations; with 0.01 they agree to 2.4e-6, and the
+# demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md).
 POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
 
@@ -42,13 +40,10 @@ class ProbeShift:
     """Probe modes (P, K, K) moved by each position's sub-pixel shift: probes (B, P, K, K) = ifft2(fft2(probe) *
     ramps[:, None]), with ``ramps`` (B, K, K) the Fourier multipliers of ``shift_ramp``; without ramps the probe
     itself as (1, P, K, K), shared by the whole batch. Linear in the probe (``adjoint``) and in the ramps
-    (``ramps_adjoint``: what the gradient with respect to the positions needs). A probe per position
-    (B, P, K, K) (``probe_variation``, scans) is shifted alike; its adjoints keep the batch axis.
-
-    The chunked loss (``ptycho_loss``) transforms the probe once per step and walks the batch in
-    chunks, one ``ProbeShift`` each: it calls ``from_spectrum`` and ``spectrum_vjp``, which
-    ``forward`` and ``adjoint`` are made of. Their ``spectrum`` is fft2(probe, norm="forward"): the probe's
-    small transform scales, the one over the batch does not (the same bits for K a power of 2)."""
+    (``ramps_adjoint``: the positions' gradient needs it). A probe per position (B, P, K, K) (``probe_variation``,
+    scans) is shifted alike; its adjoints keep the batch axis. The chunked loss (``ptycho_loss``) transforms the
+    probe once per step and calls ``from_spectrum`` and ``spectrum_vjp`` per chunk, which ``forward`` and ``adjoint``
+    are made of; their ``spectrum`` is fft2(probe, norm="forward"): the small transform scales, the batch's does not."""
 
     def __init__(self, ramps: torch.Tensor | None) -> None:
         self.ramps = ramps
@@ -74,28 +69,29 @@ class ProbeShift:
         """(B, K, K) from (B, P, K, K): the adjoint of the map ramps -> forward(probe), linear in the ramps."""
         return self.spectrum_vjp(grad, torch.fft.fft2(probe, norm="forward"))[1]
 
-    def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None, per_position: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """From the gradient (B, P, K, K) with respect to the shifted probes: (sum over the batch
-        of fft2(grad) conj(ramps) (P, K, K) (each term (B, P, K, K) with ``per_position``), which one
-        ifft2 turns into the probe's gradient, so the chunks add their sums before that transform;
-        the ramps' gradient (B, K, K) given the probe's ``spectrum`` fft2(probe, norm="forward") (P or
-        B, P, K, K), else None)."""
-        grad_x = torch.fft.fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
-        grad_spectrum = grad_x * self.ramps[:, None].conj()
+    def spectrum_vjp(self, grad: torch.Tensor, spectrum: torch.Tensor | None = None, per_position: bool = False,
+                     conjugated: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """From the gradient (B, P, K, K) with respect to the shifted probes: (sum over the batch of fft2(grad)
+        conj(ramps) (P, K, K) (each term (B, P, K, K) with ``per_position``), which one ifft2 turns into the probe's
+        gradient, so the chunks add their sums before that transform; the ramps' gradient (B, K, K) given the probe's
+        ``spectrum`` fft2(probe, norm="forward") (P or B, P, K, K), else None). ``conjugated``
+        (``Multislice.vjp_all``): conj of ``grad`` and of the first result."""
+        conj, fft2, _ = _adjoint_parts(conjugated)
+        grad_x = fft2(grad)  # K^2 times the gradient with respect to spectrum * ramps
+        grad_spectrum = grad_x * conj(self.ramps[:, None])
         if not per_position:
             grad_spectrum = grad_spectrum.sum(0)
         if spectrum is None:
             return grad_spectrum, None
-        return grad_spectrum, _sum_axis(grad_x * spectrum.conj(), 1)  # the spectrum's 1 / K^2: fft2's adjoint
+        grad_ramps = _sum_axis(grad_x * conj(spectrum), 1)  # the spectrum's 1 / K^2: fft2's adjoint
+        return grad_spectrum, grad_ramps.conj_physical_() if conjugated else grad_ramps
 
 
 # ------------------------------------------------------------------ stage 2: patches
 class Patches:
-    """Windows (B, ..., size, size) of an image (..., Ny, Nx) whose pixel [0, 0] sits at
-    ``top_left`` (B, 2) integer (row, column), inside the image. ``forward`` indexes a strided
-    view of all windows (rows of ``size`` contiguous pixels: several times faster than a flat
-    gather); ``adjoint`` scatter-adds windows back into an image, overlapping windows adding up."""
+    """Windows (B, ..., size, size) of an image (..., Ny, Nx) whose pixel [0, 0] sits at ``top_left`` (B, 2) integer
+    (row, column), inside the image. ``forward`` indexes a strided view of all windows (rows of ``size`` contiguous
+    pixels: several times faster than a flat gather); ``adjoint`` scatter-adds windows back, overlaps adding up."""
 
     def __init__(self, top_left: torch.Tensor, size: int) -> None:
         self.top_left = top_left
@@ -112,14 +108,17 @@ class Patches:
         return image
 
     def add_adjoint(self, image: torch.Tensor, patches: torch.Tensor) -> None:
-        """Add ``adjoint(patches)`` into ``image`` (..., Ny, Nx), contiguous, in place: the chunks
-        of a batch accumulate into one gradient."""
+        """Add ``adjoint(patches)`` into ``image`` (..., Ny, Nx), contiguous, in place: a batch's chunks add up."""
         *lead, _, nx = image.shape
-        offsets = torch.arange(self.size, device=patches.device)
-        rows = self.top_left[:, 0:1] + offsets  # (B, size)
-        cols = self.top_left[:, 1:2] + offsets
-        flat_index = (rows[:, :, None] * nx + cols[:, None, :]).reshape(-1)
+        corners = torch.add(self.top_left[:, 1], self.top_left[:, 0], alpha=nx)  # (B,) flat index of each corner
+        flat_index = (corners[:, None] + _window_offsets(self.size, nx, image.device)).reshape(-1)
         image.view(*lead, -1).index_add_(-1, flat_index, patches.movedim(0, -3).reshape(*lead, -1))
+
+
+@functools.lru_cache(maxsize=16)
+def _window_offsets(size: int, nx: int, device: torch.device) -> torch.Tensor:
+    """(size * size,) long: a size x size window's flat indices from its corner in an image nx wide, made once."""
+    return (torch.arange(size, device=device)[:, None] * nx + torch.arange(size, device=device)).reshape(-1)
 
 
 def extract_patches(image: torch.Tensor, top_left: torch.Tensor, size: int) -> torch.Tensor:
@@ -132,8 +131,7 @@ class _ExtractPatches(torch.autograd.Function):
     @staticmethod
     def forward(ctx, image: torch.Tensor, top_left: torch.Tensor, size: int) -> torch.Tensor:
         ctx.save_for_backward(top_left)
-        ctx.image_shape = image.shape
-        ctx.size = size
+        ctx.image_shape, ctx.size = image.shape, size
         return Patches(top_left, size).forward(image)
 
     @staticmethod
@@ -147,41 +145,35 @@ class _ExtractPatches(torch.autograd.Function):
 class Detector:
     """How exit waves become measured intensities, beyond the far-field FFT.
 
-    propagator: (K, K) complex, unshifted: near-field detection, the detector field is
-        ifft2(fft2(wave) * propagator) instead of fft2(wave) (both orthonormal).
+    propagator: (K, K) complex, unshifted: near field, the field is ifft2(fft2(wave) * propagator), not fft2(wave).
     mask:       (K, K) float, unshifted: 1 for pixels that count in the loss, 0 for bad ones.
     blur_variance_px2: () real, the point spread's variance (``DetectorBlur``), or None for none.
 
-    A near-field image stays with the beam while the sample moves. The model puts each probe window on
-    the object's pixel grid and shifts the probe by the sub-pixel rest s (Fourier multipliers ``ramps``
-    (B, K, K) from ``shift_ramp``), so the image of that window must be shifted back by -s to land on the
-    detector's pixels; otherwise the beam's own fringes jitter by up to half a pixel from pattern to
-    pattern. ``Detect`` folds that shift back into the propagator, at no extra FFT. In the far field such
-    a shift is a phase ramp that leaves the intensity unchanged, so there the ramps are ignored."""
+    A near-field image stays with the beam while the sample moves. The model puts each probe window on the object's
+    pixel grid and shifts the probe by the sub-pixel rest s (``ramps`` (B, K, K) from ``shift_ramp``), so the
+    window's image must be shifted back by -s to land on the detector's pixels, or the beam's own fringes jitter by
+    up to half a pixel between patterns. ``Detect`` folds that shift into the propagator, at no extra FFT. In the
+    far field such a shift is a phase ramp that leaves the intensity unchanged: the ramps are ignored there."""
 
     propagator: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     blur_variance_px2: torch.Tensor | None = None
 
     def field(self, waves: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
-        """``Detect(self, ramps).forward(waves)``."""
         return Detect(self, ramps).forward(waves)
 
     def adjoint(self, grad_field: torch.Tensor, ramps: torch.Tensor | None = None) -> torch.Tensor:
-        """``Detect(self, ramps).adjoint(grad_field)``."""
         return Detect(self, ramps).adjoint(grad_field)
 
 
 class Detect:
-    """The detector field of a batch's exit waves (B, ..., K, K), modes between batch and
-    pixels: fft2 (orthonormal) in the far field; F* T F in the near field, with F the
-    orthonormal fft2 and the transfer function T = propagator * conj(ramps) (B, K, K), which
-    also shifts each image back by its probe's sub-pixel shift (``Detector``). Orthonormal, so
-    ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur`` (``intensity``'s) are the detector's.
-
-    ``prescaled``: the waves come divided by K (the caller scaled the small probe): no transform
-    scales (fft2's norm "backward", ifft2's "forward"), the near field's transfer function carries
-    the second 1 / K, and the field is the same (the same bits for K a power of 2)."""
+    """The detector field of a batch's exit waves (B, ..., K, K), modes between batch and pixels: fft2
+    (orthonormal) in the far field; F* T F in the near field, with F the orthonormal fft2 and the transfer function
+    T = propagator * conj(ramps) (B, K, K), which also shifts each image back by its probe's sub-pixel shift
+    (``Detector``). Orthonormal, so ``adjoint`` is the inverse. ``mask`` (for the data fidelity) and ``blur``
+    (``intensity``'s) are the detector's. ``prescaled``: the waves come divided by K (the caller scaled the small
+    probe): no transform scales (fft2's norm "backward", ifft2's "forward"), the near field's transfer function
+    carries the second 1 / K, and the field is the same (the same bits for K a power of 2)."""
 
     def __init__(self, detector: Detector, ramps: torch.Tensor | None = None, prescaled: bool = False) -> None:
         self.mask = detector.mask
@@ -200,8 +192,7 @@ class Detect:
         return summed_intensity(field) if self.blur is None else self.blur(summed_intensity(field))
 
     def forward_with_spectrum(self, waves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The field and, in the near field, its spectrum T F waves, which ``vjp`` needs for the gradient with
-        respect to the ramps (None in the far field)."""
+        """The field and, in the near field, its spectrum T F waves (the ramps' gradient in ``vjp`` needs it), else None."""
         far = torch.fft.fft2(waves, norm=self.norms[0])
         if self.transfer is None:
             return far, None
@@ -211,22 +202,24 @@ class Detect:
     def adjoint(self, grad_field: torch.Tensor) -> torch.Tensor:
         return self.vjp(grad_field)[0]
 
-    def vjp(self, grad_field: torch.Tensor, spectrum: torch.Tensor | None = None
+    def vjp(self, grad_field: torch.Tensor, spectrum: torch.Tensor | None = None, conjugated: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(the gradient with respect to the waves, ``adjoint(grad_field)``; with the near
-        field's ``spectrum`` from ``forward_with_spectrum`` and ramps, the gradient (B, K, K)
-        with respect to the ramps, else None). The ramps are unimodular phase factors:
-        spectrum = G conj(R), so the gradient in R, conj(sum grad_spectrum conj(G)), equals
-        R sum conj(grad_spectrum) spectrum."""
+        """(the gradient with respect to the waves, ``adjoint(grad_field)``; with the near field's ``spectrum``
+        from ``forward_with_spectrum`` and ramps, the gradient (B, K, K) with respect to the ramps, else None).
+        The ramps are unimodular phase factors: spectrum = G conj(R), so the gradient in R, conj(sum grad_spectrum
+        conj(G)), equals R sum conj(grad_spectrum) spectrum. ``conjugated``: conj of the field's and the waves'
+        gradients (``Multislice.vjp_all``), not of the ramps'."""
+        conj, fft2, ifft2 = _adjoint_parts(conjugated)
         if self.transfer is None:
-            return torch.fft.ifft2(grad_field, norm=self.norms[1]), None
-        grad_spectrum = torch.fft.fft2(grad_field, norm=self.norms[0])
+            return ifft2(grad_field, norm=self.norms[1]), None
+        grad_spectrum = fft2(grad_field, norm=self.norms[0])
         # conj(T) = ramps conj(propagator): the small kernel conjugated, not the (B, K, K) transfer function
-        adjoint = self.propagator.conj() if self.ramps is None else self.ramps * self.propagator.conj()
-        grad_waves = torch.fft.ifft2(grad_spectrum * self._transfer(grad_field.dim(), adjoint), norm=self.norms[1])
+        adjoint = self.transfer if conjugated else self.propagator.conj() if self.ramps is None \
+            else self.ramps * self.propagator.conj()
+        grad_waves = ifft2(grad_spectrum * self._transfer(grad_field.dim(), adjoint), norm=self.norms[1])
         if spectrum is None or self.ramps is None:
             return grad_waves, None
-        per_mode = grad_spectrum.conj() * spectrum
+        per_mode = conj(grad_spectrum) * spectrum
         per_mode = per_mode.reshape(per_mode.shape[0], -1, *per_mode.shape[-2:])  # the mode axes between batch and pixels
         return grad_waves, self.ramps * _sum_axis(per_mode, 1)
 
@@ -238,17 +231,17 @@ class Detect:
 
 
 def summed_intensity(far: torch.Tensor) -> torch.Tensor:
-    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K). re^2 + im^2 gives
-    a contiguous result several times faster on CPU than abs()**2, squaring view_as_real, or reducing a strided
-    real view; a single mode skips the reduction."""
-    power = far.real.square() + far.imag.square()
+    """|far|^2 summed over the mode axes between batch and pixels: (B, ..., K, K) -> (B, K, K): re^2 + im^2 of the
+    squared real view (vectorised: faster on CPU than abs()**2 or summing the view's last axis)."""
+    squares = torch.view_as_real(far).square()
+    power = squares[..., 0] + squares[..., 1]
     power = power.reshape(far.shape[0], -1, *far.shape[-2:])
     return power[:, 0] if power.shape[1] == 1 else power.sum(1)
 
 
 def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.Tensor:
-    """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K);
-    with ``transform`` False, |wave|^2 summed over the modes (for fields already at the detector)."""
+    """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K); without ``transform``
+    |wave|^2 (fields already at the detector)."""
     return summed_intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
 
 
@@ -261,19 +254,16 @@ def transmission(amplitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
 class Multislice:
     """Exit waves (B, P, O, K, K) complex of every probe mode through every object mode.
 
-    probes:     (B, P, K, K) complex, each probe mode already at its scan position
-                (or (1, P, K, K), shared by the whole batch).
+    probes:     (B, P, K, K) complex, each probe mode at its scan position (or (1, P, K, K), shared by the batch).
     patches:    (B, O, S, K, K) complex object transmissions: O object modes, S slices.
     propagator: (K, K) complex Fresnel kernel between slices, or (B, K, K), one per position
                 (a tilt per position, ``tilted_propagator``); unused when S == 1.
 
-    The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last
-    slice is not propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator carries the
-    inverse transform's 1 / K^2 (``scaled``): no transform scales the waves (the same bits for K a power of 2).
-
-    The exit waves are linear in the probes and in each slice on its own (not in all slices
-    together): ``vjp`` gives the gradients with respect to both, which for the probes, and for
-    one slice with the others held, is the adjoint of that linear map."""
+    The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last slice is not
+    propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator carries the inverse transform's
+    1 / K^2 (``scaled``): no transform scales the waves (the same bits for K a power of 2). The exit waves are
+    linear in the probes and in each slice on its own (not in all slices together): ``vjp`` gives the gradients
+    with respect to both, which for the probes, and for one slice with the others held, is that map's adjoint."""
 
     def __init__(self, propagator: torch.Tensor | None) -> None:
         self.per_position = propagator is not None and propagator.dim() == 3
@@ -286,9 +276,8 @@ class Multislice:
 
     def forward_with_incident(self, probes: torch.Tensor, patches: torch.Tensor, spectra: list | None = None
                               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The exit waves and the waves incident on slices 1 .. S-1 (S-1 of (B, P, O, K, K)), which
-        ``vjp`` needs; given a list ``spectra``, it receives the S-1 spectra fft2 of the waves leaving
-        slices 0 .. S-2, which the gradient with respect to the propagator needs (``vjp_all``)."""
+        """The exit waves and the waves incident on slices 1 .. S-1 (S-1 of (B, P, O, K, K)), which ``vjp`` needs;
+        a list ``spectra`` receives the S-1 spectra fft2 of the waves leaving slices 0 .. S-2 (``vjp_all``'s)."""
         incident = []
         return self._waves(probes, patches, incident, spectra), incident
 
@@ -309,40 +298,57 @@ class Multislice:
 
     def vjp(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor]
             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradients (shaped as ``probes``, as ``patches``) from the gradient (B, P, O, K, K) with
-        respect to the exit waves (``vjp_all`` without the propagator's)."""
+        """Gradients (as ``probes``, as ``patches``) from the exit waves' (B, P, O, K, K): ``vjp_all``'s first two."""
         return self.vjp_all(grad, probes, patches, incident)[:2]
 
     def vjp_all(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor],
-                spectra: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Gradients (shaped as ``probes``, as ``patches``, as the propagator or None without
-        ``spectra``) from the gradient (B, P, O, K, K) with respect to the exit waves, slice by slice
-        backwards: for t = a b the gradient in a is g conj(b); for a propagation ifft2(fft2(.) H) it is
-        ifft2(fft2(g) conj(H)) in the wave and conj(fft2(wave)) fft2(g) / K^2 in H (fft2's adjoint is
-        K^2 ifft2), summed over the slices and the modes (and the batch, for one kernel for all); a
-        probe shared by the batch (1, P, K, K) sums over it."""
+                spectra: list[torch.Tensor] | None = None, conjugated: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Gradients (shaped as ``probes``, as ``patches``, as the propagator or None without ``spectra``) from
+        the gradient (B, P, O, K, K) with respect to the exit waves, slice by slice backwards: for t = a b the
+        gradient in a is g conj(b); for a propagation ifft2(fft2(.) H) it is ifft2(fft2(g) conj(H)) in the wave and
+        conj(fft2(wave)) fft2(g) / K^2 in H (fft2's adjoint is K^2 ifft2), summed over the slices and the modes
+        (and the batch, for one kernel for all); a probe shared by the batch (1, P, K, K) sums over it.
+
+        ``conjugated``: ``grad`` is conj(g), and so are the probes' and patches' gradients (not the propagator's): the
+        products take the forward's factors as they are, where torch's ``mul`` copies a conjugated one first (a pass
+        over the batch each: incident waves, patches, probes per position). The same bits (``_adjoint_parts``)."""
         n_slices = patches.shape[2]
         grad_slices = [None] * n_slices
         grad_propagator = None
+        conj, fft2, ifft2 = _adjoint_parts(conjugated)
         for s in range(n_slices - 1, 0, -1):
-            grad_slices[s] = _sum_axis(grad * incident[s - 1].conj(), 1)
-            grad_spectrum = torch.fft.fft2(grad * patches[:, None, :, s].conj())
+            grad_slices[s] = _sum_axis(grad * conj(incident[s - 1]), 1)
+            grad_spectrum = fft2(grad * conj(patches[:, None, :, s]))
             if spectra is not None:
-                term = spectra[s - 1].conj() * grad_spectrum
+                term = conj(spectra[s - 1]) * grad_spectrum
                 grad_propagator = term if grad_propagator is None else grad_propagator + term
-            grad = torch.fft.ifft2(grad_spectrum.mul_(self.scaled.conj()), norm="forward")
-        grad_slices[0] = _sum_axis(grad * probes[:, :, None].conj(), 1)
+            grad = ifft2(grad_spectrum.mul_(conj(self.scaled)), norm="forward")
+        grad_slices[0] = _sum_axis(grad * conj(probes[:, :, None]), 1)
         # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
         grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(
             [g.movedim(0, 1) for g in grad_slices], dim=1).movedim(2, 0)
-        grad_probes = _sum_axis(grad * patches[:, None, :, 0].conj(), 2)
+        grad_probes = _sum_axis(grad * conj(patches[:, None, :, 0]), 2)
         if probes.shape[0] == 1:
             grad_probes = grad_probes.sum(0, keepdim=True)
         if grad_propagator is not None:
             k2 = grad.shape[-1] * grad.shape[-2]
             summed = grad_propagator.sum((1, 2)) if self.per_position else grad_propagator.sum(tuple(range(3)))
-            grad_propagator = summed * (1.0 / k2)  # (B, K, K) or (K, K); the bits of / k2 (spectrum_vjp)
+            grad_propagator = summed.mul_(1.0 / k2)  # (B, K, K) or (K, K); the bits of / k2 (spectrum_vjp)
+            grad_propagator = grad_propagator.conj_physical_() if conjugated else grad_propagator
         return grad_probes, grad_patches, grad_propagator
+
+
+_MIRROR = {"forward": "backward", "backward": "forward", "ortho": "ortho"}
+
+
+def _adjoint_parts(conjugated: bool) -> tuple:
+    """(conj, fft2, ifft2) for a backward; on conjugated gradients (``Multislice.vjp_all``) the forward's factors as
+    they are and the transforms swapped: conj(fft2(x, norm)) = ifft2(conj(x), _MIRROR[norm]), bit for bit."""
+    if not conjugated:
+        return torch.conj, torch.fft.fft2, torch.fft.ifft2
+    return ((lambda t: t), lambda t, norm="backward": torch.fft.ifft2(t, norm=_MIRROR[norm]),
+            lambda t, norm="backward": torch.fft.fft2(t, norm=_MIRROR[norm]))
 
 
 def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
@@ -366,11 +372,11 @@ def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
 def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                          propagator: torch.Tensor | None, detector: Detector, weights: torch.Tensor | None = None,
                          background: torch.Tensor | None = None) -> torch.Tensor:
-    """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes (P, K, K)
-    (or (B, P, K, K), a probe per position) at windows of the object (O, S, Ny, Nx) with corners
-    ``top_left`` (B, 2), each probe shifted by its sub-pixel rest (Fourier multipliers ``ramps``
-    (B, K, K), or None) and detected by ``detector`` (near field: the image shifted back by the same
-    rest; its blur), times the ``weights`` (B,) plus the ``background`` (K, K), both optional. Autograd."""
+    """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes (P, K, K) (or
+    (B, P, K, K), a probe per position) at windows of the object (O, S, Ny, Nx) with corners ``top_left`` (B, 2),
+    each probe shifted by its sub-pixel rest (Fourier multipliers ``ramps`` (B, K, K), or None) and detected by
+    ``detector`` (near field: the image shifted back by the same rest; its blur), times the ``weights`` (B,) plus
+    the ``background`` (K, K), both optional. Autograd."""
     probes = ProbeShift(ramps).forward(probe)
     waves = Multislice(propagator).forward(probes, extract_patches(obj, top_left, probe.shape[-1]))
     detect = Detect(detector, ramps)
@@ -411,13 +417,11 @@ def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = Non
 def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: str,
                          weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
                          mask: torch.Tensor | None = None):
-    """Loss of the coherent intensities ``coherent`` = sum_modes |far|^2 (B, K, K) of detector
-    fields ``far`` against ``measured`` (B, K, K), with the model intensity
-    I = weights * coherent + background (weights (B,), background (K, K), both optional) over
-    the pixels where ``mask`` is 1. All elementwise, so ``torch.compile`` can fuse it.
-
-    Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for
-    every mode, factor (B, K, K) real; the other two are None when not asked for."""
+    """Loss of the coherent intensities ``coherent`` = sum_modes |far|^2 (B, K, K) of detector fields ``far``
+    against ``measured`` (B, K, K), with the model intensity I = weights * coherent + background (weights (B,),
+    background (K, K), both optional) over the pixels where ``mask`` is 1. All elementwise, so ``torch.compile``
+    can fuse it. Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for every
+    mode, factor (B, K, K) real; the other two are None when not asked for."""
     floor = EPS if kind == "amplitude" else POISSON_FLOOR
     # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
     intensity = (detector_response(coherent, weights, background + floor) if background is not None

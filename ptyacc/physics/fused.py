@@ -69,10 +69,11 @@ class _PtychoLoss(torch.autograd.Function):
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
         per_probe = probe.dim() == 4  # a probe per position (B, P, K, K)
-        grad_propagator = (None if not ctx.needs_input_grad[6] else [] if per_position
-                           else torch.zeros_like(propagator))
+        grad_propagator = None if not ctx.needs_input_grad[6] else [] if per_position else torch.zeros_like(propagator)
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
+        # the backward on conj(gradients) (``Multislice.vjp_all``) where it saves copies: several slices, probes per position
+        conjugated = shifted or per_probe or obj.shape[1] > 1
         # a probe shared by the batch (P, K, K) divided by K: the detector's transforms then scale nothing (``Detect``)
         scale = 1.0 if per_probe else 1.0 / k
         probe = probe if per_probe else probe * scale
@@ -92,27 +93,24 @@ class _PtychoLoss(torch.autograd.Function):
             detect = Detect(detector, shift.ramps, prescaled=not per_probe)
             multislice = Multislice(propagator[part] if per_position else propagator)
             spectra = [] if grad_propagator is not None else None
-            if shifted:
-                probes = shift.from_spectrum(spectrum[part] if per_probe else spectrum)
-            else:
-                probes = shift.forward(probe[part] if per_probe else probe)
+            probes = (shift.from_spectrum(spectrum[part] if per_probe else spectrum) if shifted
+                      else shift.forward(probe[part] if per_probe else probe))
             windows = patches.forward(obj)  # (C, O, S, K, K)
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
             coherent, blur_spectrum = summed_intensity(far), None
             if detect.blur is not None:  # the detector's point spread
                 coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
-            loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind,
-                                                 weights[part] if weights is not None else None, background,
-                                                 detect.mask)
+            loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind, weights[part] if weights is not None
+                                                 else None, background, detect.mask)
             if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
                 factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
                 if grad_v is not None:
                     grad_blur += 0.5 * grad_v
             # near field with ramps: the gradient of the image's shift back at the detector too
-            grad_waves, grad_back = detect.vjp(far.mul_(factor[:, None, None]),
-                                               far_spectrum if grad_ramps is not None else None)
-            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra)
+            grad_field = (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None])
+            grad_waves, grad_back = detect.vjp(grad_field, far_spectrum if grad_ramps is not None else None, conjugated)
+            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra, conjugated)
             total = loss if total is None else total + loss
             if grad_h is not None and per_position:
                 grad_propagator.append(grad_h)
@@ -125,8 +123,8 @@ class _PtychoLoss(torch.autograd.Function):
             patches.add_adjoint(grad_obj, grad_patches)
             if shifted:
                 own = spectrum[part] if per_probe else spectrum
-                grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, own if grad_ramps is not None else None,
-                                                           per_position=per_probe)
+                grad_spectrum, grad_r = shift.spectrum_vjp(grad_probes, own if grad_ramps is not None else None, per_probe,
+                                                           conjugated)
                 grad_probe.append(grad_spectrum)
                 if grad_ramps is not None:
                     grad_ramps.append(grad_r if grad_back is None else grad_r.add_(grad_back))
@@ -135,8 +133,10 @@ class _PtychoLoss(torch.autograd.Function):
         # per position: the chunks' pieces joined; shared: summed in the chunks' order
         grad_probe = grad_probe[0] if len(grad_probe) == 1 else torch.cat(grad_probe) if per_probe \
             else sum(grad_probe[1:], grad_probe[0])
-        if shifted:  # ProbeShift.adjoint, summed over the chunks first
-            grad_probe = torch.fft.ifft2(grad_probe)
+        if shifted:  # ProbeShift.adjoint, summed over the chunks first; ifft2(conj(x)) = conj(fft2(x, norm="forward"))
+            grad_probe = torch.fft.fft2(grad_probe, norm="forward") if conjugated else torch.fft.ifft2(grad_probe)
+        if conjugated:  # the object's and the probe's gradients made plain (the object's size; K x K per mode, or per position)
+            grad_probe, grad_obj = grad_probe.conj_physical_(), grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
                      grad_background, None, grad_propagator, None, None, None, None, None, grad_blur)
