@@ -242,7 +242,8 @@ class Reconstructor:
         """The iterations, each followed by the hooks; an iteration with a non-finite loss is undone
         (and maybe retried, ``guard.NanGuard``); a SIGINT or SIGTERM stops in the current step,
         keeping the work (``ptyacc.reconstruction.interrupt``)."""
-        keep_freed_memory()  # from the first step on, no page faults for the batch's waves at every step (heap.py)
+        if self.accelerator.device.type == "cpu":  # the waves are the host's: no page faults for them at every step
+            keep_freed_memory()  # (heap.py)
         with self.interrupt:
             while self.history.done < self.config.optim.iterations:
                 loss, seconds = self._iteration(self.history.done)
