@@ -57,7 +57,13 @@ def test_refused_over_several_slices_and_off_unless_asked():
         return SimpleNamespace(object=torch.zeros(1, slices, 8, 8, 2), near_field=False, window=4,
                                refine_positions=False, fixed_fractions=torch.zeros(3, 2))
 
-    assert isinstance(descan_in_model(config, model(1), BuildContext(data, None)), DescanRamp)
+    ramp = descan_in_model(config, model(1), BuildContext(data, None))
+    probe, indices = torch.randn(2, 4, 4, dtype=torch.complex64), torch.tensor([2, 0, 1])
+    shared = ramp.probes(probe, indices, torch.tensor(1.0))  # (B, P, K, K) from the shared modes
+    varied = ramp.probes(probe.expand(3, -1, -1, -1), indices, torch.tensor(1.0))  # composes with a probe per position
+    assert shared.shape == (3, 2, 4, 4) and torch.allclose(shared, varied)
+    assert torch.allclose(shared[0, 1], probe[1] * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[:, None]
+                          * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[None], atol=1e-5)
     with pytest.raises(ValueError, match="one slice"):
         descan_in_model(config, model(2), BuildContext(data, None))
     shift = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}})
