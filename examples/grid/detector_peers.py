@@ -16,6 +16,10 @@ Every result is scored by packages.score (phase NCC with the truth over the scan
 canvas's exact place and after the best sub-pixel shift); one JSON line per row.
 
     python examples/grid/detector_peers.py WORKDIR [--coherence] [--rows init,truth,truth32,ptyrad1,ptyrad4,ptychi]
+        [--set KEY=VALUE ...]
+
+``--set`` (repeatable) adds a config override to ptyacc's rows (e.g. ``optim.batch_size=128``,
+``data.transform.descan_model=ramp``); the JSON line names them.
 """
 
 from __future__ import annotations
@@ -62,11 +66,11 @@ def run_ptyacc(config, overrides: list[str]):
     return rec, float(np.median(times[1:]))
 
 
-def main(work: Path, setting: simulate.Setting, rows: list[str]) -> None:
+def main(work: Path, setting: simulate.Setting, rows: list[str], extra_overrides: tuple[str, ...] = ()) -> None:
     case, truth, dx, positions = detector_table.write_case(work, setting, again=False)
     peers = work / "peers.h5"
     peers_file(case, peers)
-    common = [f"optim.iterations={ITERATIONS}", "runtime.progress=false", f"runtime.threads={THREADS}"]
+    common = [f"optim.iterations={ITERATIONS}", "runtime.progress=false", f"runtime.threads={THREADS}", *extra_overrides]
     for row in rows:
         started, extra = time.time(), {}
         if row in ("init", "truth", "truth32"):
@@ -103,7 +107,8 @@ def main(work: Path, setting: simulate.Setting, rows: list[str]) -> None:
             extra = {"harness_ncc_zero_shift": out["harness_ncc_zero_shift"],
                      "other_cpu_fraction": out["other_cpu_fraction"]}
         load = float(open("/proc/loadavg").read().split()[0])
-        print(json.dumps({"case": "partly coherent" if setting.source_size_A else "coherent", "row": row, **found,
+        print(json.dumps({"case": "partly coherent" if setting.source_size_A else "coherent", "row": row,
+                          "set": list(extra_overrides), **found,
                           "s_per_iter": round(per_iteration, 3), "load1": load, **extra,
                           "s": round(time.time() - started, 1)}), flush=True)
 
@@ -115,6 +120,11 @@ if __name__ == "__main__":
         at = arguments.index("--rows")
         chosen = arguments[at + 1]
         del arguments[at:at + 2]
+    sets = []
+    while "--set" in arguments:
+        at = arguments.index("--set")
+        sets.append(arguments[at + 1])
+        del arguments[at:at + 2]
     partly = "--coherence" in arguments
     main(Path([a for a in arguments if not a.startswith("--")][0]), PARTLY_COHERENT if partly else COHERENT,
-         chosen.split(","))
+         chosen.split(","), tuple(sets))

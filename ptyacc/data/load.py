@@ -106,7 +106,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
         reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
         if data.transform.descan == "auto":
-            source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen)
+            source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen,
+                                                data.transform.descan_model == "ramp")
         focus = Measured()
         if defocus_auto:
             depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
@@ -197,11 +198,17 @@ def _turned_by_parallax(source, calibration, rotation_deg: float, flags: tuple[b
         f"{nominal:g} A's opposite sign: flip_y and flip_x toggled (the patterns turned by 180 deg)")
 
 
-def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen):
+def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen, in_model: bool = False):
     """``data.transform.descan: auto``: the file (and the way to open it again) whose patterns come
-    shifted back by the descan measured in them, and what to report."""
+    shifted back by the descan measured in them, and what to report; ``in_model``
+    (``descan_model: ramp``): the file as it is, the descan left to the model (``quantities/descan_ramp.py``)."""
     descan, line = measure_descan(source, prepare, positions_A, mask)
     measured = Measured((line,), descan.arrays(positions_A))
+    if in_model and descan.moves(positions_A):
+        line = line.replace("patterns shifted back", "patterns to be moved by the model")
+        return source, reopen, Measured((line + "; data.transform.descan_model: ramp: the patterns left as read, "
+                                                "each position's probe given the phase ramp of its shift",),
+                                        {**measured.arrays, "descan_in_model": np.bool_(True)})
     if not descan.moves(positions_A):  # nothing the data resolve: the patterns as read (counts stay counts)
         return source, reopen, measured
     return Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask), measured

@@ -39,7 +39,9 @@ results.h5 layout (a public contract; add, never rename):
   back and ``descan_plane`` (2, 3) the plane fitted to the disk centres, per axis [at the mean position,
   per Å of y, per Å of x], ``descan_per_position`` bool () whether the shifts were kept per position
   (the plane fits poorly) rather than the plane's, ``descan_rms_px`` float64 (2,) the plane's rms
-  residual and the centres' own noise (``data.transform.descan: auto``); ``scan_rotation_deg`` float64 ()
+  residual and the centres' own noise (``data.transform.descan: auto``), ``descan_in_model`` bool () True
+  where the patterns were left as read and the model moved its predictions instead (``descan_model:
+  ramp``; the shifts then those the model applies); ``scan_rotation_deg`` float64 ()
   and ``orientation_flags`` bool (3,) (transpose, flip_y, flip_x) measured from the centre of mass
   (``experiment.scan_rotation_deg: auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
 - group ``probe_variation`` (``model.probe_variation``): ``modes`` complex64 (V + 1, K, K), the first

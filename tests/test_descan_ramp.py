@@ -1,0 +1,100 @@
+"""``data.transform.descan_model: ramp`` (ptyacc/quantities/descan_ramp.py): the descan as a phase ramp on
+each position's probe, against the independent simulator (examples/grid/simulate.py), which makes the
+descan as a ramp on the exit wave."""
+
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import ptyacc
+from ptyacc.physics import Detector, detected_intensities, shift_ramp
+from ptyacc.quantities import BuildContext
+from ptyacc.quantities.descan_ramp import DescanRamp, descan_in_model
+from ptyacc.reconstruction.batch_auto import descan_moved
+from ptyacc.results.quality import best_shift_ncc
+
+PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.15, -0.1), (0.08, 0.2)))
+
+
+def predicted(result, n, descan_px):
+    """ptyacc's intensities (N, K, K), fftshifted, of the simulator's probe and object with ``descan_px``
+    (N, 2) put in by ``DescanRamp`` (None: none)."""
+    centres_px = torch.from_numpy(result["positions_A"] / result["dx_A"])
+    whole = torch.round(centres_px)
+    probe = torch.from_numpy(result["probe"])[None]
+    if descan_px is not None:
+        indices = torch.arange(len(centres_px))
+        probe = DescanRamp(descan_px, n, lambda i: (centres_px - whole)[i]).probes(probe, indices, torch.tensor(1.0))
+    obj = torch.from_numpy(np.exp(1j * result["phases"]))[None]
+    found = detected_intensities(probe, obj, (whole - n // 2).long(), shift_ramp(centres_px - whole, n), None, Detector())
+    return torch.fft.fftshift(found, dim=(-2, -1)).numpy()
+
+
+@pytest.mark.parametrize("defocus", [0.0, 60.0])
+def test_the_ramp_moves_the_prediction_as_the_simulators_descan(grid_simulator, defocus):
+    setting = grid_simulator.Setting(detector_px=32, scan_shape=(4, 4), scan_step_A=0.9, dose=0.0, defocus_A=defocus,
+                                     edge_mrad=80.0, seed=4, **PLANE)
+    result = grid_simulator.simulate(setting)
+    truth = result["descan_px"]
+    assert 0.5 < np.abs(truth).max() < 2.0
+    measured = result["patterns"].reshape(-1, 32, 32).astype(np.float64)
+
+    def error(descan):
+        return np.abs(predicted(result, 32, descan) - measured).max() / measured.max()
+
+    assert error(truth) < 1e-6
+    assert error(-truth) > 0.1 and error(None) > 0.05  # the sign shows, and the descan does
+
+
+def test_refused_over_several_slices_and_off_unless_asked():
+    config = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "descan_model": "ramp"}}})
+    data = SimpleNamespace(detector={"descan_in_model": np.bool_(True), "descan_px": np.full((3, 2), 0.5)})
+
+    def model(slices):
+        return SimpleNamespace(object=torch.zeros(1, slices, 8, 8, 2), near_field=False, window=4,
+                               refine_positions=False, fixed_fractions=torch.zeros(3, 2))
+
+    ramp = descan_in_model(config, model(1), BuildContext(data, None))
+    probe, indices = torch.randn(2, 4, 4, dtype=torch.complex64), torch.tensor([2, 0, 1])
+    shared = ramp.probes(probe, indices, torch.tensor(1.0))  # (B, P, K, K) from the shared modes
+    varied = ramp.probes(probe.expand(3, -1, -1, -1), indices, torch.tensor(1.0))  # composes with a probe per position
+    assert shared.shape == (3, 2, 4, 4) and torch.allclose(shared, varied)
+    assert torch.allclose(shared[0, 1], probe[1] * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[:, None]
+                          * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[None], atol=1e-5)
+    with pytest.raises(ValueError, match="one slice"):
+        descan_in_model(config, model(2), BuildContext(data, None))
+    shift = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}})
+    assert shift.data.transform.descan_model == "shift"
+    assert descan_in_model(shift, model(1), BuildContext(data, None)) is None
+    # the patterns were not moved, so optim.batch_size: auto keeps about 8 steps per iteration
+    assert not descan_moved(data) and descan_moved(SimpleNamespace(detector={"descan_px": np.full((3, 2), 0.5)}))
+
+
+def reconstructed(path, out, model, batch=32, iterations=20):
+    config = {"data": {"path": str(path), "transform": {"descan": "auto", "descan_model": model}},
+              "experiment": {"positions": {"key": "positions_A"}},
+              "optim": {"iterations": iterations, "batch_size": batch},
+              "output": {"dir": str(out), "figures": False}, "runtime": {"progress": False, "threads": 1}}
+    return ptyacc.reconstruct(ptyacc.load_config(config)), (out / "run.log").read_text()
+
+
+def test_the_ramp_beats_the_shift_at_small_batches(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(16, 16), scan_step_A=0.4, dose=3e4, defocus_A=80.0,
+                                     edge_mrad=50.0, seed=5, descan_offset_px=(0.3, -0.2),
+                                     descan_px_per_A=((0.08, 0.04), (-0.04, 0.1)))
+    path = tmp_path / "descan.h5"
+    grid_simulator.write(str(path), setting)
+    with h5py.File(path) as f:
+        truth, dx, positions = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"]), f["positions_A"][()]
+    found = {}
+    for model in ("ramp", "shift"):
+        rec, log = reconstructed(path, tmp_path / model, model)
+        found[model], _ = best_shift_ncc(rec.results.phase, rec.results.origin_A, dx, positions, truth,
+                                         levels=((0.5, 4), (0.1, 4)))
+        if model == "ramp":
+            assert "descan_ramp" in rec.model.quantities and "descan_model: ramp" in log
+            assert rec.results.detector["descan_in_model"]
+    assert found["ramp"] > 0.9 and found["ramp"] > found["shift"] + 0.05, found
