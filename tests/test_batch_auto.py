@@ -19,7 +19,7 @@ def test_the_rule_known_answers():
 
 
 def run(path, out, batch):
-    config = {"data": {"path": str(path), "transform": {"descan": "auto"}},
+    config = {"data": {"path": str(path), "transform": {"descan": "auto", "descan_model": "shift"}},
               "experiment": {"positions": {"key": "positions_A"}},
               "optim": {"iterations": 30, "batch_size": batch},
               "output": {"dir": str(out), "figures": False}, "runtime": {"progress": False, "threads": 1}}

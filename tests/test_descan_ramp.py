@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ptyacc
+from ptyacc.data.load import descan_left_to_model
 from ptyacc.physics import Detector, detected_intensities, shift_ramp
 from ptyacc.quantities import BuildContext
 from ptyacc.quantities.descan_ramp import DescanRamp, descan_in_model
@@ -66,9 +67,13 @@ def test_refused_over_several_slices_and_off_unless_asked():
                           * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[None], atol=1e-5)
     with pytest.raises(ValueError, match="one slice"):
         descan_in_model(config, model(2), BuildContext(data, None))
-    shift = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}})
-    assert shift.data.transform.descan_model == "shift"
+    shift = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "descan_model": "shift"}}})
     assert descan_in_model(shift, model(1), BuildContext(data, None)) is None
+    default = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}})
+    assert default.data.transform.descan_model == "auto" and descan_left_to_model(default)  # auto: the ramp
+    sliced = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}, "model": {"slices": 2}})
+    finer = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "upsample": 2}}})
+    assert not descan_left_to_model(sliced) and not descan_left_to_model(finer)  # auto: the shift there
     # the patterns were not moved, so optim.batch_size: auto keeps about 8 steps per iteration
     assert not descan_moved(data) and descan_moved(SimpleNamespace(detector={"descan_px": np.full((3, 2), 0.5)}))
 

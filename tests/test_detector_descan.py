@@ -78,7 +78,8 @@ def test_auto_takes_it_out_while_preparing(grid_simulator, tmp_path):
     grid_simulator.write(str(path), setting)
     with h5py.File(path) as f:
         truth = f["ground_truth/descan_px"][()]  # as prepared: the flip_x undoes the read-out
-    config = {"data": {"path": str(path), "bad_pixels": "auto", "transform": {"flip_x": True, "descan": "auto"}},
+    config = {"data": {"path": str(path), "bad_pixels": "auto",
+                       "transform": {"flip_x": True, "descan": "auto", "descan_model": "shift"}},
               "experiment": {"defocus_A": 80.0}}
     data = load_data(load_config(config))
     assert rms(data.detector["descan_px"] - truth) < 0.1

@@ -30,8 +30,8 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
               "optim": {"iterations": 2, "batch_size": 16}, "runtime": {"progress": False},
               "output": {"figures": False}}
     one, two = on_one_and_two(tmp_path, config)
-    assert sorted(one[0]) == ["bad_pixels", "descan_per_position", "descan_plane", "descan_px", "descan_rms_px",
-                              "orientation_flags", "orientation_skew", "scan_rotation_deg"]
+    assert sorted(one[0]) == ["bad_pixels", "descan_in_model", "descan_per_position", "descan_plane", "descan_px",
+                              "descan_rms_px", "orientation_flags", "orientation_skew", "scan_rotation_deg"]
     for key in one[0]:
         assert np.array_equal(one[0][key], two[0][key]), key
     assert one[2] == two[2] and abs(one[2] - 7.0) < 2.0

@@ -49,11 +49,13 @@ class TransformConfig:
         "off", "auto: measure the bright-field disk's centre in up to 1024 prepared patterns, fit a plane in the "
                "probe positions and shift every pattern back by it (sub-pixel, Fourier), so that zero frequency sits "
                "at the centre everywhere; run.log reports the fit, results.h5 /detector keeps it. Electrons, far field.")
-    descan_model: Literal["shift", "ramp"] = _f(
-        "shift", "How descan: auto takes out what it measured. shift: each pattern's counts moved back as it is read "
-                 "(sub-pixel, Fourier). ramp: the patterns left as measured (counts stay counts) and each position's "
-                 "probe multiplied by the phase ramp exp(2 pi i (dy y + dx x) / K) that moves its pattern by the "
-                 "measured (dy, dx) px, as a descan does; one slice only (model.slices: 1), one scan, far field.")
+    descan_model: Literal["auto", "shift", "ramp"] = _f(
+        "auto", "How descan: auto takes out what it measured. shift: each pattern's counts moved back as it is read "
+                "(sub-pixel, Fourier). ramp: the patterns left as measured (counts stay counts) and each position's "
+                "probe multiplied by the phase ramp exp(2 pi i (dy y + dx x) / K) that moves its pattern by the "
+                "measured (dy, dx) px, as a descan does; one slice only (model.slices: 1), one scan, far field. "
+                "auto: ramp with one slice, one scan and neither pad nor upsample, else shift (on the every-effect "
+                "case of docs/user-guide.md, 'Descan', phase NCC 0.989 against 0.933 at batch 128).")
 
     def _check(self, path: str) -> None:
         _require(self.crop is None or self.crop >= 1, f"{path}.crop", f"must be >= 1 or null, got {self.crop}")

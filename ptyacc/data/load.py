@@ -46,6 +46,15 @@ BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orien
 MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
 
 
+def descan_left_to_model(config: Config) -> bool:
+    """Whether ``data.transform.descan_model`` leaves the measured descan to the model (``ramp``, or ``auto`` with
+    one slice, one scan, and the patterns neither padded nor upsampled) rather than shifting the patterns."""
+    transform = config.data.transform
+    if transform.descan_model != "auto":
+        return transform.descan_model == "ramp"
+    return config.model.slices == 1 and not config.scans and transform.pad is None and transform.upsample == 1
+
+
 def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
     """Read or simulate the dataset that ``config.data`` describes, calibrated by
     ``config.experiment`` (values it leaves out come from the file's attributes).
@@ -107,7 +116,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
         if data.transform.descan == "auto":
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen,
-                                                data.transform.descan_model == "ramp")
+                                                descan_left_to_model(config))
         focus = Measured()
         if defocus_auto:
             depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2

@@ -70,7 +70,7 @@ def descan_in_model(config, model, context: BuildContext) -> DescanRamp | None:
     """``data.transform.descan_model: ramp`` where ``descan: auto`` found a descan to take out (the
     data's /detector ``descan_in_model``); refused over several slices, several scans, the near field."""
     detector = getattr(context.data, "detector", None) or {}
-    if config.data.transform.descan_model != "ramp" or not bool(detector.get("descan_in_model", False)):
+    if config.data.transform.descan_model == "shift" or not bool(detector.get("descan_in_model", False)):
         return None
     setting = "data.transform.descan_model: ramp"
     if model.object.shape[1] > 1:

@@ -49,6 +49,9 @@ def load_scans(config: Config, device: torch.device | str = "cpu") -> tuple[Ptyc
     """The combined dataset of ``config.scans`` (every pattern in memory) and each scan."""
     scans, start = [], 0
     for number, whole in enumerate(scan_configs(config)):
+        if whole.data.transform.descan_model == "auto":  # the descan's ramp takes one scan (quantities/descan_ramp.py)
+            whole = dataclasses.replace(whole, data=dataclasses.replace(whole.data, transform=dataclasses.replace(
+                whole.data.transform, descan_model="shift")))
         data = load_data(dataclasses.replace(whole, data=dataclasses.replace(whole.data, hold="device")), device=device)
         if data.streamed is not None:
             raise ConfigError(f"scans[{number}].data: several scans are held in memory; this one does not fit")
