@@ -127,8 +127,8 @@ def main(work: Path, setting: simulate.Setting, rows: list[str]) -> None:
             extra = {"harness_ncc_zero_shift": out["harness_ncc_zero_shift"],
                      "other_cpu_fraction": out["other_cpu_fraction"]}
         load = float(open("/proc/loadavg").read().split()[0])
-        case = ("partly coherent" if setting.source_size_A else "coherent") + (", WSe2" if setting.sample == "wse2" else "")
-        print(json.dumps({"case": case, "row": row, **found,
+        label = ("partly coherent" if setting.source_size_A else "coherent") + (", WSe2" if setting.sample == "wse2" else "")
+        print(json.dumps({"case": label, "row": row, **found,
                           "s_per_iter": round(per_iteration, 3), "load1": load, **extra,
                           "s": round(time.time() - started, 1)}), flush=True)
 
