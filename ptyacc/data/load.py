@@ -287,7 +287,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
             turn, middle, opposite = turn + 180.0, -middle, False
             notes += (f"; the scan rotation turned by 180 deg (the centre of mass could not tell it, divergence "
                       f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
-        notes += f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg"
+        notes += f"; the scan rotation measured before (centre of mass or parallax) corrected by {turn:+.2f} deg"
     if opposite:
         notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
     defocus = middle + depth_A
