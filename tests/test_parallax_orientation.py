@@ -5,9 +5,12 @@ is noise, the orientation the simulator applied."""
 
 import math
 
+import h5py
 import numpy as np
 import pytest
 
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
 from ptyacc.data.orientation import FLAGS, centres_of_mass, flag_matrix, orientation_from_com, rotation
 from ptyacc.data.parallax_orientation import conformal_parts, orientation_of_shifts, parallax_orientation
 
@@ -55,3 +58,23 @@ def test_a_crystal_whose_centre_of_mass_is_noise(grid_simulator, crystal, flags)
     assert found.flags == flags
     assert found.rotation_deg == pytest.approx(9.0, abs=1.0)
     assert found.defocus_A == pytest.approx(120.0, rel=0.25) and found.ratio > 10
+
+
+@pytest.mark.parametrize("defocus", [120.0, "auto"])
+def test_through_load_data_with_the_defocus_given_or_auto(grid_simulator, crystal, tmp_path, defocus):
+    """orientation and rotation auto on the crystal's file read out transposed: the parallax's flags
+    and rotation are used whether the defocus is given (not measured) or auto (the file's nominal
+    96 Å the sign), and the raster lands on the true positions."""
+    setting, _ = crystal
+    path = tmp_path / "crystal.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(**{**setting.__dict__, "transpose": True,
+                                                              "nominal_defocus_A": 96.0, "write_positions": False}))
+    config = {"data": {"path": str(path), "transform": {"orientation": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto", "defocus_A": defocus}}
+    data = load_data(load_config(config))
+    assert list(data.detector["orientation_flags"]) == [True, False, False]
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
+    with h5py.File(path) as f:
+        truth = f["ground_truth/positions_A"][()]
+    moved = data.positions_A - data.positions_A.mean(0)
+    assert np.abs(moved - (truth - truth.mean(0))).max() < 0.2  # Å, over a 9 Å scan

@@ -139,10 +139,11 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
               background: np.ndarray | None, defocus_auto: bool = False):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
     without basis vectors: the experiment and transform with the rotation and flags measured from
-    the centre of mass of the stored patterns (``orientation.py``), and what to report. With
-    ``defocus_auto`` the flags and rotation are the parallax's where it tells them
-    (``_parallax_oriented``), else the flags are turned by 180 degrees where the centre of mass could
-    hardly tell them from those (``_turned_by_parallax``)."""
+    the centre of mass of the stored patterns (``orientation.py``), and what to report. Where a
+    defocus is known (given, or the nominal one of ``defocus_auto``) the flags and rotation are the
+    parallax's where it tells them (``_parallax_oriented``); else, with ``defocus_auto``, the flags are
+    turned by 180 degrees where the centre of mass could hardly tell them from those
+    (``_turned_by_parallax``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
@@ -161,7 +162,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
     found, line = measure_orientation(source, shape, file_mask, background, fixed, given)
     flags, rotation_deg = found.flags, found.rotation_deg
-    chosen = _parallax_oriented(source, calibration, file_mask, background) if fixed is None and defocus_auto else None
+    chosen = _parallax_oriented(source, calibration, file_mask, background) if fixed is None else None
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
