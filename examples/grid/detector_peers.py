@@ -57,9 +57,9 @@ def one_truth(row: str, work: Path, setting: simulate.Setting) -> list[str]:
     return {"+defocus": [f"experiment.defocus_A={float(setting.defocus_A)}"], "+flips": FLIPS,
             "+rotation": FLIPS + [f"experiment.scan_rotation_deg={float(setting.scan_rotation_deg)}"],
             "+positions": FLIPS + positions,
-            "+bad_pixels": ["data.bad_pixels=off", f"data.flat_field={work / 'true_flat.npy'}"],
+            "+bad_pixels": ["data.bad_pixels='off'", f"data.flat_field={work / 'true_flat.npy'}"],
             "+blur": [f"model.detector_blur_px={float(setting.blur_px)}", "optim.start.detector_blur=null"],
-            "-descan": ["data.transform.descan=off"]}[row]
+            "-descan": ["data.transform.descan='off'"]}[row]
 
 
 def peers_file(case: Path, out: Path) -> None:
