@@ -169,32 +169,43 @@ def test_blur_refined_from_none_finds_the_independent_simulators_sigma(grid_simu
     assert sigma == pytest.approx(0.6, rel=0.2)
     with h5py.File(tmp_path / "out" / "results.h5") as f:
         assert f.attrs["detector_blur_px"] == pytest.approx(sigma)
+        assert "detector_blur" not in f  # a quantity that saves no arrays adds no group
     assert f"detector blur: sigma {sigma:.3f} px (refined from 0 px)" in (tmp_path / "out" / "run.log").read_text()
     assert isinstance(run.model.detector_blur_variance, torch.nn.Parameter)
-    assert "detector_blur_variance" in run.model.state_dict()
+    assert "quantities.detector_blur.variance_px2" in run.model.state_dict()
     groups = build_groups(config, run.model, torch.device("cpu"))
     assert [g.params for g in groups if g.name == "detector_blur"] == [[run.model.detector_blur_variance]]
 
 
 def test_model_without_blur_has_none_and_a_fixed_blur_is_a_buffer():
     """Off (the default): no blur in the detector, nothing in the state (the run is the same as
-    before the blur existed); given but not refined: a buffer the optimizers never see."""
+    before the blur existed); given but not refined: a buffer the optimizers never see; refined: a
+    parameter (``quantities/detector_blur.py``, the model's quantity ``detector_blur``)."""
     import numpy as np
 
     from ptyacc.physics.geometry import ObjectGeometry
+    from ptyacc.quantities.detector_blur import DetectorBlur
     from ptyacc.reconstruction.model import PtychoModel
 
     geometry = ObjectGeometry.around(np.array([[0.0, 0.0], [1.0, 1.0]]), 0.5, 8)
     probe = torch.ones(1, 8, 8, dtype=torch.complex64)
-    off = PtychoModel(probe, geometry)
+
+    def model_with(blur: DetectorBlur | None) -> PtychoModel:
+        model = PtychoModel(probe, geometry)
+        if blur is not None:
+            model.quantities[blur.name] = blur
+        return model
+
+    off = model_with(None)
     assert off.detector().blur_variance_px2 is None and off.detector_blur_px() is None
     assert not any("blur" in name for name in off.state_dict())
-    fixed = PtychoModel(probe, geometry, detector_blur_px=0.5)
+    fixed = model_with(DetectorBlur(0.5, refined=False))
     assert float(fixed.detector().blur_variance_px2) == pytest.approx(0.25)
-    assert "detector_blur_variance" in dict(fixed.named_buffers())
+    assert "quantities.detector_blur.variance_px2" in dict(fixed.named_buffers())
     assert not any("blur" in name for name, _ in fixed.named_parameters())
-    refined = PtychoModel(probe, geometry, refine_detector_blur=True)
-    assert refined.detector_blur_px() == 0.0 and "detector_blur_variance" in dict(refined.named_parameters())
+    refined = model_with(DetectorBlur(0.0, refined=True))
+    assert refined.detector_blur_px() == 0.0
+    assert "quantities.detector_blur.variance_px2" in dict(refined.named_parameters())
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 patterns of the independent simulator (examples/grid/simulate.py), whose true defocus is the check;
 the file's nominal defocus is 25 % off."""
 
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -10,13 +12,17 @@ from click.testing import CliRunner
 from ptyacc.commands.cli import cli
 from ptyacc.commands.info import parallax_figure_report
 from ptyacc.config import load_config
+from ptyacc.data import parallax
 from ptyacc.data.load import load_data
+from ptyacc.data.overlap_focus import Scale
 from ptyacc.data.parallax import NoParallax, aligned_shifts, measure, shifted
 from ptyacc.data.sanity import scan_grid_steps
 from ptyacc.errors import ConfigError
+from ptyacc.physics import wavelength_A
 from ptyacc.results.figures import parallax_figure
 
 K = 48
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "data" / "demo_mos2.h5"
 
 
 def case(grid_simulator, defocus_A, side=32, **effects):
@@ -104,6 +110,23 @@ def test_a_scan_rotation_left_out_shows_in_the_antisymmetric_part(grid_simulator
     assert found.defocus_A == pytest.approx(100.0, rel=0.05)
 
 
+def test_a_crystal_reads_its_defocus_from_the_fourier_regions(monkeypatch):
+    """The demo file (abTEM, MoS2, 120 Å underfocus): a crystal's images carry their power at a few lattice
+    frequencies, which most pixels of the disk see from one side only. The real-space shifts alone read
+    the defocus about a fifth short; fitted region by region in Fourier space, within 5 %."""
+    with h5py.File(DEMO) as f:
+        patterns, attrs = f["patterns"][()], dict(f.attrs)
+    n, shape = patterns.shape[-1], tuple(attrs["scan_shape"])
+    lam = wavelength_A(attrs["energy_eV"])
+    prepared = np.fft.ifftshift(patterns.reshape(-1, n, n), axes=(-2, -1))
+    found = measure(prepared, shape, np.eye(2) * attrs["scan_step_A"], lam, attrs["dk_invA"])
+    assert found.reliable and found.defocus_A == pytest.approx(attrs["defocus_A"], rel=0.05)
+    assert abs(found.c12a_A) < 5.0 and abs(found.c12b_A) < 5.0 and abs(found.rotation_left_deg) < 1.0
+    monkeypatch.setattr(parallax, "refined_scale", lambda *args: Scale(1.0, 1.0, 1.0, False))
+    shifts_alone = measure(prepared, shape, np.eye(2) * attrs["scan_step_A"], lam, attrs["dk_invA"])
+    assert shifts_alone.defocus_A < 0.85 * attrs["defocus_A"]
+
+
 def test_no_disk_or_a_small_raster_cannot_tell(grid_simulator):
     setting, result = case(grid_simulator, 100.0, side=8)
     with pytest.raises(NoParallax, match="raster of at least"):
@@ -147,10 +170,18 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     assert "defocus_A" not in load_data(load_config(config)).calibration  # no nominal: in focus
 
 
-def test_a_defocus_too_small_for_the_shift_model_is_not_trusted(grid_simulator):
-    setting, result = case(grid_simulator, 40.0)  # its phase at the disk's edge is under 2 rad
+def test_a_small_defocus_is_measured_down_to_its_limit(grid_simulator):
+    """40 Å (its phase at the disk's edge 1.9 rad): the real-space shifts alone read about 52 Å, the
+    Fourier regions within 5 %. 20 Å (0.9 rad) is read but not trusted; at 10 Å no defocus fits."""
+    setting, result = case(grid_simulator, 40.0)
+    found = measured(grid_simulator, setting, result)
+    assert found.reliable and found.defocus_A == pytest.approx(40.0, rel=0.05)
+    setting, result = case(grid_simulator, 20.0)
     found = measured(grid_simulator, setting, result)
     assert not found.reliable and "too small" in found.reason
+    setting, result = case(grid_simulator, 10.0)
+    found = measured(grid_simulator, setting, result)
+    assert not found.reliable and "no defocus fits" in found.reason
 
 
 def test_the_parallax_corrects_a_rotation_the_centre_of_mass_could_not_tell(grid_simulator, tmp_path):

@@ -226,7 +226,7 @@ def test_model_state_is_real_valued():
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
     model = build_model(config, data, geometry)
     tensors = dict(model.named_parameters()) | dict(model.named_buffers())
-    assert {"object", "probe", "position_offsets", "propagator"} <= set(tensors)
+    assert {"object", "probe", "quantities.positions.offsets_px", "propagator"} <= set(tensors)
     assert not [name for name, t in tensors.items() if t.is_complex()]
 
 
@@ -247,7 +247,7 @@ def test_step_footprint_is_the_box_of_its_windows_or_the_whole_object(refine, mo
         with torch.no_grad():
             model.position_offsets[3] = torch.tensor([2.0, -3.0])
     exchange, k = GradientExchange(model, world=2), data.detector_px
-    positions = (geometry.positions_px + model.position_offsets.detach().numpy())[[3, 4]]
+    positions = model.positions().detach().numpy()[[3, 4]]
     corners = np.clip(np.round(positions - k // 2), 0, np.array(geometry.shape) - k).astype(int)
     exchange.begin_step(torch.tensor([3, 4]))
     assert exchange.box == (corners[:, 0].min(), corners[:, 0].max() + k, corners[:, 1].min(), corners[:, 1].max() + k)
@@ -402,7 +402,7 @@ def test_exchange_sends_the_footprint_in_one_collective_per_step(mp_config, one_
             steps = global_steps(records, iteration)
             assert traffic["calls"] == len(steps)
             assert traffic["probe"] == len(steps) * sizes["probe"]
-            assert traffic["other"] == len(steps) * sizes["position_offsets"]
+            assert traffic["other"] == len(steps) * sizes["quantities.positions.offsets_px"]
             assert record["comm_bytes"][iteration] == traffic["object"] + traffic["probe"] + traffic["other"]
             if iteration < 2:  # positions still as loaded
                 boxes = [(c[:, 0].max() + k - c[:, 0].min()) * (c[:, 1].max() + k - c[:, 1].min())

@@ -25,12 +25,13 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     assert "# calibration check: bright-field disk radius predicted 7.66 px" in text  # info's report, appended
     config = yaml.safe_load(text)
     assert config["data"] == {"path": "scan.h5", "key": "patterns", "bad_pixels": "auto",
-                              "transform": {"descan": "auto"}} and config["optim"]["batch_size"] == 72
+                              "transform": {"descan": "auto"}} and config["optim"]["batch_size"] == "auto"
     assert "scan_rotation_deg" not in config["experiment"]  # the file's measured positions: no raster to turn
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", "optim.iterations=1",
                                    "--set", "output.figures=false"])
     assert run.exit_code == 0, run.output
-    assert (tmp_path / "results" / "scan" / "results.h5").exists()
+    with h5py.File(tmp_path / "results" / "scan" / "results.h5") as f:  # the demo's descan moves no pattern
+        assert yaml.safe_load(f.attrs["auto_values"])["optim.batch_size"] == 72  # 576 // 8
     again = CliRunner().invoke(cli, ["init", "scan.h5"])
     assert again.exit_code == 2 and "scan.yaml exists; pass --force" in again.output
 

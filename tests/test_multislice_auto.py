@@ -2,13 +2,16 @@
 and tv_phase_smoothing (auto by default), resolved from the slice count at its boundary (1 slice
 off, 2 and more on), numbers kept as given, said on the terminal and in run.log, recorded in
 results.h5, and reaching the run exactly as the numbers they stand for; on counted data with several
-slices tv_phase_smoothing's auto from the electrons per object pixel (``dose_smoothing``)."""
+slices tv_phase_smoothing's auto from the electrons per object pixel (``dose_smoothing``). And every
+other auto a run resolves before its model is built (``reconstruction/autos.py``): the varying probe's
+smoothing and the runtime's device, backend, threads and data.hold, named in results.h5 and run.log."""
 
 import h5py
 import numpy as np
 import pytest
+import torch
 import yaml
-from conftest import tiny_config
+from conftest import test_device, tiny_config
 
 import ptyacc
 from ptyacc.errors import ConfigError
@@ -32,6 +35,13 @@ AUTO = tuple(f"optim.regularize.{key}=auto" for key in KEYS)
 def regularize_values(config) -> dict:
     """``auto_values`` of ``optim.regularize`` (``optim.object_optimizer``'s is tests/test_descent.py's)."""
     return {key: value for key, value in auto_values(config).items() if key.startswith("optim.regularize.")}
+
+
+def machine_autos() -> dict:
+    """The runtime's keys that a ``tiny_config`` run resolves from auto: the threads and where the patterns live,
+    and on the CPU the device and the backend ("none": one process; on a GPU tiny_config names both)."""
+    return {"data.hold": "device", "runtime.threads": torch.get_num_threads(),
+            **({"runtime.device": "cpu", "runtime.backend": "none"} if test_device() == "cpu" else {})}
 
 
 def config(slices: int, *overrides: str):
@@ -104,7 +114,7 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
                                                           "optim.preconditioner_batch_floor": 0.25,
                                                           "optim.regularize.depth_blur_slices": 0.0,
                                                           "optim.adam_beta2": 0.999,
-                                                          "optim.loss": "amplitude"}
+                                                          "optim.loss": "amplitude", **machine_autos()}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
                "optim.regularize.tv_phase_smoothing={}")
@@ -177,3 +187,40 @@ def test_counted_multislice_data_take_the_smoothing_of_their_dose_recorded_and_s
     with h5py.File(tmp_path / "dim" / "results.h5") as f:
         dim_smoothing = yaml.safe_load(f.attrs["auto_values"])["optim.regularize.tv_phase_smoothing"]
     assert dim_smoothing == pytest.approx(2 * expected, rel=0.05) and dim_smoothing < 0.002
+
+
+def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoothing_as_a_number(tmp_path):
+    """results.h5's auto_values and run.log's "auto:" line name exactly the keys this run resolved: with
+    model.probe_variation on, its smoothing (twice the median distance between neighbouring positions, in Å,
+    here from NumPy's pairwise distances), with two probe modes the second's power, the object's and the
+    probe's, and the runtime's device, backend
+    (none: one process), threads and data.hold where auto. A run given those numbers instead of auto is the
+    same bit for bit and names none of them."""
+    base = tiny_config(tmp_path, model={"probe_variation": 1, "probe_modes": 2}, optim={"iterations": 2},
+                       output={"dir": str(tmp_path / "out"), "figures": False})
+    rec = ptyacc.reconstruct(ptyacc.load_config(base, []), overwrite=True)
+    positions = rec.results.positions_A
+    pairs = np.linalg.norm(positions[:, None] - positions[None], axis=-1) + np.diag(np.full(len(positions), np.inf))
+    with h5py.File(tmp_path / "out" / "results.h5") as f:
+        chosen = yaml.safe_load(f.attrs["auto_values"])
+    smoothing_A = chosen.pop("model.probe_variation_smoothing_A")
+    assert smoothing_A == pytest.approx(2 * np.median(pairs.min(1)), rel=1e-6)
+    assert chosen == {"optim.loss": "amplitude", "optim.object_optimizer": "preconditioned",
+                      "optim.probe_optimizer": "preconditioned", "optim.preconditioned_step": 0.4,
+                      "optim.preconditioner_batch_floor": 0.0, "optim.regularize.tv_phase_smoothing": 0.0,
+                      "optim.adam_beta2": 0.95, "model.probe_mode_power": 0.02, **machine_autos()}
+    lines = [line.split(" ", 1)[1] for line in (tmp_path / "out" / "run.log").read_text().splitlines()]
+    said = [line.removeprefix("auto: ") for line in lines if line.startswith("auto: ")]
+    named = [item.split()[0] for item in said[0].split(", ")]
+    assert len(said) == 1
+    assert named == sorted([*chosen, "model.probe_variation_smoothing_A"])
+    given = {key: value for key, value in {**chosen, "model.probe_variation_smoothing_A": smoothing_A}.items()
+             if key != "runtime.backend"}  # a single process's "none" is no value of the key
+    numbers = ptyacc.reconstruct(ptyacc.load_config(base, [f"output.dir={tmp_path / 'numbers'}",
+                                                           *(f"{key}={value}" for key, value in given.items())]))
+    np.testing.assert_array_equal(numbers.results.object, rec.results.object)
+    np.testing.assert_array_equal(numbers.results.quantities["probe_variation"]["weights"],
+                                  rec.results.quantities["probe_variation"]["weights"])
+    with h5py.File(tmp_path / "numbers" / "results.h5") as f:
+        left = {key: value for key, value in machine_autos().items() if key == "runtime.backend"}
+        assert yaml.safe_load(f.attrs["auto_values"]) == left

@@ -12,6 +12,7 @@ from ptyacc.data import EpochBatches
 from ptyacc.errors import PtyaccError
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.detector_fit import DetectorFit
+from ptyacc.quantities.positions import PositionCorrections
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.speed.gpu_cases import (
     PTYRAD_A100_ITERATION_S,
@@ -191,6 +192,7 @@ def test_layout_parameters_are_the_models():
     probe = torch.ones(3, 8, 8, dtype=torch.complex64)
     model = PtychoModel(probe, geometry, object_modes=2, slices=2, propagator=torch.ones(8, 8, dtype=torch.complex64),
                         refine_positions=True)
+    model.quantities["positions"] = PositionCorrections(model.positions_px, scan_affine=False)
     model.quantities["fitted"] = DetectorFit(8, len(layout.positions_px), background=True, weights=True)
     expected = [(name, p.numel()) for name, p in model.named_parameters()]
     assert layout.parameter_floats() == expected

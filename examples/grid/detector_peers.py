@@ -5,7 +5,7 @@ coherence too (source 0.3 Å, focal spread 30 Å), 60 iterations each:
 
 * ptyacc init + run: ``ptyacc init case.h5`` (the config it writes, every auto on), then that config
   run for 60 iterations;
-* ptyacc given the truth: init's config (batch 128, blur refined from none) with the true
+* ptyacc given the truth: init's config (``batch_size: auto``, blur refined from none) with the true
   positions, transpose and defocus put in (bad pixels and descan auto); ``truth32``: the same at
   batch 32 without the blur (detector_table.py's row);
 * PtyRAD 1.0 and Pty-chi 2.2 (LSQML) given the truth through ../shared/bench (batch 32): a copy of

@@ -1,4 +1,5 @@
-"""Why the parallax reads the demo's defocus (120 Å) as 95 Å: the demo's own projected phase (MoS2, a
+"""The parallax on a crystal (its real-space shifts alone read the demo's 120 Å as 95 Å; with the Fourier
+regions' scale, ptyacc/data/overlap_focus.py, 121 Å): the demo's own projected phase (MoS2, a
 crystal; /ground_truth/phase of examples/data/demo_mos2.h5) through this directory's independent
 simulator (one slice, no noise, the demo's probe and raster) against random atoms of the same phase
 spread, at three defoci; and the demo file itself. One line per case: the parallax's defocus, its

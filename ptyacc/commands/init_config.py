@@ -63,9 +63,8 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
                   "scaled to the data"]
         modes = len(read_probe(data_path, carried).modes)
         lines += [f"  probe_modes: {modes}   # as many as the file's probe holds"] if modes > 1 else []
-    batch = int(np.clip(n // 8, 4, 256))  # fewer, larger steps: low-dose data fitted less to their noise (user guide)
-    lines += ["optim:", "  iterations: 20", f"  batch_size: {batch}   # suggested for {n} positions: about 8 steps "
-              "per iteration"]
+    lines += ["optim:", "  iterations: 20", "  batch_size: auto   # from the data: one step per iteration where the "
+              f"descan shifted the patterns, else about 8 ({int(np.clip(n // 8, 4, 256))} of {n} positions)"]
     if not xray:
         lines.append("  start: {detector_blur: 0}   # the detector's blur (model.detector_blur_px) refined from none")
     lines += ["output:", f"  dir: results/{data_path.stem}"]

@@ -267,7 +267,11 @@ class OptimConfig:
     """How the reconstruction is optimised."""
 
     iterations: int = _f(20, "Passes over all positions (epochs).")
-    batch_size: int = _f(32, "Global batch: positions per step, over all processes together.")
+    batch_size: int | Literal["auto"] = _f(
+        32, "Global batch: positions per step, over all processes together. auto (what ptyacc init writes): every "
+            "position in one step per iteration where data.transform.descan shifted the patterns (at most 2^24 pattern "
+            "pixels a step), else about an eighth of the positions, 4 to 256 (docs/user-guide.md, 'The batch size "
+            "from the data').")
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["auto", "amplitude", "poisson"] = _f(
         "auto", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL (the model intensity plus 0.01 counts). "
@@ -335,7 +339,8 @@ class OptimConfig:
 
     def _check(self, path: str) -> None:
         _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
-        _require(self.batch_size >= 1, f"{path}.batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(self.batch_size == "auto" or self.batch_size >= 1, f"{path}.batch_size",
+                 f"must be auto or >= 1, got {self.batch_size}")
         _require(self.adam_beta2 == "auto" or 0 <= self.adam_beta2 < 1, f"{path}.adam_beta2",
                  f"must be auto or in [0, 1), got {self.adam_beta2}")
         for group, step in (("object", "preconditioned_step"), ("probe", "preconditioned_probe_step")):

@@ -22,9 +22,11 @@ wrap biases it; all groups at once), started from a cross-correlation's peak, th
 fit; the reference is first the image of the group nearest the disk's centre, then the mean of all
 images moved back (three rounds). No group's error is taken below ERROR_FLOOR of the median. The shifts,
 turned into Å by the raster's step vectors, are fitted by s = s0 + M k, each group weighted by how
-well its shift was measured; the fit's scatter and the shifts' errors, the difference between the
-inner and the outer groups' defocus and SYSTEMATIC of it give the uncertainty. M's
-antisymmetric part is a rotation of the scan left unaccounted for (``rotation_left_deg``).
+well its shift was measured. M is then scaled by the factor that fits the pixels' images in Fourier
+space region by region (``overlap_focus``: the real-space shifts of a crystal come out short by a common
+factor, a fifth on MoS2); the fit's scatter and the shifts' errors, the difference between the inner
+and the outer pixels' scaled defocus and SYSTEMATIC of it give the uncertainty. M's antisymmetric part
+is a rotation of the scan left unaccounted for (``rotation_left_deg``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 
 from ptyacc.data.bright_field import bright_field_radius_px, repaired
 from ptyacc.data.orientation import middle_block
+from ptyacc.data.overlap_focus import Scale, refined_scale
 from ptyacc.errors import DataError
 
 MIN_SIDE = 16  # raster positions per side below which the parallax is not measured
@@ -48,8 +51,9 @@ MIN_GROUPS = 8
 ERROR_FLOOR = 0.1  # of the median error: the least a shift's error is taken to be (the reference group, matched
 # against itself in the first round, would otherwise outweigh every other)
 MAX_REL_ERROR = 0.1  # the defocus trusted when its uncertainty is at most this share of it
-MIN_EDGE_PHASE = 3.5  # rad: the defocus's phase at the disk's edge, pi defocus alpha^2 / lambda, below which the
-# shift model fails (measured on the independent simulator: +25 % at 1.9 rad, +6-10 % at 2.8, within 4 % from 3.8)
+MIN_EDGE_PHASE = 1.2  # rad: the defocus's phase at the disk's edge, pi defocus alpha^2 / lambda, below which the
+# parallax is not trusted (the independent simulator, 80 kV, 25 mrad, 3e4 counts: within 2 % from 30 Å, 1.4 rad;
+# 20 Å, 0.9 rad, read 18.9-19.8 Å; 10 Å found no scale in the Fourier regions)
 SYSTEMATIC = 0.03  # share of |defocus| added to its and C12's errors: the spread between samples on the simulator
 MAX_MISFIT = 0.5  # the shifts' rms misfit to the linear model, as a share of their rms, beyond which it is not trusted
 
@@ -188,15 +192,22 @@ def correlation_peaks(images: np.ndarray, reference: np.ndarray, max_shift: floa
     return np.column_stack([dy[i], dx[j]])
 
 
+def disk_centre(mean: np.ndarray) -> np.ndarray:
+    """The centroid (y, x) px of the bright-field disk of a centred mean pattern, its level clipped at the
+    disk's median so that the dark field and a few bright pixels do not pull it."""
+    level = np.clip(mean / np.median(mean[mean > 0.5 * mean.max()]), 0.0, 1.0)
+    y, x = np.indices(mean.shape)
+    return np.array([(level * y).sum(), (level * x).sum()]) / level.sum()
+
+
 def pixel_groups(mean: np.ndarray, radius_px: float, good: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Groups of the pixels of centred (K, K) patterns within INNER of the disk of ``radius_px``
     about the ``mean`` pattern's disk centroid: (G, K*K) membership (0/1) and (G, 2) their
     intensity-weighted mean position (y, x) in px from that centre."""
     k = mean.shape[-1]
-    level = np.clip(mean / np.median(mean[mean > 0.5 * mean.max()]), 0.0, 1.0)
     y, x = np.indices(mean.shape)
-    centre = np.array([(level * y).sum(), (level * x).sum()]) / level.sum()
+    centre = disk_centre(mean)
     width = max(1, round(INNER * radius_px * math.sqrt(math.pi / GROUPS)))
     inside = np.hypot(y - centre[0], x - centre[1]) <= INNER * radius_px
     if good is not None:
@@ -285,13 +296,18 @@ def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarr
             reference = aligned_mean(images, d - offset, used)
             d = np.where(np.isfinite(d) & (np.abs(d - predicted) < 1.0), d, predicted) - offset
     image = aligned_mean(images, d - offset, used, reach=0.25)
-    radial = np.hypot(*k_invA.T)
-    inner = used & (radial <= np.median(radial[used]))
-    halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
-              for part in (inner, used & ~inner)]
+    fitted = refined_scale(centred, (ny, nx), steps_A, m, dk_invA, disk_centre(mean), radius, centred_good)
+    if fitted.found:
+        halves = [defocus_of(m * part, wavelength_A) for part in (fitted.inner, fitted.outer)]
+        m, cov = m * fitted.scale, cov * fitted.scale ** 2
+    else:
+        radial = np.hypot(*k_invA.T)
+        inner = used & (radial <= np.median(radial[used]))
+        halves = [defocus_of(fit_shifts(k_invA, shifts_A, errors_A, part)[1], wavelength_A)
+                  for part in (inner, used & ~inner)]
     overlap = float(np.abs(d[used] - offset).max()) / min(ny, nx)
     return result(s0, m, cov, misfit, wavelength_A, k_invA, shifts_A, errors_A, used, image, (ny, nx), halves,
-                  radius * dk_invA * wavelength_A, overlap)
+                  radius * dk_invA * wavelength_A, overlap, fitted)
 
 
 def aligned_mean(images: np.ndarray, d: np.ndarray, used: np.ndarray, reach: float = 0.5) -> np.ndarray:
@@ -315,11 +331,13 @@ def defocus_of(m: np.ndarray, wavelength_A: float) -> float:
 
 
 def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavelength_A: float, k_invA, shifts_A, errors_A, used,
-           image, shape: tuple[int, int], halves: list[float], semiangle_rad: float, overlap: float) -> Parallax:
+           image, shape: tuple[int, int], halves: list[float], semiangle_rad: float, overlap: float,
+           fitted: Scale) -> Parallax:
     """The Parallax of the fitted s0 (2,), M (2, 2) and M's covariance (4, 4), judged; ``halves`` the
     defocus fitted to the inner and the outer half of the groups, whose difference (the model's
     failure towards the disk's edge) and SYSTEMATIC of the defocus are added to the statistical
-    error; ``semiangle_rad`` the disk's; ``overlap`` the largest shift as a share of the raster's side."""
+    error; ``semiangle_rad`` the disk's; ``overlap`` the largest shift as a share of the raster's side;
+    ``fitted`` the Fourier regions' scale of M (``overlap_focus``)."""
     defocus = defocus_of(m, wavelength_A)
     statistical = math.sqrt(max(cov[0, 0] + cov[3, 3], 0.0)) / (2 * wavelength_A)
     defocus_error = math.hypot(statistical, (halves[0] - halves[1]) / 2, SYSTEMATIC * defocus)
@@ -328,7 +346,10 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
     c12_error = defocus_error
     rotation_left = math.degrees(math.atan((m[1, 0] - m[0, 1]) / (m[0, 0] + m[1, 1]))) if m[0, 0] + m[1, 1] else 0.0
     reason = ""
-    if misfit > MAX_MISFIT:
+    if not fitted.found:
+        reason = (f"the Fourier regions fit the shifts best at {fitted.scale:.2f} of their size, the end of the range "
+                  "searched: no defocus fits the pixels' images")
+    elif misfit > MAX_MISFIT:
         reason = (f"the pixel groups' shifts do not follow one defocus (misfit {misfit:.2f} of their spread): a thick "
                   "or strongly scattering sample, or too little contrast")
     elif overlap > MAX_SHIFT_SHARE:

@@ -1,9 +1,11 @@
 """Refined quantities in modules of their own (``registry.py``: what a quantity is and how a run
-finds it): ``detector_fit`` (the background and intensity weights fitted to the data),
-``probe_variation`` (a probe that varies across the scan) and ``scans`` (the probes of several
-scans of one object), registered on import, in that order (the order in which a model applies them)."""
+finds it): ``positions`` (offsets of the probe positions and the scan's affine distortion),
+``detector_fit`` (the background and intensity weights fitted to the data), ``probe_variation`` (a
+probe that varies across the scan), ``scans`` (the probes of several scans of one object) and
+``detector_blur`` (the detector's point spread), registered on import, in that order (the order in
+which a model applies them)."""
 
-from ptyacc.quantities import detector_fit, probe_variation, scans  # noqa: F401, I001  (their factories register, in this order)
+from ptyacc.quantities import positions, detector_fit, probe_variation, scans, detector_blur  # noqa: F401, I001  (their factories register, in this order)
 from ptyacc.quantities.registry import BuildContext, Quantity, attach_quantities, register, unregister
 
 __all__ = ["BuildContext", "Quantity", "attach_quantities", "register", "unregister"]

@@ -31,7 +31,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.quantities.registry import BuildContext, Quantity, register
 from ptyacc.quantities.slices import TiltSmoothing
 from ptyacc.reconstruction.groups import ParameterGroup
@@ -109,13 +108,13 @@ class ProbeVariation(Quantity):
     def normalizer(self, model, config) -> Callable[[], None]:
         """What follows every iteration of ``model`` (the ``PtychoModel`` holding this): ``normalize``
         with its probe, the weights smoothed over its positions by a Gaussian of
-        ``config.model.probe_variation_smoothing_A`` (auto: twice the median distance between
-        neighbouring positions; None: not smoothed)."""
+        ``config.model.probe_variation_smoothing_A`` Å (None: not smoothed; auto, twice the median distance
+        between neighbouring positions, is resolved before the model is built: ``reconstruction/autos.py``)."""
         sigma_A = config.model.probe_variation_smoothing_A
         if sigma_A == "auto":
-            sigma_px = 2 * median_neighbour_distance(model.positions_px.cpu().numpy())
-        smoothing = None if sigma_A is None else TiltSmoothing(
-            model.positions_px, sigma_px if sigma_A == "auto" else sigma_A / self.dx_A)
+            raise ValueError("model.probe_variation_smoothing_A: auto reaches the quantity unresolved; build the run's "
+                             "config with reconstruction.autos.resolve_autos")
+        smoothing = None if sigma_A is None else TiltSmoothing(model.positions_px, sigma_A / self.dx_A)
         return lambda: self.normalize(model.probe, smoothing)
 
     def groups(self, config, model) -> list[ParameterGroup]:

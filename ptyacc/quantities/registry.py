@@ -6,20 +6,27 @@ and how it is refined:
 - ``probes(probe, indices, probe_scale)``: the probe modes of a batch's positions, given those so
   far ((P, K, K) shared by the batch, or (B, P, K, K) per position; the fused data term takes
   either); the default leaves them;
+- ``centres(centres, indices, scan_shift_px)``: the probe centres (B, 2) px of a batch's positions,
+  given those so far (the nominal ones first, moved by ``scan_shift_px`` with the probe's
+  recentring); the default leaves them. Only a model built with ``refine_positions`` asks;
 - ``intensity_factor(indices)``: (B,) a factor of each predicted pattern, or None (the default);
 - ``added_background()``: (K, K) counts added to every predicted pattern (unshifted layout), or None;
+- ``detection(detector)``: the model's ``Detector`` with what this quantity changes in it (a point
+  spread); the default leaves it;
 - ``groups(config, model)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
   start iteration, optimizer, what runs after each step and iteration);
-- ``saved(model)``: {name: array}, results.h5's group ``name`` (``Results.quantities``).
+- ``saved(model)``: {name: array}, results.h5's group ``results_group`` (``Results.quantities``;
+  by default the quantity's ``name``; several quantities may write into one group, as ``fitted``);
+- ``attributes(model)``: {name: number}, attributes of results.h5 (``Results.attrs``).
 
 A factory ``(config, model, context) -> Quantity | None`` registered with ``register`` is asked,
 once the model is built (``build_model``, which passes a ``BuildContext``), whether the run has its quantity; the model keeps
 the quantities it is given in ``model.quantities`` (by name, in registration order) and applies
-them in that order. The package registers the fitted background and intensity weights
-(``detector_fit.py``), a varying probe (``probe_variation.py``) and the probes of several scans
-(``scans.py``); a quantity defined elsewhere (a test, a notebook)
-registers its own factory, and nothing in the package changes (docs/architecture.md, "Adding a
-quantity").
+them in that order. The package registers the position offsets and scan affine (``positions.py``),
+the fitted background and intensity weights (``detector_fit.py``), a varying probe
+(``probe_variation.py``), the probes of several scans (``scans.py``) and the detector's blur
+(``detector_blur.py``); a quantity defined elsewhere (a test, a notebook) registers its own factory,
+and nothing in the package changes (docs/architecture.md, "Adding a quantity").
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from ptyacc.config import Config
+    from ptyacc.physics import Detector
     from ptyacc.reconstruction.groups import ParameterGroup
     from ptyacc.reconstruction.model import PtychoModel
 
@@ -60,12 +68,17 @@ FACTORIES: list[Factory] = []
 
 
 class Quantity(nn.Module):
-    """A refined quantity (module docstring); ``name`` is its results.h5 group and must be unique."""
+    """A refined quantity (module docstring); ``name``, unique, is its key in ``model.quantities``
+    (its state's ``quantities.<name>.``) and, unless ``results_group`` says another, its results.h5 group."""
 
     name = "quantity"
+    results_group: str | None = None
 
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         return probe
+
+    def centres(self, centres: torch.Tensor, indices: torch.Tensor, scan_shift_px: torch.Tensor) -> torch.Tensor:
+        return centres
 
     def intensity_factor(self, indices: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -73,10 +86,16 @@ class Quantity(nn.Module):
     def added_background(self) -> torch.Tensor | None:
         return None
 
+    def detection(self, detector: Detector) -> Detector:
+        return detector
+
     def groups(self, config: Config, model: PtychoModel) -> list[ParameterGroup]:
         return []
 
     def saved(self, model: PtychoModel) -> dict[str, np.ndarray]:
+        return {}
+
+    def attributes(self, model: PtychoModel) -> dict[str, float]:
         return {}
 
 

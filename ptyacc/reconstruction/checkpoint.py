@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ptyacc.errors import ConfigError
+from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.results.outdir import atomic_write
 
 FOLDER = "checkpoints"
@@ -65,14 +66,14 @@ def latest_checkpoint(out_dir: Path) -> tuple[Path, dict] | None:
     return None
 
 
-def restore(model: torch.nn.Module, named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: Path) -> None:
+def restore(model: PtychoModel, named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: Path) -> None:
     """Load a checkpoint into the bare model and the optimizers of its groups (``named``: (group name,
     optimizer) pairs), with a clear error when the config has changed the shapes (other modes, slices,
     data) or the refined quantities. Each optimizer takes the state saved under its group's name
     (``optimizer_names``); a checkpoint written before names were saved gives them in order."""
     own = model.state_dict()
-    upgrade = getattr(model, "upgraded_state", None)  # names of earlier versions made today's
-    state = dict(state, model=upgrade(state["model"]) if upgrade is not None else state["model"])
+    state = dict(state, model=model.upgraded_state(state["model"]))  # names of earlier versions made today's
+    pairs = _paired(named, state, path)  # first: other refined quantities are named as such, not as missing tensors
     for name, tensor in state["model"].items():
         if name in own and own[name].shape != tensor.shape:
             raise ConfigError(f"{path}: {name} has shape {tuple(tensor.shape)} but this config builds "
@@ -81,12 +82,13 @@ def restore(model: torch.nn.Module, named: list[tuple[str, torch.optim.Optimizer
     if missing:
         raise ConfigError(f"{path}: no {', '.join(missing)} in the checkpoint; resume with the config that wrote it")
     model.load_state_dict(state["model"])
-    for name, optimizer, saved in _paired(named, state, path):
+    for name, optimizer, saved in pairs:
         mine, theirs = _kind(optimizer.param_groups[0]), _kind((saved.get("param_groups") or [{}])[0])
         if None not in (mine, theirs) and mine != theirs:
             key = {"object": "optim.object_optimizer", "probe": "optim.probe_optimizer"}.get(name, f"the {name} group")
             raise ConfigError(f"{path}: written with {theirs} for {key}, this config steps it with {mine}; resume "
                               f"with {key} set as when it was written (that run's run.log says what auto chose)")
+        _check_moments(name, optimizer, saved, path)
         optimizer.load_state_dict(saved)
 
 
@@ -98,7 +100,8 @@ def _paired(named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: P
         if len(named) != len(saved):
             raise ConfigError(f"{path}: written with {len(saved)} optimizers, this config has "
                               f"{len(named)} (position refinement switched on or off?)")
-        return [(name, optimizer, s) for (name, optimizer), s in zip(named, saved, strict=True)]
+        in_order = sorted(named, key=lambda pair: _legacy_rank(pair[0]))
+        return [(name, optimizer, s) for (name, optimizer), s in zip(in_order, saved, strict=True)]
     if sorted(mine) != sorted(names):
         added, gone = sorted(set(mine) - set(names)), sorted(set(names) - set(mine))
         what = "; ".join(part for part in (f"this config also refines {', '.join(added)}" if added else "",
@@ -106,6 +109,30 @@ def _paired(named: list[tuple[str, torch.optim.Optimizer]], state: dict, path: P
         raise ConfigError(f"{path}: the refined quantities differ: {what}; resume with the config that wrote it")
     by_name = dict(zip(names, saved, strict=True))
     return [(name, optimizer, by_name[name]) for name, optimizer in named]
+
+
+LEGACY_FIRST = ("object", "probe", "positions", "scan_affine")  # the groups' order before names were saved
+LEGACY_LAST = ("detector_blur", "detector")
+
+
+def _legacy_rank(name: str) -> int:
+    """Where a group came in a checkpoint written before optimizers were saved by name: the object, the probe, the
+    positions and the scan affine first, the detector's blur and fit last, the others in today's order between."""
+    if name in LEGACY_FIRST:
+        return LEGACY_FIRST.index(name) - len(LEGACY_FIRST)
+    return LEGACY_LAST.index(name) + 1 if name in LEGACY_LAST else 0
+
+
+def _check_moments(name: str, optimizer: torch.optim.Optimizer, saved: dict, path: Path) -> None:
+    """A clear error, not a crash in the next step, where a saved Adam moment's shape is not its parameter's."""
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    ids = [i for group in saved.get("param_groups", []) for i in group["params"]]
+    for param, i in zip(params, ids):
+        for key in ("exp_avg", "exp_avg_sq"):
+            moment = saved.get("state", {}).get(i, {}).get(key)
+            if isinstance(moment, torch.Tensor) and moment.shape != param.shape:
+                raise ConfigError(f"{path}: the {name} group's saved {key} has shape {tuple(moment.shape)}, its "
+                                  f"parameter {tuple(param.shape)}; resume with the config that wrote the checkpoint")
 
 
 def _kind(group: dict) -> str | None:

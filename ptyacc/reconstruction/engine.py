@@ -30,6 +30,8 @@ from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.scans import load_scans
+from ptyacc.reconstruction.autos import resolve_autos, runtime_values
+from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
@@ -40,7 +42,6 @@ from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, Interrupted, keep_work
 from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.threads import set_threads
@@ -143,6 +144,7 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
+        config, sized, sized_notes = self._sized(config) if config.optim.batch_size == "auto" else (config, {}, [])
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
@@ -158,14 +160,13 @@ class Reconstructor:
             with_pattern=reads_edge)
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
-        # auto keys the data decide (the loss; on several slices the TV smoothing step from the dose), resolved
-        # before the model is built: the run's config has what they chose, results.h5 says so
-        config, chosen, dose_notes, loss_notes = data_autos(config, not_counts == 0, peak, mean_counts, self.data,
-                                                            mean_pattern)
-        if chosen:
-            self.config = config
-            self.texts["auto_values"] = yaml.safe_dump({**auto_values(config), **chosen})
-        priors = AutoPriors.of(config)  # what the auto keys chose
+        # every auto key, resolved once before the model is built (reconstruction/autos.py; the batch, which the
+        # batches needed, above): the run's config has numbers in their place, results.h5 and run.log name them
+        autos = resolve_autos(config, self.data, self.geometry.positions_px,
+                              {**runtime_values(config, accelerator, self.data, self.store), **sized},
+                              not_counts == 0, peak, mean_counts, mean_pattern)
+        self.config = config = autos.config
+        self.texts["auto_values"] = yaml.safe_dump(autos.values)
         built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
@@ -175,7 +176,7 @@ class Reconstructor:
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
         held = [(text, self.data.hold is not None) for text in hold_lines(
             self.data, self.store, accelerator.device, -(-config.optim.batch_size // self.world))]
-        self.groups = build_groups(config, self.model, accelerator.device, priors)
+        self.groups = build_groups(config, self.model, accelerator.device, autos.priors)
         recentred = attach_recentring(self.groups, config, self.model, self.data.dx_A, self.data.wavelength_A)
         if self.tiles is not None:
             self.tiles.take_over(self.model, self.groups)
@@ -202,9 +203,18 @@ class Reconstructor:
                                                 accelerator))
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in priors.notes + dose_notes + clamped),
-                      *((text, False) for text in priors.log_notes + loss_notes + recentred),
+                      *((text, True) for text in autos.notes + sized_notes + clamped),
+                      *((text, False) for text in autos.log_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
+
+    def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
+        """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
+        the fitted positions: all less those left out for validation), {key: value} of it and the line saying
+        why. (Called only for auto: the demo's data walk stays in the store's module.)"""
+        fitted = len(self.data.positions_A) - len(self.left_out)
+        batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
+        self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))
+        return config, {"optim.batch_size": batch}, [f"optim.batch_size: {batch} of {fitted} positions (auto: {why})"]
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose

@@ -130,20 +130,10 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
                            after_iteration=(lambda: orthogonalize(model.probe))
                            if config.model.orthogonalize_probe and probe_modes > 1 else None)
     groups = [obj, probe]
-    if model.refine_positions:
-        limit_px = opt.max_position_offset_fraction * model.window
-        groups.append(ParameterGroup("positions", [model.position_offsets], opt.lr.positions, start.positions,
-                                     after_iteration=lambda: clamp(model.position_offsets, -limit_px, limit_px)))
-    if model.scan_affine is not None:
-        groups.append(ParameterGroup("scan_affine", [model.scan_affine], opt.lr.scan_affine, start.scan_affine,
-                                     after_iteration=lambda: zero_mean(model.position_offsets)))
     if model.propagation is not None:  # the tilt and the slice thickness (quantities/slices.py)
         groups += model.propagation.groups(config, model)
     for quantity in model.quantities.values():  # ptyacc/quantities/: their own groups
         groups += quantity.groups(config, model)
-    if isinstance(blur := model.detector_blur_variance, torch.nn.Parameter):  # the variance (px^2), kept >= 0
-        groups.append(ParameterGroup("detector_blur", [blur], opt.lr.detector_blur, start.detector_blur,
-                                     after_step=lambda: clamp(blur, 0.0, None)))
     if auto.optimizer == "preconditioned":
         obj.lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
         obj.optimizer = PreconditionedDescent(obj.params, model, obj.lr, opt.preconditioner_floor, auto.share,

@@ -138,9 +138,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                         refine_positions=config.optim.start.positions is not None
                         or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
                         detector=detector, region=region,
-                        propagation=propagation, scan_affine=config.optim.start.scan_affine is not None,
-                        movable_scan=movable, detector_blur_px=config.model.detector_blur_px,
-                        refine_detector_blur=config.optim.start.detector_blur is not None)
+                        propagation=propagation, movable_scan=movable)
     # another scan's probe from its own optics, at its own counts
     make_probe = lambda c, d: probe_modes(c, d, detector, mean_pattern, d.mean_intensity, said)  # noqa: E731
     attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said, mean_intensity))

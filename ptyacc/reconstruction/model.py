@@ -36,23 +36,18 @@ def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
 
 
 class PtychoModel(nn.Module):
-    """Object, probe and (optionally) position corrections of one reconstruction.
+    """Object, probe and scan of one reconstruction, and its refined quantities.
 
     Parameters
     - object: (object_modes, slices, Ny, Nx, 2) float32 real and imaginary parts of the transmission
     - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
       so that Adam's step sizes are relative to the probe's peak amplitude
-    - position_offsets: (N, 2) float32 pixels (y, x), a parameter only when positions are refined
-    - scan_affine: (2, 2) float32, with ``scan_affine``: the scan's distortion M (scale, rotation,
-      shear, asymmetry), so that position = centre + (I + M) (nominal - centre) + offset, centre
-      the mean nominal position (buffer scan_centre (2,)): M does not move the scan as a whole
-    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: the fitted
-      background and intensity weights, a varying probe, the probes of several scans, ...), by name,
-      given after construction (``attach_quantities``), applied in that order
-    - detector_blur_variance: () float32 px^2, the variance of the detector's point spread
-      (``physics/detector_blur.py``) when refined (``refine_detector_blur``); a buffer when fixed
-      at ``detector_blur_px`` > 0; None without blur. The variance, not sigma: a blur refined from
-      none has a gradient in it.
+    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: position
+      offsets and the scan affine, the fitted background and intensity weights, a varying probe, the
+      probes of several scans, the detector's blur, ...), by name, given after construction
+      (``attach_quantities``), applied in that order. ``refine_positions``: the probe centres move
+      (a quantity's ``centres``, ``quantities/positions.py``), so the forward pass computes the
+      windows from them instead of looking up the fixed ones.
     Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     ``propagation`` (``quantities/slices.py``'s ``SlicePropagation``, multislice with a tilt or a refined slice thickness):
@@ -69,8 +64,7 @@ class PtychoModel(nn.Module):
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
                  object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
                  region: tuple[int, int, int, int] | None = None, propagation: nn.Module | None = None,
-                 scan_affine: bool = False, movable_scan: bool = False, detector_blur_px: float = 0.0,
-                 refine_detector_blur: bool = False) -> None:
+                 movable_scan: bool = False) -> None:
         super().__init__()
         n_probe, k, _ = probe.shape
         self.window = k
@@ -103,13 +97,7 @@ class PtychoModel(nn.Module):
         self.register_buffer("probe_scale", scale)
         self.probe = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
         self.register_buffer("positions_px", positions_px)
-        if refine_positions:
-            self.position_offsets = nn.Parameter(torch.zeros_like(positions_px))
-        else:
-            self.register_buffer("position_offsets", torch.zeros_like(positions_px))
         self.refine_positions = refine_positions
-        self.scan_affine = nn.Parameter(torch.zeros(2, 2)) if scan_affine else None
-        self.register_buffer("scan_centre", positions_px.mean(0), persistent=False)
         if slices > 1 and propagator is None:
             raise ValueError("a multislice model needs a propagator")
         prop = torch.view_as_real(propagator.to(torch.complex64)) if propagator is not None else torch.zeros(k, k, 2)
@@ -127,12 +115,7 @@ class PtychoModel(nn.Module):
         self.has_mask = detector.mask is not None
         self.register_buffer("detector_mask", (detector.mask if self.has_mask else torch.ones(k, k)).float())
         self.quantities = nn.ModuleDict()  # ptyacc/quantities/registry.py
-        self._register_load_state_dict_pre_hook(_fitted_from_old_state, with_module=True)
-        variance = torch.tensor(float(detector_blur_px) ** 2)
-        if refine_detector_blur:
-            self.detector_blur_variance = nn.Parameter(variance)
-        else:
-            self.register_buffer("detector_blur_variance", variance if detector_blur_px > 0 else None)
+        self._register_load_state_dict_pre_hook(_renamed_from_old_state, with_module=True)
         self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
 
@@ -197,15 +180,17 @@ class PtychoModel(nn.Module):
         return torch.view_as_complex(self.propagator)
 
     def detector(self) -> Detector:
-        """The detection of this model: near-field propagator, bad-pixel mask and point spread, when used."""
-        return Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
-                        mask=self.detector_mask if self.has_mask else None,
-                        blur_variance_px2=self.detector_blur_variance)
+        """The detection of this model: near-field propagator and bad-pixel mask when used, and what
+        its quantities do to it (the point spread, ``quantities/detector_blur.py``)."""
+        detector = Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
+                            mask=self.detector_mask if self.has_mask else None)
+        for quantity in self.quantities.values():
+            detector = quantity.detection(detector)
+        return detector
 
     def detector_blur_px(self) -> float | None:
         """The point spread's sigma (px) now, or None for a model without blur."""
-        variance = self.detector_blur_variance
-        return None if variance is None else float(variance.detach().clamp_min(0.0).sqrt())
+        return self.quantities["detector_blur"].sigma_px() if "detector_blur" in self.quantities else None
 
     def _window_corners(self, centres: torch.Tensor, scan_shift_px: torch.Tensor | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,18 +235,19 @@ class PtychoModel(nn.Module):
                 state[prefix + "positions_px"], state.get(prefix + "scan_shift_px", self.scan_shift_px))[1]
 
     def _centres(self, indices: torch.Tensor) -> torch.Tensor:
-        """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal,
-        distorted by the scan affine (when refined), plus the position offsets."""
-        nominal = self.positions_px[indices]
-        if self.scan_affine is not None:
-            distortion = torch.eye(2, device=nominal.device) + self.scan_affine
-            centre = self.scan_centre + self.scan_shift_px  # the nominal positions' mean, moved with them
-            nominal = centre + (nominal - centre) @ distortion.T
-        return nominal + self.position_offsets[indices]
+        """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal, then as
+        each quantity moves them (``quantities/positions.py``: the scan affine and the offsets)."""
+        centres = self.positions_px[indices]
+        for quantity in self.quantities.values():
+            centres = quantity.centres(centres, indices, self.scan_shift_px)
+        return centres
 
     def upgraded_state(self, state: dict) -> dict:
-        """``upgraded_state`` of this model (a saved state dict with today's names)."""
-        return upgraded_state(self, state)
+        """A copy of a saved state dict of this model with the names of earlier versions made today's
+        (what ``load_state_dict`` does on its own; ``checkpoint.restore`` checks the names first)."""
+        state = dict(state)
+        _renamed_from_old_state(self, state, "")
+        return state
 
     # ------------------------------------------------------------------ views of the state
     @property
@@ -273,6 +259,21 @@ class PtychoModel(nn.Module):
     def intensity_weights(self) -> torch.Tensor | None:
         """The fitted intensity weights (N,), or None."""
         return self.quantities["fitted"].intensity_weights if "fitted" in self.quantities else None
+
+    @property
+    def position_offsets(self) -> torch.Tensor | None:
+        """The refined position offsets (N, 2) px, or None for fixed positions."""
+        return self.quantities["positions"].offsets_px if "positions" in self.quantities else None
+
+    @property
+    def scan_affine(self) -> torch.Tensor | None:
+        """The refined scan affine M (2, 2), or None."""
+        return self.quantities["positions"].scan_affine if "positions" in self.quantities else None
+
+    @property
+    def detector_blur_variance(self) -> torch.Tensor | None:
+        """The variance (px^2) of the detector's point spread, a parameter when refined, or None without blur."""
+        return self.quantities["detector_blur"].variance_px2 if "detector_blur" in self.quantities else None
 
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
@@ -293,29 +294,26 @@ class PtychoModel(nn.Module):
         return self._centres(torch.arange(len(self.positions_px), device=self.positions_px.device))
 
 
-OLD_FITTED_KEYS = {"background": "quantities.fitted.background",
-                   "intensity_weights": "quantities.fitted.intensity_weights",
-                   "background_scale": "quantities.fitted.background_scale"}
+# the model's own tensors of earlier versions that moved into quantities (``quantities.<name>.<tensor>``)
+OLD_KEYS = {"background": "quantities.fitted.background",
+            "intensity_weights": "quantities.fitted.intensity_weights",
+            "background_scale": "quantities.fitted.background_scale",
+            "position_offsets": "quantities.positions.offsets_px",
+            "scan_affine": "quantities.positions.scan_affine",
+            "detector_blur_variance": "quantities.detector_blur.variance_px2"}
 
 
-def _fitted_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
-    """A checkpoint written when the model held the fitted background and weights itself
-    ('background', 'intensity_weights', and 'background_scale' always): under the names of their
-    quantity now (the scale dropped where nothing is fitted)."""
-    fitted = "fitted" in model.quantities
-    for old, new in OLD_FITTED_KEYS.items():
+def _renamed_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
+    """A checkpoint written when the model held the fitted background and weights ('background',
+    'intensity_weights', and 'background_scale' always), the position offsets ('position_offsets',
+    always), the scan affine and the detector blur's variance itself: under the names of their
+    quantities now (dropped where this model has no such quantity: the background's scale of a run
+    that fits nothing, the zero offsets of fixed positions)."""
+    for old, new in OLD_KEYS.items():
         if prefix + old in state:
             value = state.pop(prefix + old)
-            if fitted:
+            if new.split(".")[1] in model.quantities:
                 state[prefix + new] = value
-
-
-def upgraded_state(model: PtychoModel, state: dict) -> dict:
-    """A copy of a saved state dict of ``model`` with the names of earlier versions made today's
-    (what ``load_state_dict`` does on its own; ``checkpoint.restore`` checks the names first)."""
-    state = dict(state)
-    _fitted_from_old_state(model, state, "")
-    return state
 
 
 def _uniform(fractions: torch.Tensor, tolerance_px: float = 1e-4) -> bool:

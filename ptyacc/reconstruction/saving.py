@@ -42,8 +42,9 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
 
 def run_texts(config: Config) -> dict[str, str]:
     """The attributes of results.h5 that describe the run, as text (YAML), made once when it
-    starts: the config as given, the keys given as ``auto`` with their values
-    (``multislice_auto.auto_values``) and the versions of ptyacc and its libraries."""
+    starts: the config as given, the keys given as ``auto`` that the config alone decides, with their
+    values (``multislice_auto.auto_values``; a run's build replaces them with every key it resolved:
+    ``autos.resolve_autos``) and the versions of ptyacc and its libraries."""
     import yaml
 
     return {"config": config.to_yaml(), "auto_values": yaml.safe_dump(auto_values(config)),
@@ -83,19 +84,21 @@ def collect_results(config: Config, model: PtychoModel, data: PtychoData, geomet
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
-    if model.detector_blur_variance is not None:  # ``model.detector_blur_px()``, inline: the data walk stays in this module
-        attrs["detector_blur_px"] = float(model.detector_blur_variance.detach().clamp_min(0.0).sqrt())
+    for quantity in model.quantities.values():  # the detector blur's sigma, ...
+        attrs.update(quantity.attributes(model))
     return results
 
 
 def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
-    """results.h5's groups of refined quantities beyond the object, probe and positions: each of
-    ``model.quantities``' (``fitted``: the detector background in counts and the intensity weights;
-    ``probe_variation``, ``scans``...), and in ``fitted`` the refined scan affine M (2, 2)."""
+    """results.h5's groups of refined quantities beyond the object, probe and positions: what each of
+    ``model.quantities`` saves, in its ``results_group`` (``fitted``: the detector background in counts
+    and the intensity weights, and the refined scan affine M (2, 2); ``probe_variation``, ``scans``...).
+    A quantity that saves nothing adds no group."""
+    groups: dict[str, dict[str, np.ndarray]] = {}
     with torch.no_grad():
-        groups = {quantity.name: quantity.saved(model) for quantity in model.quantities.values()}
-        if model.scan_affine is not None:
-            groups.setdefault("fitted", {})["scan_affine"] = model.scan_affine.double().cpu().numpy()
+        for quantity in model.quantities.values():
+            if saved := quantity.saved(model):
+                groups.setdefault(quantity.results_group or quantity.name, {}).update(saved)
     return groups
 
 

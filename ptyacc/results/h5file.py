@@ -16,8 +16,8 @@ results.h5 layout (a public contract; add, never rename):
 - attributes: ``dx_A`` object pixel size, ``origin_A`` (y, x) position of object pixel [0, 0] in
   the positions' frame, ``config`` (YAML text), ``versions`` (YAML text), ``world_size``,
   ``iterations_done``, ``wavelength_A``, ``loss_name``, ``auto_values`` (YAML text: {key: value} of
-  the config keys given as ``auto`` that ptyacc resolved for this run: optim.regularize.tv_phase and
-  lateral_blur_px, ``reconstruction/multislice_auto.py``).
+  the config keys given as ``auto`` that ptyacc resolved for this run, every one of them:
+  ``reconstruction/autos.py``; e.g. optim.loss, optim.regularize.tv_phase, runtime.threads, data.hold).
 - multi-process runs: ``comm_bytes`` int64 and ``comm_time_s`` float64 (iterations of this launch,):
   gradient bytes all-reduced per iteration by each process, and the seconds those all-reduces took
   on the main process (waiting for the slowest process included); ``comm_bytes_object``,

@@ -26,6 +26,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, load_data
+from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.results.outdir import write_text
 
 
@@ -111,20 +112,20 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     # from one iteration's first step to the next one's: the iteration and the hooks after it
     with_hooks = [starts[i + 1] - starts[i] for i in range(warmup, warmup + iterations - 1)]
     per_iteration = statistics.median(timed)
-    batches = EpochBatches(np.zeros((data.n_patterns, 2)), config.optim.batch_size, 1)
+    batches = EpochBatches(np.zeros((data.n_patterns, 2)), (batch := run_batch(config, data)), 1)
     bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
                         config.model.object_modes, config.model.slices, data.detector_px,
                         per_position_shift(rec.model), accelerator.device, near_field=rec.model.near_field)
     high_water = _status_bytes("VmHWM") if marks.get("reset") else None
     peak, memory_measure = _peak_memory(accelerator.device, high_water, baseline_rss)
-    minimum = _minimum_bytes(rec.model, data, config.optim.batch_size)
+    minimum = _minimum_bytes(rec.model, data, batch)
     transient = max(high_water - marks["rss"], 0) if high_water is not None else None
     return {
         "device": _device_name(accelerator.device),
         "threads": torch.get_num_threads(),
         "patterns": data.n_patterns,
         "detector_px": data.detector_px,
-        "batch_size": config.optim.batch_size,
+        "batch_size": batch,
         "probe_modes": config.model.probe_modes,
         "object_modes": config.model.object_modes,
         "slices": config.model.slices,
@@ -167,6 +168,13 @@ PATTERN_VALUE_BYTES = 4  # patterns are held as float32
 def wave_bytes(batch_size: int, window_px: int, probe_modes: int, object_modes: int, slices: int) -> int:
     """One batch's complex64 waves: a K x K wave per pattern, probe mode, object mode and slice."""
     return batch_size * probe_modes * object_modes * slices * window_px * window_px * 8
+
+
+def run_batch(config: Config, data) -> int:
+    """``optim.batch_size`` as the run takes it: given, or for auto ``batch_auto.resolved_batch``'s."""
+    if config.optim.batch_size != "auto":
+        return config.optim.batch_size
+    return resolved_batch(data.n_patterns, data.detector_px, descan_moved(data))[0]
 
 
 def _minimum_bytes(model, data, batch_size: int) -> int:

@@ -229,7 +229,7 @@ class Layout:
         params = [("object", self.object_modes * self.slices * self.object_shape[0] * self.object_shape[1] * 2),
                   ("probe", self.probe_modes * k * k * 2)]
         if self.refine_positions:
-            params.append(("position_offsets", n * 2))
+            params.append(("quantities.positions.offsets_px", n * 2))
         if self.background:
             params.append(("quantities.fitted.background", k * k))
         if self.intensity_weights:

@@ -1,0 +1,48 @@
+"""``optim.batch_size: auto`` (ptyacc/reconstruction/batch_auto.py): one step per iteration where the descan
+shifted the patterns, about 8 otherwise; on the independent simulator's descan the whole scan in one step
+recovers the phase far better than small batches."""
+
+import h5py
+import yaml
+
+import ptyacc
+from ptyacc.reconstruction.batch_auto import resolved_batch
+from ptyacc.results.quality import best_shift_ncc
+
+
+def test_the_rule_known_answers():
+    assert resolved_batch(1024, 48, moved=True)[0] == 1024  # the whole scan
+    assert resolved_batch(65536, 64, moved=True)[0] == 4096  # 2^24 pattern pixels
+    assert resolved_batch(100, 1024, moved=True)[0] == 16
+    assert [resolved_batch(n, 64, moved=False)[0] for n in (10, 576, 1024, 65536)] == [4, 72, 128, 256]
+    assert "descan" in resolved_batch(1024, 48, moved=True)[1]
+
+
+def run(path, out, batch):
+    config = {"data": {"path": str(path), "transform": {"descan": "auto"}},
+              "experiment": {"positions": {"key": "positions_A"}},
+              "optim": {"iterations": 30, "batch_size": batch},
+              "output": {"dir": str(out), "figures": False}, "runtime": {"progress": False, "threads": 1}}
+    rec = ptyacc.reconstruct(ptyacc.load_config(config))
+    with h5py.File(out / "results.h5") as f:
+        chosen = yaml.safe_load(f.attrs["auto_values"]).get("optim.batch_size")
+    log = (out / "run.log").read_text()
+    return rec, chosen, log
+
+
+def test_a_descan_taken_out_of_the_patterns_takes_the_whole_scan_in_one_step(grid_simulator, tmp_path):
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(16, 16), scan_step_A=0.4, dose=3e4, defocus_A=80.0,
+                                     edge_mrad=50.0, seed=5, descan_offset_px=(0.3, -0.2),
+                                     descan_px_per_A=((0.08, 0.04), (-0.04, 0.1)))
+    path = tmp_path / "descan.h5"
+    grid_simulator.write(str(path), setting)
+    with h5py.File(path) as f:
+        truth, dx, positions = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"]), f["positions_A"][()]
+    found = {}
+    for batch in ("auto", 32):  # 32: what auto chooses for 256 positions whose patterns stay as read
+        rec, chosen, log = run(path, tmp_path / str(batch), batch)
+        found[batch], _ = best_shift_ncc(rec.results.phase, rec.results.origin_A, dx, positions, truth,
+                                         levels=((0.5, 4), (0.1, 4)))
+        if batch == "auto":
+            assert chosen == 256 and "optim.batch_size: 256 of 256 positions (auto: one step per iteration" in log
+    assert found["auto"] > 0.9 and found["auto"] > found[32] + 0.05, found
