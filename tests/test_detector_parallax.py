@@ -225,8 +225,8 @@ def test_auto_refused_where_no_parallax_applies():
 
 
 def test_the_parallax_turns_flags_the_centre_of_mass_could_not_tell(grid_simulator, tmp_path):
-    """Orientation auto too: the patterns, not the scan, are turned back by 180 degrees (flip_y and
-    flip_x toggled), so that the rotation stays the one nearest 0."""
+    """Orientation auto too: the parallax of the stored patterns gives the flags (parallax_orientation.py),
+    the patterns, not the scan, turned back by 180 degrees, so that the rotation stays the one nearest 0."""
     setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
                                      edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, transpose=True,
                                      nominal_defocus_A=96.0, write_positions=False)
@@ -238,7 +238,9 @@ def test_the_parallax_turns_flags_the_centre_of_mass_could_not_tell(grid_simulat
     assert list(data.detector["orientation_flags"]) == [True, False, False]
     assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
     assert data.calibration["defocus_A"][0] == pytest.approx(120.0, rel=0.08)
-    assert any("flip_y and flip_x toggled" in line for line in data.checks)  # the centre of mass alone chose them wrong
+    said = next(line for line in data.checks if line.startswith("scan rotation from the centre of mass"))
+    assert "transpose True, flip_y True, flip_x True;" in said  # the centre of mass alone chose them wrong
+    assert "the bright-field parallax gives transpose True, flip_y False, flip_x False" in said
 
 
 def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_path):

@@ -97,3 +97,22 @@ def test_file_layout_dose_and_detector_edge(sim, tmp_path):
     assert abs(sums.mean() - 4e4) < 4 * np.sqrt(4e4 / sums.size)  # Poisson around the dose
     assert attrs["dk_invA"] * 16 * attrs["wavelength_A"] * 1e3 == pytest.approx(80.0)  # edge at K/2 px
     assert attrs["dx_A"] == pytest.approx(1 / (32 * attrs["dk_invA"]))
+
+
+def test_wse2_monolayer_lattice_and_columns(sim):
+    """The WSe2 monolayer: its phase's strongest spatial frequencies are the {100} ones, 2 / (sqrt(3) a),
+    and the {110} ones, sqrt(3) times that; the W columns peak at the W phase, above the Se2 columns."""
+    setting = sim.Setting(sample="wse2", atom_sigma_A=0.3)
+    dx, n = 0.1, 256
+    phase = sim.wse2_monolayer((n, n), dx, setting, np.random.default_rng(1))
+    spectrum = np.abs(np.fft.fft2(phase - phase.mean()))
+    q = np.hypot(*np.meshgrid(np.fft.fftfreq(n, dx), np.fft.fftfreq(n, dx), indexing="ij"))
+    strongest = q.ravel()[np.argsort(spectrum.ravel())[-12:]]
+    q100 = 2 / (np.sqrt(3) * 3.28)
+    assert np.all(np.minimum(abs(strongest - q100), abs(strongest - np.sqrt(3) * q100)) < 1 / (n * dx))  # {100}, {110}
+    inner = phase[20:-20, 20:-20]
+    assert inner.max() == pytest.approx(setting.wse2_phase_rad[0], rel=0.02)
+    columns = inner[(inner > 0.9 * setting.wse2_phase_rad[1]) & (inner < 1.1 * setting.wse2_phase_rad[1])]
+    assert columns.size > 0  # the Se2 columns' peaks, lower than W's
+    with pytest.raises(ValueError, match="one slice"):
+        sim.simulate(sim.Setting(sample="wse2", slices=2, detector_px=16, scan_shape=(2, 2)))

@@ -15,11 +15,18 @@ coherence too (source 0.3 Å, focal spread 30 Å), 60 iterations each:
 Every result is scored by packages.score (phase NCC with the truth over the scanned region, at the
 canvas's exact place and after the best sub-pixel shift); one JSON line per row.
 
-    python examples/grid/detector_peers.py WORKDIR [--coherence] [--rows init,truth,truth32,ptyrad1,ptyrad4,ptychi]
-        [--set KEY=VALUE ...]
+* ptyacc init + run with one true value put in its auto's place (``+defocus``: the true defocus;
+  ``+flips``: the true transpose; ``+rotation``: the true transpose and rotation; ``+positions``: the
+  true transpose and positions; ``+bad_pixels``: the planted bad pixels (and gain, where the case
+  has one) as a flat field instead of the auto; ``+blur``: the true blur, not refined;
+  ``-descan``: the descan auto off), to see which auto costs what.
 
+``--crystal``: the case is a WSe2 monolayer (detector_table.CRYSTAL_SETTING) instead of random atoms.
 ``--set`` (repeatable) adds a config override to ptyacc's rows (e.g. ``optim.batch_size=128``,
 ``data.transform.descan_model=ramp``); the JSON line names them.
+
+    python examples/grid/detector_peers.py WORKDIR [--coherence] [--crystal] [--set KEY=VALUE ...]
+        [--rows init,truth,truth32,ptyrad1,ptyrad4,ptychi]
 """
 
 from __future__ import annotations
@@ -42,6 +49,20 @@ ITERATIONS = 60
 THREADS = 2
 COHERENT = detector_table.EVERY_SETTING
 PARTLY_COHERENT = simulate.Setting(**{**COHERENT.__dict__, "source_size_A": 0.3, "focal_spread_A": 30.0})
+FLIPS = ["data.transform.orientation=manual", "data.transform.transpose=true"]
+
+
+def one_truth(row: str, work: Path, setting: simulate.Setting) -> list[str]:
+    """The overrides of init's config that put one true value (the row's name after '+') in its
+    auto's place, or ('-descan') leave the descan auto out."""
+    positions = [f"experiment.positions.path={work / 'true_positions.h5'}", "experiment.positions.key=positions_A",
+                 "experiment.scan_rotation_deg=0"]
+    return {"+defocus": [f"experiment.defocus_A={float(setting.defocus_A)}"], "+flips": FLIPS,
+            "+rotation": FLIPS + [f"experiment.scan_rotation_deg={float(setting.scan_rotation_deg)}"],
+            "+positions": FLIPS + positions,
+            "+bad_pixels": ["data.bad_pixels='off'", f"data.flat_field={work / 'true_flat.npy'}"],
+            "+blur": [f"model.detector_blur_px={float(setting.blur_px)}", "optim.start.detector_blur=null"],
+            "-descan": ["data.transform.descan='off'"]}[row]
 
 
 def peers_file(case: Path, out: Path) -> None:
@@ -73,7 +94,7 @@ def main(work: Path, setting: simulate.Setting, rows: list[str], extra_overrides
     common = [f"optim.iterations={ITERATIONS}", "runtime.progress=false", f"runtime.threads={THREADS}", *extra_overrides]
     for row in rows:
         started, extra = time.time(), {}
-        if row in ("init", "truth", "truth32"):
+        if row in ("init", "truth", "truth32") or row[0] in "+-":
             subprocess.run([str(Path(sys.executable).with_name("ptyacc")), "init", str(case), "-o",
                             str(work / "case.yaml"), "--force"], check=True, capture_output=True)
             config, overrides = str(work / "case.yaml"), common
@@ -82,6 +103,8 @@ def main(work: Path, setting: simulate.Setting, rows: list[str], extra_overrides
                                       f"experiment.positions.path={work / 'true_positions.h5'}",
                                       "experiment.positions.key=positions_A", "experiment.scan_rotation_deg=0",
                                       f"experiment.defocus_A={float(setting.defocus_A)}"]
+            elif row[0] in "+-":
+                overrides = common + one_truth(row, work, setting)
             elif row == "truth32":
                 config = {"data": {"path": str(case), "bad_pixels": "auto",
                                    "transform": {"transpose": True, "descan": "auto"}},
@@ -107,8 +130,8 @@ def main(work: Path, setting: simulate.Setting, rows: list[str], extra_overrides
             extra = {"harness_ncc_zero_shift": out["harness_ncc_zero_shift"],
                      "other_cpu_fraction": out["other_cpu_fraction"]}
         load = float(open("/proc/loadavg").read().split()[0])
-        print(json.dumps({"case": "partly coherent" if setting.source_size_A else "coherent", "row": row,
-                          "set": list(extra_overrides), **found,
+        label = ("partly coherent" if setting.source_size_A else "coherent") + (", WSe2" if setting.sample == "wse2" else "")
+        print(json.dumps({"case": label, "row": row, "set": list(extra_overrides), **found,
                           "s_per_iter": round(per_iteration, 3), "load1": load, **extra,
                           "s": round(time.time() - started, 1)}), flush=True)
 
@@ -125,6 +148,7 @@ if __name__ == "__main__":
         at = arguments.index("--set")
         sets.append(arguments[at + 1])
         del arguments[at:at + 2]
-    partly = "--coherence" in arguments
-    main(Path([a for a in arguments if not a.startswith("--")][0]), PARTLY_COHERENT if partly else COHERENT,
-         chosen.split(","), tuple(sets))
+    setting = PARTLY_COHERENT if "--coherence" in arguments else COHERENT
+    if "--crystal" in arguments:
+        setting = simulate.Setting(**{**setting.__dict__, "sample": "wse2"})
+    main(Path([a for a in arguments if not a.startswith("--")][0]), setting, chosen.split(","), tuple(sets))

@@ -8,6 +8,7 @@ sub-pixel shift and the blur found, one JSON line per row.
     python examples/grid/detector_table.py WORKDIR --defocus   # the defocus alone: nominal / parallax / true, 30 iterations
     python examples/grid/detector_table.py WORKDIR --astigmatism   # the same with C12b -20 Å the file does not mention
     python examples/grid/detector_table.py WORKDIR --every   # every effect, the defocus 120 Å (nominal 96 Å), 20 iterations
+    python examples/grid/detector_table.py WORKDIR --every --crystal   # the same on a WSe2 monolayer
 """
 
 from __future__ import annotations
@@ -70,11 +71,13 @@ EVERY_ROWS = {  # every effect of SETTING, the defocus 120 Å with the file's no
     "true positions, flips and defocus": {**ROWS["true positions and flips"], "experiment": {
         **ROWS["true positions and flips"]["experiment"], "defocus_A": 120.0}},
 }
+CRYSTAL_SETTING = simulate.Setting(**{**EVERY_SETTING.__dict__, "sample": "wse2"})  # a WSe2 monolayer, not random atoms
 
 
 def write_case(work: Path, setting: simulate.Setting, again: bool = True) -> tuple[Path, np.ndarray, float, np.ndarray]:
-    """``setting``'s case written to WORK/case.h5 (``again``: also where it exists) and its true positions to
-    WORK/true_positions.h5; the file, the true phase, its pixel (Å) and the true positions (N, 2) Å."""
+    """``setting``'s case written to WORK/case.h5 (``again``: also where it exists), its true positions to
+    WORK/true_positions.h5 and its planted bad pixels as a flat field of gain 0 there, 1 elsewhere, to
+    WORK/true_flat.npy; the file, the true phase, its pixel (Å) and the true positions (N, 2) Å."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / "case.h5"
     if again or not path.exists():
@@ -82,6 +85,8 @@ def write_case(work: Path, setting: simulate.Setting, again: bool = True) -> tup
     with h5py.File(path) as f:
         truth, dx = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"])
         positions = f["ground_truth/positions_A"][()]
+        gain = f["ground_truth/gain"][()] if "gain" in f["ground_truth"] else np.ones(f["patterns"].shape[-2:])
+        np.save(work / "true_flat.npy", (gain * (1 - f["ground_truth/bad_pixels"][()])).astype(np.float32))
     with h5py.File(work / "true_positions.h5", "w") as f:
         f["positions_A"] = positions
     return path, truth, dx, positions
@@ -112,6 +117,8 @@ if __name__ == "__main__":
         main(Path(sys.argv[1]), DEFOCUS_SETTING, DEFOCUS_ROWS, iterations=30)
     elif sys.argv[2:] == ["--every"]:
         main(Path(sys.argv[1]), EVERY_SETTING, EVERY_ROWS)
+    elif sys.argv[2:] == ["--every", "--crystal"]:
+        main(Path(sys.argv[1]), CRYSTAL_SETTING, EVERY_ROWS)
     elif sys.argv[2:] == ["--astigmatism"]:
         main(Path(sys.argv[1]), ASTIGMATIC_SETTING, ASTIGMATIC_ROWS, iterations=30)
     else:

@@ -11,8 +11,11 @@ ptyacc read the files unchanged):
 * detector: K x K pixels of dk = edge_mrad / 1000 / lambda / (K/2) (the edge at K/2 pixels is the
   edge angle); object pixel dx = 1 / (K dk);
 * object: ``n_slices`` slices, each a pure phase exp(+i phase_s) of random atoms (Gaussians of random
-  strength at random positions at least ``min_distance_A`` apart); ground-truth pixel [i, j] sits
-  at (i dx, j dx) in Å;
+  strength at random positions at least ``min_distance_A`` apart), or with ``sample="wse2"`` one
+  slice of a WSe2 monolayer seen down its c axis (a hexagonal lattice, a = 3.28 Å: W columns and
+  Se2 columns on the two sites of a honeycomb, a/sqrt(3) apart, as Gaussians of peak phase
+  ``wse2_phase_rad`` (W, Se2)), turned by a random angle and shifted by a random offset;
+  ground-truth pixel [i, j] sits at (i dx, j dx) in Å;
 * scan: a raster of probe centres (y, x) in Å, y slow, row-major, placed off the pixel grid; the
   window starts at round(c) - K/2 (c = centre in px) and the probe is moved by the remainder with
   exp(-2 pi i k.f) on its spectrum (exact for a band-limited probe);
@@ -44,6 +47,8 @@ what a microscope records and ``/ground_truth`` the rest):
 * ``dead_pixels``, ``hot_pixels``, ``dead_column``: that many random detector pixels read 0, or
   ``hot_fraction`` of the dose plus Poisson noise, and a column (stored layout) reads 0, after the
   noise; ``/ground_truth/bad_pixels`` (K, K) uint8 in the stored layout, 1 = planted;
+* ``gain_sigma``: each detector pixel's gain 1 + gain_sigma N(0, 1) (stored layout, at least 0.05)
+  multiplies what it counts, after the noise and before the bad pixels; ``/ground_truth/gain``;
 * ``c12_A``: the probe's two-fold astigmatism (C12a, C12b) in Å (Krivanek, as the defocus:
   chi += pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky)), ``/ground_truth`` attribute ``c12_A``;
 * ``nominal_defocus_A``: the file's ``defocus_A`` attribute (what the microscope says) when not
@@ -71,7 +76,8 @@ import numpy as np
 HC_EV_A = 12398.419843320026  # h c in eV Å
 ELECTRON_REST_EV = 510998.95  # m c^2 in eV
 EFFECTS = ("c12_A", "scan_rotation_deg", "transpose", "flip_y", "flip_x", "blur_px", "source_size_A", "focal_spread_A",
-           "dead_pixels", "hot_pixels", "hot_fraction", "write_positions")  # in /ground_truth only
+           "dead_pixels", "hot_pixels", "hot_fraction", "write_positions", "sample",
+           "gain_sigma")  # in /ground_truth only
 
 
 @dataclass
@@ -94,6 +100,8 @@ class Setting:
     atom_sigma_A: float = 0.35
     min_distance_A: float = 1.0
     seed: int = 0
+    sample: str = "random"
+    wse2_phase_rad: tuple[float, float] = (0.8, 0.45)
     scan_rotation_deg: float = 0.0
     transpose: bool = False
     flip_y: bool = False
@@ -109,6 +117,7 @@ class Setting:
     hot_pixels: int = 0
     hot_fraction: float = 0.05
     dead_column: int | None = None
+    gain_sigma: float = 0.0
     nominal_defocus_A: float | None = None
     c12_A: tuple[float, float] = (0.0, 0.0)
     write_positions: bool = True
@@ -164,6 +173,33 @@ def random_atoms(shape_px: tuple[int, int], dx_A: float, setting: Setting, rng: 
     return phase
 
 
+def wse2_monolayer(shape_px: tuple[int, int], dx_A: float, setting: Setting, rng: np.random.Generator,
+                   a_A: float = 3.28) -> np.ndarray:
+    """(H, W) phase of a WSe2 monolayer down [001]: W at the lattice points of a hexagonal lattice
+    (a_A), the Se2 pair's column at a third of the long diagonal (a_A / sqrt(3) from W), each a
+    Gaussian of ``atom_sigma_A`` with peak ``wse2_phase_rad`` (W, Se2); the lattice turned by a
+    random angle and shifted by a random fraction of a cell."""
+    turn = rng.uniform(0.0, 2 * np.pi)
+    shift = rng.uniform(0.0, 1.0, size=2)
+    basis = a_A * np.array([[1.0, 0.0], [0.5, np.sqrt(3.0) / 2]])  # rows: a1, a2 as (x, y)
+    basis = basis @ np.array([[np.cos(turn), np.sin(turn)], [-np.sin(turn), np.cos(turn)]])
+    height_A, width_A = shape_px[0] * dx_A, shape_px[1] * dx_A
+    reach = int(np.ceil(np.hypot(height_A, width_A) / a_A)) + 2
+    i, j = np.meshgrid(np.arange(-reach, reach + 1), np.arange(-reach, reach + 1), indexing="ij")
+    centre = np.array([width_A, height_A]) / 2
+    lattice = (np.stack([i.ravel(), j.ravel()], 1) + shift) @ basis + centre  # (M, 2) (x, y) Å
+    y = np.arange(shape_px[0]) * dx_A
+    x = np.arange(shape_px[1]) * dx_A
+    phase = np.zeros(shape_px)
+    for fraction, peak in zip((0.0, 1.0 / 3.0), setting.wse2_phase_rad):
+        sites = lattice + fraction * (basis[0] + basis[1])
+        inside = (sites[:, 0] > -2.0) & (sites[:, 0] < width_A + 2.0) & (sites[:, 1] > -2.0) & (sites[:, 1] < height_A + 2.0)
+        for sx, sy in sites[inside]:
+            phase += peak * np.exp(-(y[:, None] - sy) ** 2 / (2 * setting.atom_sigma_A ** 2)) \
+                          * np.exp(-(x[None, :] - sx) ** 2 / (2 * setting.atom_sigma_A ** 2))
+    return phase
+
+
 def exit_wave(probe: np.ndarray, slices: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     """Multislice: (K, K) probe through (S, K, K) complex transmissions, the kernel between slices."""
     wave = probe * slices[0]
@@ -214,7 +250,14 @@ def simulate(setting: Setting) -> dict:
     span_A = (max(setting.scan_shape) - 1) * setting.scan_step_A
     size = int(np.ceil(span_A / dx)) + n + 16
     size += size % 2
-    phases = np.stack([random_atoms((size, size), dx, setting, rng) for _ in range(setting.slices)])
+    if setting.sample == "wse2":
+        if setting.slices != 1:
+            raise ValueError("a WSe2 monolayer is one slice: set slices=1")
+        phases = wse2_monolayer((size, size), dx, setting, rng)[None]
+    elif setting.sample == "random":
+        phases = np.stack([random_atoms((size, size), dx, setting, rng) for _ in range(setting.slices)])
+    else:
+        raise ValueError(f"sample {setting.sample!r}: 'random' or 'wse2'")
     probe = probe_wave(n, dk, lam, setting.semiangle_mrad, setting.defocus_A, setting.c12_A)
     nominal = scan_positions_A(setting, size * dx)
     positions = rotated(nominal, setting.scan_rotation_deg)
@@ -228,6 +271,9 @@ def simulate(setting: Setting) -> dict:
     clean = blurred(clean, setting.blur_px)
     patterns = rng.poisson(clean * setting.dose).astype(np.float64) if setting.dose > 0 else clean
     patterns = read_out(patterns, setting)
+    gain = np.maximum(1.0 + setting.gain_sigma * rng.standard_normal((n, n)), 0.05) if setting.gain_sigma else None
+    if gain is not None:
+        patterns = patterns * gain
     bad = np.zeros((n, n), dtype=bool)
     if setting.dead_pixels or setting.hot_pixels:
         picked = rng.choice(n * n, setting.dead_pixels + setting.hot_pixels, replace=False)
@@ -239,7 +285,7 @@ def simulate(setting: Setting) -> dict:
     if setting.dead_column is not None:
         patterns[:, :, setting.dead_column], bad[:, setting.dead_column] = 0, True
     return {"patterns": patterns.reshape(*setting.scan_shape, n, n).astype(np.float32), "positions_A": positions,
-            "nominal_positions_A": nominal, "descan_px": descan, "bad_pixels": bad,
+            "nominal_positions_A": nominal, "descan_px": descan, "bad_pixels": bad, "gain": gain,
             "phases": phases, "probe": probe, "dk_invA": dk, "dx_A": dx, "wavelength_A": lam}
 
 
@@ -308,9 +354,13 @@ def write(path: str, setting: Setting) -> None:
         truth.create_dataset("bad_pixels", data=sim["bad_pixels"].astype(np.uint8))
         if sim["descan_px"] is not None:
             truth.create_dataset("descan_px", data=sim["descan_px"])
+        if sim["gain"] is not None:
+            truth.create_dataset("gain", data=sim["gain"].astype(np.float32))
         truth.attrs.update(defocus_A=setting.defocus_A, c12_A=np.asarray(setting.c12_A),
                            scan_rotation_deg=setting.scan_rotation_deg, blur_px=setting.blur_px,
                            transpose=setting.transpose, flip_y=setting.flip_y, flip_x=setting.flip_x)
+        if setting.sample != "random":
+            truth.attrs["sample"] = setting.sample
         truth.create_dataset("phase", data=sim["phases"].sum(0).astype(np.float32)).attrs["dx_A"] = sim["dx_A"]
         slices = truth.create_dataset("potential_slices_phase", data=sim["phases"].astype(np.float32))
         slices.attrs["slice_thickness_A"] = setting.slice_thickness_A

@@ -22,8 +22,9 @@ from ptyacc.data.descan import Descanned, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
-from ptyacc.data.orientation import measure_orientation
+from ptyacc.data.orientation import measure_orientation, middle_block
 from ptyacc.data.parallax import measure_parallax, stored_parallax
+from ptyacc.data.parallax_orientation import parallax_orientation
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
@@ -148,9 +149,11 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
               background: np.ndarray | None, defocus_auto: bool = False):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
     without basis vectors: the experiment and transform with the rotation and flags measured from
-    the centre of mass of the stored patterns (``orientation.py``), and what to report. With
-    ``defocus_auto`` the flags are turned by 180 degrees where the centre of mass could hardly tell
-    them from those (``_turned_by_parallax``)."""
+    the centre of mass of the stored patterns (``orientation.py``), and what to report. Where a
+    defocus is known (given, or the nominal one of ``defocus_auto``) the flags and rotation are the
+    parallax's where it tells them (``_parallax_oriented``); else, with ``defocus_auto``, the flags are
+    turned by 180 degrees where the centre of mass could hardly tell them from those
+    (``_turned_by_parallax``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
@@ -168,21 +171,44 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     elif BASIS in source.info.attrs:
         fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
     found, line = measure_orientation(source, shape, file_mask, background, fixed, given)
+    flags, rotation_deg = found.flags, found.rotation_deg
+    chosen = _parallax_oriented(source, calibration, file_mask, background) if fixed is None else None
+    if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
+        flags, rotation_deg = chosen.flags, chosen.rotation_deg
+        line += f"; {chosen.line()}: these are used"
     if rotation_auto:
-        experiment = dataclasses.replace(experiment, scan_rotation_deg=found.rotation_deg)
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
-    flags = found.flags
-    if fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE:
+    if chosen is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE:
         flags, said = _turned_by_parallax(source, calibration, experiment.scan_rotation_deg, flags, file_mask,
                                           background)
         line += said
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(found.rotation_deg),
+    return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(rotation_deg),
                                                       "orientation_flags": np.array(flags),
                                                       "orientation_skew": np.float64(found.skew)})
+
+
+def _parallax_oriented(source, calibration, file_mask: np.ndarray | None, background: np.ndarray | None):
+    """The transpose/flip and rotation the parallax of the stored patterns gives on the nominal raster
+    (``parallax_orientation.py``), the nominal defocus telling the patterns from their 180-degree turn;
+    None where there is no nominal defocus or the parallax cannot tell."""
+    nominal = -calibration.aberrations.get("C10", 0.0)
+    semiangle = calibration.values.get("semiangle_mrad")
+    if nominal == 0 or calibration.stored_dx_A is None or not semiangle:
+        return None
+    shape, step = calibration.scan_shape, calibration.values["scan_step_A"]
+    steps = scan_grid_steps(raster_positions_A(shape, step, 0.0), shape)
+    if steps is None:
+        return None
+    rows, block = middle_block(tuple(shape))
+    patterns = source.read(rows, None if background is None else (lambda chunk: chunk - background)).patterns
+    return parallax_orientation(patterns, block, steps, calibration.wavelength_A,
+                                1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal, semiangle * 1e-3,
+                                file_mask)
 
 
 def _turned_by_parallax(source, calibration, rotation_deg: float, flags: tuple[bool, bool, bool],
@@ -278,7 +304,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
             turn, middle, opposite = turn + 180.0, -middle, False
             notes += (f"; the scan rotation turned by 180 deg (the centre of mass could not tell it, divergence "
                       f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
-        notes += f"; the scan rotation measured from the centre of mass corrected by {turn:+.2f} deg"
+        notes += f"; the scan rotation measured before (centre of mass or parallax) corrected by {turn:+.2f} deg"
     if opposite:
         notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
     defocus = middle + depth_A

@@ -1,0 +1,80 @@
+"""The patterns' transpose/flip and the scan rotation from the parallax of the stored patterns
+(ptyacc/data/parallax_orientation.py): the linear algebra on known matrices, and on a WSe2 monolayer
+of the independent simulator (examples/grid/simulate.py) with a focal spread, whose centre of mass
+is noise, the orientation the simulator applied."""
+
+import math
+
+import h5py
+import numpy as np
+import pytest
+
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
+from ptyacc.data.orientation import FLAGS, centres_of_mass, flag_matrix, orientation_from_com, rotation
+from ptyacc.data.parallax_orientation import conformal_parts, orientation_of_shifts, parallax_orientation
+
+WAVELENGTH_A = 0.0418
+SIDE = 24
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+@pytest.mark.parametrize("theta_deg", [-40.0, 9.0, 30.0])
+def test_flags_and_rotation_of_a_known_map(flags, theta_deg):
+    defocus = -150.0 if flags[1] else 120.0
+    astigmatism = WAVELENGTH_A * np.array([[8.0, -5.0], [-5.0, -8.0]])  # symmetric traceless, in the prepared frame
+    m = (WAVELENGTH_A * defocus * rotation(theta_deg).T + astigmatism) @ flag_matrix(*flags)
+    found = orientation_of_shifts(m, defocus, WAVELENGTH_A)
+    assert found.flags == flags
+    assert found.rotation_deg == pytest.approx(theta_deg, abs=1e-9)
+    assert found.defocus_A == pytest.approx(defocus, rel=1e-9)
+    assert found.ratio == pytest.approx(abs(defocus) / math.hypot(8.0, 5.0), rel=1e-9)
+
+
+def test_no_answer_where_the_handedness_is_unclear():
+    m = rotation(20.0).T + 0.8 * np.diag([1.0, -1.0])  # nearly as much reflection as rotation
+    rotating, reflecting = conformal_parts(m)
+    assert np.linalg.det(m) == pytest.approx(rotating ** 2 - reflecting ** 2)
+    assert orientation_of_shifts(m, 100.0, WAVELENGTH_A) is None
+
+
+@pytest.fixture(scope="module")
+def crystal(grid_simulator):
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(SIDE, SIDE), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=9.0, sample="wse2", focal_spread_A=30.0)
+    return setting, grid_simulator.simulate(setting)
+
+
+@pytest.mark.parametrize("flags", [(True, False, False), (False, True, True), (True, True, False)])
+def test_a_crystal_whose_centre_of_mass_is_noise(grid_simulator, crystal, flags):
+    setting, result = crystal
+    stored = grid_simulator.read_out(result["patterns"].reshape(-1, 48, 48).astype(np.float64), grid_simulator.Setting(
+        transpose=flags[0], flip_y=flags[1], flip_x=flags[2]))
+    weak = orientation_from_com(centres_of_mass(stored, None).reshape(SIDE, SIDE, 2))
+    assert weak.curl_left > 0.6  # the centre of mass cannot tell
+    steps = np.eye(2) * setting.scan_step_A
+    found = parallax_orientation(stored, (SIDE, SIDE), steps, result["wavelength_A"], result["dk_invA"], 96.0,
+                                 setting.semiangle_mrad * 1e-3)
+    assert found.flags == flags
+    assert found.rotation_deg == pytest.approx(9.0, abs=1.0)
+    assert found.defocus_A == pytest.approx(120.0, rel=0.25) and found.ratio > 10
+
+
+@pytest.mark.parametrize("defocus", [120.0, "auto"])
+def test_through_load_data_with_the_defocus_given_or_auto(grid_simulator, crystal, tmp_path, defocus):
+    """orientation and rotation auto on the crystal's file read out transposed: the parallax's flags
+    and rotation are used whether the defocus is given (not measured) or auto (the file's nominal
+    96 Å the sign), and the raster lands on the true positions."""
+    setting, _ = crystal
+    path = tmp_path / "crystal.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(**{**setting.__dict__, "transpose": True,
+                                                              "nominal_defocus_A": 96.0, "write_positions": False}))
+    config = {"data": {"path": str(path), "transform": {"orientation": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto", "defocus_A": defocus}}
+    data = load_data(load_config(config))
+    assert list(data.detector["orientation_flags"]) == [True, False, False]
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0, abs=1.0)
+    with h5py.File(path) as f:
+        truth = f["ground_truth/positions_A"][()]
+    moved = data.positions_A - data.positions_A.mean(0)
+    assert np.abs(moved - (truth - truth.mean(0))).max() < 0.2  # Å, over a 9 Å scan
