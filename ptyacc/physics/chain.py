@@ -33,6 +33,7 @@ EPS = 1e-8
 # demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md).
 POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
+_CONSTANTS: dict[tuple, torch.Tensor] = {}  # ``_constant``'s
 
 # ------------------------------------------------------------------ stage 1: probe shift
 
@@ -395,10 +396,10 @@ def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.T
     return (amplitude - root_measured).square(), root_measured, amplitude
 
 
-@functools.lru_cache(maxsize=8)
-def _constant(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A 0-dim tensor of ``value``, made once per device (``torch.addcdiv`` adds a tensor, not a number)."""
-    return torch.full((), value, dtype=dtype, device=device)
+def _constant(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A 0-dim tensor of ``value`` of ``like``'s dtype and device, made once (``torch.addcdiv`` adds a tensor)."""
+    key = (value, like.dtype, like.device)  # a dict, not functools' cache, which torch.compile warns of
+    return _CONSTANTS[key] if key in _CONSTANTS else _CONSTANTS.setdefault(key, like.new_full((), value))
 
 
 def check_kind(kind: str) -> None:
@@ -431,9 +432,8 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     # dL/dI = 1 - num / den; d/d far = 2 dL/dI far. c + (v num) / den in one pass (addcdiv) has the bits of c - |v| r,
     # r = num / den, for v = -1, -2 (a power of 2): 2 - 2 r those of 2 (1 - r), as d (2 w) has those of 2 d w
     if weights is None and background is None and mask is None:
-        factor = torch.addcdiv(_constant(2.0, intensity.dtype, intensity.device), numerator, denominator, value=-2.0)
-        return per_pixel.sum(), factor, None, None
-    d_intensity = torch.addcdiv(_constant(1.0, intensity.dtype, intensity.device), numerator, denominator, value=-1.0)
+        return per_pixel.sum(), torch.addcdiv(_constant(2.0, intensity), numerator, denominator, value=-2.0), None, None
+    d_intensity = torch.addcdiv(_constant(1.0, intensity), numerator, denominator, value=-1.0)
     if mask is not None:
         per_pixel, d_intensity = per_pixel * mask, d_intensity * mask
     grad_weights = (d_intensity * coherent).sum(dim=(-2, -1)) if weights is not None else None
