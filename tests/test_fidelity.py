@@ -37,6 +37,23 @@ def test_loss_terms_match_autograd_of_the_reference(kind, with_extras):
         assert grad_weights is None and grad_background is None
 
 
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_loss_factor_has_the_bits_of_the_plain_formula(kind, with_mask):
+    """The factor 2 dL/dI (one ``addcdiv`` per chunk) equals, bit for bit, 2 (1 - r) made in separate passes with
+    r = sqrt(M) / sqrt(I) or M / I, in float32 over counts of every size: the demo's runs depend on it."""
+    g = torch.Generator().manual_seed(1)
+    coherent = torch.rand(4, 32, 32, generator=g) ** 4 * torch.logspace(-3, 6, 4)[:, None, None]
+    measured = torch.poisson(coherent * 1.5 + 0.2, generator=g)
+    mask = (torch.rand(32, 32, generator=g) > 0.1).float() if with_mask else None
+    _, factor, _, _ = intensity_loss_terms(coherent, measured, kind, mask=mask)
+    intensity = coherent + (1e-8 if kind == "amplitude" else 0.01)
+    ratio = torch.sqrt(measured) / torch.sqrt(intensity) if kind == "amplitude" else measured / intensity
+    expected = 2.0 * (1.0 - ratio) if mask is None else 2.0 * ((1.0 - ratio) * mask)
+    assert torch.equal(factor, expected)
+
+
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_deviance_sums_against_numpy(with_mask):
     """sum of (m - I log m) - (I - I log I) with 0 log 0 = 0, over counted pixels, and the

@@ -33,6 +33,7 @@ EPS = 1e-8
 # demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md).
 POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
+_CONSTANTS: dict[tuple, torch.Tensor] = {}  # ``_constant``'s
 
 # ------------------------------------------------------------------ stage 1: probe shift
 
@@ -389,16 +390,16 @@ def poisson_nll(intensity: torch.Tensor, measured: torch.Tensor) -> torch.Tensor
     return intensity - measured * torch.log(intensity)
 
 
-def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sqrt(I) - sqrt(M))^2 per pixel and r = sqrt(M) / sqrt(I): its derivative in I is 1 - r."""
-    amplitude = torch.sqrt(intensity)
-    root_measured = torch.sqrt(measured)
-    return (amplitude - root_measured).square(), root_measured / amplitude
+def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sqrt(I) - sqrt(M))^2 per pixel, sqrt(M) and sqrt(I): with r their ratio, its derivative in I is 1 - r."""
+    amplitude, root_measured = torch.sqrt(intensity), torch.sqrt(measured)
+    return (amplitude - root_measured).square(), root_measured, amplitude
 
 
-def _poisson(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``poisson_nll`` per pixel and r = M / I: its derivative in I is 1 - r."""
-    return poisson_nll(intensity, measured), measured / intensity
+def _constant(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A 0-dim tensor of ``value`` of ``like``'s dtype and device, made once (``torch.addcdiv`` adds a tensor)."""
+    key = (value, like.dtype, like.device)  # a dict, not functools' cache, which torch.compile warns of
+    return _CONSTANTS[key] if key in _CONSTANTS else _CONSTANTS.setdefault(key, like.new_full((), value))
 
 
 def check_kind(kind: str) -> None:
@@ -426,15 +427,15 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
     intensity = (detector_response(coherent, weights, background + floor) if background is not None
                  else detector_response(coherent, weights) + floor)
-    per_pixel, ratio = (_amplitude if kind == "amplitude" else _poisson)(intensity, measured)
-    # the complex gradient of a real function of |far|^2 is 2 dL/d|far|^2 * far, dL/dI = 1 - ratio;
-    # 2 - 2 ratio in one pass has the bits of 2 (1 - ratio) (a power of 2), so has d (2 w) those of 2 d w
+    per_pixel, numerator, denominator = (_amplitude(intensity, measured) if kind == "amplitude"
+                                         else (poisson_nll(intensity, measured), measured, intensity))
+    # dL/dI = 1 - num / den; d/d far = 2 dL/dI far. c + (v num) / den in one pass (addcdiv) has the bits of c - |v| r,
+    # r = num / den, for v = -1, -2 (a power of 2): 2 - 2 r those of 2 (1 - r), as d (2 w) has those of 2 d w
     if weights is None and background is None and mask is None:
-        return per_pixel.sum(), torch.rsub(ratio, 2.0, alpha=2.0), None, None
-    d_intensity = 1.0 - ratio
+        return per_pixel.sum(), torch.addcdiv(_constant(2.0, intensity), numerator, denominator, value=-2.0), None, None
+    d_intensity = torch.addcdiv(_constant(1.0, intensity), numerator, denominator, value=-1.0)
     if mask is not None:
-        per_pixel = per_pixel * mask
-        d_intensity = d_intensity * mask
+        per_pixel, d_intensity = per_pixel * mask, d_intensity * mask
     grad_weights = (d_intensity * coherent).sum(dim=(-2, -1)) if weights is not None else None
     grad_background = d_intensity.sum(0) if background is not None else None
     factor = 2.0 * d_intensity if weights is None else d_intensity * (2.0 * weights)[:, None, None]
