@@ -88,6 +88,19 @@ def grid_simulator():
     return module
 
 
+def descan_case(simulator, tmp_path) -> tuple:
+    """A 16 x 16 case of the independent simulator (``grid_simulator``) whose disk wanders by a plane
+    (descan up to about 0.7 px), written to tmp_path/descan.h5: (its path, the true phase, its pixel in Å,
+    the true positions (N, 2) Å)."""
+    setting = simulator.Setting(detector_px=48, scan_shape=(16, 16), scan_step_A=0.4, dose=3e4, defocus_A=80.0,
+                                edge_mrad=50.0, seed=5, descan_offset_px=(0.3, -0.2),
+                                descan_px_per_A=((0.08, 0.04), (-0.04, 0.1)))
+    path = tmp_path / "descan.h5"
+    simulator.write(str(path), setting)
+    with h5py.File(path) as f:
+        return path, f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"]), f["positions_A"][()]
+
+
 def tiny_config(tmp_path, **sections) -> dict:
     """A config dict for a quick simulated run (16 x 16 px patterns, 6 x 6 scan)."""
     base = {

@@ -4,6 +4,7 @@ recovers the phase far better than small batches."""
 
 import h5py
 import yaml
+from conftest import descan_case
 
 import ptyacc
 from ptyacc.reconstruction.batch_auto import resolved_batch
@@ -31,13 +32,7 @@ def run(path, out, batch):
 
 
 def test_a_descan_taken_out_of_the_patterns_takes_the_whole_scan_in_one_step(grid_simulator, tmp_path):
-    setting = grid_simulator.Setting(detector_px=48, scan_shape=(16, 16), scan_step_A=0.4, dose=3e4, defocus_A=80.0,
-                                     edge_mrad=50.0, seed=5, descan_offset_px=(0.3, -0.2),
-                                     descan_px_per_A=((0.08, 0.04), (-0.04, 0.1)))
-    path = tmp_path / "descan.h5"
-    grid_simulator.write(str(path), setting)
-    with h5py.File(path) as f:
-        truth, dx, positions = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"]), f["positions_A"][()]
+    path, truth, dx, positions = descan_case(grid_simulator, tmp_path)
     found = {}
     for batch in ("auto", 32):  # 32: what auto chooses for 256 positions whose patterns stay as read
         rec, chosen, log = run(path, tmp_path / str(batch), batch)

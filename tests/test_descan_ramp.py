@@ -4,10 +4,10 @@ descan as a ramp on the exit wave."""
 
 from types import SimpleNamespace
 
-import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import descan_case
 
 import ptyacc
 from ptyacc.data.load import descan_left_to_model
@@ -87,13 +87,7 @@ def reconstructed(path, out, model, batch=32, iterations=20):
 
 
 def test_the_ramp_beats_the_shift_at_small_batches(grid_simulator, tmp_path):
-    setting = grid_simulator.Setting(detector_px=48, scan_shape=(16, 16), scan_step_A=0.4, dose=3e4, defocus_A=80.0,
-                                     edge_mrad=50.0, seed=5, descan_offset_px=(0.3, -0.2),
-                                     descan_px_per_A=((0.08, 0.04), (-0.04, 0.1)))
-    path = tmp_path / "descan.h5"
-    grid_simulator.write(str(path), setting)
-    with h5py.File(path) as f:
-        truth, dx, positions = f["ground_truth/phase"][()].astype(float), float(f.attrs["dx_A"]), f["positions_A"][()]
+    path, truth, dx, positions = descan_case(grid_simulator, tmp_path)
     found = {}
     for model in ("ramp", "shift"):
         rec, log = reconstructed(path, tmp_path / model, model)
