@@ -129,7 +129,7 @@ CASES = [
         args=("--set", "optim.iterations"), subprocess=True),
     bad("set_into_a_scalar", "--set optim.iterations.max: iterations is not a section",
         args=("--set", "optim.iterations.max=3")),
-    bad("set_bad_value", "optim.batch_size: must be >= 1, got -4", args=("--set", "optim.batch_size=-4")),
+    bad("set_bad_value", "optim.batch_size: must be auto or >= 1, got -4", args=("--set", "optim.batch_size=-4")),
     # --- unknown keys at every depth
     bad("unknown_section", "optimizer: unknown key (did you mean 'optim'?)", config={"optimizer": {"iterations": 3}}),
     bad("unknown_key", "optim.batchsize: unknown key (did you mean 'batch_size'?)", config={"optim": {"batchsize": 8}},
@@ -158,7 +158,7 @@ CASES = [
     bad("string_for_bool", "runtime.progress: expected true or false, got 'no way'",
         config={"runtime": {"progress": "no way"}}),
     # --- sizes that must be positive
-    bad("batch_size_zero", "optim.batch_size: must be >= 1, got 0", config={"optim": {"batch_size": 0}}),
+    bad("batch_size_zero", "optim.batch_size: must be auto or >= 1, got 0", config={"optim": {"batch_size": 0}}),
     bad("iterations_negative", "optim.iterations: must be >= 1, got -3", config={"optim": {"iterations": -3}}),
     bad("slices_zero", "model.slices: must be >= 1, got 0", config={"model": {"slices": 0}}),
     bad("probe_modes_zero", "model.probe_modes: must be >= 1, got 0", config={"model": {"probe_modes": 0}}),
