@@ -124,7 +124,11 @@ def _legacy_rank(name: str) -> int:
 
 
 def _check_moments(name: str, optimizer: torch.optim.Optimizer, saved: dict, path: Path) -> None:
-    """A clear error, not a crash in the next step, where a saved Adam moment's shape is not its parameter's."""
+    """A clear error, not a crash in the next step, where a saved Adam moment's shape is not its parameter's. The
+    object's is left alone: a split object's checkpoint holds the whole object's moments, which its tile takes its
+    part of (``tiles.py``)."""
+    if name == "object":
+        return
     params = [param for group in optimizer.param_groups for param in group["params"]]
     ids = [i for group in saved.get("param_groups", []) for i in group["params"]]
     for param, i in zip(params, ids):
