@@ -242,8 +242,10 @@ class Reconstructor:
         """The iterations, each followed by the hooks; an iteration with a non-finite loss is undone
         (and maybe retried, ``guard.NanGuard``); a SIGINT or SIGTERM stops in the current step,
         keeping the work (``ptyacc.reconstruction.interrupt``)."""
-        if self.accelerator.device.type == "cpu":  # the waves are the host's: no page faults for them at every step
-            keep_freed_memory()  # (heap.py)
+        # the waves are the host's: no page faults for them at every step (heap.py); not where the patterns stay on the
+        # host or on disk, whose point is memory: there freed memory is given back (its peak held in tests/test_hold.py)
+        if self.accelerator.device.type == "cpu" and self.store.holds_on_device:
+            keep_freed_memory()
         with self.interrupt:
             while self.history.done < self.config.optim.iterations:
                 loss, seconds = self._iteration(self.history.done)

@@ -11,7 +11,9 @@ page faults; with the settings below 0.55 s and 0.10 million, and the timed iter
 1.27-1.55 s instead of 1.73-2.50 s (CPU time), at a peak resident set of 485 against 477 MB.
 Blocks under ``MMAP_THRESHOLD_BYTES`` now come from the heap, and up to ``TRIM_THRESHOLD_BYTES``
 of free memory stays there for the next step, in this process also after the run (a notebook's kernel keeps
-them). Applied on the CPU device only (on a GPU the waves are the device's), when the iterations start, not before the
+them). Applied on the CPU device only (on a GPU the waves are the device's) and only with the patterns held on it (in
+host or disk mode memory is the point: there the peak varied by more than test_hold's bound of 12 MiB), when the
+iterations start, not before the
 data are read: made at the start of a run, they raised disk mode's peak resident set by 22 MiB
 between 2,048 and 8,192 positions of 64² (tests/test_hold.py bounds it at 12 MiB).
 """
