@@ -250,30 +250,34 @@ class PtychoModel(nn.Module):
         return state
 
     # ------------------------------------------------------------------ views of the state
+    def _held(self, quantity: str, attribute: str) -> torch.Tensor | None:
+        """``attribute`` of the registered quantity named ``quantity``, or None where the run has no such quantity."""
+        return getattr(self.quantities[quantity], attribute) if quantity in self.quantities else None
+
     @property
     def background(self) -> torch.Tensor | None:
         """The fitted background parameter (K, K), in units of the data's mean pixel count, or None."""
-        return self.quantities["fitted"].background if "fitted" in self.quantities else None
+        return self._held("fitted", "background")
 
     @property
     def intensity_weights(self) -> torch.Tensor | None:
         """The fitted intensity weights (N,), or None."""
-        return self.quantities["fitted"].intensity_weights if "fitted" in self.quantities else None
+        return self._held("fitted", "intensity_weights")
 
     @property
     def position_offsets(self) -> torch.Tensor | None:
         """The refined position offsets (N, 2) px, or None for fixed positions."""
-        return self.quantities["positions"].offsets_px if "positions" in self.quantities else None
+        return self._held("positions", "offsets_px")
 
     @property
     def scan_affine(self) -> torch.Tensor | None:
         """The refined scan affine M (2, 2), or None."""
-        return self.quantities["positions"].scan_affine if "positions" in self.quantities else None
+        return self._held("positions", "scan_affine")
 
     @property
     def detector_blur_variance(self) -> torch.Tensor | None:
         """The variance (px^2) of the detector's point spread, a parameter when refined, or None without blur."""
-        return self.quantities["detector_blur"].variance_px2 if "detector_blur" in self.quantities else None
+        return self._held("detector_blur", "variance_px2")
 
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
