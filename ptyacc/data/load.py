@@ -64,13 +64,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     device: where the run computes; ``data.hold`` chooses from its free memory whether the
     patterns are read now (device) or held in host memory or left in the file (``streamed``)."""
     if config.data.simulate is not None:
-        if config.experiment.scan_rotation_deg == "auto":
-            raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
-                              "dataset is made with the rotation given (set a number)")
-        if config.experiment.defocus_A == "auto":
-            raise ConfigError("experiment.defocus_A: auto measures the defocus in a data file; a data.simulate dataset "
-                              "is made with the defocus given (set a number)")
-        return keep_only(simulate_dataset(config), keep)
+        return _simulated(config, keep)
     data, experiment = config.data, config.experiment
     calibrating = "auto" in (experiment.scan_rotation_deg, experiment.defocus_A, data.bad_pixels,
                              data.transform.orientation, data.transform.descan)  # autos that _resolved names
@@ -142,6 +136,17 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                                                  {**bad.arrays, **descan.arrays}) if calibrating else {})
 
 
+def _simulated(config: Config, keep: Keep | None) -> PtychoData:
+    """The dataset ``data.simulate`` describes, which has no rotation or defocus to measure."""
+    if config.experiment.scan_rotation_deg == "auto":
+        raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
+                          "dataset is made with the rotation given (set a number)")
+    if config.experiment.defocus_A == "auto":
+        raise ConfigError("experiment.defocus_A: auto measures the defocus in a data file; a data.simulate dataset "
+                          "is made with the defocus given (set a number)")
+    return keep_only(simulate_dataset(config), keep)
+
+
 def _resolved(config: Config, experiment, prep: Preparation, nominal: dict[str, float], aberrations: dict[str, float],
               detector: dict[str, np.ndarray]) -> dict[str, float | int | str | bool]:
     """{key: value} of the calibration autos of ``config`` as this load resolved them, for
@@ -157,8 +162,8 @@ def _resolved(config: Config, experiment, prep: Preparation, nominal: dict[str, 
         found.update({f"experiment.aberrations.{name}": float(aberrations[name]) for name in ("C12a", "C12b")
                       if name in aberrations and aberrations[name] != nominal.get(name)})
     if transform.orientation == "auto":
-        found.update({"data.transform.transpose": prep.transpose, "data.transform.flip_y": prep.flip_y,
-                      "data.transform.flip_x": prep.flip_x})
+        found.update({"data.transform.transpose": bool(prep.transpose), "data.transform.flip_y": bool(prep.flip_y),
+                      "data.transform.flip_x": bool(prep.flip_x)})
     if data.bad_pixels == "auto":
         found["data.bad_pixels"] = len(detector["bad_pixels"])
     if transform.descan == "auto":

@@ -167,14 +167,13 @@ class Reconstructor:
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
         # every auto key, resolved once before the model is built (reconstruction/autos.py; the batch, which the
-        # batches needed, above): the run's config has numbers in their place, results.h5 and run.log name them
+        # batches needed, above): the run's config has numbers in their place (the model gets the aperture read)
         autos = resolve_autos(config, self.data, self.geometry.positions_px,
                               runtime_values(config, accelerator, self.data, self.store), sized,
                               not_counts == 0, peak, mean_counts, mean_pattern)
         self.config = config = autos.config
         self.texts["auto_values"] = yaml.safe_dump(autos.values)
         built_said: list[str] = []
-        # the aperture edge as autos.py decided it: the aperture it read, and the mean pattern for the other scans'
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
                                  mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured" else None,
