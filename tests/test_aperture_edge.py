@@ -1,5 +1,5 @@
 """model.probe_aperture_edge: the initial probe's aperture edge read from the data's mean pattern
-(physics.probe.measured_edge), against known edges and against another simulator's sharp one."""
+(physics.aperture.measured_edge), against known edges and against another simulator's sharp one."""
 
 from pathlib import Path
 
@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import ptyacc
 from ptyacc.errors import ConfigError
@@ -76,7 +77,9 @@ def sharp_edged_file(tmp_path_factory, grid_simulator) -> Path:
 
 
 def initial_probe(path: Path, edge: str, tmp_path: Path) -> tuple[np.ndarray, list[str]]:
-    """The first probe mode a run on ``path`` starts from, and run.log's lines on the edge."""
+    """The first probe mode a run on ``path`` starts from, and run.log's lines on the edge (and, where auto
+    decided it, results.h5's auto_values and the run's config name what it decided: the aperture edge is
+    resolved with every other auto, before the model is built)."""
     config = ptyacc.load_config({"data": {"path": str(path)}, "experiment": {"positions": {"key": "positions_A"}},
                                  "model": {"probe_aperture_edge": edge, "slices": 2, "slice_thickness_A": 8.0},
                                  "output": {"dir": str(tmp_path / edge), "figures": False},
@@ -85,6 +88,9 @@ def initial_probe(path: Path, edge: str, tmp_path: Path) -> tuple[np.ndarray, li
     run.build()
     run.closing.close()
     said = [line for line in (tmp_path / edge / "run.log").read_text().splitlines() if "model.probe_aperture_edge:" in line]
+    decided = yaml.safe_load(run.texts["auto_values"]).get("model.probe_aperture_edge")
+    assert decided == ("measured" if edge == "auto" else None)
+    assert run.config.model.probe_aperture_edge == (decided or edge)
     return torch.view_as_complex(run.model.probe.detach())[0].numpy(), said
 
 
@@ -121,6 +127,8 @@ def test_measured_without_a_disk_is_refused_naming_the_key(sharp_edged_file, tmp
             run.closing.close()
             assert "model.probe_aperture_edge: soft (auto: the mean pattern shows no even bright-field disk" in \
                 (tmp_path / edge / "run.log").read_text()
+            assert yaml.safe_load(run.texts["auto_values"])["model.probe_aperture_edge"] == "soft"
+            assert run.config.model.probe_aperture_edge == "soft"
             nominal = stem_probe(run.data.detector_px, run.data.dk_invA, run.data.wavelength_A, 60.0, run.data.aberrations)
             probe = torch.view_as_complex(run.model.probe.detach())[0]
             cosine = abs(torch.vdot(probe.flatten(), nominal.flatten())) / probe.norm() / nominal.norm()

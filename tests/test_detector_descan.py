@@ -9,7 +9,7 @@ import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data.bright_field import repaired
-from ptyacc.data.descan import STILL_PX, Descan, Descanned, disk_centres, fit_plane, judged, shifted_back
+from ptyacc.data.descan import STILL_PX, Descan, Descanned, any_moved, disk_centres, fit_plane, judged, shifted_back
 from ptyacc.data.load import load_data
 
 PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.08, -0.05), (0.03, 0.1)))
@@ -144,7 +144,7 @@ def test_patterns_to_move_by_under_a_hundredth_of_a_pixel_stay_as_read():
     patterns = rng.random((4, 16, 16)).astype(np.float32)
     kept = np.array([[0.0, 0.3], [0.004, -0.002], [0.0, 0.0], [STILL_PX, 0.0]])
     descan = Descan(np.zeros((2, 3)), np.zeros(2), 8.0, 0.0, 4, np.full((16, 16), 1 / 256), kept_px=kept)
-    read = Descanned(Stored(patterns), descan, np.zeros((4, 2)), None).read(np.array([0, 1, 2, 3]))
+    read = Descanned(Stored(patterns), descan, descan.applied_px(np.zeros((4, 2))), None).read(np.array([0, 1, 2, 3]))
     assert np.array_equal(read.patterns[1:3], patterns[1:3])
     for row in (0, 3):
         assert np.abs(read.patterns[row] - shifted_back(patterns[row:row + 1], kept[row:row + 1])[0]).max() < 1e-6
@@ -179,11 +179,12 @@ def test_a_plane_within_the_samples_own_scatter_is_left_out_and_the_counts_stay_
     positions = np.column_stack([iy.ravel(), ix.ravel()])
     scatter = rng.normal(0.0, 2.0, (144, 2))
     noise = fit_plane(positions, 32.0 + scatter, 32, np.ones((64, 64)))
-    assert not noise.moves(positions) and set(noise.left_out) == {"y offset", "y gradient", "x offset", "x gradient"}
+    assert not any_moved(noise.applied_px(positions))
+    assert set(noise.left_out) == {"y offset", "y gradient", "x offset", "x gradient"}
     np.testing.assert_array_equal(noise.shifts_px(positions), 0.0)
     true = np.array([[1.0, 0.0], [0.0, -1.0]])  # px per Å: (dy, dx) from (y, x)
     tilted = fit_plane(positions, 32.0 + (positions - positions.mean(0)) @ true.T + scatter, 32, np.ones((64, 64)))
-    assert tilted.moves(positions) and "y gradient" not in tilted.left_out and "x gradient" not in tilted.left_out
+    assert any_moved(tilted.applied_px(positions)) and "y gradient" not in tilted.left_out and "x gradient" not in tilted.left_out
     np.testing.assert_allclose(tilted.plane[:, 1:], true, atol=0.5)
 
     from abtem_cases import CASES

@@ -44,6 +44,10 @@ def machine_autos() -> dict:
             **({"runtime.device": "cpu", "runtime.backend": "none"} if test_device() == "cpu" else {})}
 
 
+# the aperture edge a tiny_config run decides from auto: its 16 px patterns show no even bright-field disk
+TINY_EDGE = {"model.probe_aperture_edge": "soft"}
+
+
 def config(slices: int, *overrides: str):
     return ptyacc.load_config(None, [f"model.slices={slices}", *AUTO, *overrides])
 
@@ -114,7 +118,8 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
                                                           "optim.preconditioner_batch_floor": 0.25,
                                                           "optim.regularize.depth_blur_slices": 0.0,
                                                           "optim.adam_beta2": 0.999,
-                                                          "optim.loss": "amplitude", **machine_autos()}
+                                                          "optim.loss": "amplitude", **TINY_EDGE,
+                                                          **machine_autos()}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
                "optim.regularize.tv_phase_smoothing={}")
@@ -194,8 +199,8 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
     model.probe_variation on, its smoothing (twice the median distance between neighbouring positions, in Å,
     here from NumPy's pairwise distances), with two probe modes the second's power, the object's and the
     probe's, and the runtime's device, backend
-    (none: one process), threads and data.hold where auto. A run given those numbers instead of auto is the
-    same bit for bit and names none of them."""
+    (none: one process), threads and data.hold where auto, and the initial probe's aperture edge. A run given
+    those numbers instead of auto is the same bit for bit and names none of them."""
     base = tiny_config(tmp_path, model={"probe_variation": 1, "probe_modes": 2}, optim={"iterations": 2},
                        output={"dir": str(tmp_path / "out"), "figures": False})
     rec = ptyacc.reconstruct(ptyacc.load_config(base, []), overwrite=True)
@@ -208,7 +213,7 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
     assert chosen == {"optim.loss": "amplitude", "optim.object_optimizer": "preconditioned",
                       "optim.probe_optimizer": "preconditioned", "optim.preconditioned_step": 0.4,
                       "optim.preconditioner_batch_floor": 0.0, "optim.regularize.tv_phase_smoothing": 0.0,
-                      "optim.adam_beta2": 0.95, "model.probe_mode_power": 0.02, **machine_autos()}
+                      "optim.adam_beta2": 0.95, "model.probe_mode_power": 0.02, **TINY_EDGE, **machine_autos()}
     lines = [line.split(" ", 1)[1] for line in (tmp_path / "out" / "run.log").read_text().splitlines()]
     said = [line.removeprefix("auto: ") for line in lines if line.startswith("auto: ")]
     named = [item.split()[0] for item in said[0].split(", ")]

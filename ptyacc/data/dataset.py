@@ -46,6 +46,8 @@ class PtychoData:
     overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
     checks: tuple[str, ...] = ()  # what the calibration checks found (ptyacc.data.sanity), one line each
     detector: dict[str, np.ndarray] = field(default_factory=dict)  # measured from the data: results.h5 /detector
+    # the config's calibration autos as load_data resolved them, {key: value} (reconstruction/autos.py)
+    autos: dict[str, float | int | str | bool] = field(default_factory=dict)
     # every calibration value used, {name: (value, source)} (``calibration_record``)
     calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
     hold: HoldChoice | None = None  # where data.hold put the patterns read from a file, and why

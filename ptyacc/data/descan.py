@@ -83,23 +83,19 @@ class Descan:
         """(N, 2) shift (dy, dx) px by which each pattern is moved back: kept per position, or the plane's."""
         return self.shifts_px(positions_A) if self.kept_px is None else self.kept_px
 
-    def moves(self, positions_A: np.ndarray) -> bool:
-        """Whether any pattern at ``positions_A`` is shifted by STILL_PX or more."""
-        return bool((np.abs(self.applied_px(positions_A)) >= STILL_PX).any())
-
     def shifts_px(self, positions_A: np.ndarray) -> np.ndarray:
         """(N, 2) shift (dy, dx) px of the disk at each probe position from where it belongs."""
         offset = np.column_stack([np.ones(len(positions_A)), positions_A - self.origin_A])
         return offset @ self.plane.T - self.centre_px
 
-    def arrays(self, positions_A: np.ndarray) -> dict[str, np.ndarray]:
-        """For results.h5 /detector (module docstring)."""
-        return {"descan_px": self.applied_px(positions_A), "descan_plane": self.plane,
+    def arrays(self, shifts_px: np.ndarray) -> dict[str, np.ndarray]:
+        """For results.h5 /detector (module docstring), ``shifts_px`` (N, 2) its ``applied_px``."""
+        return {"descan_px": shifts_px, "descan_plane": self.plane,
                 "descan_per_position": np.bool_(self.kept_px is not None),
                 "descan_rms_px": np.array([self.residual_px, self.noise_px])}
 
-    def line(self, positions_A: np.ndarray, seconds: float) -> str:
-        shifts = self.applied_px(positions_A)
+    def line(self, shifts: np.ndarray, positions_A: np.ndarray, seconds: float) -> str:
+        """run.log's line, ``shifts`` (N, 2) its ``applied_px`` at ``positions_A``."""
         c0, g = self.plane[:, 0] - self.centre_px, self.plane[:, 1:]
         if self.kept_px is not None:
             off = self.kept_px - self.shifts_px(positions_A)
@@ -119,6 +115,11 @@ class Descan:
                 f"{self.noise_px:.3f} px rms: {used}; up to {np.abs(shifts).max():.3f} px across the scan, {moved} of "
                 f"{len(shifts)} patterns shifted back (the others by under {STILL_PX:g} px)"
                 f"{'' if moved else ': the patterns left as they are'} ({seconds:.2g} s)")
+
+
+def any_moved(shifts_px: np.ndarray) -> bool:
+    """Whether any of the shifts (N, 2) px moves its pattern: by STILL_PX or more."""
+    return bool((np.abs(shifts_px) >= STILL_PX).any())
 
 
 def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray) -> np.ndarray:
@@ -194,10 +195,12 @@ def judged(descan: Descan, positions_A: np.ndarray, measured_A: np.ndarray, cent
     return dataclasses.replace(descan, noise_px=noise, kept_px=kept)
 
 
-def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | None) -> tuple[Descan, str]:
+def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | None
+                   ) -> tuple[Descan, np.ndarray, str]:
     """The descan of the pattern file ``source`` (a ``readers.PatternFile``) at the nominal
     ``positions_A`` (N, 2), from a sample prepared by ``prepare`` (model layout), ``good`` the
-    prepared detector mask (model layout) or None; and its run.log line."""
+    prepared detector mask (model layout) or None; the shift (N, 2) px of each pattern
+    (``applied_px``, worked out here once); and its run.log line."""
     started = time.perf_counter()
     rows = sample_rows(len(positions_A), SAMPLE)
     patterns = np.fft.fftshift(source.read(rows, prepare).patterns, axes=(-2, -1))
@@ -206,7 +209,8 @@ def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | 
     centres = disk_centres(patterns, centred_good, mean)
     descan = judged(fit_plane(positions_A[rows], centres, patterns.shape[-1] // 2, mean / mean.sum()), positions_A,
                     positions_A[rows], centres)
-    return descan, descan.line(positions_A, time.perf_counter() - started)
+    shifts = descan.applied_px(positions_A)
+    return descan, shifts, descan.line(shifts, positions_A, time.perf_counter() - started)
 
 
 def shifted_back(patterns: np.ndarray, shifts_px: np.ndarray, good: np.ndarray | None = None,
@@ -235,12 +239,12 @@ def shifted_back(patterns: np.ndarray, shifts_px: np.ndarray, good: np.ndarray |
 
 class Descanned:
     """A pattern file (``readers.PatternFile``) whose ``read`` gives the patterns shifted back by
-    the ``descan`` at ``positions_A`` (float32; those to move by under STILL_PX as read);
-    everything else is the file's."""
+    ``shifts_px`` (N, 2), the ``descan``'s ``applied_px`` (float32; those to move by under STILL_PX
+    as read); everything else is the file's."""
 
-    def __init__(self, source, descan: Descan, positions_A: np.ndarray, good: np.ndarray | None) -> None:
+    def __init__(self, source, descan: Descan, shifts_px: np.ndarray, good: np.ndarray | None) -> None:
         self._source, self._good, self._fill = source, good, np.fft.ifftshift(descan.fill)
-        self._shifts = descan.applied_px(positions_A)
+        self._shifts = shifts_px
         self._moved = np.abs(self._shifts).max(1) >= STILL_PX
 
     def __getattr__(self, name):

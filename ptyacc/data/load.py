@@ -18,7 +18,7 @@ from ptyacc.config import Config
 from ptyacc.data.bright_field import measured_radius_px
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
-from ptyacc.data.descan import Descanned, measure_descan
+from ptyacc.data.descan import Descanned, any_moved, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
@@ -64,14 +64,10 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     device: where the run computes; ``data.hold`` chooses from its free memory whether the
     patterns are read now (device) or held in host memory or left in the file (``streamed``)."""
     if config.data.simulate is not None:
-        if config.experiment.scan_rotation_deg == "auto":
-            raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
-                              "dataset is made with the rotation given (set a number)")
-        if config.experiment.defocus_A == "auto":
-            raise ConfigError("experiment.defocus_A: auto measures the defocus in a data file; a data.simulate dataset "
-                              "is made with the defocus given (set a number)")
-        return keep_only(simulate_dataset(config), keep)
+        return _simulated(config, keep)
     data, experiment = config.data, config.experiment
+    calibrating = "auto" in (experiment.scan_rotation_deg, experiment.defocus_A, data.bad_pixels,
+                             data.transform.orientation, data.transform.descan)  # autos that _resolved names
     path, positions_path = _input_paths(config)
     in_data_file = positions_path == path
     options = {"scan_shape": tuple(data.scan_shape)} if data.scan_shape else {}
@@ -118,7 +114,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         if data.transform.descan == "auto":
             source, reopen, descan = _descanned(source, calibration.positions_A, prepare, mask, reopen,
                                                 descan_left_to_model(config))
-        focus = Measured()
+        focus, nominal = Measured(), calibration.aberrations
         if defocus_auto:
             depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
             experiment, calibration, focus = _with_parallax(experiment, calibration, facts, data.scan_shape, radius_px,
@@ -135,7 +131,47 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                                  stored_pattern_shape=tuple(info.shape[-2:]),
                                  checks=bad.lines + turned.lines + descan.lines + focus.lines + tuple(checks),
                                  detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
-                                 hold=choice, streamed=streamed)
+                                 hold=choice, streamed=streamed,
+                                 autos=_resolved(config, experiment, prep, nominal, calibration.aberrations,
+                                                 {**bad.arrays, **descan.arrays}) if calibrating else {})
+
+
+def _simulated(config: Config, keep: Keep | None) -> PtychoData:
+    """The dataset ``data.simulate`` describes, which has no rotation or defocus to measure."""
+    if config.experiment.scan_rotation_deg == "auto":
+        raise ConfigError("experiment.scan_rotation_deg: auto measures the rotation in a data file; a data.simulate "
+                          "dataset is made with the rotation given (set a number)")
+    if config.experiment.defocus_A == "auto":
+        raise ConfigError("experiment.defocus_A: auto measures the defocus in a data file; a data.simulate dataset "
+                          "is made with the defocus given (set a number)")
+    return keep_only(simulate_dataset(config), keep)
+
+
+def _resolved(config: Config, experiment, prep: Preparation, nominal: dict[str, float], aberrations: dict[str, float],
+              detector: dict[str, np.ndarray]) -> dict[str, float | int | str | bool]:
+    """{key: value} of the calibration autos of ``config`` as this load resolved them, for
+    ``reconstruction/autos.py`` (the run's config and results.h5's ``auto_values``): the scan rotation
+    (``experiment``'s), the defocus and the C12 the parallax set (``aberrations`` against the
+    ``nominal`` ones), the transpose/flip ``prep`` applies, the number of bad pixels left out,
+    the largest descan (px, 0 where none was taken out) and how the model takes it."""
+    data, transform, found = config.data, config.data.transform, {}
+    if config.experiment.scan_rotation_deg == "auto":
+        found["experiment.scan_rotation_deg"] = float(experiment.scan_rotation_deg)
+    if config.experiment.defocus_A == "auto":
+        found["experiment.defocus_A"] = -float(aberrations.get("C10", 0.0))
+        found.update({f"experiment.aberrations.{name}": float(aberrations[name]) for name in ("C12a", "C12b")
+                      if name in aberrations and aberrations[name] != nominal.get(name)})
+    if transform.orientation == "auto":
+        found.update({"data.transform.transpose": bool(prep.transpose), "data.transform.flip_y": bool(prep.flip_y),
+                      "data.transform.flip_x": bool(prep.flip_x)})
+    if data.bad_pixels == "auto":
+        found["data.bad_pixels"] = len(detector["bad_pixels"])
+    if transform.descan == "auto":
+        found["data.transform.descan"] = float(np.abs(detector["descan_px"]).max()) if len(detector["descan_px"]) \
+            else 0.0
+        if transform.descan_model == "auto":
+            found["data.transform.descan_model"] = "ramp" if descan_left_to_model(config) else "shift"
+    return found
 
 
 def _without_bad_pixels(data, source, file_mask: np.ndarray | None, n_patterns: int) -> tuple[np.ndarray, Measured]:
@@ -237,16 +273,16 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     """``data.transform.descan: auto``: the file (and the way to open it again) whose patterns come
     shifted back by the descan measured in them, and what to report; ``in_model``
     (``descan_model: ramp``): the file as it is, the descan left to the model (``quantities/descan_ramp.py``)."""
-    descan, line = measure_descan(source, prepare, positions_A, mask)
-    measured = Measured((line,), descan.arrays(positions_A))
-    if in_model and descan.moves(positions_A):
+    descan, shifts, line = measure_descan(source, prepare, positions_A, mask)
+    measured = Measured((line,), descan.arrays(shifts))
+    if not any_moved(shifts):  # nothing the data resolve: the patterns as read (counts stay counts)
+        return source, reopen, measured
+    if in_model:
         line = line.replace("patterns shifted back", "patterns to be moved by the model")
         return source, reopen, Measured((line + "; data.transform.descan_model: ramp: the patterns left as read, "
                                                 "each position's probe given the phase ramp of its shift",),
                                         {**measured.arrays, "descan_in_model": np.bool_(True)})
-    if not descan.moves(positions_A):  # nothing the data resolve: the patterns as read (counts stay counts)
-        return source, reopen, measured
-    return Descanned(source, descan, positions_A, mask), lambda: Descanned(reopen(), descan, positions_A, mask), measured
+    return Descanned(source, descan, shifts, mask), lambda: Descanned(reopen(), descan, shifts, mask), measured
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,

@@ -23,6 +23,7 @@ in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect`` -> fi
 its gradient, and ``far_field_loss`` (fused.py) is its autograd reference.
 """
 
+from ptyacc.physics.aperture import aperture, measured_edge
 from ptyacc.physics.chain import (
     LOSS_KINDS,
     Detect,
@@ -44,7 +45,7 @@ from ptyacc.physics.chain import (
 )
 from ptyacc.physics.deviance import deviance_sums
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
-from ptyacc.physics.probe import aberration_phase, aperture, measured_edge, mixed_state_probe, stem_probe, stem_probe_read_edge
+from ptyacc.physics.probe import aberration_phase, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A

@@ -77,7 +77,8 @@ def check_scans_match(datas: list[PtychoData]) -> None:
 
 def combined(datas: list[PtychoData]) -> PtychoData:
     """One dataset of the scans ``datas``, one after the other: scan 0's calibration and
-    detector, the patterns counted only where every scan's mask counts them."""
+    detector, the patterns counted only where every scan's mask counts them, each scan's
+    calibration autos named ``scans[i].<key>``."""
     first = datas[0]
     masks = [d.mask for d in datas if d.mask is not None]
     mask = torch.stack(masks).all(0) if masks else None
@@ -86,7 +87,8 @@ def combined(datas: list[PtychoData]) -> PtychoData:
         positions_A=np.concatenate([d.positions_A for d in datas]), scan_shape=None, pattern_rows=None,
         source=" + ".join(d.source for d in datas), mask=mask, ground_truth={}, hold=None, streamed=None,
         overrides=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.overrides),
-        checks=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.checks))
+        checks=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.checks),
+        autos={f"scans[{i}].{key}": value for i, d in enumerate(datas) for key, value in d.autos.items()})
 
 
 class ScanProbes(Quantity):

@@ -6,10 +6,20 @@
 - the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
   median distance between neighbouring positions (``variation_smoothing``), and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
+- the initial probe's ``model.probe_aperture_edge``: measured where the mean pattern shows an even
+  bright-field disk of the semi-angle (``physics.aperture.measured_edge``), else soft; ``build_model``
+  is handed the aperture read (``ResolvedAutos.aperture``);
 - and, recorded as they were resolved before (the accelerator, the threads and the patterns come
   first): ``runtime.device``, ``runtime.backend`` (``distributed.make_accelerator``; "none" for a
-  single process, which has no process group), ``runtime.threads`` (``threads.set_threads``) and
-  ``data.hold`` (``data/hold.py``; "device" or "host" for patterns given in memory).
+  single process, which has no process group), ``runtime.threads`` (``threads.set_threads``),
+  ``data.hold`` (``data/hold.py``; "device" or "host" for patterns given in memory), ``optim.batch_size``
+  (``batch_auto.py``: the batches are drawn before the statistics) and the calibration autos, which
+  transform the patterns as they are read (``data/load.py``'s ``PtychoData.autos``):
+  ``experiment.scan_rotation_deg``, ``experiment.defocus_A`` (with the C12 the parallax set),
+  ``data.transform.orientation`` (its transpose, flip_y and flip_x), ``data.transform.descan_model``,
+  and ``data.bad_pixels`` and ``data.transform.descan``, named by the number of pixels left out and
+  the largest shift (px) taken out; those two keep their auto in the config, whose other values
+  have no number (the mask and the shifts are the data's, results.h5 /detector).
 
 The model, its quantities and its groups receive the run's config with numbers in place of the
 auto keys they read, and ``AutoPriors``; results.h5's attribute ``auto_values`` and run.log's line
@@ -26,21 +36,35 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
+from ptyacc.errors import ConfigError
+from ptyacc.physics.aperture import measured_edge
 from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
+
+# run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
+EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "
+             "{contrast:.3g} times brighter than a ring just outside it; soft = the ramp)")
+EDGE_SOFT = ("model.probe_aperture_edge: soft (auto: the mean pattern shows no even bright-field disk of the "
+             "semi-angle; {contrast:.3g} times brighter than a ring just outside it)")
+EDGE_REFUSED = ("model.probe_aperture_edge: measured, but the mean pattern shows no even bright-field disk of "
+                "experiment.semiangle_mrad ({semiangle:g} mrad; inside it {contrast:.3g} times a ring 2-4 px "
+                "outside it): a wrong semi-angle or pixel size? Or set soft")
+KEPT_AUTO = ("data.bad_pixels", "data.transform.descan")  # named in auto_values, their auto kept in the config
 
 
 @dataclass(frozen=True)
 class ResolvedAutos:
     """What ``resolve_autos`` found: the run's ``config`` with numbers in place of auto, the ``priors``
     the groups take, ``values`` {key: value} of every key resolved (results.h5's ``auto_values``),
-    ``notes`` for the terminal and run.log, and ``log_notes`` for run.log only."""
+    ``notes`` for the terminal and run.log, ``log_notes`` for run.log only, and the initial probe's
+    ``aperture`` (K, K) read from the data where ``model.probe_aperture_edge`` is measured (None: the ramp's)."""
 
     config: Config
     priors: AutoPriors
     values: dict[str, float | int | str]
     notes: list[str]
     log_notes: list[str]
+    aperture: torch.Tensor | None = None
 
 
 def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -> dict[str, float]:
@@ -53,6 +77,29 @@ def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -
         return {}
     sigma_px = 2 * median_neighbour_distance(np.asarray(positions_px, dtype=np.float32))
     return {"model.probe_variation_smoothing_A": sigma_px * dx_A}
+
+
+def calibration_autos(config: Config, data: PtychoData) -> Config:
+    """``config`` with the numbers the data's load found (``data.autos``) in place of its calibration
+    autos: the scan rotation, the defocus (``experiment.aberrations`` less its C10, the nominal one, with
+    the C12 the parallax set), the orientation manual with its flags, the descan model. (Several scans'
+    are named ``scans[i].<key>``, each scan's own, and left in their place.)"""
+    found = {key: value for key, value in data.autos.items() if key not in KEPT_AUTO}
+    experiment, transform = config.experiment, config.data.transform
+    aberrations = {**experiment.aberrations, **{key.removeprefix("experiment.aberrations."): value
+                                                for key, value in found.items()
+                                                if key.startswith("experiment.aberrations.")}}
+    if "experiment.defocus_A" in found:
+        aberrations.pop("C10", None)
+    experiment = dataclasses.replace(experiment, aberrations=aberrations, **{
+        key.removeprefix("experiment."): value for key, value in found.items()
+        if key in ("experiment.scan_rotation_deg", "experiment.defocus_A")})
+    changed = {key.removeprefix("data.transform."): value for key, value in found.items()
+               if key.startswith("data.transform.")}
+    if "transpose" in changed:
+        changed["orientation"] = "manual"
+    return dataclasses.replace(config, experiment=experiment, data=dataclasses.replace(
+        config.data, transform=dataclasses.replace(transform, **changed)))
 
 
 def runtime_values(config: Config, accelerator, data: PtychoData, store) -> dict[str, int | str]:
@@ -72,23 +119,40 @@ def runtime_values(config: Config, accelerator, data: PtychoData, store) -> dict
 
 
 def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, runtime: dict[str, int | str],
-                  counts: bool, peak_counts: float, mean_counts: float, mean_pattern: torch.Tensor | None
-                  ) -> ResolvedAutos:
-    """Every auto of ``config`` for this run (module docstring), from the ``data``, the scan's
-    ``positions_px`` (N, 2) in the object's pixels, ``runtime`` (``runtime_values``) and the patterns'
-    statistics agreed by every process (whether they are ``counts``, the brightest pixel of the mean
-    pattern, the mean counts per pattern and the mean pattern (K, K) or None: ``data_autos``'s)."""
+                  batch: dict[str, int], counts: bool, peak_counts: float, mean_counts: float,
+                  mean_pattern: torch.Tensor | None) -> ResolvedAutos:
+    """Every auto of ``config`` for this run (module docstring), from the ``data`` (and the calibration
+    autos its load resolved), the scan's ``positions_px`` (N, 2) in the object's pixels, ``runtime``
+    (``runtime_values``), ``batch`` ({"optim.batch_size": B} where its auto was resolved for the batches,
+    else empty) and the patterns' statistics agreed by every process (whether they are ``counts``, the
+    brightest pixel of the mean pattern, the mean counts per pattern and the mean pattern (K, K) or
+    None: ``data_autos``'s; given where the probe is built from electron optics and its aperture edge
+    is not soft, which it decides)."""
     smoothing = variation_smoothing(config, positions_px, data.dx_A)  # first: the demo's data walk
+    config = calibration_autos(config, data) if data.autos else config
     config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
     model = dict(smoothing)  # the model's keys
     if config.model.probe_modes > 1 and config.model.probe_mode_power == "auto":
         model["model.probe_mode_power"] = config.model.further_mode_power()
+    priors = AutoPriors.of(config)
+    values = {**data.autos, **auto_values(config), **chosen, **model, **batch, **runtime}
+    edge_said, edge, read = [], config.model.probe_aperture_edge, None
+    if mean_pattern is not None and config.model.probe_init is None and data.semiangle_mrad is not None:
+        # the aperture edge: measured where the mean pattern shows an even bright-field disk of the semi-angle,
+        # else soft (auto) or refused (measured). Last, and in this function: the demo's data walk goes on from
+        # here to the probe's physics (build_model)
+        read, contrast = measured_edge(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
+        if read is None and edge == "measured":
+            raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
+        edge_said.append((EDGE_READ if read is not None else EDGE_SOFT).format(
+            auto="auto: " if edge == "auto" else "", contrast=contrast))
+        if edge == "auto":
+            model["model.probe_aperture_edge"] = values["model.probe_aperture_edge"] = \
+                "measured" if read is not None else "soft"
     if model:
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, **{key.removeprefix("model."): value for key, value in model.items()}))
-    priors = AutoPriors.of(config)
-    values = {**auto_values(config), **chosen, **model, **runtime}
     said = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in sorted(values.items()))
     return ResolvedAutos(config, priors, values, priors.notes + notes,
-                         [*priors.log_notes, *log_notes, *([f"auto: {said}"] if said else [])])
+                         [*priors.log_notes, *log_notes, *edge_said, *([f"auto: {said}"] if said else [])], read)

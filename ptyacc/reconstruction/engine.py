@@ -156,8 +156,8 @@ class Reconstructor:
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
         clamped = [f"optim.batch_size: {config.optim.batch_size} is more than the {drawn} positions drawn each "
                    f"iteration; using {drawn} (one step per iteration)"] if config.optim.batch_size > drawn else []
-        # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge: build_model
-        # reads it for electrons, unless told soft or started from a previous run), from a sample agreed by all
+        # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge: autos.py decides
+        # it for electrons, unless told soft or started from a previous run), from a sample agreed by all
         # processes (one collective where each holds its own share)
         reads_edge = (config.model.probe_aperture_edge != "soft" and self.data.radiation == "electron"
                       and config.model.init_from is None)
@@ -167,16 +167,17 @@ class Reconstructor:
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
         # every auto key, resolved once before the model is built (reconstruction/autos.py; the batch, which the
-        # batches needed, above): the run's config has numbers in their place, results.h5 and run.log name them
+        # batches needed, above): the run's config has numbers in their place (the model gets the aperture read)
         autos = resolve_autos(config, self.data, self.geometry.positions_px,
-                              {**runtime_values(config, accelerator, self.data, self.store), **sized},
+                              runtime_values(config, accelerator, self.data, self.store), sized,
                               not_counts == 0, peak, mean_counts, mean_pattern)
         self.config = config = autos.config
         self.texts["auto_values"] = yaml.safe_dump(autos.values)
         built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
-                                 mean_pattern=mean_pattern, said=built_said, scans=scans)
+                                 mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured" else None,
+                                 said=built_said, scans=scans, aperture=autos.aperture)
         if previous is not None:
             start_from(self.model, self.geometry, previous, config.model.init_from, built_said)
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only

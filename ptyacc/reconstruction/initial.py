@@ -18,6 +18,7 @@ from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities import BuildContext, attach_quantities
 from ptyacc.quantities.slices import SlicePropagation
+from ptyacc.reconstruction.autos import EDGE_REFUSED
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
 from ptyacc.results.h5file import Results
@@ -93,23 +94,13 @@ def _object_note(previous: Results, old: tuple, new: tuple, dx_A: float, covered
     return "model.init_from: " + "; ".join(parts) + f"; it covers {100 * covered:.0f}% of this run's object"
 
 
-# run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
-EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "
-             "{contrast:.3g} times brighter than a ring just outside it; soft = the ramp)")
-EDGE_SOFT = ("model.probe_aperture_edge: soft (auto: the mean pattern shows no even bright-field disk of the "
-             "semi-angle; {contrast:.3g} times brighter than a ring just outside it)")
-EDGE_REFUSED = ("model.probe_aperture_edge: measured, but the mean pattern shows no even bright-field disk of "
-                "experiment.semiangle_mrad ({semiangle:g} mrad; inside it {contrast:.3g} times a ring 2-4 px "
-                "outside it): a wrong semi-angle or pixel size? Or set soft")
-
-
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                 mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None,
                 mean_pattern: torch.Tensor | None = None, said: list[str] | None = None,
-                scans: list | None = None) -> PtychoModel:
-    """The initial model: a probe from the experiment's optics, its aperture edge read from
-    ``mean_pattern`` (model layout; ``model.probe_aperture_edge``; the engine passes it for
-    electrons unless the key is soft or ``model.init_from`` is set) if given, scaled to the
+                scans: list | None = None, aperture: torch.Tensor | None = None) -> PtychoModel:
+    """The initial model: a probe from the experiment's optics, its ``aperture`` (K, K) the one
+    ``autos.resolve_autos`` read from the data (``model.probe_aperture_edge``: measured) if given, the
+    ramp's if not (other scans' probes read theirs from ``mean_pattern``, model layout, if given), scaled to the
     data's mean intensity (total counts per pattern; computed from the held patterns if None),
     split into modes; a flat object (only its ``region`` (y0, y1, x0, x1) under
     ``runtime.shard_object``); positions from the data; the refined quantities of their own modules
@@ -129,7 +120,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
             if data.near_field_distance_A is not None else None)
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
     said = said if said is not None else []
-    probe = probe_modes(config, data, detector, mean_pattern, mean_intensity, said)
+    probe = probe_modes(config, data, detector, None, mean_intensity, said, aperture)
     said.append(footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None))
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
@@ -146,10 +137,10 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
 
 
 def probe_modes(config: Config, data: PtychoData, detector: Detector, mean_pattern: torch.Tensor | None,
-                mean_intensity: float, said: list[str]) -> torch.Tensor:
+                mean_intensity: float, said: list[str], aperture: torch.Tensor | None = None) -> torch.Tensor:
     """The initial probe modes (P, K, K) of ``initial_probe``, their power scaled to the data's
     ``mean_intensity`` and split into ``model.probe_modes`` modes."""
-    probe = initial_probe(config, data, detector, mean_pattern, said)
+    probe = initial_probe(config, data, detector, mean_pattern, said, aperture)
     modes = config.model.probe_modes
     first_power = 1 - config.model.further_mode_power() * (modes - 1) if modes > 1 else 1.0
     probe = probe * math.sqrt(mean_intensity / float((probe.abs() ** 2).sum()))
@@ -162,11 +153,11 @@ def probe_modes(config: Config, data: PtychoData, detector: Detector, mean_patte
 
 
 def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pattern: torch.Tensor | None,
-                  said: list[str]) -> torch.Tensor:
+                  said: list[str], aperture: torch.Tensor | None = None) -> torch.Tensor:
     """The probe (K, K), or a probe file's modes (M, K, K), before its power is scaled to the data:
-    ``model.probe_init``'s file; for electrons the optics' STEM probe, its aperture edge read from
-    ``mean_pattern`` where given; near-field X-rays the mean image brought back to the sample; far-field
-    X-rays ``xray_probe.far_field_probe``. What it chose is appended to ``said``."""
+    ``model.probe_init``'s file; for electrons the optics' STEM probe, its ``aperture`` (K, K) given
+    or its aperture edge read from ``mean_pattern`` where given; near-field X-rays the mean image
+    brought back to the sample; far-field X-rays ``xray_probe.far_field_probe``. What it chose is appended to ``said``."""
     k = data.detector_px
     if config.model.probe_init is not None:
         probe, line = probe_from_file(config, data)
@@ -178,15 +169,13 @@ def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pat
             raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
                               "has no 'semiangle_mrad' attribute")
         if mean_pattern is None:
-            probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations)
+            probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations,
+                               aperture_values=aperture)
         else:
             probe, contrast, read = stem_probe_read_edge(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad,
                                                          data.aberrations, mean_pattern, data.mask)
-            edge = config.model.probe_aperture_edge
-            if not read and edge == "measured":
+            if not read and config.model.probe_aperture_edge == "measured":  # another scan's optics
                 raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
-            said.append(
-                (EDGE_READ if read else EDGE_SOFT).format(auto="auto: " if edge == "auto" else "", contrast=contrast))
     elif detector.propagator is not None:
         probe = probe_from_patterns(data.held_mean_pattern(), detector)
     else:
