@@ -49,11 +49,11 @@ MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rot
 
 def descan_left_to_model(config: Config) -> bool:
     """Whether ``data.transform.descan_model`` leaves the measured descan to the model (``ramp``, or ``auto`` with
-    one slice, one scan, and the patterns neither padded nor upsampled) rather than shifting the patterns."""
+    one scan and the patterns neither padded nor upsampled) rather than shifting the patterns."""
     transform = config.data.transform
     if transform.descan_model != "auto":
         return transform.descan_model == "ramp"
-    return config.model.slices == 1 and not config.scans and transform.pad is None and transform.upsample == 1
+    return not config.scans and transform.pad is None and transform.upsample == 1
 
 
 def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
