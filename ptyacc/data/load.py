@@ -242,7 +242,7 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     if in_model and descan.moves(positions_A):
         line = line.replace("patterns shifted back", "patterns to be moved by the model")
         return source, reopen, Measured((line + "; data.transform.descan_model: ramp: the patterns left as read, "
-                                                "each position's probe given the phase ramp of its shift",),
+                                                "each exit wave given the phase ramp of its shift",),
                                         {**measured.arrays, "descan_in_model": np.bool_(True)})
     if not descan.moves(positions_A):  # nothing the data resolve: the patterns as read (counts stay counts)
         return source, reopen, measured
