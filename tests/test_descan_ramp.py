@@ -1,6 +1,6 @@
 """``data.transform.descan_model: ramp`` (ptyacc/quantities/descan_ramp.py): the descan as a phase ramp on
-each position's probe, against the independent simulator (examples/grid/simulate.py), which makes the
-descan as a ramp on the exit wave."""
+each position's exit wave, against the independent simulator (examples/grid/simulate.py), which makes the
+descan as a ramp on the exit wave, on one slice and on several."""
 
 from types import SimpleNamespace
 
@@ -20,37 +20,41 @@ from ptyacc.results.quality import best_shift_ncc
 PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.15, -0.1), (0.08, 0.2)))
 
 
-def predicted(result, n, descan_px):
-    """ptyacc's intensities (N, K, K), fftshifted, of the simulator's probe and object with ``descan_px``
-    (N, 2) put in by ``DescanRamp`` (None: none)."""
+def predicted(result, n, descan_px, kernel=None):
+    """ptyacc's intensities (N, K, K), fftshifted, of the simulator's probe and object (its slices with its
+    propagator ``kernel`` between them) with ``descan_px`` (N, 2) put in by ``DescanRamp`` (None: none)."""
     centres_px = torch.from_numpy(result["positions_A"] / result["dx_A"])
     whole = torch.round(centres_px)
     probe = torch.from_numpy(result["probe"])[None]
+    exit_ramps = None
     if descan_px is not None:
-        indices = torch.arange(len(centres_px))
-        probe = DescanRamp(descan_px, n, lambda i: (centres_px - whole)[i]).probes(probe, indices, torch.tensor(1.0))
+        exit_ramps = DescanRamp(descan_px, n).exit_ramp(torch.arange(len(centres_px))).to(probe.dtype)
     obj = torch.from_numpy(np.exp(1j * result["phases"]))[None]
-    found = detected_intensities(probe, obj, (whole - n // 2).long(), shift_ramp(centres_px - whole, n), None, Detector())
+    propagator = None if kernel is None else torch.from_numpy(kernel).to(probe.dtype)
+    found = detected_intensities(probe, obj, (whole - n // 2).long(), shift_ramp(centres_px - whole, n), propagator,
+                                 Detector(), exit_ramps=exit_ramps)
     return torch.fft.fftshift(found, dim=(-2, -1)).numpy()
 
 
-@pytest.mark.parametrize("defocus", [0.0, 60.0])
-def test_the_ramp_moves_the_prediction_as_the_simulators_descan(grid_simulator, defocus):
+@pytest.mark.parametrize("defocus, slices", [(0.0, 1), (60.0, 1), (60.0, 3)])
+def test_the_ramp_moves_the_prediction_as_the_simulators_descan(grid_simulator, defocus, slices):
     setting = grid_simulator.Setting(detector_px=32, scan_shape=(4, 4), scan_step_A=0.9, dose=0.0, defocus_A=defocus,
-                                     edge_mrad=80.0, seed=4, **PLANE)
+                                     edge_mrad=80.0, seed=4, slices=slices, slice_thickness_A=20.0, **PLANE)
     result = grid_simulator.simulate(setting)
+    kernel = None if slices == 1 else grid_simulator.fresnel_kernel(32, result["dx_A"], result["wavelength_A"],
+                                                                   setting.slice_thickness_A)
     truth = result["descan_px"]
     assert 0.5 < np.abs(truth).max() < 2.0
     measured = result["patterns"].reshape(-1, 32, 32).astype(np.float64)
 
     def error(descan):
-        return np.abs(predicted(result, 32, descan) - measured).max() / measured.max()
+        return np.abs(predicted(result, 32, descan, kernel) - measured).max() / measured.max()
 
     assert error(truth) < 1e-6
     assert error(-truth) > 0.1 and error(None) > 0.05  # the sign shows, and the descan does
 
 
-def test_refused_over_several_slices_and_off_unless_asked():
+def test_taken_over_several_slices_refused_over_several_scans_and_off_unless_asked():
     config = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "descan_model": "ramp"}}})
     data = SimpleNamespace(detector={"descan_in_model": np.bool_(True), "descan_px": np.full((3, 2), 0.5)})
 
@@ -60,20 +64,21 @@ def test_refused_over_several_slices_and_off_unless_asked():
 
     ramp = descan_in_model(config, model(1), BuildContext(data, None))
     probe, indices = torch.randn(2, 4, 4, dtype=torch.complex64), torch.tensor([2, 0, 1])
-    shared = ramp.probes(probe, indices, torch.tensor(1.0))  # (B, P, K, K) from the shared modes
-    varied = ramp.probes(probe.expand(3, -1, -1, -1), indices, torch.tensor(1.0))  # composes with a probe per position
-    assert shared.shape == (3, 2, 4, 4) and torch.allclose(shared, varied)
-    assert torch.allclose(shared[0, 1], probe[1] * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[:, None]
-                          * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[None], atol=1e-5)
-    with pytest.raises(ValueError, match="one slice"):
-        descan_in_model(config, model(2), BuildContext(data, None))
+    assert torch.equal(ramp.probes(probe, indices, torch.tensor(1.0)), probe)  # the probe left alone
+    ramps = ramp.exit_ramp(indices)
+    assert ramps.shape == (3, 4, 4) and ramps.dtype == torch.complex64
+    assert torch.allclose(ramps[0], torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[:, None]
+                          * torch.exp(2j * torch.pi * 0.5 * torch.arange(4.0) / 4)[None], atol=1e-6)
+    assert isinstance(descan_in_model(config, model(2), BuildContext(data, None)), DescanRamp)
+    with pytest.raises(ValueError, match="one scan"):
+        descan_in_model(config, model(1), BuildContext(data, None, scans=[None, None]))
     shift = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "descan_model": "shift"}}})
     assert descan_in_model(shift, model(1), BuildContext(data, None)) is None
     default = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}})
     assert default.data.transform.descan_model == "auto" and descan_left_to_model(default)  # auto: the ramp
     sliced = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto"}}, "model": {"slices": 2}})
     finer = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "upsample": 2}}})
-    assert not descan_left_to_model(sliced) and not descan_left_to_model(finer)  # auto: the shift there
+    assert descan_left_to_model(sliced) and not descan_left_to_model(finer)  # auto: the ramp over slices, the shift there
     # the patterns were not moved, so optim.batch_size: auto keeps about 8 steps per iteration
     assert not descan_moved(data) and descan_moved(SimpleNamespace(detector={"descan_px": np.full((3, 2), 0.5)}))
 

@@ -128,3 +128,33 @@ def test_fused_probe_per_position(kind, slices, probe_modes, shifted, chunk):
     assert float(per.detach()) == pytest.approx(float(shared.detach()), rel=1e-12)
     torch.testing.assert_close(torch.autograd.grad(per, repeated)[0].sum(0), torch.autograd.grad(shared, probe)[0],
                                rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("slices, probe_modes, object_modes", [(1, 1, 1), (3, 2, 2), (2, 3, 1)])
+@pytest.mark.parametrize("shifted", [False, True])
+@pytest.mark.parametrize("per_position", [False, True])
+def test_fused_with_exit_ramps(kind, slices, probe_modes, object_modes, shifted, per_position):
+    """The descan's ramps (B, K, K) on the exit waves (folded into the last slice's windows by ``Multislice``):
+    value and gradients equal autograd's through the exit waves multiplied by them afterwards, for any chunking."""
+    probe, obj, top_left, fraction, propagator, measured = problem(slices, probe_modes, object_modes, shifted, seed=3)
+    exit_ramps = torch.exp(2j * torch.pi * torch.rand(5, 6, 6, generator=torch.Generator().manual_seed(5),
+                                                      dtype=torch.float64))
+    if per_position:  # a probe per position (B, P, K, K), as probe_variation makes
+        probe = (probe.detach() * random_complex(5, 1, 6, 6, seed=11)).requires_grad_()
+    inputs = (probe, obj) + ((fraction,) if shifted else ())
+    k = probe.shape[-1]
+    ramps = lambda: shift_ramp(fraction, k) if shifted else None  # noqa: E731  (a graph for each gradient)
+    probes = probe if per_position else probe[None]
+    if shifted:
+        probes = torch.fft.ifft2(torch.fft.fft2(probes) * ramps()[:, None])
+    waves = exit_waves(probes, extract_patches(obj, top_left, k), propagator) * exit_ramps[:, None, None]
+    reference = far_field_loss(waves, measured, kind)
+    reference_grads = torch.autograd.grad(reference, inputs)
+    plain = float(far_field_loss(waves.detach() / exit_ramps[:, None, None], measured, kind))
+    assert abs(plain - float(reference.detach())) > 1e-5 * plain  # the ramps change the loss
+    for chunk in (1, 2, 64):
+        fused = ptycho_loss(probe, obj, top_left, ramps(), propagator, measured, kind, chunk, exit_ramps=exit_ramps)
+        assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
+        for mine, theirs in zip(torch.autograd.grad(fused, inputs), reference_grads, strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)

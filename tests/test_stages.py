@@ -82,22 +82,26 @@ def test_patches_add_adjoint_accumulates():
     torch.testing.assert_close(image, expected, rtol=0, atol=1e-15)
 
 
-def multislice_problem(slices, probe_modes, object_modes, shared_probe, seed):
+def multislice_problem(slices, probe_modes, object_modes, shared_probe, seed, exit_ramps=False):
     batch = 3
     probes = random_complex(1 if shared_probe else batch, probe_modes, K, K, seed=seed)
     patches = random_complex(batch, object_modes, slices, K, K, seed=seed + 1)
     # any complex kernel: the adjoint of ifft2(fft2(.) H) is ifft2(fft2(.) conj(H)) for every H
     propagator = random_complex(K, K, seed=seed + 2) if slices > 1 else None
     y = random_complex(batch, probe_modes, object_modes, K, K, seed=seed + 3)
-    return Multislice(propagator), probes, patches, y
+    # any complex factors of the exit waves (the descan's are unimodular ramps): the map stays linear in each input
+    ramps = random_complex(batch, K, K, seed=seed + 4) if exit_ramps else None
+    return Multislice(propagator, ramps), probes, patches, y
 
 
 CASES = [(1, 1, 1, False), (1, 2, 3, True), (3, 1, 1, False), (3, 2, 2, False), (3, 3, 2, True)]
 
 
 @pytest.mark.parametrize("slices, probe_modes, object_modes, shared_probe", CASES)
-def test_multislice_adjoint_in_the_probes(slices, probe_modes, object_modes, shared_probe):
-    multislice, probes, patches, y = multislice_problem(slices, probe_modes, object_modes, shared_probe, seed=20)
+@pytest.mark.parametrize("exit_ramps", [False, True])
+def test_multislice_adjoint_in_the_probes(slices, probe_modes, object_modes, shared_probe, exit_ramps):
+    multislice, probes, patches, y = multislice_problem(slices, probe_modes, object_modes, shared_probe, seed=20,
+                                                        exit_ramps=exit_ramps)
     waves, incident = multislice.forward_with_incident(probes, patches)
     grad_probes, _ = multislice.vjp(y, probes, patches, incident)
     assert grad_probes.shape == probes.shape
@@ -105,9 +109,11 @@ def test_multislice_adjoint_in_the_probes(slices, probe_modes, object_modes, sha
 
 
 @pytest.mark.parametrize("slices, probe_modes, object_modes, shared_probe", CASES)
-def test_multislice_adjoint_in_each_slice(slices, probe_modes, object_modes, shared_probe):
+@pytest.mark.parametrize("exit_ramps", [False, True])
+def test_multislice_adjoint_in_each_slice(slices, probe_modes, object_modes, shared_probe, exit_ramps):
     """The exit waves are linear in each slice with the others held: vjp's part for that slice is its adjoint."""
-    multislice, probes, patches, y = multislice_problem(slices, probe_modes, object_modes, shared_probe, seed=30)
+    multislice, probes, patches, y = multislice_problem(slices, probe_modes, object_modes, shared_probe, seed=30,
+                                                        exit_ramps=exit_ramps)
     waves, incident = multislice.forward_with_incident(probes, patches)
     _, grad_patches = multislice.vjp(y, probes, patches, incident)
     assert grad_patches.shape == patches.shape
@@ -116,8 +122,10 @@ def test_multislice_adjoint_in_each_slice(slices, probe_modes, object_modes, sha
 
 
 @pytest.mark.parametrize("slices, probe_modes, object_modes, shared_probe", CASES)
-def test_multislice_vjp_is_autograds_gradient(slices, probe_modes, object_modes, shared_probe):
-    multislice, probes, patches, y = multislice_problem(slices, probe_modes, object_modes, shared_probe, seed=40)
+@pytest.mark.parametrize("exit_ramps", [False, True])
+def test_multislice_vjp_is_autograds_gradient(slices, probe_modes, object_modes, shared_probe, exit_ramps):
+    multislice, probes, patches, y = multislice_problem(slices, probe_modes, object_modes, shared_probe, seed=40,
+                                                        exit_ramps=exit_ramps)
     probes.requires_grad_()
     patches.requires_grad_()
     waves, incident = multislice.forward_with_incident(probes, patches)

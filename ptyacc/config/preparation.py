@@ -52,9 +52,9 @@ class TransformConfig:
     descan_model: Literal["auto", "shift", "ramp"] = _f(
         "auto", "How descan: auto takes out what it measured. shift: each pattern's counts moved back as it is read "
                 "(sub-pixel, Fourier). ramp: the patterns left as measured (counts stay counts) and each position's "
-                "probe multiplied by the phase ramp exp(2 pi i (dy y + dx x) / K) that moves its pattern by the "
-                "measured (dy, dx) px, as a descan does; one slice only (model.slices: 1), one scan, far field. "
-                "auto: ramp with one slice, one scan and neither pad nor upsample, else shift (on the every-effect "
+                "exit wave (after the last slice) multiplied by the phase ramp exp(2 pi i (dy y + dx x) / K) that "
+                "moves its pattern by the measured (dy, dx) px, as a descan does; one scan, far field. "
+                "auto: ramp with one scan and neither pad nor upsample, else shift (on the every-effect "
                 "case of docs/user-guide.md, 'Descan', phase NCC 0.989 against 0.933 at batch 128).")
 
     def _check(self, path: str) -> None:

@@ -49,11 +49,11 @@ MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rot
 
 def descan_left_to_model(config: Config) -> bool:
     """Whether ``data.transform.descan_model`` leaves the measured descan to the model (``ramp``, or ``auto`` with
-    one slice, one scan, and the patterns neither padded nor upsampled) rather than shifting the patterns."""
+    one scan and the patterns neither padded nor upsampled) rather than shifting the patterns."""
     transform = config.data.transform
     if transform.descan_model != "auto":
         return transform.descan_model == "ramp"
-    return config.model.slices == 1 and not config.scans and transform.pad is None and transform.upsample == 1
+    return not config.scans and transform.pad is None and transform.upsample == 1
 
 
 def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
@@ -280,7 +280,7 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
     if in_model:
         line = line.replace("patterns shifted back", "patterns to be moved by the model")
         return source, reopen, Measured((line + "; data.transform.descan_model: ramp: the patterns left as read, "
-                                                "each position's probe given the phase ramp of its shift",),
+                                                "each exit wave given the phase ramp of its shift",),
                                         {**measured.arrays, "descan_in_model": np.bool_(True)})
     return Descanned(source, descan, shifts, mask), lambda: Descanned(reopen(), descan, shifts, mask), measured
 

@@ -18,7 +18,7 @@ Conventions (shared by every function here):
 The forward chain is four stages, each an object with its forward and its adjoint (or vjp),
 and the data fidelity at its end (the detector's response, the losses and their gradients), all
 in chain.py: ``ProbeShift`` -> ``Patches`` -> ``Multislice`` -> ``Detect`` -> fidelity.
-``detected_intensities`` (chain.py) runs their forwards for prediction and simulation;
+``detected_intensities`` (prediction.py) runs their forwards for prediction and simulation;
 ``ptycho_loss`` (fused.py) runs forwards and adjoints chunk by chunk for the training loss and
 its gradient, and ``far_field_loss`` (fused.py) is its autograd reference.
 """
@@ -31,20 +31,17 @@ from ptyacc.physics.chain import (
     Multislice,
     Patches,
     ProbeShift,
-    detected_intensities,
     detector_response,
-    exit_waves,
     extract_patches,
-    far_field_intensities,
     intensity_loss_terms,
     loss_from_intensities,
-    multislice_intensities,
     poisson_nll,
     summed_intensity,
     transmission,
 )
 from ptyacc.physics.deviance import deviance_sums
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
+from ptyacc.physics.prediction import detected_intensities, exit_waves, far_field_intensities, multislice_intensities
 from ptyacc.physics.probe import aberration_phase, mixed_state_probe, stem_probe, stem_probe_read_edge
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator

@@ -1,7 +1,7 @@
 """The forward chain, probe shift -> object patches -> multislice -> detection -> data fidelity, in one
-place: its stages, each with its forward and its adjoint, and ``detected_intensities``, the chain's
-forward for prediction, simulation and the saved mean pattern. The training loss ``ptycho_loss``
-(fused.py) runs the same stages' forward and backward in chunks.
+place: its stages, each with its forward and its adjoint. ``detected_intensities`` (prediction.py) runs
+their forwards with autograd for prediction, simulation and the saved mean pattern; the training loss
+``ptycho_loss`` (fused.py) runs the same stages' forward and backward in chunks.
 
 Stage 1, ``ProbeShift``: the probe modes moved to each position's sub-pixel rest.
 Stage 2, ``Patches``: the object's windows under the probe at each position.
@@ -240,12 +240,6 @@ def summed_intensity(far: torch.Tensor) -> torch.Tensor:
     return power[:, 0] if power.shape[1] == 1 else power.sum(1)
 
 
-def far_field_intensities(waves: torch.Tensor, transform: bool = True) -> torch.Tensor:
-    """|fft2(wave, norm='ortho')|^2 summed over the mode axes: (B, ..., K, K) -> (B, K, K); without ``transform``
-    |wave|^2 (fields already at the detector)."""
-    return summed_intensity(torch.fft.fft2(waves, norm="ortho") if transform else waves)
-
-
 # ------------------------------------------------------------------ stage 3: multislice
 def transmission(amplitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
     """Complex transmission amplitude * exp(i phase) from two real tensors of any shape."""
@@ -259,6 +253,10 @@ class Multislice:
     patches:    (B, O, S, K, K) complex object transmissions: O object modes, S slices.
     propagator: (K, K) complex Fresnel kernel between slices, or (B, K, K), one per position
                 (a tilt per position, ``tilted_propagator``); unused when S == 1.
+    exit_ramps: (B, K, K) complex factors of each position's exit wave (of every mode), or None: the phase ramp
+                that moves its far-field pattern by the descan (``quantities/descan_ramp.py``). The last slice's
+                transmission multiplies the exit wave too, so the ramp is folded into that slice's windows
+                ((B, O, K, K) products, not (B, P, O, K, K)), and that slice's gradient takes conj(ramp).
 
     The wave is transmitted by slice 0, propagated, transmitted by slice 1, ... and the last slice is not
     propagated: 2 (S - 1) FFTs here, plus one to the detector. The propagator carries the inverse transform's
@@ -266,7 +264,8 @@ class Multislice:
     linear in the probes and in each slice on its own (not in all slices together): ``vjp`` gives the gradients
     with respect to both, which for the probes, and for one slice with the others held, is that map's adjoint."""
 
-    def __init__(self, propagator: torch.Tensor | None) -> None:
+    def __init__(self, propagator: torch.Tensor | None, exit_ramps: torch.Tensor | None = None) -> None:
+        self.exit_ramps = None if exit_ramps is None else exit_ramps[:, None]  # (B, 1, K, K): over the object modes
         self.per_position = propagator is not None and propagator.dim() == 3
         # one kernel per position broadcasts over the probe and object modes: (B, 1, 1, K, K)
         self.propagator = propagator[:, None, None] if self.per_position else propagator
@@ -284,7 +283,7 @@ class Multislice:
 
     def _waves(self, probes: torch.Tensor, patches: torch.Tensor, incident: list | None,
                spectra: list | None = None) -> torch.Tensor:
-        wave = probes[:, :, None] * patches[:, None, :, 0]  # (B, P, O, K, K)
+        wave = probes[:, :, None] * self._transmission(patches, 0)  # (B, P, O, K, K)
         for s in range(1, patches.shape[2]):
             spectrum = torch.fft.fft2(wave)
             if spectra is not None:
@@ -294,8 +293,14 @@ class Multislice:
             wave = torch.fft.ifft2(spectrum * self.scaled if kept else spectrum.mul_(self.scaled), norm="forward")
             if incident is not None:
                 incident.append(wave)
-            wave = wave * patches[:, None, :, s]
+            wave = wave * self._transmission(patches, s)
         return wave
+
+    def _transmission(self, patches: torch.Tensor, s: int) -> torch.Tensor:
+        """Slice ``s``'s windows (B, 1, O, K, K) as they multiply the waves: the last one times the exit ramps."""
+        if self.exit_ramps is None or s < patches.shape[2] - 1:
+            return patches[:, None, :, s]
+        return (patches[:, :, s] * self.exit_ramps)[:, None]
 
     def vjp(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor]
             ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,16 +325,18 @@ class Multislice:
         conj, fft2, ifft2 = _adjoint_parts(conjugated)
         for s in range(n_slices - 1, 0, -1):
             grad_slices[s] = _sum_axis(grad * conj(incident[s - 1]), 1)
-            grad_spectrum = fft2(grad * conj(patches[:, None, :, s]))
+            grad_spectrum = fft2(grad * conj(self._transmission(patches, s)))
             if spectra is not None:
                 term = conj(spectra[s - 1]) * grad_spectrum
                 grad_propagator = term if grad_propagator is None else grad_propagator + term
             grad = ifft2(grad_spectrum.mul_(conj(self.scaled)), norm="forward")
         grad_slices[0] = _sum_axis(grad * conj(probes[:, :, None]), 1)
+        if self.exit_ramps is not None:  # the gradient in the last slice's windows, not in their product with the ramps
+            grad_slices[-1] = grad_slices[-1] * conj(self.exit_ramps)
         # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
         grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(
             [g.movedim(0, 1) for g in grad_slices], dim=1).movedim(2, 0)
-        grad_probes = _sum_axis(grad * conj(patches[:, None, :, 0]), 2)
+        grad_probes = _sum_axis(grad * conj(self._transmission(patches, 0)), 2)
         if probes.shape[0] == 1:
             grad_probes = grad_probes.sum(0, keepdim=True)
         if grad_propagator is not None:
@@ -355,33 +362,6 @@ def _adjoint_parts(conjugated: bool) -> tuple:
 def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
     """Sum over ``dim``; a view when it has size 1 (a reduction over it would cost a full pass)."""
     return tensor.squeeze(dim) if tensor.shape[dim] == 1 else tensor.sum(dim)
-
-
-def exit_waves(probes: torch.Tensor, transmissions: torch.Tensor, propagator: torch.Tensor | None) -> torch.Tensor:
-    """``Multislice(propagator).forward(probes, transmissions)``: see ``Multislice`` for the shapes."""
-    return Multislice(propagator).forward(probes, transmissions)
-
-
-def multislice_intensities(probes: torch.Tensor, transmissions: torch.Tensor,
-                           propagator: torch.Tensor | None) -> torch.Tensor:
-    """Far-field intensities (B, K, K), unshifted layout, summed over all mode pairs
-    (see ``Multislice`` for the shapes): 2 S - 1 FFTs per (pattern, probe mode, object mode)."""
-    return far_field_intensities(exit_waves(probes, transmissions, propagator))
-
-
-# ------------------------------------------------------------------ the chain
-def detected_intensities(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
-                         propagator: torch.Tensor | None, detector: Detector, weights: torch.Tensor | None = None,
-                         background: torch.Tensor | None = None) -> torch.Tensor:
-    """Intensities (B, K, K), unshifted layout, summed over all mode pairs, of probe modes (P, K, K) (or
-    (B, P, K, K), a probe per position) at windows of the object (O, S, Ny, Nx) with corners ``top_left`` (B, 2),
-    each probe shifted by its sub-pixel rest (Fourier multipliers ``ramps`` (B, K, K), or None) and detected by
-    ``detector`` (near field: the image shifted back by the same rest; its blur), times the ``weights`` (B,) plus
-    the ``background`` (K, K), both optional. Autograd."""
-    probes = ProbeShift(ramps).forward(probe)
-    waves = Multislice(propagator).forward(probes, extract_patches(obj, top_left, probe.shape[-1]))
-    detect = Detect(detector, ramps)
-    return detector_response(detect.intensity(detect.forward(waves)), weights, background)
 
 
 # ------------------------------------------------------------------ stage 5: the data fidelity

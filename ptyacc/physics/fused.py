@@ -6,7 +6,7 @@ activations for the whole batch. ``ptycho_loss`` instead walks the batch in chun
 patterns, runs the stages of the forward chain (``ProbeShift``, ``Patches``, ``Multislice``,
 ``Detect``, then the data fidelity ``intensity_loss_terms``) forward and backward for each chunk
 while its waves are still in cache, and keeps only the gradients: its autograd backward merely
-scales them. The same value and gradients as autograd through ``detected_intensities``'s chain
+scales them. The same value and gradients as autograd through ``detected_intensities``'s chain (prediction.py)
 and ``far_field_loss``, the plain reference kept here beside it (tests compare the two).
 """
 
@@ -33,7 +33,8 @@ CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost m
 def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, ramps: torch.Tensor | None,
                 propagator: torch.Tensor | None, measured: torch.Tensor, kind: str = "amplitude",
                 chunk: int | None = None, detector: Detector | None = None, weights: torch.Tensor | None = None,
-                background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms) -> torch.Tensor:
+                background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms,
+                exit_ramps: torch.Tensor | None = None) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
     probe:      (P, K, K) complex probe modes, centred; or (B, P, K, K), a probe per position
@@ -51,19 +52,21 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     weights:    (B,) real intensity factor of each pattern (differentiable), or None.
     background: (K, K) real intensity added to every pattern, unshifted (differentiable), or None.
     terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
+    exit_ramps: (B, K, K) complex factors of each position's exit wave, the descan's phase ramps
+                (``Multislice``), or None. Not differentiated (the descan is measured, not refined).
     """
     if chunk is None:
         per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
     detector = detector or Detector()
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector, terms, detector.blur_variance_px2)
+                             detector, terms, detector.blur_variance_px2, exit_ramps)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
-                terms, blur_variance):
+                terms, blur_variance, exit_ramps):
         # No call into this module between the chain's stages (the data walk, tests/test_house.py): the gradients
         # that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy for one chunk)
         k = probe.shape[-1]
@@ -91,7 +94,8 @@ class _PtychoLoss(torch.autograd.Function):
             shift = ProbeShift(ramps[part] if shifted else None)
             patches = Patches(top_left[part], k)
             detect = Detect(detector, shift.ramps, prescaled=not per_probe)
-            multislice = Multislice(propagator[part] if per_position else propagator)
+            multislice = Multislice(propagator[part] if per_position else propagator,
+                                    exit_ramps[part] if exit_ramps is not None else None)
             spectra = [] if grad_propagator is not None else None
             probes = (shift.from_spectrum(spectrum[part] if per_probe else spectrum) if shifted
                       else shift.forward(probe[part] if per_probe else probe))
@@ -139,7 +143,7 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe, grad_obj = grad_probe.conj_physical_(), grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
-                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur)
+                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None)
         return total
 
     @staticmethod

@@ -3,7 +3,7 @@ finds it): ``positions`` (offsets of the probe positions and the scan's affine d
 ``detector_fit`` (the background and intensity weights fitted to the data), ``probe_variation`` (a
 probe that varies across the scan), ``scans`` (the probes of several scans of one object),
 ``detector_blur`` (the detector's point spread) and ``descan_ramp`` (the descan as a phase ramp on each
-position's probe), registered on import, in that order (the order in
+position's exit wave), registered on import, in that order (the order in
 which a model applies them)."""
 
 from ptyacc.quantities import positions, detector_fit, probe_variation, scans, detector_blur, descan_ramp  # noqa: F401, I001  (their factories register, in this order)

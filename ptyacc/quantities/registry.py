@@ -11,6 +11,9 @@ and how it is refined:
   recentring); the default leaves them. Only a model built with ``refine_positions`` asks;
 - ``intensity_factor(indices)``: (B,) a factor of each predicted pattern, or None (the default);
 - ``added_background()``: (K, K) counts added to every predicted pattern (unshifted layout), or None;
+- ``exit_ramp(indices)``: (B, K, K) complex64 factors of each position's exit wave (after the last
+  slice, before the detector: a phase ramp moves the pattern on the detector), or None (the default);
+  the model multiplies those of its quantities;
 - ``detection(detector)``: the model's ``Detector`` with what this quantity changes in it (a point
   spread); the default leaves it;
 - ``groups(config, model)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
@@ -24,9 +27,10 @@ once the model is built (``build_model``, which passes a ``BuildContext``), whet
 the quantities it is given in ``model.quantities`` (by name, in registration order) and applies
 them in that order. The package registers the position offsets and scan affine (``positions.py``),
 the fitted background and intensity weights (``detector_fit.py``), a varying probe
-(``probe_variation.py``), the probes of several scans (``scans.py``) and the detector's blur
-(``detector_blur.py``); a quantity defined elsewhere (a test, a notebook) registers its own factory,
-and nothing in the package changes (docs/architecture.md, "Adding a quantity").
+(``probe_variation.py``), the probes of several scans (``scans.py``), the detector's blur
+(``detector_blur.py``) and the descan's ramp on the exit waves (``descan_ramp.py``); a quantity
+defined elsewhere (a test, a notebook) registers its own factory, and nothing in the package
+changes (docs/architecture.md, "Adding a quantity").
 """
 
 from __future__ import annotations
@@ -84,6 +88,9 @@ class Quantity(nn.Module):
         return None
 
     def added_background(self) -> torch.Tensor | None:
+        return None
+
+    def exit_ramp(self, indices: torch.Tensor) -> torch.Tensor | None:
         return None
 
     def detection(self, detector: Detector) -> Detector:

@@ -145,17 +145,21 @@ class PtychoModel(nn.Module):
                 ramps = torch.bmm(ramp_y[indices, :, None], ramp_x[indices, None, :])  # (B, K, K)
         if not self.holds_from_corner:
             top_left = top_left - self.object_origin  # corners in the held part of the object
-        weights = background = None
+        weights = background = exit_ramps = None
         for quantity in self.quantities.values():  # each may scale the patterns (B,) and add to them (K, K)
             factor, added = quantity.intensity_factor(indices), quantity.added_background()
             if factor is not None:
                 weights = factor if weights is None else weights * factor
             if added is not None:
                 background = added if background is None else background + added
+        for quantity in self.quantities.values():  # each may multiply the exit waves (B, K, K): the descan's ramp
+            ramp = quantity.exit_ramp(indices)
+            if ramp is not None:
+                exit_ramps = ramp if exit_ramps is None else exit_ramps * ramp
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
-                               weights=weights, background=background, terms=self.loss_terms)
-        return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background)
+                               weights=weights, background=background, terms=self.loss_terms, exit_ramps=exit_ramps)
+        return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background, exit_ramps)
 
     _ramps_made_from: tuple | None = None  # what ``_fixed_ramps`` made its ramps from
     _ramps: tuple[torch.Tensor, torch.Tensor | None] | None = None
