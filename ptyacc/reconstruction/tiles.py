@@ -41,10 +41,8 @@ from ptyacc.reconstruction.exchange import on_any_process, timed_all_reduce
 Rect = tuple[int, int, int, int]  # (y0, y1, x0, x1): rows y0:y1, columns x0:x1 of the whole object
 OBJECT = "object"  # the object's group
 OBJECT_STATE = "quantities.object.transmission"  # the object's tensor in the model's state (quantities/object.py)
-# Different shapes and values on each process. DDP (torch 2.13) compares a root module's
-# parameter names as "object_origin" when it checks shapes and syncs states, but as ".object_origin" when it
-# builds the reducer's buckets ("{module_name}.{param_name}" with an empty module name): both. A submodule's
-# are "quantities.object.transmission" in both.
+# Different shapes and values on each process. DDP (torch 2.13) names a root module's tensor "object_origin" when it
+# checks shapes and syncs states, ".object_origin" in the reducer's buckets (an empty module name): both.
 IGNORED_BY_DDP = (OBJECT_STATE, "object_origin", ".object_origin")
 
 
