@@ -93,7 +93,7 @@ class PtychoModel(nn.Module):
         self.has_mask = detector.mask is not None
         self.register_buffer("detector_mask", (detector.mask if self.has_mask else torch.ones(k, k)).float())
         self.quantities = nn.ModuleDict({"object": obj, "probe": probe})  # ptyacc/quantities/registry.py
-        self._hooks_of: tuple[tuple[str, ...], dict[str, list[nn.Module]]] = ((), {})  # ``quantities_with``
+        self._hooks_of: tuple[tuple[nn.Module, ...], dict[str, list[nn.Module]]] = ((), {})  # ``quantities_with``
         self._register_load_state_dict_pre_hook(_renamed_from_old_state, with_module=True)
         self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
@@ -157,12 +157,11 @@ class PtychoModel(nn.Module):
         """{hook: the quantities whose class has its own ``hook``, in their order} for every hook of a
         ``Quantity`` (``probes``, ``centres``, ..., ``saved``, ``attributes``): the forward and the saver call
         no hook that would leave its input as it is. Made anew when the quantities change."""
-        names, lists = self._hooks_of
-        if names != tuple(self.quantities):
-            names = tuple(self.quantities)
-            lists = {hook: [quantity for quantity in self.quantities.values() if _overrides(quantity, hook)]
-                     for hook in HOOKS}
-            self._hooks_of = (names, lists)
+        held, lists = self._hooks_of
+        if held != tuple(self.quantities.values()):
+            held = tuple(self.quantities.values())
+            lists = {hook: [quantity for quantity in held if _overrides(quantity, hook)] for hook in HOOKS}
+            self._hooks_of = (held, lists)
         return lists
 
     def slice_propagator(self, indices: torch.Tensor) -> torch.Tensor:
