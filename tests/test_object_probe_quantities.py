@@ -91,3 +91,17 @@ def test_the_forward_calls_no_hook_a_quantity_does_not_define(monkeypatch):
     hooked = model.quantities_with()
     assert all(not hooked[hook] for hook in ("probes", "centres", "added_background", "detection", "attributes"))
     assert hooked["saved"] == [model.quantities["object"], model.quantities["probe"]]  # their results.h5 entries
+
+
+@pytest.mark.parametrize("key", ["quantities.object.transmission", "object"])
+def test_a_split_objects_process_takes_its_region_of_a_checkpoint_of_either_layout(key):
+    """``runtime.shard_object``: a resumed process cuts its region out of the whole object, saved under today's
+    key or, in a checkpoint of before the object was a quantity, under 'object' (renamed by ``restore`` after)."""
+    from ptyacc.reconstruction.tiles import ObjectTiles, Tiling
+
+    tiling = Tiling((8, 8), 4, ((0, 8, 0, 8),), ((2, 6, 1, 7),), (np.arange(1),))
+    whole = torch.arange(8 * 8 * 2, dtype=torch.float32).reshape(1, 1, 8, 8, 2)
+    state = {"model": {key: whole, "positions_px": torch.zeros(1, 2)}, "iterations_done": 3}
+    local = ObjectTiles(tiling, 0, 1).localize(state)
+    assert torch.equal(local["model"][key], whole[..., 2:6, 1:7, :]) and local["iterations_done"] == 3
+    assert torch.equal(state["model"][key], whole)  # the checkpoint itself is left whole
