@@ -26,7 +26,8 @@ The forward calls only the hooks (``probes`` to ``detection``) that a quantity's
 one, as the object and the probe in the forward, costs it nothing.
 
 The object and the probe (``object.py``, ``probe.py``) are the quantities every model is built with,
-first (``reconstruction/initial.py``'s ``build_model``). A factory ``(config, model, context) ->
+first (``reconstruction/initial.py``'s ``build_model``), both ``ComplexField``s (one complex field,
+saved at the top level). A factory ``(config, model, context) ->
 Quantity | None`` registered with ``register`` is asked, once the model is built (``build_model``,
 which passes a ``BuildContext``), whether the run has its quantity; the model keeps the quantities it
 is given in ``model.quantities`` (by name, the object and the probe first, the others in registration
