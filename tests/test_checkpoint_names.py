@@ -1,7 +1,8 @@
-"""Checkpoints keep each optimizer under its group's name, and the fitted background and intensity
-weights, and the detector blur, under their quantity's (``ptyacc/quantities/detector_fit.py``,
-``detector_blur.py``); a checkpoint written before (optimizers in order, those tensors at the model's
-top level) still resumes to the same bits."""
+"""Checkpoints keep each optimizer under its group's name, and the object, the probe, the fitted
+background and intensity weights, and the detector blur, under their quantity's (``ptyacc/quantities/
+object.py``, ``probe.py``, ``detector_fit.py``, ``detector_blur.py``); a checkpoint written before
+(optimizers in order, those tensors at the model's top level: 'object', 'probe', 'probe_scale', ...)
+still resumes to the same bits."""
 
 import shutil
 
@@ -24,12 +25,14 @@ def fitted_config(tmp_path, **start):
 
 LEGACY_ORDER = ["object", "probe", "positions", "scan_affine", "tilt", "slice_thickness", "detector_blur", "detector"]
 OLD_NAMES = {"quantities.detector_blur.variance_px2": "detector_blur_variance",
-             "quantities.positions.offsets_px": "position_offsets", "quantities.positions.scan_affine": "scan_affine"}
+             "quantities.positions.offsets_px": "position_offsets", "quantities.positions.scan_affine": "scan_affine",
+             "quantities.object.transmission": "object", "quantities.probe.modes": "probe",
+             "quantities.probe.scale": "probe_scale"}
 
 
 def in_old_format(state: dict) -> dict:
-    """``state`` as a checkpoint of the earlier layout: no optimizer names, the fitted tensors and the
-    background's scale, and the blur's variance, at the model's top level."""
+    """``state`` as a checkpoint of the earlier layout: no optimizer names, the object, the probe and its
+    scale, the fitted tensors and the background's scale, and the blur's variance, at the model's top level."""
     model = {}
     for name, tensor in state["model"].items():
         model[OLD_NAMES.get(name, name.removeprefix("quantities.fitted."))] = tensor
@@ -48,7 +51,9 @@ def test_resume_from_the_third_iteration_equals_the_whole_run(tmp_path, old_form
     path, state = latest_checkpoint(out)
     assert path.name == "ckpt_000006.pt"
     assert state["optimizer_names"] == ["object", "probe", "detector"]
-    assert {"quantities.fitted.background", "quantities.fitted.intensity_weights"} <= set(state["model"])
+    assert {"quantities.fitted.background", "quantities.fitted.intensity_weights", "quantities.object.transmission",
+            "quantities.probe.modes", "quantities.probe.scale"} <= set(state["model"])
+    assert not {"object", "probe", "probe_scale"} & set(state["model"])
     path.unlink()
     _, third = latest_checkpoint(out)
     shutil.rmtree(folder)

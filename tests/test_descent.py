@@ -15,6 +15,8 @@ import torch
 import ptyacc
 from ptyacc.errors import ConfigError
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.object import ObjectTransmission
+from ptyacc.quantities.probe import Probe
 from ptyacc.reconstruction.groups import (
     PreconditionedDescent,
     ProbeDescent,
@@ -49,7 +51,12 @@ def _probe(modes: int = 1, seed: int = 0) -> torch.Tensor:
 def _model(positions_px: np.ndarray, shape: tuple[int, int], modes: int = 1, slices: int = 1) -> PtychoModel:
     geometry = ObjectGeometry(1.0, (0.0, 0.0), shape, positions_px)
     propagator = torch.ones(K, K, dtype=torch.complex64) if slices > 1 else None
-    return PtychoModel(_probe(modes), geometry, slices=slices, propagator=propagator)
+    return PtychoModel(ObjectTransmission(shape, slices=slices), Probe(_probe(modes)), geometry, propagator=propagator)
+
+
+def _group(config, model: PtychoModel, name: str):
+    """The group named ``name`` of ``model``'s groups under ``config``."""
+    return next(group for group in build_groups(config, model, torch.device("cpu")) if group.name == name)
 
 
 def test_the_illumination_is_the_probe_intensity_summed_at_every_window_over_the_positions():
@@ -189,7 +196,7 @@ def test_the_object_group_gets_the_chosen_optimizer_and_step(slices, chosen, kin
     config = ptyacc.load_config({}, ["data.path=x.h5", f"model.slices={slices}", f"optim.object_optimizer={chosen}",
                                      "optim.preconditioned_step=0.3"])
     model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=slices)
-    group, probe = build_groups(config, model, torch.device("cpu"))[:2]
+    group, probe = _group(config, model, "object"), _group(config, model, "probe")
     assert group.name == "object" and type(group.optimizer) is kind
     assert group.lr == (0.3 if kind is PreconditionedDescent else config.optim.lr.object)
     # the probe's auto: preconditioned on any slice count, with either loss
@@ -210,7 +217,7 @@ def test_bad_values_are_refused(key, value):
 def test_the_preconditioner_is_made_again_after_every_iteration_from_the_probe_of_then():
     config = ptyacc.load_config({}, ["data.path=x.h5"])
     model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))
-    group = build_groups(config, model, torch.device("cpu"))[0]
+    group = _group(config, model, "object")
     model.object.grad = torch.ones_like(model.object)
     group.step(0)
     first = group.optimizer.factor.clone()
@@ -250,8 +257,8 @@ def test_the_illumination_has_the_same_bits_whatever_the_fft_does():
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("group, index, kind", [("object", 0, PreconditionedDescent), ("probe", 1, ProbeDescent)])
-def test_adams_step_given_chooses_adam_and_zero_freezes_with_either(group, index, kind):
+@pytest.mark.parametrize("group, kind", [("object", PreconditionedDescent), ("probe", ProbeDescent)])
+def test_adams_step_given_chooses_adam_and_zero_freezes_with_either(group, kind):
     """optim.lr.object and optim.lr.probe are Adam's steps: a config that sets one (from before the
     preconditioned descent, or a tuned step) runs Adam for that quantity under auto (the other
     keeps its own choice), names a contradiction when preconditioned is asked for, and 0 freezes
@@ -265,7 +272,7 @@ def test_adams_step_given_chooses_adam_and_zero_freezes_with_either(group, index
     model = _model(np.array([[12.0, 12.0], [16.0, 14.0]]), (32, 32))
     for chosen in ("auto", "preconditioned"):
         frozen = ptyacc.load_config({}, ["data.path=x.h5", f"optim.lr.{group}=0", f"optim.{group}_optimizer={chosen}"])
-        stepped = build_groups(frozen, model, torch.device("cpu"))[index]
+        stepped = _group(frozen, model, group)
         assert type(stepped.optimizer) is kind and stepped.lr == 0.0
         tensor = stepped.params[0]
         before = tensor.detach().clone()
@@ -279,7 +286,7 @@ def test_the_probes_step_is_its_share_over_the_probe_scale_and_the_objects_large
     before = model.probe.detach().clone()
     # the step: lr x share / (probe_scale^2 x the largest object intensity) x the gradient
     poisson = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson", "model.object_amplitude_bounds=[0,0.5]"])
-    probe = build_groups(poisson, model, torch.device("cpu"))[1]
+    probe = _group(poisson, model, "probe")
     model.probe.grad = torch.ones_like(model.probe)
     probe.optimizer.step()
     expected = before - 1.0 * 0.25 / (float(model.probe_scale) ** 2 * 0.25)
@@ -361,7 +368,7 @@ def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson()
     adam = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=2", "optim.lr.object=0.02"])  # Adam: no step
     assert "optim.preconditioned_step" not in auto_values(adam)
     model = _model(np.array([[12.0, 12.0]]), (32, 32))
-    assert build_groups(poisson, model, torch.device("cpu"))[0].lr == 0.8
+    assert _group(poisson, model, "object").lr == 0.8
 
 
 def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_one():
@@ -379,7 +386,7 @@ def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_on
     assert "optim.preconditioner_batch_floor" not in auto_values(adam)
     for config, floor in ((one, 0.0), (several, 0.25), (given, 0.5)):
         model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=config.model.slices)
-        assert build_groups(config, model, torch.device("cpu"))[0].optimizer.batch_floor == floor
+        assert _group(config, model, "object").optimizer.batch_floor == floor
 
 
 def test_adams_beta2_is_resolved_with_the_other_autos():

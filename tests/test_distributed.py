@@ -226,7 +226,8 @@ def test_model_state_is_real_valued():
     geometry = ObjectGeometry.around(data.positions_A, data.dx_A, data.detector_px)
     model = build_model(config, data, geometry)
     tensors = dict(model.named_parameters()) | dict(model.named_buffers())
-    assert {"object", "probe", "quantities.positions.offsets_px", "propagator"} <= set(tensors)
+    assert {"quantities.object.transmission", "quantities.probe.modes", "quantities.positions.offsets_px",
+            "propagator"} <= set(tensors)
     assert not [name for name, t in tensors.items() if t.is_complex()]
 
 
@@ -396,12 +397,12 @@ def test_exchange_sends_the_footprint_in_one_collective_per_step(mp_config, one_
     k = data.detector_px
     corners = np.clip(np.round(geometry.positions_px - k // 2), 0, np.array(geometry.shape) - k).astype(int)
     sizes = records[0]["parameter_bytes"]
-    object_bytes_per_px = sizes["object"] // (geometry.shape[0] * geometry.shape[1])
+    object_bytes_per_px = sizes["quantities.object.transmission"] // (geometry.shape[0] * geometry.shape[1])
     for record in records:
         for iteration, traffic in enumerate(record["traffic"]):
             steps = global_steps(records, iteration)
             assert traffic["calls"] == len(steps)
-            assert traffic["probe"] == len(steps) * sizes["probe"]
+            assert traffic["probe"] == len(steps) * sizes["quantities.probe.modes"]
             assert traffic["other"] == len(steps) * sizes["quantities.positions.offsets_px"]
             assert record["comm_bytes"][iteration] == traffic["object"] + traffic["probe"] + traffic["other"]
             if iteration < 2:  # positions still as loaded
@@ -410,7 +411,7 @@ def test_exchange_sends_the_footprint_in_one_collective_per_step(mp_config, one_
                 area = geometry.shape[0] * geometry.shape[1]  # a box of WHOLE_FRACTION or more: sent whole
                 boxes = [box if box < WHOLE_FRACTION * area else area for box in boxes]
                 assert traffic["object"] == object_bytes_per_px * sum(boxes)
-            assert traffic["object"] < len(steps) * sizes["object"]
+            assert traffic["object"] < len(steps) * sizes["quantities.object.transmission"]
         assert all(t > 0 for t in record["comm_time_s"]) and len(record["comm_time_s"]) == 10
     single = ranks(one_and_two[1] / "records")[0]
     assert single["comm_bytes"] == [] and single["comm_time_s"] == []
@@ -444,7 +445,8 @@ def test_footprint_exchange_equals_the_dense_one(mp_config, one_and_two, tmp_pat
     assert dense["checksum"] == footprint["checksum"]
     assert dense["loss"] == footprint["loss"]
     steps = [len(global_steps([dense], i)) for i in range(10)]
-    assert [t["object"] for t in dense["traffic"]] == [n * dense["parameter_bytes"]["object"] for n in steps]
+    object_bytes = dense["parameter_bytes"]["quantities.object.transmission"]
+    assert [t["object"] for t in dense["traffic"]] == [n * object_bytes for n in steps]
     assert sum(t["object"] for t in footprint["traffic"]) < sum(t["object"] for t in dense["traffic"])
 
 

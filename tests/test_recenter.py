@@ -14,8 +14,7 @@ from ptyacc.data import load_data
 from ptyacc.physics import fourier_shift, spatial_frequencies
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.initial import build_model
-from ptyacc.reconstruction.model import ProbeCentring, probe_centre_offset_px
-from ptyacc.reconstruction.recenter import ObjectDepthCentring, ProbeMask
+from ptyacc.reconstruction.recenter import ObjectDepthCentring, ProbeCentring, ProbeMask, probe_centre_offset_px
 from ptyacc.results.h5file import Results, save_results
 
 SIM = {"data": {"simulate": {"scan_shape": [8, 8], "detector_px": 32, "dose": 1e5, "seed": 2}},

@@ -12,7 +12,9 @@ from ptyacc.data import EpochBatches
 from ptyacc.errors import PtyaccError
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.detector_fit import DetectorFit
+from ptyacc.quantities.object import ObjectTransmission
 from ptyacc.quantities.positions import PositionCorrections
+from ptyacc.quantities.probe import Probe
 from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.speed.gpu_cases import (
     PTYRAD_A100_ITERATION_S,
@@ -190,7 +192,8 @@ def test_layout_parameters_are_the_models():
                            background=True, intensity_weights=True)
     geometry = ObjectGeometry(1.0, (0.0, 0.0), layout.object_shape, layout.positions_px)
     probe = torch.ones(3, 8, 8, dtype=torch.complex64)
-    model = PtychoModel(probe, geometry, object_modes=2, slices=2, propagator=torch.ones(8, 8, dtype=torch.complex64),
+    model = PtychoModel(ObjectTransmission(layout.object_shape, modes=2, slices=2), Probe(probe), geometry,
+                        propagator=torch.ones(8, 8, dtype=torch.complex64),
                         refine_positions=True)
     model.quantities["positions"] = PositionCorrections(model.positions_px, scan_affine=False)
     model.quantities["fitted"] = DetectorFit(8, len(layout.positions_px), background=True, weights=True)

@@ -43,7 +43,7 @@ class DetectorBlur(Quantity):
         """The point spread's sigma (px) now."""
         return float(self.variance_px2.detach().clamp_min(0.0).sqrt())
 
-    def groups(self, config, model) -> list[ParameterGroup]:
+    def groups(self, config, model, priors) -> list[ParameterGroup]:
         blur = self.variance_px2
         if not isinstance(blur, nn.Parameter):
             return []

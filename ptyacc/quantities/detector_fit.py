@@ -40,7 +40,7 @@ class DetectorFit(Quantity):
     def added_background(self) -> torch.Tensor | None:
         return self.background * self.background_scale if self.background is not None else None
 
-    def groups(self, config, model) -> list[ParameterGroup]:
+    def groups(self, config, model, priors) -> list[ParameterGroup]:
         fitted = [p for p in (self.background, self.intensity_weights) if p is not None]
         start = config.optim.start
         return [ParameterGroup("detector", fitted, config.optim.lr.detector,

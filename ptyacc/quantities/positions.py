@@ -55,7 +55,7 @@ class PositionCorrections(Quantity):
             nominal = centre + (nominal - centre) @ distortion.T
         return nominal + self.offsets_px[indices]
 
-    def groups(self, config, model) -> list[ParameterGroup]:
+    def groups(self, config, model, priors) -> list[ParameterGroup]:
         """``positions`` (Adam, ``optim.lr.positions``, offsets clamped after every iteration) and, with an
         affine, ``scan_affine`` (``optim.lr.scan_affine``, the offsets then kept at zero mean)."""
         opt, offsets = config.optim, self.offsets_px

@@ -117,7 +117,7 @@ class ProbeVariation(Quantity):
         smoothing = None if sigma_A is None else TiltSmoothing(model.positions_px, sigma_A / self.dx_A)
         return lambda: self.normalize(model.probe, smoothing)
 
-    def groups(self, config, model) -> list[ParameterGroup]:
+    def groups(self, config, model, priors) -> list[ParameterGroup]:
         """The main weights and the eigen-probes' weights, a row per position stepped at its visits
         only (``RowAdam``), and the eigen-probes (Adam), which put the form back after every iteration."""
         opt, start = config.optim, config.optim.start

@@ -16,16 +16,25 @@ and how it is refined:
   the model multiplies those of its quantities;
 - ``detection(detector)``: the model's ``Detector`` with what this quantity changes in it (a point
   spread); the default leaves it;
-- ``groups(config, model)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
-  start iteration, optimizer, what runs after each step and iteration);
+- ``groups(config, model, priors)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
+  start iteration, optimizer, what runs after each step and iteration); ``priors`` (``AutoPriors``):
+  what the run's auto keys came to (the object's and the probe's optimizer, ...);
 - ``saved(model)``: {name: array}, results.h5's group ``results_group`` (``Results.quantities``;
-  by default the quantity's ``name``; several quantities may write into one group, as ``fitted``);
+  by default the quantity's ``name``; several quantities may write into one group, as ``fitted``;
+  ``ROOT``, "/": results.h5's top level, fields of ``Results``, as the object's ``/object``);
 - ``attributes(model)``: {name: number}, attributes of results.h5 (``Results.attrs``).
 
-A factory ``(config, model, context) -> Quantity | None`` registered with ``register`` is asked,
-once the model is built (``build_model``, which passes a ``BuildContext``), whether the run has its quantity; the model keeps
-the quantities it is given in ``model.quantities`` (by name, in registration order) and applies
-them in that order. The package registers the position offsets and scan affine (``positions.py``),
+The forward calls only the hooks (``probes`` to ``detection``) that a quantity's class defines itself
+(``PtychoModel.quantities_with``; the saver too, for ``saved`` and ``attributes``): a quantity without
+one, as the object and the probe in the forward, costs it nothing.
+
+The object and the probe (``object.py``, ``probe.py``) are the quantities every model is built with,
+first (``reconstruction/initial.py``'s ``build_model``), both ``ComplexField``s (one complex field,
+saved at the top level). A factory ``(config, model, context) ->
+Quantity | None`` registered with ``register`` is asked, once the model is built (``build_model``,
+which passes a ``BuildContext``), whether the run has its quantity; the model keeps the quantities it
+is given in ``model.quantities`` (by name, the object and the probe first, the others in registration
+order) and applies them in that order. The package registers the position offsets and scan affine (``positions.py``),
 the fitted background and intensity weights (``detector_fit.py``), a varying probe
 (``probe_variation.py``), the probes of several scans (``scans.py``), the detector's blur
 (``detector_blur.py``) and the descan's ramp on the exit waves (``descan_ramp.py``); a quantity
@@ -48,6 +57,7 @@ if TYPE_CHECKING:
     from ptyacc.physics import Detector
     from ptyacc.reconstruction.groups import ParameterGroup
     from ptyacc.reconstruction.model import PtychoModel
+    from ptyacc.reconstruction.multislice_auto import AutoPriors
 
 
 
@@ -66,6 +76,8 @@ class BuildContext:
     said: list[str] = field(default_factory=list)
     mean_intensity: float | None = None
 
+
+ROOT = "/"  # a ``results_group``: results.h5's top level, whose arrays are fields of ``Results``
 
 Factory = Callable[["Config", "PtychoModel", BuildContext], "Quantity | None"]
 FACTORIES: list[Factory] = []
@@ -96,7 +108,7 @@ class Quantity(nn.Module):
     def detection(self, detector: Detector) -> Detector:
         return detector
 
-    def groups(self, config: Config, model: PtychoModel) -> list[ParameterGroup]:
+    def groups(self, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
         return []
 
     def saved(self, model: PtychoModel) -> dict[str, np.ndarray]:
@@ -104,6 +116,22 @@ class Quantity(nn.Module):
 
     def attributes(self, model: PtychoModel) -> dict[str, float]:
         return {}
+
+
+class ComplexField(Quantity):
+    """A quantity that is one complex field, stored as real and imaginary pairs (..., 2) in its tensor
+    ``tensor_name``, divided by its buffer ``scale_name`` where it has one: the object and the probe.
+    results.h5 keeps it at the top level (``ROOT``) under its ``name``, complex64."""
+
+    results_group = ROOT
+    tensor_name = "field"
+    scale_name: str | None = None
+
+    def saved(self, model: PtychoModel) -> dict[str, np.ndarray]:
+        field = torch.view_as_complex(getattr(self, self.tensor_name).detach())
+        if self.scale_name is not None:
+            field = field * getattr(self, self.scale_name)
+        return {self.name: field.cpu().numpy()}
 
 
 def register(factory: Factory) -> Factory:

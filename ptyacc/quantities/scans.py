@@ -115,7 +115,7 @@ class ScanProbes(Quantity):
         """(S, P, K, K) complex: every scan's probe modes, ``probe`` (P, K, K) being scan 0's."""
         return torch.cat([probe[None], torch.view_as_complex(self.modes) * probe_scale])
 
-    def groups(self, config, model) -> list[ParameterGroup]:
+    def groups(self, config, model, priors) -> list[ParameterGroup]:
         """The probes of scans 1.., as the probe's (Adam, its step and start; orthogonal modes)."""
         modes = self.modes.shape[1]
         orthogonal = config.model.orthogonalize_probe and modes > 1

@@ -37,8 +37,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
+from torch import nn
 
 from ptyacc.config import Config
 from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
@@ -119,33 +121,17 @@ class ParameterGroup:
 
 def build_groups(config: Config, model: PtychoModel, device: torch.device,
                  auto: AutoPriors | None = None) -> list[ParameterGroup]:
-    """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them, each with its Adam (the fused
-    kernel where ``device`` has one), or for the object and the probe their preconditioned descent; ``auto``: what
-    the config's auto keys came to (``AutoPriors.of(config)`` when not given)."""
-    opt, start = config.optim, config.optim.start
+    """The groups of ``model`` as ``config.optim`` and ``config.model`` describe them: each quantity's
+    (``model.quantities``, the object and the probe first, each stepped by the optimizer ``auto`` chose:
+    Adam or the preconditioned descent), then the tilt's and the slice thickness's; Adam (the fused
+    kernel where ``device`` has one) for every group that brings no optimizer of its own. ``auto``: what the
+    config's auto keys came to (``AutoPriors.of(config)`` when not given)."""
     auto = AutoPriors.of(config) if auto is None else auto
-    probe_modes = model.probe.shape[0]
-    obj = _object_group(config, model, auto.values)
-    probe = ParameterGroup("probe", [model.probe], opt.lr.probe, start.probe,
-                           after_iteration=(lambda: orthogonalize(model.probe))
-                           if config.model.orthogonalize_probe and probe_modes > 1 else None)
-    groups = [obj, probe]
+    fast, beta2 = _fast_adam(device), auto.beta2
+    schedule = LrSchedule(config.optim.iterations, config.optim.lr_final_fraction)
+    groups = [group for quantity in model.quantities.values() for group in quantity.groups(config, model, auto)]
     if model.propagation is not None:  # the tilt and the slice thickness (quantities/slices.py)
         groups += model.propagation.groups(config, model)
-    for quantity in model.quantities.values():  # ptyacc/quantities/: their own groups
-        groups += quantity.groups(config, model)
-    if auto.optimizer == "preconditioned":
-        obj.lr = auto.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
-        obj.optimizer = PreconditionedDescent(obj.params, model, obj.lr, opt.preconditioner_floor, auto.share,
-                                              auto.batch_floor)
-    if auto.probe_optimizer == "preconditioned":
-        probe.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
-        probe.optimizer = ProbeDescent(probe.params, probe.lr, float(model.probe_scale),
-                                       config.model.object_amplitude_bounds[1] ** 2, auto.share)
-        # its step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
-        obj.after_step = lambda: clamp_amplitude(model.object, *config.model.object_amplitude_bounds)
-    fast, beta2 = _fast_adam(device), auto.beta2
-    schedule = LrSchedule(opt.iterations, opt.lr_final_fraction)
     for group in groups:
         if group.optimizer is None:  # every group but a preconditioned object or probe
             group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
@@ -153,34 +139,51 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     return groups
 
 
-def _object_group(config: Config, model: PtychoModel, priors: dict[str, float]) -> ParameterGroup:
-    """The object: after every iteration the TV smoothing step, the depth and lateral blurs when asked for, and the
-    amplitude bounds; the phase total variation (``optim.regularize``)."""
-    low, high = config.model.object_amplitude_bounds
-    regularize = config.optim.regularize
+def object_groups(quantity: nn.Module, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
+    """The object's group (``quantities/object.py``'s ``ObjectTransmission.groups``): after every iteration the TV
+    smoothing step, the depth and lateral blurs when asked for and the amplitude bounds (``project_object``); the
+    phase total variation (``optim.regularize.tv_phase``) as its regulariser; stepped by the optimizer ``priors``
+    chose (Adam or ``PreconditionedDescent``), held within the amplitude bounds after every step where the probe
+    takes the preconditioned step (which assumes an object within them)."""
+    opt, regularize, transmission = config.optim, config.optim.regularize, quantity.transmission
+    bounds = config.model.object_amplitude_bounds
     # > 0 only for several slices (the config refuses it on one); auto is the data's (data_autos): still auto
     # only where no data resolved the config, and off there
     sigma = 0.0 if regularize.depth_blur_slices == "auto" else regularize.depth_blur_slices
-    lateral_px, smoothing = priors["lateral_blur_px"], priors["tv_phase_smoothing"]
-
-    def project() -> None:
-        if smoothing > 0:
-            model.object.data.copy_(tv_phase_smoothing(model.object.data, smoothing, regularize.tv_epsilon_rad))
-        if sigma > 0:
-            blur_depth(model.object, sigma)
-        if lateral_px > 0:
-            model.object.data.copy_(lateral_blur(model.object.data, lateral_px))
-        clamp_amplitude(model.object, low, high)
-
-    regularizer, tv_phase = None, priors["tv_phase"]
+    lateral_px, smoothing = priors.values["lateral_blur_px"], priors.values["tv_phase_smoothing"]
+    regularizer, tv_phase = None, priors.values["tv_phase"]
     if tv_phase > 0:
         # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
         # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too
         regularizer = PhaseTV(tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
-    return ParameterGroup("object", [model.object], config.optim.lr.object, config.optim.start.object,
-                          after_iteration=project, regularizer=regularizer,
-                          exact_projection=sigma == 0 and lateral_px == 0 and smoothing == 0,
-                          lateral_blur_px=lateral_px, tv_smoothing=smoothing)
+    group = ParameterGroup("object", [transmission], opt.lr.object, opt.start.object,
+                           after_iteration=partial(project_object, transmission, bounds, smoothing,
+                                                   regularize.tv_epsilon_rad, sigma, lateral_px),
+                           regularizer=regularizer, exact_projection=sigma == 0 and lateral_px == 0 and smoothing == 0,
+                           lateral_blur_px=lateral_px, tv_smoothing=smoothing)
+    if priors.probe_optimizer == "preconditioned":
+        # the probe's step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
+        group.after_step = partial(clamp_amplitude, transmission, *bounds)
+    if priors.optimizer == "preconditioned":
+        group.lr = priors.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
+        group.optimizer = PreconditionedDescent(group.params, model, group.lr, opt.preconditioner_floor, priors.share,
+                                                priors.batch_floor)
+    return [group]
+
+
+def probe_groups(quantity: nn.Module, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
+    """The probe's group (``quantities/probe.py``'s ``Probe.groups``): several modes made orthogonal after every
+    iteration (``model.orthogonalize_probe``); stepped by the optimizer ``priors`` chose (Adam or ``ProbeDescent``).
+    The recentring constraints join it later (``recenter.attach_recentring``)."""
+    opt, modes = config.optim, quantity.modes
+    group = ParameterGroup("probe", [modes], opt.lr.probe, opt.start.probe,
+                           after_iteration=partial(orthogonalize, modes)
+                           if config.model.orthogonalize_probe and len(modes) > 1 else None)
+    if priors.probe_optimizer == "preconditioned":
+        group.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
+        group.optimizer = ProbeDescent(group.params, group.lr, float(quantity.scale),
+                                       config.model.object_amplitude_bounds[1] ** 2, priors.share)
+    return [group]
 
 
 @torch.no_grad()
@@ -193,6 +196,21 @@ def zero_mean(offsets: torch.Tensor) -> None:
     """Position offsets (N, 2) less their mean, in place: a common shift of all positions is the object's shift,
     and with a scan affine it would let the corrections drift together."""
     offsets.sub_(offsets.mean(0))
+
+
+@torch.no_grad()
+def project_object(transmission: torch.Tensor, bounds: tuple[float, float], smoothing: float = 0.0,
+                   epsilon_rad: float = 0.0, depth_sigma_slices: float = 0.0, lateral_px: float = 0.0) -> None:
+    """The object's projection after an iteration (``quantities/object.py``), in place on ``transmission``
+    (O, S, h, w, 2): the TV smoothing step of size ``smoothing``, the depth blur of ``depth_sigma_slices`` and
+    the lateral blur of ``lateral_px`` where > 0, then the amplitude within ``bounds`` (low, high)."""
+    if smoothing > 0:
+        transmission.data.copy_(tv_phase_smoothing(transmission.data, smoothing, epsilon_rad))
+    if depth_sigma_slices > 0:
+        blur_depth(transmission, depth_sigma_slices)
+    if lateral_px > 0:
+        transmission.data.copy_(lateral_blur(transmission.data, lateral_px))
+    clamp_amplitude(transmission, *bounds)
 
 
 @torch.no_grad()

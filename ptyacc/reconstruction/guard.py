@@ -48,7 +48,8 @@ class NanGuard:
             if history.done + 1 < history.iterations:
                 self.snapshot()
             return True
-        bad = [name for name, p in self.model.named_parameters() if not torch.isfinite(p).all()] or ["the loss only"]
+        bad = [name.removeprefix("quantities.") for name, p in self.model.named_parameters()  # by quantity: object.transmission
+               if not torch.isfinite(p).all()] or ["the loss only"]
         self.restore()
         iteration = history.done
         if self.on_nan == "rollback" and self.retries < MAX_ROLLBACKS:

@@ -17,6 +17,8 @@ from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem
 from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities import BuildContext, attach_quantities
+from ptyacc.quantities.object import ObjectTransmission
+from ptyacc.quantities.probe import Probe
 from ptyacc.quantities.slices import SlicePropagation
 from ptyacc.reconstruction.autos import EDGE_REFUSED
 from ptyacc.reconstruction.model import PtychoModel
@@ -102,8 +104,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     ``autos.resolve_autos`` read from the data (``model.probe_aperture_edge``: measured) if given, the
     ramp's if not (other scans' probes read theirs from ``mean_pattern``, model layout, if given), scaled to the
     data's mean intensity (total counts per pattern; computed from the held patterns if None),
-    split into modes; a flat object (only its ``region`` (y0, y1, x0, x1) under
-    ``runtime.shard_object``); positions from the data; the refined quantities of their own modules
+    split into modes (``quantities/probe.py``); a flat object (only its ``region`` (y0, y1, x0, x1) under
+    ``runtime.shard_object``; ``quantities/object.py``); positions from the data; the refined quantities of their own modules
     (``attach_quantities``: a varying probe; with several ``scans``, the data their combination, the
     probes of scans 1..). What it chose is appended to ``said``, if given (run.log's lines)."""
     k = data.detector_px
@@ -125,11 +127,11 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
                   if slices > 1 else None)
-    model = PtychoModel(probe, geometry, config.model.object_modes, slices, propagator,
+    model = PtychoModel(ObjectTransmission(geometry.shape, config.model.object_modes, slices, region,
+                                           seed=config.runtime.seed), Probe(probe), geometry, propagator,
                         refine_positions=config.optim.start.positions is not None
-                        or config.optim.start.scan_affine is not None, seed=config.runtime.seed,
-                        detector=detector, region=region,
-                        propagation=propagation, movable_scan=movable)
+                        or config.optim.start.scan_affine is not None,
+                        detector=detector, propagation=propagation, movable_scan=movable)
     # another scan's probe from its own optics, at its own counts
     make_probe = lambda c, d: probe_modes(c, d, detector, mean_pattern, d.mean_intensity, said)  # noqa: E731
     attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said, mean_intensity))

@@ -1,12 +1,13 @@
-"""The ptychography model: optimisable state as real parameters, forward(indices) -> intensities;
-and its gauge, ``ProbeCentring`` (``model.recenter``: the probe's centre of mass held in its window,
-the scan moved with it, ``reconstruction/recenter.py`` tells the whole story).
+"""The ptychography model: its quantities (the object, the probe and what else is refined, each
+``ptyacc/quantities/``'s), the scan, and forward(indices) -> intensities.
 
 Complex quantities are stored as real tensors ((..., 2) real/imaginary pairs) so that no
 complex tensor ever reaches a collective; forward views them as complex without a copy.
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
 
 import numpy as np
 import torch
@@ -15,7 +16,6 @@ from torch import nn
 from ptyacc.physics import (
     Detector,
     detected_intensities,
-    fourier_shift,
     intensity_loss_terms,
     ptycho_loss,
     shift_ramp,
@@ -24,49 +24,40 @@ from ptyacc.physics import (
 from ptyacc.physics.geometry import ObjectGeometry
 
 
-def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
-    """(2,) (y, x) px: the centre of mass of the summed intensity of probe modes (P, K, K) minus the window centre (K/2, K/2)."""
-    k = probe.shape[-1]
-    intensity = (probe.real.square() + probe.imag.square()).sum(0).double()
-    coordinates = torch.arange(k, dtype=torch.float64, device=probe.device)
-    total = intensity.sum().clamp_min(1e-300)
-    centre_y = (intensity.sum(1) * coordinates).sum() / total
-    centre_x = (intensity.sum(0) * coordinates).sum() / total
-    return torch.stack([centre_y, centre_x]) - k // 2
-
-
 class PtychoModel(nn.Module):
     """Object, probe and scan of one reconstruction, and its refined quantities.
 
     Parameters
-    - object: (object_modes, slices, Ny, Nx, 2) float32 real and imaginary parts of the transmission
-    - probe: (probe_modes, K, K, 2) float32, real and imaginary parts divided by ``probe_scale``,
-      so that Adam's step sizes are relative to the probe's peak amplitude
-    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``: position
-      offsets and the scan affine, the fitted background and intensity weights, a varying probe, the
-      probes of several scans, the detector's blur, ...), by name, given after construction
-      (``attach_quantities``), applied in that order. ``refine_positions``: the probe centres move
+    - quantities: the refined quantities in modules of their own (``ptyacc/quantities/``), by name: the
+      object and the probe, given at construction, then those given after it (``attach_quantities``:
+      position offsets and the scan affine, the fitted background and intensity weights, a varying
+      probe, the probes of several scans, the detector's blur, ...), applied in that order; the
+      forward calls only the hooks a quantity's class has (``quantities_with``). Read-only views:
+      ``object`` (object_modes, slices, Ny, Nx, 2) float32 real and imaginary parts of the transmission,
+      ``probe`` (probe_modes, K, K, 2) float32 divided by ``probe_scale``. ``refine_positions``: the probe centres move
       (a quantity's ``centres``, ``quantities/positions.py``), so the forward pass computes the
       windows from them instead of looking up the fixed ones.
-    Buffers (constant): positions_px (N, 2), propagator (K, K, 2), probe_scale (), and the
+    Buffers (constant): positions_px (N, 2), propagator (K, K, 2), and the
     detector's near-field propagator (K, K, 2) and bad-pixel mask (K, K) when used.
     ``propagation`` (``quantities/slices.py``'s ``SlicePropagation``, multislice with a tilt or a refined slice thickness):
     the propagator made at every forward pass from the tilt and the thickness, instead of the
     constant ``propagator``.
 
-    ``region`` (y0, y1, x0, x1): the part of the object this process holds (``runtime.shard_object``,
+    The object's ``region`` (y0, y1, x0, x1): the part of the object this process holds (``runtime.shard_object``,
     ``ptyacc/reconstruction/tiles.py``); the object parameter is then (object_modes, slices, y1 - y0, x1 - x0, 2)
     and the buffer object_origin () = (y0, x0) (not saved: it follows from the run's tiling).
     Window corners stay in pixels of the whole object and are shifted by the origin to index it.
     """
 
-    def __init__(self, probe: torch.Tensor, geometry: ObjectGeometry, object_modes: int = 1, slices: int = 1,
+    def __init__(self, obj: nn.Module, probe: nn.Module, geometry: ObjectGeometry,
                  propagator: torch.Tensor | None = None, refine_positions: bool = False,
-                 object_init_noise: float = 1e-2, seed: int = 0, detector: Detector | None = None,
-                 region: tuple[int, int, int, int] | None = None, propagation: nn.Module | None = None,
+                 detector: Detector | None = None, propagation: nn.Module | None = None,
                  movable_scan: bool = False) -> None:
+        """``obj``, ``probe``: the object's and the probe's quantities (``quantities/object.py``,
+        ``quantities/probe.py``), the first two of ``quantities``."""
         super().__init__()
-        n_probe, k, _ = probe.shape
+        _, slices, _, _, _ = obj.transmission.shape
+        k = probe.modes.shape[-2]
         self.window = k
         self.object_shape = geometry.shape
         positions_px = torch.as_tensor(np.asarray(geometry.positions_px), dtype=torch.float32)
@@ -80,22 +71,9 @@ class PtychoModel(nn.Module):
         self.needs_shift = refine_positions or movable_scan or bool(fractions.abs().max() > 1e-4)
         # Fixed positions: window corners and sub-pixel rests are computed once, not every step; the
         # shift factors (2 K complex numbers, 1 KiB per position at K = 64) from the rests per step
-        generator = torch.Generator().manual_seed(seed)
-        shape = (object_modes, slices, *geometry.shape)
-        y0, y1, x0, x1 = region if region is not None else (0, geometry.shape[0], 0, geometry.shape[1])
-        phase = torch.zeros(object_modes, slices, y1 - y0, x1 - x0)
-        if object_modes > 1:
-            # identical modes would receive identical gradients forever; drawn for the whole
-            # object, so that a held region starts from the same pixels as the whole object
-            noise = object_init_noise * torch.randn(shape[0] - 1, *shape[1:], generator=generator)
-            phase[1:] = noise[..., y0:y1, x0:x1]
+        y0, _, x0, _ = obj.region
         self.register_buffer("object_origin", torch.tensor([y0, x0]), persistent=False)
         self.holds_from_corner = (y0, x0) == (0, 0)  # corners need no shifting: one operator fewer per step
-        # transmission exp(i phase), amplitude 1
-        self.object = nn.Parameter(torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous())
-        scale = probe.abs().max().clamp_min(1e-30).to(torch.float32)
-        self.register_buffer("probe_scale", scale)
-        self.probe = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
         self.register_buffer("positions_px", positions_px)
         self.refine_positions = refine_positions
         if slices > 1 and propagator is None:
@@ -114,7 +92,8 @@ class PtychoModel(nn.Module):
         self.register_buffer("detector_propagator", torch.view_as_real(near.to(torch.complex64)).contiguous())
         self.has_mask = detector.mask is not None
         self.register_buffer("detector_mask", (detector.mask if self.has_mask else torch.ones(k, k)).float())
-        self.quantities = nn.ModuleDict()  # ptyacc/quantities/registry.py
+        self.quantities = nn.ModuleDict({"object": obj, "probe": probe})  # ptyacc/quantities/registry.py
+        self._hooks_of: tuple[tuple[nn.Module, ...], dict[str, list[nn.Module]]] = ((), {})  # ``quantities_with``
         self._register_load_state_dict_pre_hook(_renamed_from_old_state, with_module=True)
         self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
@@ -126,14 +105,15 @@ class PtychoModel(nn.Module):
         or, given the ``measured`` intensities (B, K, K), the summed ``loss`` against them
         (value and gradient computed together by ``ptycho_loss``)."""
         indices = indices.reshape(-1)
+        hooked = self.quantities_with()
         probe = self.complex_probe()
-        for quantity in self.quantities.values():  # each may make a probe per position (B, P, K, K)
+        for quantity in hooked["probes"]:  # each may make a probe per position (B, P, K, K)
             probe = quantity.probes(probe, indices, self.probe_scale)
         obj = self.complex_object()
-        detector = self.detector()
+        detector = self.detector(hooked["detection"])
         propagator = self.slice_propagator(indices) if obj.shape[1] > 1 else None
         if self.refine_positions:
-            top_left, fraction = self._window_corners(self._centres(indices))
+            top_left, fraction = self._window_corners(self._centres(indices, hooked["centres"]))
             ramps = shift_ramp(fraction, self.window)
         else:
             top_left = self.fixed_corners[indices]
@@ -146,15 +126,14 @@ class PtychoModel(nn.Module):
         if not self.holds_from_corner:
             top_left = top_left - self.object_origin  # corners in the held part of the object
         weights = background = exit_ramps = None
-        for quantity in self.quantities.values():  # each may scale the patterns (B,) and add to them (K, K)
-            factor, added = quantity.intensity_factor(indices), quantity.added_background()
-            if factor is not None:
+        for quantity in hooked["intensity_factor"]:  # each may scale the patterns (B,)
+            if (factor := quantity.intensity_factor(indices)) is not None:
                 weights = factor if weights is None else weights * factor
-            if added is not None:
+        for quantity in hooked["added_background"]:  # and add to them (K, K)
+            if (added := quantity.added_background()) is not None:
                 background = added if background is None else background + added
-        for quantity in self.quantities.values():  # each may multiply the exit waves (B, K, K): the descan's ramp
-            ramp = quantity.exit_ramp(indices)
-            if ramp is not None:
+        for quantity in hooked["exit_ramp"]:  # each may multiply the exit waves (B, K, K): the descan's ramp
+            if (ramp := quantity.exit_ramp(indices)) is not None:
                 exit_ramps = ramp if exit_ramps is None else exit_ramps * ramp
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
@@ -177,18 +156,31 @@ class PtychoModel(nn.Module):
             self._ramps_made_from = key
         return self._ramps
 
+    def quantities_with(self) -> dict[str, list[nn.Module]]:
+        """{hook: the quantities whose class has its own ``hook``, in their order} for every hook of a
+        ``Quantity`` (``probes``, ``centres``, ..., ``saved``, ``attributes``): the forward and the saver call
+        no hook that would leave its input as it is. Made anew when the quantities change."""
+        held, lists = self._hooks_of
+        if held != tuple(self.quantities.values()):
+            held = tuple(self.quantities.values())
+            lists = {hook: [quantity for quantity in held if _overrides(quantity, hook)] for hook in HOOKS}
+            self._hooks_of = (held, lists)
+        return lists
+
     def slice_propagator(self, indices: torch.Tensor) -> torch.Tensor:
         """The propagator between slices (K, K) complex64, or (B, K, K) with a tilt per position of ``indices`` (B,)."""
         if self.propagation is not None:
             return self.propagation(indices)
         return torch.view_as_complex(self.propagator)
 
-    def detector(self) -> Detector:
+    def detector(self, quantities: list[nn.Module] | None = None) -> Detector:
         """The detection of this model: near-field propagator and bad-pixel mask when used, and what
-        its quantities do to it (the point spread, ``quantities/detector_blur.py``)."""
+        its quantities do to it (the point spread, ``quantities/detector_blur.py``; ``quantities``: those
+        with a ``detection``, ``quantities_with()["detection"]`` when not given)."""
+        quantities = self.quantities_with()["detection"] if quantities is None else quantities
         detector = Detector(propagator=torch.view_as_complex(self.detector_propagator) if self.near_field else None,
                             mask=self.detector_mask if self.has_mask else None)
-        for quantity in self.quantities.values():
+        for quantity in quantities:
             detector = quantity.detection(detector)
         return detector
 
@@ -238,11 +230,12 @@ class PtychoModel(nn.Module):
             state[prefix + "fixed_fractions"] = self._window_corners(
                 state[prefix + "positions_px"], state.get(prefix + "scan_shift_px", self.scan_shift_px))[1]
 
-    def _centres(self, indices: torch.Tensor) -> torch.Tensor:
+    def _centres(self, indices: torch.Tensor, quantities: list[nn.Module] | None = None) -> torch.Tensor:
         """(B, 2) probe centres in object pixels of the positions ``indices`` (B,): nominal, then as
-        each quantity moves them (``quantities/positions.py``: the scan affine and the offsets)."""
+        each quantity moves them (``quantities/positions.py``: the scan affine and the offsets; ``quantities``:
+        those with ``centres``, ``quantities_with()["centres"]`` when not given)."""
         centres = self.positions_px[indices]
-        for quantity in self.quantities.values():
+        for quantity in self.quantities_with()["centres"] if quantities is None else quantities:
             centres = quantity.centres(centres, indices, self.scan_shift_px)
         return centres
 
@@ -283,14 +276,17 @@ class PtychoModel(nn.Module):
         """The variance (px^2) of the detector's point spread, a parameter when refined, or None without blur."""
         return self._held("detector_blur", "variance_px2")
 
+    # read-only views of the object's and the probe's tensors, looked up by attribute (no function of the package runs)
+    object = property(attrgetter("quantities.object.transmission"),
+                      doc="The object's transmission (object_modes, slices, Ny, Nx, 2) float32 (quantities/object.py).")
+    probe = property(attrgetter("quantities.probe.modes"),
+                     doc="The probe modes (probe_modes, K, K, 2) float32 divided by probe_scale (quantities/probe.py).")
+    probe_scale = property(attrgetter("quantities.probe.scale"),
+                           doc="() float32: the probe modes' scale, the initial modes' largest amplitude.")
+
     def complex_probe(self) -> torch.Tensor:
         """(probe_modes, K, K) complex64, centred real-space probe modes."""
         return torch.view_as_complex(self.probe) * self.probe_scale
-
-    def probe_centre_px(self, modes: int | None = None) -> torch.Tensor:
-        """(2,) float64 (y, x) px: the centre of mass of the first ``modes`` probe modes' summed
-        intensity (None: all) from the window centre (``probe_centre_offset_px``)."""
-        return probe_centre_offset_px(self.complex_probe().detach()[:modes])
 
     def complex_object(self) -> torch.Tensor:
         """(object_modes, slices, Ny, Nx) complex64 transmission (a view of the parameter; the
@@ -303,7 +299,10 @@ class PtychoModel(nn.Module):
 
 
 # the model's own tensors of earlier versions that moved into quantities (``quantities.<name>.<tensor>``)
-OLD_KEYS = {"background": "quantities.fitted.background",
+OLD_KEYS = {"object": "quantities.object.transmission",
+            "probe": "quantities.probe.modes",
+            "probe_scale": "quantities.probe.scale",
+            "background": "quantities.fitted.background",
             "intensity_weights": "quantities.fitted.intensity_weights",
             "background_scale": "quantities.fitted.background_scale",
             "position_offsets": "quantities.positions.offsets_px",
@@ -312,9 +311,10 @@ OLD_KEYS = {"background": "quantities.fitted.background",
 
 
 def _renamed_from_old_state(model: PtychoModel, state: dict, prefix: str, *args) -> None:
-    """A checkpoint written when the model held the fitted background and weights ('background',
-    'intensity_weights', and 'background_scale' always), the position offsets ('position_offsets',
-    always), the scan affine and the detector blur's variance itself: under the names of their
+    """A checkpoint written when the model held the object, the probe and its scale ('object', 'probe',
+    'probe_scale'), the fitted background and weights ('background', 'intensity_weights', and
+    'background_scale' always), the position offsets ('position_offsets', always), the scan affine and
+    the detector blur's variance itself: under the names of their
     quantities now (dropped where this model has no such quantity: the background's scale of a run
     that fits nothing, the zero offsets of fixed positions)."""
     for old, new in OLD_KEYS.items():
@@ -322,6 +322,17 @@ def _renamed_from_old_state(model: PtychoModel, state: dict, prefix: str, *args)
             value = state.pop(prefix + old)
             if new.split(".")[1] in model.quantities:
                 state[prefix + new] = value
+
+
+# a Quantity's hooks (quantities/registry.py)
+HOOKS = ("probes", "centres", "intensity_factor", "added_background", "exit_ramp", "detection", "saved",
+         "attributes")
+
+
+def _overrides(quantity: nn.Module, hook: str) -> bool:
+    """Whether ``quantity``'s class, or a class between it and ``Quantity``, defines its own ``hook``
+    (more than one class of its method resolution order defines it)."""
+    return sum(hook in vars(cls) for cls in type(quantity).__mro__) > 1
 
 
 def _uniform(fractions: torch.Tensor, tolerance_px: float = 1e-4) -> bool:
@@ -340,32 +351,3 @@ def orthogonalize_modes(modes: torch.Tensor) -> torch.Tensor:
     order = torch.argsort(eigenvalues, descending=True)
     rotated = eigenvectors[:, order].T @ flat
     return rotated.reshape(modes.shape).to(modes.dtype)
-
-
-MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
-
-
-class ProbeCentring:
-    """The centre of mass of the probe's first ``modes`` modes (None: all) moved back to
-    ``target_px`` (2,) (y, x) px from the window centre (zero: the centre;
-    ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
-    with it (module docstring)."""
-
-    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None,
-                 hold: bool = False) -> None:
-        """``hold``: the target is where the probe's first ``modes`` have their centre now."""
-        self.model, self.modes = model, modes
-        if hold:
-            target_px = model.probe_centre_px(modes)
-        self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
-
-    @torch.no_grad()
-    def __call__(self) -> None:
-        model = self.model
-        probe = model.complex_probe()
-        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
-        if float(offset.abs().max()) < MIN_SHIFT_PX:
-            return
-        centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
-        model.probe.copy_(torch.view_as_real(centred / model.probe_scale))
-        model.move_scan(offset)

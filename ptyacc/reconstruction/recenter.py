@@ -1,7 +1,7 @@
 """Constraints that keep the reconstruction in place (``model.recenter``), each run after every
 iteration, identically on every process (from the same parameters, with the same operations):
 
-- ``ProbeCentring`` (in model.py, the model's own gauge): the probe and the object can drift
+- ``ProbeCentring`` (the model's gauge): the probe and the object can drift
   together (a probe moved by d in its window and an object moved by d predict the same patterns).
   The probe's centre of mass is moved back to the window centre by a Fourier shift, and every
   position by the same d against the object, so that each exit wave is the old one shifted by
@@ -17,11 +17,49 @@ from __future__ import annotations
 
 import torch
 
-from ptyacc.physics import fresnel_propagator, spatial_frequencies
-from ptyacc.reconstruction.model import (
-    ProbeCentring,
-    PtychoModel,
-)
+from ptyacc.physics import fourier_shift, fresnel_propagator, spatial_frequencies
+from ptyacc.reconstruction.model import PtychoModel
+
+
+def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:
+    """(2,) (y, x) px: the centre of mass of the summed intensity of probe modes (P, K, K) minus the window centre (K/2, K/2)."""
+    k = probe.shape[-1]
+    intensity = (probe.real.square() + probe.imag.square()).sum(0).double()
+    coordinates = torch.arange(k, dtype=torch.float64, device=probe.device)
+    total = intensity.sum().clamp_min(1e-300)
+    centre_y = (intensity.sum(1) * coordinates).sum() / total
+    centre_x = (intensity.sum(0) * coordinates).sum() / total
+    return torch.stack([centre_y, centre_x]) - k // 2
+
+
+MIN_SHIFT_PX = 1e-3  # smaller drifts are left alone: moving them would only add rounding
+
+
+class ProbeCentring:
+    """The centre of mass of the probe's first ``modes`` modes (None: all) moved back to
+    ``target_px`` (2,) (y, x) px from the window centre (zero: the centre;
+    ``model.recenter.hold_probe``: where the initial probe's first mode has it), the positions
+    with it (module docstring)."""
+
+    def __init__(self, model: PtychoModel, target_px: torch.Tensor | None = None, modes: int | None = None,
+                 hold: bool = False) -> None:
+        """``hold``: the target is where the probe's first ``modes`` have their centre now."""
+        self.model, self.modes = model, modes
+        if hold:
+            probe = torch.view_as_complex(model.probe.detach()) * model.probe_scale  # ``complex_probe``, inline
+            target_px = probe_centre_offset_px(probe[:modes])
+        self.target_px = torch.zeros(2, dtype=torch.float64) if target_px is None else target_px.double().cpu()
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        model = self.model
+        probe = torch.view_as_complex(model.probe) * model.probe_scale  # ``complex_probe``, inline
+        offset = (probe_centre_offset_px(probe[:self.modes]).cpu() - self.target_px).to(torch.float32).to(probe.device)
+        if float(offset.abs().max()) < MIN_SHIFT_PX:
+            return
+        centred = fourier_shift(probe[None], -offset[None])[0]  # centred(r) = probe(r + offset)
+        model.probe.copy_(torch.view_as_real(centred / model.probe_scale))
+        model.move_scan(offset)
 
 
 class ProbeMask:

@@ -16,6 +16,7 @@ from ptyacc.data.store import PatternStore
 from ptyacc.data.stream import centred_means
 from ptyacc.errors import ConfigError, OutputError
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.registry import ROOT
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.reconstruction.exchange import KINDS, Traffic
 from ptyacc.reconstruction.model import PtychoModel
@@ -54,52 +55,44 @@ def run_texts(config: Config) -> dict[str, str]:
 def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,
                     history: list[float], world_size: int, tiles: ObjectTiles | None = None,
                     texts: dict[str, str] | None = None) -> Results:
-    """The model's state as a Results record (CPU, NumPy). With the object split over the
-    processes (``tiles``; every process must call this then) the main process's record holds
-    the whole object, the others' the region they hold (with its own origin_A). ``texts``: the
-    run's ``run_texts``, made here when not given."""
-    quantities = fitted_quantities(model) or None  # first: the demo's data walk stays in this module
+    """The model's state as a Results record (CPU, NumPy): what each of ``model.quantities`` saves, in
+    its ``results_group`` (``ROOT``, the top level: the object's ``object`` and the probe's ``probe``;
+    ``fitted``: the detector background in counts and the intensity weights, and the refined scan affine
+    M (2, 2); ``probe_variation``, ``scans``...; a quantity that saves nothing adds no group), and the
+    positions. With the object split over the processes (``tiles``; every process must call this then)
+    the main process's record holds the whole object, the others' the region they hold (with its own
+    origin_A). ``texts``: the run's ``run_texts``, made here when not given."""
+    hooked = model.quantities_with()  # the model's calls first, then the quantities': one visit each
     # positions moved against the object (``model.recenter.probe``) move the object in the data's frame
     shift_px = model.scan_shift_px.double().cpu().numpy()
-    origin_A = tuple(float(v) for v in geometry.to_A(-shift_px)) if shift_px.any() else geometry.origin_A
+    groups: dict[str, dict[str, np.ndarray]] = {}
     with torch.no_grad():
         positions_px = model.positions().double().cpu().numpy() - shift_px
+        for quantity in hooked["saved"]:
+            if saved := quantity.saved(model):
+                groups.setdefault(quantity.results_group or quantity.name, {}).update(saved)
+        top = groups.pop(ROOT)  # the object's and the probe's, with what other quantities add at the top level
+        origin_A = tuple(float(v) for v in geometry.to_A(-shift_px)) if shift_px.any() else geometry.origin_A
         whole = tiles.whole_object(model) if tiles is not None else None
         if whole is not None:
-            obj = torch.view_as_complex(whole).numpy()
-        else:
-            obj = model.complex_object().cpu().numpy()
-            if tiles is not None:
-                corner_px = model.object_origin.cpu().numpy().astype(float) - shift_px
-                origin_A = tuple(float(v) for v in geometry.to_A(corner_px))
-        probe = model.complex_probe().cpu().numpy()
+            top["object"] = torch.view_as_complex(whole).numpy()
+        elif tiles is not None:
+            corner_px = model.object_origin.cpu().numpy().astype(float) - shift_px
+            origin_A = tuple(float(v) for v in geometry.to_A(corner_px))
     positions_A = geometry.to_A(positions_px)
     attrs = {**(run_texts(config) if texts is None else texts), "world_size": world_size,
              "iterations_done": len(history), "wavelength_A": data.wavelength_A, "loss_name": config.optim.loss,
              "source": data.source}
-    results = Results(object=obj, probe=probe, positions_A=positions_A, loss=np.asarray(history),
+    results = Results(**top, positions_A=positions_A, loss=np.asarray(history),
                       dx_A=geometry.dx_A, origin_A=origin_A, attrs=attrs, calibration=dict(data.calibration),
                       initial_positions_A=np.asarray(data.positions_A, dtype=np.float64),
-                      detector=dict(data.detector) or None, quantities=quantities)
+                      detector=dict(data.detector) or None, quantities=groups or None)
     if model.propagation is not None:
         results.tilt_mrad = model.propagation.tilts().detach().double().cpu().numpy()
         attrs["slice_thickness_A"] = float(model.propagation.slice_thickness_A.detach())
-    for quantity in model.quantities.values():  # the detector blur's sigma, ...
+    for quantity in hooked["attributes"]:  # the detector blur's sigma, ...
         attrs.update(quantity.attributes(model))
     return results
-
-
-def fitted_quantities(model: PtychoModel) -> dict[str, dict[str, np.ndarray]]:
-    """results.h5's groups of refined quantities beyond the object, probe and positions: what each of
-    ``model.quantities`` saves, in its ``results_group`` (``fitted``: the detector background in counts
-    and the intensity weights, and the refined scan affine M (2, 2); ``probe_variation``, ``scans``...).
-    A quantity that saves nothing adds no group."""
-    groups: dict[str, dict[str, np.ndarray]] = {}
-    with torch.no_grad():
-        for quantity in model.quantities.values():
-            if saved := quantity.saved(model):
-                groups.setdefault(quantity.results_group or quantity.name, {}).update(saved)
-    return groups
 
 
 def traffic_arrays(traffic: list[Traffic]) -> dict[str, np.ndarray]:

@@ -39,11 +39,11 @@ from ptyacc.physics.regularizers import lateral_blur_reach_px
 from ptyacc.reconstruction.exchange import on_any_process, timed_all_reduce
 
 Rect = tuple[int, int, int, int]  # (y0, y1, x0, x1): rows y0:y1, columns x0:x1 of the whole object
-OBJECT = "object"
-# Different shapes and values on each process. DDP (torch 2.13) compares a root module's
-# parameter names as "object" when it checks shapes and syncs states, but as ".object" when it
-# builds the reducer's buckets ("{module_name}.{param_name}" with an empty module name): both.
-IGNORED_BY_DDP = (OBJECT, "." + OBJECT, "object_origin", ".object_origin")
+OBJECT = "object"  # the object's group
+OBJECT_STATE = "quantities.object.transmission"  # the object's tensor in the model's state (quantities/object.py)
+# Different shapes and values on each process. DDP (torch 2.13) names a root module's tensor "object_origin" when it
+# checks shapes and syncs states, ".object_origin" in the reducer's buckets (an empty module name): both.
+IGNORED_BY_DDP = (OBJECT_STATE, "object_origin", ".object_origin")
 
 
 @dataclass(frozen=True)
@@ -436,12 +436,14 @@ class ObjectTiles:
         states = [o.full_state_dict() if o is self.optimizer else o.state_dict() for o in optimizers]
         if self.rank != 0:
             return None
-        model_state = dict(model.state_dict(), object=whole)
+        model_state = dict(model.state_dict())
+        model_state[OBJECT_STATE] = whole
         return model_state, states
 
     def localize(self, state: dict) -> dict:
         """A checkpoint (whole object) with the model's object cut to this process's region."""
         y0, y1, x0, x1 = self.region
         model_state = dict(state["model"])
-        model_state[OBJECT] = model_state[OBJECT][..., y0:y1, x0:x1, :]
+        key = OBJECT_STATE if OBJECT_STATE in model_state else OBJECT  # OBJECT: written before it was a quantity
+        model_state[key] = model_state[key][..., y0:y1, x0:x1, :]
         return dict(state, model=model_state)

@@ -24,6 +24,7 @@ import numpy as np
 from ptyacc.data.store import EpochBatches
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.reconstruction.exchange import footprint_box
+from ptyacc.reconstruction.tiles import OBJECT_STATE
 
 FLOAT32_BYTES = 4
 
@@ -226,8 +227,8 @@ class Layout:
         """(name, float32 values) of every parameter in the model's registration order
         (``PtychoModel``: complex values stored as real pairs)."""
         k, n = self.window_px, self.n_patterns
-        params = [("object", self.object_modes * self.slices * self.object_shape[0] * self.object_shape[1] * 2),
-                  ("probe", self.probe_modes * k * k * 2)]
+        params = [(OBJECT_STATE, self.object_modes * self.slices * self.object_shape[0] * self.object_shape[1] * 2),
+                  ("quantities.probe.modes", self.probe_modes * k * k * 2)]
         if self.refine_positions:
             params.append(("quantities.positions.offsets_px", n * 2))
         if self.background:
@@ -295,7 +296,7 @@ def footprint_exchange(layout: Layout, batch_size: int, grouping: str = "compact
     batches = EpochBatches(layout.positions_px, batch_size, devices, grouping, seed).global_batches()
     corners = layout.window_corners()
     per_pixel = layout.object_modes * layout.slices * 2
-    others = sum(floats for name, floats in layout.parameter_floats() if name != "object")
+    others = sum(floats for name, floats in layout.parameter_floats() if name != OBJECT_STATE)
     boxes = [footprint_box(corners[batch], layout.window_px) for batch in batches]
     floats = [per_pixel * (y1 - y0) * (x1 - x0) + others for y0, y1, x0, x1 in boxes]
     return Exchange(f"footprint ({grouping} batches)", FLOAT32_BYTES * float(np.mean(floats)), 1)

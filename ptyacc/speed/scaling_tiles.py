@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ptyacc.data.store import spatial_bisection
-from ptyacc.reconstruction.tiles import Tiling, halo_margin_px
+from ptyacc.reconstruction.tiles import OBJECT_STATE, Tiling, halo_margin_px
 from ptyacc.speed.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
 from ptyacc.speed.gpu_cases import DEVICE_COUNTS, UPDATE_BYTES_PER_FLOAT, GpuAssumption, gpu_step_cost, h100_assumption
 from ptyacc.speed.scaling import (
@@ -154,7 +154,7 @@ class Case:
 
     @classmethod
     def of(cls, layout: Layout) -> Case:
-        others = sum(f for name, f in layout.parameter_floats() if name != "object")
+        others = sum(f for name, f in layout.parameter_floats() if name != OBJECT_STATE)
         return cls(layout.object_shape[0] * layout.object_shape[1], layout.n_patterns, layout.window_px,
                    layout.slices, layout.probe_modes, layout.object_modes, others)
 
