@@ -78,3 +78,25 @@ def test_a_quantity_defined_in_a_test_is_refined_to_the_truth(gains, tmp_path):
     assert list(rec.model.quantities) == ["object", "probe", "pattern_gain"]  # the object and the probe first
     # unregistered: the next run has no such quantity
     assert "pattern_gain" not in ptyacc.reconstruct(config, write=False, overwrite=True).model.quantities
+
+
+
+class EarlierGain(PatternGain):
+    """The same gain written against the earlier protocol, whose ``groups`` took (config, model) only."""
+
+    name = "earlier_gain"
+
+    def groups(self, config, model) -> list[ParameterGroup]:
+        return [ParameterGroup(self.name, [self.log_gain], 0.05, 1)]
+
+
+def test_a_quantity_of_the_earlier_groups_protocol_is_still_refined(gains, tmp_path):
+    """``groups(config, model)`` without the priors: the groups are built asking it that way, and it is refined."""
+    factory = register(lambda config, model, context: EarlierGain(len(model.positions_px)))
+    try:
+        config = ptyacc.load_config({"data": {"path": str(gains[0])}, "experiment": {"positions": {"key": "positions_A"}},
+                                     "optim": {"iterations": 2}, "runtime": {"progress": False}})
+        rec = ptyacc.reconstruct(config, write=False)
+    finally:
+        unregister(factory)
+    assert float(rec.model.quantities["earlier_gain"].log_gain.detach().abs().max()) > 0  # stepped from iteration 1

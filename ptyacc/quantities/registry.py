@@ -18,7 +18,8 @@ and how it is refined:
   spread); the default leaves it;
 - ``groups(config, model, priors)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
   start iteration, optimizer, what runs after each step and iteration); ``priors`` (``AutoPriors``):
-  what the run's auto keys came to (the object's and the probe's optimizer, ...);
+  what the run's auto keys came to (the object's and the probe's optimizer, ...); a ``groups(config, model)``
+  of the earlier protocol is still asked without them;
 - ``saved(model)``: {name: array}, results.h5's group ``results_group`` (``Results.quantities``;
   by default the quantity's ``name``; several quantities may write into one group, as ``fitted``;
   ``ROOT``, "/": results.h5's top level, fields of ``Results``, as the object's ``/object``);

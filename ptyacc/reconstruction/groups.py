@@ -34,6 +34,7 @@ bits on every process (a split object takes its region's part) and no state, so 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     auto = AutoPriors.of(config) if auto is None else auto
     fast, beta2 = _fast_adam(device), auto.beta2
     schedule = LrSchedule(config.optim.iterations, config.optim.lr_final_fraction)
-    groups = [group for quantity in model.quantities.values() for group in quantity.groups(config, model, auto)]
+    groups = [group for quantity in model.quantities.values() for group in _groups_of(quantity, config, model, auto)]
     if model.propagation is not None:  # the tilt and the slice thickness (quantities/slices.py)
         groups += model.propagation.groups(config, model)
     for group in groups:
@@ -137,6 +138,14 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
             group.optimizer = torch.optim.Adam(group.params, lr=group.lr, betas=(0.9, beta2), **fast)
         group.schedule = schedule
     return groups
+
+
+def _groups_of(quantity: nn.Module, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
+    """``quantity.groups(config, model, priors)``; a quantity written for the earlier protocol, whose ``groups``
+    takes (config, model) only, is asked that way."""
+    if len(inspect.signature(quantity.groups).parameters) == 2:
+        return quantity.groups(config, model)
+    return quantity.groups(config, model, priors)
 
 
 def object_groups(quantity: nn.Module, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
