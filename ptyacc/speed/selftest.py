@@ -136,10 +136,19 @@ def run_problem(folder: Path, device: str, hold: str = "device", **runtime) -> d
     config.data.hold = hold
     with quietly():
         rec = reconstruct(config, write=False)
-    state = {name: p.detach().to("cpu", torch.float64).numpy() for name, p in rec.model.named_parameters()}
+    state = {short_name(name): p.detach().to("cpu", torch.float64).numpy() for name, p in rec.model.named_parameters()}
     state["loss"] = np.asarray(rec.loss)
     state["compile_failure"] = getattr(rec.model.loss_terms, "failure", None)
     return state
+
+
+# the report names a parameter by its quantity: the object's and the probe's by the quantity alone
+SHORT_NAMES = {"quantities.object.transmission": "object", "quantities.probe.modes": "probe"}
+
+
+def short_name(name: str) -> str:
+    """A parameter's name as the report says it (``quantities.positions.offsets_px`` -> ``positions.offsets_px``)."""
+    return SHORT_NAMES.get(name, name.removeprefix("quantities."))
 
 
 def quietly():
