@@ -63,3 +63,7 @@ def test_counts_per_step(tmp_path, case):
     assert counts["wave_ffts"] == counts["bound_ffts"], counts  # the FFT bound times what a step does
     assert counts["operators"] == counts["passes"] + counts["ffts"] + counts["other"]
     assert {k: counts[k] for k in expected} == expected, (counts["by_name"], counts["sync_sites"])
+    if not sections.get("model", {}).get("slices") and "experiment" not in sections:
+        # the plain backward conjugates the fresh windows in place (``Multislice.vjp_all(consume=True)``): no copy of
+        # conj(patches) inside ``mul`` (the same count: a conj_physical_ for a clone, but no new batch of windows)
+        assert "clone (passes)" not in counts["by_name"], counts["by_name"]

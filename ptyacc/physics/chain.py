@@ -308,7 +308,7 @@ class Multislice:
         return self.vjp_all(grad, probes, patches, incident)[:2]
 
     def vjp_all(self, grad: torch.Tensor, probes: torch.Tensor, patches: torch.Tensor, incident: list[torch.Tensor],
-                spectra: list[torch.Tensor] | None = None, conjugated: bool = False
+                spectra: list[torch.Tensor] | None = None, conjugated: bool = False, consume: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Gradients (shaped as ``probes``, as ``patches``, as the propagator or None without ``spectra``) from
         the gradient (B, P, O, K, K) with respect to the exit waves, slice by slice backwards: for t = a b the
@@ -318,7 +318,9 @@ class Multislice:
 
         ``conjugated``: ``grad`` is conj(g), and so are the probes' and patches' gradients (not the propagator's): the
         products take the forward's factors as they are, where torch's ``mul`` copies a conjugated one first (a pass
-        over the batch each: incident waves, patches, probes per position). The same bits (``_adjoint_parts``)."""
+        over the batch each: incident waves, patches, probes per position). The same bits (``_adjoint_parts``).
+        ``consume``: the caller keeps no use of ``patches`` (a fresh gather): with one slice and no exit ramps the plain
+        backward conjugates them in place and multiplies into them, instead of copying conj(patches) in ``mul``."""
         n_slices = patches.shape[2]
         grad_slices = [None] * n_slices
         grad_propagator = None
@@ -336,7 +338,12 @@ class Multislice:
         # stacked as (O, S, B, K, K) in memory: the layout in which ``Patches.add_adjoint`` adds them (a view, not a copy)
         grad_patches = grad_slices[0][:, :, None] if n_slices == 1 else torch.stack(
             [g.movedim(0, 1) for g in grad_slices], dim=1).movedim(2, 0)
-        grad_probes = _sum_axis(grad * conj(self._transmission(patches, 0)), 2)
+        if consume and not conjugated and n_slices == 1 and self.exit_ramps is None:
+            windows = patches[:, None, :, 0].conj_physical_()  # grad x conj(patches), operands in that order: same bits
+            product = torch.mul(grad, windows, out=windows) if grad.shape == windows.shape else grad * windows
+        else:
+            product = grad * conj(self._transmission(patches, 0))
+        grad_probes = _sum_axis(product, 2)
         if probes.shape[0] == 1:
             grad_probes = grad_probes.sum(0, keepdim=True)
         if grad_propagator is not None:

@@ -75,8 +75,7 @@ class _PtychoLoss(torch.autograd.Function):
         grad_propagator = None if not ctx.needs_input_grad[6] else [] if per_position else torch.zeros_like(propagator)
         grad_obj = torch.zeros(obj.shape, dtype=obj.dtype, device=obj.device)  # contiguous, for add_adjoint
         shifted = ramps is not None
-        # the backward on conj(gradients) (``Multislice.vjp_all``) where it saves copies: several slices, probes per position
-        conjugated = shifted or per_probe or obj.shape[1] > 1
+        conjugated = shifted or per_probe or obj.shape[1] > 1  # the backward on conj(gradients) where it saves copies
         # a probe shared by the batch (P, K, K) divided by K: the detector's transforms then scale nothing (``Detect``)
         scale = 1.0 if per_probe else 1.0 / k
         probe = probe if per_probe else probe * scale
@@ -114,7 +113,8 @@ class _PtychoLoss(torch.autograd.Function):
             # near field with ramps: the gradient of the image's shift back at the detector too
             grad_field = (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None])
             grad_waves, grad_back = detect.vjp(grad_field, far_spectrum if grad_ramps is not None else None, conjugated)
-            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra, conjugated)
+            grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra, conjugated,
+                                                                   consume=True)
             total = loss if total is None else total + loss
             if grad_h is not None and per_position:
                 grad_propagator.append(grad_h)
