@@ -7,11 +7,13 @@ and the split object, agree; what the scans must share is checked where the user
 import h5py
 import numpy as np
 import pytest
+import yaml
 from conftest import tiny_config
 from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
 
 import ptyacc
 from ptyacc.errors import ConfigError
+from ptyacc.reconstruction.engine import Reconstructor
 from ptyacc.results.quality import placed_ncc
 
 FOCI_A = (60.0, 200.0)
@@ -119,3 +121,18 @@ def test_two_processes_and_the_split_object_agree(tmp_path):
         assert np.linalg.norm(theirs.object - mine.object) / np.linalg.norm(mine.object) < 1e-4
         probes = mine.quantities["scans"]["probes"]
         assert np.linalg.norm(theirs.quantities["scans"]["probes"] - probes) / np.linalg.norm(probes) < 1e-4
+
+
+def test_each_scans_calibration_autos_are_named_by_its_number(focal_series, tmp_path):
+    """A calibration auto that each scan resolves on its own load (here ``data.bad_pixels``, from the top
+    level) is named ``scans[i].<key>`` in auto_values, once per scan, and stays auto in the run's config."""
+    paths, _ = focal_series
+    settings = config(paths, tmp_path, scans=[{"data": {"path": str(p)}} for p in paths])
+    settings["data"]["bad_pixels"] = "auto"
+    run = Reconstructor(ptyacc.load_config(settings), write=False)
+    run.build()
+    run.closing.close()
+    values = yaml.safe_load(run.texts["auto_values"])
+    assert {key for key in values if "bad_pixels" in key} == {"scans[0].data.bad_pixels", "scans[1].data.bad_pixels"}
+    assert all(isinstance(values[f"scans[{i}].data.bad_pixels"], int) for i in (0, 1))
+    assert run.config.data.bad_pixels == "auto"
