@@ -24,6 +24,13 @@ from ptyacc.physics import (
 from ptyacc.physics.geometry import ObjectGeometry
 
 
+def _view(quantity: str, attribute: str, doc: str) -> property:
+    """A read-only property of a ``PtychoModel``: ``attribute`` of its quantity named ``quantity``, or None
+    where the run has no such quantity."""
+    return property(lambda model: getattr(model.quantities[quantity], attribute) if quantity in model.quantities
+                    else None, doc=doc)
+
+
 class PtychoModel(nn.Module):
     """Object, probe and scan of one reconstruction, and its refined quantities.
 
@@ -247,34 +254,14 @@ class PtychoModel(nn.Module):
         return state
 
     # ------------------------------------------------------------------ views of the state
-    def _held(self, quantity: str, attribute: str) -> torch.Tensor | None:
-        """``attribute`` of the registered quantity named ``quantity``, or None where the run has no such quantity."""
-        return getattr(self.quantities[quantity], attribute) if quantity in self.quantities else None
-
-    @property
-    def background(self) -> torch.Tensor | None:
-        """The fitted background parameter (K, K), in units of the data's mean pixel count, or None."""
-        return self._held("fitted", "background")
-
-    @property
-    def intensity_weights(self) -> torch.Tensor | None:
-        """The fitted intensity weights (N,), or None."""
-        return self._held("fitted", "intensity_weights")
-
-    @property
-    def position_offsets(self) -> torch.Tensor | None:
-        """The refined position offsets (N, 2) px, or None for fixed positions."""
-        return self._held("positions", "offsets_px")
-
-    @property
-    def scan_affine(self) -> torch.Tensor | None:
-        """The refined scan affine M (2, 2), or None."""
-        return self._held("positions", "scan_affine")
-
-    @property
-    def detector_blur_variance(self) -> torch.Tensor | None:
-        """The variance (px^2) of the detector's point spread, a parameter when refined, or None without blur."""
-        return self._held("detector_blur", "variance_px2")
+    # read-only views of the refined quantities' tensors, None where the run has no such quantity
+    background = _view("fitted", "background",
+                       "The fitted background parameter (K, K), in units of the data's mean pixel count, or None.")
+    intensity_weights = _view("fitted", "intensity_weights", "The fitted intensity weights (N,), or None.")
+    position_offsets = _view("positions", "offsets_px", "The refined position offsets (N, 2) px, or None for fixed positions.")
+    scan_affine = _view("positions", "scan_affine", "The refined scan affine M (2, 2), or None.")
+    detector_blur_variance = _view("detector_blur", "variance_px2", "The variance (px^2) of the detector's point spread, "
+                                   "a parameter when refined, or None without blur.")
 
     # read-only views of the object's and the probe's tensors, looked up by attribute (no function of the package runs)
     object = property(attrgetter("quantities.object.transmission"),
