@@ -5,6 +5,7 @@ clone's tests, virtual environment or results; the wheel installed into a fresh 
 outside the clone runs the demo to the clone's object."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -71,11 +72,25 @@ def test_ptyacc_demo_is_ptyacc_run_on_the_demo_config(tmp_path, capsys, monkeypa
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(tmp_path / "other: #1" / "results.h5")
 
 
-def built(dist: Path) -> tuple[Path, Path]:
-    """The sdist and the wheel that `python -m build` makes of the clone, in ``dist``. Without
+def fresh_copy(folder: Path) -> Path:
+    """The clone's files that git tracks or would track (not those it ignores), copied to
+    ``folder``: what a fresh clone holds. A build in the clone itself reads the file list that an
+    earlier build left in the ignored ptyacc.egg-info/, and would ship the demo even if
+    pyproject.toml no longer asked for it."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():  # a tracked file deleted in the working tree is not there to copy
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    return folder
+
+
+def built(dist: Path, source: Path) -> tuple[Path, Path]:
+    """The sdist and the wheel that `python -m build` makes of ``source``, in ``dist``. Without
     isolation: the build backend (setuptools, in the `test` extra) is this environment's, so the
     build needs no package index."""
-    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+    done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sdist,), (wheel,) = dist.glob("*.tar.gz"), dist.glob("*.whl")
@@ -87,7 +102,7 @@ def test_the_wheel_installed_outside_the_clone_runs_the_demo(tmp_path):
     from conftest import test_device
 
     assert not tmp_path.is_relative_to(ROOT)
-    sdist, wheel = built(tmp_path / "dist")
+    sdist, wheel = built(tmp_path / "dist", fresh_copy(tmp_path / "source"))
     check = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
