@@ -85,7 +85,7 @@ def demo(ctx: click.Context, output_dir: str | None, iterations: int | None, res
         ctx.invoke(run, config_file=str(config_file), overrides=tuple(overrides), quiet=False, resume=resume,
                    overwrite=overwrite)
         folder = Path(load_config(config_file, overrides).output.dir).resolve()
-    click.echo(f"{folder / 'results.h5'}")
+    click.echo(str(folder / "results.h5"))
 
 
 @cli.command()
