@@ -15,7 +15,7 @@ from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
 
-DEMO = Path(__file__).resolve().parents[1] / "examples" / "data" / "demo_mos2.h5"
+DEMO = Path(__file__).resolve().parents[1] / "ptyacc" / "demo" / "demo_mos2.h5"
 
 
 def disk(k: int, radius: float, centre: tuple[float, float], supersample: int = 16) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The shipped demo dataset (examples/data/demo_mos2.h5): its mean pattern, and ptyacc's.
+"""The shipped demo dataset (ptyacc/demo/demo_mos2.h5): its mean pattern, and ptyacc's.
 
 Issue 14.5: the "mean measured pattern" of the demo's summary figure shows vertical stripes,
 and the mean predicted pattern copies them. They are not in the data: the mean over all 576
@@ -20,7 +20,7 @@ import pytest
 import ptyacc
 
 ROOT = Path(__file__).parents[1]
-DEMO = ROOT / "examples" / "data" / "demo_mos2.h5"
+DEMO = ROOT / "ptyacc" / "demo" / "demo_mos2.h5"
 
 
 def stripe_contrast(mean_pattern: np.ndarray) -> tuple[float, float]:

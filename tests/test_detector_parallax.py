@@ -22,7 +22,7 @@ from ptyacc.physics import wavelength_A
 from ptyacc.results.figures import parallax_figure
 
 K = 48
-DEMO = Path(__file__).resolve().parents[1] / "examples" / "data" / "demo_mos2.h5"
+DEMO = Path(__file__).resolve().parents[1] / "ptyacc" / "demo" / "demo_mos2.h5"
 
 
 def case(grid_simulator, defocus_A, side=32, **effects):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from ptyacc.commands.cli import cli
 
-DEMO = Path(__file__).parents[1] / "examples" / "data" / "demo_mos2.h5"
+DEMO = Path(__file__).parents[1] / "ptyacc" / "demo" / "demo_mos2.h5"
 
 
 def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):

@@ -86,7 +86,7 @@ def test_demo_data_from_an_independent_simulator(tmp_path):
     root = Path(__file__).parents[1]
     config = ptyacc.load_config(root / "configs" / "demo.yaml", [f"output.dir={tmp_path}", "runtime.progress=false"])
     rec = ptyacc.reconstruct(config)
-    with h5py.File(root / "examples" / "data" / "demo_mos2.h5") as f:
+    with h5py.File(root / "ptyacc" / "demo" / "demo_mos2.h5") as f:
         truth = f["ground_truth/phase"][()]
         assert f["ground_truth/phase"].attrs["dx_A"] == rec.results.dx_A
     ncc = scanned_region_ncc(rec.results.phase, rec.results.origin_A, rec.results.dx_A, rec.data.positions_A, truth)

@@ -59,7 +59,8 @@ In a separate virtual environment (abTEM is not a dependency of ptyacc):
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 /tmp/abtem-venv/bin/python make_demo.py
 
 It writes ``demo_mos2.h5`` beside this script (``--out`` to change) in under two minutes on one
-core. Made with abTEM 1.0.11, ase 3.29.0, numpy 2.4.6, h5py 3.16.0, Python 3.11.
+core. Made with abTEM 1.0.11, ase 3.29.0, numpy 2.4.6, h5py 3.16.0, Python 3.11. The demo runs the
+copy that ships inside the package, ``ptyacc/demo/demo_mos2.h5``.
 """
 
 from __future__ import annotations

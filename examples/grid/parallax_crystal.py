@@ -1,6 +1,6 @@
 """The parallax on a crystal (its real-space shifts alone read the demo's 120 Å as 95 Å; with the Fourier
 regions' scale, ptyacc/data/overlap_focus.py, 121 Å): the demo's own projected phase (MoS2, a
-crystal; /ground_truth/phase of examples/data/demo_mos2.h5) through this directory's independent
+crystal; /ground_truth/phase of ptyacc/demo/demo_mos2.h5) through this directory's independent
 simulator (one slice, no noise, the demo's probe and raster) against random atoms of the same phase
 spread, at three defoci; and the demo file itself. One line per case: the parallax's defocus, its
 error and whether it would be used.
@@ -32,7 +32,7 @@ def simulator():
 
 def main() -> None:
     sim = simulator()
-    with h5py.File(HERE.parent / "data" / "demo_mos2.h5") as f:
+    with h5py.File(HERE.parents[1] / "ptyacc" / "demo" / "demo_mos2.h5") as f:
         phase, positions, attrs = f["ground_truth/phase"][()], f["positions_A"][()], dict(f.attrs)
         demo = f["patterns"][()]
     n, (ny, nx) = demo.shape[-1], attrs["scan_shape"]
