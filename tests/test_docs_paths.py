@@ -125,3 +125,16 @@ def test_every_page_of_the_site_is_in_its_nav_or_left_out_on_purpose():
     pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*") if p.suffix in (".md", ".ipynb")}
     assert pages - pending <= listed, f"pages in no nav: {sorted(pages - pending - listed)}"
     assert listed <= pages, f"the nav names pages that do not exist: {sorted(listed - pages)}"
+
+
+RECORDS = sorted((ROOT / "benchmarks" / "records").glob("*.md"))
+RECORD_FILE = re.compile(r"20\d\d-\d\d-\d\d-[a-z0-9-]+\.md")
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.name)
+def test_every_benchmark_record_is_dated_and_says_how_it_was_measured(record):
+    """benchmarks/records/<yyyy-mm-dd>-<topic>.md, its head naming the date, commit, machine, load and command."""
+    assert RECORD_FILE.fullmatch(record.name), f"{record.name}: name it <yyyy-mm-dd>-<topic>.md"
+    head = "\n".join(record.read_text().splitlines()[:30]).lower()
+    missing = [word for word in ("date", "commit", "machine", "load", "command") if word not in head]
+    assert not missing, f"{record.name} does not say its {missing} in its first 30 lines"
