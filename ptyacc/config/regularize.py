@@ -12,7 +12,7 @@ from ptyacc.config.fields import _f, _require
 @dataclass
 class RegularizeConfig:
     """Optional priors on the object, all off by default but a light phase TV smoothing of multislice
-    objects (see "Regularisers: when to use them" in docs/explanation/autos.md). They act identically on
+    objects (see "Regularisers: when to use them" in benchmarks/records/2026-11-27-benchmarks.md). They act identically on
     every process, whatever the process count."""
 
     tv_phase: float | Literal["auto"] = _f(

@@ -108,7 +108,7 @@ class ExperimentConfig:
               "raster scan): measured from the parallax of the bright-field disk (the shifts of its pixels' virtual "
               "images), the file's defocus_A attribute or aberrations.C10 the nominal value it falls back to where "
               "the data cannot tell; run.log gives both. It also sets C12a/C12b where they are clear and not given, "
-              "and refines scan_rotation_deg: auto (docs/explanation/autos.md, 'Real data: what ptyacc finds for you').")
+              "and refines scan_rotation_deg: auto (docs/explanation/autos.md, 'Defocus from parallax').")
     aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
     dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
@@ -130,7 +130,7 @@ class ExperimentConfig:
                                                "optics: the defocus, the sample this far downstream of the focus "
                                                "(negative: upstream); null = from the patterns' parallax.")
     optics: XrayOpticsConfig | None = _f(None, "X-ray far field: the focusing optics the initial probe is made from "
-                                               "(docs/explanation/autos.md, 'The X-ray probe').")
+                                               "(docs/tutorials/xray-near-field.md, 'Far field').")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
     check_calibration: bool = _f(
@@ -208,7 +208,7 @@ class ModelConfig:
                                      "PtychoShelves' Niter*.mat or py4DSTEM's output, fitted to this run's pixel, "
                                      "window, slices and modes (docs/how-to/coming-from-other-packages.md, 'Starting from').")
     probe_init: ProbeFileConfig | None = _f(None, "{path, key, pixel_m} of a probe file that starts the run "
-                                                  "(docs/explanation/autos.md, 'The X-ray probe').")
+                                                  "(docs/tutorials/xray-near-field.md, 'Far field').")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
     probe_variation: int = _f(
@@ -283,7 +283,7 @@ class OptimConfig:
         "auto", "Adam's beta2 (second-moment decay; beta1 is 0.9) for every group. auto: 0.95 for a single-slice "
                 "object, whose last iterations then still improve it (PyTorch's 0.999 remembers the first, large "
                 "gradients and shrinks the late steps); 0.999 for multislice, where faster late steps move "
-                "structure between slices (docs/explanation/autos.md, 'Convergence and low-dose data').")
+                "structure between slices (benchmarks/records/2026-11-27-benchmarks.md, 'Convergence and low-dose data').")
     object_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the object is updated. adam: Adam, a step of optim.lr.object (rad) at every pixel. "
                 "preconditioned: the gradient divided by the probe's illumination of each pixel, the least-squares "
