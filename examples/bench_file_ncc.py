@@ -1,5 +1,5 @@
 """ptyacc on a dataset in the side-by-side harness's layout (``../shared/bench/make_sim.py``, the
-demo files), scored as docs/pty-chi.md reports it: the zero-shift NCC of the phase (summed over
+demo files), scored as benchmarks/records/2026-11-27-pty-chi.md reports it: the zero-shift NCC of the phase (summed over
 slices) with ``/ground_truth/phase`` over the scanned region, the reconstruction placed at its
 exact sub-pixel ``origin_A`` (``ptyacc.results.quality.placed_ncc``), and the best NCC over shifts up to
 0.5 px in steps of 0.1 px (ptyacc.results.quality.best_shift_ncc); with the median seconds per iteration. One JSON line.

@@ -1,4 +1,4 @@
-"""The operators of one reconstruction step by kind (docs/performance.md, "Operators per step by
+"""The operators of one reconstruction step by kind (benchmarks/records/2026-11-27-performance.md, "Operators per step by
 kind"): operators, passes over the batch's waves, FFTs (those over the waves), host-device waits,
 and the median step's operators by name. One JSON line, then the listing.
 

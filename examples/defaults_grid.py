@@ -5,7 +5,7 @@ Compares the defaults with optim.loss: poisson and with model.recenter.probe, by
 with the truth over the scanned region, zero-shift (placed exactly at origin_A,
 ``ptyacc.results.quality.placed_ncc``) and after the best shift (a 0.2 px grid up to 0.6 px). Not
 independent of ptyacc's forward model (the abTEM/PtyRAD grid of ../shared/bench is the
-independent one). Prints a Markdown table (docs/thick-crystals.md has the figures).
+independent one). Prints a Markdown table (docs/how-to/tilt-thickness-distortion.md has the figures).
 
     python examples/defaults_grid.py
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check in one call of at most 8 minutes, run from the repository root on a machine with
-# one CUDA GPU (docs/multi-process.md, 'Checking a GPU'):
+# one CUDA GPU (docs/how-to/multi-gpu.md, 'Checking a GPU'):
 #   1. `ptyacc selftest --json`                                   -> $OUT/selftest.json
 #   2. the suite's tests that take a device, on CUDA              -> $OUT/pytest.xml
 #   3. the demo on CUDA against its CPU result                    -> $OUT/demo.json

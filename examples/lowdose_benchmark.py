@@ -9,7 +9,7 @@ side-by-side harness that runs it and scores it the same way.
     python examples/lowdose_benchmark.py --seeds 5             # mean and range over 5 seeds
 
 The noise-free file is not shipped (7.7 MB): ``make_demo.py --dose 0`` writes it (abTEM, a few
-minutes); it is used when it is there. Prints a Markdown table (docs/user-guide.md has the
+minutes); it is used when it is there. Prints a Markdown table (benchmarks/records/2026-11-27-benchmarks.md has the
 figures measured with it)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A probe that varies across the scan (docs/user-guide.md, 'A probe that varies'): ptyacc with and
+"""A probe that varies across the scan (docs/how-to/varying-probe-and-scans.md, 'A probe that varies'): ptyacc with and
 without ``model.probe_variation`` against Pty-chi's LSQML with and without its OPR, on one file.
 
 The case is the tests' (tests/varying_probe.py): the benchmark grid's independent NumPy simulator

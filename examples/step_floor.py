@@ -1,4 +1,4 @@
-"""The least work of one reconstruction step, timed against the step's FFTs alone (docs/performance.md,
+"""The least work of one reconstruction step, timed against the step's FFTs alone (benchmarks/records/2026-11-27-performance.md,
 "The least step"): how low `ptyacc bench`'s ratio can go with one eager operator per elementwise pass.
 
 A demo-shaped step (one probe mode shared by the batch, one object mode, one slice, Poisson loss,
@@ -58,7 +58,8 @@ def least_step(obj, probe, index, measured):
 def least_near_field_step(obj, probe, ramps, weights, background, mask, index, propagator, measured):
     """The PETRA-shaped step: loss and gradients (object, probe, ramps, weights, background) of a near-field
     Poisson step with the probe shifted per position, one operator per pass. The backward runs on conjugated
-    gradients (docs/performance.md, "Conjugated factors"): every product takes the forward's factors as they are."""
+    gradients (benchmarks/records/2026-11-27-performance.md, "Conjugated factors"): every product takes the forward's
+    factors as they are."""
     batch, k = measured.shape[0], probe.shape[-1]
     spectrum = torch.fft.fft2(probe * (1.0 / k), norm="forward")  # K x K: the batch's transforms scale nothing
     probes = torch.fft.ifft2(ramps * spectrum, norm="forward")  # the probe shifted per position

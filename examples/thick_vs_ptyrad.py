@@ -1,4 +1,4 @@
-"""Thick crystals against PtyRAD 1.0 (docs/thick-crystals.md, 'Against PtyRAD on thick crystals').
+"""Thick crystals against PtyRAD 1.0 (docs/how-to/tilt-thickness-distortion.md, 'Against PtyRAD on thick crystals').
 
 Four steps, each in the Python that has what it needs:
 

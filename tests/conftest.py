@@ -37,7 +37,7 @@ def pytest_configure(config):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch looks for GPUs (test modules are imported after this)
         return
     # CUDA's index_add_ (the object gradient) and cuBLAS sum in any order unless asked: the tests that compare two
-    # runs bit for bit then hold on the GPU too (ptyacc's own runs on a GPU agree within docs/multi-process.md's tolerance)
+    # runs bit for bit then hold on the GPU too (ptyacc's own runs on a GPU agree within docs/how-to/multi-gpu.md's tolerance)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
 

@@ -100,9 +100,9 @@ def test_error_exit_code_from_a_real_process(tmp_path):
 
 
 def test_readme_config_reference_is_current():
-    """docs/config-reference.md holds the generated reference
-    (run `ptyacc config-reference --readme docs/config-reference.md`)."""
-    readme = (ROOT / "docs" / "config-reference.md").read_text()
+    """docs/reference/config.md holds the generated reference
+    (run `ptyacc config-reference --readme docs/reference/config.md`)."""
+    readme = (ROOT / "docs" / "reference" / "config.md").read_text()
     start, end = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
     assert start in readme and end in readme
     block = readme.split(start, 1)[1].split(end, 1)[0]

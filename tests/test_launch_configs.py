@@ -3,7 +3,7 @@
 `accelerate config` (the questionnaire, driven here with scripted answers through accelerate's
 own code) and `accelerate config default` write a config file; `accelerate launch
 --config_file X -m ptyacc.run` must then start the number of processes that
-docs/multi-process.md promises, or ptyacc must refuse in one line. Plus the launch guards on the
+docs/how-to/multi-gpu.md promises, or ptyacc must refuse in one line. Plus the launch guards on the
 environments that accelerate's launchers set, and the shipped configs read by accelerate itself.
 """
 
@@ -29,7 +29,7 @@ ACCELERATE = [sys.executable, "-m", "accelerate.commands.accelerate_cli"]
 SHIPPED = Path(__file__).parents[1] / "configs" / "accelerate"
 NEEDS_NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
 
-# The answers of docs/multi-process.md (section "`accelerate config`: the answers that work"),
+# The answers of docs/how-to/multi-gpu.md (section "`accelerate config`: the answers that work"),
 # keyed by a phrase of each question; every other question is answered with Enter (its default).
 CPU_USER_ANSWERS = {"type of machine": "multi-GPU", "How many GPU(s)": "2"}
 GPU_USER_ANSWERS = {"type of machine": "multi-GPU", "How many GPU(s)": "4"}
@@ -124,7 +124,7 @@ def test_launches_that_start_what_they_ask_for_pass(environment):
     (ONE_GPU_ANSWERS, "single_gpu.yaml", ("gpu_ids",)),  # the shipped file names GPU 0, the answer is all
 ])
 def test_questionnaire_answers_give_the_shipped_configs(tmp_path, monkeypatch, answers, shipped, ignored):
-    """The answers of docs/multi-process.md give the settings of the shipped accelerate configs."""
+    """The answers of docs/how-to/multi-gpu.md give the settings of the shipped accelerate configs."""
     written = answer_questionnaire(answers, tmp_path / "answers.yaml", monkeypatch)
     expected = {k: v for k, v in yaml.safe_load((SHIPPED / shipped).read_text()).items() if k not in ignored}
     assert {k: written[k] for k in expected} == expected
@@ -177,7 +177,7 @@ def test_default_config_runs_one_process_and_refuses_two(tmp_path, run_config):
 @pytest.mark.slow
 @NEEDS_NO_GPU
 def test_cpu_users_answers_start_two_connected_processes(tmp_path, run_config, monkeypatch):
-    """The answers of docs/multi-process.md for a CPU user (multi-GPU, 2) start 2 processes joined by gloo,
+    """The answers of docs/how-to/multi-gpu.md for a CPU user (multi-GPU, 2) start 2 processes joined by gloo,
     with nothing else set: ptyacc puts them on the CPU because no GPU is visible."""
     accelerate_config = tmp_path / "cpu.yaml"
     answer_questionnaire(CPU_USER_ANSWERS, accelerate_config, monkeypatch)

@@ -3,7 +3,7 @@ than timed: the classification on a known body, and the exact counts per step of
 
 The counts are held on purpose: a change that adds an operator, a pass over the batch's waves, an
 FFT or a host-device wait to every step fails here, and must update the number below (and the
-shipped cases' table in docs/performance.md) with the reason; one that removes some updates them
+shipped cases' table in benchmarks/records/2026-11-27-performance.md) with the reason; one that removes some updates them
 too. The transforms over the batch's waves must equal those of ``ptyacc bench``'s FFT bound
 (``bench.ffts_per_step``): the bound times exactly the transforms a step issues. Counted on the
 CPU's path (on a GPU the multislice batch floor takes one ``index_add_`` instead of a loop)."""

@@ -1,6 +1,6 @@
 """Host-device synchronisations per step, counted on the CPU by following which tensors would live
 on the device (ptyacc/speed/syncs.py): the counter's rules on known cases, and a step of the
-single-slice and multislice defaults waits for the GPU at most once (docs/performance.md)."""
+single-slice and multislice defaults waits for the GPU at most once (benchmarks/records/2026-11-27-performance.md)."""
 
 import collections
 

@@ -4,7 +4,7 @@ the detector's reciprocal pixel (``data.transform.upsample: 2``).
 
 On the detector's own grid the refined tilt ends about 1 mrad from the truth ([0.61, -2.61] mrad after these
 40 iterations): waves that the crystal scatters beyond the detector's edge, and that come back into it in later
-slices, have no place on that grid (docs/thick-crystals.md)."""
+slices, have no place on that grid (docs/how-to/tilt-thickness-distortion.md)."""
 
 from __future__ import annotations
 

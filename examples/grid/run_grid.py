@@ -39,7 +39,7 @@ EDGES_MRAD = (60.0, 110.0)
 SLICES = (1, 4)
 THICKNESS_A = 8.0
 PTYACC_VARIANTS = {"defaults": [], "poisson": ["optim.loss=poisson"], "recenter": ["model.recenter.probe=true"]}
-# PtyRAD "tuned" as docs/user-guide.md ("Convergence and low-dose data"): the best of probe learning
+# PtyRAD "tuned" as benchmarks/records/2026-11-27-benchmarks.md ("Convergence and low-dose data"): the best of probe learning
 # rate 1e-3 and 3e-3, with and without its blur regularisers, picked per point by the NCC
 PTYRAD_VARIANTS = {"p1e-3_noreg": ["--lr-probe", "1e-3", "--no-reg"], "p1e-3_reg": ["--lr-probe", "1e-3"],
                    "p3e-3_noreg": ["--lr-probe", "3e-3", "--no-reg"], "p3e-3_reg": ["--lr-probe", "3e-3"]}

@@ -108,7 +108,7 @@ README_MARKERS = ("<!-- config-reference:start -->\n", "<!-- config-reference:en
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--readme", type=click.Path(exists=True, dir_okay=False),
               help="Replace the block between the config-reference markers of this Markdown file "
-                   "(docs/config-reference.md).")
+                   "(docs/reference/config.md).")
 @friendly_errors
 def config_reference_cmd(output: str | None, readme: str | None) -> None:
     """Print the reference of every config key, generated from ptyacc's config dataclasses."""
@@ -147,7 +147,7 @@ def plot(results_file: str, output_dir: str | None) -> None:
 @cli.command()
 @click.argument("data_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--from-ptyrad", "ptyrad_params", type=click.Path(exists=True, dir_okay=False),
-              help="Make the config from this PtyRAD 1.0 params file instead (docs/coming-from-ptyrad.md).")
+              help="Make the config from this PtyRAD 1.0 params file instead (docs/how-to/coming-from-other-packages.md).")
 @click.option("--adam-steps", is_flag=True, help="With --from-ptyrad: carry PtyRAD's object and probe learning "
               "rates over as Adam steps (default: ptyacc's own steps for them).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Config to write (default: DATA_FILE's name, .yaml).")
@@ -289,7 +289,7 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
 @friendly_errors
 def predict(config_file: str | None, overrides: tuple[str, ...], processes: str, batch_sizes: str, trials: int,
             output_dir: str, link_only: bool) -> None:
-    """Predicted seconds per iteration on N devices (docs/scaling.md). Without CONFIG_FILE: the
+    """Predicted seconds per iteration on N devices (benchmarks/records/2026-11-27-scaling.md). Without CONFIG_FILE: the
     predicted GPU speed-up tables. With it: calibrate the model here (gloo link; compute time
     from 1-process runs), launch CONFIG_FILE on each process count and batch size (one thread
     per process) and print predicted against measured. --link: measure the link only."""

@@ -36,7 +36,7 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     relative = os.path.relpath(data_path.resolve(), config_path.resolve().parent)
     relative = data_path.resolve() if relative.startswith("..") else relative
     n, (ky, kx) = info.n_patterns, info.shape[-2:]
-    lines = [f"# ptyacc config for {data_path.name}, written by `ptyacc init`; every key: docs/config-reference.md",
+    lines = [f"# ptyacc config for {data_path.name}, written by `ptyacc init`; every key: docs/reference/config.md",
              f"# {info.format} file: {n} patterns of {ky} x {kx} px"
              + (f", scan {info.scan_shape[0]} x {info.scan_shape[1]}" if info.scan_shape else ""),
              "# Run: ptyacc run THIS.yaml   (check first: ptyacc info THIS.yaml)", "data:", f"  path: {relative}"]

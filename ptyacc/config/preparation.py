@@ -43,8 +43,8 @@ class TransformConfig:
                           "1 / (upsample K dk)); each pattern is zero-padded to upsample K (after binning), the unmeasured "
                           "frequencies left out of the loss: the same as pad = upsample K. Thick crystals: waves "
                           "scattered beyond the detector come back into it in later slices, and a tilt refined on the "
-                          "detector's grid is biased by about 1 mrad (docs/thick-crystals.md); 2 costs about 3x per "
-                          "iteration.")
+                          "detector's grid is biased by about 1 mrad (docs/how-to/tilt-thickness-distortion.md); 2 costs "
+                          "about 3x per iteration.")
     descan: Literal["off", "auto"] = _f(
         "off", "auto: measure the bright-field disk's centre in up to 1024 prepared patterns, fit a plane in the "
                "probe positions and shift every pattern back by it (sub-pixel, Fourier), so that zero frequency sits "
@@ -55,7 +55,7 @@ class TransformConfig:
                 "exit wave (after the last slice) multiplied by the phase ramp exp(2 pi i (dy y + dx x) / K) that "
                 "moves its pattern by the measured (dy, dx) px, as a descan does; one scan, far field. "
                 "auto: ramp with one scan and neither pad nor upsample, else shift (on the every-effect "
-                "case of docs/user-guide.md, 'Descan', phase NCC 0.989 against 0.933 at batch 128).")
+                "case of docs/explanation/autos.md, 'Descan', phase NCC 0.989 against 0.933 at batch 128).")
 
     def _check(self, path: str) -> None:
         _require(self.crop is None or self.crop >= 1, f"{path}.crop", f"must be >= 1 or null, got {self.crop}")

@@ -10,7 +10,7 @@ from ptyacc.config.fields import _f, _require
 
 @dataclass
 class RecenterConfig:
-    """Keep the reconstruction in place (docs/thick-crystals.md, "Keeping the reconstruction in
+    """Keep the reconstruction in place (docs/how-to/tilt-thickness-distortion.md, "Keeping the reconstruction in
     place"). All but hold_probe off by default; each runs after every iteration, identically on every process."""
 
     probe: bool = _f(

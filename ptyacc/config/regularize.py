@@ -12,7 +12,7 @@ from ptyacc.config.fields import _f, _require
 @dataclass
 class RegularizeConfig:
     """Optional priors on the object, all off by default but a light phase TV smoothing of multislice
-    objects (see "Regularisers: when to use them" in docs/user-guide.md). They act identically on
+    objects (see "Regularisers: when to use them" in benchmarks/records/2026-11-27-benchmarks.md). They act identically on
     every process, whatever the process count."""
 
     tv_phase: float | Literal["auto"] = _f(
@@ -22,8 +22,9 @@ class RegularizeConfig:
              "and to the right (about the phase steps in rad, free of 2 pi wrapping). Low dose: about 0.3-1 with "
              "the amplitude loss (more with poisson, whose gradient grows with the dose); sweep by factors of 3. "
              "0 = off. auto: 1 for a multislice object (model.slices > 1), 0 for one slice, the grid's multislice "
-             "choice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose. A TV makes runs on "
-             "different process counts or with runtime.shard_object agree less closely (there, to about 1e-3).")
+             "choice (benchmarks/records/2026-11-27-quality-grid.md, 'A multislice prior'); the run says what auto chose. "
+             "A TV makes runs on different process counts or with runtime.shard_object agree less closely (there, to "
+             "about 1e-3).")
     tv_epsilon_rad: float = _f(
         1e-3, "Smoothing of the total variation (rad): phase steps much smaller than this are penalised "
               "quadratically, so the penalty is differentiable at zero.")
@@ -33,14 +34,15 @@ class RegularizeConfig:
                 "(a low-pass in kz that keeps each pixel's summed phase and never mixes top with bottom); "
                 "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off. auto (the default): 1 "
                 "on several slices of a strongly scattering sample (more than 4 % of the mean pattern's counts "
-                "beyond the bright-field disk, as for optim.loss: auto; docs/thick-crystals.md, 'Against PtyRAD on "
-                "thick crystals'), else 0; the run says what auto chose.")
+                "beyond the bright-field disk, as for optim.loss: auto; benchmarks/records/2026-11-27-thick-crystals.md, "
+                "'Against PtyRAD on thick crystals'), else 0; the run says what auto chose.")
     lateral_blur_px: float | Literal["auto"] = _f(
         0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
              "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
              "slice's summed phase is kept); PtyRAD's obj_rblur (0.4 px). For noisy, smooth objects; it blurs "
              "features narrower than a few sigma. 0 = off. auto: 0.3 for a multislice object (model.slices > 1), "
-             "0 for one slice (docs/quality-grid.md, 'A multislice prior'); the run says what auto chose.")
+             "0 for one slice (benchmarks/records/2026-11-27-quality-grid.md, 'A multislice prior'); the run says what auto "
+             "chose.")
     tv_phase_smoothing: float | Literal["auto"] = _f(
         "auto", "After every iteration, one descent step on the phase total variation of tv_phase (with "
                 "tv_epsilon_rad): the object less this step times the penalty's gradient with respect to its real "
@@ -48,8 +50,8 @@ class RegularizeConfig:
                 "Adam, so runs on any number of processes, the object split or not, agree as closely as without "
                 "it. 0 = off. auto (the default): 0 for one slice; for a multislice object (model.slices > 1) on counted "
                 "patterns 0.001 x sqrt(2900 / the electrons per object pixel) within 0.0005-0.002 (the noise per "
-                "pixel sets it; docs/quality-grid.md, 'The TV smoothing step from the dose'), 0 on patterns that "
-                "are not counts (their noise unknown: 'Multislice data that are not counts'); the run says what "
+                "pixel sets it; benchmarks/records/2026-11-27-quality-grid.md, 'The TV smoothing step from the dose'), 0 on "
+                "patterns that are not counts (their noise unknown: 'Multislice data that are not counts'); the run says what "
                 "auto chose.")
 
     def _check(self, path: str) -> None:

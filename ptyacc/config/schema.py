@@ -60,7 +60,7 @@ class DataConfig:
     flat_field: str | None = _f(
         None, "The detector's gain per pixel (.npy, or HDF5 with flat_field_key), relative to the config file, shaped as "
               "the patterns are stored: every pattern is divided by it as it is read, before data.transform. Pixels "
-              "without a positive gain are left out of the loss (docs/user-guide.md, 'Detector blur and gain').")
+              "without a positive gain are left out of the loss (docs/explanation/autos.md, 'Detector blur and gain').")
     flat_field_key: str = _f("flat_field", "The HDF5 dataset of data.flat_field.")
     hold: Literal["auto", "device", "host", "disk"] = _f(
         "auto", "Where the patterns live during the run. device: all on the device (fastest); host: in host memory "
@@ -108,7 +108,7 @@ class ExperimentConfig:
               "raster scan): measured from the parallax of the bright-field disk (the shifts of its pixels' virtual "
               "images), the file's defocus_A attribute or aberrations.C10 the nominal value it falls back to where "
               "the data cannot tell; run.log gives both. It also sets C12a/C12b where they are clear and not given, "
-              "and refines scan_rotation_deg: auto (docs/user-guide.md, 'Real data: what ptyacc finds for you').")
+              "and refines scan_rotation_deg: auto (docs/explanation/autos.md, 'Defocus from parallax').")
     aberrations: dict[str, float] = _f(factory=dict, doc="Krivanek coefficients in Å (C10, C12a, C12b, C21a, ... C56b).")
     dk_invA: float | None = _f(None, "Reciprocal pixel size of the detector in 1/Å.")
     dx_A: float | None = _f(None, "Real-space (object) pixel size in Å; alternative to dk_invA.")
@@ -130,7 +130,7 @@ class ExperimentConfig:
                                                "optics: the defocus, the sample this far downstream of the focus "
                                                "(negative: upstream); null = from the patterns' parallax.")
     optics: XrayOpticsConfig | None = _f(None, "X-ray far field: the focusing optics the initial probe is made from "
-                                               "(docs/user-guide.md, 'The X-ray probe').")
+                                               "(docs/tutorials/xray-near-field.md, 'Far field').")
     positions: Literal["raster"] | PositionsFileConfig = _f(
         "raster", "`raster` (from data.scan_shape and scan_step_A) or {path, key} of an (N, 2) array in Å.")
     check_calibration: bool = _f(
@@ -185,7 +185,7 @@ class ModelConfig:
         "auto", "With several probe modes: the share of the total intensity that each mode after the first starts "
                 "with (the first has the rest). auto: 0.02 each up to 11 modes, beyond that 0.2 shared by the further "
                 "modes (earlier versions: 0.2 shared whatever the number of modes). Modes grow where "
-                "the data ask for them; a small start keeps coherent data coherent (docs/user-guide.md, 'Probe "
+                "the data ask for them; a small start keeps coherent data coherent (docs/explanation/optimisers.md, 'Probe "
                 "modes').")
     probe_aperture_edge: Literal["auto", "measured", "soft"] = _f(
         "auto", "The edge of the initial probe's aperture (electron data). soft: a one-pixel ramp at "
@@ -194,7 +194,7 @@ class ModelConfig:
                 "edge and that ramp: a sharp aperture starts sharp, an area-weighted one as the data show it; an "
                 "edge broader than the ramp (the object's scattering, the detector's blur) stays the ramp. auto: "
                 "measured where the mean pattern shows an even disk of the semi-angle (inside 3 times brighter "
-                "than a ring 2-4 px outside), else soft (docs/user-guide.md, 'The initial probe's aperture edge').")
+                "than a ring 2-4 px outside), else soft (docs/explanation/optimisers.md, 'The initial probe's aperture edge').")
     object_modes: int = _f(1, "Number of incoherent object modes.")
     slices: int = _f(1, "Number of object slices (multislice when > 1).")
     slice_thickness_A: float = _f(2.0, "Distance between slices in Å.")
@@ -206,16 +206,16 @@ class ModelConfig:
     init_from: str | None = _f(None, "A previous reconstruction whose object, probe and positions start this run "
                                      "(relative to the config file): ptyacc's results.h5, PtyRAD's HDF5, "
                                      "PtychoShelves' Niter*.mat or py4DSTEM's output, fitted to this run's pixel, "
-                                     "window, slices and modes (docs/coming-from-ptyrad.md, 'Starting from').")
+                                     "window, slices and modes (docs/how-to/coming-from-other-packages.md, 'Starting from').")
     probe_init: ProbeFileConfig | None = _f(None, "{path, key, pixel_m} of a probe file that starts the run "
-                                                  "(docs/user-guide.md, 'The X-ray probe').")
+                                                  "(docs/tutorials/xray-near-field.md, 'Far field').")
     background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
     probe_variation: int = _f(
         0, "A probe that varies across the scan (orthogonal probe relaxation): the number of eigen-probes by which "
            "the first probe mode may change from position to position, each position with its own weights "
            "(e.g. 2-4; a defocus that drifts, a beam current that fluctuates). 0: one probe for all positions "
-           "(docs/user-guide.md, 'A probe that varies').")
+           "(docs/how-to/varying-probe-and-scans.md, 'A probe that varies').")
     probe_variation_smoothing_A: float | Literal["auto"] | None = _f(
         "auto", "model.probe_variation: standard deviation in Å of the Gaussian over neighbouring positions by which "
                 "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "
@@ -223,7 +223,7 @@ class ModelConfig:
     detector_blur_px: float = _f(
         0.0, "The detector's point spread (charge sharing, scintillator): sigma in pixels of the patterns as prepared "
              "(after data.transform.bin) of a Gaussian that blurs every predicted pattern before the background and "
-             "the loss; the start value when optim.start.detector_blur is set. 0: none (docs/user-guide.md, 'Detector "
+             "the loss; the start value when optim.start.detector_blur is set. 0: none (docs/explanation/autos.md, 'Detector "
              "blur and gain').")
     tilt: Literal["global", "per_position"] = _f(
         "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
@@ -270,35 +270,35 @@ class OptimConfig:
     batch_size: int | Literal["auto"] = _f(
         32, "Global batch: positions per step, over all processes together. auto (what ptyacc init writes): every "
             "position in one step per iteration where data.transform.descan shifted the patterns (at most 2^24 pattern "
-            "pixels a step), else about an eighth of the positions, 4 to 256 (docs/user-guide.md, 'The batch size "
+            "pixels a step), else about an eighth of the positions, 4 to 256 (docs/explanation/autos.md, 'The batch size "
             "from the data').")
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["auto", "amplitude", "poisson"] = _f(
         "auto", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL (the model intensity plus 0.01 counts). "
                 "auto: poisson where the patterns are counts (whole numbers, none negative, in a sample of 128) "
                 "and the object may take the preconditioned step (optim.object_optimizer not adam, optim.lr.object "
-                "not given), amplitude otherwise (docs/user-guide.md, 'The loss').")
+                "not given), amplitude otherwise (docs/explanation/optimisers.md, 'The loss').")
     lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
     adam_beta2: float | Literal["auto"] = _f(
         "auto", "Adam's beta2 (second-moment decay; beta1 is 0.9) for every group. auto: 0.95 for a single-slice "
                 "object, whose last iterations then still improve it (PyTorch's 0.999 remembers the first, large "
                 "gradients and shrinks the late steps); 0.999 for multislice, where faster late steps move "
-                "structure between slices (docs/user-guide.md, 'Convergence and low-dose data').")
+                "structure between slices (benchmarks/records/2026-11-27-benchmarks.md, 'Convergence and low-dose data').")
     object_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the object is updated. adam: Adam, a step of optim.lr.object (rad) at every pixel. "
                 "preconditioned: the gradient divided by the probe's illumination of each pixel, the least-squares "
-                "step of ePIE and LSQML (optim.preconditioned_step; docs/user-guide.md, 'The object's and the "
+                "step of ePIE and LSQML (optim.preconditioned_step; docs/explanation/optimisers.md, 'The object's and the "
                 "probe's optimizer'). "
                 "auto: preconditioned (any number of slices, either loss), adam where optim.lr.object is given "
                 "another value than its default (0.01) and 0, or where the tilt is refined (optim.start.tilt: the "
-                "tilt was found with Adam's object step, docs/thick-crystals.md).")
+                "tilt was found with Adam's object step, docs/how-to/tilt-thickness-distortion.md).")
     preconditioned_step: float | Literal["auto"] = _f(
         "auto", "optim.object_optimizer: preconditioned: the step as a fraction of the least-squares step (1 "
                 "replaces each exit wave's amplitude by the measured one where the probe is); on several slices "
                 "each slice takes 1 / slices of it. Follows the cosine decay of the learning rates. auto: 0.4 for "
-                "the amplitude loss, 0.8 for the Poisson loss (docs/user-guide.md, 'The object's and the probe's "
+                "the amplitude loss, 0.8 for the Poisson loss (docs/explanation/optimisers.md, 'The object's and the probe's "
                 "optimizer'); 0.6 with the amplitude loss on several slices of a strongly scattering sample (more "
-                "than 4 % of the counts beyond the bright-field disk; docs/thick-crystals.md).")
+                "than 4 % of the counts beyond the bright-field disk; docs/how-to/tilt-thickness-distortion.md).")
     probe_optimizer: Literal["auto", "adam", "preconditioned"] = _f(
         "auto", "How the probe is updated. adam: Adam, a step of optim.lr.probe. preconditioned: the gradient "
                 "divided by the object's largest intensity (model.object_amplitude_bounds[1] squared), the "
@@ -316,7 +316,7 @@ class OptimConfig:
                 "positions) is at least this fraction of the illumination of the step's own positions, so that no "
                 "step goes beyond preconditioned_step / this times its batch's least-squares step: a guard for larger "
                 "steps and dense scans (costs about 0.2 ms a step on the demo). 0: off. auto: 0.25 on several "
-                "slices, 0 on one (docs/user-guide.md, 'The batch floor').")
+                "slices, 0 on one (docs/explanation/optimisers.md, 'The batch floor').")
     lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
                                        "1 keeps them constant.")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
@@ -377,7 +377,8 @@ class Config:
     tune: TuneConfig = _f(factory=TuneConfig, doc="The search of `ptyacc tune` (unused by `ptyacc run`).")
     scans: list[ScanConfig] | None = _f(
         None, "Several scans of one object (a focal series, a repeated scan): a list whose items hold data and "
-              "experiment keys that replace the top-level ones for that scan (docs/user-guide.md, 'Several scans').")
+              "experiment keys that replace the top-level ones for that scan (docs/how-to/varying-probe-and-scans.md, "
+              "'Several scans').")
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:

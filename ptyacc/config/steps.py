@@ -22,12 +22,12 @@ class LearningRates:
                             "probe_optimizer: auto choose adam.")
     positions: float = _f(0.1, "Position step size of Adam in pixels. A position's gradient comes once per iteration, "
                                "with its batch, and Adam's momentum carries it over the iteration's other steps: 0.1 "
-                               "corrects errors of a pixel or two in 20 iterations (docs/thick-crystals.md, scan "
-                               "distortion).")
+                               "corrects errors of a pixel or two in 20 iterations (docs/how-to/tilt-thickness-distortion.md, "
+                               "scan distortion).")
     detector: float = _f(1e-3, "Background and intensity-weight step size (relative to the mean pixel count and to 1).")
     tilt: float = _f(0.5, "Tilt step size of Adam in mrad. The tilt takes one step per batch: 0.5 brings a 2-3 mrad "
                           "mistilt of a thick crystal within 0.3 mrad in 40 iterations, 0.1 only to about 0.5 "
-                          "(docs/thick-crystals.md).")
+                          "(docs/how-to/tilt-thickness-distortion.md).")
     slice_thickness: float = _f(0.05, "Slice thickness step size, relative to model.slice_thickness_A.")
     scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
     probe_amplitude: float = _f(1e-2, "Step size of the main probe mode's amplitude at each position (relative to 1; "

@@ -50,7 +50,7 @@ class TuneParam:
 @dataclass
 class TuneConfig:
     """`ptyacc tune`: a search over config keys, each trial a short reconstruction scored by its
-    validation error (docs/user-guide.md, "Tuning defocus, thickness and learning rates")."""
+    validation error (docs/how-to/tune.md, "Tuning defocus, thickness and learning rates")."""
 
     trials: int = _f(30, "Trials of the study in all (finished or pruned; failed trials are run again). "
                          "Running the command again continues the study up to this number.")

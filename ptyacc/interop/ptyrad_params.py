@@ -305,7 +305,7 @@ def _loss_and_constraints(p: Params, out: Conversion) -> None:
     elif single.get("state"):
         out.set("optim.loss", "amplitude")
         out.notes.append("optim.loss: amplitude, PtyRAD's loss_single; ptyacc's default (auto) takes poisson for "
-                         "counted patterns, better at low dose (docs/coming-from-ptyrad.md)")
+                         "counted patterns, better at low dose (docs/how-to/coming-from-other-packages.md)")
         if single.get("dp_pow", 0.5) != 0.5:
             out.unmapped.append(("loss_params.loss_single.dp_pow", single["dp_pow"], "ptyacc's amplitude loss is on "
                                  "sqrt(I) (dp_pow 0.5)"))

@@ -125,7 +125,7 @@ def config_text(conversion: Conversion, params_path: Path) -> str:
     """The config as YAML: a header naming the params file, how values were derived, the config,
     then PtyRAD's settings without a counterpart, each with its value and why."""
     lines = [f"# ptyacc config from the PtyRAD params file {params_path}, written by `ptyacc init --from-ptyrad`;",
-             "# every key: docs/config-reference.md; the mapping: docs/coming-from-ptyrad.md"]
+             "# every key: docs/reference/config.md; the mapping: docs/how-to/coming-from-other-packages.md"]
     lines += [f"# {note}" for note in conversion.notes]
     lines.append(yaml.safe_dump(conversion.config, sort_keys=False, default_flow_style=None, width=120).rstrip())
     if conversion.unmapped:

@@ -30,7 +30,8 @@ EPS = 1e-8
 # Counts added to the model intensity in the Poisson loss: a pixel the model leaves dark where counts were measured
 # pulls with M / 0.01 at most instead of M / 1e-8. Without it the demo's first steps were so sensitive that 1 and 2
 # processes (apart by rounding, 1e-7) parted by 7.5e-2 after 8 iterations; with 0.01 they agree to 2.4e-6, and the
-# demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3: docs/user-guide.md).
+# demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3:
+# benchmarks/records/2026-11-27-benchmarks.md, 'The loss').
 POISSON_FLOOR = 0.01
 LOSS_KINDS = ("amplitude", "poisson")
 _CONSTANTS: dict[tuple, torch.Tensor] = {}  # ``_constant``'s

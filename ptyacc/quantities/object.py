@@ -45,5 +45,5 @@ class ObjectTransmission(ComplexField):
         self.transmission = nn.Parameter(torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous())
 
     # its group, made beside the optimizers that step it (``reconstruction/groups.py``): building it there keeps
-    # the run's path through groups.py in one visit (docs/architecture.md, "How the demo's data walk through it")
+    # the run's path through groups.py in one visit (docs/explanation/architecture.md, "How the demo's data walk through it")
     groups = object_groups

@@ -34,5 +34,5 @@ class Probe(ComplexField):
         self.modes = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
 
     # its group, made beside the optimizers that step it (``reconstruction/groups.py``): building it there keeps
-    # the run's path through groups.py in one visit (docs/architecture.md, "How the demo's data walk through it")
+    # the run's path through groups.py in one visit (docs/explanation/architecture.md, "How the demo's data walk through it")
     groups = probe_groups

@@ -40,7 +40,7 @@ the fitted background and intensity weights (``detector_fit.py``), a varying pro
 (``probe_variation.py``), the probes of several scans (``scans.py``), the detector's blur
 (``detector_blur.py``) and the descan's ramp on the exit waves (``descan_ramp.py``); a quantity
 defined elsewhere (a test, a notebook) registers its own factory, and nothing in the package
-changes (docs/architecture.md, "Adding a quantity").
+changes (docs/explanation/architecture.md, "Adding a quantity").
 """
 
 from __future__ import annotations

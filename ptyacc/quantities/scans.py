@@ -70,7 +70,7 @@ def check_scans_match(datas: list[PtychoData]) -> None:
             if abs(mine - theirs) > MATCH * abs(theirs):
                 raise ConfigError(f"scans[{number}]: {name} {mine:.6g} differs from scan 0's {theirs:.6g}; the scans of "
                                   "one object must share the wavelength, the object pixel and the pattern width "
-                                  "(docs/user-guide.md, 'Several scans')")
+                                  "(docs/how-to/varying-probe-and-scans.md, 'Several scans')")
         if data.radiation != first.radiation:
             raise ConfigError(f"scans[{number}]: radiation {data.radiation} differs from scan 0's {first.radiation}")
 

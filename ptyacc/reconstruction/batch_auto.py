@@ -8,7 +8,7 @@
   misfit into the object's low spatial frequencies: on the independent simulator's every-effect case (32 x 32
   raster, 3e4 counts, descan up to 0.7 px) 60 iterations at batch 128 reached a phase NCC of 0.934 coherent and
   0.833 partly coherent, one step per iteration 0.961 and 0.905; on the same case with the descan alone 0.364
-  against 0.925, with a noise-free dose 0.42 at batch 128 (docs/user-guide.md, "The batch size from the data").
+  against 0.925, with a noise-free dose 0.42 at batch 128 (docs/explanation/autos.md, "The batch size from the data").
 - Otherwise about an eighth of the positions, 4 to 256 (about 8 steps per iteration): what ``ptyacc init``
   wrote before this key had auto, with which low-dose data fit their noise less than at the schema's 32.
 """

@@ -171,7 +171,8 @@ def object_groups(quantity: nn.Module, config: Config, model: PtychoModel, prior
                            regularizer=regularizer, exact_projection=sigma == 0 and lateral_px == 0 and smoothing == 0,
                            lateral_blur_px=lateral_px, tv_smoothing=smoothing)
     if priors.probe_optimizer == "preconditioned":
-        # the probe's step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
+        # the probe's step assumes an object within the bound: held to it every step
+        # (docs/tutorials/xray-near-field.md, 'Far field: the starting probe')
         group.after_step = partial(clamp_amplitude, transmission, *bounds)
     if priors.optimizer == "preconditioned":
         group.lr = priors.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way

@@ -6,7 +6,7 @@ the config (the slice count) and, for ``tv_phase_smoothing`` on counted patterns
 
 - ``tv_phase_smoothing``: on several slices 0.001 scaled by the counted patterns' dose per object
   pixel (``dose_smoothing``; 0 where the patterns are not counts), one TV descent step after every iteration,
-  outside Adam, so that runs agree on any number of processes (docs/quality-grid.md, "The
+  outside Adam, so that runs agree on any number of processes (benchmarks/records/2026-11-27-quality-grid.md, "The
   multislice default": all 18 multislice grid points rise, median +0.0036; the MoS2 demo's 3
   slices +0.002 at every dose). 0 on one slice, where it costs the demo up to 0.001 at low dose.
 
@@ -14,7 +14,7 @@ the config (the slice count) and, for ``tv_phase_smoothing`` on counted patterns
   TV weight tried lowers the single-slice NCC at low dose (5e3 electrons: 0.8900 at 0, 0.8875 at 1,
   0.8748 at 3).
 - Several slices (``model.slices`` > 1): ``MULTISLICE``, a phase TV of weight 1 and a lateral blur
-  of 0.3 px. On the independent grid's 18 multislice points (docs/quality-grid.md, "A multislice
+  of 0.3 px. On the independent grid's 18 multislice points (benchmarks/records/2026-11-27-quality-grid.md, "A multislice
   prior") they raise ptyacc's zero-shift NCC on every point (median +0.004) and bring it level
   with or above tuned PtyRAD on 9 of them (8 with another seed) where the unregularised defaults
   are on none. On the MoS2 demo reconstructed with its 3 true slices they are level within the
@@ -24,7 +24,7 @@ the config (the slice count) and, for ``tv_phase_smoothing`` on counted patterns
   at 1e5: these are the values that held on every case.
 
 ``tv_phase`` and ``lateral_blur_px`` are not the default: with the phase TV the runs on 1 and 2 processes, and with and without
-``runtime.shard_object``, agree far less closely than the product's rule (docs/quality-grid.md,
+``runtime.shard_object``, agree far less closely than the product's rule (benchmarks/records/2026-11-27-quality-grid.md,
 "A multislice prior"): its gradient is rounding noise wherever the phase is flat, and Adam's
 normalised steps turn that noise into full-size steps.
 
@@ -72,9 +72,9 @@ def resolved_values(config: Config) -> dict[str, float]:
 
 def optimizer_choice(config: Config, group: str = "object") -> tuple[str, str]:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
-    or for ``auto`` preconditioned, on any number of slices and with either loss (docs/user-guide.md,
+    or for ``auto`` preconditioned, on any number of slices and with either loss (docs/explanation/optimisers.md,
     "The object's and the probe's optimizer"; until the TV smoothing step left data that are not counts
-    alone, Adam took multislice runs with the amplitude loss: docs/quality-grid.md, "Multislice data that
+    alone, Adam took multislice runs with the amplitude loss: benchmarks/records/2026-11-27-quality-grid.md, "Multislice data that
     are not counts"), and adam wherever the group's Adam step (``optim.lr.object`` or ``optim.lr.probe``)
     is given another value than its default and 0, and for both where the tilt is refined
     (``optim.start.tilt``: on a noise-free tilted crystal, 3, -2 mrad from 0 in 30 iterations, it came to
@@ -90,7 +90,8 @@ def optimizer_choice(config: Config, group: str = "object") -> tuple[str, str]:
     if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
         return "adam", f"optim.lr.{group} given"  # a config from before, a tuned step: Adam it is
     if config.optim.start.tilt is not None:
-        return "adam", "optim.start.tilt set"  # the tilt found the truth with Adam's steps only (docs/thick-crystals.md)
+        # the tilt found the truth with Adam's steps only (docs/how-to/tilt-thickness-distortion.md)
+        return "adam", "optim.start.tilt set"
     return "preconditioned", ""
 
 
@@ -105,7 +106,7 @@ class LeastSquares:
     of 1 the least-squares step (half for the amplitude loss, whose gradient is twice the exit wave's
     error; a quarter for the Poisson loss, whose curvature in the exit wave's amplitude is twice the
     amplitude loss's where the model meets the counts), and ``step``, ``optim.preconditioned_step``'s
-    auto value (measured: docs/user-guide.md, "The object's and the probe's optimizer")."""
+    auto value (measured: docs/explanation/optimisers.md, "The object's and the probe's optimizer")."""
 
     share: float
     step: float
@@ -159,7 +160,7 @@ def dose_smoothing(electrons_px: float) -> float:
     object pixel: ``MULTISLICE``'s 0.001 times sqrt(``SMOOTHING_ELECTRONS`` / electrons_px), the factor kept
     within ``SMOOTHING_FACTORS``. The noise in an object pixel falls as one over the square root of the
     electrons that reach it, and so did the step that suited the independent grid's multislice points
-    (docs/quality-grid.md, "The TV smoothing step from the dose"): about 2, 1 and 0.5 times 0.001 at 720,
+    (benchmarks/records/2026-11-27-quality-grid.md, "The TV smoothing step from the dose"): about 2, 1 and 0.5 times 0.001 at 720,
     2,900 and 14,000 electrons per pixel (110 mrad edge), 1 and 0.5 at 2,400 and 9,700 (60 mrad), where a
     step of 0.25 times it did no better at 48,000; the lower bound, 0.5, lost less on the MoS2 demo as
     3 slices at 25,000 (0.9858 against 0.9848 for 0.34)."""
@@ -191,7 +192,8 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
         if counts:
             electrons = electrons_per_pixel(mean_counts, data.dx_A, data.positions_A)
             smoothing, why = dose_smoothing(electrons), f"{electrons:.3g} electrons per object pixel"
-        else:  # the noise is not known: no prior (docs/quality-grid.md, "Multislice data that are not counts")
+        else:  # the noise is not known: no prior (benchmarks/records/2026-11-27-quality-grid.md, "Multislice data that are
+            # not counts")
             smoothing, why = 0.0, "patterns not counts"
         chosen["optim.regularize.tv_phase_smoothing"] = smoothing
         regularize = dataclasses.replace(regularize, tv_phase_smoothing=smoothing)
@@ -237,8 +239,9 @@ def dark_field_fraction(mean_pattern: torch.Tensor, wavelength_A: float, semiang
 STRONG_SCATTERING = 0.04
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (PtyRAD's obj_zblur std): on
 # abTEM's 39 A of SrTiO3 (10 slices, 12 x 12 scan, 40 iterations) it raised the phase NCC from 0.977 to 0.990
-# at 1e6 electrons untilted (docs/thick-crystals.md, 'Against PtyRAD on thick crystals'); on the grid's weakly
-# scattering multislice points a fixed 1 lost up to 0.003 at 1e5 (docs/quality-grid.md), so there it stays 0
+# at 1e6 electrons untilted (benchmarks/records/2026-11-27-thick-crystals.md, 'Against PtyRAD on thick crystals'); on the
+# grid's weakly scattering multislice points a fixed 1 lost up to 0.003 at 1e5 (benchmarks/records/2026-11-27-quality-grid.md),
+# so there it stays 0
 STRONG_DEPTH_BLUR = 1.0
 # optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): the crystal converges slower,
 # and in 40 iterations 0.6 raised its NCC on all four cases (untilted and 2.5 mrad tilted, 1e5 and 1e6
@@ -253,7 +256,7 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
     asked for); amplitude otherwise. On the grid's single-slice points
     Poisson is ahead of the amplitude loss at 5e3 to 1e6 electrons per pattern and level at 1e7, and
-    with the preconditioned object on 14 of the 18 multislice points (docs/quality-grid.md, "The
+    with the preconditioned object on 14 of the 18 multislice points (benchmarks/records/2026-11-27-quality-grid.md, "The
     loss under auto"); with Adam on several slices it lowered every multislice grid point."""
     if config.optim.loss != "auto":
         return config.optim.loss, []

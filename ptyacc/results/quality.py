@@ -1,5 +1,5 @@
 """How well a reconstruction matches a known phase: the figure the low-dose benchmark and the
-demo test report (docs/user-guide.md, 'Convergence and low-dose data')."""
+demo test report (benchmarks/records/2026-11-27-benchmarks.md, 'Convergence and low-dose data')."""
 
 from __future__ import annotations
 

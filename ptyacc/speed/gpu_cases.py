@@ -1,5 +1,5 @@
 """The scaling model on GPUs: the bytes a pattern moves, the GPU assumed, its step cost, and the
-speed-up tables of the reference cases that ``ptyacc predict`` prints (docs/scaling.md)."""
+speed-up tables of the reference cases that ``ptyacc predict`` prints (benchmarks/records/2026-11-27-scaling.md)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ XRAY_STEP_PX = 40.0  # 256 px windows, 85% linear overlap
 
 
 def reference_cases() -> list[tuple[str, Layout, tuple[int, ...]]]:
-    """(title, layout, batch sizes) of the two cases in docs/scaling.md."""
+    """(title, layout, batch sizes) of the two cases in benchmarks/records/2026-11-27-scaling.md."""
     electron = raster_layout((128, 128), ELECTRON_STEP_PX, 128, slices=8, probe_modes=4)
     xray = raster_layout((100, 100), XRAY_STEP_PX, 256, slices=1, probe_modes=4)
     return [("Electron multislice: 128 x 128 scan, 128 px patterns, 8 slices, 4 probe modes", electron, (32, 128)),
@@ -164,7 +164,7 @@ def sensitivity(layout: Layout, batch_size: int, gpu: GpuAssumption) -> str:
 
 
 def reference_tables(gpu: GpuAssumption | None = None) -> str:
-    """The prediction tables of docs/scaling.md (Markdown)."""
+    """The prediction tables of benchmarks/records/2026-11-27-scaling.md (Markdown)."""
     gpu = gpu or h100_assumption()
     parts = [f"GPU assumption: {gpu.name}; {gpu.source}."]
     for title, layout, batches in reference_cases():

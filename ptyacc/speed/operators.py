@@ -6,7 +6,7 @@ elements: the elementwise work whose cost grows with the batch) and the rest (sm
 cost on a GPU is the launch). Views and allocations are not operators here (no kernel runs).
 
 Counted with a ``TorchDispatchMode``, so the figures are the same on every machine and every run;
-tests/test_operators.py holds them for small cases and docs/performance.md lists the shipped ones.
+tests/test_operators.py holds them for small cases and benchmarks/records/2026-11-27-performance.md lists the shipped ones.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ derived from a stated assumption for a GPU), the bytes and collectives each step
 (worked out from the geometry alone: the whole object before issue 11's change, the footprint
 of each compact global batch after it) and a ``Link`` (latency and bandwidth; presets below,
 or measured here with gloo by ``scaling_check.measure_link``). ``scaling_check`` compares the
-model with real launches of ``ptyacc speedtest`` on this machine; docs/scaling.md has the tables.
+model with real launches of ``ptyacc speedtest`` on this machine; benchmarks/records/2026-11-27-scaling.md has the tables.
 """
 
 from __future__ import annotations

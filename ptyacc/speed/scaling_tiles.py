@@ -345,7 +345,7 @@ def versus_footprint_table(layout: Layout, batch_size: int, devices: tuple[int, 
 
 
 def split_tables(gpu: GpuAssumption | None = None) -> str:
-    """The tables of docs/scaling.md's section on ``runtime.shard_object`` (Markdown)."""
+    """The tables of benchmarks/records/2026-11-27-scaling.md's section on ``runtime.shard_object`` (Markdown)."""
     gpu = gpu or h100_assumption()
     parts = [f"Predictions, not measurements. {DEVICE_BYTES / GB:.0f} GB per GPU, {RESERVE_BYTES / GB:.0f} GB kept "
              f"free; positions fixed (halo margin 1 px); GPU assumption: {gpu.name}; N <= 8 on NVLink, more on "

@@ -12,7 +12,7 @@ on the CPU; across devices the FFT libraries (cuFFT against pocketfft/MKL) and t
 float32 sums (CUDA's ``index_add_`` accumulates with atomics) differ at float32 rounding,
 about 1e-7 relative per operation, and each iteration's steps carry those differences on. On the
 CPU, patterns changed by 1e-7 relative (float32 rounding) move this check's parameters by
-6e-7 relative after its 4 iterations (docs/multi-process.md, 'ptyacc selftest'): 1e-3 leaves
+6e-7 relative after its 4 iterations (docs/how-to/multi-gpu.md, 'ptyacc selftest'): 1e-3 leaves
 three orders of magnitude of room for rounding and still fails a device that computes
 something else (a wrong kernel, a lost imaginary part, a dropped pattern move the result by
 1e-2 and more). The problem starts from the soft-edged probe: ``probe_aperture_edge: auto``

@@ -1,7 +1,7 @@
 """What one reconstruction step asks of the host: the calls that would wait for a GPU (a
 host-device synchronisation) and the operators it dispatches (on a GPU, about one kernel launch
 each). On a GPU both decide the time of small problems; on a CPU neither costs much, so they are
-counted here, on any device, by watching the calls rather than timing them (docs/performance.md).
+counted here, on any device, by watching the calls rather than timing them (benchmarks/records/2026-11-27-performance.md).
 
 The count follows which tensors would live on the device: the model's parameters and buffers,
 the patterns held there, whatever is made from them or created with an explicit ``device=``, and
