@@ -22,6 +22,8 @@ def test_fall_share_is_the_last_windows_fall_over_the_whole_fall():
     assert fall_share(loss, 4) == pytest.approx(1.0)
     assert fall_share(loss, 5) is None  # not window + 1 iterations yet
     assert fall_share([3.0, 3.0, 3.5], 1) is None  # no fall at all: nothing to judge by
+    # a loss that rose first is measured from its highest value
+    assert fall_share([5.0, 8.0, 6.0, 4.0], 1) == pytest.approx((6.0 - 4.0) / (8.0 - 4.0))
     # an offset (the Poisson loss's counts' own likelihood) changes nothing
     assert fall_share([x - 1e6 for x in loss], 2) == pytest.approx(fall_share(loss, 2))
 
@@ -97,10 +99,11 @@ def _stopping_config(tmp_path) -> dict:
 
 
 def _first_met(loss: list[float], gain: float, window: int, first_judged: int) -> int:
-    """The first number of iterations done at which the last window fell by less than gain of the whole fall."""
+    """The first number of iterations done at which the last window fell by less than gain of the whole fall (from
+    the highest loss so far)."""
     for done in range(first_judged, len(loss) + 1):
         seen = np.asarray(loss[:done])
-        whole = seen[0] - seen[-1]
+        whole = seen.max() - seen[-1]
         if whole > 0 and (seen[-1 - window] - seen[-1]) < gain * whole:
             return done
     raise AssertionError("the rule was never met")

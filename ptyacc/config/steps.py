@@ -78,7 +78,7 @@ class StartIterations:
 
 # optim.iterations: auto runs at most this many iterations, and stops by optim.stop (gain AUTO_GAIN where not given)
 AUTO_ITERATIONS = 300
-AUTO_GAIN = 0.01
+AUTO_GAIN = 0.02
 
 
 @dataclass
@@ -88,11 +88,12 @@ class StopRule:
     the last quantity starts (optim.start) plus a window on."""
 
     gain: float | None = _f(
-        None, "Converged when the loss fell over the last `window` iterations by less than this fraction of its fall "
-              "since the first iteration (0.01: the last window gained less than 1 % of what the run gained). "
+        None, "Converged when the loss fell over the last `window` iterations by less than this fraction of its whole "
+              "fall (from its highest value; 0.02: the last window gained less than 2 % of what the run gained). "
               "The learning rates then fall to optim.lr_final_fraction over `final_iterations` iterations and the "
-              "run ends. null: run every one of optim.iterations (0.01 where optim.iterations is auto).")
-    window: int = _f(5, "Iterations over which the loss's last fall is measured.")
+              "run ends. null: run every one of optim.iterations (0.02 where optim.iterations is auto).")
+    window: int = _f(10, "Iterations over which the loss's last fall is measured (several: the loss of one iteration "
+                        "is noisy, of one window less so).")
     final_iterations: int = _f(
         5, "Iterations after convergence, over which the learning rates fall along a cosine from where the schedule "
            "had them to optim.lr_final_fraction (its last iterations are where a run gains its final detail).")

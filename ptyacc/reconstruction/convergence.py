@@ -2,7 +2,7 @@
 
 After each iteration the loss per pattern (summed over all processes, so every process holds the same
 number and decides alike: no collective of its own) is compared with the run's whole fall: converged when the
-last ``window`` iterations fell by less than ``gain`` of what the loss fell since the first iteration. The
+last ``window`` iterations fell by less than ``gain`` of what the loss fell since its highest value. The
 comparison is with the run's own fall, not the loss's value, because the Poisson loss carries an offset
 (the counts' own likelihood) that a relative change of the loss would hide the progress under.
 
@@ -34,11 +34,12 @@ def resolved_iterations(config: Config) -> tuple[Config, dict[str, float | int]]
 
 
 def fall_share(loss: list[float], window: int) -> float | None:
-    """The loss's fall over its last ``window`` iterations as a share of its fall since the first iteration;
-    None while there are not ``window`` + 1 iterations or the loss has not fallen at all (nothing to judge by)."""
+    """The loss's fall over its last ``window`` iterations as a share of its whole fall (from its highest value: a
+    loss may rise over the first iterations while the probe starts); None while there are not ``window`` + 1
+    iterations or the loss has not fallen at all (nothing to judge by)."""
     if len(loss) <= window:
         return None
-    whole = loss[0] - loss[-1]
+    whole = max(loss) - loss[-1]
     if not whole > 0:
         return None
     return (loss[-1 - window] - loss[-1]) / whole
@@ -81,7 +82,7 @@ class Convergence:
         self.schedule.finish(history.done, end)
         planned, history.iterations = history.iterations, end
         return (f"converged after {history.done} iterations (optim.stop.gain {self.gain:g}: the last {self.window} "
-                f"fell {max(share, 0.0):.3g} of the loss's fall since the first); "
+                f"fell {max(share, 0.0):.3g} of the loss's whole fall); "
                 + (f"the learning rates fall to optim.lr_final_fraction over {end - history.done} more, "
                    if end > history.done else "")
                 + f"ending after {end} of {planned}")
