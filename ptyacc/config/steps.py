@@ -95,8 +95,8 @@ class StopRule:
     window: int = _f(10, "Iterations over which the loss's last fall is measured (several: the loss of one iteration "
                         "is noisy, of one window less so).")
     final_iterations: int = _f(
-        5, "Iterations after convergence, over which the learning rates fall along a cosine from where the schedule "
-           "had them to optim.lr_final_fraction (its last iterations are where a run gains its final detail).")
+        10, "Iterations after convergence, over which the learning rates fall along a cosine from where the schedule "
+            "had them to optim.lr_final_fraction: a run gains its last detail as its steps shrink.")
 
     def _check(self, path: str) -> None:
         _require(self.gain is None or 0 < self.gain < 1, f"{path}.gain", f"must be in (0, 1) or null, got {self.gain}")
