@@ -93,7 +93,7 @@ def test_error_exit_code_from_a_real_process(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ptyacc.run", str(bad)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == ("ptyacc: error: optim.iteratons: unknown key (did you mean 'iterations'?); "
-                                   "allowed: iterations, batch_size, grouping, loss, lr, adam_beta2, object_optimizer, "
+                                   "allowed: iterations, stop, batch_size, grouping, loss, lr, adam_beta2, object_optimizer, "
                                    "preconditioned_step, probe_optimizer, preconditioned_probe_step, "
                                    "preconditioner_floor, preconditioner_batch_floor, lr_final_fraction, start, "
                                    "max_position_offset_fraction, on_nan, regularize, validation_fraction")

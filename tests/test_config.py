@@ -88,7 +88,7 @@ def test_reference_lists_every_key():
     flat = _leaf_keys(load_config(None).to_dict())
     missing = [key for key in flat if f"`{key}`" not in text]
     assert not missing
-    assert "| `optim.iterations` | int | `20` |" in text
+    assert "| `optim.iterations` | int or auto | `20` |" in text
 
 
 def _leaf_keys(tree, prefix=""):

@@ -4,6 +4,7 @@ schema's dataclasses: their docstrings, field types, defaults and docs."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from typing import Any, Literal, Union
@@ -39,7 +40,7 @@ def _reference(cls: type, default: Any, path: str, lines: list[str]) -> None:
         rows.append(f"| `{key}` | {_type_name(tp)} | `{_yaml_value(value)}` | {f.metadata['doc']} |")
     if rows:
         lines += [f"### `{path}`" if path else "### top level", "",
-                  (cls.__doc__ or "").strip(), "",
+                  inspect.cleandoc(cls.__doc__ or ""), "",
                   "| key | type | default | meaning |", "|---|---|---|---|", *rows, ""]
     for sub_cls, sub_default, key, _doc in nested:
         _reference(sub_cls, sub_default, key, lines)

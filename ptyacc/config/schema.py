@@ -25,7 +25,7 @@ from ptyacc.config.recenter import RecenterConfig
 from ptyacc.config.regularize import RegularizeConfig
 from ptyacc.config.running import OutputConfig, RuntimeConfig
 from ptyacc.config.scans import ScanConfig
-from ptyacc.config.steps import LearningRates, StartIterations
+from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS, LearningRates, StartIterations, StopRule
 from ptyacc.config.tune import TuneConfig
 from ptyacc.config.xray import ProbeFileConfig, XrayOpticsConfig
 from ptyacc.errors import ConfigError
@@ -266,7 +266,11 @@ class ModelConfig:
 class OptimConfig:
     """How the reconstruction is optimised."""
 
-    iterations: int = _f(20, "Passes over all positions (epochs).")
+    iterations: int | Literal["auto"] = _f(
+        20, f"Passes over all positions (epochs), at most: optim.stop may end the run earlier. auto: until the loss "
+            f"stops falling (optim.stop.gain, {AUTO_GAIN} where not given), at most {AUTO_ITERATIONS}.")
+    stop: StopRule = _f(factory=StopRule, doc="When the run has converged and ends before optim.iterations (off "
+                                              "unless optim.stop.gain is given or optim.iterations is auto).")
     batch_size: int | Literal["auto"] = _f(
         32, "Global batch: positions per step, over all processes together. auto (what ptyacc init writes): every "
             "position in one step per iteration where data.transform.descan shifted the patterns (at most 2^24 pattern "
@@ -338,7 +342,8 @@ class OptimConfig:
         return getattr(self.lr, group) not in (0.0, getattr(LearningRates(), group))
 
     def _check(self, path: str) -> None:
-        _require(self.iterations >= 1, f"{path}.iterations", f"must be >= 1, got {self.iterations}")
+        _require(self.iterations == "auto" or self.iterations >= 1, f"{path}.iterations",
+                 f"must be auto or >= 1, got {self.iterations}")
         _require(self.batch_size == "auto" or self.batch_size >= 1, f"{path}.batch_size",
                  f"must be auto or >= 1, got {self.batch_size}")
         _require(self.adam_beta2 == "auto" or 0 <= self.adam_beta2 < 1, f"{path}.adam_beta2",

@@ -1,5 +1,5 @@
-"""The ``optim.lr`` and ``optim.start`` sections: how large each quantity's Adam step is and from
-which iteration it is updated (their own module so that schema.py stays one screenful per section)."""
+"""The ``optim.lr``, ``optim.start`` and ``optim.stop`` sections: how large each quantity's Adam step is, from
+which iteration it is updated, and when a run has converged."""
 
 from __future__ import annotations
 
@@ -74,3 +74,31 @@ class StartIterations:
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")
+
+
+# optim.iterations: auto runs at most this many iterations, and stops by optim.stop (gain AUTO_GAIN where not given)
+AUTO_ITERATIONS = 300
+AUTO_GAIN = 0.02
+
+
+@dataclass
+class StopRule:
+    """When a run ends before optim.iterations: once its loss has stopped falling. Judged after every iteration
+    from the loss per pattern (all processes together, so every process decides alike), from the iteration after
+    the last quantity starts (optim.start) plus a window on."""
+
+    gain: float | None = _f(
+        None, "Converged when the loss fell over the last `window` iterations by less than this fraction of its whole "
+              "fall (from its highest value; 0.02: the last window gained less than 2 % of what the run gained). "
+              "The learning rates then fall to optim.lr_final_fraction over `final_iterations` iterations and the "
+              "run ends. null: run every one of optim.iterations (0.02 where optim.iterations is auto).")
+    window: int = _f(10, "Iterations over which the loss's last fall is measured (several: the loss of one iteration "
+                        "is noisy, of one window less so).")
+    final_iterations: int = _f(
+        10, "Iterations after convergence, over which the learning rates fall along a cosine from where the schedule "
+            "had them to optim.lr_final_fraction: a run gains its last detail as its steps shrink.")
+
+    def _check(self, path: str) -> None:
+        _require(self.gain is None or 0 < self.gain < 1, f"{path}.gain", f"must be in (0, 1) or null, got {self.gain}")
+        _require(self.window >= 1, f"{path}.window", f"must be >= 1, got {self.window}")
+        _require(self.final_iterations >= 0, f"{path}.final_iterations", f"must be >= 0, got {self.final_iterations}")

@@ -33,6 +33,7 @@ from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
 from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
+from ptyacc.reconstruction.convergence import Convergence, resolved_iterations
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
 from ptyacc.reconstruction.groups import build_groups, lr_factor
@@ -171,8 +172,9 @@ class Reconstructor:
         autos = resolve_autos(config, self.data, self.geometry.positions_px,
                               runtime_values(config, accelerator, self.data, self.store), sized,
                               not_counts == 0, peak, mean_counts, mean_pattern)
-        self.config = config = autos.config
-        self.texts["auto_values"] = yaml.safe_dump(autos.values)
+        config, iteration_values = resolved_iterations(autos.config)
+        self.config = config
+        self.texts["auto_values"] = yaml.safe_dump({**autos.values, **iteration_values})
         built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
@@ -202,6 +204,8 @@ class Reconstructor:
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history
+        self.convergence = Convergence.of(config, [g.start for g in self.groups if g.start is not None],
+                                          self.groups[0].schedule)  # one schedule serves every group
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data, self.started, self.closing if self.write else None)
@@ -248,12 +252,15 @@ class Reconstructor:
         if self.accelerator.device.type == "cpu" and self.store.holds_on_device:
             keep_freed_memory()
         with self.interrupt:
-            while self.history.done < self.config.optim.iterations:
+            while self.history.done < self.history.iterations:  # optim.iterations, or fewer once converged
                 loss, seconds = self._iteration(self.history.done)
                 traffic = self.exchange.take() if self.exchange is not None else None
                 if not self.guard.accept(loss, self.history):
                     continue
                 self.history.record(loss, seconds, traffic)
+                if self.convergence is not None and (said := self.convergence(self.history)):
+                    self.log.tell(said)
+                    self.saver.attrs["converged_after_iterations"] = self.convergence.converged_after
                 for hook in self.hooks:
                     hook(self.history)
         self.ran_until = time.perf_counter()

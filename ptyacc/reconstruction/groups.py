@@ -60,9 +60,22 @@ class LrSchedule:
     iterations: int
     final_fraction: float
     scale: float = 1.0
+    ends_from: int | None = None  # ``finish``: the iteration from which the rates fall to the end early
+    ends_from_factor: float = 1.0  # the cosine's factor there
 
     def factor(self, iteration: int) -> float:
-        return self.scale * lr_factor(iteration, self.iterations, self.final_fraction)
+        if self.ends_from is None:
+            return self.scale * lr_factor(iteration, self.iterations, self.final_fraction)
+        span = self.iterations - 1 - self.ends_from
+        along = (iteration - self.ends_from) / span if span > 0 else 1.0
+        return self.scale * (self.final_fraction + (self.ends_from_factor - self.final_fraction)
+                             * 0.5 * (1.0 + math.cos(math.pi * min(max(along, 0.0), 1.0))))
+
+    def finish(self, iteration: int, iterations: int) -> None:
+        """End after ``iterations`` instead: from ``iteration`` on the factor falls along a cosine from what it
+        would have been there to ``final_fraction`` at the new last iteration (``convergence.Convergence``)."""
+        self.ends_from_factor = lr_factor(iteration, self.iterations, self.final_fraction)
+        self.ends_from, self.iterations = iteration, iterations
 
 
 @dataclass

@@ -122,6 +122,7 @@ class Saver:
         self.tell = tell  # a message for the user, on the terminal and in run.log
         self.deviance: float | None = None
         self.deviance_scale: dict[str, float] = {}  # poisson_data_nll_per_pattern, counted_pixel_values_per_pattern
+        self.attrs: dict[str, float | int | str] = {}  # what the run adds to results.h5's attributes as it goes
 
     def save(self, history: History, figures: bool | None = None) -> Results:
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
@@ -131,6 +132,7 @@ class Saver:
         results.iteration_time_s = np.asarray(history.seconds)
         for name, values in (traffic_arrays(history.traffic) if history.traffic is not None else {}).items():
             setattr(results, name, values)
+        results.attrs.update(self.attrs)
         if self.deviance is not None:
             results.attrs["poisson_deviance"] = self.deviance
             results.attrs.update(self.deviance_scale)

@@ -1,0 +1,88 @@
+"""When a run has converged (``optim.stop``, ``optim.iterations: auto``): the rule, and what it changes.
+
+After each iteration the loss per pattern (summed over all processes, so every process holds the same
+number and decides alike: no collective of its own) is compared with the run's whole fall: converged when the
+last ``window`` iterations fell by less than ``gain`` of what the loss fell since its highest value. The
+comparison is with the run's own fall, not the loss's value, because the Poisson loss carries an offset
+(the counts' own likelihood) that a relative change of the loss would hide the progress under.
+
+Once converged, the learning rates fall along a cosine from where the schedule had them to
+``optim.lr_final_fraction`` over ``final_iterations`` iterations (``LrSchedule.finish``), then the run ends:
+a run cut off at full step keeps the noise of its last large steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ptyacc.config import Config
+from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS
+from ptyacc.reconstruction.history import History
+
+
+def resolved_iterations(config: Config) -> tuple[Config, dict[str, float | int]]:
+    """``config`` with ``optim.iterations: auto`` made the ceiling ``AUTO_ITERATIONS`` and the stop rule's gain
+    ``AUTO_GAIN`` where not given, and {key: value} of what auto became (empty when iterations is a number)."""
+    optim = config.optim
+    if optim.iterations != "auto":
+        return config, {}
+    gain = AUTO_GAIN if optim.stop.gain is None else optim.stop.gain
+    stop = dataclasses.replace(optim.stop, gain=gain)
+    values = {"optim.iterations": AUTO_ITERATIONS, **({"optim.stop.gain": gain} if optim.stop.gain is None else {})}
+    return dataclasses.replace(config, optim=dataclasses.replace(optim, iterations=AUTO_ITERATIONS, stop=stop)), values
+
+
+def fall_share(loss: list[float], window: int) -> float | None:
+    """The loss's fall over its last ``window`` iterations as a share of its whole fall (from its highest value: a
+    loss may rise over the first iterations while the probe starts); None while there are not ``window`` + 1
+    iterations or the loss has not fallen at all (nothing to judge by)."""
+    if len(loss) <= window:
+        return None
+    whole = max(loss) - loss[-1]
+    if not whole > 0:
+        return None
+    return (loss[-1 - window] - loss[-1]) / whole
+
+
+@dataclass
+class Convergence:
+    """The stop rule of one run. ``first_judged``: the number of iterations done from which it judges (after
+    every quantity has started and a window of its own: a loss that waits for the probe or the positions to
+    start is flat, not converged). ``schedule``: the run's ``LrSchedule``, shortened once converged."""
+
+    gain: float
+    window: int
+    final_iterations: int
+    first_judged: int
+    schedule: object  # LrSchedule (reconstruction/groups.py)
+    converged_after: int | None = None  # iterations done when the rule was met
+    share: float | None = None  # the fall share that met it
+
+    @classmethod
+    def of(cls, config: Config, starts: list[int], schedule) -> Convergence | None:
+        """The rule of ``config.optim.stop`` (None where it is off), judging from the latest of the groups'
+        ``starts`` (iterations, 0-based) on."""
+        stop = config.optim.stop
+        if stop.gain is None:
+            return None
+        return cls(stop.gain, stop.window, stop.final_iterations, max(starts, default=0) + 1 + stop.window, schedule)
+
+    def __call__(self, history: History) -> str | None:
+        """After an iteration is recorded, before the hooks: where the rule is met, end the run
+        ``final_iterations`` later (``history.iterations`` and the schedule shortened) and return the line
+        that says so; else None."""
+        if self.converged_after is not None or history.done < self.first_judged or history.done >= history.iterations:
+            return None
+        share = fall_share(history.loss, self.window)
+        if share is None or share >= self.gain:
+            return None
+        self.converged_after, self.share = history.done, share
+        end = min(history.iterations, history.done + self.final_iterations)
+        self.schedule.finish(history.done, end)
+        planned, history.iterations = history.iterations, end
+        return (f"converged after {history.done} iterations (optim.stop.gain {self.gain:g}: the last {self.window} "
+                f"fell {max(share, 0.0):.3g} of the loss's whole fall); "
+                + (f"the learning rates fall to optim.lr_final_fraction over {end - history.done} more, "
+                   if end > history.done else "")
+                + f"ending after {end} of {planned}")
