@@ -27,10 +27,13 @@ FILES = {  # name: the simulator's settings beyond BASE
     "random-24-rot9-df60": dict(scan_shape=(24, 24), defocus_A=60.0, scan_rotation_deg=9.0, seed=1),
     "random-32-rot-37-df-80-T": dict(scan_shape=(32, 32), defocus_A=-80.0, scan_rotation_deg=-37.0, transpose=True,
                                      seed=2),
-    "wse2-28-rot9-df180-partly": dict(scan_shape=(28, 28), defocus_A=180.0, scan_rotation_deg=9.0, sample="wse2",
-                                      source_size_A=0.3, focal_spread_A=20.0, gain_sigma=0.05, seed=3),
+    "wse2-28-rot9-df180-partly": dict(scan_shape=(28, 28), scan_step_A=1.0, defocus_A=180.0, scan_rotation_deg=9.0,
+                                      sample="wse2", source_size_A=0.3, focal_spread_A=20.0, gain_sigma=0.05, seed=3),
     "wse2-32-rot9-df120-fy": dict(scan_shape=(32, 32), defocus_A=120.0, scan_rotation_deg=9.0, sample="wse2",
                                   flip_y=True, seed=4),
+    # the parallax's images overlap too little (shifts of 11 of 28 steps) and the centre of mass is noise
+    "wse2-28-step0.4-df180-partly": dict(scan_shape=(28, 28), defocus_A=180.0, scan_rotation_deg=9.0, sample="wse2",
+                                         source_size_A=0.3, focal_spread_A=20.0, gain_sigma=0.05, seed=3),
 }
 
 
