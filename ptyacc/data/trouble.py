@@ -120,6 +120,6 @@ def warnings_said(warnings: list[str]) -> list[str]:
     it, so that run.log holds one such line per warning); none without warnings."""
     if not warnings:
         return []
-    keys = sorted({key for text in warnings for key in re.findall(r"(?:experiment|data|optim)\.[a-z_.]*[a-z]", text)})
+    keys = sorted({key for text in warnings for key in re.findall(r"(?:experiment|data|optim)\.[A-Za-z_.]*[A-Za-z]", text)})
     return [f"the run gave {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (above, and in results.h5's "
             f"warnings); the keys they name: {', '.join(keys)}"]
