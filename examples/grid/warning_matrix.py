@@ -31,6 +31,9 @@ FILES = {  # name: the simulator's settings beyond BASE
                                       sample="wse2", source_size_A=0.3, focal_spread_A=20.0, gain_sigma=0.05, seed=3),
     "wse2-32-rot9-df120-fy": dict(scan_shape=(32, 32), defocus_A=120.0, scan_rotation_deg=9.0, sample="wse2",
                                   flip_y=True, seed=4),
+    "wse2-28-rot9-df120-partly": dict(scan_shape=(28, 28), defocus_A=120.0, scan_rotation_deg=9.0, sample="wse2",
+                                      source_size_A=0.2, focal_spread_A=10.0, gain_sigma=0.05, seed=5),
+    "random-24-rot20-df60-1e3": dict(scan_shape=(24, 24), defocus_A=60.0, scan_rotation_deg=20.0, dose=1e3, seed=6),
     # the parallax's images overlap too little (shifts of 11 of 28 steps) and the centre of mass is noise
     "wse2-28-step0.4-df180-partly": dict(scan_shape=(28, 28), defocus_A=180.0, scan_rotation_deg=9.0, sample="wse2",
                                          source_size_A=0.3, focal_spread_A=20.0, gain_sigma=0.05, seed=3),
