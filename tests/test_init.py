@@ -24,7 +24,8 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     assert "# energy_eV: 80000   # from the file" in text
     assert "# calibration check: bright-field disk radius predicted 7.66 px" in text  # info's report, appended
     # the file's positions_A are its nominal raster: read as one, so the scan's autos apply
-    assert "positions_A are a raster of 24 x 24 positions, step 0.4 A" in text
+    assert "positions_A are a raster of 24 x 24 positions, step 0.4 A, turned 0.00 deg" in text
+    assert "scan.yaml: positions: the file's positions_A are a raster of 24 x 24" in result.output  # said, too
     config = yaml.safe_load(text)
     assert config["data"] == {"path": "scan.h5", "key": "patterns", "bad_pixels": "auto",
                               "transform": {"orientation": "auto", "descan": "auto"}}

@@ -87,9 +87,9 @@ def test_the_deviance_and_the_end_of_run_line():
     assert len(high) == 1 and high[0].startswith("warning:") and "experiment.defocus_A" in high[0]
     end = warnings_said(["warning: a: set experiment.defocus_A: auto", "warning: b: set data.transform.orientation: "
                                                                         "auto"])
-    assert end == ["the run gave 2 warnings (above, and in results.h5's warnings); the keys they name: "
+    assert end == ["at the end: 2 checks found trouble (said above, listed in results.h5); the keys to look at: "
                    "data.transform.orientation, experiment.defocus_A"]
-    assert "warning:" not in end[0] and warnings_said([]) == []
+    assert "warning" not in end[0] and warnings_said([]) == []
 
 
 @pytest.mark.slow
@@ -107,6 +107,6 @@ def test_a_run_says_its_warnings_in_run_log_results_and_on_two_processes(scan, t
         assert kept and all(text.startswith("warning:") for text in kept)
         assert len(marked) == len(kept)  # one run.log line per warning: a script counts them
         assert all(any(text in line for line in marked) for text in kept)
-        assert any(line.split(" ", 1)[1].startswith("the run gave") for line in log)
+        assert any(line.split(" ", 1)[1].startswith("at the end: ") for line in log)
     assert found[0][0] == found[1][0]
     assert np.abs(found[0][1] - found[1][1]).max() < 1e-4

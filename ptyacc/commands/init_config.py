@@ -96,6 +96,17 @@ def _dropped_lines(info: PatternsInfo, fit: RasterFit | None, raster: bool, turn
     return lines
 
 
+def terminal_notes(text: str) -> list[str]:
+    """The comments of a written config (with info's report) that the terminal must show too: how the
+    file's positions are read, a scan auto left out and why, and the warnings of the report."""
+    notes = []
+    for line in text.splitlines():
+        comment = line.strip().removeprefix("# ")
+        if comment.startswith(("positions: the file's", "warning:", "auto not applied:")) or " not auto: " in comment:
+            notes.append(comment)
+    return notes
+
+
 def _found_in_data_lines(turned: bool) -> list[str]:
     """What an electron dataset's own patterns say better than its attributes: bad pixels, descan and
     (a raster scan) the patterns' transpose/flip against the scan (README: "Real data")."""

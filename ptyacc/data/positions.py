@@ -85,7 +85,7 @@ class RasterFit:
     def describe(self) -> str:
         kind = "a raster" if self.exact else "a raster with jitter" if self.square else "a skewed or mirrored raster"
         return (f"{kind} of {self.scan_shape[0]} x {self.scan_shape[1]} positions, step {self.step_A:.4g} A, turned "
-                f"{self.rotation_deg:.2f} deg, rms {self.rms_A:.2g} A off the grid")
+                f"{round(self.rotation_deg, 2) + 0.0:.2f} deg, rms {self.rms_A:.2g} A off the grid")
 
 
 def raster_fit(positions_A: np.ndarray, scan_shape: tuple[int, int] | None = None) -> RasterFit | None:

@@ -116,10 +116,10 @@ def deviance_warning(deviance: float) -> list[str]:
 
 
 def warnings_said(warnings: list[str]) -> list[str]:
-    """The end of a run's line that recalls its warnings and the config keys they name (no "warning:" in
-    it, so that run.log holds one such line per warning); none without warnings."""
+    """The end of a run's line that recalls its warnings and the config keys they name (without the word
+    warning, so that run.log holds one line with it per warning); none without warnings."""
     if not warnings:
         return []
     keys = sorted({key for text in warnings for key in re.findall(r"(?:experiment|data|optim)\.[A-Za-z_.]*[A-Za-z]", text)})
-    return [f"the run gave {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (above, and in results.h5's "
-            f"warnings); the keys they name: {', '.join(keys)}"]
+    return [f"at the end: {len(warnings)} check{'s' if len(warnings) > 1 else ''} found trouble (said above, listed "
+            f"in results.h5); the keys to look at: {', '.join(keys)}"]
