@@ -46,6 +46,8 @@ class Measured:
 POSITIONS_SETTING = "experiment.positions.key"
 BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orientation: auto
 MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
+SIGN_WARNING = "warning: the data's bright-field parallax says the defocus has the opposite sign"  # sanity.py's
+OPPOSITE = ", the opposite sign to the"  # trouble.parallax_warnings's, which says the same
 
 
 def descan_left_to_model(config: Config) -> bool:
@@ -135,6 +137,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
         checks = calibration_checks(experiment, calibration, dx_A, source, prepare, prep.bin, shape[-1],
                                     every) if experiment.check_calibration else ()
+        if any(line.startswith(SIGN_WARNING) for line in checks):  # one warning for one wrong sign
+            focus = dataclasses.replace(focus, lines=tuple(line for line in focus.lines if OPPOSITE not in line))
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
