@@ -110,3 +110,17 @@ def test_a_run_says_its_warnings_in_run_log_results_and_on_two_processes(scan, t
         assert any(line.split(" ", 1)[1].startswith("at the end: ") for line in log)
     assert found[0][0] == found[1][0]
     assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
+
+
+def test_what_reaches_the_terminal():
+    """run.log's data lines that the terminal shows too: warnings, autos not applied, positions read as a raster."""
+    from types import SimpleNamespace
+
+    from ptyacc.results.runlog import data_lines
+
+    checks = ("warning: x: set experiment.defocus_A: auto", "auto not applied: experiment.defocus_A: why",
+              "positions: the 4 positions of f.h5:positions_A form a raster", "descan (data.transform.descan: auto)")
+    data = SimpleNamespace(source="f.h5", n_patterns=4, detector_px=8, dx_A=0.5, overrides=(), calibration={},
+                           checks=checks)
+    shown = {text: to_terminal for text, to_terminal in data_lines(data, (8, 8))}
+    assert [shown[text] for text in checks] == [True, True, True, False]
