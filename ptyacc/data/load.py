@@ -25,11 +25,12 @@ from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation, middle_block
 from ptyacc.data.parallax import MIN_SIDE, measure_parallax, stored_parallax
 from ptyacc.data.parallax_orientation import parallax_orientation
-from ptyacc.data.positions import raster_fit, raster_positions_A, turned_positions_A
+from ptyacc.data.positions import raster_positions_A, turned_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
 from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
+from ptyacc.data.stored_scan import raster_or_positions
 from ptyacc.data.trouble import com_warnings, parallax_warnings
 from ptyacc.errors import ConfigError, DataError
 
@@ -83,7 +84,11 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                 positions_path, experiment.positions.key, POSITIONS_SETTING)
             named = f"{positions_path}:{experiment.positions.key}", array
         facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
-        experiment, facts, scan_shape, read_as = _raster_or_positions(config, experiment, facts)
+        needs = [key for key, asked in (
+            ("experiment.scan_rotation_deg", experiment.scan_rotation_deg == "auto"),
+            ("data.transform.orientation", data.transform.orientation == "auto" and BASIS not in info.attrs),
+            ("experiment.defocus_A", experiment.defocus_A == "auto")) if asked]
+        experiment, facts, scan_shape, read_as = raster_or_positions(experiment, facts, data.scan_shape, needs)
         defocus_auto = experiment.defocus_A == "auto"
         if defocus_auto:  # the nominal value from the file or aberrations.C10
             experiment = dataclasses.replace(experiment, defocus_A=None)
@@ -142,7 +147,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
-                                 checks=read_as.lines + bad.lines + turned.lines + descan.lines + focus.lines
+                                 checks=read_as + bad.lines + turned.lines + descan.lines + focus.lines
                                  + tuple(checks),
                                  detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
                                  hold=choice, streamed=streamed,
@@ -193,55 +198,6 @@ def _without_bad_pixels(data, source, file_mask: np.ndarray | None, n_patterns: 
     the bad pixels found in the data; and what to report."""
     bad, line = measure_bad_pixels(source, n_patterns, source.info.background if data.subtract_background else None)
     return good_pixels(file_mask, bad), Measured((line,), bad.arrays())
-
-
-def _raster_or_positions(config: Config, experiment, facts: SourceFacts):
-    """Where the run would take the file's own positions (or those ``experiment.positions`` names) and an auto
-    needs the scan (``experiment.scan_rotation_deg``, ``data.transform.orientation`` without basis vectors,
-    ``experiment.defocus_A``): positions that form the nominal raster (``positions.raster_fit``) are read as
-    that raster (its shape and step; a rotation given turns it on from the raster's own); others are kept,
-    and where they form a raster with jitter its shape is given to the parallax. The experiment, the source's
-    facts and the data.scan_shape to calibrate with, and what to report (for the terminal too)."""
-    scan_shape = config.data.scan_shape
-    needs = [key for key, asked in (
-        ("experiment.scan_rotation_deg", experiment.scan_rotation_deg == "auto"),
-        ("data.transform.orientation", config.data.transform.orientation == "auto" and BASIS not in facts.attrs),
-        ("experiment.defocus_A", experiment.defocus_A == "auto")) if asked]
-    if facts.named_positions is not None:
-        where, given = facts.named_positions
-    elif facts.positions_A is not None and experiment.scan_step_A is None and "scan_step_A" not in facts.attrs:
-        where, given = f"{facts.name}:positions_A", facts.positions_A
-    else:
-        return experiment, facts, scan_shape, Measured()
-    given = np.asarray(given, dtype=np.float64)
-    if not needs or experiment.radiation != "electron" or given.shape != (facts.n_patterns, 2):
-        return experiment, facts, scan_shape, Measured()  # nothing to measure; calibrate checks the array
-    hint = tuple(scan_shape) if scan_shape else facts.scan_shape
-    fit = raster_fit(given, hint)
-    if fit is not None and hint not in (None, fit.scan_shape):
-        fit = None
-    asked = ", ".join(f"{key}: auto" for key in needs)
-    if fit is not None and fit.exact:
-        rotation = experiment.scan_rotation_deg
-        if rotation != "auto":
-            rotation = (rotation + fit.rotation_deg + 180.0) % 360.0 - 180.0
-        experiment = dataclasses.replace(experiment, scan_step_A=fit.step_A, scan_rotation_deg=rotation,
-                                         positions="raster")
-        facts = dataclasses.replace(facts, attrs=dict(facts.attrs, scan_shape=np.array(fit.scan_shape)),
-                                    positions_A=None, named_positions=None)
-        return experiment, facts, scan_shape, Measured((
-            f"positions: the {len(given)} positions of {where} form {fit.describe()}: read as that raster "
-            f"(data.scan_shape {list(fit.scan_shape)}, experiment.scan_step_A {fit.step_A:.6g}), on which {asked} "
-            "are measured; the object comes out in the raster's frame",))
-    facts = dataclasses.replace(facts, named_positions=(where, given))
-    grid = fit is not None and fit.square
-    kept = [f"{key}: auto measured at them" for key in needs if key != "experiment.defocus_A"]
-    if "experiment.defocus_A" in needs:
-        kept.append("experiment.defocus_A: auto measured on the grid of their raster" if grid else
-                    "experiment.defocus_A: auto not measured (the parallax needs positions on a raster's grid)")
-    line = (f"positions: the {len(given)} positions of {where} are {fit.describe() if fit else 'no raster'}: kept as "
-            f"they are ({'; '.join(kept)}; a scan rotation turns them about their centre)")
-    return experiment, facts, list(fit.scan_shape) if grid and not scan_shape else scan_shape, Measured((line,))
 
 
 def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
