@@ -51,7 +51,7 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     raster = info.positions_A is None or (fit is not None and fit.exact)
     if fit is not None and fit.exact and info.scan_shape is None and "scan_step_A" in info.attrs:
         lines.append(f"  scan_shape: {list(fit.scan_shape)}   # the raster the file's positions_A form")
-    side = min(fit.scan_shape) if fit is not None and fit.square else min(info.scan_shape or (0, 0))
+    side = min(fit.scan_shape) if fit is not None else min(info.scan_shape or (0, 0))
     turned = not xray and (side >= MIN_RASTER or not raster and n >= MIN_RASTER * MIN_RASTER)
     parallax = not xray and side >= MIN_SIDE
     measured = not raster and "scan_step_A" in info.attrs

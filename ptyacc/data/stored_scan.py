@@ -51,7 +51,7 @@ def raster_or_positions(experiment: ExperimentConfig, facts: SourceFacts, scan_s
             f"(data.scan_shape {list(fit.scan_shape)}, experiment.scan_step_A {fit.step_A:.6g}), on which {asked} "
             "are measured; the object comes out in the raster's frame",)
     facts = dataclasses.replace(facts, named_positions=(where, given))
-    grid = fit is not None and fit.square
+    grid = fit is not None  # any raster's grid, skewed or mirrored too: the parallax fits a linear map
     kept = [f"{key}: auto measured at them" for key in needs if key != "experiment.defocus_A"]
     if "experiment.defocus_A" in needs:
         kept.append("experiment.defocus_A: auto measured on the grid of their raster" if grid else
