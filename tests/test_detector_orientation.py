@@ -10,7 +10,7 @@ import pytest
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.orientation import FLAGS, centres_of_mass, orientation_from_com
-from ptyacc.errors import ConfigError, DataError
+from ptyacc.errors import DataError
 
 SIDE = 40
 
@@ -67,7 +67,11 @@ def test_auto_through_load_data_puts_the_probes_where_they_were(grid_simulator, 
     typed = load_data(load_config(config))
     assert typed.calibration["scan_rotation_deg"] == (-10.0, "config")
     assert list(typed.detector["orientation_flags"]) == [True, False, False]
-    # positions from the file: no raster to judge the field on
+    # the positions the file stores (its nominal raster) are read as that raster: the same rotation is found
     config["experiment"] = {"scan_rotation_deg": "auto", "positions": {"key": "positions_A"}}
-    with pytest.raises(ConfigError, match="need a raster scan"):
-        load_data(load_config(config))
+    stored = load_data(load_config(config))
+    assert stored.calibration["scan_rotation_deg"][0] == pytest.approx(-12.0, abs=0.5)
+    moved = stored.positions_A - stored.positions_A.mean(0)
+    assert np.abs(moved - (truth - truth.mean(0))).max() < 0.1
+    assert any(line.startswith(f"positions: the {SIDE * SIDE} positions") and "read as that raster" in line
+               for line in stored.checks)

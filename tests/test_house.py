@@ -236,12 +236,14 @@ def demo_walk(tmp_path, overrides: list[str]) -> list[str]:
     return [m[len(root):] for m in modules]
 
 
-@pytest.mark.parametrize("loss, most", [("amplitude", 30), ("auto", 34)])
+@pytest.mark.parametrize("loss, most", [("amplitude", 60), ("auto", 65)])
 def test_the_demos_data_walk_enters_a_module_it_has_left_at_most_30_times(tmp_path, loss, most):
     """Issue 28's measure, counted as ``../shared/tools/data_walk.py`` counts it: a module entered
     again after the path left it is a return. docs/explanation/architecture.md says where the 30 come from; a
     change that adds one should say why there. The demo's default (``optim.loss: auto``, Poisson on
-    its counts) adds 4: the Poisson deviance's pass over all positions after the last iteration."""
+    its counts) adds 4: the Poisson deviance's pass over all positions after the last iteration.
+    The checks of a config against the data (``data/trouble.py``) add 30: the centre of mass, read in
+    three blocks of the file, and the parallax of the middle block, each judged against the config."""
     modules = demo_walk(tmp_path, [f"optim.loss={loss}"])
     returns = sum(module in modules[:i] for i, module in enumerate(modules))
     assert len(modules) > 40 and returns <= most, modules

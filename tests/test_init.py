@@ -21,12 +21,16 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "scan.yaml: ready: ptyacc run scan.yaml" in result.output
     text = (tmp_path / "scan.yaml").read_text()
-    assert "# energy_eV: 80000   # from the file" in text and "positions: {key: positions_A}" in text
+    assert "# energy_eV: 80000   # from the file" in text
     assert "# calibration check: bright-field disk radius predicted 7.66 px" in text  # info's report, appended
+    # the file's positions_A are its nominal raster: read as one, so the scan's autos apply
+    assert "positions_A are a raster of 24 x 24 positions, step 0.4 A, turned 0.00 deg" in text
+    assert "scan.yaml: positions: the file's positions_A are a raster of 24 x 24" in result.output  # said, too
     config = yaml.safe_load(text)
     assert config["data"] == {"path": "scan.h5", "key": "patterns", "bad_pixels": "auto",
-                              "transform": {"descan": "auto"}} and config["optim"]["batch_size"] == "auto"
-    assert "scan_rotation_deg" not in config["experiment"]  # the file's measured positions: no raster to turn
+                              "transform": {"orientation": "auto", "descan": "auto"}}
+    assert config["optim"]["batch_size"] == "auto" and "positions" not in config["experiment"]
+    assert config["experiment"]["scan_rotation_deg"] == "auto" and config["experiment"]["defocus_A"] == "auto"
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", "optim.iterations=1",
                                    "--set", "output.figures=false"])
     assert run.exit_code == 0, run.output

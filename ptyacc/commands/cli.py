@@ -159,7 +159,7 @@ def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, out
     """Write a commented config for DATA_FILE, filled with what the file says (calibration,
     positions, shape, a suggested batch), or from a PtyRAD params file (--from-ptyrad), ending
     with what `ptyacc info` derives from it."""
-    from ptyacc.commands.init_config import from_ptyrad, init_config, report
+    from ptyacc.commands.init_config import from_ptyrad, init_config, report, terminal_notes
     from ptyacc.results.outdir import write_text
 
     if (data_file is None) == (ptyrad_params is None):
@@ -173,6 +173,8 @@ def init(data_file: str | None, ptyrad_params: str | None, adam_steps: bool, out
     found = report(path)
     write_text(path, text + "\n# ptyacc info:\n" + "\n".join(found) + "\n")
     ready = not found[0].startswith("# not ready")
+    for note in terminal_notes(text + "\n".join(found)):
+        click.echo(f"{path}: {note}")
     click.echo(f"{path}: " + ("ready: ptyacc run " + str(path) if ready else found[0][2:] + "; fill in the NEEDED keys"))
 
 

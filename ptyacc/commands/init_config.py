@@ -13,6 +13,7 @@ import numpy as np
 
 from ptyacc.data.load import MIN_RASTER
 from ptyacc.data.parallax import MIN_SIDE
+from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
 from ptyacc.errors import ConfigError, PtyaccError
@@ -46,15 +47,23 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
         lines.append("  scan_shape: null   # NEEDED: [slow, fast] of the raster scan")
     if kx > 256:
         lines.append(f"  # transform: {{bin: 2}}   # {kx} px patterns: binning halves the window and quarters the time")
-    measured = info.positions_A is not None and "scan_step_A" in info.attrs
-    turned = not xray and info.positions_A is None and min(info.scan_shape or (0, 0)) >= MIN_RASTER
+    fit = None if xray or info.positions_A is None else raster_fit(np.asarray(info.positions_A), info.scan_shape)
+    raster = info.positions_A is None or (fit is not None and fit.exact)
+    if fit is not None and fit.exact and info.scan_shape is None and "scan_step_A" in info.attrs:
+        lines.append(f"  scan_shape: {list(fit.scan_shape)}   # the raster the file's positions_A form")
+    side = min(fit.scan_shape) if fit is not None else min(info.scan_shape or (0, 0))
+    turned = not xray and (side >= MIN_RASTER or not raster and n >= MIN_RASTER * MIN_RASTER)
+    parallax = not xray and side >= MIN_SIDE
+    measured = not raster and "scan_step_A" in info.attrs
     if not xray:
         lines += _found_in_data_lines(turned)
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
-    parallax = not xray and info.positions_A is None and min(info.scan_shape or (0, 0)) >= MIN_SIDE
     lines += _calibration_lines(info, xray, parallax)
     if turned:
-        lines.append("  scan_rotation_deg: auto   # from the patterns' centre of mass (0 = scan along the detector)")
+        lines.append("  scan_rotation_deg: auto   # from the patterns' centre of mass (0 = scan along the detector)"
+                     + ("" if raster else "; turns the file's positions about their centre"))
+    if not xray and (info.positions_A is not None or info.scan_shape is not None):  # else the scan is NEEDED first
+        lines += _dropped_lines(info, fit, raster, turned, parallax)
     if measured:
         lines.append("  positions: {key: positions_A}   # the file's measured positions, not a raster")
     carried = probe_key(data_path)
@@ -69,6 +78,33 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
         lines.append("  start: {detector_blur: 0}   # the detector's blur (model.detector_blur_px) refined from none")
     lines += ["output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
+
+
+def _dropped_lines(info: PatternsInfo, fit: RasterFit | None, raster: bool, turned: bool, parallax: bool) -> list[str]:
+    """Comments saying how the file's positions are read and which scan autos are left out, and why."""
+    lines = []
+    if info.positions_A is not None:
+        how = ("read as that raster, which the autos need" if raster else
+               "kept as measured; the autos are measured at them")
+        lines.append(f"  # positions: the file's positions_A are {fit.describe() if fit else 'no raster'}: {how}")
+    if not turned:
+        lines.append("  # scan_rotation_deg and data.transform.orientation not auto: the centre of mass needs a scan "
+                     f"of at least {MIN_RASTER} x {MIN_RASTER} positions")
+    if not parallax:
+        lines.append("  # defocus_A not auto: the bright-field parallax needs positions on a raster's grid of at least "
+                     f"{MIN_SIDE} x {MIN_SIDE}")
+    return lines
+
+
+def terminal_notes(text: str) -> list[str]:
+    """The comments of a written config (with info's report) that the terminal must show too: how the
+    file's positions are read, a scan auto left out and why, and the warnings of the report."""
+    notes = []
+    for line in text.splitlines():
+        comment = line.strip().removeprefix("# ")
+        if comment.startswith(("positions: the file's", "warning:", "auto not applied:")) or " not auto: " in comment:
+            notes.append(comment)
+    return notes
 
 
 def _found_in_data_lines(turned: bool) -> list[str]:

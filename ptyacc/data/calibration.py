@@ -27,7 +27,7 @@ import numpy as np
 
 from ptyacc.config import ExperimentConfig
 from ptyacc.data.formats.common import scan_shape_attribute
-from ptyacc.data.positions import raster_positions_A
+from ptyacc.data.positions import raster_positions_A, turned_positions_A
 from ptyacc.data.sampling import object_sampling
 from ptyacc.errors import ConfigError, DataError
 from ptyacc.physics import wavelength_A
@@ -300,8 +300,9 @@ def _file_number(source: SourceFacts, name: str, key: str | None = None) -> floa
 def probe_positions(source: SourceFacts, scan_shape: list[int] | None, scan_step_A: float | None,
                     rotation_deg: float = 0.0) -> np.ndarray:
     """(N, 2) probe centres (y, x) in Å of ``source``: the dataset ``experiment.positions`` names;
-    the file's own positions when it has them and no scan step is given; else a raster of
-    ``data.scan_shape`` (``scan_shape``, checked against the patterns by the caller) or the file's."""
+    the file's own positions when it has them and no scan step is given (either turned about their
+    centre by ``rotation_deg``); else a raster of ``data.scan_shape`` (``scan_shape``, checked
+    against the patterns by the caller) or the file's, turned by ``rotation_deg``."""
     n = source.n_patterns
     if source.named_positions is not None:
         where, positions = source.named_positions
@@ -312,9 +313,9 @@ def probe_positions(source: SourceFacts, scan_shape: list[int] | None, scan_step
             raise DataError(f"{where}: {len(positions)} positions for {n} patterns")
         if not np.isfinite(positions).all():
             raise DataError(f"{where}: positions contain NaN or Inf")
-        return positions
+        return turned_positions_A(positions, rotation_deg)
     if source.positions_A is not None and scan_step_A is None:
-        return np.asarray(source.positions_A, dtype=np.float64)
+        return turned_positions_A(np.asarray(source.positions_A, dtype=np.float64), rotation_deg)
     raster = _raster_scan_shape(source, scan_shape)
     if scan_step_A is None:
         raise ConfigError("experiment.scan_step_A: needed for raster positions, and the data file has no "

@@ -23,13 +23,15 @@ from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation, middle_block
-from ptyacc.data.parallax import measure_parallax, stored_parallax
+from ptyacc.data.parallax import MIN_SIDE, measure_parallax, stored_parallax
 from ptyacc.data.parallax_orientation import parallax_orientation
-from ptyacc.data.positions import raster_positions_A
+from ptyacc.data.positions import raster_positions_A, turned_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
 from ptyacc.data.readers import open_patterns, read_hdf5_array
 from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
+from ptyacc.data.stored_scan import raster_or_positions
+from ptyacc.data.trouble import com_warnings, parallax_warnings
 from ptyacc.errors import ConfigError, DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
@@ -45,6 +47,8 @@ class Measured:
 POSITIONS_SETTING = "experiment.positions.key"
 BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orientation: auto
 MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
+SIGN_WARNING = "warning: the data's bright-field parallax says the defocus has the opposite sign"  # sanity.py's
+OPPOSITE = ", the opposite sign to the"  # trouble.parallax_warnings's, which says the same
 
 
 def descan_left_to_model(config: Config) -> bool:
@@ -80,12 +84,17 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                 positions_path, experiment.positions.key, POSITIONS_SETTING)
             named = f"{positions_path}:{experiment.positions.key}", array
         facts = SourceFacts(name, info.shape, info.attrs, info.positions_A, named)
+        needs = [key for key, asked in (
+            ("experiment.scan_rotation_deg", experiment.scan_rotation_deg == "auto"),
+            ("data.transform.orientation", data.transform.orientation == "auto" and BASIS not in info.attrs),
+            ("experiment.defocus_A", experiment.defocus_A == "auto")) if asked]
+        experiment, facts, scan_shape, read_as = raster_or_positions(experiment, facts, data.scan_shape, needs)
         defocus_auto = experiment.defocus_A == "auto"
         if defocus_auto:  # the nominal value from the file or aberrations.C10
             experiment = dataclasses.replace(experiment, defocus_A=None)
         rotation_auto = experiment.scan_rotation_deg == "auto"
         calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
-                                facts, data.scan_shape)
+                                facts, scan_shape)
         file_mask, bad, gain = info.mask if data.use_mask else None, Measured(), None
         if data.flat_field is not None:  # its pixels without a usable gain are left out, as bad ones
             gain, usable = read_flat_field(config.resolve_input(data.flat_field), data.flat_field_key, info.shape[-2:])
@@ -98,8 +107,11 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             experiment, transform, turned = _oriented(experiment, transform, source, calibration, file_mask,
                                                       info.background if data.subtract_background else None,
                                                       defocus_auto)
-            calibration = calibrate(experiment, facts, data.scan_shape)
+            calibration = calibrate(experiment, facts, scan_shape)
             calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
+        elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
+            turned = _orientation_checked(experiment, transform, source, calibration, file_mask,
+                                          info.background if data.subtract_background else None)
         prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
         shape = prep.shape
         prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
@@ -108,7 +120,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         radius_px = None
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
             radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
-            calibration = calibrate(experiment, facts, data.scan_shape, bright_field_radius_px=radius_px)
+            calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
         dx_A = prep.object_pixel_A(calibration.stored_dx_A)
         reopen, descan = (lambda: open_patterns(path, info.key, **options)), Measured()
         if data.transform.descan == "auto":
@@ -117,19 +129,26 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         focus, nominal = Measured(), calibration.aberrations
         if defocus_auto:
             depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
-            experiment, calibration, focus = _with_parallax(experiment, calibration, facts, data.scan_shape, radius_px,
+            experiment, calibration, focus = _with_parallax(experiment, calibration, facts, scan_shape, radius_px,
                                                             (source, prepare, mask, dx_A, shape[-1]), rotation_auto,
-                                                            turned.arrays.get("orientation_skew"), depth_A)
+                                                            turned.arrays.get("orientation_skew"), depth_A,
+                                                            data.transform.orientation == "auto")
+        elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
+            focus = _parallax_checked(experiment, calibration, (source, prepare, mask, dx_A, shape[-1]),
+                                      rotation_auto, data.transform.orientation == "auto")
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, source, rows, prepare, shape, len(calibration.positions_A),
                                                    device, reopen)
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
         checks = calibration_checks(experiment, calibration, dx_A, source, prepare, prep.bin, shape[-1],
                                     every) if experiment.check_calibration else ()
+        if any(line.startswith(SIGN_WARNING) for line in checks):  # one warning for one wrong sign
+            focus = dataclasses.replace(focus, lines=tuple(line for line in focus.lines if OPPOSITE not in line))
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
-                                 checks=bad.lines + turned.lines + descan.lines + focus.lines + tuple(checks),
+                                 checks=read_as + bad.lines + turned.lines + descan.lines + focus.lines
+                                 + tuple(checks),
                                  detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
                                  hold=choice, streamed=streamed,
                                  autos=_resolved(config, experiment, prep, nominal, calibration.aberrations,
@@ -185,59 +204,66 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
               background: np.ndarray | None, defocus_auto: bool = False):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
     without basis vectors: the experiment and transform with the rotation and flags measured from
-    the centre of mass of the stored patterns (``orientation.py``), and what to report. Where a
-    defocus is known (given, or the nominal one of ``defocus_auto``) the flags and rotation are the
-    parallax's where it tells them (``_parallax_oriented``); else, with ``defocus_auto``, the flags are
-    turned by 180 degrees where the centre of mass could hardly tell them from those
-    (``_turned_by_parallax``)."""
+    the centre of mass of the stored patterns (``orientation.py``; on the raster's grid, or, for
+    positions that are no raster, at the positions, whose rotation then turns them about their centre),
+    and what to report. Where a defocus is known (given, or the nominal one of ``defocus_auto``) the
+    flags and rotation are the parallax's where it tells them (``_parallax_oriented``); else, with
+    ``defocus_auto``, the flags are turned by 180 degrees where the centre of mass could hardly tell
+    them from those (``_turned_by_parallax``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
-    if shape is None or step is None or not np.allclose(calibration.positions_A, raster_positions_A(shape, step, given)):
-        raise ConfigError("experiment.scan_rotation_deg: auto and data.transform.orientation: auto (from the data) need "
-                          "a raster scan (data.scan_shape and experiment.scan_step_A): the centre of mass is judged on "
-                          f"the raster's grid, and {source.path} gives its own positions; set them by hand")
-    if min(shape) < MIN_RASTER:
+    raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
+                                                                    raster_positions_A(shape, step, given))
+    # the scan's own frame: the raster's grid, or the positions as read (the calibration's are turned by ``given``)
+    base = raster_positions_A(shape, step, 0.0) if raster else turned_positions_A(calibration.positions_A, -given)
+    if raster and min(shape) < MIN_RASTER or not raster and len(base) < MIN_RASTER * MIN_RASTER:
         raise DataError(f"{source.path}: data.transform.orientation: auto needs the detector's basis_vectors (CXI), and "
-                        f"experiment.scan_rotation_deg: auto or orientation from the data a raster of at least "
-                        f"{MIN_RASTER} x {MIN_RASTER} positions, found {shape[0]} x {shape[1]}; set them by hand")
+                        f"experiment.scan_rotation_deg: auto or orientation from the data a scan of at least "
+                        f"{MIN_RASTER} x {MIN_RASTER} positions, found {len(base)}; set them by hand")
     fixed = None
     if transform.orientation == "manual":
         fixed = (transform.transpose, transform.flip_y, transform.flip_x)
     elif BASIS in source.info.attrs:
         fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
-    found, line = measure_orientation(source, shape, file_mask, background, fixed, given)
+    found, line = measure_orientation(source, shape, file_mask, background, fixed, given,
+                                      None if raster else base)
     flags, rotation_deg = found.flags, found.rotation_deg
-    chosen = _parallax_oriented(source, calibration, file_mask, background) if fixed is None else None
+    grid = shape if shape is not None and scan_grid_steps(base, shape) is not None else None
+    chosen = _parallax_oriented(source, calibration, base, grid, file_mask, background) if fixed is None else None
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
+    warnings = []
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
-    if chosen is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE:
-        flags, said = _turned_by_parallax(source, calibration, experiment.scan_rotation_deg, flags, file_mask,
-                                          background)
+        if chosen is None:
+            warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
+    if chosen is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE and grid is not None:
+        flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
+                                          grid, flags, file_mask, background)
         line += said
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    return experiment, transform, Measured((line,), {"scan_rotation_deg": np.float64(rotation_deg),
+    return experiment, transform, Measured((line, *warnings), {"scan_rotation_deg": np.float64(rotation_deg),
                                                       "orientation_flags": np.array(flags),
                                                       "orientation_skew": np.float64(found.skew)})
 
 
-def _parallax_oriented(source, calibration, file_mask: np.ndarray | None, background: np.ndarray | None):
-    """The transpose/flip and rotation the parallax of the stored patterns gives on the nominal raster
-    (``parallax_orientation.py``), the nominal defocus telling the patterns from their 180-degree turn;
-    None where there is no nominal defocus or the parallax cannot tell."""
+def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
+                       background: np.ndarray | None):
+    """The transpose/flip and rotation the parallax of the stored patterns gives on the scan's own positions
+    ``base_A`` (N, 2) Å (the nominal raster, or positions near the raster ``shape``; ``parallax_orientation.py``),
+    the nominal defocus telling the patterns from their 180-degree turn; None where there is no nominal
+    defocus, no raster grid or the parallax cannot tell."""
     nominal = -calibration.aberrations.get("C10", 0.0)
     semiangle = calibration.values.get("semiangle_mrad")
-    if nominal == 0 or calibration.stored_dx_A is None or not semiangle:
+    if nominal == 0 or calibration.stored_dx_A is None or not semiangle or shape is None:
         return None
-    shape, step = calibration.scan_shape, calibration.values["scan_step_A"]
-    steps = scan_grid_steps(raster_positions_A(shape, step, 0.0), shape)
+    steps = scan_grid_steps(base_A, shape)
     if steps is None:
         return None
     rows, block = middle_block(tuple(shape))
@@ -247,17 +273,17 @@ def _parallax_oriented(source, calibration, file_mask: np.ndarray | None, backgr
                                 file_mask)
 
 
-def _turned_by_parallax(source, calibration, rotation_deg: float, flags: tuple[bool, bool, bool],
+def _turned_by_parallax(source, calibration, positions_A: np.ndarray, shape, flags: tuple[bool, bool, bool],
                         file_mask: np.ndarray | None, background: np.ndarray | None) -> tuple[tuple, str]:
     """The flags with flip_y and flip_x toggled (the patterns turned by 180 degrees) where the
-    parallax of the stored patterns so oriented gives a defocus of the nominal one's opposite sign
+    parallax of the stored patterns so oriented, at ``positions_A`` (N, 2) Å (on the raster ``shape``),
+    gives a defocus of the nominal one's opposite sign
     (the parallax alone cannot tell a defocus from its opposite with the patterns turned by 180
     degrees; a nominal defocus, even 30 % off, has the right sign); and what to add to run.log."""
     nominal = -calibration.aberrations.get("C10", 0.0)
     if nominal == 0 or calibration.stored_dx_A is None:
         return flags, ""
-    shape, step = calibration.scan_shape, calibration.values["scan_step_A"]
-    steps = scan_grid_steps(raster_positions_A(shape, step, rotation_deg), shape)
+    steps = scan_grid_steps(positions_A, shape)
     if steps is None:
         return flags, ""
     found = stored_parallax(source, shape, steps, calibration.wavelength_A,
@@ -286,11 +312,11 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
-                   rotation_auto: bool, skew: np.ndarray | None, depth_A: float = 0.0):
+                   rotation_auto: bool, skew: np.ndarray | None, depth_A: float = 0.0, flags_measured: bool = True):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
     the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width), and
     what to report."""
-    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew, depth_A)
+    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -307,7 +333,8 @@ SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choic
 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
-               skew: np.ndarray | None, depth_A: float = 0.0) -> tuple[dict[str, float], float, Measured]:
+               skew: np.ndarray | None, depth_A: float = 0.0, flags_measured: bool = True
+               ) -> tuple[dict[str, float], float, Measured]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
     more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
@@ -323,15 +350,19 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     head = "defocus from the bright-field parallax (experiment.defocus_A: auto)"
     steps = None if calibration.scan_shape is None else scan_grid_steps(calibration.positions_A, calibration.scan_shape)
     if steps is None:
-        found, reason, seconds = None, "it needs a raster scan (data.scan_shape and experiment.scan_step_A)", 0.0
+        found, reason, seconds = None, ("it needs positions on a raster's grid (data.scan_shape and "
+                                        "experiment.scan_step_A, or a file's positions that form one)"), 0.0
     else:
         found, reason, seconds = measure_parallax(source, calibration.scan_shape, steps, calibration.wavelength_A,
                                                   1.0 / (k * dx_A), prepare, mask)
+    warnings = tuple(parallax_warnings(found, None, None if rotation_auto else calibration.values["scan_rotation_deg"],
+                                       flags_measured))
     if found is None or not found.reliable:
         measured = "" if found is None else f"measured {found.summary()}, "
         kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
             f"the nominal defocus {said} is used"
-        return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",))
+        return {}, 0.0, Measured((f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",
+                                  f"auto not applied: experiment.defocus_A: {reason}; {kept}", *warnings))
     middle, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * (middle + depth_A) < 0
     if rotation_auto:
@@ -363,7 +394,42 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
               "parallax_fit_A": found.fit_A, "parallax_image": found.image}
     if turn:
         arrays["scan_rotation_deg"] = np.float64((calibration.values["scan_rotation_deg"] + turn + 180.0) % 360.0 - 180.0)
-    return found_aberrations, turn, Measured((line,), arrays)
+    return found_aberrations, turn, Measured((line, *warnings), arrays)
+
+
+def _orientation_checked(experiment, transform, source, calibration, file_mask: np.ndarray | None,
+                         background: np.ndarray | None) -> Measured:
+    """The transpose/flip and scan rotation given (none of them ``auto``) against the centre of mass of the
+    stored patterns (``trouble.com_warnings``), on the raster's grid or at the positions: the warnings; none
+    where the scan is too small to tell."""
+    rotation_deg = experiment.scan_rotation_deg
+    step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
+    raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
+                                                                    raster_positions_A(shape, step, rotation_deg))
+    base = None if raster else turned_positions_A(calibration.positions_A, -rotation_deg)
+    if raster and min(shape) < MIN_RASTER or not raster and len(base) < MIN_RASTER * MIN_RASTER:
+        return Measured()
+    flags = (transform.transpose, transform.flip_y, transform.flip_x)
+    if transform.orientation == "auto" and BASIS in source.info.attrs:
+        flags = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
+    found, _ = measure_orientation(source, shape, file_mask, background, None, rotation_deg, base)
+    return Measured(tuple(com_warnings(found, flags, rotation_deg, SKEW_SURE)))
+
+
+def _parallax_checked(experiment, calibration, read: tuple, rotation_auto: bool, flags_measured: bool) -> Measured:
+    """The defocus given (not ``auto``), the scan rotation and the transpose/flip against the parallax of
+    the prepared patterns (``read``: their source, prepare, mask, dx_A and width) at the run's positions
+    (``trouble.parallax_warnings``): the warnings; none where there is no raster grid, no defocus, or the
+    parallax cannot be measured."""
+    source, prepare, mask, dx_A, k = read
+    defocus_A = -calibration.aberrations.get("C10", 0.0)
+    shape = calibration.scan_shape
+    steps = None if shape is None or not defocus_A else scan_grid_steps(calibration.positions_A, shape)
+    if steps is None or min(shape) < MIN_SIDE:
+        return Measured()
+    found, _, _ = measure_parallax(source, shape, steps, calibration.wavelength_A, 1.0 / (k * dx_A), prepare, mask)
+    rotation = None if rotation_auto else calibration.values["scan_rotation_deg"]
+    return Measured(tuple(parallax_warnings(found, defocus_A, rotation, flags_measured)))
 
 
 def _input_paths(config: Config) -> tuple[Path, Path | None]:

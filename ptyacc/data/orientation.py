@@ -65,11 +65,12 @@ def transverse(field: np.ndarray) -> np.ndarray:
     return curl_and_divergence(field)[0][1:-1, 1:-1].ravel()
 
 
-def curl_free_angle(field: np.ndarray) -> tuple[float, float]:
-    """(a in degrees in [0, 180), share of curl left) for which R(a)^T ``field`` has the least curl."""
+def curl_free_angle(field: np.ndarray, curl=transverse) -> tuple[float, float]:
+    """(a in degrees in [0, 180), share of curl left) for which R(a)^T ``field`` has the least curl;
+    ``curl``: the field's curl as a vector (the raster's ``transverse``, or ``ScatteredGrid.curl``)."""
     # R(a)^T v = cos a v + sin a J v, J v = (-vx, vy)
-    a_curl = transverse(field)
-    b_curl = transverse(np.stack([-field[..., 1], field[..., 0]], -1))
+    a_curl = curl(field)
+    b_curl = curl(np.stack([-field[..., 1], field[..., 0]], -1))
     form = np.array([[a_curl @ a_curl, a_curl @ b_curl], [a_curl @ b_curl, b_curl @ b_curl]])
     values, vectors = np.linalg.eigh(form)
     angle = math.degrees(math.atan2(vectors[1, 0], vectors[0, 0])) % 180.0
@@ -111,15 +112,84 @@ class Orientation:
                 f"({seconds:.2g} s)")
 
 
+class RasterGrid:
+    """The difference operators of a (ny, nx, 2) field on a raster (rows in the slow direction)."""
+
+    def plane_free(self, field: np.ndarray) -> np.ndarray:
+        return without_plane(field)
+
+    def curl(self, field: np.ndarray) -> np.ndarray:
+        return transverse(field)
+
+    def divergence(self, field: np.ndarray) -> np.ndarray:
+        return curl_and_divergence(field)[1]
+
+    def halves(self, field: np.ndarray) -> tuple[float, float]:
+        """The curl-free angle of this handedness's ``field`` on each half of the rows."""
+        half = field.shape[0] // 2
+        return curl_free_angle(field[:half])[0], curl_free_angle(field[half:])[0]
+
+
+class ScatteredGrid:
+    """The difference operators of a (N, 2) field at scattered probe positions (N, 2) Å (a scan
+    that is no raster): each point's gradient by least squares on itself and its NEIGHBOURS
+    nearest points, the curl taken only where those surround the point (its mean offset within a
+    third of the median spacing), so that the scan's edge, like the raster's border, is left out."""
+
+    NEIGHBOURS = 8
+
+    def __init__(self, positions_A: np.ndarray) -> None:
+        p = np.asarray(positions_A, dtype=np.float64)
+        self.positions_A = p
+        near = np.empty((len(p), self.NEIGHBOURS + 1), dtype=np.int64)
+        for start in range(0, len(p), 512):  # (512, N) distances at a time
+            d2 = ((p[start:start + 512, None, :] - p[None, :, :]) ** 2).sum(-1)
+            near[start:start + 512] = np.argsort(d2, axis=1)[:, :self.NEIGHBOURS + 1]
+        offsets = p[near] - p[:, None, :]  # (N, k + 1, 2), the point itself first
+        design = np.concatenate([np.ones(near.shape + (1,)), offsets], -1)
+        weights = np.linalg.pinv(design)  # (N, 3, k + 1): rows intercept, d/dy, d/dx
+        self.near, self.d_dy, self.d_dx = near, weights[:, 1], weights[:, 2]
+        spacing = np.median(np.linalg.norm(offsets[:, 1], axis=-1))
+        self.inside = np.linalg.norm(offsets[:, 1:].mean(1), axis=-1) < spacing / 3
+        self.lower = p[:, 0] < np.median(p[:, 0])
+
+    def plane_free(self, field: np.ndarray) -> np.ndarray:
+        design = np.column_stack([np.ones(len(field)), self.positions_A - self.positions_A.mean(0)])
+        solution, *_ = np.linalg.lstsq(design, field, rcond=None)
+        return field - design @ solution
+
+    def _derivatives(self, field: np.ndarray) -> tuple[np.ndarray, ...]:
+        """d vy / dy, d vy / dx, d vx / dy, d vx / dx at each point."""
+        vy, vx = field[self.near, 0], field[self.near, 1]
+        return ((self.d_dy * vy).sum(1), (self.d_dx * vy).sum(1), (self.d_dy * vx).sum(1), (self.d_dx * vx).sum(1))
+
+    def curl(self, field: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+        _, dvy_dx, dvx_dy, _ = self._derivatives(field)
+        keep = self.inside if where is None else self.inside & where
+        return (dvx_dy - dvy_dx)[keep]
+
+    def divergence(self, field: np.ndarray) -> np.ndarray:
+        dvy_dy, _, _, dvx_dx = self._derivatives(field)
+        return dvy_dy + dvx_dx
+
+    def halves(self, field: np.ndarray) -> tuple[float, float]:
+        """The curl-free angle of this handedness's ``field`` on the points below and above the median y."""
+        return tuple(curl_free_angle(field, lambda f, part=part: self.curl(f, part))[0]
+                     for part in (self.lower, ~self.lower))
+
+
 def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] | None = None,
-                         near_deg: float = 0.0) -> Orientation:
+                         near_deg: float = 0.0, grid: RasterGrid | ScatteredGrid | None = None) -> Orientation:
     """The orientation of a (ny, nx, 2) centre-of-mass field of the stored patterns (y, x px,
-    rows of the raster in the slow direction): of the transpose/flips, the one that leaves the
-    rotation nearest ``near_deg``; with ``fixed_flags`` (the preparation's flags) only the
-    rotation is found (a DataError when the data show the other handedness)."""
-    com = without_plane(com)
-    stored = curl_free_angle(com)
-    swapped = curl_free_angle(com[..., ::-1])
+    rows of the raster in the slow direction), or of a (N, 2) one at scattered positions
+    (``grid`` a ``ScatteredGrid`` of them; the rotation then turns the positions about their
+    centre): of the transpose/flips, the one that leaves the rotation nearest ``near_deg``; with
+    ``fixed_flags`` (the preparation's flags) only the rotation is found (a DataError when the
+    data show the other handedness)."""
+    grid = RasterGrid() if grid is None else grid
+    com = grid.plane_free(com)
+    stored = curl_free_angle(com, grid.curl)
+    swapped = curl_free_angle(com[..., ::-1], grid.curl)
     transpose = swapped[1] < stored[1] if fixed_flags is None else sum(fixed_flags) % 2 == 1
     angle, left = swapped if transpose else stored
     other = stored[1] if transpose else swapped[1]
@@ -128,8 +198,7 @@ def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] |
                         f"mirror the patterns against the scan (the centre of mass leaves {left:.3f} of its curl so, "
                         f"{other:.3f} mirrored): set data.transform.orientation: auto, or add or remove one flip")
     field = com[..., ::-1] if transpose else com
-    _, div = curl_and_divergence(turned(field, angle))
-    if skew(div) > 0:
+    if skew(grid.divergence(turned(field, angle))) > 0:
         angle += 180.0
     # R(angle)^T T^h c is the gradient; prepared M c with R(theta)^T M = R(angle)^T T^h
     candidates = FLAGS if fixed_flags is None else (fixed_flags,)
@@ -142,11 +211,9 @@ def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] |
         if best is None or abs(_wrapped(theta - near_deg, 360)) < abs(_wrapped(best[1] - near_deg, 360)):
             best = (flags, theta)
     flags, theta = best
-    half = com.shape[0] // 2
-    halves = tuple(theta + _wrapped(curl_free_angle(part[..., ::-1] if transpose else part)[0] - angle % 180)
-                   for part in (com[:half], com[half:]))
-    return Orientation(flags, theta, left, other, halves, skew(curl_and_divergence(turned(field, angle))[1]),
-                       com.shape[0] * com.shape[1])
+    halves = tuple(theta + _wrapped(part - angle % 180) for part in grid.halves(field))
+    return Orientation(flags, theta, left, other, halves, skew(grid.divergence(turned(field, angle))),
+                       math.prod(com.shape[:-1]))
 
 
 def without_plane(field: np.ndarray) -> np.ndarray:
@@ -185,16 +252,30 @@ def middle_block(scan_shape: tuple[int, int]) -> tuple[np.ndarray, tuple[int, in
     return rows, (sy, sx)
 
 
-def measure_orientation(source, scan_shape: tuple[int, int], good: np.ndarray | None,
-                        background: np.ndarray | None, fixed_flags=None, near_deg: float = 0.0
-                        ) -> tuple[Orientation, str]:
+def middle_points(positions_A: np.ndarray) -> np.ndarray:
+    """Sorted indices of the up to MAX_SIDE x MAX_SIDE positions (N, 2) nearest their centre (a scan
+    that is no raster: ``middle_block``'s counterpart)."""
+    distance = np.linalg.norm(positions_A - positions_A.mean(0), axis=1)
+    return np.sort(np.argsort(distance, kind="stable")[:MAX_SIDE * MAX_SIDE])
+
+
+def measure_orientation(source, scan_shape: tuple[int, int] | None, good: np.ndarray | None,
+                        background: np.ndarray | None, fixed_flags=None, near_deg: float = 0.0,
+                        positions_A: np.ndarray | None = None) -> tuple[Orientation, str]:
     """The orientation of the stored patterns of ``source`` (a ``readers.PatternFile`` of a
-    raster ``scan_shape``), bad pixels (``good`` False, stored layout) left out, less the dark
-    frame ``background``; and its run.log line."""
+    raster ``scan_shape``, or, given ``positions_A`` (N, 2) Å, of a scan that is no raster, judged
+    at those positions: its rotation then turns them about their centre), bad pixels (``good``
+    False, stored layout) left out, less the dark frame ``background``; and its run.log line."""
     started = time.perf_counter()
-    rows, shape = middle_block(scan_shape)
+    if positions_A is None:
+        rows, shape = middle_block(scan_shape)
+        grid = None
+    else:
+        rows = middle_points(positions_A)
+        shape, grid = (len(rows),), ScatteredGrid(positions_A[rows])
     subtract = None if background is None else (lambda chunk: chunk - background)
     com = np.concatenate([centres_of_mass(source.read(rows[i:i + BLOCK], subtract).patterns, good)
                           for i in range(0, len(rows), BLOCK)])
-    found = orientation_from_com(com.reshape(*shape, 2), fixed_flags, near_deg)
-    return found, found.line(str(source.path), time.perf_counter() - started)
+    found = orientation_from_com(com.reshape(*shape, 2), fixed_flags, near_deg, grid)
+    where = str(source.path) if grid is None else f"{source.path} (at its own positions, no raster)"
+    return found, found.line(where, time.perf_counter() - started)

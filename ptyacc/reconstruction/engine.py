@@ -26,6 +26,7 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
+from ptyacc.data.trouble import deviance_warning, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
@@ -212,6 +213,8 @@ class Reconstructor:
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
+        self.warnings = [text for text in (*self.data.checks, *built_said) if text.startswith("warning:")]
+        self.texts["warnings"] = yaml.safe_dump(self.warnings)  # results.h5's list, the deviance's added at the end
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
                       *((text, True) for text in autos.notes + sized_notes + clamped),
@@ -316,6 +319,9 @@ class Reconstructor:
         ``hooks.SyncCheck``; run.log's summary was written then too, ``runlog.LogLine``.)"""
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
+        late = [] if self.saver.deviance is None else deviance_warning(self.saver.deviance)
+        self.warnings += late
+        self.texts["warnings"] = yaml.safe_dump(self.warnings)
         results = self.saver.save(history, figures=config.output.figures)
         said = [] if self.saver.deviance is None else [f"Poisson deviance per counted pixel: {self.saver.deviance:.6g}"]
         if "detector_blur_px" in results.attrs:
@@ -327,6 +333,8 @@ class Reconstructor:
                         "results saved (the deviance, results.h5, figures)")
         for text in said + peak_memory_lines(self.accelerator):
             self.log.line(text)
+        for text in late + warnings_said(self.warnings):
+            self.log.tell(text)
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
         self.accelerator.wait_for_everyone()

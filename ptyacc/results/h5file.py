@@ -18,7 +18,8 @@ results.h5 layout (a public contract; add, never rename):
   ``iterations_done``, ``wavelength_A``, ``loss_name``, ``auto_values`` (YAML text: {key: value} of
   the config keys given as ``auto`` that ptyacc resolved for this run, every one of them:
   ``reconstruction/autos.py``; e.g. optim.loss, optim.regularize.tv_phase, runtime.threads, data.hold,
-  experiment.defocus_A, data.bad_pixels: the number of pixels left out).
+  experiment.defocus_A, data.bad_pixels: the number of pixels left out), ``warnings`` (YAML text: the list of
+  the run's lines that start ``warning:``, each naming the config key to change: ``data/trouble.py``).
 - multi-process runs: ``comm_bytes`` int64 and ``comm_time_s`` float64 (iterations of this launch,):
   gradient bytes all-reduced per iteration by each process, and the seconds those all-reduces took
   on the main process (waiting for the slowest process included); ``comm_bytes_object``,

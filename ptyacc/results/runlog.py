@@ -17,6 +17,9 @@ from ptyacc.version import IMPORTED_AT
 
 LOGGER_NAME = "ptyacc"
 STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"  # run.log's time stamp, to the second
+# the data's check lines that reach the terminal too: a check that could not run, a warning, an auto the data
+# could not resolve, positions read otherwise than the config says
+TERMINAL = ("calibration check skipped", "warning", "auto not applied", "positions:")
 RANK_TAG = re.compile(r"(?<= )\[RANK \d+\] ")  # after the time stamp
 
 
@@ -63,7 +66,7 @@ def data_lines(data, object_shape: tuple[int, int]) -> list[tuple[str, bool]]:
               f"dx {data.dx_A:.4g} A, object {object_shape[0]} x {object_shape[1]} px", False)]
     lines += [(f"override: {text}", True) for text in data.overrides]
     lines.append(("calibration: " + ", ".join(f"{k} {v:.6g} ({w})" for k, (v, w) in data.calibration.items()), False))
-    return lines + [(text, text.startswith(("calibration check skipped", "warning"))) for text in data.checks]
+    return lines + [(text, text.startswith(TERMINAL)) for text in data.checks]
 
 
 class RunLog:

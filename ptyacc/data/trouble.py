@@ -1,0 +1,125 @@
+"""Checks that see a config the data contradict, where the run would otherwise go on and give a wrong
+answer without a word: each finding is one line that starts with ``warning:`` and names the config key
+to change (run.log, the terminal, results.h5's ``warnings``).
+
+- The centre of mass (``orientation.py``) gives the transpose/flip and the scan rotation that make its
+  field curl-free. Against the ones the run uses (given, not ``auto``): another handedness means the
+  patterns are mirrored against the scan (``data.transform``), an angle more than ROTATION_OFF_DEG
+  (and three times the spread between the scan's halves) away means ``experiment.scan_rotation_deg``
+  is off. Said only where the field tells: the curl left at its best angle under CURL_CLEAR, and, for
+  the handedness, the other one's curl MIRRORED times more; an angle 180 degrees away only where the
+  divergence's skew tells a turn by 180 degrees (``load.SKEW_SURE``).
+- The parallax of the bright-field disk (``parallax.py``), measured on the prepared patterns at the
+  positions the run uses, is lambda defocus R(phi) with phi the rotation left: a defocus of the other
+  sign, or more than DEFOCUS_OFF of its size (and three standard errors) away, says
+  ``experiment.defocus_A`` is off; phi beyond ROTATION_OFF_DEG says the rotation is; a fit whose mirror
+  part outweighs its rotating part SURE times says the patterns are mirrored.
+- The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
+  more for a detector's effects the model leaves out) above DEVIANCE_HIGH: the model does not explain
+  the data.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from ptyacc.data.orientation import Orientation, flag_matrix, rotation
+from ptyacc.data.parallax import MAX_MISFIT, Parallax
+from ptyacc.data.parallax_orientation import SURE, conformal_parts
+
+ROTATION_OFF_DEG = 5.0  # a scan rotation this far from the data's is said
+CURL_CLEAR = 0.5  # share of curl left at the best angle under which the centre of mass tells the angle
+MIRRORED = 2.0  # the other handedness's curl this many times the chosen one's: the centre of mass tells it
+DEFOCUS_OFF = 0.15  # relative: a defocus this far from the parallax's is said (the parallax reads within 10 %)
+DEVIANCE_HIGH = 3.0  # per counted pixel: a final deviance above is far above the noise
+AUTO = "(auto measures it)"
+
+
+def _wrapped(degrees: float) -> float:
+    return (degrees + 180.0) % 360.0 - 180.0
+
+
+def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_deg: float, skew_sure: float,
+                 rotation_measured: bool = False, flags_measured: bool = False) -> list[str]:
+    """The warnings of the centre of mass's orientation ``found`` (free flags, rotation nearest the
+    one used) against the ``flags`` (transpose, flip_y, flip_x) and ``rotation_deg`` the run uses;
+    none for what the run measured itself (``rotation_measured``, ``flags_measured``)."""
+    if found.curl_left > CURL_CLEAR or (rotation_measured and flags_measured):
+        return []
+    used = rotation(rotation_deg).T @ flag_matrix(*flags)
+    seen = rotation(found.rotation_deg).T @ flag_matrix(*found.flags)
+    difference = used @ seen.T  # the identity when they agree
+    said = []
+    if np.linalg.det(difference) < 0:
+        if not flags_measured and found.curl_other > MIRRORED * found.curl_left:
+            t, fy, fx = found.flags
+            said.append(f"warning: the patterns' centre of mass says they are mirrored against the scan (curl left "
+                        f"{found.curl_left:.2f}, mirrored {found.curl_other:.2f}): data.transform transpose "
+                        f"{flags[0]}, flip_y {flags[1]}, flip_x {flags[2]} do not fit the data; set "
+                        f"data.transform.orientation: auto {AUTO} (the data say transpose {t}, flip_y {fy}, "
+                        f"flip_x {fx})")
+        return said
+    off = _wrapped(math.degrees(math.atan2(difference[1, 0], difference[0, 0])))
+    if abs(found.skew) < skew_sure and abs(off) > 90:  # the centre of mass cannot tell a turn by 180 degrees
+        off = _wrapped(off + 180.0)
+    spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
+    if not rotation_measured and abs(off) > max(ROTATION_OFF_DEG, 3 * spread):
+        said.append(f"warning: the patterns' centre of mass says the scan is turned {rotation_deg - off:.1f} deg "
+                    f"against the detector, {-off:+.1f} deg from experiment.scan_rotation_deg {rotation_deg:g} "
+                    f"(halves of the scan +-{spread:.1f} deg): set experiment.scan_rotation_deg: auto {AUTO}")
+    return said
+
+
+def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,
+                      flags_measured: bool) -> list[str]:
+    """The warnings of the bright-field parallax ``found``, measured on the prepared patterns at the
+    run's positions, against the defocus (``defocus_A``; None where the run took the parallax's) and
+    the scan rotation (``rotation_deg``; None where it was measured) the run uses, and the
+    transpose/flip (unless ``flags_measured``)."""
+    if found is None or found.fit_A is None or found.misfit > MAX_MISFIT:
+        return []
+    rotating, reflecting = conformal_parts(found.fit_A[:, 1:])
+    if reflecting > SURE * rotating:
+        return [] if flags_measured else [
+            f"warning: the bright-field parallax says the patterns are mirrored against the scan (its mirror part "
+            f"{reflecting / rotating:.1f} times its rotating part): set data.transform.orientation: auto {AUTO}"]
+    if not found.reliable or rotating < SURE * reflecting:
+        return []
+    said = []
+    if defocus_A is not None and defocus_A * found.defocus_A < 0:
+        said.append(f"warning: the bright-field parallax measures a defocus of {found.defocus_A:.1f} A, the opposite "
+                    f"sign to the {defocus_A:g} A the run uses (or the scan is turned by 180 deg): set "
+                    f"experiment.defocus_A: auto {AUTO}")
+    elif defocus_A is not None and abs(found.defocus_A - defocus_A) > max(DEFOCUS_OFF * abs(found.defocus_A),
+                                                                          3 * found.defocus_error_A):
+        said.append(f"warning: the bright-field parallax measures a defocus of {found.defocus_A:.1f} +- "
+                    f"{found.defocus_error_A:.1f} A, {(defocus_A - found.defocus_A) / abs(found.defocus_A):+.0%} off "
+                    f"the {defocus_A:g} A the run uses: set experiment.defocus_A: auto {AUTO}")
+    if rotation_deg is not None and abs(found.rotation_left_deg) > ROTATION_OFF_DEG:
+        said.append(f"warning: the bright-field parallax says the scan is turned {found.rotation_left_deg:+.1f} deg "
+                    f"from experiment.scan_rotation_deg {rotation_deg:g}: set experiment.scan_rotation_deg: auto "
+                    f"{AUTO}")
+    return said
+
+
+def deviance_warning(deviance: float) -> list[str]:
+    """A warning when the final Poisson deviance per counted pixel lies far above the noise level."""
+    if not deviance > DEVIANCE_HIGH:
+        return []
+    return [f"warning: the final Poisson deviance {deviance:.3g} per counted pixel is far above the about 1 of a "
+            f"model at the noise level (over {DEVIANCE_HIGH:g}): the model does not explain the data; check "
+            "experiment.scan_rotation_deg, data.transform.orientation and experiment.defocus_A (auto measures "
+            "them), experiment.dk_invA, or raise optim.iterations if the loss still falls"]
+
+
+def warnings_said(warnings: list[str]) -> list[str]:
+    """The end of a run's line that recalls its warnings and the config keys they name (without the word
+    warning, so that run.log holds one line with it per warning); none without warnings."""
+    if not warnings:
+        return []
+    keys = sorted({key for text in warnings for key in re.findall(r"(?:experiment|data|optim)\.[A-Za-z_.]*[A-Za-z]", text)})
+    return [f"at the end: {len(warnings)} check{'s' if len(warnings) > 1 else ''} found trouble (said above, listed "
+            f"in results.h5); the keys to look at: {', '.join(keys)}"]

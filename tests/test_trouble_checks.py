@@ -1,0 +1,126 @@
+"""No silent wrong answer (ptyacc/data/trouble.py): a config that the data contradict (the scan
+rotation, the transpose/flips, the defocus's sign or size, a turned raster read as given positions)
+gives a line starting ``warning:`` that names the key to change; the true config gives none. Cases
+of the independent simulator (examples/grid/simulate.py); the runs: run.log, the terminal,
+results.h5's ``warnings``, on 1 and 2 processes."""
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+from test_distributed import launch_configs
+
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
+from ptyacc.data.orientation import Orientation
+from ptyacc.data.trouble import DEVIANCE_HIGH, com_warnings, deviance_warning, warnings_said
+
+TRUE_ROTATION, TRUE_DEFOCUS = 9.0, 60.0
+
+
+@pytest.fixture(scope="module")
+def scan(grid_simulator, tmp_path_factory):
+    """A 24 x 24 raster turned 9 degrees, defocus 60 Å, transposed patterns, with descan, blur and bad pixels."""
+    path = tmp_path_factory.mktemp("trouble") / "scan.h5"
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(24, 24), scan_step_A=0.4, dose=3e4,
+                                     defocus_A=TRUE_DEFOCUS, edge_mrad=50.0, seed=1, scan_rotation_deg=TRUE_ROTATION,
+                                     transpose=True, blur_px=0.6, descan_offset_px=(0.3, -0.2), hot_pixels=3)
+    grid_simulator.write(str(path), setting)
+    return path
+
+
+def told(path, **experiment) -> dict:
+    """The config that tells the truth, with ``experiment`` (a key set to None is left out) changed."""
+    given = {"scan_rotation_deg": TRUE_ROTATION, "defocus_A": TRUE_DEFOCUS, "scan_step_A": 0.4, **experiment}
+    transform = given.pop("transform", {"transpose": True})
+    return {"data": {"path": str(path), "bad_pixels": "auto", "transform": {**transform, "descan": "auto"}},
+            "experiment": {key: value for key, value in given.items() if value is not None}}
+
+
+def warnings_of(config: dict) -> list[str]:
+    return [line for line in load_data(load_config(config)).checks if line.startswith("warning:")]
+
+
+def test_the_truth_raises_no_alarm(scan):
+    assert warnings_of(told(scan)) == []
+    autos = told(scan, scan_rotation_deg="auto", defocus_A="auto", transform={"orientation": "auto"})
+    assert warnings_of(autos) == []
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"scan_rotation_deg": TRUE_ROTATION + 30}, "experiment.scan_rotation_deg"),
+    ({"scan_rotation_deg": TRUE_ROTATION - 90}, "experiment.scan_rotation_deg"),
+    ({"transform": {"transpose": False}}, "data.transform.orientation"),
+    ({"defocus_A": -TRUE_DEFOCUS}, "experiment.defocus_A"),
+    ({"defocus_A": 1.3 * TRUE_DEFOCUS}, "experiment.defocus_A"),
+    ({"defocus_A": 0.7 * TRUE_DEFOCUS}, "experiment.defocus_A"),
+    # the file's nominal raster read as given positions, the rotation left at 0
+    ({"scan_rotation_deg": 0.0, "scan_step_A": None, "positions": {"key": "positions_A"}},
+     "experiment.scan_rotation_deg"),
+])
+def test_a_wrong_config_is_named(scan, change, key):
+    said = warnings_of(told(scan, **change))
+    assert said and any(key in line for line in said), said  # a wrong sign: the older check's "try experiment..."
+
+
+def test_the_centre_of_mass_judged_against_the_rotation_and_flags_used():
+    clear = Orientation((False, False, False), 10.0, 0.1, 0.8, (9.5, 10.5), -1.5, 256)
+    assert com_warnings(clear, (False, False, False), 11.0, 1.0) == []  # within 5 degrees
+    off = com_warnings(clear, (False, False, False), 40.0, 1.0)
+    assert len(off) == 1 and "-30.0 deg from experiment.scan_rotation_deg 40" in off[0]
+    # the same prepared field: patterns turned by 180 degrees with the rotation turned by 180
+    assert com_warnings(clear, (False, True, True), 190.0, 1.0) == []
+    mirrored = com_warnings(clear, (True, False, False), 10.0, 1.0)
+    assert len(mirrored) == 1 and "data.transform.orientation: auto" in mirrored[0]
+    assert com_warnings(clear, (True, False, False), 10.0, 1.0, flags_measured=True) == []
+    noise = Orientation((False, False, False), 10.0, 0.9, 0.95, (-20.0, 40.0), -0.1, 256)
+    assert com_warnings(noise, (True, False, False), 70.0, 1.0) == []  # a field that cannot tell says nothing
+    # a weak skew cannot tell 180 degrees: the turned rotation is no alarm, a clear skew's is
+    weak = Orientation((False, False, False), 10.0, 0.1, 0.8, (9.5, 10.5), -0.2, 256)
+    assert com_warnings(weak, (False, False, False), 190.0, 1.0) == []
+    assert len(com_warnings(clear, (False, False, False), 190.0, 1.0)) == 1
+
+
+def test_the_deviance_and_the_end_of_run_line():
+    assert deviance_warning(1.1) == [] and deviance_warning(float("nan")) == []
+    high = deviance_warning(DEVIANCE_HIGH + 1)
+    assert len(high) == 1 and high[0].startswith("warning:") and "experiment.defocus_A" in high[0]
+    end = warnings_said(["warning: a: set experiment.defocus_A: auto", "warning: b: set data.transform.orientation: "
+                                                                        "auto"])
+    assert end == ["at the end: 2 checks found trouble (said above, listed in results.h5); the keys to look at: "
+                   "data.transform.orientation, experiment.defocus_A"]
+    assert "warning" not in end[0] and warnings_said([]) == []
+
+
+@pytest.mark.slow
+def test_a_run_says_its_warnings_in_run_log_results_and_on_two_processes(scan, tmp_path):
+    config = told(scan, scan_rotation_deg=TRUE_ROTATION + 30)
+    config.update(optim={"iterations": 2, "batch_size": 32}, runtime={"progress": False}, output={"figures": False})
+    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
+    found = []
+    for out in outs.values():
+        log = (out / "results" / "run.log").read_text().splitlines()
+        marked = [line for line in log if "warning:" in line]
+        with h5py.File(out / "results" / "results.h5") as f:
+            kept = yaml.safe_load(f.attrs["warnings"])
+            found.append((kept, f["object"][()]))
+        assert kept and all(text.startswith("warning:") for text in kept)
+        assert len(marked) == len(kept)  # one run.log line per warning: a script counts them
+        assert all(any(text in line for line in marked) for text in kept)
+        assert any(line.split(" ", 1)[1].startswith("at the end: ") for line in log)
+    assert found[0][0] == found[1][0]
+    assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
+
+
+def test_what_reaches_the_terminal():
+    """run.log's data lines that the terminal shows too: warnings, autos not applied, positions read as a raster."""
+    from types import SimpleNamespace
+
+    from ptyacc.results.runlog import data_lines
+
+    checks = ("warning: x: set experiment.defocus_A: auto", "auto not applied: experiment.defocus_A: why",
+              "positions: the 4 positions of f.h5:positions_A form a raster", "descan (data.transform.descan: auto)")
+    data = SimpleNamespace(source="f.h5", n_patterns=4, detector_px=8, dx_A=0.5, overrides=(), calibration={},
+                           checks=checks)
+    shown = {text: to_terminal for text, to_terminal in data_lines(data, (8, 8))}
+    assert [shown[text] for text in checks] == [True, True, True, False]
