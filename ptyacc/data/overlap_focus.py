@@ -28,6 +28,7 @@ picked), so that a large detector costs no more than a small one.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,21 +52,21 @@ class Scale:
     found: bool
 
 
-def pixel_frequencies(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """(P, ny, nx) the scan's Fourier transforms (Hann-windowed) of the virtual images of the ``inside``
-    pixels of centred (n, K, K) patterns, each pattern divided by its total, each image by its mean."""
+def pixel_frequencies(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int]) -> Iterator[np.ndarray]:
+    """The scan's Fourier transforms (Hann-windowed) of the virtual images of the ``inside`` pixels of centred
+    (n, K, K) patterns, each pattern divided by its total, each image by its mean: (P_chunk, ny, nx) complex128
+    blocks of at most CHUNK pixels in turn, so that no more than a block is held (P (ny, nx) transforms of a
+    64 x 64 raster are 64 MiB)."""
     ny, nx = shape
     flat = centred.reshape(len(centred), -1)
     totals = np.maximum(flat.sum(1, dtype=np.float64), 1e-30)
     window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :]
     columns = np.nonzero(inside.ravel())[0]
-    out = np.empty((len(columns), ny, nx), dtype=np.complex128)
     for start in range(0, len(columns), CHUNK):
         chosen = columns[start:start + CHUNK]
         images = (flat[:, chosen].astype(np.float64) / totals[:, None]).T.reshape(len(chosen), ny, nx)
         images = images / np.maximum(images.mean(axis=(1, 2), keepdims=True), 1e-30) - 1.0
-        out[start:start + CHUNK] = np.fft.fft2(images * window)
-    return out
+        yield np.fft.fft2(images * window)
 
 
 def coherence(scales: np.ndarray, base: np.ndarray, values: np.ndarray, regions: list[np.ndarray],
@@ -108,13 +109,18 @@ def refined_scale(centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarr
     picked = np.nonzero(inside.ravel())[0]
     inside = np.isin(np.arange(inside.size), picked[::math.ceil(len(picked) / PIXELS)]).reshape(inside.shape)
     k = np.column_stack([(y[inside] - centre[0]) * dk_invA, (x[inside] - centre[1]) * dk_invA])  # (P, 2)
-    spectra = pixel_frequencies(centred, inside, shape).reshape(len(k), -1)
     cycles = np.stack(np.meshgrid(np.fft.fftfreq(ny), np.fft.fftfreq(nx), indexing="ij"), -1).reshape(-1, 2)
     u = cycles @ np.linalg.inv(steps_A)  # 1/Å: u . (steps n) = cycles . n
-    power = (np.abs(spectra) ** 2).sum(0)
+    # the transforms twice, a block of pixels at a time (memory: a block, not all P): first the power at each
+    # scan frequency, summed pixel after pixel, then the chosen frequencies' values
+    power = np.zeros(ny * nx)
+    for block in pixel_frequencies(centred, inside, shape):
+        for pixel in np.abs(block.reshape(len(block), -1)) ** 2:
+            power += pixel
     power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0  # the window's own lowest frequencies
     pick = np.argsort(power)[::-1][:FREQUENCIES]
-    u, values = u[pick], spectra[:, pick].T.astype(np.complex64)  # (U, 2), (U, P)
+    values = np.concatenate([block.reshape(len(block), -1)[:, pick] for block in pixel_frequencies(centred, inside, shape)])
+    u, values = u[pick], values.T.astype(np.complex64)  # (U, 2), (U, P)
     limit, margin = radius_px * dk_invA, MARGIN_PX * dk_invA
     minus = np.hypot(*(k[None] - u[:, None]).transpose(2, 0, 1))
     plus = np.hypot(*(k[None] + u[:, None]).transpose(2, 0, 1))

@@ -257,16 +257,20 @@ def fit_shifts(k_invA: np.ndarray, shifts_A: np.ndarray, errors_A: np.ndarray, u
 
 
 def measure(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float,
-            dk_invA: float, good: np.ndarray | None = None) -> Parallax:
-    """The parallax of (ny * nx, K, K) patterns (zero frequency at [0, 0], ptyacc's prepared layout)
-    on a raster ``scan_shape`` (row-major, rows the slow axis) whose step vectors are the columns
-    of ``steps_A`` (2, 2) (rows y, x in Å); ``good`` (K, K) the detector mask in the same layout.
-    Raises NoParallax when the data cannot tell."""
+            dk_invA: float, good: np.ndarray | None = None, zero_at_centre: bool = False) -> Parallax:
+    """The parallax of (ny * nx, K, K) patterns (zero frequency at [0, 0], ptyacc's prepared layout; at
+    [K // 2, K // 2], as stored, with ``zero_at_centre``) on a raster ``scan_shape`` (row-major, rows the slow
+    axis) whose step vectors are the columns of ``steps_A`` (2, 2) (rows y, x in Å); ``good`` (K, K) the
+    detector mask in the same layout. Raises NoParallax when the data cannot tell."""
     ny, nx = scan_shape
     if min(ny, nx) < MIN_SIDE:
         raise NoParallax(f"a raster of at least {MIN_SIDE} x {MIN_SIDE} positions is needed, found {ny} x {nx}")
-    centred = np.fft.fftshift(patterns, axes=(-2, -1))
-    centred_good = None if good is None else np.fft.fftshift(np.asarray(good, dtype=bool))
+    # centred patterns are taken as they are: a copy of 64 x 64 patterns of 64 x 64 px is 64 MiB (a load in disk
+    # mode holds little else)
+    centred = patterns if zero_at_centre else np.fft.fftshift(patterns, axes=(-2, -1))
+    del patterns  # a caller that read them for this alone holds no other reference: one copy held, not two
+    centred_good = None if good is None else (np.asarray(good, dtype=bool) if zero_at_centre
+                                              else np.fft.fftshift(np.asarray(good, dtype=bool)))
     mean = repaired(centred.mean(0, dtype=np.float64))
     try:
         radius = bright_field_radius_px(mean, "the patterns")
@@ -398,8 +402,7 @@ def stored_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wa
     if flags[2]:
         patterns, mask = patterns[..., ::-1], None if mask is None else mask[:, ::-1]
     try:
-        found = measure(np.fft.ifftshift(patterns, axes=(-2, -1)), shape, steps_A, wavelength_A, dk_invA,
-                        None if mask is None else np.fft.ifftshift(mask))
+        found = measure(patterns, shape, steps_A, wavelength_A, dk_invA, mask, zero_at_centre=True)
     except NoParallax:
         return None
     return found if found.reliable else None

@@ -84,10 +84,8 @@ def parallax_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomi
     ``scan_shape`` gives on the nominal raster (step vectors ``nominal_steps_A``, columns, Å), ``good``
     the stored mask; None where the parallax cannot be measured, its shifts do not follow one linear
     map, the defocus is too small to measure well or the handedness is unclear."""
-    mask = None if good is None else np.fft.ifftshift(np.asarray(good, dtype=bool))
     try:
-        found = measure(np.fft.ifftshift(patterns, axes=(-2, -1)), scan_shape, nominal_steps_A, wavelength_A, dk_invA,
-                        mask)
+        found = measure(patterns, scan_shape, nominal_steps_A, wavelength_A, dk_invA, good, zero_at_centre=True)
     except NoParallax:
         return None
     if found.misfit > MAX_MISFIT or found.fit_A is None:
