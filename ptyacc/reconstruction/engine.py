@@ -217,7 +217,7 @@ class Reconstructor:
     def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
         """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
         the fitted positions: all less those left out for validation), {key: value} of it and the line saying
-        why. (Called only for auto: the demo's data walk stays in the store's module.)"""
+        why (called only for auto)."""
         fitted = len(self.data.positions_A) - len(self.left_out)
         batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
         self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))

@@ -43,11 +43,8 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.config.schema import LearningRates
 from ptyacc.data import PtychoData
 from ptyacc.physics.footprint import median_neighbour_distance
-
-ADAM_STEPS = LearningRates()  # optim.lr's defaults
 
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
 MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
@@ -85,9 +82,7 @@ def optimizer_choice(config: Config, group: str = "object") -> tuple[str, str]:
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen, ""
-    # OptimConfig.adam_step_given, written out: a call into config/schema.py here would add four returns to
-    # the demo's data walk (tests/test_house.py)
-    if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
+    if config.optim.adam_step_given(group):
         return "adam", f"optim.lr.{group} given"  # a config from before, a tuned step: Adam it is
     if config.optim.start.tilt is not None:
         return "adam", "optim.start.tilt set"  # the tilt found the truth with Adam's steps only (docs/thick-crystals.md)
