@@ -185,9 +185,9 @@ def test_model_without_blur_has_none_and_a_fixed_blur_is_a_buffer():
 
     from ptyacc.physics.geometry import ObjectGeometry
     from ptyacc.quantities.detector_blur import DetectorBlur
+    from ptyacc.quantities.model import PtychoModel
     from ptyacc.quantities.object import ObjectTransmission
     from ptyacc.quantities.probe import Probe
-    from ptyacc.reconstruction.model import PtychoModel
 
     geometry = ObjectGeometry.around(np.array([[0.0, 0.0], [1.0, 1.0]]), 0.5, 8)
     probe = torch.ones(1, 8, 8, dtype=torch.complex64)

@@ -16,7 +16,7 @@ OLD_PATHS = ("apidoc", "bench", "checkpoint", "cli", "distributed", "engine", "e
              "physics.fidelity", "data.batches")
 # the layers, bottom up: a module imports only from its own layer or the ones below
 LAYERS = [("errors", "version", "command_line"), ("physics", "config"), ("data",), ("results", "interop"),
-          ("watch",), ("reconstruction", "quantities"), ("speed",), ("tune",), ("commands",), ("run",)]
+          ("watch",), ("optim",), ("quantities",), ("reconstruction",), ("speed",), ("tune",), ("commands",), ("run",)]
 TOP = len(LAYERS) - 1  # the entry points: the front door ``ptyacc`` and ``python -m ptyacc.run``
 
 
@@ -131,18 +131,25 @@ def test_no_import_cycle_inside_ptyacc(graph):
 def test_layers_point_down(graph):
     """Every module sits in a layer and imports only from its own or those below (lazy and
     type-checking imports included): the watch below the run it watches (the trackers read the
-    run's objects through protocols of their own), the tuning verb below the command line."""
+    run's objects through protocols of their own); the optimiser machinery below the quantities, which
+    build their own groups from it, and the quantities and their model below the run that gathers them;
+    the tuning verb below the command line."""
     assert [m for m in graph if layer_of(m) is None] == []
     assert upward_imports(graph) == []
     assert layer_of("ptyacc.watch.trackers") < layer_of("ptyacc.reconstruction.hooks")
+    assert layer_of("ptyacc.optim.groups") < layer_of("ptyacc.quantities.object") < layer_of("ptyacc.reconstruction.engine")
     assert layer_of("ptyacc.tune.__main__") < layer_of("ptyacc.commands.cli")
 
 
 def test_the_layer_rule_finds_an_upward_import():
     graph = {"ptyacc.watch.trackers": {"ptyacc.reconstruction.groups", "ptyacc.physics.chain"},
              "ptyacc.tune.__main__": {"ptyacc.commands.cli"}, "ptyacc.commands.cli": {"ptyacc.tune.command"},
-             "ptyacc.reconstruction.hooks": {"ptyacc.watch.trackers"}, "ptyacc.speed.new": {"ptyacc.engine"}}
-    assert upward_imports(graph) == ["ptyacc.speed.new -> ptyacc.engine",  # a module no layer names
+             "ptyacc.reconstruction.hooks": {"ptyacc.watch.trackers"}, "ptyacc.speed.new": {"ptyacc.engine"},
+             "ptyacc.quantities.object": {"ptyacc.reconstruction.groups", "ptyacc.optim.descent"},
+             "ptyacc.optim.groups": {"ptyacc.quantities.model"}, "ptyacc.reconstruction.groups": {"ptyacc.quantities.model"}}
+    assert upward_imports(graph) == ["ptyacc.optim.groups -> ptyacc.quantities.model",
+                                     "ptyacc.quantities.object -> ptyacc.reconstruction.groups",
+                                     "ptyacc.speed.new -> ptyacc.engine",  # a module no layer names
                                      "ptyacc.tune.__main__ -> ptyacc.commands.cli",
                                      "ptyacc.watch.trackers -> ptyacc.reconstruction.groups"]
 

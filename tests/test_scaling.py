@@ -12,10 +12,10 @@ from ptyacc.data import EpochBatches
 from ptyacc.errors import PtyaccError
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.detector_fit import DetectorFit
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.object import ObjectTransmission
 from ptyacc.quantities.positions import PositionCorrections
 from ptyacc.quantities.probe import Probe
-from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.speed.gpu_cases import (
     PTYRAD_A100_ITERATION_S,
     PTYRAD_CASE,

@@ -2,7 +2,7 @@
 (``resolve_autos``, called by the engine's build between the data's statistics and ``build_model``):
 
 - the keys the config and the data decide: the loss, ``optim.regularize``'s priors, the object's and
-  the probe's optimizer and step, Adam's beta2 (``multislice_auto``: ``data_autos``, ``AutoPriors``);
+  the probe's optimizer and step, Adam's beta2 (``optim/autos.py``: ``data_autos``, ``AutoPriors``);
 - the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
   median distance between neighbouring positions (``variation_smoothing``), and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
@@ -37,9 +37,9 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
+from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
 from ptyacc.physics.aperture import measured_edge
 from ptyacc.physics.footprint import median_neighbour_distance
-from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
 
 # run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
 EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "

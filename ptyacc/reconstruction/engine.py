@@ -3,7 +3,7 @@
 ``build`` turns the config into the state (data and shard plan, geometry, model, parameter
 groups, pattern store, loader, all prepared by Accelerate, and the gradient exchange),
 ``run`` is the loop, ``finish`` computes the Poisson deviance and saves. What happens after
-an iteration lives in ``ptyacc/reconstruction/hooks.py``, each group's update in ``ptyacc/reconstruction/groups.py``, the
+an iteration lives in ``ptyacc/reconstruction/hooks.py``, each group's update in ``ptyacc/optim/``, the
 exchange between processes in ``ptyacc/reconstruction/exchange.py``.
 
 Everything that changes parameters (steps, projections) runs identically on every process;
@@ -27,22 +27,23 @@ from ptyacc.data import PtychoData
 from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
 from ptyacc.errors import ConfigError, DistributedError
+from ptyacc.optim.groups import lr_factor
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
 from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
-from ptyacc.reconstruction.groups import build_groups, lr_factor
+from ptyacc.reconstruction.groups import build_groups
 from ptyacc.reconstruction.guard import NanGuard
 from ptyacc.reconstruction.heap import keep_freed_memory
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, Interrupted, keep_work
-from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.threads import set_threads
