@@ -10,10 +10,10 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-TOP = ("configs/", "examples/", "docs/", "ptyacc/", "tests/", ".ci/", "../shared/")
+TOP = ("configs/", "examples/", "benchmarks/", "docs/", "ptyacc/", "tests/", ".ci/", "../shared/")
 CODE = re.compile(r"`([^`\n]+)`|```[^\n]*\n(.*?)```", re.S)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-PATH = re.compile(r"(?<![\w./-])((?:\.\./shared/|\.ci/|configs/|examples/|docs/|ptyacc/|tests/)[\w./*{}-]*[\w*}])")
+PATH = re.compile(r"(?<![\w./-])((?:\.\./shared/|\.ci/|configs/|examples/|benchmarks/|docs/|ptyacc/|tests/)[\w./*{}-]*[\w*}])")
 VERB = re.compile(r"(?:^|[\s(`/])ptyacc ([a-z][a-z-]+)\b", re.M)
 HARNESS_NOTE = "bench harness"  # a page citing ../shared/ must say it needs the harness, in these words
 WRITTEN = {"docs/api", "docs/api/index.html"}  # what `python -m ptyacc.commands.apidoc docs/api` writes (docs/api.md)
