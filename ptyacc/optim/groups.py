@@ -94,6 +94,8 @@ class ParameterGroup:
 
 @torch.no_grad()
 def clamp(tensor: torch.Tensor, low: float | None, high: float | None) -> None:
+    """``tensor`` (any shape) clamped in place to [low, high] (None: unbounded on that side): the projection
+    onto a quantity's allowed range, the same bits on every process."""
     tensor.clamp_(low, high)
 
 
