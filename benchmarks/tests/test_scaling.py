@@ -373,13 +373,17 @@ def test_link_fit_of_disturbed_times_is_a_clear_error():
 def test_predict_refuses_a_check_it_cannot_fit(capsys):
     from pathlib import Path
 
-    from ptyacc.commands.cli import main
+    from benchmarks.predict import predict
+    from ptyacc.command_line import run_command
+
+    def main(args: list[str]) -> int:  # ``ptyacc predict`` runs this command in a process of its own (tests/test_cli.py)
+        return run_command(predict, args, prog_name="ptyacc predict")
 
     config = str(Path(__file__).parents[2] / "configs" / "simulated.yaml")
-    assert main(["predict", config, "--processes", "2,4"]) == 2
+    assert main([config, "--processes", "2,4"]) == 2
     assert "--processes must include 1" in capsys.readouterr().err
-    assert main(["predict", config, "--batch-sizes", "32"]) == 2
-    assert main(["predict", config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
+    assert main([config, "--batch-sizes", "32"]) == 2
+    assert main([config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
     assert "give different numbers of steps" in capsys.readouterr().err
 
 
