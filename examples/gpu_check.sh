@@ -4,7 +4,7 @@
 #   1. `ptyacc selftest --json`                                   -> $OUT/selftest.json
 #   2. the suite's tests that take a device, on CUDA              -> $OUT/pytest.xml
 #   3. the demo on CUDA against its CPU result                    -> $OUT/demo.json
-#   4. the race against PtyRAD 1.0 (examples/gpu_race.py)        -> $OUT/race.md, $OUT/race.json
+#   4. the race against PtyRAD 1.0 (benchmarks/gpu_race.py)      -> $OUT/race.md, $OUT/race.json
 # and everything printed in $OUT/check.log, the machine in $OUT/env.txt. Each step has its own time
 # limit, so that a hang in one leaves the others their time.
 #   OUT=/some/folder examples/gpu_check.sh            # on the GPU machine (this workplace's device tool:
@@ -89,7 +89,7 @@ print(json.dumps(report))
 EOF
 
 step "4. the race against PtyRAD"
-timeout 160 "$PY" examples/gpu_race.py /tmp/gpu_check_race $RACE --ptyrad-python "$PTYRAD"
+timeout 160 "$PY" benchmarks/gpu_race.py /tmp/gpu_check_race $RACE --ptyrad-python "$PTYRAD"
 echo "race exit $?"
 cp /tmp/gpu_check_race/race.md /tmp/gpu_check_race/race.json "$OUT"/ 2>/dev/null  # written after every run
 tail -5 /tmp/gpu_check_race/*.log 2>/dev/null | tail -40  # the runs' own last lines, for a failed one

@@ -80,8 +80,8 @@ def launch_environment() -> dict:
 
 @pytest.fixture(scope="session")
 def grid_simulator():
-    """examples/grid/simulate.py, the benchmark grid's NumPy simulator (independent of ptyacc), as a module."""
-    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "examples" / "grid" / "simulate.py")
+    """benchmarks/grid/simulate.py, the benchmark grid's NumPy simulator (independent of ptyacc), as a module."""
+    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "benchmarks" / "grid" / "simulate.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)

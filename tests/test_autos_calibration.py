@@ -2,7 +2,7 @@
 (``reconstruction/autos.py``): named in results.h5's ``auto_values`` and run.log's "auto:" line, and
 numbers in their place in the config the model is built from; the parallax measured twice per load (once
 on the stored patterns for the orientation, once on the prepared ones for the defocus) and the descan's
-shifts worked out once. On a case of the independent simulator (examples/grid/simulate.py) with every
+shifts worked out once. On a case of the independent simulator (benchmarks/grid/simulate.py) with every
 effect that these autos take out: the scan turned by 9 degrees, the patterns transposed, a defocus of
 120 Å that the file gives as 96 Å, a descan, dead and hot pixels and a dead column."""
 
@@ -99,7 +99,7 @@ def test_the_model_is_built_from_numbers_in_the_calibration_autos_place(every_au
 def test_the_parallax_is_measured_twice_and_the_descan_worked_out_once(every_auto):
     """Once on the stored patterns (the transpose/flip and rotation), once on the prepared ones (the defocus);
     the orientation's measurement cannot serve for the defocus: on the stored patterns, before the transpose,
-    the parallax reads a defocus about 11 % short (WSe2 case of examples/grid/detector_peers.py: 104.8 against
+    the parallax reads a defocus about 11 % short (WSe2 case of benchmarks/grid/detector_peers.py: 104.8 against
     117.5 A, true 120)."""
     _, _, counts = every_auto
     assert counts == {"parallax": 2, "descan_shifts": 1}

@@ -234,3 +234,22 @@ def test_fft_bound_times_exactly_the_transforms_an_iteration_needs(monkeypatch):
     calls.clear()  # the near field: the propagation to the detector, each way
     bench.fft_bound_s([8, 8, 9], probe_modes=2, object_modes=1, slices=1, k=8, shifted=False, repeats=1, near_field=True)
     assert sum(calls) == 25 * 2 * 1 * 2 * 2
+
+
+def test_predict_runs_the_benchmark_from_a_clone_with_its_arguments_and_exit_code(tmp_path):
+    """``ptyacc predict`` is the repository's benchmarks/predict.py, run with the arguments given (its
+    own options and errors, its exit code), from any folder of this clone."""
+    command = [sys.executable, "-c", "import sys; from ptyacc.commands.cli import main; sys.exit(main())", "predict"]
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert shown.returncode == 0 and "--link" in shown.stdout and "--batch-sizes" in shown.stdout, shown.stderr
+    refused = subprocess.run([*command, "--processes", "two"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert refused.returncode == 2 and "expected comma-separated integers" in refused.stderr
+
+
+def test_predict_outside_a_clone_says_where_it_moved_in_one_line(tmp_path, monkeypatch):
+    import ptyacc.commands.cli as cli_module
+
+    monkeypatch.setattr(cli_module, "BENCHMARKS", tmp_path / "benchmarks")  # an installed ptyacc: no benchmarks/
+    result = CliRunner().invoke(cli, ["predict", "--processes", "1,2"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and "python -m benchmarks.predict" in lines[0], result.output

@@ -12,7 +12,7 @@ import ptyacc
 from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS
 from ptyacc.errors import ConfigError
 from ptyacc.reconstruction.convergence import Convergence, fall_share, resolved_iterations
-from ptyacc.reconstruction.groups import LrSchedule, lr_factor
+from ptyacc.optim.groups import LrSchedule, lr_factor
 from ptyacc.reconstruction.history import History
 
 

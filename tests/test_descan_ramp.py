@@ -1,5 +1,5 @@
 """``data.transform.descan_model: ramp`` (ptyacc/quantities/descan_ramp.py): the descan as a phase ramp on
-each position's exit wave, against the independent simulator (examples/grid/simulate.py), which makes the
+each position's exit wave, against the independent simulator (benchmarks/grid/simulate.py), which makes the
 descan as a ramp on the exit wave, on one slice and on several."""
 
 from types import SimpleNamespace

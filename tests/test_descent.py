@@ -1,5 +1,5 @@
 """The object's and the probe's preconditioned descent (``optim.object_optimizer`` and
-``optim.probe_optimizer``: preconditioned, ptyacc/reconstruction/groups.py): the illumination
+``optim.probe_optimizer``: preconditioned, ptyacc/optim/descent.py): the illumination
 against a loop written out in NumPy, the step against the formula, the meaning of a step of 1
 (the least-squares step: one position's exit wave takes the measured amplitudes; for the Poisson
 loss, Newton's step), and what ``auto`` chooses. 1 and 2 processes, and the split object,
@@ -14,26 +14,20 @@ import torch
 
 import ptyacc
 from ptyacc.errors import ConfigError
-from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.quantities.object import ObjectTransmission
-from ptyacc.quantities.probe import Probe
-from ptyacc.reconstruction.groups import (
-    PreconditionedDescent,
-    ProbeDescent,
-    StepContext,
-    build_groups,
-    illumination,
-    preconditioner,
-    window_sum,
-)
-from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import (
+from ptyacc.optim.autos import (
     auto_notes,
     auto_values,
     least_squares,
     optimizer_notes,
     resolved_optimizer,
 )
+from ptyacc.optim.descent import PreconditionedDescent, ProbeDescent, illumination, preconditioner, window_sum
+from ptyacc.optim.row_adam import StepContext
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.model import PtychoModel
+from ptyacc.quantities.object import ObjectTransmission
+from ptyacc.quantities.probe import Probe
+from ptyacc.reconstruction.groups import build_groups
 
 K = 16
 
@@ -234,7 +228,7 @@ def test_the_preconditioner_is_made_again_after_every_iteration_from_the_probe_o
 def test_the_illumination_has_the_same_bits_whatever_the_fft_does():
     """Every process must take the same step: the illumination is an exact sum of integer levels
     of the intensity, so it equals that sum made in NumPy bit for bit, with 1 or 2 threads."""
-    from ptyacc.reconstruction.groups import QUANTUM
+    from ptyacc.optim.descent import QUANTUM
 
     rng = np.random.default_rng(5)
     shape = (61, 58)
@@ -356,7 +350,7 @@ def test_the_batch_floor_keeps_a_large_step_stable_on_a_dense_scan(tmp_path):
 
 
 def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson():
-    from ptyacc.reconstruction.multislice_auto import resolved_step
+    from ptyacc.optim.autos import resolved_step
 
     amplitude = ptyacc.load_config({}, ["data.path=x.h5"])
     poisson = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson"])
@@ -372,7 +366,7 @@ def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson()
 
 
 def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_one():
-    from ptyacc.reconstruction.multislice_auto import resolved_batch_floor
+    from ptyacc.optim.autos import resolved_batch_floor
 
     base = ["data.path=x.h5", "optim.loss=poisson"]
     one = ptyacc.load_config({}, base)
@@ -392,7 +386,7 @@ def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_on
 def test_adams_beta2_is_resolved_with_the_other_autos():
     """``optim.adam_beta2: auto`` is resolved with the other auto keys before the model is built (``AutoPriors``),
     and results.h5's auto_values name it: 0.95 on one slice, 0.999 on several; a number given is kept."""
-    from ptyacc.reconstruction.multislice_auto import AutoPriors
+    from ptyacc.optim.autos import AutoPriors
 
     one = ptyacc.load_config({}, ["data.path=x.h5"])
     several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])

@@ -1,5 +1,5 @@
 """Bad pixels found from the data (ptyacc/data/detector.py, data.bad_pixels: auto) on patterns of
-the independent simulator (examples/grid/simulate.py) with planted dead and hot pixels and a dead
+the independent simulator (benchmarks/grid/simulate.py) with planted dead and hot pixels and a dead
 column, the mask they give the loss, run.log's line, results.h5 /detector, and the bright-field
 measurement that hot pixels no longer blind."""
 

@@ -150,7 +150,7 @@ def test_blur_vjp_matches_autograd_for_even_and_odd_sizes(k):
 
 
 def test_blur_refined_from_none_finds_the_independent_simulators_sigma(grid_simulator, tmp_path):
-    """Data blurred by 0.6 px by examples/grid/simulate.py (a Gaussian sampled on the pixels, its
+    """Data blurred by 0.6 px by benchmarks/grid/simulate.py (a Gaussian sampled on the pixels, its
     own code); ptyacc refines the blur from 0 and ends within 20 % of it, saved in results.h5 and
     run.log; the blur's variance is a parameter of its own group, in the model's state."""
     import h5py
@@ -185,9 +185,9 @@ def test_model_without_blur_has_none_and_a_fixed_blur_is_a_buffer():
 
     from ptyacc.physics.geometry import ObjectGeometry
     from ptyacc.quantities.detector_blur import DetectorBlur
+    from ptyacc.quantities.model import PtychoModel
     from ptyacc.quantities.object import ObjectTransmission
     from ptyacc.quantities.probe import Probe
-    from ptyacc.reconstruction.model import PtychoModel
 
     geometry = ObjectGeometry.around(np.array([[0.0, 0.0], [1.0, 1.0]]), 0.5, 8)
     probe = torch.ones(1, 8, 8, dtype=torch.complex64)

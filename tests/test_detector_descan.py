@@ -1,5 +1,5 @@
 """Descan found from the data (ptyacc/data/descan.py, data.transform.descan: auto) on patterns of
-the independent simulator (examples/grid/simulate.py), whose truth is the shift it planted."""
+the independent simulator (benchmarks/grid/simulate.py), whose truth is the shift it planted."""
 
 import dataclasses
 

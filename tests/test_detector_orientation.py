@@ -1,6 +1,6 @@
 """Scan rotation and the patterns' transpose/flip from the centre of mass (ptyacc/data/orientation.py,
 experiment.scan_rotation_deg: auto, data.transform.orientation: auto) on patterns of the independent
-simulator (examples/grid/simulate.py), whose true probe positions are the check: ptyacc's raster
+simulator (benchmarks/grid/simulate.py), whose true probe positions are the check: ptyacc's raster
 turned by the rotation found must land on them."""
 
 import h5py

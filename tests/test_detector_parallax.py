@@ -1,5 +1,5 @@
 """Defocus from the bright-field parallax (ptyacc/data/parallax.py, experiment.defocus_A: auto) on
-patterns of the independent simulator (examples/grid/simulate.py), whose true defocus is the check;
+patterns of the independent simulator (benchmarks/grid/simulate.py), whose true defocus is the check;
 the file's nominal defocus is 25 % off."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The independent simulator's detector and microscope effects (examples/grid/simulate.py),
+"""The independent simulator's detector and microscope effects (benchmarks/grid/simulate.py),
 each alone, against known answers: the truth it writes is what the patterns show."""
 
 import h5py

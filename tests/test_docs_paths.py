@@ -13,8 +13,6 @@ import pytest
 ROOT = Path(__file__).parents[1]
 USER_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PAGES = [*USER_PAGES, *sorted((ROOT / "benchmarks").rglob("*.md"))]
-# the contributors' architecture page keeps its history of the data walk until the layers' rewrite replaces it
-HISTORY_KEPT = {ROOT / "docs" / "explanation" / "architecture.md"}
 CODE = re.compile(r"`([^`\n]+)`|```[^\n]*\n(.*?)```", re.S)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 PATH = re.compile(r"(?<![\w./-])((?:\.\./shared/|\.ci/|configs/|examples/|docs/|ptyacc/|tests/|benchmarks/)[\w./*{}-]*[\w*}])")
@@ -75,7 +73,7 @@ def test_every_path_a_page_names_ships(page):
     assert not missing, f"{page.name} names paths that are not in the repository: {missing}"
     shared = sorted(p for p in named_paths(page) if p.startswith("../shared/"))
     assert not shared or HARNESS_NOTE in page.read_text(), f"{page.name} cites {shared}, not saying it needs the {HARNESS_NOTE}"
-    assert not shared or page not in USER_PAGES or page in HISTORY_KEPT, f"{page.name} cites {shared}, which does not ship"
+    assert not shared or page not in USER_PAGES, f"{page.name} cites {shared}, which does not ship"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -102,7 +100,7 @@ def history_of(page: Path) -> list[str]:
     return [m.group(0) for m in HISTORY.finditer(prose)]
 
 
-@pytest.mark.parametrize("page", [p for p in USER_PAGES if p not in HISTORY_KEPT], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_user_page_carries_dates_loads_or_history(page):
     found = history_of(page)
     assert not found, f"{page.relative_to(ROOT)} carries {found}: measurements and their history go to benchmarks/records/"

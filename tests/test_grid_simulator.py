@@ -1,4 +1,4 @@
-"""The benchmark grid's independent simulator (examples/grid/simulate.py) against independent
+"""The benchmark grid's independent simulator (benchmarks/grid/simulate.py) against independent
 references: ptyacc's forward model for the same object, probe and positions, a direct NumPy
 propagation, and the focus a defocused probe reaches."""
 

@@ -1,5 +1,5 @@
 """``optim.loss: auto`` (the default): the Poisson loss where the object takes the preconditioned
-step and the patterns are counts, the amplitude loss otherwise (``multislice_auto.resolved_loss``,
+step and the patterns are counts, the amplitude loss otherwise (``optim/autos.py``'s ``resolved_loss``,
 from ``store.sample_statistics``); what a run records of it; and the Poisson loss's floor
 (``chain.POISSON_FLOOR``), without which a run on 2 processes parted from the same run on 1."""
 
@@ -16,14 +16,14 @@ import yaml
 import ptyacc
 import ptyacc.physics.chain as chain
 from ptyacc.data.store import PatternStore, sample_statistics
-from ptyacc.reconstruction.engine import Reconstructor
-from ptyacc.reconstruction.multislice_auto import (
+from ptyacc.optim.autos import (
     STRONG_SCATTERING,
     optimizer_notes,
     resolved_loss,
     resolved_optimizer,
     resolved_step,
 )
+from ptyacc.reconstruction.engine import Reconstructor
 from tests.conftest import tiny_config
 
 DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
@@ -180,7 +180,7 @@ def test_poisson_and_the_batch_floor_give_the_same_answer_on_any_split(counted_r
 def test_strong_scattering_takes_the_amplitude_loss_on_counts():
     """A mean pattern with more than STRONG_SCATTERING of its counts beyond the bright-field disk
     (a thick crystal) takes the amplitude loss; the share is measured against a known pattern."""
-    from ptyacc.reconstruction.multislice_auto import STRONG_SCATTERING, dark_field_fraction
+    from ptyacc.optim.autos import STRONG_SCATTERING, dark_field_fraction
 
     n, dk, wavelength, semiangle = 32, 0.1, 0.02, 10.0  # the disk's edge at 5 px
     k = torch.fft.fftfreq(n, d=1.0 / (n * dk), dtype=torch.float64)

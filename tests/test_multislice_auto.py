@@ -15,8 +15,7 @@ from conftest import test_device, tiny_config
 
 import ptyacc
 from ptyacc.errors import ConfigError
-from ptyacc.physics.footprint import median_neighbour_distance
-from ptyacc.reconstruction.multislice_auto import (
+from ptyacc.optim.autos import (
     MULTISLICE,
     SMOOTHING_ELECTRONS,
     auto_notes,
@@ -25,6 +24,7 @@ from ptyacc.reconstruction.multislice_auto import (
     electrons_per_pixel,
     resolved,
 )
+from ptyacc.physics.footprint import median_neighbour_distance
 
 KEYS = ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")
 

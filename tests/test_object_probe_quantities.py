@@ -11,9 +11,9 @@ from conftest import tiny_config
 import ptyacc
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities import Quantity
+from ptyacc.quantities.model import HOOKS, PtychoModel
 from ptyacc.quantities.object import ObjectTransmission
 from ptyacc.quantities.probe import Probe
-from ptyacc.reconstruction.model import HOOKS, PtychoModel
 
 K = 8
 

@@ -1,6 +1,6 @@
 """The patterns' transpose/flip and the scan rotation from the parallax of the stored patterns
 (ptyacc/data/parallax_orientation.py): the linear algebra on known matrices, and on a WSe2 monolayer
-of the independent simulator (examples/grid/simulate.py) with a focal spread, whose centre of mass
+of the independent simulator (benchmarks/grid/simulate.py) with a focal spread, whose centre of mass
 is noise, the orientation the simulator applied."""
 
 import math

@@ -27,7 +27,7 @@ from ptyacc.physics import (
     wavelength_A,
     xray_wavelength_A,
 )
-from ptyacc.reconstruction.model import orthogonalize_modes
+from ptyacc.quantities.model import orthogonalize_modes
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference helpers

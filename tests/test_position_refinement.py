@@ -1,5 +1,5 @@
 """Position refinement on a drifting, jittering scan simulated by the benchmark grid's NumPy
-multislice (examples/grid/simulate.py, independent of ptyacc): the file holds the nominal raster,
+multislice (benchmarks/grid/simulate.py, independent of ptyacc): the file holds the nominal raster,
 the probes were 0.02 Å further per row (a slow drift) and 0.15 Å rms off at random. With
 ``optim.start.positions`` and ``optim.start.scan_affine`` (docs/how-to/tilt-thickness-distortion.md) the refined
 positions come within 0.05 Å rms of the truth in 20 iterations."""

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import ptyacc
+from ptyacc.optim.groups import ParameterGroup
+from ptyacc.optim.row_adam import RowAdam
 from ptyacc.quantities import Quantity, register, unregister
-from ptyacc.reconstruction.groups import ParameterGroup
-from ptyacc.reconstruction.row_adam import RowAdam
 
 GAIN_SPREAD = 0.2
 

@@ -256,7 +256,7 @@ def test_a_checkpoint_with_the_old_whole_shift_factors_loads_to_the_same_model()
 def test_recentring_joins_the_probe_group_as_constraints_run_after_its_projection():
     """``attach_recentring`` leaves the probe group's own projection as it is and adds the mask and
     the centring, in that order, to its constraints; ``end_iteration`` runs the projection first."""
-    from ptyacc.reconstruction.groups import ParameterGroup
+    from ptyacc.optim.groups import ParameterGroup
     from ptyacc.reconstruction.recenter import attach_recentring
 
     config = ptyacc.load_config({**SIM, "model": {"recenter": {"probe": True, "probe_mask_mrad": 40.0}}})

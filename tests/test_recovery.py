@@ -123,7 +123,7 @@ and range of the runs with seeds 0 .. N-1."""
     from pathlib import Path
 
     root = Path(__file__).parents[1]
-    spec = importlib.util.spec_from_file_location("lowdose_benchmark", root / "examples" / "lowdose_benchmark.py")
+    spec = importlib.util.spec_from_file_location("lowdose_benchmark", root / "benchmarks" / "lowdose_benchmark.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     ncc = bench.ptyacc_ncc(root / "examples" / "data" / "demo_mos2_dose5e3.h5", 20, [])

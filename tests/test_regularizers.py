@@ -204,7 +204,7 @@ def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, 
     dose, the same as given explicitly); on patterns that are not counts, or with it at 0, nothing
     runs. (auto for the others: tests/test_multislice_auto.py.)"""
     import ptyacc.physics.regularizers as regularizers
-    import ptyacc.reconstruction.groups as groups
+    import ptyacc.quantities.object as groups
 
     def counted(**regularize):
         base = tiny_config(tmp_path, model={"slices": 4, "slice_thickness_A": 2.0},

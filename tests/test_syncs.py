@@ -13,9 +13,9 @@ from ptyacc.speed import syncs
 
 MULTISLICE = {"model": {"slices": 3, "slice_thickness_A": 2.0},
               "data": {"simulate": {"scan_shape": [8, 8], "detector_px": 16, "atoms": 6}}}
-# on a CPU the batch floor adds the batch's windows one by one (groups.window_sum, loop=True, from a
+# on a CPU the batch floor adds the batch's windows one by one (descent.window_sum, loop=True, from a
 # host list): on a GPU it takes one index_add_ and reads nothing back
-CPU_ONLY_SITE = "tolist ptyacc/reconstruction/groups.py"
+CPU_ONLY_SITE = "tolist ptyacc/optim/descent.py"
 
 
 def _count(body, seeds):

@@ -16,8 +16,8 @@ from ptyacc.data import load_data, spatial_shards
 from ptyacc.data.positions import raster_positions_A
 from ptyacc.data.store import ShardPlan, spatial_bisection
 from ptyacc.errors import ConfigError
+from ptyacc.optim.groups import fast_adam
 from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.reconstruction.groups import _fast_adam
 from ptyacc.reconstruction.tiles import TiledAdam, Tiling, plan_tiling
 
 K = 16
@@ -77,7 +77,7 @@ def test_tiled_adam_steps_like_torch_adam_and_reads_and_writes_its_state_dicts(b
     param = torch.nn.Parameter(torch.randn(1, 2, *shape, 2))
     reference = torch.nn.Parameter(param.detach().clone())
     tiled = TiledAdam(param, 0.01, one, 0, 1, betas=betas)
-    adam = torch.optim.Adam([reference], lr=0.01, betas=betas, **_fast_adam(torch.device("cpu")))
+    adam = torch.optim.Adam([reference], lr=0.01, betas=betas, **fast_adam(torch.device("cpu")))
     for step in range(6):
         gradient = torch.randn_like(param)
         param.grad, reference.grad = gradient.clone(), gradient.clone()

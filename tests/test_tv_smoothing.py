@@ -9,8 +9,8 @@ import torch
 
 import ptyacc
 from ptyacc.errors import ConfigError
+from ptyacc.optim.autos import resolved
 from ptyacc.physics.regularizers import tv_phase_smoothing
-from ptyacc.reconstruction.multislice_auto import resolved
 from ptyacc.reconstruction.tiles import Tiling, needs_pixel_ring
 
 EPS = 0.05

@@ -1,5 +1,5 @@
 """A scan whose probe varies from position to position, simulated by the benchmark grid's NumPy
-multislice (examples/grid/simulate.py, independent of ptyacc): the sample's height drifts, so the
+multislice (benchmarks/grid/simulate.py, independent of ptyacc): the sample's height drifts, so the
 defocus changes linearly along the slow scan axis, and the beam current fluctuates, so each
 pattern's dose is the mean dose times a random factor. The file holds what a microscope records
 (the patterns, the raster, the nominal defocus: the mean); ``/ground_truth`` the rest."""

@@ -279,30 +279,27 @@ def speedtest(config_file: str, overrides: tuple[str, ...], processes: str, tria
     click.echo(f"written: {Path(output_dir) / 'speedtest.csv'}, {', '.join(written)}", err=True)
 
 
-@cli.command()
-@click.argument("config_file", required=False, type=click.Path(exists=True, dir_okay=False))
-@set_option
-@click.option("--processes", default="1,2,4", show_default=True, help="Process counts to launch and predict.")
-@click.option("--batch-sizes", default="32,128", show_default=True, help="Global batch sizes (at least two).")
-@click.option("--trials", default=3, show_default=True, help="Launches per process count and batch size.")
-@click.option("--output-dir", "-o", default="scaling_check", show_default=True, type=click.Path(file_okay=False),
-              help="Where the launches write their runs.")
-@click.option("--link", "link_only", is_flag=True, help="Only measure this machine's gloo all-reduce latency and bandwidth.")
-@friendly_errors
-def predict(config_file: str | None, overrides: tuple[str, ...], processes: str, batch_sizes: str, trials: int,
-            output_dir: str, link_only: bool) -> None:
-    """Predicted seconds per iteration on N devices (benchmarks/records/2026-11-27-scaling.md). Without CONFIG_FILE: the
-    predicted GPU speed-up tables. With it: calibrate the model here (gloo link; compute time
-    from 1-process runs), launch CONFIG_FILE on each process count and batch size (one thread
-    per process) and print predicted against measured. --link: measure the link only."""
-    from ptyacc.speed.scaling_check import run_predict
+# the scaling model lives with the benchmarks of the repository, not in the installed package
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+PREDICT_MOVED = ("ptyacc predict: the scaling model is one of the repository's benchmarks and is not installed; "
+                 "in a clone of ptyacc (pip install -e .) run `ptyacc predict` or `python -m benchmarks.predict`")
 
-    try:
-        counts, batches = ([int(v) for v in text.split(",") if v.strip()] for text in (processes, batch_sizes))
-    except ValueError:
-        raise click.BadParameter("expected comma-separated integers", param_hint="--processes/--batch-sizes") from None
-    click.echo(run_predict(Path(config_file) if config_file else None, list(overrides), counts, batches, trials,
-                           Path(output_dir), link_only, echo=lambda line: click.echo(line, err=True)))
+
+@cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def predict(args: tuple[str, ...]) -> None:
+    """Predicted seconds per iteration on N devices (the repository's benchmarks/predict.py, run
+    with these arguments; `ptyacc predict --help` gives its options). Outside a clone of ptyacc
+    it says where it is and exits with 1."""
+    import os
+    import subprocess
+
+    if not (BENCHMARKS / "predict.py").is_file():
+        click.echo(PREDICT_MOVED, err=True)
+        sys.exit(1)
+    path = os.pathsep.join(filter(None, [str(BENCHMARKS.parent), os.environ.get("PYTHONPATH")]))
+    sys.exit(subprocess.run([sys.executable, "-m", "benchmarks.predict", *args],
+                            env={**os.environ, "PYTHONPATH": path}).returncode)
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml")

@@ -121,7 +121,7 @@ def _overlap_lines(config, data, geometry) -> list[str]:
 
 def _scattering_line(data) -> str:
     """How much of the sampled patterns' counts lies beyond the bright-field disk, and what a strong share means."""
-    from ptyacc.reconstruction.multislice_auto import STRONG_SCATTERING, dark_field_fraction
+    from ptyacc.optim.autos import STRONG_SCATTERING, dark_field_fraction
 
     share = dark_field_fraction(data.patterns.mean(0), data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
     line = f"scattering: {100 * share:.1f}% of the counts beyond the bright-field disk"

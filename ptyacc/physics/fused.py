@@ -67,8 +67,8 @@ class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
                 terms, blur_variance, exit_ramps):
-        # No call into this module between the chain's stages (the data walk, tests/test_house.py): the gradients
-        # that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy for one chunk)
+        # the gradients that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy
+        # for one chunk)
         k = probe.shape[-1]
         per_position = propagator is not None and propagator.dim() == 3
         per_probe = probe.dim() == 4  # a probe per position (B, P, K, K)

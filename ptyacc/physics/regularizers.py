@@ -9,7 +9,7 @@
 - ``lateral_blur``: a Gaussian low-pass in (y, x) of every slice, on amplitude and phase, with
   mirror boundaries at the object's edges (PtyRAD's ``obj_rblur``).
 - ``PhaseTV`` and ``blur_depth``: the first as a regularizer of a gradient, the second in place, for
-  the object's parameter group (``ptyacc/reconstruction/groups.py``).
+  the object's parameter group (``ptyacc/quantities/object.py``).
 
 The object is (object_modes, slices, Ny, Nx, 2) float, real and imaginary parts (``PtychoModel``).
 """

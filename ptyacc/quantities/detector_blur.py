@@ -16,9 +16,9 @@ import dataclasses
 import torch
 from torch import nn
 
+from ptyacc.optim.groups import ParameterGroup, clamp
 from ptyacc.physics import Detector
 from ptyacc.quantities.registry import BuildContext, Quantity, register
-from ptyacc.reconstruction.groups import ParameterGroup, clamp
 
 
 class DetectorBlur(Quantity):

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptyacc.optim.groups import ParameterGroup, clamp
 from ptyacc.quantities.registry import BuildContext, Quantity, register
-from ptyacc.reconstruction.groups import ParameterGroup, clamp
 
 
 class DetectorFit(Quantity):

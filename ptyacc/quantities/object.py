@@ -8,20 +8,30 @@ from the same pixels as the whole. Its state is ``quantities.object.transmission
 as ``/object`` (complex64, ``ComplexField.saved``; the split object is assembled whole by ``collect_results``).
 
 Its group (``optim.lr.object``, ``optim.start.object``; Adam, or the preconditioned descent,
-``optim.object_optimizer``) is ``reconstruction/groups.py``'s ``object_groups``, its ``groups``: after
-every iteration the TV smoothing step, the depth and lateral blurs when asked for and the amplitude
-bounds (``model.object_amplitude_bounds``), and the phase total variation (``optim.regularize.tv_phase``)
-as a regulariser. Where the probe takes the preconditioned step, which assumes an object within the
-upper bound, the bounds hold after every step.
+``optim.object_optimizer``, ``optim/descent.py``), its ``groups``: after every iteration the TV smoothing
+step, the depth and lateral blurs when asked for and the amplitude bounds (``model.object_amplitude_bounds``,
+``project_object``), and the phase total variation (``optim.regularize.tv_phase``) as a regulariser.
+Where the probe takes the preconditioned step, which assumes an object within the upper bound, the
+bounds hold after every step.
 """
 
 from __future__ import annotations
 
+from functools import partial
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
+from ptyacc.optim.descent import PreconditionedDescent
+from ptyacc.optim.groups import ParameterGroup
+from ptyacc.physics.regularizers import PhaseTV, blur_depth, lateral_blur, tv_phase_smoothing
 from ptyacc.quantities.registry import ComplexField
-from ptyacc.reconstruction.groups import object_groups
+
+if TYPE_CHECKING:
+    from ptyacc.config import Config
+    from ptyacc.optim.autos import AutoPriors
+    from ptyacc.quantities.model import PtychoModel
 
 
 class ObjectTransmission(ComplexField):
@@ -44,6 +54,55 @@ class ObjectTransmission(ComplexField):
             phase[1:] = noise[..., y0:y1, x0:x1]
         self.transmission = nn.Parameter(torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous())
 
-    # its group, made beside the optimizers that step it (``reconstruction/groups.py``): building it there keeps
-    # the run's path through groups.py in one visit (docs/explanation/architecture.md, "How the demo's data walk through it")
-    groups = object_groups
+    def groups(self, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
+        """The object's group: after every iteration the TV
+        smoothing step, the depth and lateral blurs when asked for and the amplitude bounds (``project_object``); the
+        phase total variation (``optim.regularize.tv_phase``) as its regulariser; stepped by the optimizer ``priors``
+        chose (Adam or ``PreconditionedDescent``), held within the amplitude bounds after every step where the probe
+        takes the preconditioned step (which assumes an object within them)."""
+        opt, regularize, transmission = config.optim, config.optim.regularize, self.transmission
+        bounds = config.model.object_amplitude_bounds
+        # > 0 only for several slices (the config refuses it on one); auto is the data's (data_autos): still auto
+        # only where no data resolved the config, and off there
+        sigma = 0.0 if regularize.depth_blur_slices == "auto" else regularize.depth_blur_slices
+        lateral_px, smoothing = priors.values["lateral_blur_px"], priors.values["tv_phase_smoothing"]
+        regularizer, tv_phase = None, priors.values["tv_phase"]
+        if tv_phase > 0:
+            # the data term of a step is its patterns' mean loss (sum / global batch), an unbiased
+            # estimate of (sum over all N patterns) / N: the penalty joins that sum, so it is / N too
+            regularizer = PhaseTV(tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
+        group = ParameterGroup("object", [transmission], opt.lr.object, opt.start.object,
+                               after_iteration=partial(project_object, transmission, bounds, smoothing,
+                                                       regularize.tv_epsilon_rad, sigma, lateral_px),
+                               regularizer=regularizer, exact_projection=sigma == 0 and lateral_px == 0 and smoothing == 0,
+                               lateral_blur_px=lateral_px, tv_smoothing=smoothing)
+        if priors.probe_optimizer == "preconditioned":
+            # the probe's step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
+            group.after_step = partial(clamp_amplitude, transmission, *bounds)
+        if priors.optimizer == "preconditioned":
+            group.lr = priors.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
+            group.optimizer = PreconditionedDescent(group.params, model, group.lr, opt.preconditioner_floor, priors.share,
+                                                    priors.batch_floor)
+        return [group]
+
+
+@torch.no_grad()
+def project_object(transmission: torch.Tensor, bounds: tuple[float, float], smoothing: float = 0.0,
+                   epsilon_rad: float = 0.0, depth_sigma_slices: float = 0.0, lateral_px: float = 0.0) -> None:
+    """The object's projection after an iteration (``quantities/object.py``), in place on ``transmission``
+    (O, S, h, w, 2): the TV smoothing step of size ``smoothing``, the depth blur of ``depth_sigma_slices`` and
+    the lateral blur of ``lateral_px`` where > 0, then the amplitude within ``bounds`` (low, high)."""
+    if smoothing > 0:
+        transmission.data.copy_(tv_phase_smoothing(transmission.data, smoothing, epsilon_rad))
+    if depth_sigma_slices > 0:
+        blur_depth(transmission, depth_sigma_slices)
+    if lateral_px > 0:
+        transmission.data.copy_(lateral_blur(transmission.data, lateral_px))
+    clamp_amplitude(transmission, *bounds)
+
+
+@torch.no_grad()
+def clamp_amplitude(obj: torch.Tensor, low: float, high: float) -> None:
+    """Object (..., 2) real/imaginary pairs with their amplitude clamped to [low, high], phase kept."""
+    amplitude = torch.linalg.vector_norm(obj, dim=-1, keepdim=True)
+    obj.mul_(amplitude.clamp(low, high) / amplitude.clamp_min(1e-12))

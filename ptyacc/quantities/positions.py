@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptyacc.optim.groups import ParameterGroup, clamp, zero_mean
 from ptyacc.quantities.registry import BuildContext, Quantity, register
-from ptyacc.reconstruction.groups import ParameterGroup, clamp, zero_mean
 
 
 class PositionCorrections(Quantity):

@@ -7,17 +7,26 @@ data's). Its state is ``quantities.probe.modes`` and ``quantities.probe.scale``;
 modes, times the scale, as ``/probe`` (complex64, ``ComplexField.saved``).
 
 Its group (``optim.lr.probe``, ``optim.start.probe``; Adam, or the preconditioned descent,
-``optim.probe_optimizer``) is ``reconstruction/groups.py``'s ``probe_groups``, its ``groups``: several
-modes made orthogonal after every iteration (``model.orthogonalize_probe``); the recentring constraints join it (``recenter.py``).
+``optim.probe_optimizer``, ``optim/descent.py``), its ``groups``: several modes made orthogonal after every
+iteration (``model.orthogonalize_probe``); the recentring constraints join it (``reconstruction/recenter.py``).
 """
 
 from __future__ import annotations
 
+from functools import partial
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
+from ptyacc.optim.descent import ProbeDescent
+from ptyacc.optim.groups import ParameterGroup
+from ptyacc.quantities.model import PtychoModel, orthogonalize_modes
 from ptyacc.quantities.registry import ComplexField
-from ptyacc.reconstruction.groups import probe_groups
+
+if TYPE_CHECKING:
+    from ptyacc.config import Config
+    from ptyacc.optim.autos import AutoPriors
 
 
 class Probe(ComplexField):
@@ -33,6 +42,22 @@ class Probe(ComplexField):
         self.register_buffer("scale", scale)
         self.modes = nn.Parameter(torch.view_as_real(probe.to(torch.complex64) / scale).contiguous())
 
-    # its group, made beside the optimizers that step it (``reconstruction/groups.py``): building it there keeps
-    # the run's path through groups.py in one visit (docs/explanation/architecture.md, "How the demo's data walk through it")
-    groups = probe_groups
+    def groups(self, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
+        """The probe's group: several modes made orthogonal after every
+        iteration (``model.orthogonalize_probe``); stepped by the optimizer ``priors`` chose (Adam or ``ProbeDescent``).
+        The recentring constraints join it later (``reconstruction/recenter.py``'s ``attach_recentring``)."""
+        opt, modes = config.optim, self.modes
+        group = ParameterGroup("probe", [modes], opt.lr.probe, opt.start.probe,
+                               after_iteration=partial(orthogonalize, modes)
+                               if config.model.orthogonalize_probe and len(modes) > 1 else None)
+        if priors.probe_optimizer == "preconditioned":
+            group.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
+            group.optimizer = ProbeDescent(group.params, group.lr, float(self.scale),
+                                           config.model.object_amplitude_bounds[1] ** 2, priors.share)
+        return [group]
+
+
+@torch.no_grad()
+def orthogonalize(probe: torch.Tensor) -> None:
+    """Probe modes (M, K, K, 2) made orthogonal in place (``orthogonalize_modes``)."""
+    probe.copy_(torch.view_as_real(orthogonalize_modes(torch.view_as_complex(probe))))

@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptyacc.optim.groups import ParameterGroup
+from ptyacc.optim.row_adam import RowAdam
 from ptyacc.quantities.registry import BuildContext, Quantity, register
 from ptyacc.quantities.slices import TiltSmoothing
-from ptyacc.reconstruction.groups import ParameterGroup
-from ptyacc.reconstruction.row_adam import RowAdam
 
 
 class ProbeVariation(Quantity):

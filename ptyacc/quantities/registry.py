@@ -55,10 +55,10 @@ from torch import nn
 
 if TYPE_CHECKING:
     from ptyacc.config import Config
+    from ptyacc.optim.autos import AutoPriors
+    from ptyacc.optim.groups import ParameterGroup
     from ptyacc.physics import Detector
-    from ptyacc.reconstruction.groups import ParameterGroup
-    from ptyacc.reconstruction.model import PtychoModel
-    from ptyacc.reconstruction.multislice_auto import AutoPriors
+    from ptyacc.quantities.model import PtychoModel
 
 
 

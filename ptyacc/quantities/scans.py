@@ -29,8 +29,9 @@ from ptyacc.config import Config
 from ptyacc.config.loading import scan_configs
 from ptyacc.data import PtychoData, load_data
 from ptyacc.errors import ConfigError
+from ptyacc.optim.groups import ParameterGroup
+from ptyacc.quantities.probe import orthogonalize
 from ptyacc.quantities.registry import BuildContext, Quantity, register
-from ptyacc.reconstruction.groups import ParameterGroup, orthogonalize
 
 MATCH = 1e-6  # relative tolerance of what the scans must share
 

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptyacc.optim.groups import ParameterGroup, clamp
 from ptyacc.physics import spatial_frequencies
 from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.physics.tilt import tilted_propagator
-from ptyacc.reconstruction.groups import ParameterGroup, clamp
 
 
 class SlicePropagation(nn.Module):

@@ -2,7 +2,7 @@
 (``resolve_autos``, called by the engine's build between the data's statistics and ``build_model``):
 
 - the keys the config and the data decide: the loss, ``optim.regularize``'s priors, the object's and
-  the probe's optimizer and step, Adam's beta2 (``multislice_auto``: ``data_autos``, ``AutoPriors``);
+  the probe's optimizer and step, Adam's beta2 (``optim/autos.py``: ``data_autos``, ``AutoPriors``);
 - the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
   median distance between neighbouring positions (``variation_smoothing``), and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
@@ -37,9 +37,9 @@ import torch
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
+from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
 from ptyacc.physics.aperture import measured_edge
 from ptyacc.physics.footprint import median_neighbour_distance
-from ptyacc.reconstruction.multislice_auto import AutoPriors, auto_values, data_autos
 
 # run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
 EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "
@@ -128,7 +128,7 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     brightest pixel of the mean pattern, the mean counts per pattern and the mean pattern (K, K) or
     None: ``data_autos``'s; given where the probe is built from electron optics and its aperture edge
     is not soft, which it decides)."""
-    smoothing = variation_smoothing(config, positions_px, data.dx_A)  # first: the demo's data walk
+    smoothing = variation_smoothing(config, positions_px, data.dx_A)
     config = calibration_autos(config, data) if data.autos else config
     config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
     model = dict(smoothing)  # the model's keys
@@ -139,8 +139,7 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     edge_said, edge, read = [], config.model.probe_aperture_edge, None
     if mean_pattern is not None and config.model.probe_init is None and data.semiangle_mrad is not None:
         # the aperture edge: measured where the mean pattern shows an even bright-field disk of the semi-angle,
-        # else soft (auto) or refused (measured). Last, and in this function: the demo's data walk goes on from
-        # here to the probe's physics (build_model)
+        # else soft (auto) or refused (measured)
         read, contrast = measured_edge(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
         if read is None and edge == "measured":
             raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))

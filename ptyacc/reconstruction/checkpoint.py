@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ptyacc.errors import ConfigError
-from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.results.outdir import atomic_write
 
 FOLDER = "checkpoints"

@@ -3,7 +3,7 @@
 ``build`` turns the config into the state (data and shard plan, geometry, model, parameter
 groups, pattern store, loader, all prepared by Accelerate, and the gradient exchange),
 ``run`` is the loop, ``finish`` computes the Poisson deviance and saves. What happens after
-an iteration lives in ``ptyacc/reconstruction/hooks.py``, each group's update in ``ptyacc/reconstruction/groups.py``, the
+an iteration lives in ``ptyacc/reconstruction/hooks.py``, each group's update in ``ptyacc/optim/``, the
 exchange between processes in ``ptyacc/reconstruction/exchange.py``.
 
 Everything that changes parameters (steps, projections) runs identically on every process;
@@ -28,8 +28,10 @@ from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
 from ptyacc.data.trouble import deviance_warning, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
+from ptyacc.optim.groups import lr_factor
 from ptyacc.physics.fused import CompiledTerms
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
 from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
@@ -37,14 +39,13 @@ from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoin
 from ptyacc.reconstruction.convergence import Convergence, resolved_iterations
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
-from ptyacc.reconstruction.groups import build_groups, lr_factor
+from ptyacc.reconstruction.groups import build_groups
 from ptyacc.reconstruction.guard import NanGuard
 from ptyacc.reconstruction.heap import keep_freed_memory
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.hooks import iteration_hooks
 from ptyacc.reconstruction.initial import build_model, previous_results, start_from
 from ptyacc.reconstruction.interrupt import Interrupt, Interrupted, keep_work
-from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.threads import set_threads
@@ -224,7 +225,7 @@ class Reconstructor:
     def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
         """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
         the fitted positions: all less those left out for validation), {key: value} of it and the line saying
-        why. (Called only for auto: the demo's data walk stays in the store's module.)"""
+        why (called only for auto)."""
         fitted = len(self.data.positions_A) - len(self.left_out)
         batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
         self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))

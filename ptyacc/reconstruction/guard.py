@@ -9,9 +9,9 @@ import math
 import torch
 
 from ptyacc.errors import PtyaccError
-from ptyacc.reconstruction.groups import ParameterGroup
+from ptyacc.optim.groups import ParameterGroup
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.reconstruction.history import History
-from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.saving import Saver
 from ptyacc.results.runlog import RunLog
 

@@ -13,8 +13,8 @@ import time
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
+from ptyacc.optim.groups import ParameterGroup
 from ptyacc.reconstruction.distributed import check_in_sync
-from ptyacc.reconstruction.groups import ParameterGroup
 from ptyacc.reconstruction.history import History
 from ptyacc.reconstruction.interrupt import agreed_max
 from ptyacc.reconstruction.saving import Saver

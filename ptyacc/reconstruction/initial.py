@@ -17,11 +17,11 @@ from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem
 from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities import BuildContext, attach_quantities
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.object import ObjectTransmission
 from ptyacc.quantities.probe import Probe
 from ptyacc.quantities.slices import SlicePropagation
 from ptyacc.reconstruction.autos import EDGE_REFUSED
-from ptyacc.reconstruction.model import PtychoModel
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
 from ptyacc.results.h5file import Results
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ptyacc.physics import fourier_shift, fresnel_propagator, spatial_frequencies
-from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.quantities.model import PtychoModel
 
 
 def probe_centre_offset_px(probe: torch.Tensor) -> torch.Tensor:

@@ -15,12 +15,12 @@ from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.data.stream import centred_means
 from ptyacc.errors import ConfigError, OutputError
+from ptyacc.optim.autos import auto_values
 from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.registry import ROOT
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, save_checkpoint
 from ptyacc.reconstruction.exchange import KINDS, Traffic
-from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.reconstruction.multislice_auto import auto_values
 from ptyacc.reconstruction.tiles import ObjectTiles
 from ptyacc.results.figures import save_figures
 from ptyacc.results.h5file import Results, save_results, versions
@@ -44,7 +44,7 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
 def run_texts(config: Config) -> dict[str, str]:
     """The attributes of results.h5 that describe the run, as text (YAML), made once when it
     starts: the config as given, the keys given as ``auto`` that the config alone decides, with their
-    values (``multislice_auto.auto_values``; a run's build replaces them with every key it resolved:
+    values (``optim/autos.py``'s ``auto_values``; a run's build replaces them with every key it resolved:
     ``autos.resolve_autos``) and the versions of ptyacc and its libraries."""
     import yaml
 

@@ -12,7 +12,7 @@ Every step (once the object is updated), after the backward pass:
   The segments seg(s, r) = O_s ∩ L_r (s != r) are rectangles every process knows; process r
   writes its gradient on seg(s, r) into its slot of one packed buffer (zeros elsewhere), one
   all-reduce sums the buffers, and owner s adds the slots seg(s, r) to its own gradient;
-- the owner steps its owned pixels (Adam, or ``descent.TiledDescent``), halo pixels never;
+- the owner steps its owned pixels (Adam, or ``TiledDescent``), halo pixels never;
 - value phase: the owners write their new values on seg(s, r), one all-reduce, and every
   process copies the values of its halo.
 So every pixel is updated by one owner with the same summed gradient as in a replicated run:
@@ -35,6 +35,8 @@ from torch import nn
 
 from ptyacc.data.store import Cut, spatial_bisection
 from ptyacc.errors import ConfigError, PtyaccError
+from ptyacc.optim.descent import PreconditionedDescent
+from ptyacc.optim.row_adam import TakesStepContext
 from ptyacc.physics.regularizers import lateral_blur_reach_px
 from ptyacc.reconstruction.exchange import on_any_process, timed_all_reduce
 
@@ -326,6 +328,42 @@ class TiledAdam:
         return True
 
 
+class TiledDescent(TakesStepContext, TiledAdam):
+    """``PreconditionedDescent`` on the owned pixels of a split object: the halo exchange of
+    ``TiledAdam``, then the preconditioned step instead of Adam's, then the halo values."""
+
+    def __init__(self, whole: PreconditionedDescent, param: torch.nn.Parameter, tiling, rank: int, world: int,
+                 regularizer=None) -> None:
+        super().__init__(param, whole.param_groups[0]["lr"], tiling, rank, world, regularizer=regularizer)
+        self.whole = whole
+        self.param_groups[0].update(floor=whole.param_groups[0]["floor"], share=whole.param_groups[0]["share"])
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grad = self._summed_gradient()
+        self.whole.context = self.context
+        factor = self.whole.current_factor()
+        rows, cols = self.owned
+        self.steps += 1
+        owned = self.param[..., rows, cols, :]
+        owned.addcmul_(grad[..., rows, cols, :], factor[rows, cols, None], value=-self.param_groups[0]["lr"])
+        if self.exchange is not None:
+            self.exchange.share_values(self.param.data)
+
+    def full_state_dict(self) -> dict | None:
+        """This optimizer's state dict as a replicated run's (main process; None elsewhere)."""
+        if self.rank != 0:
+            return None
+        state = self.whole.state_dict()
+        state["param_groups"][0]["lr"] = self.param_groups[0]["lr"]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """This process's own state or a whole-object one; there are no moments to take."""
+        self.param_groups[0]["lr"] = state["lr"] if "tile" in state else state["param_groups"][0]["lr"]
+        self.steps = state.get("steps", 0)
+
+
 def needs_pixel_ring(tiling: Tiling, ring_px: int = 1, key: str = "optim.regularize.tv_phase") -> None:
     """A ConfigError unless every process holds the ``ring_px`` pixels around its tile (within the object):
     a phase TV (1 px) or a lateral blur (its reach) needs them to get the owned pixels right."""
@@ -372,7 +410,7 @@ class ObjectTiles:
 
     def __init__(self, tiling: Tiling, rank: int, world: int) -> None:
         self.tiling, self.rank, self.world = tiling, rank, world
-        self.optimizer: TiledAdam | None = None  # or descent.TiledDescent, a subclass
+        self.optimizer: TiledAdam | None = None  # or TiledDescent, a subclass
 
     @property
     def region(self) -> Rect:
@@ -387,18 +425,20 @@ class ObjectTiles:
                 f"holds rows {ly0}:{ly1}, columns {lx0}:{lx1} (all processes together hold {held:.2f}x the object)")
 
     def take_over(self, model: nn.Module, groups: list) -> None:
-        """Before ``accelerator.prepare``: the object leaves DDP; its group steps with TiledAdam (or its optimizer's
-        ``tiled``), regularizer after the halo exchange, halos refreshed after an inexact projection."""
+        """Before ``accelerator.prepare``: the object leaves DDP; its group steps with TiledAdam (or TiledDescent for
+        the preconditioned descent), regularizer after the halo exchange, halos refreshed after an inexact projection."""
         nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(IGNORED_BY_DDP))
         group = next(g for g in groups if g.name == OBJECT)
         for key, ring_px in (("tv_phase", group.regularizer is not None), ("tv_phase_smoothing", group.tv_smoothing > 0),
                              ("lateral_blur_px", lateral_blur_reach_px(group.lateral_blur_px))):
             if ring_px:
                 needs_pixel_ring(self.tiling, int(ring_px), f"optim.regularize.{key}")
-        tiled = getattr(group.optimizer, "tiled", None)  # optim.object_optimizer: preconditioned
-        self.optimizer = tiled(model.object, self.tiling, self.rank, self.world, group.regularizer) if tiled else \
-            TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
-                      betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
+        if isinstance(group.optimizer, PreconditionedDescent):  # optim.object_optimizer: preconditioned
+            self.optimizer = TiledDescent(group.optimizer, model.object, self.tiling, self.rank, self.world,
+                                          group.regularizer)
+        else:
+            self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
+                                       betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
         group.optimizer, group.regularizer = self.optimizer, None
         project, exchange = group.after_iteration, self.optimizer.exchange
         if project is not None and not group.exact_projection and exchange is not None:

@@ -17,7 +17,7 @@ import torch
 
 from ptyacc.data.store import PatternStore, ShardPlan, poisson_deviance_sums, spatial_bisection
 from ptyacc.errors import ConfigError
-from ptyacc.reconstruction.model import PtychoModel
+from ptyacc.quantities.model import PtychoModel
 
 CHUNK = 64  # validation patterns per forward call
 

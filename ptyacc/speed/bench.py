@@ -5,7 +5,7 @@ torch.fft at the same batch shapes: for every pattern, probe mode and object mod
 transforms of K x K forward and as many backward (one more each way in the near field: the Fresnel
 propagation to the detector), plus, when the probe is shifted per position (positions refined, or
 fixed at sub-pixel offsets that differ), the probe-shift transforms (one inverse transform forward,
-one backward, per pattern and probe mode). ``ffts_per_step`` counts them; tests/test_operators.py
+one backward, per pattern and probe mode). ``ffts_per_step`` counts them; benchmarks/tests/test_operators.py
 checks the count against the transforms a step issues.
 """
 

@@ -1,36 +1,26 @@
-"""The ``auto`` values of ``optim.regularize``: ``tv_phase_smoothing`` (auto by default), and
-``tv_phase`` and ``lateral_blur_px`` (0, off, by default; ``auto`` is asked for): priors chosen from
-the config (the slice count) and, for ``tv_phase_smoothing`` on counted patterns, the dose
-(``data_autos``, from sums every process shares), the same on every process. And ``optim.object_optimizer`` and
-``optim.probe_optimizer`` (auto by default): ``resolved_optimizer``.
+"""The ``auto`` values of the ``optim`` keys, the same on every process: ``optim.regularize``'s
+``tv_phase_smoothing`` (auto by default), ``tv_phase`` and ``lateral_blur_px`` (0 by default; ``auto`` is
+asked for) and ``depth_blur_slices``; ``optim.object_optimizer`` and ``probe_optimizer``
+(``resolved_optimizer``), ``optim.loss`` (``resolved_loss``), ``preconditioned_step``,
+``preconditioner_batch_floor`` and ``adam_beta2``. They are priors chosen from the config (the slice
+count) and, in ``data_autos``, from sums of the data every process shares (the dose, the dark-field share).
 
-- ``tv_phase_smoothing``: on several slices 0.001 scaled by the counted patterns' dose per object
-  pixel (``dose_smoothing``; 0 where the patterns are not counts), one TV descent step after every iteration,
-  outside Adam, so that runs agree on any number of processes (benchmarks/records/2026-11-27-quality-grid.md, "The
-  multislice default": all 18 multislice grid points rise, median +0.0036; the MoS2 demo's 3
-  slices +0.002 at every dose). 0 on one slice, where it costs the demo up to 0.001 at low dose.
+- One slice: the regularisers 0 (off): on sharp atoms every TV weight tried lowered the phase's NCC.
+- Several slices (``model.slices`` > 1): ``MULTISLICE``, a phase TV of weight 1 and a lateral blur of
+  0.3 px when asked for, and the TV smoothing step (one TV descent step after every iteration, outside
+  the optimizer, so that runs agree on any number of processes) from the counted patterns' dose per
+  object pixel (``dose_smoothing``; 0 where the patterns are not counts): the values that raised the
+  NCC on every case tried and cost none of them.
 
-- One slice: both 0 (off), the run as before. On the abTEM MoS2 demo, whose atoms are sharp, every
-  TV weight tried lowers the single-slice NCC at low dose (5e3 electrons: 0.8900 at 0, 0.8875 at 1,
-  0.8748 at 3).
-- Several slices (``model.slices`` > 1): ``MULTISLICE``, a phase TV of weight 1 and a lateral blur
-  of 0.3 px. On the independent grid's 18 multislice points (benchmarks/records/2026-11-27-quality-grid.md, "A multislice
-  prior") they raise ptyacc's zero-shift NCC on every point (median +0.004) and bring it level
-  with or above tuned PtyRAD on 9 of them (8 with another seed) where the unregularised defaults
-  are on none. On the MoS2 demo reconstructed with its 3 true slices they are level within the
-  seed spread at every dose, and on ``sim_32x32`` / ``sim_lowdose`` (4 modes, 4 slices) they raise
-  the NCC a little (0.9983 -> 0.9986, 0.9858 -> 0.9870). TV weights of 2-3 do more on the grid but
-  cost the MoS2 3-slice case 0.012-0.023 at 5e3 electrons; a lateral blur of 0.4 px costs it 0.013
-  at 1e5: these are the values that held on every case.
-
-``tv_phase`` and ``lateral_blur_px`` are not the default: with the phase TV the runs on 1 and 2 processes, and with and without
-``runtime.shard_object``, agree far less closely than the product's rule (benchmarks/records/2026-11-27-quality-grid.md,
-"A multislice prior"): its gradient is rounding noise wherever the phase is flat, and Adam's
-normalised steps turn that noise into full-size steps.
+``tv_phase`` and ``lateral_blur_px`` are not the default: with the phase TV the runs on 1 and 2
+processes, and with and without ``runtime.shard_object``, agree far less closely than the rule of
+one result whatever the process count: its gradient is rounding noise wherever the phase is flat,
+and Adam's normalised steps turn that noise into full-size steps.
 
 A run resolves them once (``AutoPriors.of``): the parameter groups take the values, and the
 terminal and run.log the note (``auto_notes``) with the build's other lines; results.h5 keeps
-the keys given as auto (attribute ``auto_values``) beside the config as given (``auto``).
+the keys given as auto (attribute ``auto_values``) beside the config as given (``auto``). The
+measurements behind each value are benchmarks/records/2026-12-02-optim-autos.md's.
 """
 
 from __future__ import annotations
@@ -43,11 +33,8 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.config.schema import LearningRates
 from ptyacc.data import PtychoData
 from ptyacc.physics.footprint import median_neighbour_distance
-
-ADAM_STEPS = LearningRates()  # optim.lr's defaults
 
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
 MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
@@ -72,25 +59,17 @@ def resolved_values(config: Config) -> dict[str, float]:
 
 def optimizer_choice(config: Config, group: str = "object") -> tuple[str, str]:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
-    or for ``auto`` preconditioned, on any number of slices and with either loss (docs/explanation/optimisers.md,
-    "The object's and the probe's optimizer"; until the TV smoothing step left data that are not counts
-    alone, Adam took multislice runs with the amplitude loss: benchmarks/records/2026-11-27-quality-grid.md, "Multislice data that
-    are not counts"), and adam wherever the group's Adam step (``optim.lr.object`` or ``optim.lr.probe``)
-    is given another value than its default and 0, and for both where the tilt is refined
-    (``optim.start.tilt``: on a noise-free tilted crystal, 3, -2 mrad from 0 in 30 iterations, it came to
-    2.89, -2.02 with Adam's steps and 1.67, -1.75 with the least-squares ones; with the least-squares probe
-    beside Adam's object a split object's refined tilts parted from the unsplit run's by 5.4e-4 mrad in 6
-    iterations, against 8e-5 with Adam's).
+    or for ``auto`` preconditioned (the least-squares step converged faster on any number of slices and
+    with either loss), except adam wherever the group's Adam step (``optim.lr.object`` or ``optim.lr.probe``)
+    is given another value than its default and 0 (a tuned Adam step), and for both where the tilt is
+    refined (``optim.start.tilt``: the tilt reached the truth with Adam's steps only).
     Returns the optimizer and, for auto, why ("" for the least-squares step, run.log's words for Adam)."""
     chosen = getattr(config.optim, f"{group}_optimizer")
     if chosen != "auto":
         return chosen, ""
-    # OptimConfig.adam_step_given, written out: a call into config/schema.py here would add four returns to
-    # the demo's data walk (tests/test_house.py)
-    if getattr(config.optim.lr, group) not in (0.0, getattr(ADAM_STEPS, group)):
-        return "adam", f"optim.lr.{group} given"  # a config from before, a tuned step: Adam it is
+    if config.optim.adam_step_given(group):
+        return "adam", f"optim.lr.{group} given"
     if config.optim.start.tilt is not None:
-        # the tilt found the truth with Adam's steps only (docs/how-to/tilt-thickness-distortion.md)
         return "adam", "optim.start.tilt set"
     return "preconditioned", ""
 
@@ -158,12 +137,8 @@ def preconditioned_autos(config: Config) -> dict[str, float]:
 def dose_smoothing(electrons_px: float) -> float:
     """``tv_phase_smoothing``'s auto on several slices for counted data with ``electrons_px`` electrons per
     object pixel: ``MULTISLICE``'s 0.001 times sqrt(``SMOOTHING_ELECTRONS`` / electrons_px), the factor kept
-    within ``SMOOTHING_FACTORS``. The noise in an object pixel falls as one over the square root of the
-    electrons that reach it, and so did the step that suited the independent grid's multislice points
-    (benchmarks/records/2026-11-27-quality-grid.md, "The TV smoothing step from the dose"): about 2, 1 and 0.5 times 0.001 at 720,
-    2,900 and 14,000 electrons per pixel (110 mrad edge), 1 and 0.5 at 2,400 and 9,700 (60 mrad), where a
-    step of 0.25 times it did no better at 48,000; the lower bound, 0.5, lost less on the MoS2 demo as
-    3 slices at 25,000 (0.9858 against 0.9848 for 0.34)."""
+    within ``SMOOTHING_FACTORS``: the noise in an object pixel falls as one over the square root of the
+    electrons that reach it, and so did the step that suited the multislice cases measured."""
     factor = math.sqrt(SMOOTHING_ELECTRONS / electrons_px) if electrons_px > 0 else SMOOTHING_FACTORS[1]
     return MULTISLICE["tv_phase_smoothing"] * min(max(factor, SMOOTHING_FACTORS[0]), SMOOTHING_FACTORS[1])
 
@@ -233,19 +208,12 @@ def dark_field_fraction(mean_pattern: torch.Tensor, wavelength_A: float, semiang
 
 
 # the share of the counts beyond the bright-field disk above which the amplitude loss is taken on
-# counts: the Poisson loss converged far slower on a strongly scattering thick crystal (abTEM's 40 A of
-# SrTiO3 at 300 kV, 8 %: NCC 0.33 against 0.83 after 40 iterations at 1e6 electrons, 0.45 against 0.84
-# at 1e5, level at 1e4), while the grid and the demo (1.0-1.3 %) are where it was measured ahead
+# counts: on a strongly scattering thick crystal the Poisson loss converged far slower
 STRONG_SCATTERING = 0.04
-# optim.regularize.depth_blur_slices's auto on several slices of such a sample (PtyRAD's obj_zblur std): on
-# abTEM's 39 A of SrTiO3 (10 slices, 12 x 12 scan, 40 iterations) it raised the phase NCC from 0.977 to 0.990
-# at 1e6 electrons untilted (benchmarks/records/2026-11-27-thick-crystals.md, 'Against PtyRAD on thick crystals'); on the
-# grid's weakly scattering multislice points a fixed 1 lost up to 0.003 at 1e5 (benchmarks/records/2026-11-27-quality-grid.md),
-# so there it stays 0
+# optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
+# fixed blur lost a little)
 STRONG_DEPTH_BLUR = 1.0
-# optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): the crystal converges slower,
-# and in 40 iterations 0.6 raised its NCC on all four cases (untilted and 2.5 mrad tilted, 1e5 and 1e6
-# electrons: 0.973-0.993 -> 0.982-0.998; 0.8 no further)
+# optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): such a crystal converges slower
 STRONG_STEP = 0.6
 
 
@@ -254,10 +222,8 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
     brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
     (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
-    asked for); amplitude otherwise. On the grid's single-slice points
-    Poisson is ahead of the amplitude loss at 5e3 to 1e6 electrons per pattern and level at 1e7, and
-    with the preconditioned object on 14 of the 18 multislice points (benchmarks/records/2026-11-27-quality-grid.md, "The
-    loss under auto"); with Adam on several slices it lowered every multislice grid point."""
+    asked for); amplitude otherwise: the Poisson loss was ahead or level on counted data with the
+    preconditioned object, and behind with Adam on several slices."""
     if config.optim.loss != "auto":
         return config.optim.loss, []
     optimizer = resolved_optimizer(config)

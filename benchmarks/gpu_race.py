@@ -4,16 +4,16 @@ The case has the shape of PtyRAD's published timing (Lee et al., arXiv 2505.0781
 128 x 128 positions of 128 x 128 px patterns, 12 probe modes, 6 slices; 5.69 to 9.83 s per
 iteration on an A100 at batch sizes 1024 to 16), with fewer positions so that both packages
 finish in about four minutes on an H100 (--scan 64: a quarter of the positions). The data come
-from examples/grid/simulate.py (NumPy multislice, neither package's own forward model). Each
+from benchmarks/grid/simulate.py (NumPy multislice, neither package's own forward model). Each
 (package, batch size) runs in its own process; each writes seconds per iteration (median after
 the first), peak device memory (the CUDA allocator's peak; on a CPU the peak resident set) and
 its phase, which is scored here with one scorer for both (NCC with the truth over the scanned
-region, zero shift and best sub-pixel shift: examples/grid/packages.py). Both use 12 probe modes,
+region, zero shift and best sub-pixel shift: benchmarks/grid/packages.py). Both use 12 probe modes,
 6 slices of the true thickness, the batch size and iterations given, fixed positions, and each
 its own defaults otherwise (PtyRAD: Adam with its default constraints, as in its paper).
 
-    python examples/gpu_race.py OUT --device cuda --ptyrad-python python3       # the GPU race
-    python examples/gpu_race.py OUT --tiny --device cpu --ptyrad-python /tmp/venv/bin/python  # dry run
+    python benchmarks/gpu_race.py OUT --device cuda --ptyrad-python python3       # the GPU race
+    python benchmarks/gpu_race.py OUT --tiny --device cpu --ptyrad-python /tmp/venv/bin/python  # dry run
 
 Writes OUT/race.json and OUT/race.md (the table).
 """

@@ -8,27 +8,19 @@ import pytest
 import torch
 import yaml
 
-from ptyacc.data import EpochBatches
-from ptyacc.errors import PtyaccError
-from ptyacc.physics.geometry import ObjectGeometry
-from ptyacc.quantities.detector_fit import DetectorFit
-from ptyacc.quantities.object import ObjectTransmission
-from ptyacc.quantities.positions import PositionCorrections
-from ptyacc.quantities.probe import Probe
-from ptyacc.reconstruction.model import PtychoModel
-from ptyacc.speed.gpu_cases import (
+from benchmarks.gpu_cases import (
     PTYRAD_A100_ITERATION_S,
     PTYRAD_CASE,
     gpu_step_cost,
     h100_assumption,
     speedup_table,
 )
-from ptyacc.speed.link_check import (
+from benchmarks.link_check import (
     LinkMeasurement,
     fit_link,
     measure_link,
 )
-from ptyacc.speed.scaling import (
+from benchmarks.scaling import (
     LINKS,
     Exchange,
     Link,
@@ -42,7 +34,7 @@ from ptyacc.speed.scaling import (
     raster_layout,
     ring_allreduce_s,
 )
-from ptyacc.speed.scaling_check import (
+from benchmarks.scaling_check import (
     CheckRow,
     CheckSamples,
     ExchangeOverhead,
@@ -50,6 +42,14 @@ from ptyacc.speed.scaling_check import (
     measure_exchange_overhead,
     warm_iterations,
 )
+from ptyacc.data import EpochBatches
+from ptyacc.errors import PtyaccError
+from ptyacc.physics.geometry import ObjectGeometry
+from ptyacc.quantities.detector_fit import DetectorFit
+from ptyacc.quantities.model import PtychoModel
+from ptyacc.quantities.object import ObjectTransmission
+from ptyacc.quantities.positions import PositionCorrections
+from ptyacc.quantities.probe import Probe
 
 MIB = 2**20
 
@@ -147,10 +147,10 @@ def test_side_by_side_runs_are_independent_whole_runs(tmp_path):
     from pathlib import Path
 
     import ptyacc
+    from benchmarks.scaling_check import run_side_by_side
     from ptyacc.results.h5file import load_results
-    from ptyacc.speed.scaling_check import run_side_by_side
 
-    config = Path(__file__).parents[1] / "configs" / "simulated.yaml"
+    config = Path(__file__).parents[2] / "configs" / "simulated.yaml"
     sets = ["optim.iterations=3", "data.simulate.scan_shape=[6,6]", "data.simulate.detector_px=16",
             "runtime.progress=false"]
     times = run_side_by_side(config, sets, 2, tmp_path / "beside")
@@ -373,20 +373,23 @@ def test_link_fit_of_disturbed_times_is_a_clear_error():
 def test_predict_refuses_a_check_it_cannot_fit(capsys):
     from pathlib import Path
 
-    from ptyacc.commands.cli import main
+    from benchmarks.predict import predict
+    from ptyacc.command_line import run_command
 
-    config = str(Path(__file__).parents[1] / "configs" / "simulated.yaml")
-    assert main(["predict", config, "--processes", "2,4"]) == 2
+    def main(args: list[str]) -> int:  # ``ptyacc predict`` runs this command in a process of its own (tests/test_cli.py)
+        return run_command(predict, args, prog_name="ptyacc predict")
+
+    config = str(Path(__file__).parents[2] / "configs" / "simulated.yaml")
+    assert main([config, "--processes", "2,4"]) == 2
     assert "--processes must include 1" in capsys.readouterr().err
-    assert main(["predict", config, "--batch-sizes", "32"]) == 2
-    assert main(["predict", config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
+    assert main([config, "--batch-sizes", "32"]) == 2
+    assert main([config, "--batch-sizes", "200,256"]) == 2  # 256 positions: one step either way
     assert "give different numbers of steps" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- the object split (scaling_tiles)
 
-from ptyacc.reconstruction.tiles import HaloExchange  # noqa: E402
-from ptyacc.speed.scaling_tiles import (  # noqa: E402
+from benchmarks.scaling_tiles import (  # noqa: E402
     Case,
     GridTiling,
     Scan,
@@ -399,6 +402,7 @@ from ptyacc.speed.scaling_tiles import (  # noqa: E402
     split_memory,
     tile_sizes,
 )
+from ptyacc.reconstruction.tiles import HaloExchange  # noqa: E402
 
 
 def test_memory_of_a_tiny_case_by_hand():

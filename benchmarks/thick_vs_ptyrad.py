@@ -5,14 +5,14 @@ Four steps, each in the Python that has what it needs:
     # 1. abTEM (tests/data/abtem/make_cases.py): a 12 x 12 scan, 0.5 Å steps, of 10 unit cells of
     #    SrTiO3 [001] (39 Å), untilted and tilted [2.0, -1.5] mrad; expected patterns, then Poisson
     #    counts at 1e5 and 1e6 electrons per pattern (about a minute a crystal)
-    OMP_NUM_THREADS=1 /tmp/abtem-venv/bin/python examples/thick_vs_ptyrad.py make --work /tmp/thk
+    OMP_NUM_THREADS=1 /tmp/abtem-venv/bin/python benchmarks/thick_vs_ptyrad.py make --work /tmp/thk
     # 2. ptyacc: the config `ptyacc init` writes for each file, one slice per unit cell, 40 iterations
-    OMP_NUM_THREADS=1 python examples/thick_vs_ptyrad.py ptyacc --work /tmp/thk [--set KEY=VALUE ...]
-    # 3. PtyRAD through ../shared/bench/run_ptyrad.py (examples/grid/ptyrad_launch.py stands in for
+    OMP_NUM_THREADS=1 python benchmarks/thick_vs_ptyrad.py ptyacc --work /tmp/thk [--set KEY=VALUE ...]
+    # 3. PtyRAD through ../shared/bench/run_ptyrad.py (benchmarks/grid/ptyrad_launch.py stands in for
     #    torchvision), same slices, same iterations; --variant picks its settings
-    OMP_NUM_THREADS=1 /tmp/ptyrad-venv/bin/python examples/thick_vs_ptyrad.py ptyrad --work /tmp/thk
+    OMP_NUM_THREADS=1 /tmp/ptyrad-venv/bin/python benchmarks/thick_vs_ptyrad.py ptyrad --work /tmp/thk
     # 4. the Markdown table from the JSON files under WORK/results (--name gave each column its name)
-    python examples/thick_vs_ptyrad.py table --work /tmp/thk --columns ptyacc_defaults ptyrad_harness
+    python benchmarks/thick_vs_ptyrad.py table --work /tmp/thk --columns ptyacc_defaults ptyrad_harness
 
 Every reconstruction is scored the same way: the phase summed over slices against the file's
 /ground_truth/phase (band-limited to the pattern's dx), zero-shift NCC over the scanned region with
@@ -101,7 +101,7 @@ def run_ptyacc(path: Path, out: Path, overrides: list[str]) -> dict:
 
 def run_ptyrad(path: Path, out: Path, variant: str) -> dict:
     npy = out.with_suffix(".npy")
-    command = [sys.executable, str(REPO / "examples" / "grid" / "ptyrad_launch.py"), str(BENCH), str(path),
+    command = [sys.executable, str(REPO / "benchmarks" / "grid" / "ptyrad_launch.py"), str(BENCH), str(path),
                "--iters", str(ITERATIONS), "--batch", "18", "--slices", str(CELLS), "--slice-thickness-A", str(CELL_A),
                "--threads", "1", "--out", str(npy), *PTYRAD_VARIANTS[variant]]
     subprocess.run(command, check=True, capture_output=True)

@@ -7,7 +7,7 @@ torchvision does not import, this launcher puts the bench's stand-in (``ptychi_c
 Gaussian with torchvision's taps and reflect padding) in its place, adds ``gaussian_blur`` on top of
 it, and runs the harness unchanged with the same arguments.
 
-    /tmp/ptyrad-venv/bin/python examples/grid/ptyrad_launch.py BENCH_DIR DATASET [run_ptyrad.py arguments]
+    /tmp/ptyrad-venv/bin/python benchmarks/grid/ptyrad_launch.py BENCH_DIR DATASET [run_ptyrad.py arguments]
 """
 
 import runpy

@@ -1,4 +1,4 @@
-"""The operators of one reconstruction step by kind (ptyacc/speed/operators.py), counted rather
+"""The operators of one reconstruction step by kind (benchmarks/operators.py), counted rather
 than timed: the classification on a known body, and the exact counts per step of small cases.
 
 The counts are held on purpose: a change that adds an operator, a pass over the batch's waves, an
@@ -10,10 +10,10 @@ CPU's path (on a GPU the multislice batch floor takes one ``index_add_`` instead
 
 import pytest
 import torch
-from conftest import tiny_config
 
 import ptyacc
-from ptyacc.speed import bench, operators
+from benchmarks import operators
+from ptyacc.speed import bench
 
 MULTISLICE = {"model": {"slices": 3, "slice_thickness_A": 2.0},
               "data": {"simulate": {"scan_shape": [8, 8], "detector_px": 16, "atoms": 6}}}
@@ -32,6 +32,22 @@ CASES = {
     "2 probe modes": ({"model": {"probe_modes": 2}}, dict(operators=49, passes=18, ffts=6, wave_ffts=2, syncs=0)),
     "near field, refined positions": (NEAR_FIELD, dict(operators=113, passes=41, ffts=8, wave_ffts=6, syncs=0)),
 }
+
+
+def case_config(tmp_path, sections: dict) -> dict:
+    """A simulated 6 x 6 scan of 16 x 16 px patterns, 2 iterations of 8 positions, on the CPU's path,
+    with ``sections`` ({section: {key: value}}) laid over it."""
+    values = {"data": {"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6}},
+              "experiment": {"energy_eV": 80e3, "semiangle_mrad": 25.0, "defocus_A": 20.0, "scan_step_A": 0.6, "dx_A": 0.3},
+              "optim": {"iterations": 2, "batch_size": 8}, "output": {"dir": str(tmp_path / "out")},
+              "runtime": {"progress": False, "seed": 3}}
+    for name, section in sections.items():
+        if name == "experiment":  # X-ray: none of the electron settings
+            values[name] = dict(section)
+        else:
+            values.setdefault(name, {}).update({key: dict(value) if isinstance(value, dict) else value
+                                               for key, value in section.items()})
+    return values
 
 
 def test_operators_are_sorted_by_kind():
@@ -54,10 +70,7 @@ def test_the_fft_bound_counts_the_transforms_over_the_waves():
 @pytest.mark.parametrize("case", CASES)
 def test_counts_per_step(tmp_path, case):
     sections, expected = CASES[case]
-    values = tiny_config(tmp_path, **{name: dict(section) for name, section in sections.items()})
-    values["runtime"] = {"progress": False, "seed": 3}  # the CPU's path, whatever the tests' device
-    if "experiment" in sections:  # X-ray: none of the electron settings
-        values["experiment"] = dict(sections["experiment"])
+    values = case_config(tmp_path, sections)
     config = ptyacc.load_config(values)
     counts = operators.count_operators(config, iterations=2, from_iteration=1)
     assert counts["wave_ffts"] == counts["bound_ffts"], counts  # the FFT bound times what a step does

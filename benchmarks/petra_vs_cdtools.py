@@ -3,8 +3,8 @@ own near-field example, each timed from the start of its process (imports, loadi
 included), and scored alike: the Poisson deviance per counted pixel of the final model over every
 position (ptyacc's definition, ``ptyacc/physics/deviance.py``, in float64).
 
-    python examples/petra_vs_cdtools.py ptyacc [ITERATIONS]                 # the config, 100 iterations unless given
-    /tmp/cdt-venv/bin/python examples/petra_vs_cdtools.py cdtools           # CDTools 0.3.2 in its own venv
+    python benchmarks/petra_vs_cdtools.py ptyacc [ITERATIONS]                 # the config, 100 iterations unless given
+    /tmp/cdt-venv/bin/python benchmarks/petra_vs_cdtools.py cdtools           # CDTools 0.3.2 in its own venv
 
 CDTools' settings are those of its example for this file (``FancyPtycho``, one mode, near field, the
 sample 3.65 mm downstream of the focus; Adam, 100 epochs at lr 0.04 with batches of 10, then 50 at lr

@@ -4,7 +4,7 @@ slices) with ``/ground_truth/phase`` over the scanned region, the reconstruction
 exact sub-pixel ``origin_A`` (``ptyacc.results.quality.placed_ncc``), and the best NCC over shifts up to
 0.5 px in steps of 0.1 px (ptyacc.results.quality.best_shift_ncc); with the median seconds per iteration. One JSON line.
 
-    python examples/bench_file_ncc.py sim_32x32.h5 20 model.probe_modes=4 model.slices=4
+    python benchmarks/bench_file_ncc.py sim_32x32.h5 20 model.probe_modes=4 model.slices=4
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scaling model of ``ptyacc/speed/scaling.py`` extended to the object split (``runtime.shard_object``).
+"""The scaling model of ``benchmarks/scaling.py`` extended to the object split (``runtime.shard_object``).
 
 Predictions, not measurements. Per process, at the busiest process:
 
@@ -26,11 +26,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ptyacc.data.store import spatial_bisection
-from ptyacc.reconstruction.tiles import OBJECT_STATE, Tiling, halo_margin_px
-from ptyacc.speed.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
-from ptyacc.speed.gpu_cases import DEVICE_COUNTS, UPDATE_BYTES_PER_FLOAT, GpuAssumption, gpu_step_cost, h100_assumption
-from ptyacc.speed.scaling import (
+from benchmarks.gpu_cases import DEVICE_COUNTS, UPDATE_BYTES_PER_FLOAT, GpuAssumption, gpu_step_cost, h100_assumption
+from benchmarks.scaling import (
     FLOAT32_BYTES,
     INFINIBAND_HDR,
     NVLINK,
@@ -42,6 +39,9 @@ from ptyacc.speed.scaling import (
     predict_iteration,
     raster_layout,
 )
+from ptyacc.data.store import spatial_bisection
+from ptyacc.reconstruction.tiles import OBJECT_STATE, Tiling, halo_margin_px
+from ptyacc.speed.bench import ADAM_MOMENTS, PATTERN_VALUE_BYTES, wave_bytes
 
 GB = 1e9
 DEVICE_BYTES = 80 * GB  # "80 GB" GPUs (H100 / A100 80GB: 80 x 10^9 bytes and a little more)

@@ -2,9 +2,9 @@
 kind"): operators, passes over the batch's waves, FFTs (those over the waves), host-device waits,
 and the median step's operators by name. One JSON line, then the listing.
 
-    python examples/count_operators.py configs/demo.yaml
-    python examples/count_operators.py configs/petra_nearfield.yaml --iterations 4
-    python examples/count_operators.py sim.yaml data.path=sim_32x32.h5 experiment.positions.key=positions_A \\
+    python -m benchmarks.count_operators configs/demo.yaml
+    python -m benchmarks.count_operators configs/petra_nearfield.yaml --iterations 4
+    python -m benchmarks.count_operators sim.yaml data.path=sim_32x32.h5 experiment.positions.key=positions_A \\
         optim.batch_size=32 model.probe_modes=4 model.slices=4 model.slice_thickness_A=2
 """
 
@@ -14,7 +14,7 @@ import argparse
 import json
 
 import ptyacc
-from ptyacc.speed.operators import count_operators
+from benchmarks.operators import count_operators
 
 
 def main() -> None:

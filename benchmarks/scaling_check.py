@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ptyacc.errors import PtyaccError
-from ptyacc.speed.gpu_cases import reference_tables
-from ptyacc.speed.link_check import NO_LINK, LinkMeasurement, format_link, measure_link
-from ptyacc.speed.scaling import (
+from benchmarks.gpu_cases import reference_tables
+from benchmarks.link_check import NO_LINK, LinkMeasurement, format_link, measure_link
+from benchmarks.scaling import (
     StepCost,
     dense_exchange,
     epoch_load,
@@ -27,6 +26,7 @@ from ptyacc.speed.scaling import (
     layout_from_config,
     predict_iteration,
 )
+from ptyacc.errors import PtyaccError
 
 # ----------------------------------------------------------------------------- taking part in the exchange
 
@@ -329,7 +329,7 @@ def run_predict(config_path: Path | None, overrides: list[str], process_counts: 
         counts = [p for p in process_counts if p > 1] or [2]
         return "\n\n".join(format_link(measure_link(p, repeats=max(15, 5 * trials))) for p in counts)
     if config_path is None:
-        from ptyacc.speed.scaling_tiles import split_tables
+        from benchmarks.scaling_tiles import split_tables
 
         return reference_tables() + "\n\n## Object split (runtime.shard_object)\n\n" + split_tables()
     _, rows, median_cost, min_cost = check_against_launches(config_path, overrides, process_counts, batch_sizes, trials,

@@ -3,10 +3,10 @@ the zero-shift NCC of the phase with the ground truth over the scanned region
 (``ptyacc.results.quality.scanned_region_ncc``); optionally PtyRAD on the same files, through a
 side-by-side harness that runs it and scores it the same way.
 
-    python examples/lowdose_benchmark.py                      # the files in examples/data (1e5: ptyacc/demo)
-    python examples/lowdose_benchmark.py --iterations 20 --ptyrad-python /tmp/ptyrad-venv/bin/python \\
+    python benchmarks/lowdose_benchmark.py                      # the files in examples/data (1e5: ptyacc/demo)
+    python benchmarks/lowdose_benchmark.py --iterations 20 --ptyrad-python /tmp/ptyrad-venv/bin/python \\
         --ptyrad-script ../shared/bench/run_ptyrad.py
-    python examples/lowdose_benchmark.py --seeds 5             # mean and range over 5 seeds
+    python benchmarks/lowdose_benchmark.py --seeds 5             # mean and range over 5 seeds
 
 The noise-free file is not shipped (7.7 MB): ``make_demo.py --dose 0`` writes it (abTEM, a few
 minutes); it is used when it is there. Prints a Markdown table (benchmarks/records/2026-11-27-benchmarks.md has the

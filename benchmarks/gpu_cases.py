@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptyacc.speed.scaling import (
+from benchmarks.scaling import (
     INFINIBAND_HDR,
     LINKS,
     NVLINK,

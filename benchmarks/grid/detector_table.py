@@ -4,11 +4,11 @@ values only, with each measurement from the data added in turn, and with the tru
 flips (each also with the detector's blur refined from none); the phase NCC with the truth after the best
 sub-pixel shift and the blur found, one JSON line per row.
 
-    python examples/grid/detector_table.py WORKDIR
-    python examples/grid/detector_table.py WORKDIR --defocus   # the defocus alone: nominal / parallax / true, 30 iterations
-    python examples/grid/detector_table.py WORKDIR --astigmatism   # the same with C12b -20 Å the file does not mention
-    python examples/grid/detector_table.py WORKDIR --every   # every effect, the defocus 120 Å (nominal 96 Å), 20 iterations
-    python examples/grid/detector_table.py WORKDIR --every --crystal   # the same on a WSe2 monolayer
+    python benchmarks/grid/detector_table.py WORKDIR
+    python benchmarks/grid/detector_table.py WORKDIR --defocus   # the defocus alone: nominal / parallax / true, 30 iterations
+    python benchmarks/grid/detector_table.py WORKDIR --astigmatism   # the same with C12b -20 Å the file does not mention
+    python benchmarks/grid/detector_table.py WORKDIR --every   # every effect, the defocus 120 Å (nominal 96 Å), 20 iterations
+    python benchmarks/grid/detector_table.py WORKDIR --every --crystal   # the same on a WSe2 monolayer
 """
 
 from __future__ import annotations

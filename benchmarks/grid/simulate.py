@@ -62,7 +62,7 @@ File layout (make_sim.py's, plus the per-slice truth):
   scan_step_A, dk_invA, dx_A, wavelength_A, edge_mrad, dose_per_pattern, n_slices,
   slice_thickness_A, scan_shape, seed.
 
-    python examples/grid/simulate.py out.h5 --defocus-A 150 --edge-mrad 60 --dose 2e4 --slices 4
+    python benchmarks/grid/simulate.py out.h5 --defocus-A 150 --edge-mrad 60 --dose 2e4 --slices 4
 """
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ def write(path: str, setting: Setting) -> None:
             attrs["defocus_A"] = setting.nominal_defocus_A
         attrs.update(dk_invA=sim["dk_invA"], dx_A=sim["dx_A"], wavelength_A=sim["wavelength_A"],
                      dose_per_pattern=setting.dose, n_slices=setting.slices, scan_shape=np.array(setting.scan_shape),
-                     simulator="examples/grid/simulate.py (NumPy multislice, independent of ptyacc)")
+                     simulator="benchmarks/grid/simulate.py (NumPy multislice, independent of ptyacc)")
         for key, value in attrs.items():
             f.attrs[key] = value
 

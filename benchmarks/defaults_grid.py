@@ -7,7 +7,7 @@ with the truth over the scanned region, zero-shift (placed exactly at origin_A,
 independent of ptyacc's forward model (the abTEM/PtyRAD grid of ../shared/bench is the
 independent one). Prints a Markdown table (docs/how-to/tilt-thickness-distortion.md has the figures).
 
-    python examples/defaults_grid.py
+    python benchmarks/defaults_grid.py
 """
 
 from __future__ import annotations

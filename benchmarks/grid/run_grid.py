@@ -1,5 +1,5 @@
 """The independent benchmark grid (issue 29): ptyacc's defaults against PtyRAD 1.0 tuned and Pty-chi
-2.2 (LSQML and Autodiff, their own defaults) on data from examples/grid/simulate.py (NumPy, not
+2.2 (LSQML and Autodiff, their own defaults) on data from benchmarks/grid/simulate.py (NumPy, not
 ptyacc's forward model). Points: defocus -150 / 0 / +150 Å x detector edge 60 / 110 mrad x dose
 (default 5e3, 1e5, 2e4 electrons per pattern, in that order) x 1 / 4 slices of 8 Å. Every package:
 20 iterations, batch 32, one probe mode, the data's slices and thickness; every result scored by the same
@@ -7,15 +7,15 @@ ptyacc's forward model). Points: defocus -150 / 0 / +150 Å x detector edge 60 /
 sub-pixel shift). One JSON per (point, package/variant) under WORK/cache, so the table is rebuilt
 without re-running and a new ptyacc variant costs only its own runs.
 
-    python examples/grid/run_grid.py --work /tmp/grid/work --packages ptyacc          # defaults, poisson, recenter
-    python examples/grid/run_grid.py --work /tmp/grid/work --packages ptyrad ptychi \\
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --packages ptyacc          # defaults, poisson, recenter
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --packages ptyrad ptychi \\
         --ptyrad-python /tmp/ptyrad-venv/bin/python --ptychi-python /tmp/ptychi-venv/bin/python
-    python examples/grid/run_grid.py --work /tmp/grid/work --ptyacc-variant lr02 --set optim.lr.object=0.02
-    python examples/grid/run_grid.py --work /tmp/grid/work --table                    # Markdown from the cache
-    python examples/grid/run_grid.py --work /tmp/grid/work --table --slices 4 --columns msbase ms_tv1  # a few columns
-    python examples/grid/run_grid.py --work /tmp/grid/work --slices 4 --ptyacc-variant blur \\
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --ptyacc-variant lr02 --set optim.lr.object=0.02
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --table                    # Markdown from the cache
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --table --slices 4 --columns msbase ms_tv1  # a few columns
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --slices 4 --ptyacc-variant blur \\
         --set optim.regularize.depth_blur_slices=1                                       # multislice points only
-    python examples/grid/run_grid.py --work /tmp/grid/work --timing 3 --doses 1e5 --packages ptyacc ptyrad ptychi \\
+    python benchmarks/grid/run_grid.py --work /tmp/grid/work --timing 3 --doses 1e5 --packages ptyacc ptyrad ptychi \\
         --ptyrad-variants p1e-3_noreg                                                   # s/iteration, interleaved
 """
 

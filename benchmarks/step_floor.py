@@ -18,9 +18,9 @@ weights and background, with the gradients of the ramps (the positions' gradient
 own, outside the data term), the weights and the background; timed against the six transforms that
 `ptyacc.speed.bench.fft_bound_s` counts for it.
 
-    python examples/step_floor.py                 # batch 32, 64 px, torch's default threads
-    python examples/step_floor.py --threads 1 --batch 64
-    python examples/step_floor.py --case petra --threads 1 --cpu-clock   # the PETRA near-field step, CPU seconds
+    python benchmarks/step_floor.py                 # batch 32, 64 px, torch's default threads
+    python benchmarks/step_floor.py --threads 1 --batch 64
+    python benchmarks/step_floor.py --case petra --threads 1 --cpu-clock   # the PETRA near-field step, CPU seconds
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ simulator (one slice, no noise, the demo's probe and raster) against random atom
 spread, at three defoci; and the demo file itself. One line per case: the parallax's defocus, its
 error and whether it would be used.
 
-    python examples/grid/parallax_crystal.py
+    python benchmarks/grid/parallax_crystal.py
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ canvas's exact place and after the best sub-pixel shift); one JSON line per row.
 ``--set`` (repeatable) adds a config override to ptyacc's rows (e.g. ``optim.batch_size=128``,
 ``data.transform.descan_model=ramp``); the JSON line names them.
 
-    python examples/grid/detector_peers.py WORKDIR [--coherence] [--crystal] [--set KEY=VALUE ...]
+    python benchmarks/grid/detector_peers.py WORKDIR [--coherence] [--crystal] [--set KEY=VALUE ...]
         [--rows init,truth,truth32,ptyrad1,ptyrad4,ptychi]
 """
 

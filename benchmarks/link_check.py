@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.scaling import FLOAT32_BYTES, Link, ring_allreduce_s
 from ptyacc.errors import PtyaccError
-from ptyacc.speed.scaling import FLOAT32_BYTES, Link, ring_allreduce_s
 
 # ----------------------------------------------------------------------------- this machine's link
 

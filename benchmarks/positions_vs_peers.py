@@ -2,7 +2,7 @@
 jittering scan, 20 iterations each, scored the same way.
 
 The scan is tests/test_position_refinement.py's: the grid's independent NumPy simulator
-(examples/grid/simulate.py), 14 x 14 positions 0.5 Å apart, 80 kV, 100 Å underfocus, 1e5
+(benchmarks/grid/simulate.py), 14 x 14 positions 0.5 Å apart, 80 kV, 100 Å underfocus, 1e5
 electrons per pattern; the probes sat 0.02 Å further per row (drift) and 0.15 Å rms off at random
 (jitter); the file gives the nominal raster (``/positions_A``) and keeps the truth under
 ``/ground_truth`` (the harness layout of ../shared/bench). Each package runs in its own venv and
@@ -13,12 +13,12 @@ reconstruction placed where its positions' common shift puts it
 (``ptyacc.results.quality.placed_ncc``, as the test scores ptyacc).
 
     P=.venv/bin/python; D=/tmp/positions
-    $P examples/positions_vs_peers.py write $D --seed 0                 # drift_s0.h5, exact_s0.h5
-    $P examples/positions_vs_peers.py ptyacc $D/drift_s0.h5 $D/ptyacc.npz optim.start.positions=1 \
+    $P benchmarks/positions_vs_peers.py write $D --seed 0                 # drift_s0.h5, exact_s0.h5
+    $P benchmarks/positions_vs_peers.py ptyacc $D/drift_s0.h5 $D/ptyacc.npz optim.start.positions=1 \
         optim.start.scan_affine=1
-    /tmp/ptyrad_venv/bin/python examples/positions_vs_peers.py ptyrad $D/drift_s0.h5 $D/ptyrad.npz --lr-pos 5e-4
-    /tmp/ptychi-venv/bin/python examples/positions_vs_peers.py ptychi $D/drift_s0.h5 $D/ptychi.npz --pos-step 0.1
-    $P examples/positions_vs_peers.py score $D/drift_s0.h5 $D/*.npz
+    /tmp/ptyrad_venv/bin/python benchmarks/positions_vs_peers.py ptyrad $D/drift_s0.h5 $D/ptyrad.npz --lr-pos 5e-4
+    /tmp/ptychi-venv/bin/python benchmarks/positions_vs_peers.py ptychi $D/drift_s0.h5 $D/ptychi.npz --pos-step 0.1
+    $P benchmarks/positions_vs_peers.py score $D/drift_s0.h5 $D/*.npz
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 without ``model.probe_variation`` against Pty-chi's LSQML with and without its OPR, on one file.
 
 The case is the tests' (tests/varying_probe.py): the benchmark grid's independent NumPy simulator
-(examples/grid/simulate.py), random atoms at 80 kV, the defocus drifting from 60 to 140 Å along the
+(benchmarks/grid/simulate.py), random atoms at 80 kV, the defocus drifting from 60 to 140 Å along the
 slow axis (the file says 100), the beam current 15 % rms from pattern to pattern, 1e5 electrons.
 
-    python examples/opr_vs_ptychi.py write /tmp/opr/case.h5
-    python examples/opr_vs_ptychi.py ptyacc /tmp/opr/case.h5 20 2      # iterations, eigen-probes (0: none)
-    /tmp/ptychi-venv/bin/python examples/opr_vs_ptychi.py ptychi /tmp/opr/case.h5 20 2 ../shared/bench
+    python benchmarks/opr_vs_ptychi.py write /tmp/opr/case.h5
+    python benchmarks/opr_vs_ptychi.py ptyacc /tmp/opr/case.h5 20 2      # iterations, eigen-probes (0: none)
+    /tmp/ptychi-venv/bin/python benchmarks/opr_vs_ptychi.py ptychi /tmp/opr/case.h5 20 2 ../shared/bench
 
 Each run prints one JSON line: the phase NCC with the truth at zero shift (each package placed as its
 harness places it: ptyacc at its exact ``origin_A``, Pty-chi on the bench harness's canvas), the
@@ -35,7 +35,7 @@ def write(path: str) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from varying_probe import write_varying_case
 
-    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "examples" / "grid" / "simulate.py")
+    spec = importlib.util.spec_from_file_location("grid_simulate", ROOT / "benchmarks" / "grid" / "simulate.py")
     simulator = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = simulator  # dataclasses look their module up while the class is built
     spec.loader.exec_module(simulator)

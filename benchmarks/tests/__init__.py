@@ -1,0 +1,1 @@
+"""The tests of the benchmarks' instruments (the scaling model, the operator count)."""
