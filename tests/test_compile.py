@@ -55,6 +55,7 @@ def test_compile_failure_falls_back_once_with_a_message(monkeypatch):
         compiled(inputs[0], inputs[1][:2], "poisson")
 
 
+@pytest.mark.slow
 def test_run_with_compile_that_fails_tells_the_user_and_matches_eager(tmp_path, monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("inductor unavailable")

@@ -197,6 +197,7 @@ def multislice_config(tmp_path, **regularize):
                                           optim={"iterations": 3, "regularize": regularize}))
 
 
+@pytest.mark.slow
 def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, monkeypatch):
     """With the keys at their defaults no regulariser runs on one slice (each would raise here) and
     the keys written out as 0 give the same object bit for bit; on several slices only the TV
