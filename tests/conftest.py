@@ -5,6 +5,7 @@ import importlib.util
 import inspect
 import multiprocessing.util
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -163,9 +164,20 @@ LAUNCHES = Launches()
 LAUNCHES_BEFORE = pytest.StashKey[int]()
 
 
-@pytest.hookimpl(tryfirst=True)
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have been waited for (launched workers)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     item.stash[LAUNCHES_BEFORE] = len(LAUNCHES.commands)
+    before = cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        RECORD.setdefault("cpu", {})[item.nodeid] = cpu_seconds() - before
 
 
 @pytest.hookimpl(wrapper=True)
@@ -196,7 +208,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    """Writes this run's durations, longest first, to .pytest_cache/d/ptyacc/durations.tsv."""
+    """Writes this run's durations, longest first, to .pytest_cache/d/ptyacc/durations.tsv: wall seconds and
+    CPU seconds (which a busy machine stretches much less: each test runs on one thread)."""
     cache = getattr(session.config, "cache", None)
     if cache is None or not RECORD.get("tests"):
         return
@@ -205,9 +218,10 @@ def pytest_sessionfinish(session):
     load = " ".join(f"{value:.1f}" for value in os.getloadavg())
     head = (f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {len(rows)} tests in "
             f"{time.time() - RECORD.get('started', time.time()):.0f} s, load {load}: {' '.join(sys.argv[1:])}\n"
-            "seconds\tlane\toutcome\ttest\n")
-    lines = [f"{seconds:.2f}\t{'slow' if nodeid in slow else 'fast'}\t{outcome}\t{nodeid}\n"
-             for nodeid, (seconds, outcome) in rows]
+            "seconds\tcpu_seconds\tlane\toutcome\ttest\n")
+    cpu = RECORD.get("cpu", {})
+    lines = [f"{seconds:.2f}\t{cpu.get(nodeid, float('nan')):.2f}\t{'slow' if nodeid in slow else 'fast'}\t{outcome}\t"
+             f"{nodeid}\n" for nodeid, (seconds, outcome) in rows]
     (cache.mkdir("ptyacc") / "durations.tsv").write_text(head + "".join(lines))
 
 

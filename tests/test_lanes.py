@@ -167,10 +167,12 @@ def test_an_unmarked_launch_fails_a_hang_times_out_and_the_fast_lane_leaves_the_
     assert "test_sample.py::test_hidden started 1 process(es)" in whole.stdout, whole.stdout
     assert "give it @pytest.mark.processes" in whole.stdout and "Timeout (>10.0s) from pytest-timeout" in whole.stdout
     rows = (tmp_path / "cache" / "d" / "ptyacc" / "durations.tsv").read_text().splitlines()
-    assert rows[0].startswith("# ") and rows[1] == "seconds\tlane\toutcome\ttest"
-    table = {test: (lane, outcome) for _, lane, outcome, test in (row.split("\t") for row in rows[2:])}
+    assert rows[0].startswith("# ") and rows[1] == "seconds\tcpu_seconds\tlane\toutcome\ttest"
+    table = {test: (lane, outcome) for _, _, lane, outcome, test in (row.split("\t") for row in rows[2:])}
     assert table == {"test_sample.py::test_seen": ("slow", "passed"), "test_sample.py::test_hidden": ("fast", "failed"),
                      "test_sample.py::test_hidden_marked": ("slow", "passed"),
                      "test_sample.py::test_hangs": ("fast", "failed"), "test_sample.py::test_pure": ("fast", "passed")}
     seconds = [float(row.split("\t")[0]) for row in rows[2:]]
     assert seconds == sorted(seconds, reverse=True)
+    cpu = {row.split("\t")[4]: float(row.split("\t")[1]) for row in rows[2:]}
+    assert all(value >= 0 for value in cpu.values()), cpu
