@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(config, items):
 # rest (ptyacc's own launchers: speedtest, selftest, tune) carry the mark by hand. Every `processes` test is
 # `slow`, and one that starts a process unmarked fails at its teardown, so none slips into the fast lane.
 LAUNCH_MODULES = ("subprocess", "multiprocessing", "torch.multiprocessing")
-SLOW_TIMEOUT_S = 1800  # a slow test's limit; the rest have pyproject's `timeout`: a hang fails instead of stalling CI
+SLOW_TIMEOUT_S = 900  # a slow test's limit, a few times the longest one's on a busy machine; the rest: pyproject's `timeout`
 NOTICE_S = 10.0  # a test outside the slow lane that took longer is named at the end of the run
 TESTS = Path(__file__).resolve().parent
 
