@@ -65,9 +65,10 @@ def pytest_collection_modifyitems(config, items):
 
 # --- the two lanes (docs/how-to/run-the-tests.md): `python -m pytest -m "not slow"` for everyday work,
 # `python -m pytest` (what CI runs) for all. A test that starts processes is marked `processes` when its code, a
-# function or class of the tests that it calls, or a fixture it takes names subprocess or multiprocessing; the
-# rest (ptyacc's own launchers: speedtest, selftest, tune) carry the mark by hand. Every `processes` test is
-# `slow`, and one that starts a process unmarked fails at its teardown, so none slips into the fast lane.
+# function or class of the tests that it calls, or a fixture it takes names subprocess or multiprocessing; one
+# that launches inside ptyacc or a library (selftest, the scaling measurements, pdoc, mlflow) carries the mark by
+# hand. Every `processes` test is `slow`, and one that starts a process unmarked fails at its teardown, so none
+# slips into the fast lane.
 LAUNCH_MODULES = ("subprocess", "multiprocessing", "torch.multiprocessing")
 SLOW_TIMEOUT_S = 900  # a slow test's limit, a few times the longest one's on a busy machine; the rest: pyproject's `timeout`
 NOTICE_S = 10.0  # a test outside the slow lane that took longer is named at the end of the run
