@@ -21,6 +21,7 @@ def _terms_inputs(seed=0):
     return coherent, measured, weights, background, mask
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["amplitude", "poisson"])
 def test_compiled_loss_terms_equal_the_eager_ones(kind):
