@@ -321,6 +321,7 @@ def load_run(folder):
     return ptyacc.load_results(folder / "results" / "results.h5"), ranks(folder / "records")
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_regularized_two_processes_give_the_one_process_answer(regularized_runs):
     """The penalty's gradient counts once on 2 processes (footprint exchange): the object agrees
@@ -334,6 +335,7 @@ def test_regularized_two_processes_give_the_one_process_answer(regularized_runs)
     assert len(records) == 2 and records[0]["checksum"] == records[1]["checksum"]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_regularized_split_object_gives_the_sharded_data_answer(regularized_runs):
     """runtime.shard_object with both regularisers: the TV gradient joins after the halo sum and

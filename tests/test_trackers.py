@@ -301,6 +301,7 @@ def test_run_log_lines_reach_the_handlers_of_ptyaccs_logger(tmp_path):
     assert messages[-1].startswith("memory: ")
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_processes_log_once_from_the_main_process(tmp_path):
     pytest.importorskip("tensorboard")
