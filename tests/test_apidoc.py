@@ -7,6 +7,7 @@ from ptyacc.commands.apidoc import build, public_modules
 pytest.importorskip("pdoc")
 
 
+@pytest.mark.processes
 def test_the_api_reference_builds_with_a_page_per_module(tmp_path):
     pages = build(tmp_path)
     names = {str(p.relative_to(tmp_path).with_suffix("")).replace("/", ".") for p in pages}

@@ -3,6 +3,7 @@ shifted the patterns, about 8 otherwise; on the independent simulator's descan t
 recovers the phase far better than small batches."""
 
 import h5py
+import pytest
 import yaml
 from conftest import descan_case
 
@@ -31,6 +32,7 @@ def run(path, out, batch):
     return rec, chosen, log
 
 
+@pytest.mark.slow
 def test_a_descan_taken_out_of_the_patterns_takes_the_whole_scan_in_one_step(grid_simulator, tmp_path):
     path, truth, dx, positions = descan_case(grid_simulator, tmp_path)
     found = {}

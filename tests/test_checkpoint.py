@@ -220,6 +220,7 @@ def small_config(tmp_path, **optim):
     return ptyacc.load_config(config)
 
 
+@pytest.mark.slow
 def test_existing_results_are_not_overwritten(tmp_path):
     config = small_config(tmp_path)
     ptyacc.reconstruct(config)
@@ -232,6 +233,7 @@ def test_existing_results_are_not_overwritten(tmp_path):
         ptyacc.reconstruct(config, resume=True)
 
 
+@pytest.mark.slow
 def test_resuming_with_another_object_optimizer_is_refused_by_name(tmp_path):
     """A checkpoint written with Adam for the object (optim.object_optimizer: adam) cannot continue
     with the preconditioned descent (the one-slice default since), nor the other way round: the
@@ -282,6 +284,7 @@ def run_with_poison(config, at_iteration):
     return ptyacc.reconstruct(config, accelerator=accelerator, on_step=on_step)
 
 
+@pytest.mark.slow
 def test_nan_stops_with_the_iteration_and_parameter_and_keeps_the_last_good_state(tmp_path):
     config = small_config(tmp_path)
     with pytest.raises(PtyaccError, match=r"loss became nan at iteration 3 \(non-finite values in: object.*\); "
@@ -291,6 +294,7 @@ def test_nan_stops_with_the_iteration_and_parameter_and_keeps_the_last_good_stat
     assert len(saved.loss) == 3 and np.isfinite(saved.loss).all() and np.isfinite(saved.object).all()
 
 
+@pytest.mark.slow
 def test_nan_rollback_retries_with_lower_learning_rates(tmp_path):
     config = small_config(tmp_path, on_nan="rollback")
     rec = run_with_poison(config, 3)
@@ -351,6 +355,7 @@ def test_kill_during_a_results_save_keeps_the_previous_results(kill_config, tmp_
     assert len(saved.loss) == 5
 
 
+@pytest.mark.slow
 def test_init_from_a_previous_results_file(tmp_path):
     """model.init_from starts from a results.h5: with zero learning rates the object and probe
     come back unchanged, a continued run starts at the previous run's loss, and a config with more

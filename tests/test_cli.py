@@ -6,6 +6,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 import yaml
 from click.testing import CliRunner
 from conftest import tiny_config
@@ -42,6 +43,7 @@ def test_module_and_console_script_do_the_same(tmp_path):
         assert a["loss"].shape == (2,) and a["object"].dtype == np.complex64
 
 
+@pytest.mark.slow
 def test_results_layout_and_plot(tmp_path):
     """results.h5 holds the contract's datasets and attributes; `ptyacc plot` remakes figures."""
     config = write_config(tmp_path, model={"probe_modes": 2, "slices": 2})

@@ -21,6 +21,7 @@ def _terms_inputs(seed=0):
     return coherent, measured, weights, background, mask
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["amplitude", "poisson"])
 def test_compiled_loss_terms_equal_the_eager_ones(kind):
@@ -55,6 +56,7 @@ def test_compile_failure_falls_back_once_with_a_message(monkeypatch):
         compiled(inputs[0], inputs[1][:2], "poisson")
 
 
+@pytest.mark.slow
 def test_run_with_compile_that_fails_tells_the_user_and_matches_eager(tmp_path, monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("inductor unavailable")

@@ -91,6 +91,7 @@ def reconstructed(path, out, model, batch=32, iterations=20):
     return ptyacc.reconstruct(ptyacc.load_config(config)), (out / "run.log").read_text()
 
 
+@pytest.mark.slow
 def test_the_ramp_beats_the_shift_at_small_batches(grid_simulator, tmp_path):
     path, truth, dx, positions = descan_case(grid_simulator, tmp_path)
     found = {}

@@ -210,6 +210,7 @@ def test_model_without_blur_has_none_and_a_fixed_blur_is_a_buffer():
     assert "quantities.detector_blur.variance_px2" in dict(refined.named_parameters())
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_refined_blur_is_the_same_on_one_and_two_processes(grid_simulator, tmp_path):
     """The blur's variance is a parameter like the others: DDP sums its gradient, and 2 processes

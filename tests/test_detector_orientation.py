@@ -44,6 +44,7 @@ def test_given_flags_only_the_rotation_and_a_mirror_refused(turned):
         orientation_from_com(com, fixed_flags=(True, False, False))
 
 
+@pytest.mark.slow
 def test_auto_through_load_data_puts_the_probes_where_they_were(grid_simulator, tmp_path):
     setting = grid_simulator.Setting(detector_px=48, scan_shape=(SIDE, SIDE), scan_step_A=0.3, dose=3e4, defocus_A=40.0,
                                      edge_mrad=50.0, seed=1, scan_rotation_deg=-12.0, transpose=True, blur_px=0.6,

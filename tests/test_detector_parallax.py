@@ -170,6 +170,7 @@ def test_auto_through_load_data_from_a_nominal_defocus_25_percent_off(grid_simul
     assert "defocus_A" not in load_data(load_config(config)).calibration  # no nominal: in focus
 
 
+@pytest.mark.slow
 def test_a_small_defocus_is_measured_down_to_its_limit(grid_simulator):
     """40 Å (its phase at the disk's edge 1.9 rad): the real-space shifts alone read about 52 Å, the
     Fourier regions within 5 %. 20 Å (0.9 rad) is read but not trusted; at 10 Å no defocus fits."""
@@ -243,6 +244,7 @@ def test_the_parallax_turns_flags_the_centre_of_mass_could_not_tell(grid_simulat
     assert "the bright-field parallax gives transpose True, flip_y False, flip_x False" in said
 
 
+@pytest.mark.slow
 def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_path):
     """The parallax sees the defocus at the sample's middle: 4 slices 8 A apart (24 A of propagation)
     read about 12 A less; a 4-slice model gets it back at the entrance surface, where its probe is."""
@@ -282,6 +284,7 @@ def test_info_draws_the_parallax_the_estimate_gives(grid_simulator, tmp_path):
     assert np.allclose(figure.axes[1].collections[1].get_offsets()[:, ::-1], found.k_invA[found.used])
 
 
+@pytest.mark.slow
 def test_info_figure_from_the_command_line_with_the_rotation(grid_simulator, tmp_path):
     setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=-100.0,
                                      edge_mrad=50.0, seed=2, scan_rotation_deg=9.0, nominal_defocus_A=-125.0,

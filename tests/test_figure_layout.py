@@ -43,6 +43,7 @@ def drawn(fig):
     return canvas.get_renderer()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("poisson", [True, False])
 def test_no_text_is_cut_off_and_every_panel_is_labelled(poisson):
     from matplotlib.axis import Tick

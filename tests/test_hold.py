@@ -183,6 +183,7 @@ def fake_memory(monkeypatch, device_free_mib: float, host_available_mib: float) 
     monkeypatch.setattr(hold_module, "memory_figures", lambda device: figures)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("device_mib", "host_mib", "expected"), [(1.0, 1.0, "device"), (0.05, 0.2, "host"),
                                                                     (0.05, 0.03, "disk")])
 def test_auto_chooses_by_the_free_memory_and_says_why(files, monkeypatch, capsys, device_mib, host_mib, expected):

@@ -182,6 +182,7 @@ def test_a_resampled_probe_matches_the_probe_made_on_the_new_pixels():
     assert np.sum(np.abs(resampled) ** 2) == pytest.approx(1.0, rel=1e-5)  # the total intensity is kept
 
 
+@pytest.mark.slow
 def test_a_run_starts_from_a_ptyrad_file_and_from_other_pixels_slices_and_modes(tmp_path):
     """A ptyacc result written in PtyRAD's layout starts a run as its own results.h5 does (object to
     float rounding, probe to its scale); the same result starts a run with other pixels, two slices and

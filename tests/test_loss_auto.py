@@ -158,6 +158,7 @@ def counted_runs(tmp_path_factory) -> dict:
     return {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("first, second", [("one", "two"), ("shard_data", "shard_object"),
                                            ("one_slices", "two_slices"), ("shard_data_slices", "shard_object_slices")])

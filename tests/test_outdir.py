@@ -118,6 +118,7 @@ def torch_full_disk(real_write, at_iteration: int):
     return write
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_does_not_fit_stops_the_run_and_resume_continues(tmp_path, capsys, monkeypatch):
     """Full disk at the 2nd checkpoint: one line with the space needed, the temporary file gone,
     the 1st checkpoint intact; after space is freed, --resume ends as an uninterrupted run."""

@@ -125,6 +125,7 @@ def test_positions_legend_only_for_what_happened(refined):
         assert ax.get_legend() is None and len(ax.lines) == 1 and ax.get_title() == "probe positions (not refined)"
 
 
+@pytest.mark.slow
 def test_plot_redraws_the_runs_figures_exactly(tmp_path):
     from click.testing import CliRunner
 
@@ -140,6 +141,7 @@ def test_plot_redraws_the_runs_figures_exactly(tmp_path):
         assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_poisson_runs_draw_the_deviance_per_iteration(tmp_path):
     """The Poisson loss leaves out the data-only term sum(M - M log M); results.h5 keeps it (and
     the count of pixel values >= 1), so the loss history becomes the deviance per counted pixel,

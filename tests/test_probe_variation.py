@@ -86,6 +86,7 @@ def reconstruct(path: Path, out: Path, write: bool = False, **model) -> ptyacc.R
     return ptyacc.reconstruct(ptyacc.load_config(config), write=write)
 
 
+@pytest.mark.slow
 def test_a_drifting_defocus_and_a_fluctuating_current_are_found(varying_case, tmp_path):
     """The defocus drifts from 60 to 140 Å along the slow axis and the current by 15 % rms: with
     two eigen-probes the phase NCC rises clearly (0.964 -> 0.982 measured), the main weights

@@ -59,6 +59,7 @@ def gains(grid_simulator, tmp_path):
     return path, gain
 
 
+@pytest.mark.slow
 def test_a_quantity_defined_in_a_test_is_refined_to_the_truth(gains, tmp_path):
     path, gain = gains
     factory = register(lambda config, model, context: PatternGain(len(model.positions_px)))

@@ -157,6 +157,7 @@ def test_best_shift_ncc_finds_an_image_declared_off_its_place():
     assert zero < flat <= fine and np.abs(flat_shift - declared).max() <= 0.1, flat_shift
 
 
+@pytest.mark.slow
 def test_a_rolled_back_iteration_restores_the_moved_positions_too(tmp_path):
     """optim.on_nan: rollback with probe centring: the poisoned iteration's centring moved the
     positions by a NaN; the rollback restores them with the parameters, and the run ends finite."""
@@ -189,6 +190,7 @@ def test_holding_the_probe_returns_its_centre_to_where_it_started_and_keeps_the_
                                rtol=0, atol=2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hold, modes", [(True, 1), (True, 2), (False, 1)])
 def test_hold_probe_reaches_the_run(tmp_path, hold, modes):
     """With model.recenter.hold_probe (the default) the run ends with the centre of mass of the

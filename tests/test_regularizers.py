@@ -197,6 +197,7 @@ def multislice_config(tmp_path, **regularize):
                                           optim={"iterations": 3, "regularize": regularize}))
 
 
+@pytest.mark.slow
 def test_regularizers_are_off_by_default_but_the_multislice_smoothing(tmp_path, monkeypatch):
     """With the keys at their defaults no regulariser runs on one slice (each would raise here) and
     the keys written out as 0 give the same object bit for bit; on several slices only the TV
@@ -320,6 +321,7 @@ def load_run(folder):
     return ptyacc.load_results(folder / "results" / "results.h5"), ranks(folder / "records")
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_regularized_two_processes_give_the_one_process_answer(regularized_runs):
     """The penalty's gradient counts once on 2 processes (footprint exchange): the object agrees
@@ -333,6 +335,7 @@ def test_regularized_two_processes_give_the_one_process_answer(regularized_runs)
     assert len(records) == 2 and records[0]["checksum"] == records[1]["checksum"]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_regularized_split_object_gives_the_sharded_data_answer(regularized_runs):
     """runtime.shard_object with both regularisers: the TV gradient joins after the halo sum and

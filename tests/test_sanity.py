@@ -42,6 +42,7 @@ def test_disk_formula_against_independent_numbers():
     assert predicted_disk_radius_px(80e3, 25.0, 0.078125) == pytest.approx(0.025 / 0.0417572 / 0.078125, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_right_calibration_passes_and_is_recorded(bare_file, tmp_path):
     result = CliRunner().invoke(cli, ["run", str(bare_file), "--quiet"])
     assert result.exit_code == 0, result.output

@@ -53,6 +53,7 @@ def ncc(rec: ptyacc.Reconstruction, truth: dict) -> float:
                       truth["phase"], shift_px)
 
 
+@pytest.mark.slow
 def test_a_focal_series_together_beats_each_scan_alone(focal_series, tmp_path):
     """Measured: 0.984 and 0.979 alone, 0.990 together (30 iterations each); each scan keeps its
     own probe, whose focus is its file's."""
@@ -70,6 +71,7 @@ def test_a_focal_series_together_beats_each_scan_alone(focal_series, tmp_path):
     assert spread[1] > 1.5 * spread[0]
 
 
+@pytest.mark.slow
 def test_each_scan_refines_its_own_positions(focal_series, tmp_path):
     """The second file's positions are 0.15 Å rms off: refined together, they come to within half of that."""
     paths, truth = focal_series

@@ -161,6 +161,7 @@ def _flag_on_rank_one(rank: int, store_file: str, results: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.processes
 def test_a_stop_on_one_process_stops_every_process(tmp_path):
     """A window check that fails on one process (runtime.shard_object) is agreed by all: each raises
     the same error instead of the others waiting in the next collective."""

@@ -84,6 +84,7 @@ def test_bad_settings_name_the_key(settings, expected):
         ptyacc.load_config(settings)
 
 
+@pytest.mark.slow
 def test_init_from_carries_the_refined_tilts_and_thickness(tmp_path):
     """A run started from a previous results.h5 (model.init_from) starts from its tilts and slice
     thickness: with nothing refined and no iteration's change, they are the saved ones."""

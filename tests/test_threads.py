@@ -30,6 +30,7 @@ def test_omp_num_threads_is_kept():
     assert chosen is None and line.endswith("(OMP_NUM_THREADS=3)")
 
 
+@pytest.mark.slow
 def test_a_busy_machine_is_said_at_start_up(tmp_path, capsys, monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

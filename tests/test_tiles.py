@@ -130,6 +130,7 @@ def test_more_processes_than_positions_is_refused():
         ShardPlan.spatial(np.zeros((3, 2)), 4, 0)
 
 
+@pytest.mark.slow
 def test_one_process_with_shard_object_is_the_usual_run(tmp_path):
     """Allowed: one tile is the whole object; run.log says so, and the result is the plain run's."""
     path = tmp_path / "config.yaml"

@@ -52,6 +52,7 @@ def test_upsampled_object_halves_the_pixel():
     assert mask is not None and int(mask.sum()) == 64 * 64
 
 
+@pytest.mark.slow
 def test_tilt_from_zero_within_0_3_mrad_and_the_untilted_quality(untilted_ncc):
     """Measured: [1.888, -1.368] mrad; NCC 0.9911 against 0.9855 untilted (0.9698 with the tilt left at zero)."""
     rec = run("tilted", REFINE)
@@ -60,6 +61,7 @@ def test_tilt_from_zero_within_0_3_mrad_and_the_untilted_quality(untilted_ncc):
     assert phase_ncc(rec, "tilted") > untilted_ncc - 0.01
 
 
+@pytest.mark.slow
 def test_tilt_per_position_within_0_3_mrad_on_average():
     """Measured: the mean of the per-position tilts [1.744, -1.283] mrad."""
     rec = run("tilted", REFINE, tilt="per_position")

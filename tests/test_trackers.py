@@ -53,6 +53,7 @@ def tensorboard_run(tmp_path_factory):
     return tmp_path / "out", rec
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_one_loss_per_iteration_equal_to_the_results(tensorboard_run):
     out, _ = tensorboard_run
     loss = h5py.File(out / "results.h5")["loss"][()]
@@ -116,6 +117,7 @@ def test_tensorboard_holds_the_resolved_config_as_hyperparameters(tensorboard_ru
     assert hparams["optim.lr.object"] == LR_OBJECT and hparams["data.simulate.scan_shape"] == "[6, 6]"
 
 
+@pytest.mark.processes
 def test_mlflow_gives_back_the_losses_and_the_pictures(tmp_path):
     pytest.importorskip("mlflow")
     pytest.importorskip("sqlalchemy")
@@ -134,6 +136,7 @@ def test_mlflow_gives_back_the_losses_and_the_pictures(tmp_path):
     assert any(p.startswith("images/object_phase_sum+step+4+") and p.endswith(".png") for p in images), images
 
 
+@pytest.mark.slow
 def test_poisson_deviance_of_each_iteration(tmp_path):
     pytest.importorskip("tensorboard")
     config = ptyacc.load_config(tracked_config(tmp_path, ["tensorboard"], image_every=0))
@@ -149,6 +152,7 @@ def test_poisson_deviance_of_each_iteration(tmp_path):
     assert scalars.Scalars("poisson_deviance_final")[-1].value == pytest.approx(rec.poisson_deviance, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_poisson_deviance_of_the_fitted_positions_read_from_the_file(tmp_path):
     """With positions left out of the fit and the patterns left in the file (data.hold: disk),
     the logged deviance is that of the fitted positions, whose loss is per fitted pattern."""
@@ -273,6 +277,7 @@ def test_a_run_without_trackers_imports_none_of_them(tmp_path):
     assert "loaded: []" in done.stdout
 
 
+@pytest.mark.slow
 def test_run_log_lines_reach_the_handlers_of_ptyaccs_logger(tmp_path):
     records = []
     handler = logging.Handler()
@@ -296,6 +301,7 @@ def test_run_log_lines_reach_the_handlers_of_ptyaccs_logger(tmp_path):
     assert messages[-1].startswith("memory: ")
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_processes_log_once_from_the_main_process(tmp_path):
     pytest.importorskip("tensorboard")

@@ -64,6 +64,7 @@ def validated_run(tmp_path_factory):
     return config, rec, used
 
 
+@pytest.mark.slow
 def test_the_loader_never_yields_a_validation_position(validated_run):
     config, rec, used = validated_run
     left_out = validation_positions(rec.data.positions_A, 0.2, config.runtime.seed)
@@ -88,6 +89,7 @@ def test_validation_error_is_the_loss_per_pattern_of_the_left_out_positions(vali
     assert "validation error" in (rec.output_dir / "run.log").read_text()
 
 
+@pytest.mark.slow
 def test_the_poisson_validation_error_is_the_loss_less_the_counts_own_per_pattern(tmp_path):
     """Against NumPy: with the Poisson loss, sum over the left-out patterns' pixels of
     I - M log I - (M - M log M), divided by their number: half the deviance per pattern, never
@@ -134,6 +136,7 @@ def test_two_processes_never_fit_validation_positions_and_agree_with_one(tmp_pat
     assert np.all(np.isfinite(errors["true"]))
 
 
+@pytest.mark.slow
 def test_a_resumed_run_marks_the_iterations_before_it_unknown(tmp_path):
     raw = tiny_config(tmp_path, optim={"iterations": 2, "batch_size": 8, "validation_fraction": 0.2},
                       output={"dir": str(tmp_path / "out"), "checkpoint_every": 1})

@@ -44,6 +44,7 @@ def run(tmp_path: Path, capsys, data: dict, *sets: str, **sections) -> tuple[int
     return code, capsys.readouterr().err.splitlines()
 
 
+@pytest.mark.slow
 def test_patterns_stored_with_the_scan_axes_last_stop_naming_the_transpose(tmp_path, capsys):
     patterns = simulated(tmp_path)
     centred = np.fft.fftshift(patterns, axes=(-2, -1)).reshape(*SCAN, 16, 16)
@@ -64,6 +65,7 @@ def test_patterns_stored_with_the_scan_axes_last_stop_naming_the_transpose(tmp_p
     assert code == 0, err
 
 
+@pytest.mark.slow
 def test_a_calibration_check_that_cannot_run_says_why_on_the_terminal(tmp_path, capsys):
     with h5py.File(tmp_path / "flat.h5", "w") as f:  # flat patterns: no bright-field disk to measure
         f["patterns"] = np.random.default_rng(0).poisson(5.0, size=(3, 4, 8, 8)).astype(np.float32)
@@ -74,6 +76,7 @@ def test_a_calibration_check_that_cannot_run_says_why_on_the_terminal(tmp_path, 
     assert len(said) == 1 and "no bright-field disk" in said[0] and said[0].startswith("ptyacc: "), err
 
 
+@pytest.mark.slow
 def test_a_batch_larger_than_the_scan_is_said_and_clamped(tmp_path, capsys):
     config = tiny_config(tmp_path, optim={"iterations": 1, "batch_size": 100000})
     path = tmp_path / "config.yaml"
@@ -85,6 +88,7 @@ def test_a_batch_larger_than_the_scan_is_said_and_clamped(tmp_path, capsys):
     assert "optim.batch_size" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_defocus_of_the_wrong_sign_is_said_with_the_fix(tmp_path, capsys):
     simulated(tmp_path, defocus_A=60.0)
     code, err = run(tmp_path, capsys, {"path": str(tmp_path / "sim.h5")}, "experiment.defocus_A=-60")

@@ -141,6 +141,7 @@ def test_shared_slowdown_stretches_shared_cores_only():
         predict_iteration(cost, exchange, link, 2, 64, 16).compute_s)
 
 
+@pytest.mark.processes
 def test_side_by_side_runs_are_independent_whole_runs(tmp_path):
     """The runs started together for the slowdown each run the whole config alone (no process
     group): the same losses as a lone run, and every warm iteration's time comes back."""
@@ -329,6 +330,7 @@ def test_check_rows_predict_with_the_measured_overhead_of_taking_part():
     assert samples.row(layout, 0, fits, 8, 1, cores=2).predicted_median_s == pytest.approx(0.10)
 
 
+@pytest.mark.processes
 def test_measure_exchange_overhead_in_one_process(tmp_path):
     """A real one-process group: the run with DDP and the exchange hook computes exactly what the
     plain run computes (the same loss every iteration), with the loader's steps per iteration.
@@ -353,6 +355,7 @@ def test_check_statistics_and_verdict():
 
 
 
+@pytest.mark.processes
 def test_measure_link_between_two_processes():
     """Real processes; every timed all-reduce is checked for the right sum in the workers. The
     times themselves are not asserted on (a busy machine may make 8 B slower than 1 MiB): the fit
