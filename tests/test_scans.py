@@ -7,6 +7,7 @@ and the split object, agree; what the scans must share is checked where the user
 import h5py
 import numpy as np
 import pytest
+import torch
 import yaml
 from conftest import tiny_config
 from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
@@ -14,6 +15,7 @@ from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
 import ptyacc
 from ptyacc.errors import ConfigError
 from ptyacc.reconstruction.engine import Reconstructor
+from ptyacc.reconstruction.groups import ProbeDescent
 from ptyacc.results.quality import placed_ncc
 
 FOCI_A = (60.0, 200.0)
@@ -136,3 +138,21 @@ def test_each_scans_calibration_autos_are_named_by_its_number(focal_series, tmp_
     assert {key for key in values if "bad_pixels" in key} == {"scans[0].data.bad_pixels", "scans[1].data.bad_pixels"}
     assert all(isinstance(values[f"scans[{i}].data.bad_pixels"], int) for i in (0, 1))
     assert run.config.data.bad_pixels == "auto"
+
+
+@pytest.mark.parametrize(("probe_lr", "stepped_by"), [(None, ProbeDescent), (3e-3, torch.optim.Adam)])
+def test_every_scans_probe_takes_the_probes_step(tmp_path, probe_lr, stepped_by):
+    """The probes of scans 1.. are stepped as scan 0's is: the least-squares step by default, Adam where
+    optim.lr.probe is given (Adam's small steps beside scan 0's least-squares ones left the second scan's
+    probe, and its counts, behind: docs/how-to/several-scans.md)."""
+    settings = tiny_config(tmp_path, output={"figures": False})
+    settings["scans"] = [{"experiment": {"defocus_A": 20.0}}, {"experiment": {"defocus_A": 60.0}}]
+    if probe_lr is not None:
+        settings["optim"]["lr"] = {"probe": probe_lr}
+    run = Reconstructor(ptyacc.load_config(settings), write=False)
+    run.build()
+    run.closing.close()
+    groups = {group.name: group for group in run.groups}
+    mine, scan_0 = groups["scan_probes"], groups["probe"]
+    assert type(mine.optimizer) is type(scan_0.optimizer) is stepped_by
+    assert mine.lr == scan_0.lr and mine.optimizer.param_groups[0].get("factor") == scan_0.optimizer.param_groups[0].get("factor")
