@@ -15,7 +15,7 @@ from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
 import ptyacc
 from ptyacc.errors import ConfigError
 from ptyacc.reconstruction.engine import Reconstructor
-from ptyacc.reconstruction.groups import ProbeDescent
+from ptyacc.reconstruction.groups import ProbeDescent, illumination
 from ptyacc.results.quality import placed_ncc
 
 FOCI_A = (60.0, 200.0)
@@ -138,6 +138,32 @@ def test_each_scans_calibration_autos_are_named_by_its_number(focal_series, tmp_
     assert {key for key in values if "bad_pixels" in key} == {"scans[0].data.bad_pixels", "scans[1].data.bad_pixels"}
     assert all(isinstance(values[f"scans[{i}].data.bad_pixels"], int) for i in (0, 1))
     assert run.config.data.bad_pixels == "auto"
+
+
+def test_each_position_is_lit_by_its_own_scans_probe(tmp_path):
+    """The object's preconditioner (``illumination``): every position adds its own scan's probe
+    intensity at its window, against a NumPy sum; the batch path gives the same. The second scan
+    has four times the counts, so scan 0's probe at every position would be far off."""
+    settings = tiny_config(tmp_path, output={"figures": False})
+    settings["scans"] = [{"experiment": {"defocus_A": 20.0}},
+                         {"experiment": {"defocus_A": 60.0}, "data": {"simulate": {"dose": 4e5}}}]
+    settings["data"]["simulate"]["dose"] = 1e5
+    run = Reconstructor(ptyacc.load_config(settings), write=False)
+    run.build()
+    run.closing.close()
+    model = run.model
+    probes = model.quantities["scans"].every_probe(model.complex_probe(), model.probe_scale).detach().numpy()
+    intensity = (np.abs(probes) ** 2).sum(1)
+    assert intensity[1].sum() > 3 * intensity[0].sum()
+    corners, scan_of = model.fixed_corners.numpy(), model.quantities["scans"].scan_of_position.numpy()
+    k = intensity.shape[-1]
+    expected = np.zeros(tuple(model.object_shape))
+    for (y, x), number in zip(corners, scan_of, strict=True):
+        expected[y:y + k, x:x + k] += intensity[number]
+    expected /= len(corners)
+    every = torch.arange(len(corners))
+    for light in (illumination(model), illumination(model, every)):
+        np.testing.assert_allclose(light.numpy(), expected, rtol=0, atol=1e-5 * expected.max())
 
 
 @pytest.mark.parametrize(("probe_lr", "stepped_by"), [(None, ProbeDescent), (3e-3, torch.optim.Adam)])

@@ -138,9 +138,15 @@ class ScanProbes(Quantity):
 
 @register
 def scan_probes(config, model, context: BuildContext) -> ScanProbes | None:
-    """The probes of scans 1.. (several scans of one object), each from its own optics at its own counts."""
+    """The probes of scans 1.. (several scans of one object), each from its own optics at its own counts; the
+    model's probe (scan 0's) brought to scan 0's own counts."""
     if context.scans is None:
         return None
+    # the model's probe was scaled to the mean counts of all scans together: scan 0's own counts it is (a faint
+    # scan 0 beside a bright scan 1 would start many times too bright)
+    own = context.scans[0].data.mean_intensity / context.mean_intensity
+    with torch.no_grad():
+        model.quantities["probe"].modes.mul_(float(np.sqrt(own)))
     others = [context.make_probe(scan.config, scan.data) for scan in context.scans[1:]]
     return ScanProbes(torch.stack(others), scan_of_position(context.scans), model.probe_scale)
 
