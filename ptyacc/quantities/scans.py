@@ -7,7 +7,10 @@ The scans then become one dataset: their patterns and positions one after the ot
 first (``combined``). One object is shared by all scans; each scan has its own probe, made from
 its own optics and scaled to its own counts (``ScanProbes``: the model's ``probe`` parameter is
 scan 0's, the others are this module's parameter), and its own positions (every position has its
-own offset when positions are refined). Batches draw from all scans alike.
+own offset when positions are refined). Batches draw from all scans alike. Every scan's probe is
+stepped as scan 0's (``ScanProbes.groups``), and the object's preconditioner lights each position
+with its own scan's probe (``illumination`` in ``ptyacc/reconstruction/groups.py``): scans of very
+different counts may come in any order (docs/how-to/several-scans.md).
 
 What must match: the radiation, the wavelength and the object pixel dx_A (the patterns' width K
 and reciprocal pixel), within 1e-6 relative: the object has one grid, and a multislice step one
