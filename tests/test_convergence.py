@@ -11,8 +11,8 @@ from test_distributed import launch_configs
 import ptyacc
 from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS
 from ptyacc.errors import ConfigError
-from ptyacc.reconstruction.convergence import Convergence, fall_share, resolved_iterations
 from ptyacc.optim.groups import LrSchedule, lr_factor
+from ptyacc.reconstruction.convergence import Convergence, fall_share, resolved_iterations
 from ptyacc.reconstruction.history import History
 
 

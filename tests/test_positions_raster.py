@@ -2,7 +2,7 @@
 (ptyacc/data/positions.py ``raster_fit``), so that the scan's autos (rotation, transpose/flip,
 defocus) apply; positions that form no raster keep their own places and get their rotation and
 flips measured at them (orientation.py ``ScatteredGrid``), the rotation turning them about their
-centre. Cases of the independent simulator (examples/grid/simulate.py), whose true positions are
+centre. Cases of the independent simulator (benchmarks/grid/simulate.py), whose true positions are
 the check."""
 
 import h5py

@@ -1,7 +1,7 @@
 """No silent wrong answer (ptyacc/data/trouble.py): a config that the data contradict (the scan
 rotation, the transpose/flips, the defocus's sign or size, a turned raster read as given positions)
 gives a line starting ``warning:`` that names the key to change; the true config gives none. Cases
-of the independent simulator (examples/grid/simulate.py); the runs: run.log, the terminal,
+of the independent simulator (benchmarks/grid/simulate.py); the runs: run.log, the terminal,
 results.h5's ``warnings``, on 1 and 2 processes."""
 
 import h5py

@@ -5,7 +5,7 @@ raster as positions_A, against the same files without positions, the config an i
 autos out wrote (the file's positions, no autos), and ptyacc told the truth. Prints the phase NCC
 of each (best shift over the scanned region).
 
-    python examples/grid/stored_raster.py WORKDIR [--iterations N]
+    python benchmarks/grid/stored_raster.py WORKDIR [--iterations N]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ accuse: files of the independent simulator (simulate.py here), each loaded (``pt
 the checks run there) with the true config and with configs wrong in one way; a config counts as
 caught when the data's lines hold one starting ``warning:``.
 
-    python examples/grid/warning_matrix.py WORKDIR [--quick]
+    python benchmarks/grid/warning_matrix.py WORKDIR [--quick]
 
 prints one row per (file, config) and the totals."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 
 sys.path.insert(0, str(Path(__file__).parent))
-import simulate  # noqa: E402  (examples/grid/simulate.py, the independent simulator)
+import simulate  # noqa: E402  (benchmarks/grid/simulate.py, the independent simulator)
 
 from ptyacc.config import load_config  # noqa: E402
 from ptyacc.data.load import load_data  # noqa: E402

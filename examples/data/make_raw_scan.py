@@ -3,7 +3,7 @@ every effect a detector and a microscope add that the file does not say: the sca
 degrees against the detector, the patterns transposed, a descan of up to 0.7 px, a blur of 0.6 px,
 4 hot and 6 dead pixels and a dead column, and a defocus of 120 Å that the file gives as 96 Å.
 
-It is made by the independent simulator of ``examples/grid/simulate.py`` (NumPy only, it never
+It is made by the independent simulator of ``benchmarks/grid/simulate.py`` (NumPy only, it never
 imports ptyacc): random atoms, 80 kV, 25 mrad, a 32 x 32 raster of 0.4 Å, 48 x 48 px patterns,
 3e4 electrons per pattern, Poisson noise, seed 5.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "grid"))
-import simulate  # noqa: E402  (examples/grid/simulate.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "grid"))
+import simulate  # noqa: E402  (benchmarks/grid/simulate.py)
 
 SETTING = simulate.Setting(detector_px=48, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
                            nominal_defocus_A=96.0, edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, transpose=True,
@@ -44,7 +44,7 @@ def write(path: Path, setting: simulate.Setting = SETTING) -> None:
         f.attrs.update(energy_eV=setting.energy_eV, semiangle_mrad=setting.semiangle_mrad,
                        defocus_A=setting.nominal_defocus_A, scan_step_A=setting.scan_step_A, dk_invA=sim["dk_invA"],
                        scan_shape=np.array(setting.scan_shape),
-                       simulator="examples/grid/simulate.py (NumPy multislice, independent of ptyacc)")
+                       simulator="benchmarks/grid/simulate.py (NumPy multislice, independent of ptyacc)")
         truth = f.create_group("ground_truth")
         truth.create_dataset("phase", data=sim["phases"].sum(0).astype(np.float32)).attrs["dx_A"] = sim["dx_A"]
         truth.create_dataset("positions_A", data=sim["positions_A"])

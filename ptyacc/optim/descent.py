@@ -29,6 +29,7 @@ corners, and the shape and origin of the object this process holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
@@ -41,7 +42,9 @@ class Illuminated(Protocol):
     ``probe`` (P, K, K, 2) float32 over its ``probe_scale`` () float32; the ``object`` this process holds
     (O, S, h, w, 2) float32, its ``object_origin`` (2,) long in the whole object's pixels and the whole
     object's ``object_shape`` (Ny, Nx); the scan's ``positions_px`` (N, 2), whether they are refined
-    (``refine_positions``: then ``window_corners(indices)`` (B, 2) long, else the ``fixed_corners`` (N, 2) long)."""
+    (``refine_positions``: then ``window_corners(indices)`` (B, 2) long, else the ``fixed_corners`` (N, 2) long);
+    its ``quantities``, whose "scans", with several scans of one object, gives each scan's probe
+    (``every_probe(probe, scale)`` (S, P, K, K) complex) and each position's scan (``scan_of_position`` (N,) long)."""
 
     probe: torch.Tensor
     probe_scale: torch.Tensor
@@ -51,6 +54,7 @@ class Illuminated(Protocol):
     positions_px: torch.Tensor
     refine_positions: bool
     fixed_corners: torch.Tensor
+    quantities: Mapping[str, torch.nn.Module]
 
     def window_corners(self, indices: torch.Tensor) -> torch.Tensor: ...
 
@@ -66,29 +70,39 @@ def illumination(model: Illuminated, batch: torch.Tensor | None = None,
     """(Ny, Nx) float32 over the whole object: the mean over all positions (or over the positions
     ``batch``) of the probe's intensity (its modes summed) at each pixel, the probe placed at each
     position's window corner (``corners`` (N, 2) of all positions, the model's now when not given).
+    With several scans each position has its own scan's probe, whose counts may differ.
 
     The same bits on every process: the intensity is rounded to integer multiples of 2^-20 of its
     peak, so every pixel's sum is an integer, exact in float64 in any order (a batch's additions)
     and returned by the float64 FFT convolution (all positions) to far better than 0.5: rounded."""
     probe = torch.view_as_complex(model.probe.detach()) * model.probe_scale  # ``complex_probe``, inline
-    intensity = (probe.real.square() + probe.imag.square()).sum(0)
+    scans = model.quantities["scans"] if "scans" in model.quantities else None
+    probes = probe[None] if scans is None else scans.every_probe(probe, model.probe_scale).detach()
+    intensity = (probes.real.square() + probes.imag.square()).sum(1)  # (S, K, K)
     compute = torch.device("cpu") if intensity.device.type == "mps" else intensity.device  # no float64 on MPS
     peak = intensity.max().clamp_min(1e-30)
     levels = torch.round(intensity.to(compute, torch.float64) * (QUANTUM / peak.to(compute, torch.float64)))
     if corners is None:
         corners = all_corners(model)
-    corners = (corners if batch is None else corners[batch.to(corners.device)]).to(compute)
-    shape, k, count = tuple(model.object_shape), levels.shape[-1], len(corners)
+    scan_of = None if scans is None else scans.scan_of_position.to(corners.device)  # (N,) each position's scan
     if batch is not None:
-        summed = window_sum(levels, corners, shape, loop=compute.type == "cpu")
-    else:
+        chosen = batch.to(corners.device)
+        corners, scan_of = corners[chosen], None if scan_of is None else scan_of[chosen]
+    corners = corners.to(compute)
+    shape, k, count = tuple(model.object_shape), levels.shape[-1], len(corners)
+    summed = torch.zeros(shape, device=compute, dtype=torch.float64)
+    for number, level in enumerate(levels):
+        mine = corners if scan_of is None else corners[scan_of.to(compute) == number]
+        if batch is not None:
+            summed += window_sum(level, mine, shape, loop=compute.type == "cpu")
+            continue
         hits = torch.zeros(shape, device=compute, dtype=torch.float64)
-        hits.index_put_((corners[:, 0], corners[:, 1]), torch.ones(count, device=compute, dtype=torch.float64),
+        hits.index_put_((mine[:, 0], mine[:, 1]), torch.ones(len(mine), device=compute, dtype=torch.float64),
                         accumulate=True)
         kernel = torch.zeros(shape, device=compute, dtype=torch.float64)
-        kernel[:k, :k] = levels
+        kernel[:k, :k] = level
         # corners lie in [0, N - K], so corner + offset < N: the circular convolution wraps nothing
-        summed = torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
+        summed += torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
     return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
 
 

@@ -7,7 +7,10 @@ The scans then become one dataset: their patterns and positions one after the ot
 first (``combined``). One object is shared by all scans; each scan has its own probe, made from
 its own optics and scaled to its own counts (``ScanProbes``: the model's ``probe`` parameter is
 scan 0's, the others are this module's parameter), and its own positions (every position has its
-own offset when positions are refined). Batches draw from all scans alike.
+own offset when positions are refined). Batches draw from all scans alike. Every scan's probe is
+stepped as scan 0's (``ScanProbes.groups``), and the object's preconditioner lights each position
+with its own scan's probe (``illumination`` in ``ptyacc/optim/descent.py``): scans of very
+different counts may come in any order (docs/how-to/several-scans.md).
 
 What must match: the radiation, the wavelength and the object pixel dx_A (the patterns' width K
 and reciprocal pixel), within 1e-6 relative: the object has one grid, and a multislice step one
@@ -29,6 +32,7 @@ from ptyacc.config import Config
 from ptyacc.config.loading import scan_configs
 from ptyacc.data import PtychoData, load_data
 from ptyacc.errors import ConfigError
+from ptyacc.optim.descent import ProbeDescent
 from ptyacc.optim.groups import ParameterGroup
 from ptyacc.quantities.probe import orthogonalize
 from ptyacc.quantities.registry import BuildContext, Quantity, register
@@ -117,11 +121,18 @@ class ScanProbes(Quantity):
         return torch.cat([probe[None], torch.view_as_complex(self.modes) * probe_scale])
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
-        """The probes of scans 1.., as the probe's (Adam, its step and start; orthogonal modes)."""
+        """The probes of scans 1.., stepped as the probe is (``probe_groups``: Adam, or the least-squares step
+        where ``priors`` chose the preconditioned probe; its start; orthogonal modes): a scan's probe that took
+        Adam's small steps beside scan 0's least-squares ones would lag behind it, and its scan's counts with it."""
         modes = self.modes.shape[1]
         orthogonal = config.model.orthogonalize_probe and modes > 1
-        return [ParameterGroup("scan_probes", [self.modes], config.optim.lr.probe, config.optim.start.probe,
-                               after_iteration=(lambda: [orthogonalize(p) for p in self.modes]) if orthogonal else None)]
+        group = ParameterGroup("scan_probes", [self.modes], config.optim.lr.probe, config.optim.start.probe,
+                               after_iteration=(lambda: [orthogonalize(p) for p in self.modes]) if orthogonal else None)
+        if priors.probe_optimizer == "preconditioned":
+            group.lr = config.optim.preconditioned_probe_step if config.optim.lr.probe > 0 else 0.0
+            group.optimizer = ProbeDescent(group.params, group.lr, float(model.probe_scale),
+                                           config.model.object_amplitude_bounds[1] ** 2, priors.share)
+        return [group]
 
     def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``scans``: ``probes`` (S, P, K, K) complex64 and ``scan_of_position`` (N,) int64."""
@@ -132,9 +143,15 @@ class ScanProbes(Quantity):
 
 @register
 def scan_probes(config, model, context: BuildContext) -> ScanProbes | None:
-    """The probes of scans 1.. (several scans of one object), each from its own optics at its own counts."""
+    """The probes of scans 1.. (several scans of one object), each from its own optics at its own counts; the
+    model's probe (scan 0's) brought to scan 0's own counts."""
     if context.scans is None:
         return None
+    # the model's probe was scaled to the mean counts of all scans together: scan 0's own counts it is (a faint
+    # scan 0 beside a bright scan 1 would start many times too bright)
+    own = context.scans[0].data.mean_intensity / context.mean_intensity
+    with torch.no_grad():
+        model.quantities["probe"].modes.mul_(float(np.sqrt(own)))
     others = [context.make_probe(scan.config, scan.data) for scan in context.scans[1:]]
     return ScanProbes(torch.stack(others), scan_of_position(context.scans), model.probe_scale)
 
