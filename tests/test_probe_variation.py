@@ -14,7 +14,8 @@ from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
 from varying_probe import phase_ncc, write_varying_case
 
 import ptyacc
-from ptyacc.quantities.probe_variation import ProbeVariation, first_directions
+from ptyacc.quantities.probe_variation import WEIGHT_FLOOR, EigenDescent, ProbeVariation, first_directions
+from ptyacc.reconstruction.row_adam import StepContext
 
 
 def variation_with(weights: torch.Tensor, eigen: torch.Tensor) -> ProbeVariation:
@@ -72,6 +73,42 @@ def test_first_directions_are_focus_and_shift_derivatives():
         numeric = (np.fft.ifft2(np.fft.fft2(wave) * factor(h)) - np.fft.ifft2(np.fft.fft2(wave) * factor(-h))) / (2 * h)
         np.testing.assert_allclose(direction, numeric / np.linalg.norm(numeric), atol=1e-6)
     assert np.linalg.norm(directions[3]) == pytest.approx(1.0)
+
+
+def test_eigen_probes_least_squares_step_lands_on_the_fit():
+    """One step of 1 of ``EigenDescent`` on a quadratic data term, sum over a batch of
+    ||scale w_j E - t_j||^2 / B (an object of intensity 1 and the amplitude loss's share, 0.5),
+    lands on its minimiser, the least-squares fit that NumPy gives; weights below the floor damp it."""
+    g = torch.Generator().manual_seed(4)
+    n, k, scale = 40, 6, 2.5
+    weights = torch.randn(n, 2, generator=g, dtype=torch.float64)
+    targets = torch.randn(n, 2, k, k, 2, generator=g, dtype=torch.float64)  # the probe each position's eigen-probe k fits
+    batch = torch.arange(5, 37)
+
+    def stepped(weights: torch.Tensor) -> torch.Tensor:
+        eigen = torch.nn.Parameter(torch.randn(2, k, k, 2, generator=g, dtype=torch.float64))
+        optimizer = EigenDescent([eigen], 1.0, weights, scale, intensity=1.0, share=0.5)
+        optimizer.context = StepContext(0, batch)
+        w = weights[batch][:, :, None, None, None]
+        ((scale * w * eigen - targets[batch]).square().sum() / len(batch)).backward()
+        optimizer.step()
+        return eigen.detach().numpy()
+
+    w, t = weights[batch].numpy(), targets[batch].numpy()
+    fit = np.stack([np.linalg.lstsq(scale * w[:, v:v + 1], t[:, v].reshape(len(w), -1), rcond=None)[0].reshape(k, k, 2)
+                    for v in range(2)])
+    np.testing.assert_allclose(stepped(weights), fit, atol=1e-10)
+    small = weights * 0.01  # mean square ~1e-4, below the floor: from zero, (mean square / floor) of the full step
+    eigen = torch.nn.Parameter(torch.zeros(2, k, k, 2, dtype=torch.float64))
+    optimizer = EigenDescent([eigen], 1.0, small, scale, intensity=1.0, share=0.5)
+    optimizer.context = StepContext(0, batch)
+    ((scale * small[batch][:, :, None, None, None] * eigen - targets[batch]).square().sum() / len(batch)).backward()
+    optimizer.step()
+    share = small[batch].square().mean(0).numpy() / WEIGHT_FLOOR  # (2,): the fraction of the full step
+    w_small = small[batch].numpy()
+    full = np.stack([np.linalg.lstsq(scale * w_small[:, v:v + 1], t[:, v].reshape(len(w), -1), rcond=None)[0]
+                     .reshape(k, k, 2) for v in range(2)])
+    np.testing.assert_allclose(eigen.detach().numpy(), share[:, None, None, None] * full, atol=1e-10)
 
 
 @pytest.fixture(scope="module")
