@@ -11,8 +11,10 @@ that drifts with the sample's height). Further incoherent modes, where there are
 shared by every position: the variation applies to the first mode only.
 
 The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so the eigen-probes
-and the weights are plain autograd parameters refined by Adam (``optim.lr.probe_variation``, from
-``optim.start.probe_variation``). After every iteration (``ProbeVariation.normalize``, the same on
+and the weights are plain autograd parameters (from ``optim.start.probe_variation``): the weights
+refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``), the eigen-probes by the
+probe's least-squares step where the probe takes it (``EigenDescent``), by Adam otherwise.
+After every iteration (``ProbeVariation.normalize``, the same on
 every process) the decomposition is put back into its canonical form, every probe_j unchanged:
 P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
