@@ -130,7 +130,7 @@ class ProbeVariation(Quantity):
         eigen = ParameterGroup("probe_variation", [self.eigen], opt.lr.probe_variation, begin,
                                after_iteration=self.normalizer(model, config))
         if priors.probe_optimizer == "preconditioned":
-            eigen.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
+            eigen.lr = opt.preconditioned_probe_step if opt.lr.probe_variation > 0 else 0.0  # 0 freezes them, as with Adam
             eigen.optimizer = EigenDescent([self.eigen], eigen.lr, self.weights, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, priors.share)
         return [ParameterGroup("probe_amplitude", [self.amplitudes], opt.lr.probe_amplitude, begin,
