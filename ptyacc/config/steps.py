@@ -32,8 +32,11 @@ class LearningRates:
     scan_affine: float = _f(5e-3, "Scan affine step size (dimensionless: the entries of the 2 x 2 distortion).")
     probe_amplitude: float = _f(1e-2, "Step size of the main probe mode's amplitude at each position (relative to 1; "
                                       "model.probe_variation: a beam current that fluctuates).")
-    probe_variation: float = _f(3e-2, "Step size of the eigen-probes (relative to the probe's peak amplitude) and of "
-                                      "their weights per position (model.probe_variation).")
+    probe_variation: float = _f(3e-2, "Adam's step size of the eigen-probes' weights per position and, where the probe "
+                                      "takes Adam's step (optim.probe_optimizer: adam), of the eigen-probes (relative "
+                                      "to the probe's peak amplitude); otherwise the eigen-probes take the probe's "
+                                      "least-squares step (optim.preconditioned_probe_step). 0 freezes both "
+                                      "(model.probe_variation).")
     detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
 
     def _check(self, path: str) -> None:

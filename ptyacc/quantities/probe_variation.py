@@ -11,8 +11,10 @@ that drifts with the sample's height). Further incoherent modes, where there are
 shared by every position: the variation applies to the first mode only.
 
 The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so the eigen-probes
-and the weights are plain autograd parameters refined by Adam (``optim.lr.probe_variation``, from
-``optim.start.probe_variation``). After every iteration (``ProbeVariation.normalize``, the same on
+and the weights are plain autograd parameters (from ``optim.start.probe_variation``): the weights
+refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``), the eigen-probes by the
+probe's least-squares step where the probe takes it (``EigenDescent``), by Adam otherwise.
+After every iteration (``ProbeVariation.normalize``, the same on
 every process) the decomposition is put back into its canonical form, every probe_j unchanged:
 P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
@@ -32,7 +34,7 @@ import torch
 from torch import nn
 
 from ptyacc.optim.groups import ParameterGroup
-from ptyacc.optim.row_adam import RowAdam
+from ptyacc.optim.row_adam import RowAdam, TakesStepContext
 from ptyacc.quantities.registry import BuildContext, Quantity, register
 from ptyacc.quantities.slices import TiltSmoothing
 
@@ -119,15 +121,23 @@ class ProbeVariation(Quantity):
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
         """The main weights and the eigen-probes' weights, a row per position stepped at its visits
-        only (``RowAdam``), and the eigen-probes (Adam), which put the form back after every iteration."""
+        only (``RowAdam``), and the eigen-probes, which put the form back after every iteration: where
+        the probe takes the least-squares step (``optim.probe_optimizer``: preconditioned, the default)
+        they take it too, at the probe's fraction of it (``optim.preconditioned_probe_step``,
+        ``EigenDescent``); with Adam's probe, Adam's step of ``optim.lr.probe_variation``."""
         opt, start = config.optim, config.optim.start
         begin = start.probe if start.probe_variation == "probe" else start.probe_variation
+        eigen = ParameterGroup("probe_variation", [self.eigen], opt.lr.probe_variation, begin,
+                               after_iteration=self.normalizer(model, config))
+        if priors.probe_optimizer == "preconditioned":
+            eigen.lr = opt.preconditioned_probe_step if opt.lr.probe_variation > 0 else 0.0  # 0 freezes them, as with Adam
+            eigen.optimizer = EigenDescent([self.eigen], eigen.lr, self.weights, float(model.probe_scale),
+                                           config.model.object_amplitude_bounds[1] ** 2, priors.share)
         return [ParameterGroup("probe_amplitude", [self.amplitudes], opt.lr.probe_amplitude, begin,
                                optimizer=RowAdam([self.amplitudes], opt.lr.probe_amplitude)),
                 ParameterGroup("probe_weights", [self.weights], opt.lr.probe_variation, begin,
                                optimizer=RowAdam([self.weights], opt.lr.probe_variation)),
-                ParameterGroup("probe_variation", [self.eigen], opt.lr.probe_variation, begin,
-                               after_iteration=self.normalizer(model, config))]
+                eigen]
 
     def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``probe_variation``: ``modes`` (V + 1, K, K) complex64 [P_0, E_1..E_V] and
@@ -164,3 +174,38 @@ def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Te
         directions.append(torch.view_as_complex(noise).to(wave.device))
     stacked = torch.view_as_real(torch.stack(directions))
     return (stacked / stacked.flatten(1).norm(dim=1).clamp_min(1e-30)[:, None, None, None]).to(probe.dtype)
+
+
+# the eigen-probes' step divides by the mean square of their weights over the batch, at least this: weights are
+# relative to P_0's norm, which each eigen-probe has, so weights below 0.1 rms take a damped step (1e-3 and 1e-2
+# gave the same fit on a strongly drifting case; without a floor the first iterations' small weights made steps
+# that threw the fit away)
+WEIGHT_FLOOR = 1e-2
+
+
+class EigenDescent(TakesStepContext, torch.optim.Optimizer):
+    """The eigen-probes (V, K, K, 2) by the least-squares step of ``ProbeDescent``: the probe's step
+    for an object of intensity ``intensity`` (the loss's ``share`` of the gradient), divided by
+    the mean over the step's global batch of each eigen-probe's weights squared (at least
+    ``WEIGHT_FLOOR``). That is the least-squares fit, by w_jk E_k, of the steps every position's
+    own probe would take, times ``lr``; no state, the same numbers on every process (the weights
+    ``weights`` (N, V) are replicated).
+
+    Adam's step, of one size at every pixel, moved the eigen-probes where the probe is dark as
+    much as where it is bright, once per step: on a scan of many steps per iteration the
+    eigen-probes filled with noise and the fit diverged."""
+
+    def __init__(self, params, lr: float, weights: torch.Tensor, probe_scale: float, intensity: float,
+                 share: float) -> None:
+        super().__init__(params, {"lr": lr})
+        self.weights, self.factor = weights, share / (probe_scale ** 2 * intensity)
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        rows = self.context.batch
+        weights = self.weights.detach() if rows is None else self.weights.detach()[rows.to(self.weights.device)]
+        power = weights.double().square().mean(0).clamp_min(WEIGHT_FLOOR)  # (V,)
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    param.sub_(param.grad * (group["lr"] * self.factor / power).to(param.dtype)[:, None, None, None])
