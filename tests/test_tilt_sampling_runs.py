@@ -1,0 +1,66 @@
+"""Whole runs with ``data.transform.upsample`` left at its default (auto) on abTEM's tilted SrTiO3
+(tests/data/abtem/sto_tilted.h5: 10 unit cells, 10 x 10 positions, 1e6 electrons per pattern, the beam tilted
+[2.0, -1.5] mrad [y, x]) with every other key at its default, as a user's config leaves them: the tilt given
+explains the data better than none or the opposite, a tilt refined from zero comes near the truth, and 1 and 2
+processes agree on the upsampled, tilted path (docs/how-to/tilt-and-sampling.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from abtem_cases import case_config
+from test_distributed import WORKER, launch
+
+import ptyacc
+
+TRUE_TILT_MRAD = [2.0, -1.5]
+
+
+def run(tilt_mrad, optim: dict | None = None) -> ptyacc.Reconstruction:
+    config = case_config("tilted", experiment={"positions": {"key": "positions_A"}, "tilt_mrad": list(tilt_mrad)},
+                         optim={"iterations": 40, **(optim or {})}, runtime={"progress": False, "threads": 1})
+    return ptyacc.reconstruct(ptyacc.load_config(config), write=False)
+
+
+@pytest.mark.slow
+def test_the_true_tilt_given_fits_best():
+    """Final loss with the tilt given, measured: truth TRUTH_LOSS < none ZERO_LOSS < opposite OPPOSITE_LOSS."""
+    losses = {name: run(tilt).loss[-1] for name, tilt in
+              (("truth", TRUE_TILT_MRAD), ("none", [0.0, 0.0]), ("opposite", [-2.0, 1.5]))}
+    assert losses["truth"] < losses["none"] < losses["opposite"], losses
+
+
+@pytest.mark.slow
+def test_the_tilt_refined_from_zero():
+    """``optim.start.tilt: 3``, everything else at its default. Measured: REFINED_TILT mrad."""
+    rec = run([0.0, 0.0], {"start": {"tilt": 3}})
+    tilt = np.asarray(rec.results.tilt_mrad)
+    assert rec.results.dx_A == pytest.approx(0.244 / 2, rel=1e-2)  # auto took 2
+    assert np.abs(tilt - TRUE_TILT_MRAD).max() < REFINED_BOUND_MRAD, tilt
+
+
+@pytest.mark.slow
+def test_one_and_two_processes_agree_on_the_upsampled_tilt(tmp_path: Path):
+    """The tilt refined from iteration 1 on the upsampled object (auto: 2), 4 iterations of the 20 positions of
+    sto_conventions.h5, on 1 process and on 2: the same losses, tilt and object up to float rounding."""
+    config = case_config("conventions", experiment={"positions": {"key": "positions_A"}},
+                         optim={"iterations": 4, "batch_size": 5, "start": {"tilt": 1}},
+                         runtime={"progress": False})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    results = {}
+    for processes in (1, 2):
+        out = tmp_path / f"p{processes}"
+        launch([str(WORKER), str(path), str(out / "records"), "--set", f"output.dir={out / 'results'}"], processes)
+        results[processes] = ptyacc.load_results(out / "results" / "results.h5")
+    one, two = results[1], results[2]
+    assert yaml.safe_load(one.attrs["auto_values"])["data.transform.upsample"] == 2
+    assert one.object.shape[-1] > 2 * 64  # the object on the finer pixel
+    np.testing.assert_allclose(two.loss, one.loss, rtol=1e-4)
+    assert np.abs(np.asarray(two.tilt_mrad) - np.asarray(one.tilt_mrad)).max() < 1e-4
+    assert np.abs(np.asarray(one.tilt_mrad)).max() > 1e-3  # the tilt really moved
+    relative = np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object)
+    assert relative < 1e-4, relative
