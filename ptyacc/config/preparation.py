@@ -13,9 +13,10 @@ from ptyacc.errors import ConfigError
 if TYPE_CHECKING:
     from ptyacc.config.schema import Config
 
-# data.transform.upsample's auto where a tilt acts on several slices: on abTEM's tilted SrTiO3 (10 x 10 and
-# 20 x 20 scans, 40 Å) a refined tilt ended 1.4 mrad from the truth at 1, 0.26 at 1.5, 0.13 at 2 and 0.21 at
-# 3 (docs/thick-crystals.md); 2 is the smallest whole factor within 0.3 mrad
+# data.transform.upsample's auto where a tilt acts on several slices: on abTEM's tilted SrTiO3 (40 Å, 10 x 10
+# positions, depth blur 2) a refined tilt ended 1.4 mrad from the truth at 1, 0.26 at 1.5, 0.13 at 2 and 0.21 at
+# 3 (docs/thick-crystals.md); on 43 Å and 20 x 20 positions with the tilt given, the opposite tilt fitted best at
+# 1 (benchmarks/records/2026-12-02-tilt-sampling.md). 2: the smallest whole factor that was right on both
 TILT_UPSAMPLE = 2
 
 
