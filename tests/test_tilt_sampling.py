@@ -103,3 +103,17 @@ def test_a_run_names_what_auto_chose(tilt, upsample, tmp_path):
     said = [line for line in log.splitlines() if "data.transform.upsample: 2 (auto: a tilt" in line]
     assert len(said) == (upsample == 2)
     assert run.data.detector_px == 64 * upsample
+
+
+@pytest.mark.parametrize("start_tilt, blur", [(1, 2.0), (None, 1.0)])
+def test_a_refined_tilt_holds_the_slices_more_alike(start_tilt, blur):
+    """On a strongly scattering crystal depth_blur_slices' auto is 2 where the tilt is refined (free slices shear
+    to absorb a tilt), else 1; the tilt given in both."""
+    config = ptyacc.load_config(case_config("conventions", experiment={"positions": {"key": "positions_A"},
+                                                                       "tilt_mrad": TILT_MRAD},
+                                            optim={"start": {"tilt": start_tilt}}))
+    run = Reconstructor(config, write=False)
+    run.build()
+    values = yaml.safe_load(run.texts["auto_values"])
+    assert values["optim.regularize.depth_blur_slices"] == blur
+    assert run.config.optim.regularize.depth_blur_slices == blur

@@ -200,12 +200,14 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     strong = config.model.slices > 1 and dark_field is not None and dark_field > STRONG_SCATTERING
     why = f"(auto: {config.model.slices} slices, {100 * dark_field:.1f} % of the counts beyond the disk" if strong else ""
     if regularize.depth_blur_slices == "auto":
-        blur = STRONG_DEPTH_BLUR if strong else 0.0
+        tilt_refined = config.optim.start.tilt is not None
+        blur = (TILT_DEPTH_BLUR if tilt_refined else STRONG_DEPTH_BLUR) if strong else 0.0
         regularize = dataclasses.replace(regularize, depth_blur_slices=blur)
         if config.model.slices > 1:
             chosen["optim.regularize.depth_blur_slices"] = blur
         if strong:
-            notes.append(f"optim.regularize: depth_blur_slices {blur:g} {why}; 0 = off)")
+            notes.append(f"optim.regularize: depth_blur_slices {blur:g} {why}"
+                         f"{', the tilt refined' if tilt_refined else ''}; 0 = off)")
     step = config.optim.preconditioned_step
     if strong and step == "auto" and loss == "amplitude" and resolved_optimizer(config) == "preconditioned":
         step = chosen["optim.preconditioned_step"] = STRONG_STEP
@@ -240,6 +242,10 @@ STRONG_SCATTERING = 0.04
 # at 1e6 electrons untilted (docs/thick-crystals.md, 'Against PtyRAD on thick crystals'); on the grid's weakly
 # scattering multislice points a fixed 1 lost up to 0.003 at 1e5 (docs/quality-grid.md), so there it stays 0
 STRONG_DEPTH_BLUR = 1.0
+# and where the tilt is refined there (optim.start.tilt): free slices shear to absorb a tilt. On abTEM's 43 A of
+# SrTiO3 tilted [2.0, -1.5] mrad (20 x 20 positions, 40 iterations, upsample 2) the tilt refined from zero ended
+# at [0.53, -0.56] mrad with 1 and at [1.84, -1.36] with 2 (benchmarks/records/2026-12-02-tilt-sampling.md)
+TILT_DEPTH_BLUR = 2.0
 # optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): the crystal converges slower,
 # and in 40 iterations 0.6 raised its NCC on all four cases (untilted and 2.5 mrad tilted, 1e5 and 1e6
 # electrons: 0.973-0.993 -> 0.982-0.998; 0.8 no further)
