@@ -36,16 +36,16 @@ def test_the_true_tilt_given_fits_best():
 
 @pytest.mark.slow
 def test_the_tilt_refined_from_zero():
-    """``optim.start.tilt: 3``, everything else at its default. Measured: [1.20, -1.44] mrad, 0.80 mrad from the
-    truth, so not within the 0.3 mrad asked for: that takes the slices held more alike while the tilt is refined
-    (``depth_blur_slices: 2``, ``test_tilt_abtem.py``: [1.89, -1.37]). On the detector's grid (upsample 1) the
-    same run's tilt went to the opposite side on the 20 x 20 case (docs/how-to/tilt-and-sampling.md), so the
-    assertion here is the sign and the bound measured, with a margin."""
+    """``optim.start.tilt: 3``, everything else at its default (upsample auto 2, depth_blur_slices auto 2).
+    Measured: [1.45, -1.67] mrad, 0.55 mrad from the truth: not within the 0.3 mrad asked for on this 10 x 10
+    case (with depth_blur_slices 1 it was [1.20, -1.44]; started at iteration 1, ``test_tilt_abtem.py``, within
+    0.2). On the detector's grid the tilt went to the opposite side on the 20 x 20 case
+    (docs/how-to/tilt-and-sampling.md), so the assertion is the side and the bound measured, with a margin."""
     rec = run([0.0, 0.0], {"start": {"tilt": 3}})
     tilt = np.asarray(rec.results.tilt_mrad)
     assert rec.results.dx_A == pytest.approx(0.244 / 2, rel=1e-2)  # auto took 2
-    assert np.abs(tilt - TRUE_TILT_MRAD).max() < 1.0, tilt
-    assert np.dot(tilt, TRUE_TILT_MRAD) > 0.6 * np.dot(TRUE_TILT_MRAD, TRUE_TILT_MRAD), tilt  # measured 0.73
+    assert np.abs(tilt - TRUE_TILT_MRAD).max() < 0.7, tilt
+    assert np.dot(tilt, TRUE_TILT_MRAD) > 0.75 * np.dot(TRUE_TILT_MRAD, TRUE_TILT_MRAD), tilt  # measured 0.86
 
 
 @pytest.mark.slow
