@@ -83,8 +83,8 @@ def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -
 
 def upsample_auto(config: Config) -> tuple[dict[str, int], list[str]]:
     """{"data.transform.upsample": n} where it is auto and the load took n (``resolved_upsample``), and the
-    terminal's line where n is not 1."""
-    if config.data.transform.upsample != "auto":
+    terminal's line where n is not 1; nothing for a ``data.simulate`` dataset, which has no transform."""
+    if config.data.transform.upsample != "auto" or config.data.simulate is not None:
         return {}, []
     upsample, why = resolved_upsample(config)
     said = [f"data.transform.upsample: {upsample} (auto: {why}; about 3x per iteration; 1 = the detector's "
