@@ -65,7 +65,9 @@ def truth_misfit(name: str, reverse_slices: bool = False, true_probe: bool = Fal
     from the optics (abTEM's own with ``true_probe``, scaled as ptyacc scaled its probe). The
     crystal is placed by the scan's centre: the positions ptyacc uses (a
     rotated raster, say) keep their centre where the file's are."""
-    config = ptyacc.load_config(case_config(name, **sections))
+    data = dict(sections.pop("data", {}))  # the truth is on the detector's grid: upsample 1 unless asked
+    data["transform"] = {"upsample": 1, **data.get("transform", {})}
+    config = ptyacc.load_config(case_config(name, data=data, **sections))
     run = Reconstructor(config, write=False)
     run.build()
     model, geometry, known = run.model, run.geometry, truth(name)

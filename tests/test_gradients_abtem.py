@@ -18,7 +18,8 @@ REFINED = {"tilt": 1, "slice_thickness": 1, "positions": 1, "scan_affine": 1}
 @pytest.fixture(scope="module")
 def model_and_data():
     config = ptyacc.load_config(case_config(
-        "conventions", experiment={"tilt_mrad": [1.5, -1.0]}, model={"slice_thickness_A": 3.7},
+        "conventions", data={"transform": {"upsample": 1}},  # the truth's grid (auto would take 2 for the tilt)
+        experiment={"tilt_mrad": [1.5, -1.0]}, model={"slice_thickness_A": 3.7},
         optim={"iterations": 1, "start": REFINED, "loss": "amplitude", "object_optimizer": "adam",
                "probe_optimizer": "adam"}))
     run = Reconstructor(config, write=False)

@@ -5,10 +5,19 @@ stays one screenful per section; ``schema`` imports them as before)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ptyacc.config.fields import _f, _require
 from ptyacc.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ptyacc.config.schema import Config
+
+# data.transform.upsample's auto where a tilt acts on several slices: on abTEM's tilted SrTiO3 (40 Å, 10 x 10
+# positions, depth blur 2) a refined tilt ended 1.4 mrad from the truth at 1, 0.26 at 1.5, 0.13 at 2 and 0.21 at
+# 3 (docs/thick-crystals.md); on 43 Å and 20 x 20 positions with the tilt given, the opposite tilt fitted best at
+# 1 (benchmarks/records/2026-12-02-tilt-sampling.md). 2: the smallest whole factor that was right on both
+TILT_UPSAMPLE = 2
 
 
 @dataclass
@@ -39,12 +48,14 @@ class TransformConfig:
                      "multiple of bin.")
     pad: int | None = _f(None, "Zero-pad to pad x pad pixels, centred, after binning; the padded pixels are "
                                "masked out of the loss. null = no padding.")
-    upsample: int = _f(1, "Far field: object pixels upsample times finer than the detector's reciprocal pixel (dx = "
-                          "1 / (upsample K dk)); each pattern is zero-padded to upsample K (after binning), the unmeasured "
-                          "frequencies left out of the loss: the same as pad = upsample K. Thick crystals: waves "
-                          "scattered beyond the detector come back into it in later slices, and a tilt refined on the "
-                          "detector's grid is biased by about 1 mrad (docs/how-to/tilt-thickness-distortion.md); 2 costs "
-                          "about 3x per iteration.")
+    upsample: int | Literal["auto"] = _f(
+        "auto", "Far field: object pixels upsample times finer than the detector's reciprocal pixel (dx = 1 / (upsample "
+                "K dk)); each pattern is zero-padded to upsample K (after binning), the unmeasured frequencies left "
+                "out of the loss: the same as pad = upsample K. auto: 2 where a tilt acts in a multislice model "
+                "(model.slices > 1 and experiment.tilt_mrad not zero, optim.start.tilt set or model.tilt: "
+                "per_position) and pad is not given, else 1: on the detector's grid the waves a thick crystal "
+                "scatters beyond the detector wrap around the window, and the data then favour a wrong tilt "
+                "(docs/how-to/tilt-and-sampling.md). 2 costs about 3x per iteration.")
     descan: Literal["off", "auto"] = _f(
         "off", "auto: measure the bright-field disk's centre in up to 1024 prepared patterns, fit a plane in the "
                "probe positions and shift every pattern back by it (sub-pixel, Fourier), so that zero frequency sits "
@@ -68,8 +79,9 @@ class TransformConfig:
             raise ConfigError(f"{path}.orientation: auto sets transpose, flip_y and flip_x from the file; leave "
                               "them false or use orientation: manual")
         _require(self.pad is None or self.pad >= 1, f"{path}.pad", f"must be >= 1 or null, got {self.pad}")
-        _require(self.upsample >= 1, f"{path}.upsample", f"must be >= 1, got {self.upsample}")
-        if self.upsample > 1 and self.pad is not None:
+        _require(self.upsample == "auto" or self.upsample >= 1, f"{path}.upsample",
+                 f"must be auto or an integer >= 1, got {self.upsample}")
+        if self.upsample != "auto" and self.upsample > 1 and self.pad is not None:
             raise ConfigError(f"{path}.upsample: {self.upsample} pads the patterns to {self.upsample} times their size; "
                               f"give it or pad ({self.pad}), not both")
 
@@ -95,3 +107,26 @@ class SimulateConfig:
         _require(self.atoms >= 0, f"{path}.atoms", f"must be >= 0, got {self.atoms}")
         _require(self.position_jitter_A >= 0, f"{path}.position_jitter_A",
                  f"must be >= 0, got {self.position_jitter_A}")
+
+
+def resolved_upsample(config: Config) -> tuple[int, str]:
+    """``data.transform.upsample`` for ``config`` with its auto resolved, and why (empty where a number was
+    given). Decided from the config alone, as it sets the patterns' padding before they are read: a tilt acts
+    where the model has several slices and ``experiment.tilt_mrad`` is not zero, ``optim.start.tilt`` refines it
+    or ``model.tilt`` is per position; there, on a far-field dataset without ``pad``, ``TILT_UPSAMPLE``, else 1."""
+    upsample = config.data.transform.upsample
+    if upsample != "auto":
+        return int(upsample), ""
+    model, experiment = config.model, config.experiment
+    tilted = model.slices > 1 and (any(t != 0 for t in experiment.tilt_mrad) or config.optim.start.tilt is not None
+                                   or model.tilt == "per_position")
+    if not tilted:
+        return 1, "no tilt in a multislice model"
+    plain = {"pad given": config.data.transform.pad is not None, "near field": experiment.geometry != "far_field",
+             "a data.simulate dataset": config.data.simulate is not None}
+    if any(plain.values()):
+        return 1, f"a tilt, but {next(why for why, found in plain.items() if found)}"
+    how = ("refined" if config.optim.start.tilt is not None else
+           "per position" if model.tilt == "per_position" else f"{list(experiment.tilt_mrad)} mrad")
+    return TILT_UPSAMPLE, (f"a tilt ({how}) on {model.slices} slices: waves scattered beyond the detector need "
+                           "room in the window")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ptyacc.config import Config
+from ptyacc.config import Config, resolved_upsample
 from ptyacc.data.bright_field import measured_radius_px
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
@@ -57,7 +57,7 @@ def descan_left_to_model(config: Config) -> bool:
     transform = config.data.transform
     if transform.descan_model != "auto":
         return transform.descan_model == "ramp"
-    return not config.scans and transform.pad is None and transform.upsample == 1
+    return not config.scans and transform.pad is None and resolved_upsample(config)[0] == 1
 
 
 def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
@@ -101,7 +101,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             file_mask = usable if file_mask is None else np.asarray(file_mask, dtype=bool) & usable
         if data.bad_pixels == "auto":
             file_mask, bad = _without_bad_pixels(data, source, file_mask, len(calibration.positions_A))
-        transform, turned = data.transform, Measured()
+        transform, turned = dataclasses.replace(data.transform, upsample=resolved_upsample(config)[0]), Measured()
         if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
                              and experiment.radiation == "electron"):
             experiment, transform, turned = _oriented(experiment, transform, source, calibration, file_mask,

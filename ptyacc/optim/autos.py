@@ -177,12 +177,14 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     strong = config.model.slices > 1 and dark_field is not None and dark_field > STRONG_SCATTERING
     why = f"(auto: {config.model.slices} slices, {100 * dark_field:.1f} % of the counts beyond the disk" if strong else ""
     if regularize.depth_blur_slices == "auto":
-        blur = STRONG_DEPTH_BLUR if strong else 0.0
+        tilt_refined = config.optim.start.tilt is not None
+        blur = (TILT_DEPTH_BLUR if tilt_refined else STRONG_DEPTH_BLUR) if strong else 0.0
         regularize = dataclasses.replace(regularize, depth_blur_slices=blur)
         if config.model.slices > 1:
             chosen["optim.regularize.depth_blur_slices"] = blur
         if strong:
-            notes.append(f"optim.regularize: depth_blur_slices {blur:g} {why}; 0 = off)")
+            notes.append(f"optim.regularize: depth_blur_slices {blur:g} {why}"
+                         f"{', the tilt refined' if tilt_refined else ''}; 0 = off)")
     step = config.optim.preconditioned_step
     if strong and step == "auto" and loss == "amplitude" and resolved_optimizer(config) == "preconditioned":
         step = chosen["optim.preconditioned_step"] = STRONG_STEP
@@ -213,6 +215,9 @@ STRONG_SCATTERING = 0.04
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
 # fixed blur lost a little)
 STRONG_DEPTH_BLUR = 1.0
+# and where the tilt is refined there (optim.start.tilt): free slices shear to absorb a tilt (measured:
+# benchmarks/records/2026-12-02-tilt-sampling.md)
+TILT_DEPTH_BLUR = 2.0
 # optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): such a crystal converges slower
 STRONG_STEP = 0.6
 

@@ -9,6 +9,8 @@
 - the initial probe's ``model.probe_aperture_edge``: measured where the mean pattern shows an even
   bright-field disk of the semi-angle (``physics.aperture.measured_edge``), else soft; ``build_model``
   is handed the aperture read (``ResolvedAutos.aperture``);
+- ``data.transform.upsample``, which the load took from the config alone (``config.resolved_upsample``: 2
+  where a tilt acts on several slices), named here with the terminal's line where it is not 1;
 - and, recorded as they were resolved before (the accelerator, the threads and the patterns come
   first): ``runtime.device``, ``runtime.backend`` (``distributed.make_accelerator``; "none" for a
   single process, which has no process group), ``runtime.threads`` (``threads.set_threads``),
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ptyacc.config import Config
+from ptyacc.config import Config, resolved_upsample
 from ptyacc.data import PtychoData
 from ptyacc.errors import ConfigError
 from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
@@ -77,6 +79,17 @@ def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -
         return {}
     sigma_px = 2 * median_neighbour_distance(np.asarray(positions_px, dtype=np.float32))
     return {"model.probe_variation_smoothing_A": sigma_px * dx_A}
+
+
+def upsample_auto(config: Config) -> tuple[dict[str, int], list[str]]:
+    """{"data.transform.upsample": n} where it is auto and the load took n (``resolved_upsample``), and the
+    terminal's line where n is not 1; nothing for a ``data.simulate`` dataset, which has no transform."""
+    if config.data.transform.upsample != "auto" or config.data.simulate is not None:
+        return {}, []
+    upsample, why = resolved_upsample(config)
+    said = [f"data.transform.upsample: {upsample} (auto: {why}; about 3x per iteration; 1 = the detector's "
+            "grid)"] if upsample > 1 else []
+    return {"data.transform.upsample": upsample}, said
 
 
 def calibration_autos(config: Config, data: PtychoData) -> Config:
@@ -135,7 +148,8 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     if config.model.probe_modes > 1 and config.model.probe_mode_power == "auto":
         model["model.probe_mode_power"] = config.model.further_mode_power()
     priors = AutoPriors.of(config)
-    values = {**data.autos, **auto_values(config), **chosen, **model, **batch, **runtime}
+    sampling, sampling_said = upsample_auto(config)
+    values = {**data.autos, **auto_values(config), **chosen, **model, **batch, **runtime, **sampling}
     edge_said, edge, read = [], config.model.probe_aperture_edge, None
     if mean_pattern is not None and config.model.probe_init is None and data.semiangle_mrad is not None:
         # the aperture edge: measured where the mean pattern shows an even bright-field disk of the semi-angle,
@@ -153,5 +167,5 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
             config.model, **{key.removeprefix("model."): value for key, value in model.items()}))
     said = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in sorted(values.items()))
-    return ResolvedAutos(config, priors, values, priors.notes + notes,
+    return ResolvedAutos(config, priors, values, priors.notes + notes + sampling_said,
                          [*priors.log_notes, *log_notes, *edge_said, *([f"auto: {said}"] if said else [])], read)
