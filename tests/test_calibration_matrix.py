@@ -74,7 +74,7 @@ def test_scores_turn_a_frame_turned_by_quarter_turns_back(quarters):
 
 
 CASE = matrix.Case(name="slice", sample="atoms", scan=16, step_A=0.45, rotation_deg=-37.0, transpose=True,
-                   flip_y=False, flip_x=True, defocus_A=-120.0, nominal_factor=0.7, partial=False, descan=True,
+                   flip_y=False, flip_x=True, defocus_A=-80.0, nominal_factor=0.7, partial=False, descan=True,
                    blur_px=0.5, dose=1e5, stored=False, iterations=30, seed=3)
 
 
