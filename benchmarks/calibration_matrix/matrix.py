@@ -384,8 +384,10 @@ def scores(phase: np.ndarray, origin_A, dx_A: float, run_positions_A: np.ndarray
     back = np.stack([ai - offset[0], bi - offset[1]], -1) @ turn  # turn^T ([a', b'] - offset)
     placed = np.asarray(phase)[back[..., 0].astype(int), back[..., 1].astype(int)]
     origin = true_centre + turn @ (np.asarray(origin_A, dtype=float) - run_centre) - offset * dx_A
+    left = turn.T @ fitted  # what is left of the fitted map once the quarter turns are undone
     out = {"ncc": placed_ncc(placed, origin, dx_A, true_positions_A, truth),
-           "quarter_turns": int(round(math.degrees(math.atan2(turn[1, 0], turn[0, 0])) / 90.0)) % 4}
+           "quarter_turns": int(round(math.degrees(math.atan2(turn[1, 0], turn[0, 0])) / 90.0)) % 4,
+           "frame_angle_deg": round(math.degrees(math.atan2(left[1, 0] - left[0, 1], left[0, 0] + left[1, 1])), 3)}
     if best_shift_ncc is not None:
         best, shift = best_shift_ncc(placed, origin, dx_A, true_positions_A, truth, levels=((0.5, 2), (0.1, 4)))
         out.update(ncc_best_shift=float(best), best_shift_px=[round(float(v), 2) for v in shift])
@@ -396,8 +398,9 @@ def variants(case: Case) -> list[str]:
     return ["auto", "truth", *case.wrong]
 
 
-def do_case(case: Case, cache: Path, rerun: bool) -> list[dict]:
-    """Simulate (once) and run every variant of ``case`` not yet recorded; its records."""
+def do_case(case: Case, cache: Path, rerun: bool, kinds: tuple[str, ...] = ("auto", "truth", "wrong")) -> list[dict]:
+    """Simulate (once) and run the variants of ``case`` of ``kinds`` (auto, truth, wrong: its wrong
+    configs) not yet recorded; their records."""
     data = cache / "data" / f"{case.name}.h5"
     started = time.time()
     if not data.is_file():
@@ -405,6 +408,8 @@ def do_case(case: Case, cache: Path, rerun: bool) -> list[dict]:
     simulated_s = round(time.time() - started, 1)
     out = []
     for variant in variants(case):
+        if (variant if variant in ("auto", "truth") else "wrong") not in kinds:
+            continue
         target = cache / "results" / f"{case.name}__{variant}.json"
         if target.is_file() and not rerun:
             out.append(json.loads(target.read_text()))
@@ -423,6 +428,18 @@ def do_case(case: Case, cache: Path, rerun: bool) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ table
+
+def rescore(cache: Path, chosen: list[Case]) -> None:
+    """Score every cached run of ``chosen`` again from its results.h5 (after a change to the scorer)."""
+    for case in chosen:
+        for variant in variants(case):
+            target = cache / "results" / f"{case.name}__{variant}.json"
+            results = cache / "runs" / f"{case.name}__{variant}" / "out" / "results.h5"
+            if target.is_file() and results.is_file():
+                record = json.loads(target.read_text())
+                record.update(score_run(results, cache / "data" / f"{case.name}.h5"))
+                target.write_text(json.dumps(record, indent=1))
+
 
 def summary(cache: Path, chosen: list[Case]) -> str:
     """The Markdown table of the recorded runs of ``chosen``: per case auto and truth with their
@@ -482,8 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", help="only these cases (c00 ... c63)")
     parser.add_argument("--quick", action="store_true", help="one small case per sample and positions stored or not")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (processes, one thread each)")
+    parser.add_argument("--runs", nargs="+", default=["auto", "truth", "wrong"], choices=["auto", "truth", "wrong"],
+                        help="which runs of each case (wrong: its deliberately wrong configs)")
     parser.add_argument("--rerun", action="store_true", help="run again what the cache holds (the data is kept)")
     parser.add_argument("--table", action="store_true", help="write the table from the cache and stop")
+    parser.add_argument("--rescore", action="store_true", help="with --table: score the cached results.h5 again first")
     parser.add_argument("--list", action="store_true", help="print the cases and stop")
     args = parser.parse_args(argv)
     every = cases()
@@ -496,9 +516,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.table:
         os.environ["OMP_NUM_THREADS"] = "1"
-        costly_first = sorted(chosen, key=lambda case: -case.scan ** 2 * case.iterations * len(variants(case)))
+        # cheapest first: a matrix cut short holds the most cases
+        cheap_first = sorted(chosen, key=lambda case: case.scan ** 2 * case.iterations * len(variants(case)))
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(do_case, costly_first, [args.cache] * len(chosen), [args.rerun] * len(chosen)))
+            list(pool.map(do_case, cheap_first, [args.cache] * len(chosen), [args.rerun] * len(chosen),
+                          [tuple(args.runs)] * len(chosen)))
+    if args.table and args.rescore:
+        rescore(args.cache, chosen)
     text = summary(args.cache, chosen)
     (args.cache / "summary.md").parent.mkdir(parents=True, exist_ok=True)
     (args.cache / "summary.md").write_text(text)
