@@ -451,7 +451,7 @@ def summary(cache: Path, chosen: list[Case]) -> str:
     def ncc(record: dict | None) -> str:
         return "-" if record is None or record.get("ncc") is None else f"{record['ncc']:.3f}"
 
-    rows = ["| case | parameters | NCC auto | NCC truth | auto - truth | pass | warnings (auto) | autos found |",
+    rows = ["| case | parameters | NCC auto | NCC truth | auto - truth | pass | warnings (auto) | what auto found |",
             "|---|---|---|---|---|---|---|---|"]
     passed = total = 0
     seconds = 0.0
@@ -465,9 +465,7 @@ def summary(cache: Path, chosen: list[Case]) -> str:
         ok = auto.get("ncc") is not None and truth.get("ncc") is not None and auto["ncc"] >= truth["ncc"] - PASS_MARGIN
         passed += ok
         diff = f"{auto['ncc'] - truth['ncc']:+.3f}" if auto.get("ncc") is not None and truth.get("ncc") is not None else "-"
-        found = ", ".join(f"{k.split('.')[-1]} {_short(v)}" for k, v in (auto.get("auto_values") or {}).items()
-                          if k.split(".")[-1] in ("scan_rotation_deg", "defocus_A", "transpose", "flip_y", "flip_x",
-                                                  "orientation"))
+        found = _found(case, auto, truth)
         rows.append(f"| {case.name} | {case.describe()} | {ncc(auto)} | {ncc(truth)} | {diff} | "
                     f"{'pass' if ok else '**fail**'} | {len(auto['warnings'])} | {found or auto.get('error', '')[:60]} |")
     head = [f"{passed} of {total} cases pass ({100 * passed / max(total, 1):.0f} %): auto within {PASS_MARGIN} of truth.", ""]
@@ -489,8 +487,27 @@ def summary(cache: Path, chosen: list[Case]) -> str:
     return "\n".join(head + rows + wrong_rows + tail) + "\n"
 
 
+def _found(case: Case, auto: dict, truth: dict) -> str:
+    """The calibration the auto run used against the truth: the angle its frame is turned by (after
+    the quarter turns), the defocus (measured, or the file's where nothing measured it), and any
+    other auto (the loss, say) that came out unlike the truth run's."""
+    if auto.get("ncc") is None:
+        return auto.get("error", "")[-80:].replace("|", "/").replace("\n", " ")
+    values = auto.get("auto_values") or {}
+    defocus = values.get("experiment.defocus_A")
+    said = f"frame {auto['frame_angle_deg']:+.2f} deg" if auto.get("frame_angle_deg") is not None else ""
+    said += (f", defocus {defocus:.0f} A" if isinstance(defocus, (int, float)) else
+             f", defocus the file's {case.nominal_factor * case.defocus_A:.0f} A")
+    said += f" (true {case.defocus_A:.0f})"
+    theirs = truth.get("auto_values") or {}
+    for key in ("optim.loss", "optim.preconditioned_step"):
+        if key in values and key in theirs and values[key] != theirs[key]:
+            said += f", {key.split('.')[-1]} {_short(values[key])} (truth run {_short(theirs[key])})"
+    return said
+
+
 def _short(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:
