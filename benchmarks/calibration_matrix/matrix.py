@@ -430,13 +430,16 @@ def do_case(case: Case, cache: Path, rerun: bool, kinds: tuple[str, ...] = ("aut
 # ------------------------------------------------------------------------------------------ table
 
 def rescore(cache: Path, chosen: list[Case]) -> None:
-    """Score every cached run of ``chosen`` again from its results.h5 (after a change to the scorer)."""
+    """Score the cached runs of ``chosen`` again from their results.h5, those scored before the scorer
+    measured the frame's angle."""
     for case in chosen:
         for variant in variants(case):
             target = cache / "results" / f"{case.name}__{variant}.json"
             results = cache / "runs" / f"{case.name}__{variant}" / "out" / "results.h5"
             if target.is_file() and results.is_file():
                 record = json.loads(target.read_text())
+                if "frame_angle_deg" in record:
+                    continue
                 record.update(score_run(results, cache / "data" / f"{case.name}.h5"))
                 target.write_text(json.dumps(record, indent=1))
 
