@@ -1,0 +1,554 @@
+"""The calibration matrix: ``ptyacc init`` + ``ptyacc run`` on many files as a microscope writes them,
+each scored against ptyacc told the truth on the same file.
+
+Every case is one file simulated outside ptyacc: a sample (a MoS2, WSe2 or graphene monolayer, or
+an amorphous carbon film with silicon, whose projected potential abTEM builds; or random Gaussian
+atoms from the project's NumPy simulator, ``examples/grid/simulate.py``, which needs no abTEM), a
+STEM probe through it (``simulate.patterns_at``: the probe shifted to each true position, the exit
+wave's far field), and a detector and microscope that the file does not describe: the scan turned
+by any angle against the detector, the patterns transposed and flipped (all eight orientations),
+the defocus read 30 % off either way or right (both signs of defocus), partial coherence (source
+size and focal spread), descan, blur, Poisson counts from 1e3 to 1e6 per pattern, a few dead and
+hot pixels. The file holds the nominal raster as ``positions_A`` (as converters write it) or no
+positions at all.
+
+Each case runs twice with the same iterations:
+
+* ``auto``: the config that ``ptyacc init FILE`` writes, unchanged;
+* ``truth``: the true positions, orientation and defocus given (the detector's own effects, bad
+  pixels, descan and blur, found as ``init`` finds them, so that the difference is the calibration).
+
+Some cases also run deliberately wrong configs (the truth config with one thing wrong: the scan
+rotation 25 degrees off, the transpose reversed, the defocus's sign flipped, the defocus 30 % off,
+the nominal raster taken as the positions); each run records how many run.log lines contain
+``warning:``, so that the catch rate of ptyacc's checks can be counted.
+
+Scoring: the reconstructed phase (summed over slices) against the true projected phase, over the
+scanned region, zero shift, the reconstruction placed at its exact sub-pixel ``origin_A`` after the
+translation between its positions' frame and the truth's (the means of the positions) is taken out
+(``ptyacc.results.quality.placed_ncc``); the best sub-pixel shift's NCC is recorded beside it.
+
+    python benchmarks/calibration_matrix/matrix.py --jobs 2                  # every case
+    python benchmarks/calibration_matrix/matrix.py --quick                   # one case of each kind
+    python benchmarks/calibration_matrix/matrix.py --cases c07 c12 --rerun   # these cases again
+    python benchmarks/calibration_matrix/matrix.py --table                   # the table from the cache
+
+Files go to ``--cache`` (default /tmp/ptyacc-matrix): ``data/<case>.h5`` (simulated once),
+``runs/<case>__<variant>/`` (config, results.h5, run.log) and ``results/<case>__<variant>.json``
+(one per run; a run whose JSON exists is not run again unless ``--rerun``); ``summary.md`` is the
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import h5py
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "grid"))
+import simulate  # noqa: E402  (the project's NumPy simulator: probe, raster, descan, coherence, blur, read-out)
+
+PASS_MARGIN = 0.02  # auto passes when its NCC is at most this far below the truth's
+ABTEM_SAMPLES = ("mos2", "wse2", "graphene", "amorphous")
+ORIENTATIONS = [(t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True)]
+WRONG = ("rotation_off", "transposed", "defocus_sign", "defocus_30", "raster_as_positions")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One file of the matrix. Lengths in Å, angles in degrees (scan) or mrad (optics), dose in
+    electrons per pattern."""
+
+    name: str
+    sample: str                      # mos2, wse2, graphene, amorphous (abTEM) or atoms (NumPy)
+    scan: int                        # positions per side
+    step_A: float
+    rotation_deg: float
+    transpose: bool
+    flip_y: bool
+    flip_x: bool
+    defocus_A: float                 # true; positive = underfocus
+    nominal_factor: float            # the file's defocus_A = nominal_factor * defocus_A
+    partial: bool                    # source size and focal spread
+    descan: bool
+    blur_px: float
+    dose: float
+    stored: bool                     # the nominal raster stored as positions_A
+    detector_px: int = 48
+    edge_mrad: float = 60.0
+    energy_eV: float = 80e3
+    semiangle_mrad: float = 25.0
+    iterations: int = 30
+    seed: int = 0
+    wrong: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        orientation = "".join(s for s, on in zip(("T", "Fy", "Fx"), (self.transpose, self.flip_y, self.flip_x)) if on)
+        return (f"{self.sample} {self.scan}x{self.scan} {self.detector_px}px rot {self.rotation_deg:+.0f} "
+                f"{orientation or 'id'} df {self.defocus_A:+.0f} (file x{self.nominal_factor:g}) "
+                f"{'partial' if self.partial else 'coherent'}{' descan' if self.descan else ''}"
+                f"{f' blur {self.blur_px:g}' if self.blur_px else ''} {self.dose:.0e} e"
+                f"{' stored' if self.stored else ''}")
+
+
+def cases() -> list[Case]:
+    """The matrix: 64 cases. Each dimension takes each of its values equally often, shuffled apart
+    (seeded) so that the combinations mix; the scan rotation and the defocus's size are drawn at
+    random. Two scans are 64 x 64 (20 iterations), the rest 16 to 32 a side (30 iterations). Wrong
+    configs: four on five cases without stored positions, the raster taken as positions on five with them."""
+    rng = np.random.default_rng(53)
+    n = 64
+
+    def balanced(values) -> list:
+        return [values[j] for j in rng.permutation(np.arange(n) % len(values))]
+
+    sample = balanced(("mos2", "wse2", "graphene", "amorphous", "mos2", "wse2", "amorphous", "atoms"))
+    orientation, stored = balanced(ORIENTATIONS), balanced((False, False, True))
+    factor, partial, descan = balanced((0.7, 1.0, 1.3)), balanced((False, False, True)), balanced((False, True))
+    blur, dose = balanced((0.0, 0.5, 0.8)), balanced((1e3, 1e4, 3e4, 1e5, 1e6))
+    pixels, sign = balanced((48, 48, 48, 48, 48, 64)), balanced((1.0, -1.0))
+    scan = balanced((16, 20, 24, 16, 20, 24, 32))
+    for i in (5, 55):
+        scan[i] = 64
+    out, wrong_all, wrong_raster = [], 0, 0
+    for i in range(n):
+        wrong: tuple[str, ...] = ()
+        if not stored[i] and scan[i] <= 24 and wrong_all < 5:
+            wrong, wrong_all = WRONG[:4], wrong_all + 1
+        elif stored[i] and scan[i] <= 24 and wrong_raster < 5:
+            wrong, wrong_raster = ("raster_as_positions",), wrong_raster + 1
+        out.append(Case(name=f"c{i:02d}", sample=sample[i], scan=scan[i], step_A=0.45 if scan[i] < 64 else 0.4,
+                        rotation_deg=round(float(rng.uniform(-180, 180)), 1),
+                        transpose=orientation[i][0], flip_y=orientation[i][1], flip_x=orientation[i][2],
+                        defocus_A=round(sign[i] * float(rng.uniform(60.0, 180.0)), 1), nominal_factor=factor[i],
+                        partial=partial[i], descan=descan[i], blur_px=blur[i], dose=dose[i], stored=stored[i],
+                        detector_px=pixels[i], seed=i, iterations=20 if scan[i] == 64 else 30, wrong=wrong))
+    return out
+
+
+def quick_cases(every: list[Case]) -> list[Case]:
+    """One case per sample and per positions stored or not (the quick slice)."""
+    chosen: dict[tuple, Case] = {}
+    for case in every:
+        if case.scan <= 24:
+            chosen.setdefault((case.sample, case.stored), case)
+    return list(chosen.values())
+
+
+# ----------------------------------------------------------------------------------------- samples
+
+def sample_atoms(case: Case, size_A: float, rng: np.random.Generator):
+    """The sample as ase Atoms in a periodic box size_A x size_A (x, y), the beam along z: a monolayer
+    turned by a random angle and shifted at random, or an amorphous film (carbon, 5 % silicon, 10 Å)."""
+    import ase
+    from ase.build import graphene, mx2
+
+    if case.sample == "amorphous":
+        thickness_A, wanted = 10.0, int(0.09 * size_A * size_A * 10.0)
+        sites = np.empty((0, 3))
+        while len(sites) < wanted:
+            trial = rng.uniform([0, 0, 1.0], [size_A, size_A, 1.0 + thickness_A], size=(wanted, 3))
+            for site in trial:
+                gap = np.abs(sites[:, :2] - site[:2])
+                gap = np.minimum(gap, size_A - gap)  # periodic in x, y
+                if not len(sites) or np.min(np.hypot(np.hypot(*gap.T), sites[:, 2] - site[2])) >= 1.3:
+                    sites = np.vstack([sites, site])
+                if len(sites) == wanted:
+                    break
+        symbols = np.where(rng.uniform(size=len(sites)) < 0.05, "Si", "C")
+        return ase.Atoms(list(symbols), positions=sites, cell=[size_A, size_A, thickness_A + 2.0], pbc=True)
+    unit = {"mos2": lambda: mx2("MoS2", kind="2H", a=3.18, thickness=3.19, vacuum=2.0),
+            "wse2": lambda: mx2("WSe2", kind="2H", a=3.28, thickness=3.34, vacuum=2.0),
+            "graphene": lambda: graphene("C2", a=2.46, vacuum=2.0)}[case.sample]()
+    a_A = unit.cell.lengths()[0]
+    n = int(math.ceil(1.8 * size_A / a_A)) + 2
+    layer = unit.repeat((n, n, 1))
+    xyz = layer.get_positions()
+    centre = (layer.cell[0] + layer.cell[1]) / 2  # the repeated rhombus's centre
+    xy = xyz[:, :2] - centre[:2]
+    turn = rng.uniform(0, 2 * np.pi)
+    xy = xy @ np.array([[np.cos(turn), np.sin(turn)], [-np.sin(turn), np.cos(turn)]]) + size_A / 2 + rng.uniform(0, a_A, 2)
+    inside = np.all((xy >= 0) & (xy < size_A), axis=1)
+    positions = np.column_stack([xy[inside], xyz[inside, 2] - xyz[:, 2].min() + 1.0])
+    return ase.Atoms(np.asarray(layer.get_chemical_symbols())[inside].tolist(), positions=positions,
+                     cell=[size_A, size_A, float(np.ptp(xyz[:, 2])) + 2.0], pbc=True)
+
+
+def abtem_phase(case: Case, size_px: int, dx_A: float, rng: np.random.Generator) -> np.ndarray:
+    """(size_px, size_px) projected phase sigma V of the sample (one slice), pixel [i, j] at (i dx, j dx):
+    abTEM's potential (Lobato, infinite projection) on a grid twice as fine, its lowest frequencies
+    kept."""
+    import abtem
+    import dask
+    from abtem.core.energy import energy2sigma
+
+    abtem.config.set({"device": "cpu", "fft": "numpy", "precision": "float64", "diagnostics.progress_bar": False})
+    dask.config.set(scheduler="synchronous")
+    atoms = sample_atoms(case, size_px * dx_A, rng)
+    fine = 2 * size_px
+    potential = abtem.Potential(atoms, gpts=(fine, fine), slice_thickness=float(atoms.cell[2, 2]),
+                                projection="infinite", parametrization="lobato")
+    projected = potential.build().compute().array.sum(0)  # (x, y) eV Å
+    phase = energy2sigma(case.energy_eV) * np.swapaxes(projected, 0, 1)
+    spectrum = np.fft.fftshift(np.fft.fft2(phase))
+    c, h = fine // 2, size_px // 2
+    kept = np.fft.ifftshift(spectrum[c - h:c - h + size_px, c - h:c - h + size_px])
+    return np.real(np.fft.ifft2(kept)) / 4.0
+
+
+def write_case(case: Case, path: Path) -> None:
+    """Simulate ``case`` into ``path``: the layout of examples/grid/simulate.py (the nominal raster as
+    ``positions_A`` only when ``case.stored``; the truth in ``/ground_truth``)."""
+    rng = np.random.default_rng(case.seed)
+    setting = simulate.Setting(
+        defocus_A=case.defocus_A, edge_mrad=case.edge_mrad, dose=case.dose, energy_eV=case.energy_eV,
+        semiangle_mrad=case.semiangle_mrad, detector_px=case.detector_px, scan_shape=(case.scan, case.scan),
+        scan_step_A=case.step_A, seed=case.seed, scan_rotation_deg=case.rotation_deg, transpose=case.transpose,
+        flip_y=case.flip_y, flip_x=case.flip_x, blur_px=case.blur_px,
+        descan_offset_px=(0.4, -0.3) if case.descan else (0.0, 0.0),
+        descan_px_per_A=((0.03, 0.015), (-0.02, 0.04)) if case.descan else ((0.0, 0.0), (0.0, 0.0)),
+        source_size_A=0.35 if case.partial else 0.0, focal_spread_A=30.0 if case.partial else 0.0,
+        dead_pixels=3, hot_pixels=2, nominal_defocus_A=round(case.nominal_factor * case.defocus_A, 1),
+        write_positions=case.stored)
+    lam = simulate.wavelength_A(case.energy_eV)
+    n = case.detector_px
+    dk = case.edge_mrad * 1e-3 / lam / (n // 2)
+    dx = 1.0 / (n * dk)
+    span_A = (case.scan - 1) * case.step_A * math.sqrt(2.0)  # a turned raster's diagonal
+    size = int(math.ceil(span_A / dx)) + n + 16
+    size += size % 2
+    phase = (abtem_phase(case, size, dx, rng) if case.sample in ABTEM_SAMPLES
+             else simulate.random_atoms((size, size), dx, setting, rng))[None]
+    probe = simulate.probe_wave(n, dk, lam, case.semiangle_mrad, case.defocus_A)
+    nominal = simulate.scan_positions_A(setting, size * dx)
+    positions = simulate.rotated(nominal, case.rotation_deg)
+    kernel = simulate.fresnel_kernel(n, dx, lam, setting.slice_thickness_A)
+    descan = simulate.descan_px(setting, positions)
+    clean = np.zeros((len(positions), n, n))
+    for shift, focus, weight in simulate.coherence_quadrature(setting):
+        variant = probe if focus == 0 else simulate.probe_wave(n, dk, lam, case.semiangle_mrad, case.defocus_A + focus)
+        clean += weight * simulate.patterns_at(variant, np.exp(1j * phase), (positions + shift) / dx, kernel, descan)
+    counts = rng.poisson(simulate.blurred(clean, case.blur_px) * case.dose).astype(np.float64)
+    stored = simulate.read_out(counts, setting)
+    picked = rng.choice(n * n, setting.dead_pixels + setting.hot_pixels, replace=False)
+    rows, cols = np.unravel_index(picked, (n, n))
+    stored[:, rows[:setting.dead_pixels], cols[:setting.dead_pixels]] = 0
+    hot = rng.poisson(setting.hot_fraction * case.dose, size=(len(stored), setting.hot_pixels))
+    stored[:, rows[setting.dead_pixels:], cols[setting.dead_pixels:]] = hot
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    with h5py.File(partial, "w") as f:
+        f.create_dataset("patterns", data=stored.reshape(case.scan, case.scan, n, n).astype(np.float32))
+        if case.stored:
+            f["positions_A"] = nominal
+        truth = f.create_group("ground_truth")
+        truth["positions_A"] = positions
+        truth.create_dataset("phase", data=phase[0].astype(np.float32)).attrs["dx_A"] = dx
+        truth.attrs.update(defocus_A=case.defocus_A, scan_rotation_deg=case.rotation_deg, transpose=case.transpose,
+                           flip_y=case.flip_y, flip_x=case.flip_x, blur_px=case.blur_px, sample=case.sample)
+        f.attrs.update(energy_eV=case.energy_eV, semiangle_mrad=case.semiangle_mrad,
+                       defocus_A=setting.nominal_defocus_A, dk_invA=dk, scan_step_A=case.step_A,
+                       scan_shape=np.array([case.scan, case.scan]), dose_per_pattern=case.dose,
+                       simulator=("abTEM potential, " if case.sample in ABTEM_SAMPLES else "")
+                       + "benchmarks/calibration_matrix/matrix.py")
+    partial.rename(path)
+
+
+# ------------------------------------------------------------------------------------------- runs
+
+def init_config(data: Path, config: Path) -> dict:
+    """The config ``ptyacc init`` writes for ``data``, read back."""
+    done = subprocess.run([*ptyacc_command(), "init", str(data), "-o", str(config), "--force"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ptyacc init {data} failed:\n{done.stdout}{done.stderr}")
+    return yaml.safe_load(config.read_text())
+
+
+def truth_config(data: Path, case: Case) -> dict:
+    """ptyacc told the truth: the true positions, orientation and defocus; bad pixels, descan and the
+    blur's refinement as ``init`` writes them; the same batch and iterations as the auto run."""
+    return {"data": {"path": str(data), "bad_pixels": "auto",
+                     "transform": {"descan": "auto", "transpose": case.transpose, "flip_y": case.flip_y,
+                                   "flip_x": case.flip_x}},
+            "experiment": {"defocus_A": case.defocus_A, "positions": {"key": "ground_truth/positions_A"}},
+            "optim": {"batch_size": "auto", "start": {"detector_blur": 0}}}
+
+
+def wrong_config(data: Path, case: Case, wrong: str) -> dict:
+    """The truth config with one thing wrong (``WRONG``)."""
+    config = truth_config(data, case)
+    transform, experiment = config["data"]["transform"], config["experiment"]
+    if wrong == "rotation_off":  # the nominal raster turned 25 degrees away from the truth
+        del experiment["positions"]
+        experiment["scan_rotation_deg"] = case.rotation_deg + 25.0
+    elif wrong == "transposed":
+        transform["transpose"] = not case.transpose
+    elif wrong == "defocus_sign":
+        experiment["defocus_A"] = -case.defocus_A
+    elif wrong == "defocus_30":
+        experiment["defocus_A"] = round(1.3 * case.defocus_A, 1)
+    elif wrong == "raster_as_positions":  # the file's nominal raster used as measured positions
+        experiment["positions"] = {"key": "positions_A"}
+    else:
+        raise ValueError(f"unknown wrong config {wrong!r}: one of {WRONG}")
+    return config
+
+
+def ptyacc_command() -> list[str]:
+    return [sys.executable, "-c", "import sys; from ptyacc.commands.cli import main; sys.exit(main())"]
+
+
+def run_variant(case: Case, variant: str, cache: Path) -> dict:
+    """Run one (case, variant) with the ptyacc CLI and score it; the JSON record."""
+    data = cache / "data" / f"{case.name}.h5"
+    folder = cache / "runs" / f"{case.name}__{variant}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "config.yaml"
+    if variant == "auto":
+        init_config(data, config_path)
+    else:
+        config = truth_config(data, case) if variant == "truth" else wrong_config(data, case, variant)
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    started = time.time()
+    done = subprocess.run([*ptyacc_command(), "run", str(config_path), "--overwrite",
+                           "--set", f"optim.iterations={case.iterations}", "--set", f"output.dir={folder / 'out'}",
+                           "--set", "runtime.progress=false", "--set", "runtime.threads=1",
+                           "--set", "output.figures=false"],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    record = {"case": case.name, "variant": variant, "returncode": done.returncode, "seconds": round(time.time() - started, 1),
+              "loadavg": [round(v, 2) for v in os.getloadavg()], "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    log = folder / "out" / "run.log"
+    lines = log.read_text().splitlines() if log.is_file() else []
+    record["warnings"] = [line for line in lines if "warning:" in line]
+    if done.returncode != 0:
+        record["error"] = (done.stderr or done.stdout)[-2000:]
+        return record
+    record.update(score_run(folder / "out" / "results.h5", data))
+    return record
+
+
+def score_run(results_path: Path, data: Path) -> dict:
+    """Zero-shift and best-shift NCC of a results.h5 against the case's truth, with its auto values."""
+    from ptyacc.results.h5file import load_results
+    from ptyacc.results.quality import best_shift_ncc
+
+    results = load_results(results_path)
+    with h5py.File(data) as f:
+        truth, true_positions = f["ground_truth/phase"][()].astype(float), f["ground_truth/positions_A"][()]
+    found = scores(results.phase, results.origin_A, results.dx_A, results.initial_positions_A, true_positions, truth,
+                   best_shift_ncc)
+    autos = yaml.safe_load(results.attrs.get("auto_values", "{}")) or {}
+    return {**found, "final_loss": float(results.loss[-1]),
+            "auto_values": {k: v for k, v in autos.items() if not k.startswith(("runtime.", "data.hold"))}}
+
+
+def scores(phase: np.ndarray, origin_A, dx_A: float, run_positions_A: np.ndarray, true_positions_A: np.ndarray,
+           truth: np.ndarray, best_shift_ncc=None) -> dict:
+    """Zero-shift NCC (``ncc``), best-shift NCC and shift (y, x) px of ``phase`` (Ny, Nx), whose pixel
+    [0, 0] sits at ``origin_A`` in the frame of ``run_positions_A`` (N, 2), against ``truth`` (H, W),
+    pixel [i, j] at (i, j) dx_A in the frame of ``true_positions_A`` (N, 2), over the region the true
+    positions scanned.
+
+    The two frames differ by the translation between the positions' means, and by a quarter turn
+    (``turn``, the number of them) where the run's positions are the true ones turned by a multiple of
+    90 degrees about their centre: patterns turned by a quarter turn with the scan turned as much
+    explain the data exactly as well, the object turned with them, so no calibration can tell them
+    apart (only the mirror, the transpose's parity, and the angle between scan and detector can be
+    measured). Any other angle between the frames is left as it is: an error the NCC shows."""
+    from ptyacc.results.quality import placed_ncc
+
+    run_centre, true_centre = np.asarray(run_positions_A).mean(0), np.asarray(true_positions_A).mean(0)
+    u, v = np.asarray(run_positions_A) - run_centre, np.asarray(true_positions_A) - true_centre
+    fitted = np.linalg.lstsq(u, v, rcond=None)[0].T  # v ~ fitted @ u
+    turn = np.round(fitted)
+    quarter = np.abs(fitted - turn).max() < 0.1 and round(abs(np.linalg.det(turn))) == 1 and np.linalg.det(turn) > 0
+    turn = turn if quarter else np.eye(2)
+    # pixel [a, b] lies at c_t + turn (origin - c_r + (a, b) dx) in the truth's frame: [a', b'] = turn (a, b) + offset
+    corners = np.array([[0, 0], [0, 1], [1, 0], [1, 1]]) * (np.array(np.shape(phase)) - 1)
+    offset = -(corners @ turn.T).min(0)
+    shape = tuple(int(v) for v in (np.abs(turn) @ np.array(np.shape(phase))))
+    ai, bi = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    back = np.stack([ai - offset[0], bi - offset[1]], -1) @ turn  # turn^T ([a', b'] - offset)
+    placed = np.asarray(phase)[back[..., 0].astype(int), back[..., 1].astype(int)]
+    origin = true_centre + turn @ (np.asarray(origin_A, dtype=float) - run_centre) - offset * dx_A
+    left = turn.T @ fitted  # what is left of the fitted map once the quarter turns are undone
+    out = {"ncc": placed_ncc(placed, origin, dx_A, true_positions_A, truth),
+           "quarter_turns": int(round(math.degrees(math.atan2(turn[1, 0], turn[0, 0])) / 90.0)) % 4,
+           "frame_angle_deg": round(math.degrees(math.atan2(left[1, 0] - left[0, 1], left[0, 0] + left[1, 1])), 3)}
+    if best_shift_ncc is not None:
+        best, shift = best_shift_ncc(placed, origin, dx_A, true_positions_A, truth, levels=((0.5, 2), (0.1, 4)))
+        out.update(ncc_best_shift=float(best), best_shift_px=[round(float(v), 2) for v in shift])
+    return out
+
+
+def variants(case: Case) -> list[str]:
+    return ["auto", "truth", *case.wrong]
+
+
+def do_case(case: Case, cache: Path, rerun: bool, kinds: tuple[str, ...] = ("auto", "truth", "wrong")) -> list[dict]:
+    """Simulate (once) and run the variants of ``case`` of ``kinds`` (auto, truth, wrong: its wrong
+    configs) not yet recorded; their records."""
+    data = cache / "data" / f"{case.name}.h5"
+    started = time.time()
+    if not data.is_file():
+        write_case(case, data)
+    simulated_s = round(time.time() - started, 1)
+    out = []
+    for variant in variants(case):
+        if (variant if variant in ("auto", "truth") else "wrong") not in kinds:
+            continue
+        target = cache / "results" / f"{case.name}__{variant}.json"
+        if target.is_file() and not rerun:
+            out.append(json.loads(target.read_text()))
+            continue
+        try:
+            record = run_variant(case, variant, cache)
+        except Exception as exc:  # one failing case must not stop the matrix
+            record = {"case": case.name, "variant": variant, "returncode": -1, "error": repr(exc), "warnings": []}
+        record.update(parameters=case.describe(), simulate_s=simulated_s)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(record, indent=1))
+        out.append(record)
+        print(f"{case.name} {variant}: ncc {record.get('ncc')} warnings {len(record['warnings'])} "
+              f"{record.get('seconds')} s", flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ table
+
+def rescore(cache: Path, chosen: list[Case]) -> None:
+    """Score the cached runs of ``chosen`` again from their results.h5, those scored before the scorer
+    measured the frame's angle."""
+    for case in chosen:
+        for variant in variants(case):
+            target = cache / "results" / f"{case.name}__{variant}.json"
+            results = cache / "runs" / f"{case.name}__{variant}" / "out" / "results.h5"
+            if target.is_file() and results.is_file():
+                record = json.loads(target.read_text())
+                if "frame_angle_deg" in record:
+                    continue
+                record.update(score_run(results, cache / "data" / f"{case.name}.h5"))
+                target.write_text(json.dumps(record, indent=1))
+
+
+def summary(cache: Path, chosen: list[Case]) -> str:
+    """The Markdown table of the recorded runs of ``chosen``: per case auto and truth with their
+    difference and the verdict, then the wrong configs with their warnings."""
+    def load(case: Case, variant: str) -> dict | None:
+        path = cache / "results" / f"{case.name}__{variant}.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def ncc(record: dict | None) -> str:
+        return "-" if record is None or record.get("ncc") is None else f"{record['ncc']:.3f}"
+
+    rows = ["| case | parameters | NCC auto | NCC truth | auto - truth | pass | warnings (auto) | what auto found |",
+            "|---|---|---|---|---|---|---|---|"]
+    passed = total = 0
+    seconds = 0.0
+    for case in chosen:
+        auto, truth = load(case, "auto"), load(case, "truth")
+        for record in (auto, truth):
+            seconds += (record or {}).get("seconds") or 0.0
+        if auto is None or truth is None:
+            continue
+        total += 1
+        ok = auto.get("ncc") is not None and truth.get("ncc") is not None and auto["ncc"] >= truth["ncc"] - PASS_MARGIN
+        passed += ok
+        diff = f"{auto['ncc'] - truth['ncc']:+.3f}" if auto.get("ncc") is not None and truth.get("ncc") is not None else "-"
+        found = _found(case, auto, truth)
+        rows.append(f"| {case.name} | {case.describe()} | {ncc(auto)} | {ncc(truth)} | {diff} | "
+                    f"{'pass' if ok else '**fail**'} | {len(auto['warnings'])} | {found or auto.get('error', '')[:60]} |")
+    head = [f"{passed} of {total} cases pass ({100 * passed / max(total, 1):.0f} %): auto within {PASS_MARGIN} of truth.", ""]
+    wrong_rows = ["", "| case | wrong config | NCC | NCC truth | warnings | first warning |", "|---|---|---|---|---|---|"]
+    caught = wrong_total = 0
+    for case in chosen:
+        truth = load(case, "truth")
+        for variant in case.wrong:
+            record = load(case, variant)
+            if record is None:
+                continue
+            seconds += record.get("seconds") or 0.0
+            wrong_total += 1
+            caught += bool(record["warnings"])
+            first = record["warnings"][0][:90].replace("|", "/") if record["warnings"] else ""
+            wrong_rows.append(f"| {case.name} | {variant} | {ncc(record)} | {ncc(truth)} | {len(record['warnings'])} | {first} |")
+    tail = ["", f"Wrong configs with at least one `warning:` line in run.log: {caught} of {wrong_total}.",
+            f"CPU time of the runs (one thread each): {seconds / 60:.0f} min."]
+    return "\n".join(head + rows + wrong_rows + tail) + "\n"
+
+
+def _found(case: Case, auto: dict, truth: dict) -> str:
+    """The calibration the auto run used against the truth: the angle its frame is turned by (after
+    the quarter turns), the defocus (measured, or the file's where nothing measured it), and any
+    other auto (the loss, say) that came out unlike the truth run's."""
+    if auto.get("ncc") is None:
+        return auto.get("error", "")[-80:].replace("|", "/").replace("\n", " ")
+    values = auto.get("auto_values") or {}
+    defocus = values.get("experiment.defocus_A")
+    said = f"frame {auto['frame_angle_deg']:+.2f} deg" if auto.get("frame_angle_deg") is not None else ""
+    said += (f", defocus {defocus:.0f} A" if isinstance(defocus, (int, float)) else
+             f", defocus the file's {case.nominal_factor * case.defocus_A:.0f} A")
+    said += f" (true {case.defocus_A:.0f})"
+    theirs = truth.get("auto_values") or {}
+    for key in ("optim.loss", "optim.preconditioned_step"):
+        if key in values and key in theirs and values[key] != theirs[key]:
+            said += f", {key.split('.')[-1]} {_short(values[key])} (truth run {_short(theirs[key])})"
+    return said
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/ptyacc-matrix"), help="data, runs and results go here")
+    parser.add_argument("--cases", nargs="+", help="only these cases (c00 ... c63)")
+    parser.add_argument("--quick", action="store_true", help="one small case per sample and positions stored or not")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once (processes, one thread each)")
+    parser.add_argument("--runs", nargs="+", default=["auto", "truth", "wrong"], choices=["auto", "truth", "wrong"],
+                        help="which runs of each case (wrong: its deliberately wrong configs)")
+    parser.add_argument("--rerun", action="store_true", help="run again what the cache holds (the data is kept)")
+    parser.add_argument("--table", action="store_true", help="write the table from the cache and stop")
+    parser.add_argument("--rescore", action="store_true", help="with --table: score the cached results.h5 again first")
+    parser.add_argument("--list", action="store_true", help="print the cases and stop")
+    args = parser.parse_args(argv)
+    every = cases()
+    chosen = quick_cases(every) if args.quick else every
+    if args.cases:
+        chosen = [case for case in chosen if case.name in args.cases]
+    if args.list:
+        for case in chosen:
+            print(case.name, case.describe(), "wrong: " + " ".join(case.wrong) if case.wrong else "")
+        return 0
+    if not args.table:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        # cheapest first: a matrix cut short holds the most cases
+        cheap_first = sorted(chosen, key=lambda case: case.scan ** 2 * case.iterations * len(variants(case)))
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(do_case, cheap_first, [args.cache] * len(chosen), [args.rerun] * len(chosen),
+                          [tuple(args.runs)] * len(chosen)))
+    if args.table and args.rescore:
+        rescore(args.cache, chosen)
+    text = summary(args.cache, chosen)
+    (args.cache / "summary.md").parent.mkdir(parents=True, exist_ok=True)
+    (args.cache / "summary.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
