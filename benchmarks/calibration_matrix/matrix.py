@@ -3,7 +3,7 @@ each scored against ptyacc told the truth on the same file.
 
 Every case is one file simulated outside ptyacc: a sample (a MoS2, WSe2 or graphene monolayer, or
 an amorphous carbon film with silicon, whose projected potential abTEM builds; or random Gaussian
-atoms from the project's NumPy simulator, ``examples/grid/simulate.py``, which needs no abTEM), a
+atoms from the project's NumPy simulator, ``benchmarks/grid/simulate.py``, which needs no abTEM), a
 STEM probe through it (``simulate.patterns_at``: the probe shifted to each true position, the exit
 wave's far field), and a detector and microscope that the file does not describe: the scan turned
 by any angle against the detector, the patterns transposed and flipped (all eight orientations),
@@ -57,7 +57,7 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "grid"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "grid"))
 import simulate  # noqa: E402  (the project's NumPy simulator: probe, raster, descan, coherence, blur, read-out)
 
 PASS_MARGIN = 0.02  # auto passes when its NCC is at most this far below the truth's
@@ -209,7 +209,7 @@ def abtem_phase(case: Case, size_px: int, dx_A: float, rng: np.random.Generator)
 
 
 def write_case(case: Case, path: Path) -> None:
-    """Simulate ``case`` into ``path``: the layout of examples/grid/simulate.py (the nominal raster as
+    """Simulate ``case`` into ``path``: the layout of benchmarks/grid/simulate.py (the nominal raster as
     ``positions_A`` only when ``case.stored``; the truth in ``/ground_truth``)."""
     rng = np.random.default_rng(case.seed)
     setting = simulate.Setting(
