@@ -129,7 +129,8 @@ def _scattering_line(data) -> str:
         return line
     return (line + f" (over {100 * STRONG_SCATTERING:g}%: strong; a thick sample? give it model.slices and "
             "model.slice_thickness_A; on several slices the defaults then take the amplitude loss, a depth blur of one "
-            "slice and a longer step; refine a tilt with data.transform.upsample: 2; docs/how-to/tilt-thickness-distortion.md)")
+            "slice and a longer step, and a tilt the object's finer pixel (data.transform.upsample: auto); "
+            "docs/how-to/tilt-and-sampling.md)")
 
 
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:

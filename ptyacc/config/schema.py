@@ -118,8 +118,9 @@ class ExperimentConfig:
     scan_step_A: float | None = _f(None, "Raster scan step in Å.")
     scan_rotation_deg: float | Literal["auto"] = _f(
         0.0, "Rotation of the scan axes against the detector axes, counter-clockwise (the raster turned from +x "
-             "towards +y). auto: measured from the patterns' centre of mass (the angle at which its field over a "
-             "raster scan is curl-free), with the transpose/flip when data.transform.orientation is auto.")
+             "towards +y); positions given in a file or by experiment.positions are turned by it about their centre. "
+             "auto: measured from the patterns' centre of mass (the angle at which its field over the scan is "
+             "curl-free), with the transpose/flip when data.transform.orientation is auto.")
     geometry: Literal["far_field", "near_field"] = _f(
         "far_field", "far_field: patterns are diffraction patterns (zero frequency at the centre); near_field: "
                      "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")
