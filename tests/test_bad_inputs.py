@@ -159,7 +159,7 @@ CASES = [
         config={"runtime": {"progress": "no way"}}),
     # --- sizes that must be positive
     bad("batch_size_zero", "optim.batch_size: must be auto or >= 1, got 0", config={"optim": {"batch_size": 0}}),
-    bad("iterations_negative", "optim.iterations: must be >= 1, got -3", config={"optim": {"iterations": -3}}),
+    bad("iterations_negative", "optim.iterations: must be auto or >= 1, got -3", config={"optim": {"iterations": -3}}),
     bad("slices_zero", "model.slices: must be >= 1, got 0", config={"model": {"slices": 0}}),
     bad("probe_modes_zero", "model.probe_modes: must be >= 1, got 0", config={"model": {"probe_modes": 0}}),
     bad("detector_px_zero", "data.simulate.detector_px: must be an even integer >= 8, got 0",
