@@ -89,6 +89,7 @@ CASE = matrix.Case(name="slice", sample="atoms", scan=16, step_A=0.45, rotation_
                                      dose=3e4, seed=4),
                  marks=pytest.mark.xfail(strict=True, reason="a flip moves the zero frequency by a pixel"))],
     ids=["transposed", "flipped"])
+@pytest.mark.processes
 def test_init_and_run_come_within_the_margin_of_the_truth(case, tmp_path):
     """Files that say nothing of their scan rotation or orientation and read the defocus 30 % off:
     ``ptyacc init`` + ``ptyacc run`` within 0.02 NCC of ptyacc told the truth, which itself is good."""
