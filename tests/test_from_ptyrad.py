@@ -156,13 +156,21 @@ def test_a_params_file_with_flips_crop_affine_and_tilts_maps_each_value(in_tmp):
 @pytest.mark.parametrize("name", ["bench", "own"])
 def test_the_geometry_is_the_one_ptyrads_loader_makes(in_tmp, name):
     """Positions (px), pixel size, the prepared patterns' mean, the probe from the optics and the
-    object's size, against PtyRAD's loader on the same params file and data."""
+    object's size, against PtyRAD's loader on the same params file and data, on the detector's own
+    pixel as PtyRAD samples it (``data.transform.upsample: 1``; auto takes 2 where a tilt acts on
+    several slices, as the own params file's does)."""
+    import dataclasses
+
+    from ptyacc.config import resolved_upsample
     from ptyacc.data.load import load_data
     from ptyacc.physics import stem_probe
     from ptyacc.physics.geometry import ObjectGeometry
 
     reference = np.load(DATA / "ptyrad_geometry.npz")
     _, config = converted(in_tmp, name)
+    assert resolved_upsample(config)[0] == (2 if name == "own" else 1)  # the own params file tilts its slices
+    config = dataclasses.replace(config, data=dataclasses.replace(
+        config.data, transform=dataclasses.replace(config.data.transform, upsample=1)))
     data = load_data(config)
     k = data.detector_px
     assert data.dx_A == pytest.approx(float(reference[f"{name}_dx_A"]), rel=1e-6)
