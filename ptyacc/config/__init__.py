@@ -3,7 +3,6 @@ loading with validation and overrides (``loading.py``), and the generated refere
 (``reference.py``). Everything is imported from here: ``from ptyacc.config import Config``."""
 
 from ptyacc.config.loading import load_config, yaml_error_message
-from ptyacc.config.preparation import resolved_upsample
 from ptyacc.config.reference import config_reference
 from ptyacc.config.schema import (
     ABERRATION_NAMES,
@@ -21,6 +20,7 @@ from ptyacc.config.schema import (
     StartIterations,
     TransformConfig,
 )
+from ptyacc.config.upsample import resolved_upsample
 
 __all__ = [
     "ABERRATION_NAMES", "Config", "DataConfig", "ExperimentConfig", "LearningRates", "ModelConfig", "OptimConfig",
