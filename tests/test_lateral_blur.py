@@ -103,15 +103,17 @@ def test_a_split_object_must_hold_the_blur_reach_around_each_tile():
 
 
 def test_lateral_blur_smooths_the_reconstructed_object(tmp_path):
-    """Three iterations on one slice: with lateral_blur_px 0.5 the phase's mean squared difference
+    """Five iterations on one slice: with lateral_blur_px 0.5 the phase's mean squared difference
     between neighbouring pixels is a fraction of that without (the blur of sigma 0.5 alone
-    multiplies the highest frequency's power by about exp(-(pi sigma)^2) = 0.08 per pass)."""
+    multiplies the highest frequency's power by about exp(-(pi sigma)^2) = 0.08 per pass; the
+    roughness also holds lower frequencies, which it keeps more of: measured 0.42 of it after five,
+    0.50 after three)."""
     def roughness(rec) -> float:
         phase = np.angle(rec.results.object)
         return float((np.diff(phase, axis=-1) ** 2).mean() + (np.diff(phase, axis=-2) ** 2).mean())
 
     def run(**regularize):
-        config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 3, "regularize": regularize}))
+        config = ptyacc.load_config(tiny_config(tmp_path, optim={"iterations": 5, "regularize": regularize}))
         return ptyacc.reconstruct(config, write=False)
 
     off, on = roughness(run()), roughness(run(lateral_blur_px=0.5))
