@@ -91,7 +91,7 @@ def check_results(name: str, text: str) -> None:
         assert "probe pictures at iterations [5, 10]" in text and "poisson_deviance" in text
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # the notebook runs in a kernel of its own
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs(name, monkeypatch):
     """Each notebook runs, prints the results it should, and every cell that draws shows its
