@@ -98,7 +98,7 @@ def test_agreement_within_the_tolerance_and_beyond():
         selftest.agree({**ref, "object": ref["object"] * np.nan}, ref, "nan")
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # selftest launches two processes itself
 def test_two_processes_against_one_on_cpus(tmp_path):
     """The 2-process check (run on 2+ GPUs) launched here on CPUs with gloo."""
     selftest.write_problem(tmp_path)

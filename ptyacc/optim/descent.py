@@ -90,6 +90,9 @@ def illumination(model: Illuminated, batch: torch.Tensor | None = None,
         corners, scan_of = corners[chosen], None if scan_of is None else scan_of[chosen]
     corners = corners.to(compute)
     shape, k, count = tuple(model.object_shape), levels.shape[-1], len(corners)
+    if scan_of is None and batch is not None:  # one scan's batch: one window sum, no sum of sums to start from zero
+        summed = window_sum(levels[0], corners, shape, loop=compute.type == "cpu")
+        return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
     summed = torch.zeros(shape, device=compute, dtype=torch.float64)
     for number, level in enumerate(levels):
         mine = corners if scan_of is None else corners[scan_of.to(compute) == number]
