@@ -90,22 +90,24 @@ def illumination(model: Illuminated, batch: torch.Tensor | None = None,
         corners, scan_of = corners[chosen], None if scan_of is None else scan_of[chosen]
     corners = corners.to(compute)
     shape, k, count = tuple(model.object_shape), levels.shape[-1], len(corners)
-    if scan_of is None and batch is not None:  # one scan's batch: one window sum, no sum of sums to start from zero
-        summed = window_sum(levels[0], corners, shape, loop=compute.type == "cpu")
-        return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
-    summed = torch.zeros(shape, device=compute, dtype=torch.float64)
-    for number, level in enumerate(levels):
-        mine = corners if scan_of is None else corners[scan_of.to(compute) == number]
+
+    def lit(level: torch.Tensor, mine: torch.Tensor) -> torch.Tensor:
+        """One scan's ``level`` (K, K) summed at its positions' corners ``mine`` (B, 2)."""
         if batch is not None:
-            summed += window_sum(level, mine, shape, loop=compute.type == "cpu")
-            continue
+            return window_sum(level, mine, shape, loop=compute.type == "cpu")
         hits = torch.zeros(shape, device=compute, dtype=torch.float64)
         hits.index_put_((mine[:, 0], mine[:, 1]), torch.ones(len(mine), device=compute, dtype=torch.float64),
                         accumulate=True)
         kernel = torch.zeros(shape, device=compute, dtype=torch.float64)
         kernel[:k, :k] = level
         # corners lie in [0, N - K], so corner + offset < N: the circular convolution wraps nothing
-        summed += torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
+        return torch.round(torch.fft.irfft2(torch.fft.rfft2(hits) * torch.fft.rfft2(kernel), s=shape)).clamp_min(0)
+
+    # each scan's sum, added to the first: one scan is one sum, as before several scans existed
+    summed = None
+    for number, level in enumerate(levels):
+        part = lit(level, corners if scan_of is None else corners[scan_of.to(compute) == number])
+        summed = part if summed is None else summed + part
     return (summed * (peak.to(compute, torch.float64) / (QUANTUM * count))).to(intensity.device, torch.float32)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ptyacc.config import Config
 from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS
+from ptyacc.optim.groups import LrSchedule
 from ptyacc.reconstruction.history import History
 
 
@@ -55,12 +56,12 @@ class Convergence:
     window: int
     final_iterations: int
     first_judged: int
-    schedule: object  # LrSchedule (reconstruction/groups.py)
+    schedule: LrSchedule
     converged_after: int | None = None  # iterations done when the rule was met
     share: float | None = None  # the fall share that met it
 
     @classmethod
-    def of(cls, config: Config, starts: list[int], schedule) -> Convergence | None:
+    def of(cls, config: Config, starts: list[int], schedule: LrSchedule) -> Convergence | None:
         """The rule of ``config.optim.stop`` (None where it is off), judging from the latest of the groups'
         ``starts`` (iterations, 0-based) on."""
         stop = config.optim.stop
