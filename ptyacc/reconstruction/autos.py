@@ -45,6 +45,7 @@ from ptyacc.errors import ConfigError
 from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
 from ptyacc.physics.aperture import measured_edge
 from ptyacc.physics.footprint import median_neighbour_distance
+from ptyacc.reconstruction.batch_auto import BatchChoice
 from ptyacc.reconstruction.convergence import resolved_iterations
 
 # run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
@@ -140,12 +141,12 @@ def runtime_values(config: Config, accelerator, data: PtychoData, store) -> dict
 
 
 def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, runtime: dict[str, int | str],
-                  batch: dict[str, int], counts: bool, peak_counts: float, mean_counts: float,
+                  batch: BatchChoice | None, counts: bool, peak_counts: float, mean_counts: float,
                   mean_pattern: torch.Tensor | None) -> ResolvedAutos:
     """Every auto of ``config`` for this run (module docstring), from the ``data`` (and the calibration
     autos its load resolved), the scan's ``positions_px`` (N, 2) in the object's pixels, ``runtime``
-    (``runtime_values``), ``batch`` ({"optim.batch_size": B} where its auto was resolved for the batches,
-    else empty) and the patterns' statistics agreed by every process (whether they are ``counts``, the
+    (``runtime_values``), ``batch`` (what ``optim.batch_size: auto`` became for the batches, ``batch_auto.auto_batch``;
+    None where a number was given) and the patterns' statistics agreed by every process (whether they are ``counts``, the
     brightest pixel of the mean pattern, the mean counts per pattern and the mean pattern (K, K) or
     None: ``data_autos``'s; given where the probe is built from electron optics and its aperture edge
     is not soft, which it decides)."""
@@ -158,7 +159,8 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
         model["model.probe_mode_power"] = config.model.further_mode_power()
     priors = AutoPriors.of(config)
     sampling, sampling_said = upsample_auto(config)
-    values = {**data.autos, **auto_values(config), **chosen, **model, **batch, **runtime, **sampling, **iterations}
+    sized = {"optim.batch_size": batch.size} if batch is not None else {}
+    values = {**data.autos, **auto_values(config), **chosen, **model, **sized, **runtime, **sampling, **iterations}
     edge_said, edge, read = [], config.model.probe_aperture_edge, None
     if mean_pattern is not None and config.model.probe_init is None and data.semiangle_mrad is not None:
         # the aperture edge: measured where the mean pattern shows an even bright-field disk of the semi-angle,
@@ -176,5 +178,5 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
             config.model, **{key.removeprefix("model."): value for key, value in model.items()}))
     said = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in sorted(values.items()))
-    return ResolvedAutos(config, priors, values, priors.notes + notes + sampling_said,
+    return ResolvedAutos(config, priors, values, [*priors.notes, *notes, *sampling_said, *([batch.said()] if batch else [])],
                          [*priors.log_notes, *log_notes, *edge_said, *([f"auto: {said}"] if said else [])], read)

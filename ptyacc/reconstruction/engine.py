@@ -34,7 +34,7 @@ from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
-from ptyacc.reconstruction.batch_auto import auto_batch
+from ptyacc.reconstruction.batch_auto import BatchChoice, auto_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.convergence import Convergence
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
@@ -154,7 +154,7 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
-        config, sized, sized_notes = self._sized(config) if config.optim.batch_size == "auto" else (config, {}, [])
+        config, sized = self._sized(config) if config.optim.batch_size == "auto" else (config, None)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
@@ -218,17 +218,16 @@ class Reconstructor:
         self.texts["warnings"] = yaml.safe_dump(self.warnings)  # results.h5's list, the deviance's added at the end
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in autos.notes + sized_notes + clamped),
+                      *((text, True) for text in autos.notes + clamped),
                       *((text, False) for text in autos.log_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
 
-    def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
+    def _sized(self, config: Config) -> tuple[Config, BatchChoice]:
         """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.auto_batch``,
-        the fitted positions: all less those left out for validation), {key: value} of it and the line saying
-        why (called only for auto)."""
+        the fitted positions: all less those left out for validation), and that choice (called only for auto)."""
         choice = auto_batch(self.data, len(self.data.positions_A) - len(self.left_out))
         self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=choice.size))
-        return config, {"optim.batch_size": choice.size}, [choice.said()]
+        return config, choice
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose
