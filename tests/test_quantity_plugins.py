@@ -5,6 +5,7 @@ by ``importlib.metadata`` through the path alone, with no change to ptyacc's fil
 processes finds the plug-in as one process does and ends where it ends."""
 
 import os
+import re
 import sys
 import textwrap
 
@@ -110,6 +111,19 @@ def test_the_plugins_options_are_read_and_checked_as_a_section(installed_plugin,
         with pytest.raises(ptyacc.ConfigError) as error:
             ptyacc.load_config(tiny_config(tmp_path), [setting])
         assert str(error.value).startswith(message), str(error.value)
+
+
+def test_ptyacc_tune_searches_a_plugins_option(installed_plugin, tmp_path):
+    from ptyacc.config import Config
+    from ptyacc.config.tune import key_type
+
+    assert key_type(f"quantities.{PLUGIN}.lr", "tune.params.x", Config) is float
+    assert key_type(f"quantities.{PLUGIN}.start", "tune.params.x", Config) is int
+    for key, message in [(f"quantities.{PLUGIN}.lrr", "unknown config key (did you mean 'lr'?)"),
+                         (f"quantities.{PLUGIN}", f"quantities.{PLUGIN} is a section"),
+                         ("quantities", "quantities is a section")]:
+        with pytest.raises(ptyacc.ConfigError, match=re.escape(f"tune.params.x: {message}")):
+            key_type(key, "tune.params.x", Config)
 
 
 def test_a_config_without_the_plugin_does_not_import_it(installed_plugin, tmp_path):
