@@ -69,3 +69,15 @@ def test_bench_with_trackers_times_the_hooks_and_leaves_no_folder(tmp_path, monk
     # two spans (iterations 2-3 and 3-4), each at least as long as its iteration
     assert report["s_per_iteration_with_hooks"] >= min(report["s_per_iteration_all"][:2])
     assert list((tmp_path / "scratch").iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_bench_reports_the_batch_the_run_took(tmp_path):
+    """``optim.batch_size: auto`` with positions left out for validation: the batch of the fitted positions
+    (``batch_auto.steps_batch``, 108 // 8), which the run took, not that of all 144."""
+    from ptyacc.config import load_config
+    from ptyacc.reconstruction.batch_auto import steps_batch
+
+    raw = tiny_config(tmp_path, optim={"iterations": 2, "batch_size": "auto", "validation_fraction": 0.25})
+    raw["data"]["simulate"]["scan_shape"] = [12, 12]
+    report = bench.run_bench(load_config(raw), iterations=2, warmup=1)
+    assert report["batch_size"] == steps_batch(108) == 13 != steps_batch(144)

@@ -18,7 +18,7 @@ OLD_PATHS = ("apidoc", "bench", "checkpoint", "cli", "distributed", "engine", "e
              "speed.gpu_cases", "speed.link_check", "speed.operators")
 # the layers, bottom up: a module imports only from its own layer or the ones below
 LAYERS = [("errors", "version", "command_line"), ("physics", "config"), ("data",), ("results", "interop"),
-          ("watch",), ("optim",), ("quantities",), ("reconstruction",), ("speed",), ("tune",), ("commands",), ("run",)]
+          ("watch",), ("optim",), ("quantities", "extend"), ("reconstruction",), ("speed",), ("tune",), ("commands",), ("run",)]
 TOP = len(LAYERS) - 1  # the entry points: the front door ``ptyacc`` and ``python -m ptyacc.run``
 
 

@@ -17,6 +17,7 @@ from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe
 from ptyacc.data.readers import PatternsInfo, inspect_patterns
 from ptyacc.errors import ConfigError, PtyaccError
+from ptyacc.reconstruction.batch_auto import STEPS, steps_batch
 
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
@@ -73,7 +74,7 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
         modes = len(read_probe(data_path, carried).modes)
         lines += [f"  probe_modes: {modes}   # as many as the file's probe holds"] if modes > 1 else []
     lines += ["optim:", "  iterations: 20", "  batch_size: auto   # from the data: one step per iteration where the "
-              f"descan shifted the patterns, else about 8 ({int(np.clip(n // 8, 4, 256))} of {n} positions)"]
+              f"descan shifted the patterns, else about {STEPS} ({steps_batch(n)} of {n} positions)"]
     if not xray:
         lines.append("  start: {detector_blur: 0}   # the detector's blur (model.detector_blur_px) refined from none")
     lines += ["output:", f"  dir: results/{data_path.stem}"]

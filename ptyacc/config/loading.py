@@ -14,6 +14,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from ptyacc.config.fields import _suggest
+from ptyacc.config.plugins import find_plugin
 from ptyacc.config.schema import Config
 from ptyacc.errors import ConfigError
 
@@ -155,12 +156,24 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         if key not in fields:
             raise ConfigError(f"{_join(path, str(key))}: unknown key{_suggest(str(key), fields)}; "
                               f"allowed: {', '.join(fields)}")
-    values = {name: _coerce(raw[name], hints[name], _join(path, name)) for name in fields if name in raw}
+    values = {name: _plugin_sections(raw[name], _join(path, name)) if fields[name].metadata.get("plugin_sections")
+              else _coerce(raw[name], hints[name], _join(path, name)) for name in fields if name in raw}
     obj = cls(**values)
     check = getattr(obj, "_check", None)
     if check is not None:
         check(where)
     return obj
+
+
+def _plugin_sections(raw: Any, path: str) -> dict[str, Any]:
+    """``quantities:``, {name: options}: each name a plug-in's (``plugins.find_plugin``), its options built
+    as a section of the plug-in's own dataclass (unknown keys, types and its ``_check`` as everywhere)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of quantity names to their options, got {raw!r}")
+    return {str(name): _build(find_plugin(str(name), _join(path, str(name))).options, options, _join(path, str(name)))
+            for name, options in raw.items()}
 
 
 def _coerce(value: Any, tp: Any, path: str) -> Any:

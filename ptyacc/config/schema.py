@@ -385,6 +385,10 @@ class Config:
         None, "Several scans of one object (a focal series, a repeated scan): a list whose items hold data and "
               "experiment keys that replace the top-level ones for that scan (docs/how-to/varying-probe-and-scans.md, "
               "'Several scans').")
+    quantities: dict[str, Any] = field(default_factory=dict, metadata={"plugin_sections": True, "doc": (
+        "Quantities from installed plug-ins (packages that register under the entry-point group ptyacc.quantities): "
+        "{name: its options}. A quantity named here is refined in the run; its options are checked as the other "
+        "sections are, by the section the plug-in declares ({} takes its defaults; docs/how-to/add-a-quantity.md).")})
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from ptyacc.config.fields import _f, _require, _suggest
+from ptyacc.config.plugins import find_plugin
 from ptyacc.errors import ConfigError
 
 # Keys that cannot be searched, and why.
@@ -101,7 +102,11 @@ def key_type(key: str, path: str, root: type) -> Any:
         if key == word or key.startswith(word + "."):
             raise ConfigError(f"{path}: {key} cannot be tuned: {reason}")
     kind: Any = root
+    plugins = False  # the last part named ``quantities:``, whose keys are plug-ins' sections
     for depth, part in enumerate(key.split(".")):
+        if plugins:
+            kind, plugins = find_plugin(part, path).options, False
+            continue
         if typing.get_origin(kind) is dict:
             kind = typing.get_args(kind)[1]
             continue
@@ -112,7 +117,8 @@ def key_type(key: str, path: str, root: type) -> Any:
         if part not in fields:
             raise ConfigError(f"{path}: unknown config key{_suggest(part, fields)}")
         kind = typing.get_type_hints(sections[0])[part]
-    if dataclasses.is_dataclass(kind) or typing.get_origin(kind) is dict:
+        plugins = bool(fields[part].metadata.get("plugin_sections"))
+    if plugins or dataclasses.is_dataclass(kind) or typing.get_origin(kind) is dict:
         raise ConfigError(f"{path}: {key} is a section; name a key inside it")
     return kind
 

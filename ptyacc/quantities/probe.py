@@ -50,11 +50,20 @@ class Probe(ComplexField):
         group = ParameterGroup("probe", [modes], opt.lr.probe, opt.start.probe,
                                after_iteration=partial(orthogonalize, modes)
                                if config.model.orthogonalize_probe and len(modes) > 1 else None)
-        if priors.probe_optimizer == "preconditioned":
-            group.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
-            group.optimizer = ProbeDescent(group.params, group.lr, float(self.scale),
-                                           config.model.object_amplitude_bounds[1] ** 2, priors.share)
-        return [group]
+        return [stepped_as_the_probe(group, config, priors, float(self.scale))]
+
+
+def stepped_as_the_probe(group: ParameterGroup, config: Config, priors: AutoPriors, probe_scale: float) -> ParameterGroup:
+    """``group`` (probe modes, optim.lr.probe's Adam step) given the probe's step where ``priors`` chose the
+    preconditioned probe: ``ProbeDescent`` of ``optim.preconditioned_probe_step`` (0 where optim.lr.probe is
+    0, which freezes the probe under either optimizer), for modes over ``probe_scale``; else left to Adam.
+    Every probe of a run (several scans' too) takes this one rule, so none lags behind another."""
+    if priors.probe_optimizer == "preconditioned":
+        opt = config.optim
+        group.lr = opt.preconditioned_probe_step if opt.lr.probe > 0 else 0.0
+        group.optimizer = ProbeDescent(group.params, group.lr, probe_scale,
+                                       config.model.object_amplitude_bounds[1] ** 2, priors.share)
+    return group
 
 
 @torch.no_grad()

@@ -40,7 +40,9 @@ the fitted background and intensity weights (``detector_fit.py``), a varying pro
 (``probe_variation.py``), the probes of several scans (``scans.py``), the detector's blur
 (``detector_blur.py``) and the descan's ramp on the exit waves (``descan_ramp.py``); a quantity
 defined elsewhere (a test, a notebook) registers its own factory, and nothing in the package
-changes (docs/explanation/architecture.md, "Adding a quantity").
+changes (docs/explanation/architecture.md, "Adding a quantity"). A quantity of an installed plug-in,
+with a config section of its own, is made by its factory when the config names it under
+``quantities:`` (``ptyacc.extend``, docs/how-to/add-a-quantity.md).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch import nn
+
+from ptyacc.config.plugins import find_plugin
 
 if TYPE_CHECKING:
     from ptyacc.config import Config
@@ -146,8 +150,10 @@ def unregister(factory: Factory) -> None:
 
 
 def attach_quantities(config: Config, model: PtychoModel, context: BuildContext) -> None:
-    """Give ``model`` the quantity of every registered factory that makes one for this run."""
-    for factory in FACTORIES:
+    """Give ``model`` the quantity of every registered factory that makes one for this run, then those of
+    the plug-ins its config names under ``quantities:`` (``config/plugins.py``), in the config's order."""
+    plugins = [find_plugin(name, f"quantities.{name}").factory for name in config.quantities]
+    for factory in [*FACTORIES, *plugins]:
         quantity = factory(config, model, context)
         if quantity is not None:
             if quantity.name in model.quantities:

@@ -32,9 +32,8 @@ from ptyacc.config import Config
 from ptyacc.config.loading import scan_configs
 from ptyacc.data import PtychoData, load_data
 from ptyacc.errors import ConfigError
-from ptyacc.optim.descent import ProbeDescent
 from ptyacc.optim.groups import ParameterGroup
-from ptyacc.quantities.probe import orthogonalize
+from ptyacc.quantities.probe import orthogonalize, stepped_as_the_probe
 from ptyacc.quantities.registry import BuildContext, Quantity, register
 
 MATCH = 1e-6  # relative tolerance of what the scans must share
@@ -121,18 +120,14 @@ class ScanProbes(Quantity):
         return torch.cat([probe[None], torch.view_as_complex(self.modes) * probe_scale])
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
-        """The probes of scans 1.., stepped as the probe is (``probe_groups``: Adam, or the least-squares step
-        where ``priors`` chose the preconditioned probe; its start; orthogonal modes): a scan's probe that took
+        """The probes of scans 1.., stepped as the probe is (``probe.stepped_as_the_probe``: Adam, or the
+        least-squares step where ``priors`` chose the preconditioned probe; its start; orthogonal modes): a scan's probe that took
         Adam's small steps beside scan 0's least-squares ones would lag behind it, and its scan's counts with it."""
         modes = self.modes.shape[1]
         orthogonal = config.model.orthogonalize_probe and modes > 1
         group = ParameterGroup("scan_probes", [self.modes], config.optim.lr.probe, config.optim.start.probe,
                                after_iteration=(lambda: [orthogonalize(p) for p in self.modes]) if orthogonal else None)
-        if priors.probe_optimizer == "preconditioned":
-            group.lr = config.optim.preconditioned_probe_step if config.optim.lr.probe > 0 else 0.0
-            group.optimizer = ProbeDescent(group.params, group.lr, float(model.probe_scale),
-                                           config.model.object_amplitude_bounds[1] ** 2, priors.share)
-        return [group]
+        return [stepped_as_the_probe(group, config, priors, float(model.probe_scale))]
 
     def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``scans``: ``probes`` (S, P, K, K) complex64 and ``scan_of_position`` (N,) int64."""

@@ -11,6 +11,7 @@
   is handed the aperture read (``ResolvedAutos.aperture``);
 - ``data.transform.upsample``, which the load took from the config alone (``config.resolved_upsample``: 2
   where a tilt acts on several slices), named here with the terminal's line where it is not 1;
+- ``optim.iterations: auto``, the ceiling and the stop rule's gain (``convergence.resolved_iterations``);
 - and, recorded as they were resolved before (the accelerator, the threads and the patterns come
   first): ``runtime.device``, ``runtime.backend`` (``distributed.make_accelerator``; "none" for a
   single process, which has no process group), ``runtime.threads`` (``threads.set_threads``),
@@ -24,8 +25,9 @@
   have no number (the mask and the shifts are the data's, results.h5 /detector).
 
 The model, its quantities and its groups receive the run's config with numbers in place of the
-auto keys they read, and ``AutoPriors``; results.h5's attribute ``auto_values`` and run.log's line
-"auto: ..." name every key this resolved. Where the config was given numbers, nothing is named.
+auto keys they read, and ``AutoPriors``; results.h5's attribute ``auto_values``
+(``ResolvedAutos.values_text``, written nowhere else) and run.log's line "auto: ..." name every key
+this resolved. Where the config was given numbers, nothing is named.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import yaml
 
 from ptyacc.config import Config, resolved_upsample
 from ptyacc.data import PtychoData
@@ -42,6 +45,8 @@ from ptyacc.errors import ConfigError
 from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
 from ptyacc.physics.aperture import measured_edge
 from ptyacc.physics.footprint import median_neighbour_distance
+from ptyacc.reconstruction.batch_auto import BatchChoice
+from ptyacc.reconstruction.convergence import resolved_iterations
 
 # run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
 EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "
@@ -67,6 +72,10 @@ class ResolvedAutos:
     notes: list[str]
     log_notes: list[str]
     aperture: torch.Tensor | None = None
+
+    def values_text(self) -> str:
+        """results.h5's attribute ``auto_values``: ``values`` as YAML, its keys sorted."""
+        return yaml.safe_dump(self.values)
 
 
 def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -> dict[str, float]:
@@ -132,24 +141,26 @@ def runtime_values(config: Config, accelerator, data: PtychoData, store) -> dict
 
 
 def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, runtime: dict[str, int | str],
-                  batch: dict[str, int], counts: bool, peak_counts: float, mean_counts: float,
+                  batch: BatchChoice | None, counts: bool, peak_counts: float, mean_counts: float,
                   mean_pattern: torch.Tensor | None) -> ResolvedAutos:
     """Every auto of ``config`` for this run (module docstring), from the ``data`` (and the calibration
     autos its load resolved), the scan's ``positions_px`` (N, 2) in the object's pixels, ``runtime``
-    (``runtime_values``), ``batch`` ({"optim.batch_size": B} where its auto was resolved for the batches,
-    else empty) and the patterns' statistics agreed by every process (whether they are ``counts``, the
+    (``runtime_values``), ``batch`` (what ``optim.batch_size: auto`` became for the batches, ``batch_auto.auto_batch``;
+    None where a number was given) and the patterns' statistics agreed by every process (whether they are ``counts``, the
     brightest pixel of the mean pattern, the mean counts per pattern and the mean pattern (K, K) or
     None: ``data_autos``'s; given where the probe is built from electron optics and its aperture edge
     is not soft, which it decides)."""
     smoothing = variation_smoothing(config, positions_px, data.dx_A)
     config = calibration_autos(config, data) if data.autos else config
     config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
+    config, iterations = resolved_iterations(config)
     model = dict(smoothing)  # the model's keys
     if config.model.probe_modes > 1 and config.model.probe_mode_power == "auto":
         model["model.probe_mode_power"] = config.model.further_mode_power()
     priors = AutoPriors.of(config)
     sampling, sampling_said = upsample_auto(config)
-    values = {**data.autos, **auto_values(config), **chosen, **model, **batch, **runtime, **sampling}
+    sized = {"optim.batch_size": batch.size} if batch is not None else {}
+    values = {**data.autos, **auto_values(config), **chosen, **model, **sized, **runtime, **sampling, **iterations}
     edge_said, edge, read = [], config.model.probe_aperture_edge, None
     if mean_pattern is not None and config.model.probe_init is None and data.semiangle_mrad is not None:
         # the aperture edge: measured where the mean pattern shows an even bright-field disk of the semi-angle,
@@ -167,5 +178,5 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
             config.model, **{key.removeprefix("model."): value for key, value in model.items()}))
     said = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in sorted(values.items()))
-    return ResolvedAutos(config, priors, values, priors.notes + notes + sampling_said,
+    return ResolvedAutos(config, priors, values, [*priors.notes, *notes, *sampling_said, *([batch.said()] if batch else [])],
                          [*priors.log_notes, *log_notes, *edge_said, *([f"auto: {said}"] if said else [])], read)

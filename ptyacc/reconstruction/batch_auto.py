@@ -1,4 +1,5 @@
-"""``optim.batch_size: auto``: the batch from the data, resolved when the run is built (``resolved_batch``).
+"""``optim.batch_size: auto``: the batch from the data, resolved when the run is built (``auto_batch``, a
+``BatchChoice``; ``ptyacc init``'s comment and ``ptyacc bench`` take the same rule).
 
 - Where ``data.transform.descan: auto`` moved the patterns (a sub-pixel shift of each pattern's counts,
   ``ptyacc/data/descan.py``): every position in one step per iteration, at most ``WHOLE_SCAN_PIXELS``
@@ -14,6 +15,8 @@
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,12 +37,39 @@ def descan_moved(data: PtychoData) -> bool:
     return shifts is not None and bool((np.abs(np.asarray(shifts)) >= STILL_PX).any())
 
 
-def resolved_batch(positions: int, detector_px: int, moved: bool) -> tuple[int, str]:
+@dataclass(frozen=True)
+class BatchChoice:
+    """``optim.batch_size: auto`` as resolved for a run: ``size`` positions a step of its ``positions``
+    fitted ones, and ``why`` in run.log's words."""
+
+    size: int
+    positions: int
+    why: str
+
+    def said(self) -> str:
+        """run.log's line, e.g. "optim.batch_size: 72 of 576 positions (auto: about 8 steps per iteration)"."""
+        return f"optim.batch_size: {self.size} of {self.positions} positions (auto: {self.why})"
+
+
+def steps_batch(positions: int) -> int:
+    """The batch of about ``STEPS`` steps per iteration over ``positions`` positions, ``SMALLEST`` to ``LARGEST``:
+    the rule where the patterns stay as read."""
+    return int(np.clip(positions // STEPS, SMALLEST, LARGEST))
+
+
+def resolved_batch(positions: int, detector_px: int, moved: bool) -> BatchChoice:
     """``optim.batch_size`` for ``auto``, for ``positions`` fitted positions of ``detector_px`` px
-    patterns whose descan was shifted out (``moved``) or not, and why (for run.log)."""
+    patterns whose descan was shifted out (``moved``) or not."""
     if moved:
         most = max(WHOLE_SCAN_PIXELS // detector_px**2, 1)
         batch = min(positions, most)
         why = ("one step per iteration" if batch == positions else f"at most {most} patterns of {detector_px} px a step")
-        return batch, f"{why}: the descan shifted the patterns (data.transform.descan), which small batches fit"
-    return int(np.clip(positions // STEPS, SMALLEST, LARGEST)), f"about {STEPS} steps per iteration"
+        return BatchChoice(batch, positions, f"{why}: the descan shifted the patterns (data.transform.descan), which "
+                                             "small batches fit")
+    return BatchChoice(steps_batch(positions), positions, f"about {STEPS} steps per iteration")
+
+
+def auto_batch(data: PtychoData, fitted: int) -> BatchChoice:
+    """``resolved_batch`` for ``data``'s patterns, ``fitted`` of its positions fitted (all less those left out
+    for validation): what a run takes for ``optim.batch_size: auto``."""
+    return resolved_batch(fitted, data.detector_px, descan_moved(data))

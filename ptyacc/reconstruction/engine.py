@@ -34,9 +34,9 @@ from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
-from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
+from ptyacc.reconstruction.batch_auto import BatchChoice, auto_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
-from ptyacc.reconstruction.convergence import Convergence, resolved_iterations
+from ptyacc.reconstruction.convergence import Convergence
 from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
 from ptyacc.reconstruction.groups import build_groups
@@ -76,6 +76,7 @@ class Reconstruction:
     comm_bytes: list[int] = field(default_factory=list)
     comm_time_s: list[float] = field(default_factory=list)
     traffic: list[Traffic] = field(default_factory=list)
+    config: Config | None = None  # the config the run took: every auto resolved (``reconstruction/autos.py``)
 
 
 def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None, write: bool = True,
@@ -153,7 +154,7 @@ class Reconstructor:
         self.geometry = ObjectGeometry.around(self.data.positions_A, self.data.dx_A, self.data.detector_px,
                                               config.model.object_padding_px)
         self.store = pattern_store(self.data, self.plan, accelerator.device, config.data.hold)
-        config, sized, sized_notes = self._sized(config) if config.optim.batch_size == "auto" else (config, {}, [])
+        config, sized = self._sized(config) if config.optim.batch_size == "auto" else (config, None)
         batches = self.plan.batches(self.geometry.positions_px, config.optim.batch_size, config.optim.grouping,
                                     config.runtime.seed, self.store, self.left_out)
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
@@ -174,9 +175,8 @@ class Reconstructor:
         autos = resolve_autos(config, self.data, self.geometry.positions_px,
                               runtime_values(config, accelerator, self.data, self.store), sized,
                               not_counts == 0, peak, mean_counts, mean_pattern)
-        config, iteration_values = resolved_iterations(autos.config)
-        self.config = config
-        self.texts["auto_values"] = yaml.safe_dump({**autos.values, **iteration_values})
+        self.config = config = autos.config
+        self.texts["auto_values"] = autos.values_text()
         built_said: list[str] = []
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
@@ -218,18 +218,16 @@ class Reconstructor:
         self.texts["warnings"] = yaml.safe_dump(self.warnings)  # results.h5's list, the deviance's added at the end
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
-                      *((text, True) for text in autos.notes + sized_notes + clamped),
+                      *((text, True) for text in autos.notes + clamped),
                       *((text, False) for text in autos.log_notes + recentred),
                       *((text, text.startswith("warning:")) for text in built_said)])
 
-    def _sized(self, config: Config) -> tuple[Config, dict[str, int], list[str]]:
-        """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.resolved_batch``,
-        the fitted positions: all less those left out for validation), {key: value} of it and the line saying
-        why (called only for auto)."""
-        fitted = len(self.data.positions_A) - len(self.left_out)
-        batch, why = resolved_batch(fitted, self.data.detector_px, descan_moved(self.data))
-        self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=batch))
-        return config, {"optim.batch_size": batch}, [f"optim.batch_size: {batch} of {fitted} positions (auto: {why})"]
+    def _sized(self, config: Config) -> tuple[Config, BatchChoice]:
+        """``config`` with ``optim.batch_size: auto`` resolved from the data (``batch_auto.auto_batch``,
+        the fitted positions: all less those left out for validation), and that choice (called only for auto)."""
+        choice = auto_batch(self.data, len(self.data.positions_A) - len(self.left_out))
+        self.config = config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, batch_size=choice.size))
+        return config, choice
 
     def _resumed(self, history: History) -> History:
         """``history`` (empty) given the iterations of the newest checkpoint (``--resume``), whose
@@ -346,7 +344,7 @@ class Reconstructor:
                               iteration_times_s=history.seconds, wall_time_s=wall,
                               output_dir=self.out_dir if self.write else None, world_size=self.world,
                               poisson_deviance=self.saver.deviance, comm_bytes=[t.total_bytes for t in traffic],
-                              comm_time_s=[t.wait_s for t in traffic], traffic=traffic)
+                              comm_time_s=[t.wait_s for t in traffic], traffic=traffic, config=self.config)
 
     def _deviance(self) -> float:
         """Poisson deviance per counted pixel over all positions, each evaluated by one process."""

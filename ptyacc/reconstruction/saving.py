@@ -15,7 +15,6 @@ from ptyacc.data import PtychoData
 from ptyacc.data.store import PatternStore
 from ptyacc.data.stream import centred_means
 from ptyacc.errors import ConfigError, OutputError
-from ptyacc.optim.autos import auto_values
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.registry import ROOT
@@ -43,13 +42,11 @@ def check_output_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
 
 def run_texts(config: Config) -> dict[str, str]:
     """The attributes of results.h5 that describe the run, as text (YAML), made once when it
-    starts: the config as given, the keys given as ``auto`` that the config alone decides, with their
-    values (``optim/autos.py``'s ``auto_values``; a run's build replaces them with every key it resolved:
-    ``autos.resolve_autos``) and the versions of ptyacc and its libraries."""
+    starts: the config as given and the versions of ptyacc and its libraries. (The run's build adds
+    ``auto_values``, every key it resolved: ``autos.ResolvedAutos.values_text``.)"""
     import yaml
 
-    return {"config": config.to_yaml(), "auto_values": yaml.safe_dump(auto_values(config)),
-            "versions": yaml.safe_dump(versions())}
+    return {"config": config.to_yaml(), "versions": yaml.safe_dump(versions())}
 
 
 def collect_results(config: Config, model: PtychoModel, data: PtychoData, geometry: ObjectGeometry,

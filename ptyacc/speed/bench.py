@@ -26,7 +26,6 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import EpochBatches, load_data
-from ptyacc.reconstruction.batch_auto import descan_moved, resolved_batch
 from ptyacc.results.outdir import write_text
 
 
@@ -112,7 +111,8 @@ def run_bench(config: Config, iterations: int = 5, warmup: int = 2) -> dict:
     # from one iteration's first step to the next one's: the iteration and the hooks after it
     with_hooks = [starts[i + 1] - starts[i] for i in range(warmup, warmup + iterations - 1)]
     per_iteration = statistics.median(timed)
-    batches = EpochBatches(np.zeros((data.n_patterns, 2)), (batch := run_batch(config, data)), 1)
+    batch = rec.config.optim.batch_size  # as the run took it: given, or what its auto became
+    batches = EpochBatches(np.zeros((data.n_patterns, 2)), batch, 1)
     bound = fft_bound_s([len(b) for b in batches.global_batches()], config.model.probe_modes,
                         config.model.object_modes, config.model.slices, data.detector_px,
                         per_position_shift(rec.model), accelerator.device, near_field=rec.model.near_field)
@@ -168,13 +168,6 @@ PATTERN_VALUE_BYTES = 4  # patterns are held as float32
 def wave_bytes(batch_size: int, window_px: int, probe_modes: int, object_modes: int, slices: int) -> int:
     """One batch's complex64 waves: a K x K wave per pattern, probe mode, object mode and slice."""
     return batch_size * probe_modes * object_modes * slices * window_px * window_px * 8
-
-
-def run_batch(config: Config, data) -> int:
-    """``optim.batch_size`` as the run takes it: given, or for auto ``batch_auto.resolved_batch``'s."""
-    if config.optim.batch_size != "auto":
-        return config.optim.batch_size
-    return resolved_batch(data.n_patterns, data.detector_px, descan_moved(data))[0]
 
 
 def _minimum_bytes(model, data, batch_size: int) -> int:
