@@ -76,3 +76,31 @@ def test_auto_through_load_data_puts_the_probes_where_they_were(grid_simulator, 
     assert np.abs(moved - (truth - truth.mean(0))).max() < 0.1
     assert any(line.startswith(f"positions: the {SIDE * SIDE} positions") and "read as that raster" in line
                for line in stored.checks)
+
+
+@pytest.mark.parametrize("turned_deg, readout_flips", [(171.0, False), (9.0, True)])
+def test_a_flip_keeps_the_disk_where_it_lies(grid_simulator, tmp_path, turned_deg, readout_flips):
+    """Patterns of a scan turned by 171 degrees (read out as they are) and of one turned by 9 degrees
+    read out backwards along both axes give the same flags (flip_y, flip_x) and rotation (-9 or 9 deg):
+    the first flip stands for k -> -k and must turn the patterns about the zero frequency, the second
+    undoes the readout and must reverse them. Either way the disk stays centred, so no descan is
+    taken for the pixel the two flips differ by on an even size, and the first's prepared patterns are
+    the stored ones at -k exactly."""
+    setting = grid_simulator.Setting(detector_px=32, scan_shape=(24, 24), scan_step_A=0.5, dose=1e6, defocus_A=40.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=turned_deg, flip_y=readout_flips,
+                                     flip_x=readout_flips)
+    path = tmp_path / "flipped.h5"
+    grid_simulator.write(str(path), setting)
+    config = {"data": {"path": str(path), "transform": {"orientation": "auto", "descan": "auto"}},
+              "experiment": {"scan_rotation_deg": "auto"}}
+    data = load_data(load_config(config))
+    assert list(data.detector["orientation_flags"]) == [False, True, True]
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(9.0 if readout_flips else -9.0, abs=1.0)
+    assert np.abs(data.detector["descan_px"]).max(initial=0.0) < 0.05
+    about = [] if readout_flips else [True, True]
+    assert list(data.detector.get("flip_about_zero", [])) == about
+    if not readout_flips:
+        with h5py.File(path) as f:
+            stored = np.fft.ifftshift(f["patterns"][()].reshape(-1, 32, 32).astype(np.float32), axes=(-2, -1))
+        minus_k = -np.arange(32) % 32
+        np.testing.assert_array_equal(data.patterns.numpy(), stored[:, minus_k][:, :, minus_k])

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config, resolved_upsample
-from ptyacc.data.bright_field import measured_radius_px
+from ptyacc.data.bright_field import measured_radius_px, repaired, sample_rows
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
-from ptyacc.data.descan import Descanned, any_moved, measure_descan
+from ptyacc.data.descan import Descanned, any_moved, disk_centres, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
@@ -114,8 +114,12 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                                           info.background if data.subtract_background else None)
         prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
         shape = prep.shape
-        prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
-                                      info.background if data.subtract_background else None, gain)
+        background = info.background if data.subtract_background else None
+        flipped = Measured()
+        if prep.far_field and (prep.flip_y or prep.flip_x) and experiment.radiation == "electron":
+            prep, flipped = _flips_keeping_centre(prep, source, len(calibration.positions_A), pattern_preparation(
+                prep, name, data.nonfinite, data.negative, background, gain), prep.mask(file_mask))
+        prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
         mask = prep.mask(file_mask)
         radius_px = None
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
@@ -147,9 +151,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
-                                 checks=read_as + bad.lines + turned.lines + descan.lines + focus.lines
+                                 checks=read_as + bad.lines + turned.lines + flipped.lines + descan.lines + focus.lines
                                  + tuple(checks),
-                                 detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
+                                 detector={**bad.arrays, **turned.arrays, **flipped.arrays, **descan.arrays, **focus.arrays},
                                  hold=choice, streamed=streamed,
                                  autos=_resolved(config, experiment, prep, nominal, calibration.aberrations,
                                                  {**bad.arrays, **descan.arrays}) if calibrating else {})
@@ -293,6 +297,32 @@ def _turned_by_parallax(source, calibration, positions_A: np.ndarray, shape, fla
     return (flags[0], not flags[1], not flags[2]), (
         f"; with these flags the bright-field parallax gives a defocus of {found.defocus_A:.1f} A, the nominal "
         f"{nominal:g} A's opposite sign: flip_y and flip_x toggled (the patterns turned by 180 deg)")
+
+
+FLIP_SAMPLE = 64  # patterns whose mean tells where a flip leaves the bright-field disk
+
+
+def _flips_keeping_centre(prep: Preparation, source, n_patterns: int, prepare, mask: np.ndarray | None
+                          ) -> tuple[Preparation, Measured]:
+    """``prep`` with each flip about the zero frequency where that keeps the bright-field disk's centre
+    nearer it (``Preparation.keeping_centre``), from the mean of a sample of the patterns ``prepare``
+    (``prep``'s reversing flips) gives; and what to report. A flip that stands for a scan turned by
+    90 or 180 degrees (the orientation auto brings the rotation near 0) must turn the patterns about
+    k = 0; one that undoes a detector read out backwards must reverse them; on an even size the two
+    differ by a pixel, which ``descan: auto`` would otherwise take for a descan."""
+    patterns = np.fft.fftshift(source.read(sample_rows(n_patterns, FLIP_SAMPLE), prepare).patterns, axes=(-2, -1))
+    mean = repaired(patterns.mean(0, dtype=np.float64))
+    centred_good = None if mask is None else np.fft.fftshift(mask)
+    centre = disk_centres(mean[None], centred_good, mean)[0]
+    offset = (float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2))
+    kept = prep.keeping_centre(offset)
+    if kept == prep:
+        return prep, Measured()
+    axes = " and ".join(name for name, about in zip(("flip_y", "flip_x"), kept.flip_about_zero, strict=True) if about)
+    line = (f"{axes}: the patterns turned about the zero frequency, not reversed: reversed, the bright-field disk's "
+            f"centre lies ({offset[0]:+.2f}, {offset[1]:+.2f}) px (y, x) from it, turned 1 px nearer (a flip that "
+            f"stands for the scan turned, not a detector read out backwards)")
+    return kept, Measured((line,), {"flip_about_zero": np.array(kept.flip_about_zero)})
 
 
 def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen, in_model: bool = False):

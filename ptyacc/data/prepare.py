@@ -8,7 +8,9 @@ Order (``data.transform`` and the ``data`` policies), on each chunk (c, ky, kx) 
    or starting at ``crop_offset`` [row, col] of the stored pattern
 3. NaN/Inf and negative values (``data.nonfinite``, ``data.negative``), pixel by pixel
 4. bin: sum ``bin`` x ``bin`` blocks (counts stay counts)
-5. orientation: transpose, then flip_y, then flip_x
+5. orientation: transpose, then flip_y, then flip_x; a flip reverses the pixels (i -> n - 1 - i) or, in
+   the far field with ``flip_about_zero``, turns them about the zero frequency (i -> n - i, modulo n,
+   on an even size), whichever keeps the bright-field disk's centre where it is (``load.py``)
 6. zero-pad to ``pad`` x ``pad`` pixels (``upsample`` K with ``upsample`` > 1), centred; the padded
    pixels are left out of the loss
 7. far field: ifftshift to the model's layout (zero frequency at [0, 0])
@@ -41,6 +43,11 @@ class Preparation:
     bin:        pixels summed along each axis
     pad:        final size after zero padding, or None
     far_field:  whether the patterns are diffraction patterns (ifftshifted at the end)
+    flip_about_zero: per axis (y, x), whether that axis's flip turns the pixels about the zero
+                frequency (n // 2) instead of reversing them. On an even size the two differ by one
+                pixel: reversing is the inverse of a detector read out backwards (its disk, centred
+                at n // 2, is stored at n // 2 - 1), turning is the exact image of k -> -k, which is
+                what a flip chosen only to bring the scan rotation near 0 stands for.
     """
 
     stored_shape: tuple[int, int]
@@ -52,6 +59,7 @@ class Preparation:
     flip_x: bool
     pad: int | None
     far_field: bool
+    flip_about_zero: tuple[bool, bool] = (False, False)
 
     @classmethod
     def from_config(cls, transform: TransformConfig, stored_shape: tuple[int, int], far_field: bool,
@@ -116,6 +124,17 @@ class Preparation:
             return stored_dx_A * self.bin
         return stored_dx_A * self.stored_shape[1] / (self.bin * self.shape[1])
 
+    def keeping_centre(self, offset_px: tuple[float, float]) -> Preparation:
+        """This preparation (its flips reversing the pixels) with a flipped axis turned about the zero
+        frequency instead where the bright-field disk's centre, found ``offset_px`` (y, x) px from the
+        zero frequency in patterns prepared by this one, then lies nearer it: on an even size turning
+        moves the disk by +1 px along that axis (an odd size's flip keeps n // 2 either way)."""
+        rows, cols = self.crop_shape[0] // self.bin, self.crop_shape[1] // self.bin
+        sizes = (cols, rows) if self.transpose else (rows, cols)
+        about = tuple(bool(flipped and size % 2 == 0 and offset < -0.5)
+                      for flipped, size, offset in zip((self.flip_y, self.flip_x), sizes, offset_px, strict=True))
+        return dataclasses.replace(self, flip_about_zero=about)
+
     def crop(self, chunk: np.ndarray) -> np.ndarray:
         """(c, ky, kx) as stored -> (c, crop, crop), a view."""
         (r0, c0), (rows, cols) = self.crop_start, self.crop_shape
@@ -137,8 +156,12 @@ class Preparation:
             chunk = chunk.transpose(0, 2, 1)
         if self.flip_y:
             chunk = chunk[:, ::-1, :]
+            if self.flip_about_zero[0] and chunk.shape[1] % 2 == 0:
+                chunk = np.roll(chunk, 1, axis=1)
         if self.flip_x:
             chunk = chunk[:, :, ::-1]
+            if self.flip_about_zero[1] and chunk.shape[2] % 2 == 0:
+                chunk = np.roll(chunk, 1, axis=2)
         if self.pad is not None:
             chunk = self._padded(chunk)
         return np.fft.ifftshift(chunk, axes=(-2, -1)) if self.far_field else np.ascontiguousarray(chunk)
