@@ -226,6 +226,9 @@ def test_a_flip_about_the_zero_frequency_is_k_to_minus_k(k):
     mask = np.ones((k, k), dtype=bool)
     mask[0, 1] = False
     np.testing.assert_array_equal(about.mask(mask), np.fft.ifftshift(mask.T)[minus][:, minus])
-    assert plain.keeping_centre((-1.0, -0.2)).flip_about_zero == ((True, False) if k % 2 == 0 else (False, False))
-    assert dataclasses.replace(plain, flip_y=False).keeping_centre((-1.0, -1.0)).flip_about_zero == (
-        False, k % 2 == 0)
+    # a disk found (y, x) = (-1, 0) px off before orientation: (0, -1) after the transpose; turning y keeps
+    # it at 0, reversing x brings -1 to 0 (an odd size reverses both: -o either way)
+    assert plain.keeping_centre((-1.0, 0.0)).flip_about_zero == ((True, False) if k % 2 == 0 else (False, False))
+    assert plain.centre_after((-1.0, 0.0))[0] == ((0.0, 0.0) if k % 2 == 0 else (0.0, 1.0))
+    unflipped_y = dataclasses.replace(plain, flip_y=False)
+    assert unflipped_y.centre_after((0.3, 0.0))[0] == pytest.approx((0.0, -0.3))

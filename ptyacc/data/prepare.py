@@ -10,7 +10,8 @@ Order (``data.transform`` and the ``data`` policies), on each chunk (c, ky, kx) 
 4. bin: sum ``bin`` x ``bin`` blocks (counts stay counts)
 5. orientation: transpose, then flip_y, then flip_x; a flip reverses the pixels (i -> n - 1 - i) or, in
    the far field with ``flip_about_zero``, turns them about the zero frequency (i -> n - i, modulo n,
-   on an even size), whichever keeps the bright-field disk's centre where it is (``load.py``)
+   on an even size), for flips the orientation auto measured: whichever leaves the bright-field
+   disk's centre nearer the zero frequency (``load._centred_orientation``)
 6. zero-pad to ``pad`` x ``pad`` pixels (``upsample`` K with ``upsample`` > 1), centred; the padded
    pixels are left out of the loss
 7. far field: ifftshift to the model's layout (zero frequency at [0, 0])
@@ -124,16 +125,27 @@ class Preparation:
             return stored_dx_A * self.bin
         return stored_dx_A * self.stored_shape[1] / (self.bin * self.shape[1])
 
-    def keeping_centre(self, offset_px: tuple[float, float]) -> Preparation:
-        """This preparation (its flips reversing the pixels) with a flipped axis turned about the zero
-        frequency instead where the bright-field disk's centre, found ``offset_px`` (y, x) px from the
-        zero frequency in patterns prepared by this one, then lies nearer it: on an even size turning
-        moves the disk by +1 px along that axis (an odd size's flip keeps n // 2 either way)."""
+    def centre_after(self, offset_px: tuple[float, float]) -> tuple[tuple[float, float], tuple[bool, bool]]:
+        """Where a bright-field disk found ``offset_px`` (y, x) px from the zero frequency in patterns
+        prepared without transpose or flips lands after this preparation's, each flip the one of its two
+        (reversing, or turning about the zero frequency) that leaves it nearer the zero frequency; and
+        per axis (y, x) whether that is the turn. On an even size n reversing maps an offset o to
+        -o - 1, turning to -o; on an odd size both to -o (reversing is kept)."""
         rows, cols = self.crop_shape[0] // self.bin, self.crop_shape[1] // self.bin
         sizes = (cols, rows) if self.transpose else (rows, cols)
-        about = tuple(bool(flipped and size % 2 == 0 and offset < -0.5)
-                      for flipped, size, offset in zip((self.flip_y, self.flip_x), sizes, offset_px, strict=True))
-        return dataclasses.replace(self, flip_about_zero=about)
+        offsets = tuple(offset_px[::-1]) if self.transpose else tuple(offset_px)
+        landed, about = [], []
+        for offset, flipped, size in zip(offsets, (self.flip_y, self.flip_x), sizes, strict=True):
+            reversed_offset = -offset - (1 if size % 2 == 0 else 0)
+            turn = flipped and size % 2 == 0 and abs(-offset) < abs(reversed_offset)
+            landed.append(float(-offset if turn else reversed_offset if flipped else offset))
+            about.append(bool(turn))
+        return (landed[0], landed[1]), (about[0], about[1])
+
+    def keeping_centre(self, offset_px: tuple[float, float]) -> Preparation:
+        """This preparation with each flip chosen by ``centre_after`` for a disk found ``offset_px`` (y, x)
+        px from the zero frequency in patterns prepared without transpose or flips."""
+        return dataclasses.replace(self, flip_about_zero=self.centre_after(offset_px)[1])
 
     def crop(self, chunk: np.ndarray) -> np.ndarray:
         """(c, ky, kx) as stored -> (c, crop, crop), a view."""
