@@ -311,7 +311,8 @@ def _turned_by_parallax(source, calibration, positions_A: np.ndarray, shape, fla
 
 
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
-RECENTRED_PX = 0.75  # how much nearer the zero frequency other flags must bring the disk to be taken instead
+RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
+# reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
 
 
 def _disk_offset_px(source, n_patterns: int, mask: np.ndarray | None, prepare) -> tuple[float, float]:
