@@ -255,3 +255,34 @@ def test_predict_outside_a_clone_says_where_it_moved_in_one_line(tmp_path, monke
     result = CliRunner().invoke(cli, ["predict", "--processes", "1,2"])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1 and "python -m benchmarks.predict" in lines[0], result.output
+
+
+def test_info_save_writes_what_the_calibration_measured_and_how_to_fix_it(tmp_path, monkeypatch):
+    """`ptyacc info c.yaml --save m.h5` on the own-data tutorial's file (made with the scan turned by
+    9 degrees, the patterns transposed, the defocus 120 A read as 96): m.h5 holds the detector arrays,
+    the calibration with its sources and the autos' values; the `--set` line it prints gives a config
+    whose calibration is those values without measuring them again."""
+    import shutil
+
+    shutil.copy(ROOT / "examples" / "data" / "raw_scan.h5", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(cli, ["init", "raw_scan.h5"]).exit_code == 0
+    lines, _ = info_lines(["raw_scan.yaml", "--save", "m.h5"])
+    said = next(line for line in lines if line.startswith("measured: written to m.h5"))
+    with h5py.File(tmp_path / "m.h5") as f:
+        values = yaml.safe_load(f.attrs["auto_values"])
+        bad = f["detector/bad_pixels"][()]
+        calibration = dict(f["calibration"].attrs)
+        assert "raw_scan.h5" in f.attrs["source"] and f.attrs["report"].splitlines()[0] in lines
+    assert values["data.transform.transpose"] is True and values["data.bad_pixels"] == len(bad) > 0
+    assert abs(values["experiment.scan_rotation_deg"] - 9.0) < 1.0
+    assert abs(values["experiment.defocus_A"] - 120.0) < 5.0
+    assert calibration["defocus_A_source"] == "fitted" and calibration["defocus_A"] == values["experiment.defocus_A"]
+    fixed = said.split("to fix these autos at these values: ")[1].split()
+    assert "data.transform.orientation=manual" in fixed and not any("bad_pixels" in word for word in fixed)
+    again, _ = info_lines(["raw_scan.yaml", "--save", "n.h5", *fixed])
+    assert not any(line.startswith("scan rotation from the centre of mass") for line in again)
+    with h5py.File(tmp_path / "n.h5") as f:
+        assert f["calibration"].attrs["scan_rotation_deg"] == pytest.approx(values["experiment.scan_rotation_deg"])
+        assert f["calibration"].attrs["defocus_A"] == pytest.approx(values["experiment.defocus_A"])
+        assert f["calibration"].attrs["scan_rotation_deg_source"] == "config"

@@ -194,6 +194,9 @@ def test_strong_scattering_takes_the_amplitude_loss_on_counts():
     masked = pattern * mask
     assert dark_field_fraction(pattern, wavelength, semiangle, dk, mask) == pytest.approx(
         float(masked[r > 6].sum() / masked.sum()))
+    # the disk where it lies: moved by a descan the model takes, the share is the same
+    moved = torch.roll(pattern, (1, -2), (0, 1))
+    assert dark_field_fraction(moved, wavelength, semiangle, dk) == pytest.approx(expected)
     config = ptyacc.load_config({}, ["data.path=x.h5"])
     assert resolved_loss(config, True, 100.0, dark_field=STRONG_SCATTERING / 2)[0] == "poisson"
     loss, notes = resolved_loss(config, True, 100.0, dark_field=2 * STRONG_SCATTERING)

@@ -1,6 +1,7 @@
 """data.transform: crop, bin, orientation and pad of the patterns, the mask and the calibration,
 against NumPy references on small arrays."""
 
+import dataclasses
 from pathlib import Path
 
 import h5py
@@ -207,3 +208,27 @@ def test_auto_orientation_without_basis_vectors(tmp_path):
     path = write(tmp_path / "p.h5", counts((2, 2, 8, 8)))
     with pytest.raises(DataError, match="orientation: auto needs the detector's basis_vectors"):
         load(path, {"orientation": "auto"})
+
+
+@pytest.mark.parametrize("k", [6, 7])
+def test_a_flip_about_the_zero_frequency_is_k_to_minus_k(k):
+    """A flip about the zero frequency gives the far-field pattern at -k (model layout: index -i
+    modulo k, checked against NumPy's indexing), the mask the same; reversing differs by a pixel on an
+    even size only. ``keeping_centre`` turns an axis only where the reversed disk lies over half a
+    pixel below the zero frequency, and never on an odd size."""
+    stored = np.arange(2 * k * k, dtype=np.float32).reshape(2, k, k)
+    plain = Preparation((k, k), (0, 0), (k, k), 1, True, True, True, None, True)
+    about = dataclasses.replace(plain, flip_about_zero=(True, True))
+    transposed = np.fft.ifftshift(stored.transpose(0, 2, 1), axes=(-2, -1))
+    minus = -np.arange(k) % k
+    np.testing.assert_array_equal(about.orient_and_pad(stored), transposed[:, minus][:, :, minus])
+    assert np.array_equal(plain.orient_and_pad(stored), about.orient_and_pad(stored)) == (k % 2 == 1)
+    mask = np.ones((k, k), dtype=bool)
+    mask[0, 1] = False
+    np.testing.assert_array_equal(about.mask(mask), np.fft.ifftshift(mask.T)[minus][:, minus])
+    # a disk found (y, x) = (-1, 0) px off before orientation: (0, -1) after the transpose; turning y keeps
+    # it at 0, reversing x brings -1 to 0 (an odd size reverses both: -o either way)
+    assert plain.keeping_centre((-1.0, 0.0)).flip_about_zero == ((True, False) if k % 2 == 0 else (False, False))
+    assert plain.centre_after((-1.0, 0.0))[0] == ((0.0, 0.0) if k % 2 == 0 else (0.0, 1.0))
+    unflipped_y = dataclasses.replace(plain, flip_y=False)
+    assert unflipped_y.centre_after((0.3, 0.0))[0] == pytest.approx((0.0, -0.3))

@@ -311,23 +311,29 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
               help="Config whose data.transform and experiment apply to FILE (a data file).")
 @click.option("--figure", "figure", type=click.Path(dir_okay=False),
               help="Also draw the bright-field parallax of the data (electrons) in this PNG.")
+@click.option("--save", "save", type=click.Path(dir_okay=False),
+              help="Also write what the calibration measured (detector arrays, calibration values and their "
+                   "sources, the autos' values) to this HDF5 file.")
 @set_option
 @friendly_errors
-def info(file: str | None, config_file: str | None, figure: str | None, overrides: tuple[str, ...]) -> None:
+def info(file: str | None, config_file: str | None, figure: str | None, save: str | None,
+         overrides: tuple[str, ...]) -> None:
     """Versions, devices (MIG slices marked), the backend a multi-process run would use and the
     accelerate config found. With FILE, also the data's derived sampling (dx, dk, probe
     window and diameter, object size, scan extent, bright-field disk) and warnings where the
     probe or scan do not fit. FILE is a config (.yaml), or a data file read with the settings
     of --config (or only its own attributes): `ptyacc info data.h5 --config c.yaml`. With
     --figure PATH, the parallax that `experiment.defocus_A: auto` measures is drawn there: the
-    tilt-corrected bright-field image and each pixel group's measured and fitted shift."""
+    tilt-corrected bright-field image and each pixel group's measured and fitted shift. With --save
+    PATH, what the calibration measured is written there (HDF5: the group ``detector`` as in
+    results.h5, ``calibration``, and the attribute ``auto_values``, the autos' values as YAML)."""
     from ptyacc.commands.info import data_report, environment_report, file_radiation, parallax_figure_report
 
     for line in environment_report():
         click.echo(line)
     if file is None and config_file is None:
-        if figure is not None:
-            raise click.UsageError("--figure draws a dataset's parallax: give a data file or a config")
+        if figure is not None or save is not None:
+            raise click.UsageError("--figure and --save measure a dataset: give a data file or a config")
         return
     from ptyacc.config import load_config
 
@@ -340,7 +346,7 @@ def info(file: str | None, config_file: str | None, figure: str | None, override
         data_overrides += file_radiation(Path(file))
     config = load_config(config_file or {}, [*data_overrides, *overrides])
     try:
-        lines = data_report(config)
+        lines = data_report(config, save=None if save is None else Path(save))
     except PtyaccError as exc:
         if config_file is None and file is not None:  # only the file's own attributes were there to use
             exc.args = (f"{exc}; give the experiment's settings with --config c.yaml or --set experiment.KEY=VALUE, "

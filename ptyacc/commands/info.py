@@ -64,9 +64,10 @@ def _length(*values_A: float, xray: bool) -> str:
     return " x ".join(f"{v * per_A:.4g}" for v in values_A) + f" {unit}"
 
 
-def data_report(config, sample: int = 64) -> list[str]:
+def data_report(config, sample: int = 64, save: Path | None = None) -> list[str]:
     """Derived sampling and geometry for the config's data, with warnings where they do not fit.
-    Reads all positions but only ``sample`` evenly spread patterns (for the mean counts)."""
+    Reads all positions but only ``sample`` evenly spread patterns (for the mean counts); with
+    ``save``, what the calibration measured is written there too (``save_measured``)."""
     from ptyacc.data import load_data
     from ptyacc.data.bright_field import sample_rows
     from ptyacc.data.hold import hold_report
@@ -101,7 +102,47 @@ def data_report(config, sample: int = 64) -> list[str]:
     if data.n_patterns > 1 and (xray or data.semiangle_mrad):
         for line in _overlap_lines(config, data, geometry):
             (warnings if line.startswith("warning: ") else lines).append(line.removeprefix("warning: "))
-    return lines + [f"warning: {w}" for w in warnings]
+    lines += [f"warning: {w}" for w in warnings]
+    if save is not None:
+        lines.append(save_measured(save, config, data, lines))
+    return lines
+
+
+# auto values that are counts and sizes found, not values the config could take instead of its auto
+MEASURED_ONLY = ("data.bad_pixels", "data.transform.descan")
+
+
+def save_measured(path: Path, config, data, lines: list[str]) -> str:
+    """Write what the calibration measured in the config's data to the HDF5 file ``path``: the group
+    ``detector`` as results.h5 has it (bad pixels, the orientation's and the parallax's measurements,
+    the descan, ...), ``calibration`` (each value and, beside it as ``<name>_source``, where it came
+    from), and the attributes ``auto_values`` (YAML: {key: value} of the calibration autos as measured,
+    the values to give the config to fix them), ``report`` (these lines) and ``config`` (YAML of the
+    config measured with). Returns the line that says so."""
+    import h5py
+    import yaml
+
+    from ptyacc.results.h5file import versions
+    from ptyacc.results.outdir import atomic_write
+
+    values = {key: value.item() if isinstance(value, np.generic) else value for key, value in data.autos.items()}
+    with atomic_write(Path(path), 1 << 20, "free space and run again") as tmp, h5py.File(tmp, "w") as f:
+        for name, array in data.detector.items():
+            f.create_dataset(f"detector/{name}", data=array)
+        group = f.create_group("calibration")
+        for name, (value, source) in data.calibration.items():
+            group.attrs[name], group.attrs[f"{name}_source"] = value, source
+        f.attrs["auto_values"] = yaml.safe_dump(values, sort_keys=True)
+        f.attrs["report"] = "\n".join(lines)
+        f.attrs["config"] = config.to_yaml()
+        f.attrs["source"] = str(data.source)
+        f.attrs["versions"] = yaml.safe_dump(versions(), sort_keys=True)
+    given = {key: value for key, value in values.items() if key not in MEASURED_ONLY}
+    if any(key in given for key in ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x")):
+        given["data.transform.orientation"] = "manual"  # the flags given are used only so
+    fixed = " ".join(f"--set {key}={value}" for key, value in given.items())
+    return (f"measured: written to {path} ({len(data.detector)} detector arrays, {len(values)} auto values)"
+            + (f"; to fix these autos at these values: {fixed}" if fixed else ""))
 
 
 def _overlap_lines(config, data, geometry) -> list[str]:

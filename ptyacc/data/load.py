@@ -15,14 +15,14 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config, resolved_upsample
-from ptyacc.data.bright_field import measured_radius_px
+from ptyacc.data.bright_field import measured_radius_px, repaired, sample_rows
 from ptyacc.data.calibration import SourceFacts, calibrate
 from ptyacc.data.dataset import PtychoData, keep_only
-from ptyacc.data.descan import Descanned, any_moved, measure_descan
+from ptyacc.data.descan import Descanned, any_moved, disk_centres, measure_descan
 from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
-from ptyacc.data.orientation import measure_orientation, middle_block
+from ptyacc.data.orientation import FLAGS, flag_matrix, measure_orientation, middle_block, rotation
 from ptyacc.data.parallax import MIN_SIDE, measure_parallax, stored_parallax
 from ptyacc.data.parallax_orientation import parallax_orientation
 from ptyacc.data.positions import raster_positions_A, turned_positions_A
@@ -112,10 +112,25 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
         elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
             turned = _orientation_checked(experiment, transform, source, calibration, file_mask,
                                           info.background if data.subtract_background else None)
+        background = info.background if data.subtract_background else None
         prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
+        flipped = Measured()
+        measured_flags = data.transform.orientation == "auto" and BASIS not in info.attrs
+        if prep.far_field and experiment.radiation == "electron" and measured_flags:  # given flips reverse, as said
+            unoriented = dataclasses.replace(prep, transpose=False, flip_y=False, flip_x=False)
+            offset = _disk_offset_px(source, len(calibration.positions_A), unoriented.mask(file_mask),
+                                     pattern_preparation(unoriented, name, data.nonfinite, data.negative, background,
+                                                         gain))
+            prep, flipped = _centred_orientation(prep, offset, experiment.scan_rotation_deg if rotation_auto else None)
+            if "scan_rotation_deg" in flipped.arrays:  # turned by 90 or 180 degrees with the flags
+                transform = dataclasses.replace(transform, transpose=prep.transpose, flip_y=prep.flip_y,
+                                                flip_x=prep.flip_x)
+                experiment = dataclasses.replace(experiment, scan_rotation_deg=float(flipped.arrays["scan_rotation_deg"]))
+                calibration = calibrate(experiment, facts, scan_shape)
+                calibration.sources["scan_rotation_deg"] = "fitted"
+                turned = Measured(turned.lines, {**turned.arrays, **flipped.arrays})
         shape = prep.shape
-        prepare = pattern_preparation(prep, name, data.nonfinite, data.negative,
-                                      info.background if data.subtract_background else None, gain)
+        prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
         mask = prep.mask(file_mask)
         radius_px = None
         if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
@@ -147,9 +162,9 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]),
-                                 checks=read_as + bad.lines + turned.lines + descan.lines + focus.lines
+                                 checks=read_as + bad.lines + turned.lines + flipped.lines + descan.lines + focus.lines
                                  + tuple(checks),
-                                 detector={**bad.arrays, **turned.arrays, **descan.arrays, **focus.arrays},
+                                 detector={**bad.arrays, **turned.arrays, **flipped.arrays, **descan.arrays, **focus.arrays},
                                  hold=choice, streamed=streamed,
                                  autos=_resolved(config, experiment, prep, nominal, calibration.aberrations,
                                                  {**bad.arrays, **descan.arrays}) if calibrating else {})
@@ -293,6 +308,62 @@ def _turned_by_parallax(source, calibration, positions_A: np.ndarray, shape, fla
     return (flags[0], not flags[1], not flags[2]), (
         f"; with these flags the bright-field parallax gives a defocus of {found.defocus_A:.1f} A, the nominal "
         f"{nominal:g} A's opposite sign: flip_y and flip_x toggled (the patterns turned by 180 deg)")
+
+
+FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
+RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
+# reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
+
+
+def _disk_offset_px(source, n_patterns: int, mask: np.ndarray | None, prepare) -> tuple[float, float]:
+    """(y, x) px from the zero frequency of the bright-field disk's centre in the mean of a sample of the
+    patterns ``prepare`` gives (model layout; ``mask`` the prepared detector mask, or None)."""
+    patterns = np.fft.fftshift(source.read(sample_rows(n_patterns, FLIP_SAMPLE), prepare).patterns, axes=(-2, -1))
+    mean = repaired(patterns.mean(0, dtype=np.float64))
+    centre = disk_centres(mean[None], None if mask is None else np.fft.fftshift(mask), mean)[0]
+    return float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2)
+
+
+def _centred_orientation(prep: Preparation, offset_px: tuple[float, float], rotation_deg: float | None
+                         ) -> tuple[Preparation, Measured]:
+    """``prep`` with its flips chosen to leave the bright-field disk, found ``offset_px`` (y, x) from the
+    zero frequency before the transpose and flips, nearest it (``Preparation.centre_after``); and what to
+    report. A flip that stands for the scan turned by 90 or 180 degrees must turn the patterns about
+    k = 0, one that undoes a detector read out backwards must reverse them; on an even size the two
+    differ by a pixel, which ``descan: auto`` would otherwise take for a descan. Where the data chose
+    the flags and the scan rotation (``rotation_deg`` given), the flags of the same handedness turned by
+    90, 180 or 270 degrees, with the rotation turned back, are taken instead where they bring the disk
+    RECENTRED_PX nearer (a detector read out backwards along an axis that the flags nearest a rotation
+    of 0 leave unflipped); the arrays then hold the new ``orientation_flags`` and ``scan_rotation_deg``."""
+    landed, about = prep.centre_after(offset_px)
+    chosen, arrays, said = dataclasses.replace(prep, flip_about_zero=about), {}, []
+    if rotation_deg is not None:
+        now, best = flag_matrix(prep.transpose, prep.flip_y, prep.flip_x), None
+        for flags in FLAGS:  # of those that bring it nearest, the one whose rotation is nearest 0
+            turn = flag_matrix(*flags) @ now.T @ rotation(rotation_deg)
+            candidate = dataclasses.replace(prep, transpose=flags[0], flip_y=flags[1], flip_x=flags[2])
+            moved, turned_about = candidate.centre_after(offset_px)
+            theta = math.degrees(math.atan2(turn[0, 1], turn[0, 0]))
+            rank = (round(math.hypot(*moved), 2), abs(theta))
+            if np.linalg.det(turn) > 0 and math.hypot(*moved) < math.hypot(*landed) - RECENTRED_PX and (
+                    best is None or rank < best[0]):
+                best = (rank, dataclasses.replace(candidate, flip_about_zero=turned_about), moved, flags, theta)
+        if best is not None:
+            _, chosen, landed, flags, theta = best
+            arrays = {"orientation_flags": np.array(flags), "scan_rotation_deg": np.float64(theta)}
+        if arrays:
+            t, fy, fx = (bool(v) for v in arrays["orientation_flags"])
+            said.append(f"orientation: transpose {t}, flip_y {fy}, flip_x {fx} and a scan rotation of "
+                        f"{float(arrays['scan_rotation_deg']):.2f} deg instead (the same up to a turn of the "
+                        f"patterns): they leave the bright-field disk, ({offset_px[0]:+.2f}, {offset_px[1]:+.2f}) px "
+                        f"(y, x) from the zero frequency as stored, {math.hypot(*landed):.2f} px from it")
+    if any(chosen.flip_about_zero):
+        axes = " and ".join(name for name, on in zip(("flip_y", "flip_x"), chosen.flip_about_zero, strict=True) if on)
+        said.append(f"{axes}: the patterns turned about the zero frequency, not reversed, which leaves the "
+                    f"bright-field disk 1 px nearer it (a flip that stands for the scan turned, not a detector read "
+                    f"out backwards)")
+        arrays["flip_about_zero"] = np.array(chosen.flip_about_zero)
+    return chosen, Measured(tuple(said), arrays)
 
 
 def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, reopen, in_model: bool = False):

@@ -8,7 +8,10 @@ Order (``data.transform`` and the ``data`` policies), on each chunk (c, ky, kx) 
    or starting at ``crop_offset`` [row, col] of the stored pattern
 3. NaN/Inf and negative values (``data.nonfinite``, ``data.negative``), pixel by pixel
 4. bin: sum ``bin`` x ``bin`` blocks (counts stay counts)
-5. orientation: transpose, then flip_y, then flip_x
+5. orientation: transpose, then flip_y, then flip_x; a flip reverses the pixels (i -> n - 1 - i) or, in
+   the far field with ``flip_about_zero``, turns them about the zero frequency (i -> n - i, modulo n,
+   on an even size), for flips the orientation auto measured: whichever leaves the bright-field
+   disk's centre nearer the zero frequency (``load._centred_orientation``)
 6. zero-pad to ``pad`` x ``pad`` pixels (``upsample`` K with ``upsample`` > 1), centred; the padded
    pixels are left out of the loss
 7. far field: ifftshift to the model's layout (zero frequency at [0, 0])
@@ -41,6 +44,11 @@ class Preparation:
     bin:        pixels summed along each axis
     pad:        final size after zero padding, or None
     far_field:  whether the patterns are diffraction patterns (ifftshifted at the end)
+    flip_about_zero: per axis (y, x), whether that axis's flip turns the pixels about the zero
+                frequency (n // 2) instead of reversing them. On an even size the two differ by one
+                pixel: reversing is the inverse of a detector read out backwards (its disk, centred
+                at n // 2, is stored at n // 2 - 1), turning is the exact image of k -> -k, which is
+                what a flip chosen only to bring the scan rotation near 0 stands for.
     """
 
     stored_shape: tuple[int, int]
@@ -52,6 +60,7 @@ class Preparation:
     flip_x: bool
     pad: int | None
     far_field: bool
+    flip_about_zero: tuple[bool, bool] = (False, False)
 
     @classmethod
     def from_config(cls, transform: TransformConfig, stored_shape: tuple[int, int], far_field: bool,
@@ -116,6 +125,28 @@ class Preparation:
             return stored_dx_A * self.bin
         return stored_dx_A * self.stored_shape[1] / (self.bin * self.shape[1])
 
+    def centre_after(self, offset_px: tuple[float, float]) -> tuple[tuple[float, float], tuple[bool, bool]]:
+        """Where a bright-field disk found ``offset_px`` (y, x) px from the zero frequency in patterns
+        prepared without transpose or flips lands after this preparation's, each flip the one of its two
+        (reversing, or turning about the zero frequency) that leaves it nearer the zero frequency; and
+        per axis (y, x) whether that is the turn. On an even size n reversing maps an offset o to
+        -o - 1, turning to -o; on an odd size both to -o (reversing is kept)."""
+        rows, cols = self.crop_shape[0] // self.bin, self.crop_shape[1] // self.bin
+        sizes = (cols, rows) if self.transpose else (rows, cols)
+        offsets = tuple(offset_px[::-1]) if self.transpose else tuple(offset_px)
+        landed, about = [], []
+        for offset, flipped, size in zip(offsets, (self.flip_y, self.flip_x), sizes, strict=True):
+            reversed_offset = -offset - (1 if size % 2 == 0 else 0)
+            turn = flipped and size % 2 == 0 and abs(-offset) < abs(reversed_offset)
+            landed.append(float(-offset if turn else reversed_offset if flipped else offset))
+            about.append(bool(turn))
+        return (landed[0], landed[1]), (about[0], about[1])
+
+    def keeping_centre(self, offset_px: tuple[float, float]) -> Preparation:
+        """This preparation with each flip chosen by ``centre_after`` for a disk found ``offset_px`` (y, x)
+        px from the zero frequency in patterns prepared without transpose or flips."""
+        return dataclasses.replace(self, flip_about_zero=self.centre_after(offset_px)[1])
+
     def crop(self, chunk: np.ndarray) -> np.ndarray:
         """(c, ky, kx) as stored -> (c, crop, crop), a view."""
         (r0, c0), (rows, cols) = self.crop_start, self.crop_shape
@@ -137,8 +168,12 @@ class Preparation:
             chunk = chunk.transpose(0, 2, 1)
         if self.flip_y:
             chunk = chunk[:, ::-1, :]
+            if self.flip_about_zero[0] and chunk.shape[1] % 2 == 0:
+                chunk = np.roll(chunk, 1, axis=1)
         if self.flip_x:
             chunk = chunk[:, :, ::-1]
+            if self.flip_about_zero[1] and chunk.shape[2] % 2 == 0:
+                chunk = np.roll(chunk, 1, axis=2)
         if self.pad is not None:
             chunk = self._padded(chunk)
         return np.fft.ifftshift(chunk, axes=(-2, -1)) if self.far_field else np.ascontiguousarray(chunk)

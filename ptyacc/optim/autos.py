@@ -199,14 +199,23 @@ def dark_field_fraction(mean_pattern: torch.Tensor, wavelength_A: float, semiang
                         mask: torch.Tensor | None = None) -> float:
     """The share of ``mean_pattern``'s (K, K) (unshifted) counts more than one pixel beyond the
     bright-field disk of the semi-angle, over the pixels where ``mask`` is 1: how strongly the
-    sample scatters (a thin sample of light atoms: about 1 %; 40 Å of SrTiO3 at 300 kV: 8 %)."""
+    sample scatters (a thin sample of light atoms: about 1 %; 40 Å of SrTiO3 at 300 kV: 8 %). The
+    disk is taken where it lies, its centre the mean of the pixels above half the brightest: patterns
+    whose descan the model takes (``descan_model: ramp``) keep it off k = 0, and a pixel's offset
+    would put a crescent of the disk beyond its edge."""
     n = mean_pattern.shape[-1]
-    k = torch.fft.fftfreq(n, d=1.0 / (n * dk), dtype=torch.float64)
-    r = torch.sqrt(k[:, None] ** 2 + k[None, :] ** 2) / dk
     pattern = mean_pattern.to(torch.float64) * (1.0 if mask is None else mask.to(torch.float64))
     total = float(pattern.sum())
+    if total <= 0:
+        return 0.0
+    k_px = torch.fft.fftfreq(n, d=1.0 / n, dtype=torch.float64)  # signed pixels from k = 0
+    bright = pattern > pattern.max() / 2
+    weight = float(bright.sum())
+    centre_y = float((k_px[:, None] * bright).sum()) / weight
+    centre_x = float((k_px[None, :] * bright).sum()) / weight
+    r_px = torch.sqrt((k_px[:, None] - centre_y) ** 2 + (k_px[None, :] - centre_x) ** 2)
     outside = semiangle_mrad * 1e-3 / wavelength_A / dk + 1.0
-    return float(pattern[r > outside].sum()) / total if total > 0 else 0.0
+    return float(pattern[r_px > outside].sum()) / total
 
 
 # the share of the counts beyond the bright-field disk above which the amplitude loss is taken on

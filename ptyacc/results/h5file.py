@@ -45,7 +45,9 @@ results.h5 layout (a public contract; add, never rename):
   where the patterns were left as read and the model moved its predictions instead (``descan_model:
   ramp``; the shifts then those the model applies); ``scan_rotation_deg`` float64 ()
   and ``orientation_flags`` bool (3,) (transpose, flip_y, flip_x) measured from the centre of mass
-  (``experiment.scan_rotation_deg: auto``, ``data.transform.orientation: auto`` in a file without basis vectors)
+  (``experiment.scan_rotation_deg: auto``, ``data.transform.orientation: auto`` in a file without basis vectors);
+  ``flip_about_zero`` bool (2,) (y, x), present where a flip turned the patterns about the zero frequency
+  instead of reversing them (``prepare.Preparation.flip_about_zero``)
 - group ``probe_variation`` (``model.probe_variation``): ``modes`` complex64 (V + 1, K, K), the first
   probe mode P_0 (the mean probe) and the V eigen-probes E_k, and ``weights`` float64 (N, V + 1): the
   first probe mode at position j is sum_k weights[j, k] modes[k] (``ptyacc/quantities/probe_variation.py``)
