@@ -32,7 +32,7 @@ from ptyacc.data.readers import open_patterns, read_hdf5_array
 from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
 from ptyacc.data.stored_scan import raster_or_positions
-from ptyacc.data.trouble import CURL_CLEAR, ROTATION_OFF_DEG, com_warnings, parallax_warnings, weak_orientation_warning
+from ptyacc.data.trouble import CURL_CLEAR, DEFOCUS_OFF, ROTATION_OFF_DEG, com_warnings, parallax_warnings, weak_orientation_warning
 from ptyacc.errors import ConfigError, DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
@@ -399,9 +399,16 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                                   1.0 / (k * dx_A), prepare, mask)
     warnings = tuple(parallax_warnings(found, None, None if rotation_auto else calibration.values["scan_rotation_deg"],
                                        flags_measured))
-    if (found is None or not found.reliable) and searched_A is None and nominal is not None and steps is not None:
+    usable = found is not None and found.reliable
+    if usable and searched_A is not None and abs(found.defocus_A - searched_A) > DEFOCUS_OFF * abs(searched_A):
+        # the orientation came from the Fourier search because the counts are few: a real-space fit that
+        # disagrees with it is the groups' noise (the calibration matrix's c50, 1e3 counts: 81 A for 139, and a
+        # 13 degree turn that undid the search's right rotation)
+        usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {searched_A:.1f} A of the Fourier "
+                                 "regions' coherence that gave the orientation")
+    if not usable and searched_A is None and nominal is not None and steps is not None:
         searched_A = _overlap_defocus(source, calibration, steps, prepare, mask, dx_A, k, nominal)
-    if (found is None or not found.reliable) and searched_A is not None:
+    if not usable and searched_A is not None:
         defocus = searched_A + depth_A
         return {"C10": -defocus}, 0.0, Measured((
             f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "

@@ -19,7 +19,7 @@ out 11-22 % low on three of the calibration matrix's cases whose shifts reach ha
 without one 5-10 % low.
 
 J(G, c) = J(-G, -c), so the search takes c > 0 and G over both handednesses and all angles
-(ANGLE_STEP_DEG, then FINE_STEP_DEG about the best), c over SCALES times
+(ANGLE_STEP_DEG, then FINE_STEP_DEG within FINE_SPAN_DEG of the best), c over SCALES times
 lambda |nominal defocus|; the nominal defocus's sign then picks G or -G. The peak's ``contrast``
 (its height over the median J of the search, against the best candidate at least APART_DEG away or
 of the other handedness) says how clearly it stands out.
@@ -39,7 +39,8 @@ from ptyacc.data.parallax import disk_centre
 from ptyacc.errors import DataError
 
 ANGLE_STEP_DEG = 3.0
-FINE_STEP_DEG = 0.25
+FINE_STEP_DEG = 0.5
+FINE_SPAN_DEG = 8.0  # the fine search's reach either side of the coarse peak (the coarse one's few pixels can miss by 5)
 SCALES = np.exp(np.linspace(math.log(0.5), math.log(2.0), 29))  # of lambda |nominal defocus|: 5 % apart
 FINE_SCALES = np.exp(np.linspace(-0.06, 0.06, 13))  # about the best: 1 % apart
 COARSE_PIXELS, PIXELS = 192, 768  # disk pixels used (evenly picked) in the coarse and the fine search
@@ -150,7 +151,7 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
     floor = float(np.median(table))
     contrast = (table.max() - floor) / max(rival - floor, 1e-30 * abs(floor) + 1e-300)
     fine = _Frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, PIXELS, FREQUENCIES)
-    fine_angles = angles[at] + np.arange(-ANGLE_STEP_DEG, ANGLE_STEP_DEG + 1e-9, FINE_STEP_DEG)
+    fine_angles = angles[at] + np.arange(-FINE_SPAN_DEG, FINE_SPAN_DEG + 1e-9, FINE_STEP_DEG)
     fine_scales = base * SCALES[scale_at] * FINE_SCALES
     refined = np.array([fine.coherence(candidate(a, handed), fine_scales) for a in fine_angles])
     i, j = np.unravel_index(int(np.argmax(refined)), refined.shape)
