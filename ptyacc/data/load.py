@@ -24,7 +24,7 @@ from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import measure_orientation, middle_block
 from ptyacc.data.overlap_orientation import overlap_defocus, overlap_orientation
-from ptyacc.data.parallax import MIN_SIDE, measure_parallax, stored_parallax
+from ptyacc.data.parallax import MIN_EDGE_PHASE, MIN_SIDE, measure_parallax, stored_parallax
 from ptyacc.data.parallax_orientation import parallax_orientation
 from ptyacc.data.positions import raster_positions_A, turned_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
@@ -32,7 +32,14 @@ from ptyacc.data.readers import open_patterns, read_hdf5_array
 from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
 from ptyacc.data.stored_scan import raster_or_positions
-from ptyacc.data.trouble import CURL_CLEAR, DEFOCUS_OFF, ROTATION_OFF_DEG, com_warnings, parallax_warnings, weak_orientation_warning
+from ptyacc.data.trouble import (
+    CURL_CLEAR,
+    DEFOCUS_OFF,
+    ROTATION_OFF_DEG,
+    com_warnings,
+    parallax_warnings,
+    weak_orientation_warning,
+)
 from ptyacc.errors import ConfigError, DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
@@ -406,7 +413,10 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         # 13 degree turn that undid the search's right rotation)
         usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {searched_A:.1f} A of the Fourier "
                                  "regions' coherence that gave the orientation")
-    if not usable and searched_A is None and nominal is not None and steps is not None:
+    semiangle_rad = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3
+    if (not usable and searched_A is None and nominal is not None and steps is not None
+            and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
+        # a nominal defocus too small for the parallax is too small for the coherence's scale search too
         searched_A = _overlap_defocus(source, calibration, steps, prepare, mask, dx_A, k, nominal)
     if not usable and searched_A is not None:
         defocus = searched_A + depth_A
