@@ -283,21 +283,32 @@ def weak_com(found) -> bool:
     return found.curl_left > CURL_CLEAR or spread > ROTATION_OFF_DEG
 
 
-def _overlap_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
-                      background: np.ndarray | None, near_deg: float):
-    """The orientation and defocus the Fourier regions' coherence of the stored patterns gives on the scan's
-    own positions ``base_A`` (N, 2) Å near the raster ``shape`` (``overlap_orientation.py``), the rotation
-    nearest ``near_deg``; None without a nominal defocus or a raster grid."""
+def _stored_middle(source, calibration, base_A: np.ndarray, shape, background: np.ndarray | None):
+    """The stored patterns of the middle block of the raster ``shape`` (``middle_block``) less ``background``,
+    the block's shape, the step vectors of the scan's own positions ``base_A`` (N, 2) Å on that raster, the
+    stored dk (1/Å) and the nominal defocus (Å); None without a nominal defocus, a stored pixel size or a
+    raster grid."""
     nominal = -calibration.aberrations.get("C10", 0.0)
-    if nominal == 0 or calibration.stored_dx_A is None:
+    if nominal == 0 or calibration.stored_dx_A is None or shape is None:
         return None
     steps = scan_grid_steps(base_A, shape)
     if steps is None:
         return None
     rows, block = middle_block(tuple(shape))
     patterns = source.read(rows, None if background is None else (lambda chunk: chunk - background)).patterns
-    return overlap_orientation(patterns, block, steps, calibration.wavelength_A,
-                               1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal, file_mask, near_deg)
+    return patterns, block, steps, 1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal
+
+
+def _overlap_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
+                      background: np.ndarray | None, near_deg: float):
+    """The orientation and defocus the Fourier regions' coherence of the stored patterns gives on the scan's
+    own positions ``base_A`` (N, 2) Å near the raster ``shape`` (``overlap_orientation.py``), the rotation
+    nearest ``near_deg``; None without a nominal defocus or a raster grid."""
+    read = _stored_middle(source, calibration, base_A, shape, background)
+    if read is None:
+        return None
+    patterns, block, steps, dk_invA, nominal = read
+    return overlap_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, file_mask, near_deg)
 
 
 def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
@@ -306,17 +317,12 @@ def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask
     ``base_A`` (N, 2) Å (the nominal raster, or positions near the raster ``shape``; ``parallax_orientation.py``),
     the nominal defocus telling the patterns from their 180-degree turn; None where there is no nominal
     defocus, no raster grid or the parallax cannot tell."""
-    nominal = -calibration.aberrations.get("C10", 0.0)
     semiangle = calibration.values.get("semiangle_mrad")
-    if nominal == 0 or calibration.stored_dx_A is None or not semiangle or shape is None:
+    read = None if not semiangle else _stored_middle(source, calibration, base_A, shape, background)
+    if read is None:
         return None
-    steps = scan_grid_steps(base_A, shape)
-    if steps is None:
-        return None
-    rows, block = middle_block(tuple(shape))
-    patterns = source.read(rows, None if background is None else (lambda chunk: chunk - background)).patterns
-    return parallax_orientation(patterns, block, steps, calibration.wavelength_A,
-                                1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal, semiangle * 1e-3,
+    patterns, block, steps, dk_invA, nominal = read
+    return parallax_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, semiangle * 1e-3,
                                 file_mask)
 
 

@@ -121,6 +121,18 @@ class _Frequencies:
         return out
 
 
+def _frequencies(patterns: np.ndarray, shape: tuple[int, int], steps_A: np.ndarray, dk_invA: float,
+                 good: np.ndarray | None, nominal_defocus_A: float, pixels: int, frequencies: int) -> _Frequencies | None:
+    """The ``_Frequencies`` of the patterns; None without a nominal defocus, a disk, or four scan frequencies."""
+    if not nominal_defocus_A:
+        return None
+    try:
+        found = _Frequencies(patterns, shape, steps_A, dk_invA, good, pixels, frequencies)
+    except DataError:
+        return None
+    return found if len(found.u) >= 4 else None
+
+
 def candidate(angle_deg: float, handed: int) -> np.ndarray:
     """G = R(angle) for ``handed`` 0, R(angle) times the transpose for 1."""
     return rotation(angle_deg) @ (SWAP if handed else np.eye(2))
@@ -133,13 +145,9 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
     ``scan_shape`` (rows the slow axis) with the nominal step vectors ``nominal_steps_A`` (columns,
     rows y, x in Å), ``good`` (K, K) the stored detector mask; the rotation the one of the four flags of
     the found handedness nearest ``near_deg``. None without a nominal defocus or a disk to find."""
-    if not nominal_defocus_A:
-        return None
-    try:
-        coarse = _Frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, COARSE_PIXELS, COARSE_FREQUENCIES)
-    except DataError:
-        return None
-    if len(coarse.u) < 4:
+    coarse = _frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, nominal_defocus_A, COARSE_PIXELS,
+                          COARSE_FREQUENCIES)
+    if coarse is None:
         return None
     base = wavelength_A * abs(nominal_defocus_A)
     angles = np.arange(0.0, 360.0, ANGLE_STEP_DEG)
@@ -150,7 +158,7 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
     rival = max(best[1 - handed].max(), best[handed][gap >= APART_DEG].max())
     floor = float(np.median(table))
     contrast = (table.max() - floor) / max(rival - floor, 1e-30 * abs(floor) + 1e-300)
-    fine = _Frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, PIXELS, FREQUENCIES)
+    fine = _frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, nominal_defocus_A, PIXELS, FREQUENCIES)
     fine_angles = angles[at] + np.arange(-FINE_SPAN_DEG, FINE_SPAN_DEG + 1e-9, FINE_STEP_DEG)
     fine_scales = base * SCALES[scale_at] * FINE_SCALES
     refined = np.array([fine.coherence(candidate(a, handed), fine_scales) for a in fine_angles])
@@ -176,13 +184,8 @@ def overlap_defocus(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: 
     (prepared: G the identity) on a raster ``scan_shape`` with step vectors ``steps_A`` (columns, rows y, x
     in Å): the c of the largest J(I, c) over SCALES then FINE_SCALES about it; None without a nominal defocus,
     a disk, or where the best lies at either end of SCALES."""
-    if not nominal_defocus_A:
-        return None
-    try:
-        found = _Frequencies(patterns, scan_shape, steps_A, dk_invA, good, PIXELS, FREQUENCIES)
-    except DataError:
-        return None
-    if len(found.u) < 4:
+    found = _frequencies(patterns, scan_shape, steps_A, dk_invA, good, nominal_defocus_A, PIXELS, FREQUENCIES)
+    if found is None:
         return None
     g = math.copysign(1.0, nominal_defocus_A) * np.eye(2)
     base = wavelength_A * abs(nominal_defocus_A)
