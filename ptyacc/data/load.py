@@ -261,7 +261,10 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
         if chosen is None:
             warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
-    if chosen is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE and grid is not None:
+    # the search's flags already carry the nominal defocus's sign: no second turn by 180 degrees
+    searched_flags = "overlap_defocus_A" in arrays
+    if (chosen is None and not searched_flags and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE
+            and grid is not None):
         flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
                                           grid, flags, file_mask, background)
         line += said
