@@ -32,6 +32,7 @@ translation between its positions' frame and the truth's (the means of the posit
     python benchmarks/calibration_matrix/matrix.py --quick                   # one case of each kind
     python benchmarks/calibration_matrix/matrix.py --cases c07 c12 --rerun   # these cases again
     python benchmarks/calibration_matrix/matrix.py --table                   # the table from the cache
+    python benchmarks/calibration_matrix/matrix.py --measure --cases c06     # the autos' calibration, no run
 
 Files go to ``--cache`` (default /tmp/ptyacc-matrix): ``data/<case>.h5`` (simulated once),
 ``runs/<case>__<variant>/`` (config, results.h5, run.log) and ``results/<case>__<variant>.json``
@@ -513,6 +514,33 @@ def _short(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def measured(case: Case, cache: Path) -> str:
+    """The calibration the autos find on ``case``'s file without a reconstruction (``load_data`` with every
+    calibration auto, as ``init`` writes them) against the truth, one line: the angle between the found and
+    the true R(theta)^T F (the map from the stored patterns' frame to the nominal raster's, all the data fix;
+    "mirrored" where they differ by a mirror), the defocus and the run's warnings."""
+    from ptyacc.config import load_config
+    from ptyacc.data.load import load_data
+    from ptyacc.data.orientation import flag_matrix, rotation
+
+    data = cache / "data" / f"{case.name}.h5"
+    if not data.is_file():
+        write_case(case, data)
+    config = {"data": {"path": str(data), "bad_pixels": "auto", "transform": {"orientation": "auto", "descan": "auto"}},
+              "experiment": {"defocus_A": "auto", "scan_rotation_deg": "auto"}}
+    loaded = load_data(load_config(config))
+    autos = loaded.autos
+    found = rotation(autos["experiment.scan_rotation_deg"]).T @ flag_matrix(
+        autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    difference = found @ (rotation(case.rotation_deg).T @ flag_matrix(case.transpose, case.flip_y, case.flip_x)).T
+    angle = math.degrees(math.atan2(difference[1, 0], difference[0, 0]))
+    defocus = autos["experiment.defocus_A"]
+    warnings = sum(line.startswith("warning:") for line in loaded.checks)
+    return (f"{case.name} frame {angle:+7.2f} deg{' mirrored' if np.linalg.det(difference) < 0 else ''} defocus "
+            f"{defocus:7.1f} A (true {case.defocus_A:.1f}, {(defocus - case.defocus_A) / abs(case.defocus_A):+.0%}) "
+            f"warnings {warnings}  [{case.describe()}]")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ptyacc-matrix"), help="data, runs and results go here")
@@ -525,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", action="store_true", help="write the table from the cache and stop")
     parser.add_argument("--rescore", action="store_true", help="with --table: score the cached results.h5 again first")
     parser.add_argument("--list", action="store_true", help="print the cases and stop")
+    parser.add_argument("--measure", action="store_true",
+                        help="the calibration the autos find on each case against the truth, no reconstruction")
     args = parser.parse_args(argv)
     every = cases()
     chosen = quick_cases(every) if args.quick else every
@@ -533,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for case in chosen:
             print(case.name, case.describe(), "wrong: " + " ".join(case.wrong) if case.wrong else "")
+        return 0
+    if args.measure:
+        for case in chosen:
+            print(measured(case, args.cache), flush=True)
         return 0
     if not args.table:
         os.environ["OMP_NUM_THREADS"] = "1"

@@ -23,7 +23,8 @@ from ptyacc.data.detector import good_pixels, measure_bad_pixels
 from ptyacc.data.flat_field import read_flat_field
 from ptyacc.data.hold import hold_patterns
 from ptyacc.data.orientation import FLAGS, flag_matrix, measure_orientation, middle_block, rotation
-from ptyacc.data.parallax import MIN_SIDE, measure_parallax, stored_parallax
+from ptyacc.data.overlap_orientation import overlap_defocus, overlap_orientation
+from ptyacc.data.parallax import MIN_EDGE_PHASE, MIN_SIDE, measure_parallax, stored_parallax
 from ptyacc.data.parallax_orientation import parallax_orientation
 from ptyacc.data.positions import raster_positions_A, turned_positions_A
 from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
@@ -31,7 +32,14 @@ from ptyacc.data.readers import open_patterns, read_hdf5_array
 from ptyacc.data.sanity import calibration_checks, scan_grid_steps
 from ptyacc.data.simulate import simulate_dataset
 from ptyacc.data.stored_scan import raster_or_positions
-from ptyacc.data.trouble import com_warnings, parallax_warnings
+from ptyacc.data.trouble import (
+    CURL_CLEAR,
+    DEFOCUS_OFF,
+    ROTATION_OFF_DEG,
+    com_warnings,
+    parallax_warnings,
+    weak_orientation_warning,
+)
 from ptyacc.errors import ConfigError, DataError
 
 Keep = Callable[[np.ndarray], np.ndarray]
@@ -147,7 +155,8 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             experiment, calibration, focus = _with_parallax(experiment, calibration, facts, scan_shape, radius_px,
                                                             (source, prepare, mask, dx_A, shape[-1]), rotation_auto,
                                                             turned.arrays.get("orientation_skew"), depth_A,
-                                                            data.transform.orientation == "auto")
+                                                            data.transform.orientation == "auto",
+                                                            turned.arrays.get("overlap_defocus_A"))
         elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
             focus = _parallax_checked(experiment, calibration, (source, prepare, mask, dx_A, shape[-1]),
                                       rotation_auto, data.transform.orientation == "auto")
@@ -249,14 +258,28 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
-    warnings = []
+    warnings, arrays = [], {}
+    if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
+        # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
+        # Fourier regions' coherence sums every pixel and frequency
+        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
+        if searched is not None and searched.clear:
+            flags, rotation_deg = searched.flags, searched.rotation_deg
+            line += f"; {searched.line()}: these are used"
+            arrays["overlap_defocus_A"] = np.float64(searched.defocus_A)
+        else:
+            line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
+            warnings.append(weak_orientation_warning(found, chosen))
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
         if chosen is None:
             warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
-    if chosen is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE and grid is not None:
+    # the search's flags already carry the nominal defocus's sign: no second turn by 180 degrees
+    searched_flags = "overlap_defocus_A" in arrays
+    if (chosen is None and not searched_flags and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE
+            and grid is not None):
         flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
                                           grid, flags, file_mask, background)
         line += said
@@ -265,7 +288,45 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
                                         flip_x=flags[2])
     return experiment, transform, Measured((line, *warnings), {"scan_rotation_deg": np.float64(rotation_deg),
                                                       "orientation_flags": np.array(flags),
-                                                      "orientation_skew": np.float64(found.skew)})
+                                                      "orientation_skew": np.float64(found.skew), **arrays})
+
+
+PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
+
+
+def weak_com(found) -> bool:
+    """Whether the centre of mass's orientation ``found`` is mostly noise: much curl left at its best angle, or
+    the scan's halves more than ROTATION_OFF_DEG apart."""
+    spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
+    return found.curl_left > CURL_CLEAR or spread > ROTATION_OFF_DEG
+
+
+def _stored_middle(source, calibration, base_A: np.ndarray, shape, background: np.ndarray | None):
+    """The stored patterns of the middle block of the raster ``shape`` (``middle_block``) less ``background``,
+    the block's shape, the step vectors of the scan's own positions ``base_A`` (N, 2) Å on that raster, the
+    stored dk (1/Å) and the nominal defocus (Å); None without a nominal defocus, a stored pixel size or a
+    raster grid."""
+    nominal = -calibration.aberrations.get("C10", 0.0)
+    if nominal == 0 or calibration.stored_dx_A is None or shape is None:
+        return None
+    steps = scan_grid_steps(base_A, shape)
+    if steps is None:
+        return None
+    rows, block = middle_block(tuple(shape))
+    patterns = source.read(rows, None if background is None else (lambda chunk: chunk - background)).patterns
+    return patterns, block, steps, 1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal
+
+
+def _overlap_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
+                      background: np.ndarray | None, near_deg: float):
+    """The orientation and defocus the Fourier regions' coherence of the stored patterns gives on the scan's
+    own positions ``base_A`` (N, 2) Å near the raster ``shape`` (``overlap_orientation.py``), the rotation
+    nearest ``near_deg``; None without a nominal defocus or a raster grid."""
+    read = _stored_middle(source, calibration, base_A, shape, background)
+    if read is None:
+        return None
+    patterns, block, steps, dk_invA, nominal = read
+    return overlap_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, file_mask, near_deg)
 
 
 def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
@@ -274,17 +335,12 @@ def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask
     ``base_A`` (N, 2) Å (the nominal raster, or positions near the raster ``shape``; ``parallax_orientation.py``),
     the nominal defocus telling the patterns from their 180-degree turn; None where there is no nominal
     defocus, no raster grid or the parallax cannot tell."""
-    nominal = -calibration.aberrations.get("C10", 0.0)
     semiangle = calibration.values.get("semiangle_mrad")
-    if nominal == 0 or calibration.stored_dx_A is None or not semiangle or shape is None:
+    read = None if not semiangle else _stored_middle(source, calibration, base_A, shape, background)
+    if read is None:
         return None
-    steps = scan_grid_steps(base_A, shape)
-    if steps is None:
-        return None
-    rows, block = middle_block(tuple(shape))
-    patterns = source.read(rows, None if background is None else (lambda chunk: chunk - background)).patterns
-    return parallax_orientation(patterns, block, steps, calibration.wavelength_A,
-                                1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal, semiangle * 1e-3,
+    patterns, block, steps, dk_invA, nominal = read
+    return parallax_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, semiangle * 1e-3,
                                 file_mask)
 
 
@@ -383,11 +439,13 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
-                   rotation_auto: bool, skew: np.ndarray | None, depth_A: float = 0.0, flags_measured: bool = True):
+                   rotation_auto: bool, skew: np.ndarray | None, depth_A: float = 0.0, flags_measured: bool = True,
+                   searched_A: np.ndarray | None = None):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
-    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width), and
-    what to report."""
-    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured)
+    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; ``searched_A``
+    the Fourier regions' defocus, used where the parallax cannot tell), and what to report."""
+    found, turn_deg, focus = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured,
+                                        None if searched_A is None else float(searched_A))
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -404,8 +462,8 @@ SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choic
 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
-               skew: np.ndarray | None, depth_A: float = 0.0, flags_measured: bool = True
-               ) -> tuple[dict[str, float], float, Measured]:
+               skew: np.ndarray | None, depth_A: float = 0.0, flags_measured: bool = True,
+               searched_A: float | None = None) -> tuple[dict[str, float], float, Measured]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
     more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
@@ -428,6 +486,25 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                                   1.0 / (k * dx_A), prepare, mask)
     warnings = tuple(parallax_warnings(found, None, None if rotation_auto else calibration.values["scan_rotation_deg"],
                                        flags_measured))
+    usable = found is not None and found.reliable
+    if usable and searched_A is not None and abs(found.defocus_A - searched_A) > DEFOCUS_OFF * abs(searched_A):
+        # the orientation came from the Fourier search because the counts are few: a real-space fit that
+        # disagrees with it is the groups' noise (the calibration matrix's c50, 1e3 counts: 81 A for 139, and a
+        # 13 degree turn that undid the search's right rotation)
+        usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {searched_A:.1f} A of the Fourier "
+                                 "regions' coherence that gave the orientation")
+    semiangle_rad = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3
+    if (not usable and searched_A is None and nominal is not None and steps is not None
+            and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
+        # a nominal defocus too small for the parallax is too small for the coherence's scale search too
+        searched_A = _overlap_defocus(source, calibration, steps, prepare, mask, dx_A, k, nominal)
+    if not usable and searched_A is not None:
+        defocus = searched_A + depth_A
+        return {"C10": -defocus}, 0.0, Measured((
+            f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
+            f"{defocus:.1f} A of the Fourier regions' coherence (with the orientation) is used"
+            f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
+            *warnings), {"parallax_defocus_A": np.array([defocus, np.nan])})
     if found is None or not found.reliable:
         measured = "" if found is None else f"measured {found.summary()}, "
         kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
@@ -466,6 +543,17 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     if turn:
         arrays["scan_rotation_deg"] = np.float64((calibration.values["scan_rotation_deg"] + turn + 180.0) % 360.0 - 180.0)
     return found_aberrations, turn, Measured((line, *warnings), arrays)
+
+
+def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np.ndarray | None, dx_A: float, k: int,
+                     nominal_A: float) -> float | None:
+    """The defocus the Fourier regions' coherence of the prepared patterns gives (``overlap_orientation``'s
+    ``overlap_defocus``, the orientation taken as right), for where the real-space parallax cannot tell
+    (few counts, or shifts large against the scan); None where it cannot either."""
+    rows, block = middle_block(tuple(calibration.scan_shape))
+    centred = np.fft.fftshift(source.read(rows, prepare).patterns, axes=(-2, -1))
+    good = None if mask is None else np.fft.fftshift(np.asarray(mask, dtype=bool))
+    return overlap_defocus(centred, block, steps_A, calibration.wavelength_A, 1.0 / (k * dx_A), nominal_A, good)
 
 
 def _orientation_checked(experiment, transform, source, calibration, file_mask: np.ndarray | None,

@@ -52,15 +52,16 @@ class Scale:
     found: bool
 
 
-def pixel_frequencies(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int]) -> Iterator[np.ndarray]:
-    """The scan's Fourier transforms (Hann-windowed) of the virtual images of the ``inside`` pixels of centred
-    (n, K, K) patterns, each pattern divided by its total, each image by its mean: (P_chunk, ny, nx) complex128
-    blocks of at most CHUNK pixels in turn, so that no more than a block is held (P (ny, nx) transforms of a
-    64 x 64 raster are 64 MiB)."""
+def pixel_frequencies(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int],
+                      windowed: bool = True) -> Iterator[np.ndarray]:
+    """The scan's Fourier transforms (Hann-windowed unless not ``windowed``) of the virtual images of the
+    ``inside`` pixels of centred (n, K, K) patterns, each pattern divided by its total, each image by its mean:
+    (P_chunk, ny, nx) complex128 blocks of at most CHUNK pixels in turn, so that no more than a block is held
+    (P (ny, nx) transforms of a 64 x 64 raster are 64 MiB)."""
     ny, nx = shape
     flat = centred.reshape(len(centred), -1)
     totals = np.maximum(flat.sum(1, dtype=np.float64), 1e-30)
-    window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :]
+    window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :] if windowed else np.ones((ny, nx))
     columns = np.nonzero(inside.ravel())[0]
     for start in range(0, len(columns), CHUNK):
         chosen = columns[start:start + CHUNK]

@@ -14,6 +14,9 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   sign, or more than DEFOCUS_OFF of its size (and three standard errors) away, says
   ``experiment.defocus_A`` is off; phi beyond ROTATION_OFF_DEG says the rotation is; a fit whose mirror
   part outweighs its rotating part SURE times says the patterns are mirrored.
+- A scan rotation and transpose/flip measured from a centre of mass that is mostly noise (curl left over
+  CURL_CLEAR, or the scan's halves more than ROTATION_OFF_DEG apart) where no parallax could tell them:
+  the orientation may be wrong, and the run says so.
 - The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
   more for a detector's effects the model leaves out) above DEVIANCE_HIGH: the model does not explain
   the data.
@@ -28,7 +31,7 @@ import numpy as np
 
 from ptyacc.data.orientation import Orientation, flag_matrix, rotation
 from ptyacc.data.parallax import MAX_MISFIT, Parallax
-from ptyacc.data.parallax_orientation import SURE, conformal_parts
+from ptyacc.data.parallax_orientation import SURE, ParallaxOrientation, conformal_parts
 
 ROTATION_OFF_DEG = 5.0  # a scan rotation this far from the data's is said
 CURL_CLEAR = 0.5  # share of curl left at the best angle under which the centre of mass tells the angle
@@ -71,6 +74,21 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
                     f"against the detector, {-off:+.1f} deg from experiment.scan_rotation_deg {rotation_deg:g} "
                     f"(halves of the scan +-{spread:.1f} deg): set experiment.scan_rotation_deg: auto {AUTO}")
     return said
+
+
+def weak_orientation_warning(found: Orientation, parallax: ParallaxOrientation | None = None) -> str:
+    """The warning for a scan rotation and transpose/flip taken from a centre of mass ``found`` that is mostly
+    noise, or from the real-space ``parallax`` where its handedness was barely told, with no clear Fourier
+    search to confirm them."""
+    spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
+    source = (f"the bright-field parallax, whose handedness is only {parallax.ratio:.1f} times the other's, "
+              if parallax is not None else "")
+    return (f"warning: the scan rotation and the transpose/flip come from {source or 'a centre of mass that is '}"
+            f"{'beside a centre of mass ' if source else ''}mostly noise (curl left {found.curl_left:.2f} of the worst "
+            f"angle's, the scan's halves +-{spread:.1f} deg apart), and the Fourier regions' search found no clear "
+            "peak: the reconstruction may be turned or "
+            "mirrored against the truth; set experiment.scan_rotation_deg and data.transform.transpose, flip_y, "
+            "flip_x by hand if they are known, or check the result against a second orientation")
 
 
 def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,

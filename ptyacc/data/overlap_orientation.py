@@ -1,0 +1,202 @@
+"""The patterns' transpose/flip against the scan, the scan's rotation and the defocus, searched in
+Fourier space (``data.transform.orientation: auto``, ``experiment.scan_rotation_deg: auto``,
+``experiment.defocus_A: auto``), where the centre of mass is mostly noise and the real-space
+parallax cannot align its pixel groups' images (few counts, or shifts large against the scan).
+
+The bright-field pixel k (1/Å, stored detector frame, from the disk's centre) sees the sample moved by
+s = M k with M = lambda defocus G, G = R(theta)^T F (``parallax_orientation.py``: the flags F and the
+rotation theta of the nominal raster). At scan frequency u (1/Å, nominal raster) and pixel k the
+image is then exp(-2 pi i u . M k) times a bracket that is constant over each of the three regions
+of k where k - w, k + w or both lie in the disk, w = G^T u (``overlap_focus.py``; the disk is
+round, so only w's length and direction against k matter). So the coherence
+
+    J(G, c) = sum_u sum_regions |sum_{k in region} I(k, u) exp(2 pi i c w . k)|^2 / (pixels in the region),
+
+c = lambda defocus, is largest at the true G and c, while the noise adds the same expected amount
+to J at every (G, c): with many pixels and frequencies summed it tells the orientation from data
+whose every single image is noise. The images are not windowed: with a Hann window the defocus came
+out 11-22 % low on three of the calibration matrix's cases whose shifts reach half the raster's side,
+without one 5-10 % low.
+
+J(G, c) = J(-G, -c), so the search takes c > 0 and G over both handednesses and all angles
+(ANGLE_STEP_DEG, then FINE_STEP_DEG within FINE_SPAN_DEG of the best), c over SCALES times
+lambda |nominal defocus|; the nominal defocus's sign then picks G or -G. The peak's ``contrast``
+(its height over the median J of the search, against the best candidate at least APART_DEG away or
+of the other handedness) says how clearly it stands out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptyacc.data.bright_field import bright_field_radius_px, repaired
+from ptyacc.data.orientation import FLAGS, flag_matrix, rotation
+from ptyacc.data.overlap_focus import MARGIN_PX, pixel_frequencies
+from ptyacc.data.parallax import disk_centre
+from ptyacc.errors import DataError
+
+ANGLE_STEP_DEG = 3.0
+FINE_STEP_DEG = 0.5
+FINE_SPAN_DEG = 8.0  # the fine search's reach either side of the coarse peak (the coarse one's few pixels can miss by 5)
+SCALES = np.exp(np.linspace(math.log(0.5), math.log(2.0), 29))  # of lambda |nominal defocus|: 5 % apart
+FINE_SCALES = np.exp(np.linspace(-0.06, 0.06, 13))  # about the best: 1 % apart
+COARSE_PIXELS, PIXELS = 192, 768  # disk pixels used (evenly picked) in the coarse and the fine search
+COARSE_FREQUENCIES, FREQUENCIES = 80, 240  # scan frequencies of most power used
+APART_DEG = 20.0  # a rival peak lies at least this far from the best (or has the other handedness)
+CLEAR = 1.5  # the best peak's height over the median, against the rival's, above which the search decides
+SWAP = np.array([[0.0, 1.0], [1.0, 0.0]])
+
+
+@dataclass(frozen=True)
+class OverlapOrientation:
+    """What the search found: the ``flags`` (transpose, flip_y, flip_x) and ``rotation_deg`` (nearest
+    the one asked), ``defocus_A`` (the nominal one's sign), and ``contrast`` (the best peak over the
+    median, against the best rival's; CLEAR or more decides)."""
+
+    flags: tuple[bool, bool, bool]
+    rotation_deg: float
+    defocus_A: float
+    contrast: float
+
+    @property
+    def clear(self) -> bool:
+        return self.contrast >= CLEAR
+
+    def line(self) -> str:
+        t, fy, fx = self.flags
+        return (f"the Fourier regions' coherence gives transpose {t}, flip_y {fy}, flip_x {fx}, a scan rotation of "
+                f"{self.rotation_deg:.2f} deg and a defocus of {self.defocus_A:.1f} A (its peak {self.contrast:.1f} "
+                f"times the best rival's, {CLEAR:g} needed)")
+
+
+class _Frequencies:
+    """The disk's pixels k (P, 2) 1/Å, the chosen scan frequencies u (U, 2) 1/Å (nominal raster) and the
+    pixels' images there (U, P) complex64, with the disk's radius in 1/Å."""
+
+    def __init__(self, centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarray, dk_invA: float,
+                 good: np.ndarray | None, pixels: int, frequencies: int) -> None:
+        ny, nx = shape
+        mean = repaired(centred.mean(0, dtype=np.float64))
+        radius_px = bright_field_radius_px(mean, "the patterns")
+        centre = disk_centre(mean)
+        y, x = np.indices(centred.shape[-2:])
+        inside = np.hypot(y - centre[0], x - centre[1]) <= radius_px - MARGIN_PX
+        if good is not None:
+            inside &= good
+        picked = np.nonzero(inside.ravel())[0]
+        inside = np.isin(np.arange(inside.size), picked[::max(1, math.ceil(len(picked) / pixels))]).reshape(inside.shape)
+        self.k = np.column_stack([(y[inside] - centre[0]) * dk_invA, (x[inside] - centre[1]) * dk_invA])
+        self.limit, self.margin = radius_px * dk_invA, MARGIN_PX * dk_invA
+        cycles = np.stack(np.meshgrid(np.fft.fftfreq(ny), np.fft.fftfreq(nx), indexing="ij"), -1).reshape(-1, 2)
+        u = cycles @ np.linalg.inv(steps_A)
+        power = np.zeros(ny * nx)
+        for block in pixel_frequencies(centred, inside, shape, windowed=False):
+            power += (np.abs(block.reshape(len(block), -1)) ** 2).sum(0)
+        power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0  # the window's own lowest frequencies
+        power[np.hypot(*u.T) > 2 * self.limit - 2 * self.margin] = 0.0  # no pixel sees both sides there
+        pick = np.argsort(power)[::-1][:frequencies]
+        pick = pick[power[pick] > 0]
+        self.u = u[pick]
+        blocks = pixel_frequencies(centred, inside, shape, windowed=False)
+        self.values = np.concatenate([block.reshape(len(block), -1)[:, pick] for block in blocks]).T.astype(np.complex64)
+
+    def coherence(self, g: np.ndarray, scales_A2: np.ndarray) -> np.ndarray:
+        """J(G, c) (the module's note) for the (2, 2) ``g`` at each c of ``scales_A2`` (S,) Å^2."""
+        w = self.u @ g  # rows w = G^T u
+        minus = np.hypot(*(self.k[None] - w[:, None]).transpose(2, 0, 1))
+        plus = np.hypot(*(self.k[None] + w[:, None]).transpose(2, 0, 1))
+        low, high = self.limit - self.margin, self.limit + self.margin
+        regions = [(minus < low) & (plus > high), (minus > high) & (plus < low), (minus < low) & (plus < low)]
+        phase = np.exp((2j * math.pi) * scales_A2[:, None, None] * (w @ self.k.T)[None]).astype(np.complex64)
+        z = self.values[None] * phase  # (S, U, P)
+        out = np.zeros(len(scales_A2))
+        for region in regions:
+            count = region.sum(1)
+            some = count > 0
+            sums = np.einsum("sup,up->su", z, region.astype(np.complex64))
+            out += (np.abs(sums[:, some]) ** 2 / count[some]).sum(1)
+        return out
+
+
+def _frequencies(patterns: np.ndarray, shape: tuple[int, int], steps_A: np.ndarray, dk_invA: float,
+                 good: np.ndarray | None, nominal_defocus_A: float, pixels: int, frequencies: int) -> _Frequencies | None:
+    """The ``_Frequencies`` of the patterns; None without a nominal defocus, a disk, or four scan frequencies."""
+    if not nominal_defocus_A:
+        return None
+    try:
+        found = _Frequencies(patterns, shape, steps_A, dk_invA, good, pixels, frequencies)
+    except DataError:
+        return None
+    return found if len(found.u) >= 4 else None
+
+
+def candidate(angle_deg: float, handed: int) -> np.ndarray:
+    """G = R(angle) for ``handed`` 0, R(angle) times the transpose for 1."""
+    return rotation(angle_deg) @ (SWAP if handed else np.eye(2))
+
+
+def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nominal_steps_A: np.ndarray,
+                        wavelength_A: float, dk_invA: float, nominal_defocus_A: float, good: np.ndarray | None = None,
+                        near_deg: float = 0.0) -> OverlapOrientation | None:
+    """The orientation and defocus of (ny * nx, K, K) stored patterns (centred, as read) of a raster
+    ``scan_shape`` (rows the slow axis) with the nominal step vectors ``nominal_steps_A`` (columns,
+    rows y, x in Å), ``good`` (K, K) the stored detector mask; the rotation the one of the four flags of
+    the found handedness nearest ``near_deg``. None without a nominal defocus or a disk to find."""
+    coarse = _frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, nominal_defocus_A, COARSE_PIXELS,
+                          COARSE_FREQUENCIES)
+    if coarse is None:
+        return None
+    base = wavelength_A * abs(nominal_defocus_A)
+    angles = np.arange(0.0, 360.0, ANGLE_STEP_DEG)
+    table = np.array([[coarse.coherence(candidate(a, h), base * SCALES) for a in angles] for h in (0, 1)])  # (2, A, S)
+    handed, at, scale_at = np.unravel_index(int(np.argmax(table)), table.shape)
+    best = table.max(axis=2)  # (2, A)
+    gap = np.abs((angles - angles[at] + 180.0) % 360.0 - 180.0)
+    rival = max(best[1 - handed].max(), best[handed][gap >= APART_DEG].max())
+    floor = float(np.median(table))
+    contrast = (table.max() - floor) / max(rival - floor, 1e-30 * abs(floor) + 1e-300)
+    fine = _frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, nominal_defocus_A, PIXELS, FREQUENCIES)
+    fine_angles = angles[at] + np.arange(-FINE_SPAN_DEG, FINE_SPAN_DEG + 1e-9, FINE_STEP_DEG)
+    fine_scales = base * SCALES[scale_at] * FINE_SCALES
+    refined = np.array([fine.coherence(candidate(a, handed), fine_scales) for a in fine_angles])
+    i, j = np.unravel_index(int(np.argmax(refined)), refined.shape)
+    g, c = candidate(fine_angles[i], handed), fine_scales[j]
+    if nominal_defocus_A < 0:  # J(G, c) = J(-G, -c): the nominal sign picks the pair
+        g, c = -g, -c
+    choice = None
+    for flags in FLAGS:
+        f = flag_matrix(*flags)
+        if np.linalg.det(f) * np.linalg.det(g) < 0:
+            continue
+        turned = g @ f.T  # R(theta)^T
+        theta = math.degrees(math.atan2(turned[1, 0], turned[0, 0]))
+        if choice is None or abs(_wrapped(theta - near_deg)) < abs(_wrapped(choice[1] - near_deg)):
+            choice = (flags, theta)
+    return OverlapOrientation(choice[0], choice[1], c / wavelength_A, float(contrast))
+
+
+def overlap_defocus(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float,
+                    dk_invA: float, nominal_defocus_A: float, good: np.ndarray | None = None) -> float | None:
+    """The defocus (Å, the nominal one's sign) of (ny * nx, K, K) centred patterns whose orientation is known
+    (prepared: G the identity) on a raster ``scan_shape`` with step vectors ``steps_A`` (columns, rows y, x
+    in Å): the c of the largest J(I, c) over SCALES then FINE_SCALES about it; None without a nominal defocus,
+    a disk, or where the best lies at either end of SCALES."""
+    found = _frequencies(patterns, scan_shape, steps_A, dk_invA, good, nominal_defocus_A, PIXELS, FREQUENCIES)
+    if found is None:
+        return None
+    g = math.copysign(1.0, nominal_defocus_A) * np.eye(2)
+    base = wavelength_A * abs(nominal_defocus_A)
+    coarse = found.coherence(g, base * SCALES)
+    at = int(np.argmax(coarse))
+    if at in (0, len(SCALES) - 1):
+        return None
+    fine = base * SCALES[at] * FINE_SCALES
+    best = fine[int(np.argmax(found.coherence(g, fine)))]
+    return math.copysign(best, nominal_defocus_A) / wavelength_A
+
+
+def _wrapped(degrees: float) -> float:
+    return (degrees + 180.0) % 360.0 - 180.0
