@@ -430,6 +430,26 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     return per_pixel.sum(), factor, grad_weights, grad_background
 
 
+def field_loss_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None = None,
+                     background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                     conjugated: bool = False):
+    """From the detector field to the gradient that goes back through it, in one piece for ``torch.compile``:
+    the intensity summed over the modes, ``intensity_loss_terms`` and the field's gradient factor * far (conj(far)
+    * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``far`` is the real view (B, ..., K, K, 2)
+    float of a complex field (B, ..., K, K), modes between batch and pixels; every operation is real and
+    elementwise or a reduction, which TorchInductor fuses (it makes no code for complex tensors). Returns (loss,
+    grad_field (B, ..., K, K, 2) real view, grad_weights, grad_background) as ``intensity_loss_terms``; the values
+    of the complex path in ``ptycho_loss`` to float rounding (the sums' order differs)."""
+    re, im = far[..., 0], far[..., 1]
+    power = (re * re + im * im).reshape(far.shape[0], -1, *far.shape[-3:-1])
+    coherent = power[:, 0] if power.shape[1] == 1 else power.sum(1)
+    loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent, measured, kind, weights, background,
+                                                                       mask)
+    factor = factor.reshape(factor.shape[0], *([1] * (far.dim() - 4)), *factor.shape[-2:])
+    grad_field = torch.stack((re * factor, im * (-factor if conjugated else factor)), dim=-1)
+    return loss, grad_field, grad_weights, grad_background
+
+
 def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str,
                           reduce: bool = True) -> torch.Tensor:
     """The loss from intensities (B, K, K), with autograd's own gradient (summed unless not ``reduce``)."""
