@@ -386,7 +386,9 @@ def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.T
 
 def _constant(value: float, like: torch.Tensor) -> torch.Tensor:
     """A 0-dim tensor of ``value`` of ``like``'s dtype and device, made once (``torch.addcdiv`` adds a tensor)."""
-    key = (value, like.dtype, like.device)  # a dict, not functools' cache, which torch.compile warns of
+    if torch.compiler.is_compiling():  # a constant of the compiled code; a dict filled by its first call would fail
+        return like.new_full((), value)  # its guards on the next call and compile it again
+    key = (value, like.dtype, like.device)
     return _CONSTANTS[key] if key in _CONSTANTS else _CONSTANTS.setdefault(key, like.new_full((), value))
 
 
