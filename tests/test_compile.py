@@ -1,15 +1,22 @@
 """runtime.compile: the compiled loss terms and detector-field pass, their fallback, and the option end to end."""
 
+import os
+import re
+import subprocess
+import sys
+
 import h5py
 import numpy as np
 import pytest
 import torch
+import yaml
 from conftest import tiny_config
 
 import ptyacc
 from ptyacc.physics import Detector, exit_waves, extract_patches, far_field_loss, ptycho_loss, shift_ramp
 from ptyacc.physics.chain import field_loss_terms, intensity_loss_terms
 from ptyacc.physics.fused import CompiledTerms, compile_wanted
+from ptyacc.speed.speedtest import free_port
 
 
 def _terms_inputs(seed=0):
@@ -153,3 +160,35 @@ def test_compiled_field_pass_in_the_step_equals_autograd(kind, slices, probe_mod
 def test_compile_auto_is_on_for_cuda_only():
     assert compile_wanted("auto", torch.device("cuda", 0)) and not compile_wanted("auto", torch.device("cpu"))
     assert compile_wanted(True, torch.device("cpu")) and not compile_wanted(False, torch.device("cuda"))
+
+
+def _objects(folder) -> np.ndarray:
+    with h5py.File(folder / "results.h5") as results:
+        return results["object"][()]
+
+
+@pytest.mark.processes
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [1, 2])
+def test_compiled_run_equals_the_eager_run(tmp_path, processes):
+    """10 iterations (Poisson loss, refined positions: the conjugated backward) with runtime.compile true and false,
+    on 1 process and on 2 (accelerate launch, gloo on the CPU): the objects agree to 1e-5 (relative), and run.log
+    gives the compile's time."""
+    for compile_on in (False, True):
+        config = tiny_config(tmp_path / str(compile_on), optim={"iterations": 10, "batch_size": 8, "loss": "poisson",
+                                                               "start": {"positions": 1}},
+                             runtime={"compile": compile_on, "progress": False, "seed": 3})
+        path = tmp_path / f"{compile_on}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        launcher = [sys.executable] if processes == 1 else [
+            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--main_process_port", str(free_port())]
+        done = subprocess.run([*launcher, "-m", "ptyacc.run", str(path)], capture_output=True, text=True, timeout=900,
+                              env=dict(os.environ, OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="1"))
+        assert done.returncode == 0, done.stderr[-3000:]
+    eager, compiled = _objects(tmp_path / "False" / "out"), _objects(tmp_path / "True" / "out")
+    assert np.linalg.norm(compiled - eager) <= 1e-5 * np.linalg.norm(eager)
+    log = (tmp_path / "True" / "out" / "run.log").read_text()
+    assert re.search(r"runtime.compile: the data term's field compiled for \d+x1x1x16x16x2 in [0-9.]+ s \(first call\)",
+                     log), log[-2000:]
+    assert "compiled for" not in (tmp_path / "False" / "out" / "run.log").read_text()
