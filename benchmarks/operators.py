@@ -122,14 +122,20 @@ def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
                       background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                       conjugated: bool = False) -> dict:
     """The operators of the data term's pass from the detector field ``far`` (B, ..., K, K) complex to its gradient
-    field, eager (``ptycho_loss``'s complex path, counted by kind as a step's) and compiled (``runtime.compile``:
-    the kernels TorchInductor generates for ``field_loss_terms``). A dispatch mode cannot see inside compiled code
-    (torch.compile runs eagerly under one), so a compiled step's operators are its eager count less ``eager``'s
-    plus ``kernels``. Overwrites ``far`` (with its gradient field, as a step does)."""
+    field: ``eager``, ``ptycho_loss``'s complex path counted by kind as in a step (after a first call, as every step
+    but the run's first); ``compiled``, under ``runtime.compile``, the kernels TorchInductor generates for
+    ``field_loss_terms`` plus the sums ``CompiledTerms.field`` leaves outside them (the gain's and the background's
+    gradients). A dispatch mode cannot see inside compiled code (torch.compile runs eagerly under one), so a compiled
+    step's operators are its eager count less ``eager``'s plus ``compiled``. Overwrites ``far`` (with its gradient
+    field, as a step does)."""
     import torch._inductor.metrics as metrics
 
     from ptyacc.physics.chain import intensity_loss_terms, summed_intensity
     from ptyacc.physics.fused import CompiledTerms
+
+    def eager(field: torch.Tensor) -> None:
+        _, factor, _, _ = intensity_loss_terms(summed_intensity(field), measured, kind, weights, background, mask)
+        (field.conj_physical_() if conjugated else field).mul_(factor[:, None, None])
 
     torch._dynamo.reset()
     metrics.reset()
@@ -137,7 +143,8 @@ def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
     compiled.field(far, measured, kind, weights, background, mask, conjugated)  # leaves ``far`` as it is
     if compiled.failure is not None:
         raise RuntimeError(f"torch.compile failed: {compiled.failure}")
-    with OperatorKinds(far.shape[0] * far.shape[-1] * far.shape[-2]) as kinds:  # overwrites ``far``, as a step does
-        _, factor, _, _ = intensity_loss_terms(summed_intensity(far), measured, kind, weights, background, mask)
-        (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None])
-    return {"eager": dict(kinds.counts), "kernels": metrics.generated_kernel_count}
+    eager(far.clone())  # the constants made once per run
+    with OperatorKinds(far.shape[0] * far.shape[-1] * far.shape[-2]) as kinds:
+        eager(far)
+    outside = (weights is not None) + (background is not None)
+    return {"eager": dict(kinds.counts), "compiled": metrics.generated_kernel_count + outside}

@@ -222,7 +222,8 @@ class CompiledTerms:
                 loss, grad_field, grad_w, grad_b = self._timed(
                     "field", self.compiled_field,
                     (torch.view_as_real(far), measured, kind, weights, background, mask, conjugated))
-                return loss, torch.view_as_complex(grad_field), grad_w, grad_b
+                return (loss, torch.view_as_complex(grad_field), None if grad_w is None else grad_w.sum(dim=(-2, -1)),
+                        None if grad_b is None else grad_b.sum(0))
             except Exception as exc:  # noqa: BLE001
                 self._fall_back(exc)
         loss, factor, grad_w, grad_b = intensity_loss_terms(summed_intensity(far), measured, kind, weights, background,
