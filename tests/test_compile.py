@@ -192,3 +192,11 @@ def test_compiled_run_equals_the_eager_run(tmp_path, processes):
     assert re.search(r"runtime.compile: the data term's field compiled for \d+x1x1x16x16x2 in [0-9.]+ s \(first call\)",
                      log), log[-2000:]
     assert "compiled for" not in (tmp_path / "False" / "out" / "run.log").read_text()
+
+
+def test_compile_key_takes_true_false_and_auto():
+    values = {setting: ptyacc.load_config("configs/demo.yaml", [f"runtime.compile={setting}"]).runtime.compile
+              for setting in ("auto", "true", "false", "on", "off")}
+    assert values == {"auto": "auto", "true": True, "false": False, "on": True, "off": False}
+    with pytest.raises(ptyacc.ConfigError, match="runtime.compile.*'maybe'"):
+        ptyacc.load_config("configs/demo.yaml", ["runtime.compile=maybe"])
