@@ -130,12 +130,10 @@ def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
     field, as a step does)."""
     import torch._inductor.metrics as metrics
 
-    from ptyacc.physics.chain import intensity_loss_terms, summed_intensity
-    from ptyacc.physics.fused import CompiledTerms
+    from ptyacc.physics.fused import CompiledTerms, eager_field_terms
 
     def eager(field: torch.Tensor) -> None:
-        _, factor, _, _ = intensity_loss_terms(summed_intensity(field), measured, kind, weights, background, mask)
-        (field.conj_physical_() if conjugated else field).mul_(factor[:, None, None])
+        eager_field_terms(field, measured, kind, weights, background, mask, conjugated)
 
     torch._dynamo.reset()
     metrics.reset()

@@ -56,9 +56,9 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
     exit_ramps: (B, K, K) complex factors of each position's exit wave, the descan's phase ramps
                 (``Multislice``), or None. Not differentiated (the descan is measured, not refined).
-    field_terms: None, or ``CompiledTerms.field``: the detector field's intensity, loss terms and gradient field
-                in one compiled pass instead of ``terms`` and its neighbours (not with a detector blur, which
-                transforms between them).
+    field_terms: ``CompiledTerms.field``, the detector field's intensity, loss terms and gradient field in one
+                compiled pass, or None: ``eager_field_terms`` with ``terms``. Not with a detector blur, which
+                transforms between the intensity and the terms.
     """
     if chunk is None:
         per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
@@ -107,9 +107,9 @@ class _PtychoLoss(torch.autograd.Function):
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
             weights_part = weights[part] if weights is not None else None
-            if field_terms is not None and detect.blur is None:  # intensity, loss and gradient field in one piece
-                loss, grad_field, grad_w, grad_b = field_terms(far, measured[part], kind, weights_part, background,
-                                                               detect.mask, conjugated)
+            if detect.blur is None:  # intensity, loss and gradient field in one piece (compiled: ``field_terms``)
+                loss, grad_field, grad_w, grad_b = (field_terms or eager_field_terms)(
+                    far, measured[part], kind, weights_part, background, detect.mask, conjugated, terms)
             else:
                 coherent, blur_spectrum = summed_intensity(far), None
                 if detect.blur is not None:  # the detector's point spread
@@ -185,6 +185,16 @@ def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amp
     return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
 
 
+def eager_field_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
+                      background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool,
+                      terms: Callable = intensity_loss_terms) -> tuple:
+    """(loss, gradient field, grad_weights, grad_background) of the complex detector field ``far`` (B, ..., K, K)
+    against ``measured`` (B, K, K): the intensity summed over the modes, ``terms`` (``intensity_loss_terms``'s
+    arguments and results), and factor * far (conj(far) * factor when ``conjugated``), written into ``far``."""
+    loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured, kind, weights, background, mask)
+    return loss, (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None]), grad_w, grad_b
+
+
 class CompiledTerms:
     """``runtime.compile``: the data term's element-wise work through ``torch.compile``. ``field`` (used without a
     detector blur) runs ``field_loss_terms``, the detector field's intensity, loss terms and gradient field, on the
@@ -214,9 +224,9 @@ class CompiledTerms:
         return intensity_loss_terms(*args)
 
     def field(self, far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
-              background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool):
-        """``field_loss_terms`` on the complex field ``far`` (B, ..., K, K), contiguous: (loss, grad_field complex as
-        ``far``, grad_weights, grad_background)."""
+              background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool, terms: Callable | None = None):
+        """``eager_field_terms``'s results from ``field_loss_terms`` compiled, on the complex field ``far``
+        (B, ..., K, K), contiguous (``terms``: this object's own, unused)."""
         if self.failure is None:
             try:
                 loss, grad_field, grad_w, grad_b = self._timed(
@@ -226,9 +236,7 @@ class CompiledTerms:
                         None if grad_b is None else grad_b.sum(0))
             except Exception as exc:  # noqa: BLE001
                 self._fall_back(exc)
-        loss, factor, grad_w, grad_b = intensity_loss_terms(summed_intensity(far), measured, kind, weights, background,
-                                                            mask)
-        return loss, (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None]), grad_w, grad_b
+        return eager_field_terms(far, measured, kind, weights, background, mask, conjugated)
 
     def _timed(self, name: str, function: Callable, args: tuple):
         """``function(*args)``; the first call for these shapes and flags timed and reported (it compiles)."""
