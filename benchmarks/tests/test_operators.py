@@ -80,3 +80,30 @@ def test_counts_per_step(tmp_path, case):
         # the plain backward conjugates the fresh windows in place (``Multislice.vjp_all(consume=True)``): no copy of
         # conj(patches) inside ``mul`` (the same count: a conj_physical_ for a clone, but no new batch of windows)
         assert "clone (passes)" not in counts["by_name"], counts["by_name"]
+
+
+# runtime.compile: the pass from the detector field to its gradient field of the cases above (their loss, modes,
+# conjugated backward and detector response), eager operators against the compiled kernels and the sums left outside
+COMPILED_FIELD = {
+    "1 mode, 1 slice": (dict(kind="amplitude", conjugated=True), dict(eager_operators=11, compiled=2, step=38)),
+    "near field, refined positions": (dict(kind="poisson", conjugated=True, weights=True, background=True),
+                                      dict(eager_operators=17, compiled=4, step=100)),
+}
+
+
+@pytest.mark.processes  # inductor starts its compiler's workers
+@pytest.mark.slow
+@pytest.mark.parametrize("case", COMPILED_FIELD)
+def test_compiled_field_pass_counts(case):
+    """The step's eager field pass (its operators are among the step's counted above) and the kernels and sums that
+    replace it under runtime.compile: the compiled step's operators are CASES' less the one plus the other."""
+    options, expected = COMPILED_FIELD[case]
+    g = torch.Generator().manual_seed(0)
+    far = torch.complex(torch.randn(8, 1, 1, 16, 16, generator=g), torch.randn(8, 1, 1, 16, 16, generator=g))
+    measured = torch.poisson(5 * torch.rand(8, 16, 16, generator=g), generator=g)
+    weights = 1 + 0.1 * torch.rand(8, generator=g) if options.get("weights") else None
+    background = 0.1 * torch.rand(16, 16, generator=g) if options.get("background") else None
+    counts = operators.field_pass_counts(far, measured, options["kind"], weights, background, None,
+                                         options["conjugated"])
+    step = CASES[case][1]["operators"] - counts["eager"]["operators"] + counts["compiled"]
+    assert dict(eager_operators=counts["eager"]["operators"], compiled=counts["compiled"], step=step) == expected, counts

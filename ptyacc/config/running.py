@@ -66,13 +66,17 @@ class RuntimeConfig:
     object_exchange: Literal["footprint", "dense"] = _f(
         "footprint", "Several processes: sum each step's object gradient over the processes only where the step's "
                      "windows lie (footprint), or over the whole object (dense; for comparison, same result).")
-    compile: bool = _f(False, "Compile the data term's real-valued loss terms with torch.compile (no gain measured "
-                              "on CPU); falls back to eager with a message when compiling fails.")
+    compile: bool | Literal["auto"] = _f(
+        False, "Compile the data term's element-wise passes between the detector's transforms (intensity, loss terms, "
+               "gradient field) with torch.compile, once per chunk shape; run.log says each compile's time. "
+               "auto: on CUDA devices only. Falls back to eager with a message when compiling fails.")
 
     def _check(self, path: str) -> None:
         _require(self.timeout_s > 0, f"{path}.timeout_s", f"must be > 0, got {self.timeout_s}")
         _require(self.threads in (None, "auto") or self.threads >= 1, f"{path}.threads",
                  f"must be >= 1, auto or null, got {self.threads}")
+        _require(self.compile in (True, False, "auto"), f"{path}.compile", f"must be true, false or auto, got "
+                 f"{self.compile!r}")
         _require(self.check_sync_every >= 0, f"{path}.check_sync_every", f"must be >= 0, got {self.check_sync_every}")
         _require(self.backend != "nccl" or self.device in ("auto", "cuda"), f"{path}.backend",
                  f"nccl needs CUDA GPUs, got {path}.device: {self.device}; use gloo or auto")

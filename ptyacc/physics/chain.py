@@ -386,7 +386,9 @@ def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.T
 
 def _constant(value: float, like: torch.Tensor) -> torch.Tensor:
     """A 0-dim tensor of ``value`` of ``like``'s dtype and device, made once (``torch.addcdiv`` adds a tensor)."""
-    key = (value, like.dtype, like.device)  # a dict, not functools' cache, which torch.compile warns of
+    if torch.compiler.is_compiling():  # a constant of the compiled code; a dict filled by its first call would fail
+        return like.new_full((), value)  # its guards on the next call and compile it again
+    key = (value, like.dtype, like.device)
     return _CONSTANTS[key] if key in _CONSTANTS else _CONSTANTS.setdefault(key, like.new_full((), value))
 
 
@@ -405,12 +407,13 @@ def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = Non
 
 def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: str,
                          weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
-                         mask: torch.Tensor | None = None):
+                         mask: torch.Tensor | None = None, summed: bool = True):
     """Loss of the coherent intensities ``coherent`` = sum_modes |far|^2 (B, K, K) of detector fields ``far``
     against ``measured`` (B, K, K), with the model intensity I = weights * coherent + background (weights (B,),
     background (K, K), both optional) over the pixels where ``mask`` is 1. All elementwise, so ``torch.compile``
     can fuse it. Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for every
-    mode, factor (B, K, K) real; the other two are None when not asked for."""
+    mode, factor (B, K, K) real; the other two are None when not asked for. Not ``summed``: those two as the
+    (B, K, K) terms of their sums, for the caller to sum (``field_loss_terms``)."""
     floor = EPS if kind == "amplitude" else POISSON_FLOOR
     # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
     intensity = (detector_response(coherent, weights, background + floor) if background is not None
@@ -424,10 +427,35 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     d_intensity = torch.addcdiv(_constant(1.0, intensity), numerator, denominator, value=-1.0)
     if mask is not None:
         per_pixel, d_intensity = per_pixel * mask, d_intensity * mask
-    grad_weights = (d_intensity * coherent).sum(dim=(-2, -1)) if weights is not None else None
-    grad_background = d_intensity.sum(0) if background is not None else None
+    grad_weights = None if weights is None else d_intensity * coherent
+    grad_background = None if background is None else d_intensity
+    if summed:
+        grad_weights = None if weights is None else grad_weights.sum(dim=(-2, -1))
+        grad_background = None if background is None else grad_background.sum(0)
     factor = 2.0 * d_intensity if weights is None else d_intensity * (2.0 * weights)[:, None, None]
     return per_pixel.sum(), factor, grad_weights, grad_background
+
+
+def field_loss_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None = None,
+                     background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                     conjugated: bool = False):
+    """From the detector field to the gradient that goes back through it, in one piece for ``torch.compile``:
+    the intensity summed over the modes, ``intensity_loss_terms`` and the field's gradient factor * far (conj(far)
+    * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``far`` is the real view (B, ..., K, K, 2)
+    float of a complex field (B, ..., K, K), modes between batch and pixels; every operation is real and
+    elementwise or a reduction, which TorchInductor fuses (it makes no code for complex tensors). Returns (loss,
+    grad_field (B, ..., K, K, 2) real view, and the terms (B, K, K) of grad_weights and grad_background, or None,
+    which the caller sums: summed by the same operators as the eager path's, they have its bits, where a rounding
+    apart in these two gradients grows over the iterations of a run that refines them (about 1e-3 of the object
+    after 10 iterations of configs/petra_nearfield.yaml). The loss is summed here: its order differs (a rounding)."""
+    re, im = far[..., 0], far[..., 1]
+    power = (re * re + im * im).reshape(far.shape[0], -1, *far.shape[-3:-1])
+    coherent = power[:, 0] if power.shape[1] == 1 else power.sum(1)
+    loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent, measured, kind, weights, background,
+                                                                       mask, summed=False)
+    factor = factor.reshape(factor.shape[0], *([1] * (far.dim() - 4)), *factor.shape[-2:])
+    grad_field = torch.stack((re * factor, im * (-factor if conjugated else factor)), dim=-1)
+    return loss, grad_field, grad_weights, grad_background
 
 
 def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str,

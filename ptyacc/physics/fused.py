@@ -10,6 +10,7 @@ scales them. The same value and gradients as autograd through ``detected_intensi
 and ``far_field_loss``, the plain reference kept here beside it (tests compare the two).
 """
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -22,6 +23,7 @@ from ptyacc.physics.chain import (
     ProbeShift,
     check_kind,
     detector_response,
+    field_loss_terms,
     intensity_loss_terms,
     loss_from_intensities,
     summed_intensity,
@@ -34,7 +36,7 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 propagator: torch.Tensor | None, measured: torch.Tensor, kind: str = "amplitude",
                 chunk: int | None = None, detector: Detector | None = None, weights: torch.Tensor | None = None,
                 background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms,
-                exit_ramps: torch.Tensor | None = None) -> torch.Tensor:
+                exit_ramps: torch.Tensor | None = None, field_terms: Callable | None = None) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
     probe:      (P, K, K) complex probe modes, centred; or (B, P, K, K), a probe per position
@@ -54,19 +56,22 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     terms:      ``intensity_loss_terms`` or a compiled equivalent (``CompiledTerms``).
     exit_ramps: (B, K, K) complex factors of each position's exit wave, the descan's phase ramps
                 (``Multislice``), or None. Not differentiated (the descan is measured, not refined).
+    field_terms: ``CompiledTerms.field``, the detector field's intensity, loss terms and gradient field in one
+                compiled pass, or None: ``eager_field_terms`` with ``terms``. Not with a detector blur, which
+                transforms between the intensity and the terms.
     """
     if chunk is None:
         per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
     detector = detector or Detector()
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector, terms, detector.blur_variance_px2, exit_ramps)
+                             detector, terms, detector.blur_variance_px2, exit_ramps, field_terms)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
-                terms, blur_variance, exit_ramps):
+                terms, blur_variance, exit_ramps, field_terms):
         # the gradients that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy
         # for one chunk)
         k = probe.shape[-1]
@@ -101,17 +106,22 @@ class _PtychoLoss(torch.autograd.Function):
             windows = patches.forward(obj)  # (C, O, S, K, K)
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
-            coherent, blur_spectrum = summed_intensity(far), None
-            if detect.blur is not None:  # the detector's point spread
-                coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
-            loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind, weights[part] if weights is not None
-                                                 else None, background, detect.mask)
-            if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
-                factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
-                if grad_v is not None:
-                    grad_blur += 0.5 * grad_v
+            weights_part = weights[part] if weights is not None else None
+            if detect.blur is None:  # intensity, loss and gradient field in one piece (compiled: ``field_terms``)
+                loss, grad_field, grad_w, grad_b = (field_terms or eager_field_terms)(
+                    far, measured[part], kind, weights_part, background, detect.mask, conjugated, terms)
+            else:
+                coherent, blur_spectrum = summed_intensity(far), None
+                if detect.blur is not None:  # the detector's point spread
+                    coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
+                loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind, weights_part, background,
+                                                     detect.mask)
+                if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
+                    factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
+                    if grad_v is not None:
+                        grad_blur += 0.5 * grad_v
+                grad_field = (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None])
             # near field with ramps: the gradient of the image's shift back at the detector too
-            grad_field = (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None])
             grad_waves, grad_back = detect.vjp(grad_field, far_spectrum if grad_ramps is not None else None, conjugated)
             grad_probes, grad_patches, grad_h = multislice.vjp_all(grad_waves, probes, windows, incident, spectra, conjugated,
                                                                    consume=True)
@@ -143,7 +153,7 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe, grad_obj = grad_probe.conj_physical_(), grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
-                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None)
+                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None, None)
         return total
 
     @staticmethod
@@ -175,29 +185,79 @@ def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amp
     return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
 
 
+def eager_field_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
+                      background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool,
+                      terms: Callable = intensity_loss_terms) -> tuple:
+    """(loss, gradient field, grad_weights, grad_background) of the complex detector field ``far`` (B, ..., K, K)
+    against ``measured`` (B, K, K): the intensity summed over the modes, ``terms`` (``intensity_loss_terms``'s
+    arguments and results), and factor * far (conj(far) * factor when ``conjugated``), written into ``far``."""
+    loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured, kind, weights, background, mask)
+    return loss, (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None]), grad_w, grad_b
+
+
 class CompiledTerms:
-    """``intensity_loss_terms`` through ``torch.compile``, which fuses its dozen elementwise
-    passes over the batch into one loop. If compiling fails (no C++ compiler, an unsupported
-    platform or device), ``report`` is told once and the eager function is used from then on;
-    an error that the eager function raises too is not hidden."""
+    """``runtime.compile``: the data term's element-wise work through ``torch.compile``. ``field`` (used without a
+    detector blur) runs ``field_loss_terms``, the detector field's intensity, loss terms and gradient field, on the
+    field's real view as one compiled loop nest instead of a dozen passes over the batch; calling the object runs
+    ``intensity_loss_terms`` compiled (with a blur, whose transforms sit between the intensity and the terms). Each
+    is compiled once per shape (``dynamic=False``: a batch's last, shorter chunk compiles once more); ``report`` is
+    told how long each first call took (the compile). If compiling fails (no C++ compiler, an unsupported platform
+    or device), ``report`` is told once and the eager functions are used from then on; an error that the eager
+    function raises too is not hidden."""
 
     def __init__(self, report: Callable[[str], None]) -> None:
         self.report = report
         self.failure: str | None = None
+        self.first_call_s: dict[tuple, float] = {}  # compile time of each (function, shapes) compiled so far
         try:
             self.compiled = torch.compile(intensity_loss_terms, dynamic=False)
+            self.compiled_field = torch.compile(field_loss_terms, dynamic=False)
         except Exception as exc:  # noqa: BLE001 - any failure means: run eagerly
             self._fall_back(exc)
 
     def __call__(self, *args):
         if self.failure is None:
             try:
-                return self.compiled(*args)
+                return self._timed("loss terms", self.compiled, args)
             except Exception as exc:  # noqa: BLE001
                 self._fall_back(exc)
         return intensity_loss_terms(*args)
+
+    def field(self, far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
+              background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool, terms: Callable | None = None):
+        """``eager_field_terms``'s results from ``field_loss_terms`` compiled, on the complex field ``far``
+        (B, ..., K, K), contiguous (``terms``: this object's own, unused)."""
+        if self.failure is None:
+            try:
+                loss, grad_field, grad_w, grad_b = self._timed(
+                    "field", self.compiled_field,
+                    (torch.view_as_real(far), measured, kind, weights, background, mask, conjugated))
+                return (loss, torch.view_as_complex(grad_field), None if grad_w is None else grad_w.sum(dim=(-2, -1)),
+                        None if grad_b is None else grad_b.sum(0))
+            except Exception as exc:  # noqa: BLE001
+                self._fall_back(exc)
+        return eager_field_terms(far, measured, kind, weights, background, mask, conjugated)
+
+    def _timed(self, name: str, function: Callable, args: tuple):
+        """``function(*args)``; the first call for these shapes and flags timed and reported (it compiles)."""
+        key = (name, *(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args))
+        if key in self.first_call_s:
+            return function(*args)
+        start = time.perf_counter()
+        result = function(*args)
+        self.first_call_s[key] = time.perf_counter() - start
+        shape = "x".join(str(n) for n in args[0].shape)
+        self.report(f"runtime.compile: the data term's {name} compiled for {shape} in "
+                    f"{self.first_call_s[key]:.1f} s (first call)")
+        return result
 
     def _fall_back(self, exc: Exception) -> None:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         self.failure = f"{type(exc).__name__}: {first}"
         self.report(f"runtime.compile: torch.compile failed ({self.failure}); running without it")
+
+
+def compile_wanted(setting: bool | str, device: torch.device) -> bool:
+    """Whether ``runtime.compile`` (true, false or auto) compiles on ``device``: auto only on CUDA, where each
+    element-wise pass is a kernel launch; on a CPU the compiled passes gain too little for a compile of seconds."""
+    return setting is True or (setting == "auto" and torch.device(device).type == "cuda")

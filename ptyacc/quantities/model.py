@@ -104,6 +104,7 @@ class PtychoModel(nn.Module):
         self._register_load_state_dict_pre_hook(_renamed_from_old_state, with_module=True)
         self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
+        self.field_terms = None  # or ``CompiledTerms.field`` (runtime.compile)
 
     # ------------------------------------------------------------------ forward
     def forward(self, indices: torch.Tensor, measured: torch.Tensor | None = None,
@@ -144,7 +145,8 @@ class PtychoModel(nn.Module):
                 exit_ramps = ramp if exit_ramps is None else exit_ramps * ramp
         if measured is not None:
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
-                               weights=weights, background=background, terms=self.loss_terms, exit_ramps=exit_ramps)
+                               weights=weights, background=background, terms=self.loss_terms, exit_ramps=exit_ramps,
+                               field_terms=self.field_terms)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background, exit_ramps)
 
     _ramps_made_from: tuple | None = None  # what ``_fixed_ramps`` made its ramps from

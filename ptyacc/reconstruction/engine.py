@@ -29,7 +29,7 @@ from ptyacc.data.store import load_planned, over_processes, pattern_store, poiss
 from ptyacc.data.trouble import deviance_warning, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.optim.groups import lr_factor
-from ptyacc.physics.fused import CompiledTerms
+from ptyacc.physics.fused import CompiledTerms, compile_wanted
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.scans import load_scans
@@ -193,8 +193,9 @@ class Reconstructor:
             self.tiles.take_over(self.model, self.groups)
         self.wrapped, self.loader = prepare(accelerator, self.model, self.groups, batches)
         self.model = unwrap(self.wrapped)
-        if config.runtime.compile:
-            self.model.loss_terms = CompiledTerms(report=self.log.tell)
+        if compile_wanted(config.runtime.compile, accelerator.device):
+            compiled = self.model.loss_terms = CompiledTerms(report=self.log.tell)
+            self.model.field_terms = compiled.field
         self.exchange = GradientExchange.attach(self.wrapped, self.model, self.world,
                                                 footprint=config.runtime.object_exchange == "footprint"
                                                 and self.tiles is None)
