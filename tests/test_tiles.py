@@ -1,6 +1,7 @@
 """runtime.shard_object: the tiling (unit), Adam on a tile against torch's, the errors, and real
 processes (2 and 4, gloo) against the same config with runtime.shard_data alone."""
 
+import copy
 import shutil
 from pathlib import Path
 
@@ -122,12 +123,20 @@ def test_a_tile_steps_with_the_bits_of_torch_adam_on_the_whole_object(owned, hel
     fast = fast_adam(torch.device("cpu"))
     tiled = TiledAdam(tile, 0.01, Tiling(shape, 4, (owned,), (held,), (np.arange(3),)), 0, 1, fused=fast.get("fused"))
     adam = torch.optim.Adam([whole], lr=0.01, **fast)
-    for _ in range(4):
+    for step in range(5):
+        if step == 1:
+            snapshot = whole.detach().clone(), copy.deepcopy(adam.state_dict()), tile.detach().clone(), tiled.state_dict()
         # gradients over twelve decades, as an object's are from the scan's middle to beyond its edge
         gradient = torch.randn_like(whole) * 10.0 ** torch.randint(-9, 3, whole.shape)
         whole.grad, tile.grad = gradient.clone(), gradient[..., y0:y1, x0:x1, :].clone()
         adam.step()
         tiled.step()
+        if step == 2:  # the NaN guard's rollback to the snapshot: both step on from its step count
+            with torch.no_grad():
+                whole.copy_(snapshot[0])
+                tile.copy_(snapshot[2])
+            adam.load_state_dict(snapshot[1])
+            tiled.load_state_dict(snapshot[3])
     a, b, c, d = owned
     mine = (..., slice(a - y0, b - y0), slice(c - x0, d - x0), slice(None))
     assert torch.equal(tile.detach()[mine], whole.detach()[..., a:b, c:d, :])

@@ -254,6 +254,7 @@ class TiledAdam:
         a, b, c, d = tiling.owned[rank]
         self.owned = (slice(a - y0, b - y0), slice(c - x0, d - x0))
         self.steps = 0
+        self.counter: torch.Tensor | None = None  # ``steps`` as the Adam kernel reads it, made at the next step
         self.exp_avg: torch.Tensor | None = None  # (O, S, h, w, 2) of the owned tile
         self.exp_avg_sq: torch.Tensor | None = None
 
@@ -279,18 +280,18 @@ class TiledAdam:
         owned_grad, owned = grad[..., rows, cols, :], self.param[..., rows, cols, :]
         if self.exp_avg is None:
             self.exp_avg, self.exp_avg_sq = torch.zeros_like(owned_grad), torch.zeros_like(owned_grad)
-        # torch.optim.Adam's step counter: float32, on the parameter's device for the fused kernel; counted up by adam()
-        counter = torch.tensor(float(self.steps), dtype=torch.float32, device=owned.device if self.fused else "cpu")
+        if self.counter is None:  # torch.optim.Adam's step count: float32, on the device for the fused kernel
+            self.counter = torch.tensor(float(self.steps), dtype=torch.float32, device=owned.device if self.fused else "cpu")
         beta1, beta2 = self.betas
         # the fused kernel treats every tensor as contiguous (torch 2.13 steps the pixels after a strided view's start,
         # not the view's): a tile that is not contiguous is stepped in a contiguous copy
         values = owned.contiguous() if self.fused else owned
         adam([values], [owned_grad.contiguous() if self.fused else owned_grad], [self.exp_avg], [self.exp_avg_sq], [],
-             [counter], fused=self.fused, amsgrad=False, beta1=beta1, beta2=beta2, lr=self.param_groups[0]["lr"],
+             [self.counter], fused=self.fused, amsgrad=False, beta1=beta1, beta2=beta2, lr=self.param_groups[0]["lr"],
              weight_decay=0.0, eps=self.eps, maximize=False)
         if values is not owned:
             owned.copy_(values)
-        self.steps += 1
+        self.steps += 1  # adam() counted ``counter`` up on its device; this is the host's copy
         if self.exchange is not None:
             self.exchange.share_values(self.param.data)
 
@@ -318,6 +319,7 @@ class TiledAdam:
     def load_state_dict(self, state: dict) -> None:
         """This process's own state (``state_dict``) or a whole-object Adam state dict (a
         checkpoint of a split or a replicated run), whose owned tile is taken."""
+        self.counter = None  # made again from ``steps`` at the next step
         if "tile" in state:
             self.steps, self.param_groups[0]["lr"] = state["steps"], state["lr"]
             self.exp_avg = state["exp_avg"].clone() if "exp_avg" in state else None
