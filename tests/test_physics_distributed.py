@@ -63,8 +63,8 @@ def test_split_object_gives_the_sharded_data_answer_with_the_new_features(tmp_pa
     pixel's summed gradient has two terms, the replicated run's, and the tile steps with torch's own
     Adam kernel: the runs agree to float rounding (on the CPU bit for bit), also where the scan affine
     (from iteration 0), tilt and thickness, whose Adam steps are normalised, would carry any rounding
-    difference far (a tile stepped by Adam's formula in tensor operations was 1 ulp off on about one
-    pixel in a thousand: losses 0.1 % apart in iteration 0, 3 % by iteration 4)."""
+    difference far (a tile stepped by Adam's formula in tensor operations was 1 ulp off on a few
+    values in ten thousand: losses 0.1 % apart in iteration 0, 3 % by iteration 4)."""
     config = write_config(tmp_path, model={**MODEL, "recenter": {"probe": True, "probe_mask_mrad": 40.0}})
     settings = yaml.safe_load(config.read_text())
     settings["data"]["simulate"]["scan_shape"] = [10, 10]

@@ -112,7 +112,7 @@ def test_a_tile_steps_with_the_bits_of_torch_adam_on_the_whole_object(owned, hel
     """The owned pixels of a tile (a band of rows; of columns, a strided view of the held region) take
     the very bits that torch's Adam (its fused kernel, as the replicated run has it) gives the whole
     object, and the halo is left alone. The same formula written with tensor operations rounds 1 ulp
-    apart on about one value in a thousand (torch 2.13), which a refined scan affine's normalised steps
+    apart on a few values in ten thousand (torch 2.13), which a refined scan affine's normalised steps
     carried to split-object and sharded-data losses 0.1 % apart within the first iteration."""
     torch.manual_seed(1)
     shape = (40, 40)

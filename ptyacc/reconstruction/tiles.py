@@ -232,7 +232,7 @@ class TiledAdam:
     has it: ``optim.groups.fast_adam``), then the halo values.
 
     Why torch's kernel and not the same formula written with tensor operations: the fused kernel
-    rounds differently (in torch 2.13 one pixel in about a thousand lands 1 ulp apart after a
+    rounds differently (in torch 2.13 a few values in ten thousand land 1 ulp apart after a
     step), and a refined scan affine or tilt, whose Adam steps are normalised, carries such a
     difference to a loss 0.1 % apart within one iteration. Torch's kernel gives each pixel the
     same bits wherever it sits in the tensor, so the owned tile steps as the whole object does.
