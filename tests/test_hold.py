@@ -2,6 +2,7 @@
 same reconstruction for every reader, on one process and on two (shard_data); auto chooses from
 the free memory (mocked here) and says why; disk mode's host memory does not grow with the data."""
 
+import gc
 import json
 import os
 import re
@@ -264,6 +265,56 @@ def test_disk_mode_memory_does_not_grow_with_the_patterns(tmp_path):
     for disk in ("disk", "disk_npy"):
         assert peaks[disk, repeat] - peaks[disk, base] < 0.125 * added_kib, (peaks, added_kib)
     assert peaks["device", repeat] - peaks["device", base] > 0.8 * added_kib, (peaks, added_kib)
+
+
+def live_array_bytes() -> int:
+    """Bytes of every torch tensor's and NumPy array's memory that this process's objects reach, each
+    storage counted once."""
+    storages: dict[int, int] = {}
+    for found in gc.get_objects():
+        if isinstance(found, torch.Tensor) and found.layout == torch.strided:
+            storage = found.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(found, np.ndarray):
+            base = found
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            storages[base.__array_interface__["data"][0]] = base.nbytes
+    return sum(storages.values())
+
+
+@pytest.mark.slow
+def test_disk_mode_keeps_a_few_numbers_per_position_not_its_shift_factors(tmp_path):
+    """Positions off the pixel grid, each with its own sub-pixel rest: what a disk-mode run leaves
+    alive (model, store, batches, data) grows by less than 96 bytes per position, the positions,
+    their window corners and rests and the batches' indices; not by their probe-shift factors
+    (2 K complex numbers, 512 bytes at K = 32, 1 KiB at K = 64), which are made for a step's
+    positions when it takes them. Kept for every position they took 36 MiB on a 192 x 192 raster of
+    64 px patterns, x1.17 of a 24 x 24 raster's peak memory instead of x1.06
+    (benchmarks/records/2026-12-02-disk-memory.md)."""
+    k, frames = 32, 256
+    rng = np.random.default_rng(0)
+    counts = rng.poisson(20.0, size=(frames, k, k)).astype(np.uint16)
+    # a raster 1.5 px apart: every other row and column half a pixel off the grid
+    grid = np.stack(np.meshgrid(np.arange(16.0), np.arange(16.0), indexing="ij"), -1).reshape(-1, 2) * 0.45
+    alive = {}
+    for copies in (2, 8):
+        path = tmp_path / f"x{copies}.h5"
+        with h5py.File(path, "w") as f:
+            f.create_dataset("patterns", data=np.repeat(counts, copies, axis=0), chunks=(16, k, k))
+            f["positions_A"] = np.repeat(grid, copies, axis=0) + rng.uniform(-0.01, 0.01, (frames * copies, 2))
+        config = tiny_config(tmp_path, optim={"iterations": 1, "batch_size": 64})
+        config["data"] = {"path": str(path), "hold": "disk"}
+        config["experiment"]["positions"] = {"path": str(path), "key": "positions_A"}
+        gc.collect()
+        before = live_array_bytes()
+        run = ptyacc.reconstruct(load_config(config), write=False)
+        assert not run.model.uniform_shift and run.model.needs_shift  # a factor per position in each step
+        gc.collect()
+        alive[copies] = live_array_bytes() - before
+        del run
+    per_position = (alive[8] - alive[2]) / (6 * frames)
+    assert per_position < 96, alive
 
 
 def test_a_step_reads_its_scattered_rows_run_by_run(tmp_path, monkeypatch):

@@ -127,10 +127,12 @@ class PtychoModel(nn.Module):
             top_left = self.fixed_corners[indices]
             ramps = None
             if self.uniform_shift:  # the same ramp for every position: the probe shifted once
-                probe = torch.fft.ifft2(torch.fft.fft2(probe) * self._fixed_ramps()[0])
+                probe = torch.fft.ifft2(torch.fft.fft2(probe) * self._uniform_ramp())
             elif self.needs_shift:
-                ramp_y, ramp_x = self._fixed_ramps()
-                ramps = torch.bmm(ramp_y[indices, :, None], ramp_x[indices, None, :])  # (B, K, K)
+                # this step's factors only: kept for every position they would take 1 KiB each (K = 64), memory
+                # that grows with the scan where the patterns themselves stay on disk (tests/test_hold.py)
+                ramp_y, ramp_x = shift_ramps_1d(self.fixed_fractions[indices], self.window)
+                ramps = torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :])  # (B, K, K)
         if not self.holds_from_corner:
             top_left = top_left - self.object_origin  # corners in the held part of the object
         weights = background = exit_ramps = None
@@ -149,21 +151,20 @@ class PtychoModel(nn.Module):
                                field_terms=self.field_terms)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background, exit_ramps)
 
-    _ramps_made_from: tuple | None = None  # what ``_fixed_ramps`` made its ramps from
-    _ramps: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    _ramp_made_from: tuple | None = None  # what ``_uniform_ramp`` made its ramp from
+    _ramp: torch.Tensor | None = None
 
-    def _fixed_ramps(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The shift factors of the fixed positions' sub-pixel rests: (N, K) along y and x, or with a
-        uniform shift the ramp (1, K, K) of them all and None. Made when the rests change (``move_scan``,
-        a checkpoint or a rollback writes them in place), not at every step: the same numbers."""
+    def _uniform_ramp(self) -> torch.Tensor:
+        """The shift factor (1, K, K) of the sub-pixel rest that all fixed positions share (``uniform_shift``).
+        Made when the rests change (``move_scan``, a checkpoint or a rollback writes them in place), not at
+        every step: the same numbers."""
         fractions = self.fixed_fractions
-        key = (fractions.data_ptr(), fractions._version, self.uniform_shift)
-        if self._ramps_made_from != key:
-            ramp_y, ramp_x = shift_ramps_1d(fractions[:1] if self.uniform_shift else fractions, self.window)
-            self._ramps = ((torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :]), None) if self.uniform_shift
-                           else (ramp_y, ramp_x))
-            self._ramps_made_from = key
-        return self._ramps
+        key = (fractions.data_ptr(), fractions._version)
+        if self._ramp_made_from != key:
+            ramp_y, ramp_x = shift_ramps_1d(fractions[:1], self.window)
+            self._ramp = torch.bmm(ramp_y[:, :, None], ramp_x[:, None, :])
+            self._ramp_made_from = key
+        return self._ramp
 
     def quantities_with(self) -> dict[str, list[nn.Module]]:
         """{hook: the quantities whose class has its own ``hook``, in their order} for every hook of a

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.adam import adam
 
 from ptyacc.data.store import Cut, spatial_bisection
 from ptyacc.errors import ConfigError, PtyaccError
@@ -226,8 +227,15 @@ class HaloExchange:
 
 
 class TiledAdam:
-    """Adam for the local object of one process: the halo exchange, then torch's Adam update
-    (the fused kernel's formula) on the owned pixels only, then the halo values.
+    """Adam for the local object of one process: the halo exchange, then torch's own Adam update
+    on the owned pixels only (its fused kernel when ``fused``, as the replicated run's optimizer
+    has it: ``optim.groups.fast_adam``), then the halo values.
+
+    Why torch's kernel and not the same formula written with tensor operations: the fused kernel
+    rounds differently (in torch 2.13 a few values in ten thousand land 1 ulp apart after a
+    step), and a refined scan affine or tilt, whose Adam steps are normalised, carries such a
+    difference to a loss 0.1 % apart within one iteration. Torch's kernel gives each pixel the
+    same bits wherever it sits in the tensor, so the owned tile steps as the whole object does.
 
     Adam's moments are kept for the owned tile only. ``state_dict`` is this process's (for
     the NaN guard's snapshots); ``full_state_dict`` (a collective) is a torch Adam state dict of
@@ -235,16 +243,18 @@ class TiledAdam:
     ``load_state_dict`` takes either."""
 
     def __init__(self, param: nn.Parameter, lr: float, tiling: Tiling, rank: int, world: int,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, regularizer=None) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, regularizer=None,
+                 fused: bool | None = None) -> None:
         self.param, self.tiling, self.rank, self.world = param, tiling, rank, world
         self.regularizer = regularizer  # (values, grad) -> None, the group's, added after the exchange
-        self.betas, self.eps = betas, eps
+        self.betas, self.eps, self.fused = betas, eps, fused
         self.param_groups = [{"lr": lr, "params": [param], "betas": betas}]  # betas: checkpoint.restore's check
         self.exchange = HaloExchange(tiling, rank, world) if world > 1 else None
         y0, _, x0, _ = tiling.local[rank]
         a, b, c, d = tiling.owned[rank]
         self.owned = (slice(a - y0, b - y0), slice(c - x0, d - x0))
         self.steps = 0
+        self.counter: torch.Tensor | None = None  # ``steps`` as the Adam kernel reads it, made at the next step
         self.exp_avg: torch.Tensor | None = None  # (O, S, h, w, 2) of the owned tile
         self.exp_avg_sq: torch.Tensor | None = None
 
@@ -270,13 +280,18 @@ class TiledAdam:
         owned_grad, owned = grad[..., rows, cols, :], self.param[..., rows, cols, :]
         if self.exp_avg is None:
             self.exp_avg, self.exp_avg_sq = torch.zeros_like(owned_grad), torch.zeros_like(owned_grad)
-        self.steps += 1
+        if self.counter is None:  # torch.optim.Adam's step count: float32, on the device for the fused kernel
+            self.counter = torch.tensor(float(self.steps), dtype=torch.float32, device=owned.device if self.fused else "cpu")
         beta1, beta2 = self.betas
-        self.exp_avg.lerp_(owned_grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(owned_grad, owned_grad, value=1 - beta2)
-        step_size = self.param_groups[0]["lr"] / (1 - beta1 ** self.steps)
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** self.steps)).add_(self.eps)
-        owned.addcdiv_(self.exp_avg, denom, value=-step_size)
+        # the fused kernel treats every tensor as contiguous (torch 2.13 steps the pixels after a strided view's start,
+        # not the view's): a tile that is not contiguous is stepped in a contiguous copy
+        values = owned.contiguous() if self.fused else owned
+        adam([values], [owned_grad.contiguous() if self.fused else owned_grad], [self.exp_avg], [self.exp_avg_sq], [],
+             [self.counter], fused=self.fused, amsgrad=False, beta1=beta1, beta2=beta2, lr=self.param_groups[0]["lr"],
+             weight_decay=0.0, eps=self.eps, maximize=False)
+        if values is not owned:
+            owned.copy_(values)
+        self.steps += 1  # adam() counted ``counter`` up on its device; this is the host's copy
         if self.exchange is not None:
             self.exchange.share_values(self.param.data)
 
@@ -290,7 +305,7 @@ class TiledAdam:
         """A ``torch.optim.Adam`` state dict of the whole object, assembled on the main process
         (None elsewhere); every process must call it."""
         group = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=self.param_groups[0]["lr"],
-                                 betas=self.betas, eps=self.eps, fused=self._fused()).state_dict()["param_groups"]
+                                 betas=self.betas, eps=self.eps, fused=self.fused).state_dict()["param_groups"]
         moments = {}
         for name in ("exp_avg", "exp_avg_sq"):
             tile = getattr(self, name)
@@ -304,6 +319,7 @@ class TiledAdam:
     def load_state_dict(self, state: dict) -> None:
         """This process's own state (``state_dict``) or a whole-object Adam state dict (a
         checkpoint of a split or a replicated run), whose owned tile is taken."""
+        self.counter = None  # made again from ``steps`` at the next step
         if "tile" in state:
             self.steps, self.param_groups[0]["lr"] = state["steps"], state["lr"]
             self.exp_avg = state["exp_avg"].clone() if "exp_avg" in state else None
@@ -319,13 +335,6 @@ class TiledAdam:
         self.steps = int(saved["step"])
         self.exp_avg = saved["exp_avg"][..., y0:y1, x0:x1, :].to(device).clone()
         self.exp_avg_sq = saved["exp_avg_sq"][..., y0:y1, x0:x1, :].to(device).clone()
-
-    def _fused(self) -> bool | None:
-        try:
-            torch.optim.Adam([torch.zeros(1, device=self.param.device, requires_grad=True)], fused=True)
-        except (RuntimeError, TypeError, ValueError):
-            return None
-        return True
 
 
 class TiledDescent(TakesStepContext, TiledAdam):
@@ -437,8 +446,9 @@ class ObjectTiles:
             self.optimizer = TiledDescent(group.optimizer, model.object, self.tiling, self.rank, self.world,
                                           group.regularizer)
         else:
-            self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world,
-                                       betas=group.optimizer.defaults["betas"], regularizer=group.regularizer)
+            defaults = group.optimizer.defaults
+            self.optimizer = TiledAdam(model.object, group.lr, self.tiling, self.rank, self.world, betas=defaults["betas"],
+                                       eps=defaults["eps"], regularizer=group.regularizer, fused=defaults.get("fused"))
         group.optimizer, group.regularizer = self.optimizer, None
         project, exchange = group.after_iteration, self.optimizer.exchange
         if project is not None and not group.exact_projection and exchange is not None:
