@@ -250,7 +250,8 @@ class EigenDescent(TakesStepContext, torch.optim.Optimizer):
 
 # the varying probe is dropped where it fits a batch worse than the mean probe by more than this fraction of the
 # batch's counts: below it the two fit alike (measured on a steady probe: the variation within 1.3e-4 of the counts
-# either way in its first iterations, then 2e-4 better; 1.4 worse where its weights' step was 33 times the default)
+# either way in its first iterations, then 2e-4 better; 1.3 times the counts worse where its weights' step was
+# 33 times the default, benchmarks/records/2026-12-02-opr-safeguard.md)
 TOLERANCE = 1e-3
 
 
