@@ -117,9 +117,10 @@ def varying_case(grid_simulator, tmp_path_factory):
     return path, write_varying_case(grid_simulator, path)
 
 
-def reconstruct(path: Path, out: Path, write: bool = False, **model) -> ptyacc.Reconstruction:
+def reconstruct(path: Path, out: Path, write: bool = False, optim: dict | None = None,
+                **model) -> ptyacc.Reconstruction:
     config = {"data": {"path": str(path)}, "experiment": {"positions": {"key": "positions_A"}}, "model": model,
-              "optim": {"iterations": 30}, "runtime": {"progress": False}, "output": {"dir": str(out)}}
+              "optim": optim or {"iterations": 30}, "runtime": {"progress": False}, "output": {"dir": str(out)}}
     return ptyacc.reconstruct(ptyacc.load_config(config), write=write)
 
 
@@ -133,6 +134,7 @@ def test_a_drifting_defocus_and_a_fluctuating_current_are_found(varying_case, tm
     varied = reconstruct(path, tmp_path / "varied", write=True, probe_variation=2)
     assert phase_ncc(varied, truth) > phase_ncc(plain, truth) + 0.01
     assert varied.poisson_deviance < plain.poisson_deviance  # more freedom fits the data better, never worse
+    assert "probe_variation_dropped_at" not in varied.results.attrs  # the check kept a variation that helps
     weights = varied.results.quantities["probe_variation"]["weights"]
     assert np.corrcoef(weights[:, 0] ** 2, truth["current"])[0, 1] > 0.9
     assert abs(np.corrcoef(weights[:, 1], truth["defocus_A"])[0, 1]) > 0.85
@@ -155,6 +157,34 @@ def test_a_probe_that_does_not_vary_costs_nothing(grid_simulator, tmp_path):
     varied = reconstruct(path, tmp_path / "varied", probe_variation=2)
     assert phase_ncc(varied, truth) >= phase_ncc(plain, truth) - 0.005
     assert varied.poisson_deviance <= plain.poisson_deviance
+
+
+@pytest.mark.slow
+def test_the_check_drops_a_variation_that_fits_worse(grid_simulator, tmp_path):
+    """A steady probe, the eigen-probes' weights stepped 33 times as far as by default (``optim.lr.probe_variation``
+    1): unchecked the fit diverges (non-finite weights at iteration 5); checked (the default) the variation is
+    dropped at iteration 2, the first judged, said in run.log and results.h5, and the phase is one probe's within
+    0.005. Measured: one probe 0.9975 / deviance 1.746, checked 0.9965 / 1.756 (the first iteration's weights had
+    been stepped: 0.6 % above one probe's deviance), unchecked the SVD of the weights fails at iteration 5."""
+    path = tmp_path / "steady.h5"
+    truth = write_varying_case(grid_simulator, path, defocus_A=(-80.0, -80.0), current_spread=0.0,
+                               scan_shape=(16, 16), dose=5e4, seed=3)
+    optim = {"iterations": 30, "batch_size": 32}
+    plain = reconstruct(path, tmp_path / "plain", optim=optim)
+    hasty = {**optim, "lr": {"probe_variation": 1.0}}
+    checked = reconstruct(path, tmp_path / "checked", write=True, optim=hasty, probe_variation=2)
+    assert checked.results.attrs["probe_variation_dropped_at"] == 2
+    assert "every position takes the mean probe from iteration 2" in (tmp_path / "checked" / "run.log").read_text()
+    assert phase_ncc(checked, truth) >= phase_ncc(plain, truth) - 0.005
+    assert checked.poisson_deviance <= plain.poisson_deviance * 1.01
+    weights = checked.results.quantities["probe_variation"]["weights"]
+    np.testing.assert_array_equal(weights[:, 1:], 0.0)  # every position's probe is the mean probe
+    try:  # the same run unchecked: the case needs the check
+        unchecked = reconstruct(path, tmp_path / "unchecked", optim=hasty, probe_variation=2,
+                                probe_variation_check=False)
+    except (RuntimeError, ptyacc.PtyaccError):
+        return
+    assert phase_ncc(unchecked, truth) < phase_ncc(plain, truth) - 0.005
 
 
 def test_fitted_background_and_intensity_weights_reach_results(tmp_path):

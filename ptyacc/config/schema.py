@@ -217,6 +217,12 @@ class ModelConfig:
            "the first probe mode may change from position to position, each position with its own weights "
            "(e.g. 2-4; a defocus that drifts, a beam current that fluctuates). 0: one probe for all positions "
            "(docs/how-to/varying-probe-and-scans.md, 'A probe that varies').")
+    probe_variation_check: bool = _f(
+        True, "model.probe_variation: from the variation's second iteration, compare at every iteration's first "
+              "step the data term of its batch with each position's probe and with the mean probe; once the "
+              "variation fits it worse (by more than 0.1 % of the batch's counts), every position takes the mean "
+              "probe for the rest of the run (said on the terminal and in run.log). false: the variation is kept "
+              "whatever it does (docs/how-to/varying-probe.md).")
     probe_variation_smoothing_A: float | Literal["auto"] | None = _f(
         "auto", "model.probe_variation: standard deviation in Å of the Gaussian over neighbouring positions by which "
                 "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "

@@ -23,11 +23,19 @@ mean probe) and each eigen-probe given P_0's norm, the weights changed to compen
 (``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours)
 the eigen-probes' weights are then averaged over neighbouring positions, less their mean (a
 defocus drift is smooth across the field; beam-current noise is not, so w_j0 is never smoothed).
+
+More freedom can fit worse: the eigen-probes and the object can drift together into a fit that no
+single probe would give. ``VariationCheck`` (``model.probe_variation_check``, on by default) measures,
+at the first step of every iteration after the variation's first, the data term of the step's batch
+with each position's probe and with P_0 alone (the mean probe), on the same object; once the variation
+fits it worse, every position takes P_0 from then on (weights 0, main weights 1, their steps 0; the
+step is computed again with P_0) and the run says so on the terminal and in run.log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -59,16 +67,40 @@ class ProbeVariation(Quantity):
         self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2))
         self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
         self.weights = nn.Parameter(torch.zeros(positions, variation))  # w_jk, k >= 1
+        self.mean_only = False  # every position takes P_0 (``mean_probe``, the check's comparison)
+        self.dropped_at: int | None = None  # the iteration from which ``VariationCheck`` left P_0 alone
 
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         """(B, P, K, K) complex: the probe modes (P, K, K) of the positions ``indices`` (B,), the
-        first mode varied by this decomposition, the others shared."""
+        first mode varied by this decomposition, the others shared; (P, K, K) ``probe`` itself
+        within ``mean_probe``."""
+        if self.mean_only:
+            return probe
         eigen = torch.view_as_complex(self.eigen) * probe_scale  # (V, K, K)
         first = (self.amplitudes[indices, None, None].to(probe.dtype) * probe[0]
                  + torch.einsum("bv,vyx->byx", self.weights[indices].to(probe.dtype), eigen))[:, None]  # (B, 1, K, K)
         if probe.shape[0] == 1:
             return first
         return torch.cat([first, probe[1:].expand(len(indices), -1, -1, -1)], dim=1)
+
+    @contextlib.contextmanager
+    def mean_probe(self) -> Iterator[None]:
+        """Within it every position's probe is the model's probe, P_0 unweighted."""
+        self.mean_only = True
+        try:
+            yield
+        finally:
+            self.mean_only = False
+
+    @torch.no_grad()
+    def drop(self, iteration: int, groups: list[ParameterGroup]) -> None:
+        """From ``iteration`` on every position takes P_0: the weights 0, the main weights 1 and the
+        steps of ``groups`` (this quantity's) 0."""
+        self.weights.zero_()
+        self.amplitudes.fill_(1.0)
+        for group in groups:
+            group.lr = 0.0
+        self.dropped_at = iteration
 
     @torch.no_grad()
     def normalize(self, probe: torch.Tensor, smoothing: TiltSmoothing | None = None) -> None:
@@ -138,6 +170,11 @@ class ProbeVariation(Quantity):
                 ParameterGroup("probe_weights", [self.weights], opt.lr.probe_variation, begin,
                                optimizer=RowAdam([self.weights], opt.lr.probe_variation)),
                 eigen]
+
+    def attributes(self, model) -> dict[str, float]:
+        """results.h5's attribute ``probe_variation_dropped_at``: the iteration from which every position
+        took P_0 (``VariationCheck``), where it did."""
+        return {} if self.dropped_at is None else {"probe_variation_dropped_at": self.dropped_at}
 
     def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``probe_variation``: ``modes`` (V + 1, K, K) complex64 [P_0, E_1..E_V] and
@@ -209,3 +246,58 @@ class EigenDescent(TakesStepContext, torch.optim.Optimizer):
             for param in group["params"]:
                 if param.grad is not None:
                     param.sub_(param.grad * (group["lr"] * self.factor / power).to(param.dtype)[:, None, None, None])
+
+
+# the varying probe is dropped where it fits a batch worse than the mean probe by more than this fraction of the
+# batch's counts: below it the two fit alike (measured on a steady probe: the variation within 1.3e-4 of the counts
+# either way in its first iterations, then 2e-4 better; 1.3 times the counts worse where its weights' step was
+# 33 times the default, benchmarks/records/2026-12-02-opr-safeguard.md)
+TOLERANCE = 1e-3
+
+
+class VariationCheck:
+    """The safeguard of the module docstring for ``variation`` and its ``groups``, which start at
+    iteration ``begin``. Called at a step (the first of each iteration) with the data term of its batch
+    as the step computed it, it computes the same with P_0 alone, adds both and the batch's counts over
+    the processes and, where the variation fits worse than P_0 by more than ``TOLERANCE`` of the counts,
+    drops it (``ProbeVariation.drop``) and returns the line that says so. Every process takes the same
+    decision: it reads the same sums."""
+
+    def __init__(self, variation: ProbeVariation, groups: list[ParameterGroup], begin: int | None) -> None:
+        self.variation, self.groups, self.begin = variation, groups, begin
+
+    def due(self, iteration: int) -> bool:
+        """Whether ``iteration`` is judged: after the variation's first (its weights start at 0 and a
+        row is stepped at its visits only, so that the first iteration's batches see P_0 alone) and while
+        it is on."""
+        return self.variation.dropped_at is None and self.begin is not None and iteration > self.begin
+
+    @torch.no_grad()
+    def __call__(self, model, accelerator, iteration: int, indices: torch.Tensor, measured: torch.Tensor, loss: str,
+                 varied: torch.Tensor) -> str | None:
+        """``varied`` (0-d): the data term of the batch ``indices`` (B,) of ``measured`` (B, K, K) as
+        ``model`` (unwrapped) computed it at a step of ``iteration``, before its update. The line saying
+        the variation was dropped, or None (every process calls it at the same step)."""
+        if not self.due(iteration):
+            return None
+        with self.variation.mean_probe():
+            plain = model(indices, measured, loss)
+        sums = torch.stack([varied.detach().double(), plain.detach().double(), measured.double().sum()])
+        if accelerator.num_processes > 1:
+            sums = accelerator.reduce(sums, reduction="sum")
+        varied_sum, plain_sum, counts = sums.tolist()
+        if varied_sum <= plain_sum + TOLERANCE * counts:
+            return None
+        self.variation.drop(iteration, self.groups)
+        return (f"model.probe_variation: every position takes the mean probe from iteration {iteration}: the varying "
+                f"probe fitted a batch worse than the mean probe (data term {varied_sum:.6g} against {plain_sum:.6g}, "
+                f"{counts:.6g} counts); model.probe_variation_check: false keeps it")
+
+
+def variation_check(config, model, groups: list[ParameterGroup]) -> VariationCheck | None:
+    """The run's ``VariationCheck``: where ``model`` has a varying probe and ``model.probe_variation_check``
+    is on; ``groups`` the run's, of which it takes the variation's."""
+    if "probe_variation" not in model.quantities or not config.model.probe_variation_check:
+        return None
+    mine = [group for group in groups if group.name in ("probe_amplitude", "probe_weights", "probe_variation")]
+    return VariationCheck(model.quantities["probe_variation"], mine, mine[0].start)

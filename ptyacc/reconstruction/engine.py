@@ -32,6 +32,7 @@ from ptyacc.optim.groups import lr_factor
 from ptyacc.physics.fused import CompiledTerms, compile_wanted
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
+from ptyacc.quantities.probe_variation import variation_check
 from ptyacc.quantities.scans import load_scans
 from ptyacc.reconstruction.autos import resolve_autos, runtime_values
 from ptyacc.reconstruction.batch_auto import BatchChoice, auto_batch
@@ -193,6 +194,7 @@ class Reconstructor:
             self.tiles.take_over(self.model, self.groups)
         self.wrapped, self.loader = prepare(accelerator, self.model, self.groups, batches)
         self.model = unwrap(self.wrapped)
+        self.variation_check = variation_check(config, self.model, self.groups)
         if compile_wanted(config.runtime.compile, accelerator.device):
             compiled = self.model.loss_terms = CompiledTerms(report=self.log.tell)
             self.model.field_terms = compiled.field
@@ -285,6 +287,11 @@ class Reconstructor:
                 if self.tiles is not None:
                     self.tiles.check_windows(self.model, step.indices)
                 losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
+                if number == 0 and self.variation_check is not None and (said := self.variation_check(
+                        self.model, self.accelerator, iteration, step.indices, step.measured, self.config.optim.loss,
+                        losses)):  # the varying probe dropped: this step with the mean probe
+                    self.log.tell(said)
+                    losses = self.wrapped(step.indices, step.measured, self.config.optim.loss)
                 # DDP averages gradients over processes; x world makes that average the global sum / B.
                 if not self.direct_backward:
                     self.accelerator.backward(losses * (self.world / len(step.batch)))
