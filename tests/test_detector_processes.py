@@ -31,11 +31,14 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
               "output": {"figures": False}}
     one, two = on_one_and_two(tmp_path, config)
     assert sorted(one[0]) == ["bad_pixels", "descan_in_model", "descan_per_position", "descan_plane", "descan_px",
-                              "descan_rms_px", "orientation_flags", "orientation_skew", "scan_rotation_deg"]
+                              "descan_rms_px", "orientation_flags", "orientation_skew", "parallax_defocus_A",
+                              "scan_rotation_deg"]
     for key in one[0]:
-        assert np.array_equal(one[0][key], two[0][key]), key
+        assert np.array_equal(one[0][key], two[0][key], equal_nan=True), key  # the coherence's defocus has no error
     assert one[2] == two[2] and abs(one[2] - 7.0) < 2.0
-    assert one[3] == two[3]  # the parallax cannot tell this small defocus on a 12 x 12 raster: both keep 40
+    # the real-space parallax cannot tell this small defocus on a 12 x 12 raster; the bright-field pixels'
+    # coherence gives it (data/overlap_orientation.py), the same on both
+    assert one[3] == two[3] and abs(one[3] - 40.0) < 6.0, one[3]
     assert np.abs(one[1] - two[1]).max() < 1e-4
 
 
