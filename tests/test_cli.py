@@ -286,3 +286,22 @@ def test_info_save_writes_what_the_calibration_measured_and_how_to_fix_it(tmp_pa
         assert f["calibration"].attrs["scan_rotation_deg"] == pytest.approx(values["experiment.scan_rotation_deg"])
         assert f["calibration"].attrs["defocus_A"] == pytest.approx(values["experiment.defocus_A"])
         assert f["calibration"].attrs["scan_rotation_deg_source"] == "config"
+
+
+def test_info_save_keeps_flips_turned_about_the_zero_frequency_auto(grid_simulator, tmp_path):
+    """A scan turned by 171 degrees read out as it is: the orientation auto's flip_y and flip_x turn the
+    patterns about the zero frequency, which flips given by hand do not; `--save` then leaves the orientation
+    and the rotation out of the `--set` options it prints, and says why."""
+    setting = grid_simulator.Setting(detector_px=32, scan_shape=(24, 24), scan_step_A=0.5, dose=1e6, defocus_A=40.0,
+                                     edge_mrad=50.0, seed=2, scan_rotation_deg=171.0)
+    grid_simulator.write(str(tmp_path / "turned.h5"), setting)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"path": str(tmp_path / "turned.h5"), "bad_pixels": "auto",
+                                               "transform": {"orientation": "auto"}},
+                                      "experiment": {"scan_rotation_deg": "auto"}}))
+    lines, _ = info_lines([str(config), "--save", str(tmp_path / "m.h5")])
+    said = next(line for line in lines if line.startswith("measured: written to"))
+    assert "keep data.transform.orientation and experiment.scan_rotation_deg auto" in said
+    assert "flip_y=" not in said and "scan_rotation_deg=" not in said
+    with h5py.File(tmp_path / "m.h5") as f:
+        assert list(f["detector/flip_about_zero"][()]) == [True, True]
