@@ -273,8 +273,11 @@ def live_array_bytes() -> int:
     storages: dict[int, int] = {}
     for found in gc.get_objects():
         if isinstance(found, torch.Tensor) and found.layout == torch.strided:
-            storage = found.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+            try:
+                storage = found.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+            except RuntimeError:  # a compiler's fake tensor (other tests' torch.compile) holds no memory
+                continue
         elif isinstance(found, np.ndarray):
             base = found
             while isinstance(base.base, np.ndarray):
