@@ -31,11 +31,14 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
                               "transform": {"orientation": "auto", "descan": "auto"}}
     assert config["optim"]["batch_size"] == "auto" and "positions" not in config["experiment"]
     assert config["experiment"]["scan_rotation_deg"] == "auto" and config["experiment"]["defocus_A"] == "auto"
+    # the measured rotation is refined, as one angle
+    assert config["model"] == {"scan_affine": "rotation"} and config["optim"]["start"]["scan_affine"] == 0
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", "optim.iterations=1",
                                    "--set", "output.figures=false"])
     assert run.exit_code == 0, run.output
     with h5py.File(tmp_path / "results" / "scan" / "results.h5") as f:  # the demo's descan moves no pattern
         assert yaml.safe_load(f.attrs["auto_values"])["optim.batch_size"] == 72  # 576 // 8
+        assert abs(f["fitted/scan_turn_deg"][()]) > 0
     again = CliRunner().invoke(cli, ["init", "scan.h5"])
     assert again.exit_code == 2 and "scan.yaml exists; pass --force" in again.output
 

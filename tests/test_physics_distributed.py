@@ -57,6 +57,19 @@ def test_two_processes_give_the_one_process_answer_with_every_new_feature(tmp_pa
 
 
 @pytest.mark.slow
+def test_two_processes_refine_the_scan_rotation_alone_as_one(tmp_path):
+    """model.scan_affine: rotation (one angle in place of the 2 x 2 distortion): the same run on 1 and 2
+    processes, the angle refined and saved."""
+    config = write_config(tmp_path, model={**MODEL, "scan_affine": "rotation"})
+    one, _ = run(config, 1, "one")
+    two, records = run(config, 2, "two")
+    assert_same(one, two)
+    assert len({r["checksum"] for r in records}) == 1
+    turn = one.quantities["fitted"]["scan_turn_deg"]
+    assert turn != 0 and two.quantities["fitted"]["scan_turn_deg"] == pytest.approx(turn, rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.slow
 def test_split_object_gives_the_sharded_data_answer_with_the_new_features(tmp_path):
     """As test_tiles's, on a scan wide enough for the halos (10 x 10 positions 3 Å apart); the
     object's depth centring needs the whole object, so it is off here. On 2 processes each owned

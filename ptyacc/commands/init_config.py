@@ -67,16 +67,22 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
         lines += _dropped_lines(info, fit, raster, turned, parallax)
     if measured:
         lines.append("  positions: {key: positions_A}   # the file's measured positions, not a raster")
-    carried = probe_key(data_path)
+    carried, model = probe_key(data_path), []
     if carried is not None:
-        lines += ["model:", f"  probe_init: {{path: {relative}, key: {carried}}}   # the file's own probe, its power "
-                  "scaled to the data"]
+        model.append(f"  probe_init: {{path: {relative}, key: {carried}}}   # the file's own probe, its power "
+                     "scaled to the data")
         modes = len(read_probe(data_path, carried).modes)
-        lines += [f"  probe_modes: {modes}   # as many as the file's probe holds"] if modes > 1 else []
+        model += [f"  probe_modes: {modes}   # as many as the file's probe holds"] if modes > 1 else []
+    if turned:
+        model.append("  scan_affine: rotation   # optim.start.scan_affine refines the measured scan rotation alone")
+    lines += (["model:"] + model if model else [])
     lines += ["optim:", "  iterations: 20", "  batch_size: auto   # from the data: one step per iteration where the "
               f"descan shifted the patterns, else about {STEPS} ({steps_batch(n)} of {n} positions)"]
     if not xray:
-        lines.append("  start: {detector_blur: 0}   # the detector's blur (model.detector_blur_px) refined from none")
+        start = "{detector_blur: 0, scan_affine: 0}" if turned else "{detector_blur: 0}"
+        lines.append(f"  start: {start}   # the detector's blur (model.detector_blur_px) refined from none"
+                     + ("; the scan rotation measured, refined from the first iteration (it is seldom within a degree "
+                        "where the counts are few)" if turned else ""))
     lines += ["output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
 

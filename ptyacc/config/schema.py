@@ -235,6 +235,11 @@ class ModelConfig:
     tilt: Literal["global", "per_position"] = _f(
         "global", "Multislice tilt (experiment.tilt_mrad, refined with optim.start.tilt): one for the whole scan, or "
                   "one per position, smoothed over neighbouring positions after every iteration (bent crystals).")
+    scan_affine: Literal["full", "rotation"] = _f(
+        "full", "What optim.start.scan_affine refines of the scan's shape: full, the whole 2 x 2 distortion (scale, "
+                "rotation, shear, asymmetry: drift, a miscalibrated step); rotation, only its rotation about the scan's "
+                "centre (a scan rotation measured a few degrees off, the step known), which the data fix far better "
+                "than four terms (docs/how-to/tilt-thickness-distortion.md, 'Scan distortion').")
     recenter: RecenterConfig = _f(factory=RecenterConfig, doc="Keep the reconstruction in place (only hold_probe on by default).")
     tilt_smoothing_A: float | None = _f(
         None, "model.tilt: per_position: standard deviation in Å of the Gaussian over neighbouring positions by "
