@@ -10,7 +10,7 @@ import torch
 from conftest import descan_case
 
 import ptyacc
-from ptyacc.data.load import descan_left_to_model
+from ptyacc.data.autocalibration import descan_left_to_model
 from ptyacc.physics import Detector, detected_intensities, shift_ramp
 from ptyacc.quantities import BuildContext
 from ptyacc.quantities.descan_ramp import DescanRamp, descan_in_model
