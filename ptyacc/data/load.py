@@ -65,7 +65,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
                                  detector=found.detector_arrays(), hold=choice, streamed=streamed,
-                                 autos=found.auto_values(config))
+                                 autos=found.auto_values(config), autocalibration=found)
 
 
 def _simulated(config: Config, keep: Keep | None) -> PtychoData:
