@@ -1,4 +1,4 @@
-"""The calibration autos of the data load (``data/load.py``) reach the run the way every other auto does
+"""The calibration autos of the data load (``data/autocalibration.py``) reach the run the way every other auto does
 (``reconstruction/autos.py``): named in results.h5's ``auto_values`` and run.log's "auto:" line, and
 numbers in their place in the config the model is built from; the parallax measured twice per load (once
 on the stored patterns for the orientation, once on the prepared ones for the defocus) and the descan's

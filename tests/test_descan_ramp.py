@@ -10,7 +10,7 @@ import torch
 from conftest import descan_case
 
 import ptyacc
-from ptyacc.data.load import descan_left_to_model
+from ptyacc.data.autocalibration import MeasuredDescan, descan_left_to_model
 from ptyacc.physics import Detector, detected_intensities, shift_ramp
 from ptyacc.quantities import BuildContext
 from ptyacc.quantities.descan_ramp import DescanRamp, descan_in_model
@@ -56,7 +56,8 @@ def test_the_ramp_moves_the_prediction_as_the_simulators_descan(grid_simulator, 
 
 def test_taken_over_several_slices_refused_over_several_scans_and_off_unless_asked():
     config = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "descan_model": "ramp"}}})
-    data = SimpleNamespace(detector={"descan_in_model": np.bool_(True), "descan_px": np.full((3, 2), 0.5)})
+    found = SimpleNamespace(descan=MeasuredDescan(None, np.full((3, 2), 0.5), in_model=True))
+    data = SimpleNamespace(autocalibration=found)
 
     def model(slices):
         return SimpleNamespace(object=torch.zeros(1, slices, 8, 8, 2), near_field=False, window=4,
@@ -80,7 +81,8 @@ def test_taken_over_several_slices_refused_over_several_scans_and_off_unless_ask
     finer = ptyacc.load_config({"data": {"path": "x.h5", "transform": {"descan": "auto", "upsample": 2}}})
     assert descan_left_to_model(sliced) and not descan_left_to_model(finer)  # auto: the ramp over slices, the shift there
     # the patterns were not moved, so optim.batch_size: auto keeps about 8 steps per iteration
-    assert not descan_moved(data) and descan_moved(SimpleNamespace(detector={"descan_px": np.full((3, 2), 0.5)}))
+    shifted = SimpleNamespace(descan=MeasuredDescan(None, np.full((3, 2), 0.5)))
+    assert not descan_moved(data) and descan_moved(SimpleNamespace(autocalibration=shifted))
 
 
 def reconstructed(path, out, model, batch=32, iterations=20):

@@ -124,16 +124,12 @@ def save_measured(path: Path, config, data, lines: list[str]) -> str:
     import h5py
     import yaml
 
-    from ptyacc.results.h5file import versions
+    from ptyacc.results.h5file import versions, write_calibration_groups
     from ptyacc.results.outdir import atomic_write
 
     values = {key: value.item() if isinstance(value, np.generic) else value for key, value in data.autos.items()}
     with atomic_write(Path(path), 1 << 20, "free space and run again") as tmp, h5py.File(tmp, "w") as f:
-        for name, array in data.detector.items():
-            f.create_dataset(f"detector/{name}", data=array)
-        group = f.create_group("calibration")
-        for name, (value, source) in data.calibration.items():
-            group.attrs[name], group.attrs[f"{name}_source"] = value, source
+        write_calibration_groups(f, data.detector, data.calibration)
         f.attrs["auto_values"] = yaml.safe_dump(values, sort_keys=True)
         f.attrs["report"] = "\n".join(lines)
         f.attrs["config"] = config.to_yaml()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptyacc.data.load import MIN_RASTER
+from ptyacc.data.autocalibration import MIN_RASTER
 from ptyacc.data.parallax import MIN_SIDE
 from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe

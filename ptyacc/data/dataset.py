@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from ptyacc.data.autocalibration import AutoCalibration
     from ptyacc.data.calibration import Calibration
     from ptyacc.data.hold import HoldChoice, StreamedPatterns
 
@@ -48,6 +49,8 @@ class PtychoData:
     detector: dict[str, np.ndarray] = field(default_factory=dict)  # measured from the data: results.h5 /detector
     # the config's calibration autos as load_data resolved them, {key: value} (reconstruction/autos.py)
     autos: dict[str, float | int | str | bool] = field(default_factory=dict)
+    # what the calibration autos found and decided (``detector`` and ``autos`` come from it); None: none ran
+    autocalibration: AutoCalibration | None = None
     # every calibration value used, {name: (value, source)} (``calibration_record``)
     calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
     hold: HoldChoice | None = None  # where data.hold put the patterns read from a file, and why

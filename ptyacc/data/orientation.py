@@ -53,6 +53,29 @@ def flag_matrix(transpose: bool, flip_y: bool, flip_x: bool) -> np.ndarray:
     return np.diag([-1.0 if flip_y else 1.0, -1.0 if flip_x else 1.0]) @ m
 
 
+def equivalent_orientations(turn: np.ndarray, candidates=FLAGS) -> list[tuple[tuple[bool, bool, bool], float]]:
+    """The (flags, rotation_deg) pairs that describe the same geometry as ``turn`` (2, 2), a turn or a
+    mirror of (y, x) vectors of the stored patterns: for each transpose/flip F of ``candidates`` (triples
+    for ``flag_matrix``) of which F turn is a turn, the theta of R(theta) = F turn, in (-180, 180]."""
+    pairs = []
+    for flags in candidates:
+        rot = flag_matrix(*flags) @ turn
+        if np.linalg.det(rot) > 0:
+            pairs.append((flags, math.degrees(math.atan2(rot[0, 1], rot[0, 0]))))
+    return pairs
+
+
+def nearest_orientation(pairs: list[tuple[tuple[bool, bool, bool], float]], near_deg: float
+                        ) -> tuple[tuple[bool, bool, bool], float]:
+    """Of the (flags, rotation_deg) ``pairs`` (``equivalent_orientations``), the first whose rotation lies
+    nearest ``near_deg``."""
+    best = pairs[0]
+    for flags, theta in pairs[1:]:
+        if abs(_wrapped(theta - near_deg, 360.0)) < abs(_wrapped(best[1] - near_deg, 360.0)):
+            best = (flags, theta)
+    return best
+
+
 def curl_and_divergence(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Curl (d vx / dy - d vy / dx) and divergence of a (ny, nx, 2) (y, x) field on the raster."""
     dvy_dy, dvy_dx = np.gradient(field[..., 0])
@@ -201,16 +224,9 @@ def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] |
     if skew(grid.divergence(turned(field, angle))) > 0:
         angle += 180.0
     # R(angle)^T T^h c is the gradient; prepared M c with R(theta)^T M = R(angle)^T T^h
-    candidates = FLAGS if fixed_flags is None else (fixed_flags,)
-    best = None
-    for flags in candidates:
-        rot = flag_matrix(*flags) @ (np.array([[0.0, 1.0], [1.0, 0.0]]) if transpose else np.eye(2)) @ rotation(angle)
-        if np.linalg.det(rot) < 0:
-            continue
-        theta = math.degrees(math.atan2(rot[0, 1], rot[0, 0]))
-        if best is None or abs(_wrapped(theta - near_deg, 360)) < abs(_wrapped(best[1] - near_deg, 360)):
-            best = (flags, theta)
-    flags, theta = best
+    turn = (np.array([[0.0, 1.0], [1.0, 0.0]]) if transpose else np.eye(2)) @ rotation(angle)
+    flags, theta = nearest_orientation(equivalent_orientations(turn, FLAGS if fixed_flags is None else (fixed_flags,)),
+                                       near_deg)
     halves = tuple(theta + _wrapped(part - angle % 180) for part in grid.halves(field))
     return Orientation(flags, theta, left, other, halves, skew(grid.divergence(turned(field, angle))),
                        math.prod(com.shape[:-1]))

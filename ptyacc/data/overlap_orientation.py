@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.data.bright_field import bright_field_radius_px, repaired
-from ptyacc.data.orientation import FLAGS, flag_matrix, rotation
+from ptyacc.data.orientation import equivalent_orientations, nearest_orientation, rotation
 from ptyacc.data.overlap_focus import MARGIN_PX, pixel_frequencies
 from ptyacc.data.parallax import disk_centre
 from ptyacc.errors import DataError
@@ -166,16 +166,8 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
     g, c = candidate(fine_angles[i], handed), fine_scales[j]
     if nominal_defocus_A < 0:  # J(G, c) = J(-G, -c): the nominal sign picks the pair
         g, c = -g, -c
-    choice = None
-    for flags in FLAGS:
-        f = flag_matrix(*flags)
-        if np.linalg.det(f) * np.linalg.det(g) < 0:
-            continue
-        turned = g @ f.T  # R(theta)^T
-        theta = math.degrees(math.atan2(turned[1, 0], turned[0, 0]))
-        if choice is None or abs(_wrapped(theta - near_deg)) < abs(_wrapped(choice[1] - near_deg)):
-            choice = (flags, theta)
-    return OverlapOrientation(choice[0], choice[1], c / wavelength_A, float(contrast))
+    flags, theta = nearest_orientation(equivalent_orientations(g.T), near_deg)  # R(theta) = F G^T
+    return OverlapOrientation(flags, theta, c / wavelength_A, float(contrast))
 
 
 def overlap_defocus(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float,
@@ -196,7 +188,3 @@ def overlap_defocus(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: 
     fine = base * SCALES[at] * FINE_SCALES
     best = fine[int(np.argmax(found.coherence(g, fine)))]
     return math.copysign(best, nominal_defocus_A) / wavelength_A
-
-
-def _wrapped(degrees: float) -> float:
-    return (degrees + 180.0) % 360.0 - 180.0

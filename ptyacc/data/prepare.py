@@ -11,7 +11,7 @@ Order (``data.transform`` and the ``data`` policies), on each chunk (c, ky, kx) 
 5. orientation: transpose, then flip_y, then flip_x; a flip reverses the pixels (i -> n - 1 - i) or, in
    the far field with ``flip_about_zero``, turns them about the zero frequency (i -> n - i, modulo n,
    on an even size), for flips the orientation auto measured: whichever leaves the bright-field
-   disk's centre nearer the zero frequency (``load._centred_orientation``)
+   disk's centre nearer the zero frequency (``autocalibration._centred_orientation``)
 6. zero-pad to ``pad`` x ``pad`` pixels (``upsample`` K with ``upsample`` > 1), centred; the padded
    pixels are left out of the loss
 7. far field: ifftshift to the model's layout (zero frequency at [0, 0])

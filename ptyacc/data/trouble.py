@@ -8,7 +8,7 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   (and three times the spread between the scan's halves) away means ``experiment.scan_rotation_deg``
   is off. Said only where the field tells: the curl left at its best angle under CURL_CLEAR, and, for
   the handedness, the other one's curl MIRRORED times more; an angle 180 degrees away only where the
-  divergence's skew tells a turn by 180 degrees (``load.SKEW_SURE``).
+  divergence's skew tells a turn by 180 degrees (``autocalibration.SKEW_SURE``).
 - The parallax of the bright-field disk (``parallax.py``), measured on the prepared patterns at the
   positions the run uses, is lambda defocus R(phi) with phi the rotation left: a defocus of the other
   sign, or more than DEFOCUS_OFF of its size (and three standard errors) away, says

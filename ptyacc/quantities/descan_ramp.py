@@ -52,9 +52,11 @@ class DescanRamp(Quantity):
 @register
 def descan_in_model(config, model, context: BuildContext) -> DescanRamp | None:
     """``data.transform.descan_model: ramp`` where ``descan: auto`` found a descan to take out (the
-    data's /detector ``descan_in_model``); refused over several scans and in the near field."""
-    detector = getattr(context.data, "detector", None) or {}
-    if config.data.transform.descan_model == "shift" or not bool(detector.get("descan_in_model", False)):
+    load's ``AutoCalibration.descan``, results.h5's /detector ``descan_in_model``); refused over several
+    scans and in the near field."""
+    found = getattr(context.data, "autocalibration", None)
+    descan = None if found is None else found.descan
+    if config.data.transform.descan_model == "shift" or descan is None or not descan.in_model:
         return None
     setting = "data.transform.descan_model: ramp"
     if context.scans is not None:
@@ -62,5 +64,5 @@ def descan_in_model(config, model, context: BuildContext) -> DescanRamp | None:
     if model.near_field:
         raise ValueError(f"{setting} is a far-field detector's; the near field has none")
     context.said.append(f"{setting}: each exit wave times the phase ramp of its position's measured descan "
-                        f"(up to {float(np.abs(detector['descan_px']).max()):.3f} px), the patterns left as read")
-    return DescanRamp(detector["descan_px"], model.window)
+                        f"(up to {float(np.abs(descan.shifts_px).max()):.3f} px), the patterns left as read")
+    return DescanRamp(descan.shifts_px, model.window)

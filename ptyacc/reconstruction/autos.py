@@ -17,7 +17,7 @@
   single process, which has no process group), ``runtime.threads`` (``threads.set_threads``),
   ``data.hold`` (``data/hold.py``; "device" or "host" for patterns given in memory), ``optim.batch_size``
   (``batch_auto.py``: the batches are drawn before the statistics) and the calibration autos, which
-  transform the patterns as they are read (``data/load.py``'s ``PtychoData.autos``):
+  transform the patterns as they are read (``PtychoData.autos``, from ``data/autocalibration.py``'s ``AutoCalibration``):
   ``experiment.scan_rotation_deg``, ``experiment.defocus_A`` (with the C12 the parallax set),
   ``data.transform.orientation`` (its transpose, flip_y and flip_x), ``data.transform.descan_model``,
   and ``data.bad_pixels`` and ``data.transform.descan``, named by the number of pixels left out and

@@ -31,10 +31,8 @@ SMALLEST, LARGEST = 4, 256  # the batch's bounds otherwise
 def descan_moved(data: PtychoData) -> bool:
     """Whether ``data.transform.descan: auto`` shifted any of ``data``'s patterns (not where the model
     moves its predictions instead, ``descan_model: ramp``)."""
-    if bool(data.detector.get("descan_in_model", False)):
-        return False
-    shifts = data.detector.get("descan_px")
-    return shifts is not None and bool((np.abs(np.asarray(shifts)) >= STILL_PX).any())
+    descan = None if data.autocalibration is None else data.autocalibration.descan
+    return descan is not None and not descan.in_model and bool((np.abs(descan.shifts_px) >= STILL_PX).any())
 
 
 @dataclass(frozen=True)

@@ -163,15 +163,23 @@ def save_results(path: Path, results: Results) -> None:
             f.attrs["origin_m"] = np.asarray(results.origin_A, dtype=np.float64) * METRE_PER_A
         for key, value in results.attrs.items():
             f.attrs[key] = value
-        for name, array in (results.detector or {}).items():
-            f.create_dataset(f"detector/{name}", data=array)
         for group, arrays in (results.quantities or {}).items():
             for name, array in arrays.items():
                 f.create_dataset(f"{group}/{name}", data=array)
-        if results.calibration:
-            group = f.create_group("calibration")
-            for name, (value, source) in results.calibration.items():
-                group.attrs[name], group.attrs[f"{name}_source"] = value, source
+        write_calibration_groups(f, results.detector, results.calibration)
+
+
+def write_calibration_groups(f: h5py.File, detector: dict[str, np.ndarray] | None,
+                             calibration: dict[str, tuple[float, str]] | None) -> None:
+    """The groups ``detector`` (each array measured from the data) and ``calibration`` (each value, and
+    beside it as ``<name>_source`` where it came from) of results.h5 (module docstring) in the open file
+    ``f``; none where empty. ``ptyacc info --save`` writes the same."""
+    for name, array in (detector or {}).items():
+        f.create_dataset(f"detector/{name}", data=array)
+    if calibration:
+        group = f.create_group("calibration")
+        for name, (value, source) in calibration.items():
+            group.attrs[name], group.attrs[f"{name}_source"] = value, source
 
 
 def load_results(path: str | Path) -> Results:

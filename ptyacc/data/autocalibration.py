@@ -1,0 +1,668 @@
+"""The calibration autos of a data load, in one step (``autocalibrate``), which ``load_data`` (and so
+``ptyacc run``, ``info`` and ``init``'s report) goes through: the scan read as a raster where an auto needs
+its grid, the calibration (``calibration.calibrate``), the bad pixels, the scan rotation and the patterns'
+transpose/flip (centre of mass, ``orientation.py``; the bright-field parallax, ``parallax_orientation.py``;
+the Fourier regions' coherence, ``overlap_orientation.py``), the flips about the zero frequency, the
+preparation that follows, the descan, the defocus (parallax, ``parallax.py``, or coherence), and the
+checks of values given against the data (``trouble.py``, ``sanity.py``).
+
+What the autos found and decided is one record, ``AutoCalibration``: it gives results.h5's ``/detector``
+arrays and the ``auto_values`` of the run. The scan's middle block, which half a dozen of these
+measurements read, and the samples are read from the file once (``ReadOnce``) and prepared as each asks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ptyacc.config import Config, ExperimentConfig, resolved_upsample
+from ptyacc.data.bright_field import measured_radius_px, repaired, sample_rows
+from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
+from ptyacc.data.descan import Descan, Descanned, any_moved, disk_centres, measure_descan
+from ptyacc.data.detector import BadPixels, good_pixels, measure_bad_pixels
+from ptyacc.data.orientation import equivalent_orientations, flag_matrix, measure_orientation, middle_block, rotation
+from ptyacc.data.overlap_orientation import overlap_defocus, overlap_orientation
+from ptyacc.data.parallax import MIN_EDGE_PHASE, MIN_SIDE, Parallax, measure_parallax, stored_parallax
+from ptyacc.data.parallax_orientation import parallax_orientation
+from ptyacc.data.positions import raster_positions_A, turned_positions_A
+from ptyacc.data.prepare import Preparation, orientation_from_basis, pattern_preparation
+from ptyacc.data.sanity import calibration_checks, scan_grid_steps
+from ptyacc.data.stored_scan import raster_or_positions
+from ptyacc.data.trouble import (
+    CURL_CLEAR,
+    DEFOCUS_OFF,
+    ROTATION_OFF_DEG,
+    com_warnings,
+    parallax_warnings,
+    weak_orientation_warning,
+)
+from ptyacc.errors import DataError
+
+BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orientation: auto
+MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
+SIGN_WARNING = "warning: the data's bright-field parallax says the defocus has the opposite sign"  # sanity.py's
+OPPOSITE = ", the opposite sign to the"  # trouble.parallax_warnings's, which says the same
+SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
+PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
+FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
+RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
+# reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
+
+Flags = tuple[bool, bool, bool]
+
+
+@dataclass(frozen=True)
+class MeasuredOrientation:
+    """The transpose/flip ``flags`` (transpose, flip_y, flip_x) and scan rotation ``rotation_deg`` measured
+    from the data (after the flips about zero and the parallax's correction, where they changed them), the
+    centre of mass's divergence ``skew``, and ``overlap_defocus_A`` the defocus of the Fourier regions'
+    coherence where that search gave the orientation (else None)."""
+
+    flags: Flags
+    rotation_deg: float
+    skew: float
+    overlap_defocus_A: float | None = None
+
+
+@dataclass(frozen=True)
+class MeasuredDescan:
+    """``data.transform.descan: auto``: the ``descan`` found, each pattern's shift ``shifts_px`` (N, 2) (its
+    ``applied_px``) and whether the model moves its predictions by them (``descan_model: ramp``) rather than
+    the patterns being shifted back."""
+
+    descan: Descan
+    shifts_px: np.ndarray
+    in_model: bool = False
+
+
+@dataclass(frozen=True)
+class MeasuredDefocus:
+    """``experiment.defocus_A: auto``: the defocus used (Å, = -C10, at the model's entrance surface) with its
+    standard error (NaN where the Fourier regions' coherence gave it), and the ``parallax`` measurement it
+    came from (None for the coherence's)."""
+
+    defocus_A: float
+    error_A: float
+    parallax: Parallax | None = None
+
+
+@dataclass(frozen=True)
+class AutoCalibration:
+    """What the calibration autos of one load found and decided: the ``bad_pixels`` left out, the
+    ``orientation`` measured, the flips that turn about the zero frequency (``flip_about_zero`` (y, x), where
+    any does), the ``descan``, the ``defocus``; with what the preparation and the calibration use after them:
+    the transpose/flip ``flags``, the scan rotation ``scan_rotation_deg`` and the ``aberrations`` (against the
+    ``nominal_aberrations`` the config or file gave)."""
+
+    flags: Flags
+    scan_rotation_deg: float
+    aberrations: Mapping[str, float]
+    nominal_aberrations: Mapping[str, float]
+    bad_pixels: BadPixels | None = None
+    orientation: MeasuredOrientation | None = None
+    flip_about_zero: tuple[bool, bool] | None = None
+    descan: MeasuredDescan | None = None
+    defocus: MeasuredDefocus | None = None
+
+    def detector_arrays(self) -> dict[str, np.ndarray]:
+        """results.h5's ``/detector`` group (names and dtypes in ``results/h5file.py``'s docstring)."""
+        arrays = {} if self.bad_pixels is None else self.bad_pixels.arrays()
+        if self.orientation is not None:
+            arrays.update(scan_rotation_deg=np.float64(self.orientation.rotation_deg),
+                          orientation_flags=np.array(self.orientation.flags),
+                          orientation_skew=np.float64(self.orientation.skew))
+            if self.orientation.overlap_defocus_A is not None:
+                arrays["overlap_defocus_A"] = np.float64(self.orientation.overlap_defocus_A)
+        if self.flip_about_zero is not None:
+            arrays["flip_about_zero"] = np.array(self.flip_about_zero)
+        if self.descan is not None:
+            arrays.update(self.descan.descan.arrays(self.descan.shifts_px))
+            if self.descan.in_model:
+                arrays["descan_in_model"] = np.bool_(True)
+        if self.defocus is not None:
+            arrays["parallax_defocus_A"] = np.array([self.defocus.defocus_A, self.defocus.error_A])
+            found = self.defocus.parallax
+            if found is not None:
+                arrays.update(parallax_c12_A=np.array([found.c12a_A, found.c12b_A, found.c12_error_A]),
+                              parallax_rotation_left_deg=np.float64(found.rotation_left_deg),
+                              parallax_k_invA=found.k_invA[found.used], parallax_shifts_A=found.shifts_A[found.used],
+                              parallax_fit_A=found.fit_A, parallax_image=found.image)
+        return arrays
+
+    def auto_values(self, config: Config) -> dict[str, float | int | str | bool]:
+        """{key: value} of the calibration autos of ``config`` as resolved, for ``reconstruction/autos.py``
+        (the run's config and results.h5's ``auto_values``): the scan rotation, the defocus and the C12 the
+        parallax set, the transpose/flip, the number of bad pixels left out, the largest descan (px, 0 where
+        none was taken out) and how the model takes it."""
+        data, transform, found = config.data, config.data.transform, {}
+        if config.experiment.scan_rotation_deg == "auto":
+            found["experiment.scan_rotation_deg"] = float(self.scan_rotation_deg)
+        if config.experiment.defocus_A == "auto":
+            found["experiment.defocus_A"] = -float(self.aberrations.get("C10", 0.0))
+            found.update({f"experiment.aberrations.{name}": float(self.aberrations[name]) for name in ("C12a", "C12b")
+                          if name in self.aberrations and self.aberrations[name] != self.nominal_aberrations.get(name)})
+        if transform.orientation == "auto":
+            found.update({"data.transform.transpose": bool(self.flags[0]), "data.transform.flip_y": bool(self.flags[1]),
+                          "data.transform.flip_x": bool(self.flags[2])})
+        if data.bad_pixels == "auto":
+            found["data.bad_pixels"] = self.bad_pixels.count
+        if transform.descan == "auto":
+            shifts = self.descan.shifts_px
+            found["data.transform.descan"] = float(np.abs(shifts).max()) if len(shifts) else 0.0
+            if transform.descan_model == "auto":
+                found["data.transform.descan_model"] = "ramp" if descan_left_to_model(config) else "shift"
+        return found
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """What the calibration step gives the load: the ``experiment`` and ``calibration`` the autos resolved,
+    the preparation (``prep``, its per-chunk ``prepare`` and the prepared detector ``mask``), the object pixel
+    ``dx_A``, the file to read the patterns from (``source``, descanned where the descan shifts them, and
+    ``reopen``, which opens it anew), what the autos ``found``, and their run.log lines (``said``, then
+    ``defocus_said``, which a sign check may shorten)."""
+
+    experiment: ExperimentConfig
+    calibration: Calibration
+    prep: Preparation
+    prepare: Callable[[np.ndarray], np.ndarray]
+    mask: np.ndarray | None
+    dx_A: float
+    source: object
+    reopen: Callable[[], object]
+    found: AutoCalibration
+    said: tuple[str, ...]
+    defocus_said: tuple[str, ...]
+
+    def checked(self, every: np.ndarray | None) -> tuple[str, ...]:
+        """run.log's lines of the calibration: the autos', then the checks of the calibration against the
+        data (``sanity.calibration_checks``, on ``every``, all the prepared patterns (N, K, K) where the load
+        holds them in memory, else on a sample read), one warning for a defocus of the wrong sign."""
+        checks = calibration_checks(self.experiment, self.calibration, self.dx_A, self.source, self.prepare,
+                                    self.prep.bin, self.prep.shape[-1], every) if self.experiment.check_calibration else ()
+        defocus = self.defocus_said
+        if any(line.startswith(SIGN_WARNING) for line in checks):  # one warning for one wrong sign
+            defocus = tuple(line for line in defocus if OPPOSITE not in line)
+        return self.said + defocus + tuple(checks)
+
+
+class ReadOnce:
+    """A pattern file (``readers.PatternFile``) whose ``read`` reads each pattern from the file once, as
+    stored, and gives it again, prepared by the ``prepare`` asked for (the preparation maps each pattern
+    on its own: the same values as a read through it). For the calibration step, whose measurements read
+    the scan's middle block and a few samples up to six times; everything else is the file's."""
+
+    def __init__(self, source) -> None:
+        self._source, self._blocks, self._where = source, [], {}  # {row: (block, index in it)}
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
+    def read(self, rows: np.ndarray | None = None, prepare=None):
+        if rows is None or len(rows) == 0:
+            return self._source.read(rows, prepare)
+        wanted = np.asarray(rows, dtype=np.int64)
+        missing = np.array([row for row in wanted.tolist() if row not in self._where], dtype=np.int64)
+        if len(missing):
+            self._blocks.append(self._source.read(missing))
+            self._where.update((row, (len(self._blocks) - 1, i)) for i, row in enumerate(missing.tolist()))
+        block, index = np.array([self._where[row] for row in wanted.tolist()]).T
+        first = self._blocks[int(block[0])]
+        patterns = np.empty((len(wanted), *first.patterns.shape[1:]), dtype=np.float32)
+        for b in np.unique(block):
+            patterns[block == b] = self._blocks[int(b)].patterns[index[block == b]]
+        if prepare is not None:
+            patterns = np.ascontiguousarray(prepare(patterns), dtype=np.float32)
+        return dataclasses.replace(first, patterns=patterns)
+
+
+def descan_left_to_model(config: Config) -> bool:
+    """Whether ``data.transform.descan_model`` leaves the measured descan to the model (``ramp``, or ``auto`` with
+    one scan and the patterns neither padded nor upsampled) rather than shifting the patterns."""
+    transform = config.data.transform
+    if transform.descan_model != "auto":
+        return transform.descan_model == "ramp"
+    return not config.scans and transform.pad is None and resolved_upsample(config)[0] == 1
+
+
+def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndarray | None,
+                  gain: np.ndarray | None, reopen: Callable[[], object]) -> Calibrated:
+    """The calibration of the open pattern file ``source`` (``facts``: what it says about itself) under
+    ``config``, with its autos measured: see the module docstring. ``file_mask`` (stored layout, None = all
+    good) and ``gain`` (1 / gain, ``flat_field``) as the file and ``data.flat_field`` give them; ``reopen``
+    opens the file anew (for the patterns streamed during the run)."""
+    data, experiment, info, name = config.data, config.experiment, source.info, facts.name
+    original, source = source, ReadOnce(source)
+    needs = [key for key, asked in (
+        ("experiment.scan_rotation_deg", experiment.scan_rotation_deg == "auto"),
+        ("data.transform.orientation", data.transform.orientation == "auto" and BASIS not in info.attrs),
+        ("experiment.defocus_A", experiment.defocus_A == "auto")) if asked]
+    experiment, facts, scan_shape, said = raster_or_positions(experiment, facts, data.scan_shape, needs)
+    defocus_auto = experiment.defocus_A == "auto"
+    if defocus_auto:  # the nominal value from the file or aberrations.C10
+        experiment = dataclasses.replace(experiment, defocus_A=None)
+    rotation_auto = experiment.scan_rotation_deg == "auto"
+    calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
+                            facts, scan_shape)
+    background = info.background if data.subtract_background else None
+    bad = None
+    if data.bad_pixels == "auto":  # the detector mask as stored less the bad pixels found in the data
+        bad, line = measure_bad_pixels(source, len(calibration.positions_A), background)
+        file_mask, said = good_pixels(file_mask, bad), said + (line,)
+    transform, orientation = dataclasses.replace(data.transform, upsample=resolved_upsample(config)[0]), None
+    if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
+                         and experiment.radiation == "electron"):
+        experiment, transform, orientation, lines = _oriented(experiment, transform, source, calibration, file_mask,
+                                                              background, defocus_auto)
+        said += lines
+        calibration = calibrate(experiment, facts, scan_shape)
+        calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
+    elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
+        said += _orientation_checked(experiment, transform, source, calibration, file_mask, background)
+    prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
+    about = None
+    if prep.far_field and experiment.radiation == "electron" and data.transform.orientation == "auto" and \
+            BASIS not in info.attrs:  # given flips reverse, as said
+        prep, turned_deg, lines = _centred_orientation(prep, source, len(calibration.positions_A), file_mask, data,
+                                                       background, gain,
+                                                       experiment.scan_rotation_deg if rotation_auto else None)
+        said += lines
+        about = prep.flip_about_zero if any(prep.flip_about_zero) else None
+        if turned_deg is not None:  # turned by 90 or 180 degrees with the flags
+            transform = dataclasses.replace(transform, transpose=prep.transpose, flip_y=prep.flip_y, flip_x=prep.flip_x)
+            experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+            calibration = calibrate(experiment, facts, scan_shape)
+            calibration.sources["scan_rotation_deg"] = "fitted"
+            orientation = dataclasses.replace(orientation, flags=(prep.transpose, prep.flip_y, prep.flip_x),
+                                              rotation_deg=turned_deg)
+    prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
+    mask = prep.mask(file_mask)
+    radius_px = None
+    if calibration.stored_dx_A is None:  # experiment.dk_from_bright_field
+        radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
+        calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
+    dx_A = prep.object_pixel_A(calibration.stored_dx_A)
+    read_from, descan = original, None
+    if data.transform.descan == "auto":
+        descan, line = _descanned(source, calibration.positions_A, prepare, mask, descan_left_to_model(config))
+        said += (line,)
+        if any_moved(descan.shifts_px) and not descan.in_model:
+            source = Descanned(source, descan.descan, descan.shifts_px, mask)
+            read_from = Descanned(original, descan.descan, descan.shifts_px, mask)
+            reopen = _descanned_reopen(reopen, descan, mask)
+    nominal, defocus, defocus_said = calibration.aberrations, None, ()
+    read = (source, prepare, mask, dx_A, prep.shape[-1])
+    if defocus_auto:
+        depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
+        experiment, calibration, defocus, defocus_said = _with_parallax(
+            experiment, calibration, facts, scan_shape, radius_px, read, rotation_auto,
+            None if orientation is None else orientation.skew, depth_A, data.transform.orientation == "auto",
+            None if orientation is None else orientation.overlap_defocus_A)
+        if orientation is not None and rotation_auto:
+            orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
+    elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
+        defocus_said = _parallax_checked(calibration, read, rotation_auto, data.transform.orientation == "auto")
+    found = AutoCalibration(flags=(prep.transpose, prep.flip_y, prep.flip_x),
+                            scan_rotation_deg=experiment.scan_rotation_deg, aberrations=calibration.aberrations,
+                            nominal_aberrations=nominal, bad_pixels=bad, orientation=orientation, flip_about_zero=about,
+                            descan=descan, defocus=defocus)
+    return Calibrated(experiment, calibration, prep, prepare, mask, dx_A, read_from, reopen, found, said, defocus_said)
+
+
+def _descanned_reopen(reopen: Callable[[], object], descan: MeasuredDescan, mask: np.ndarray | None
+                      ) -> Callable[[], Descanned]:
+    """What opens the file anew with its patterns shifted back by ``descan``."""
+    return lambda: Descanned(reopen(), descan.descan, descan.shifts_px, mask)
+
+
+def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
+              background: np.ndarray | None, defocus_auto: bool = False):
+    """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
+    without basis vectors: the experiment and transform with the rotation and flags measured from
+    the centre of mass of the stored patterns (``orientation.py``; on the raster's grid, or, for
+    positions that are no raster, at the positions, whose rotation then turns them about their centre),
+    what was measured, and what to report. Where a defocus is known (given, or the nominal one of
+    ``defocus_auto``) the flags and rotation are the parallax's where it tells them (``_parallax_oriented``);
+    else, with ``defocus_auto``, the flags are turned by 180 degrees where the centre of mass could hardly
+    tell them from those (``_turned_by_parallax``)."""
+    step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
+    rotation_auto = experiment.scan_rotation_deg == "auto"
+    given = 0.0 if rotation_auto else experiment.scan_rotation_deg
+    raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
+                                                                    raster_positions_A(shape, step, given))
+    # the scan's own frame: the raster's grid, or the positions as read (the calibration's are turned by ``given``)
+    base = raster_positions_A(shape, step, 0.0) if raster else turned_positions_A(calibration.positions_A, -given)
+    if raster and min(shape) < MIN_RASTER or not raster and len(base) < MIN_RASTER * MIN_RASTER:
+        raise DataError(f"{source.path}: data.transform.orientation: auto needs the detector's basis_vectors (CXI), and "
+                        f"experiment.scan_rotation_deg: auto or orientation from the data a scan of at least "
+                        f"{MIN_RASTER} x {MIN_RASTER} positions, found {len(base)}; set them by hand")
+    fixed = None
+    if transform.orientation == "manual":
+        fixed = (transform.transpose, transform.flip_y, transform.flip_x)
+    elif BASIS in source.info.attrs:
+        fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
+    found, line = measure_orientation(source, shape, file_mask, background, fixed, given,
+                                      None if raster else base)
+    flags, rotation_deg = found.flags, found.rotation_deg
+    grid = shape if shape is not None and scan_grid_steps(base, shape) is not None else None
+    chosen = _parallax_oriented(source, calibration, base, grid, file_mask, background) if fixed is None else None
+    if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
+        flags, rotation_deg = chosen.flags, chosen.rotation_deg
+        line += f"; {chosen.line()}: these are used"
+    warnings, searched_A = [], None
+    if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
+        # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
+        # Fourier regions' coherence sums every pixel and frequency
+        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
+        if searched is not None and searched.clear:
+            flags, rotation_deg = searched.flags, searched.rotation_deg
+            line += f"; {searched.line()}: these are used"
+            searched_A = searched.defocus_A
+        else:
+            line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
+            warnings.append(weak_orientation_warning(found, chosen))
+    if rotation_auto:
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
+    else:
+        line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
+        if chosen is None:
+            warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
+    # the search's flags already carry the nominal defocus's sign: no second turn by 180 degrees
+    if (chosen is None and searched_A is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE
+            and grid is not None):
+        flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
+                                          grid, flags, file_mask, background)
+        line += said
+    if fixed is None:
+        transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
+                                        flip_x=flags[2])
+    return experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, searched_A), (line, *warnings)
+
+
+def weak_com(found) -> bool:
+    """Whether the centre of mass's orientation ``found`` is mostly noise: much curl left at its best angle, or
+    the scan's halves more than ROTATION_OFF_DEG apart."""
+    spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
+    return found.curl_left > CURL_CLEAR or spread > ROTATION_OFF_DEG
+
+
+def _stored_middle(source, calibration, base_A: np.ndarray, shape, background: np.ndarray | None):
+    """The stored patterns of the middle block of the raster ``shape`` (``middle_block``) less ``background``,
+    the block's shape, the step vectors of the scan's own positions ``base_A`` (N, 2) Å on that raster, the
+    stored dk (1/Å) and the nominal defocus (Å); None without a nominal defocus, a stored pixel size or a
+    raster grid."""
+    nominal = -calibration.aberrations.get("C10", 0.0)
+    if nominal == 0 or calibration.stored_dx_A is None or shape is None:
+        return None
+    steps = scan_grid_steps(base_A, shape)
+    if steps is None:
+        return None
+    rows, block = middle_block(tuple(shape))
+    patterns = source.read(rows, None if background is None else (lambda chunk: chunk - background)).patterns
+    return patterns, block, steps, 1.0 / (source.info.shape[-1] * calibration.stored_dx_A), nominal
+
+
+def _overlap_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
+                      background: np.ndarray | None, near_deg: float):
+    """The orientation and defocus the Fourier regions' coherence of the stored patterns gives on the scan's
+    own positions ``base_A`` (N, 2) Å near the raster ``shape`` (``overlap_orientation.py``), the rotation
+    nearest ``near_deg``; None without a nominal defocus or a raster grid."""
+    read = _stored_middle(source, calibration, base_A, shape, background)
+    if read is None:
+        return None
+    patterns, block, steps, dk_invA, nominal = read
+    return overlap_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, file_mask, near_deg)
+
+
+def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
+                       background: np.ndarray | None):
+    """The transpose/flip and rotation the parallax of the stored patterns gives on the scan's own positions
+    ``base_A`` (N, 2) Å (the nominal raster, or positions near the raster ``shape``; ``parallax_orientation.py``),
+    the nominal defocus telling the patterns from their 180-degree turn; None where there is no nominal
+    defocus, no raster grid or the parallax cannot tell."""
+    semiangle = calibration.values.get("semiangle_mrad")
+    read = None if not semiangle else _stored_middle(source, calibration, base_A, shape, background)
+    if read is None:
+        return None
+    patterns, block, steps, dk_invA, nominal = read
+    return parallax_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, semiangle * 1e-3,
+                                file_mask)
+
+
+def _turned_by_parallax(source, calibration, positions_A: np.ndarray, shape, flags: Flags,
+                        file_mask: np.ndarray | None, background: np.ndarray | None) -> tuple[Flags, str]:
+    """The flags with flip_y and flip_x toggled (the patterns turned by 180 degrees) where the
+    parallax of the stored patterns so oriented, at ``positions_A`` (N, 2) Å (on the raster ``shape``),
+    gives a defocus of the nominal one's opposite sign
+    (the parallax alone cannot tell a defocus from its opposite with the patterns turned by 180
+    degrees; a nominal defocus, even 30 % off, has the right sign); and what to add to run.log."""
+    nominal = -calibration.aberrations.get("C10", 0.0)
+    if nominal == 0 or calibration.stored_dx_A is None:
+        return flags, ""
+    steps = scan_grid_steps(positions_A, shape)
+    if steps is None:
+        return flags, ""
+    found = stored_parallax(source, shape, steps, calibration.wavelength_A,
+                            1.0 / (source.info.shape[-1] * calibration.stored_dx_A), flags, file_mask, background)
+    if found is None or found.defocus_A * nominal > 0:
+        return flags, ""
+    return (flags[0], not flags[1], not flags[2]), (
+        f"; with these flags the bright-field parallax gives a defocus of {found.defocus_A:.1f} A, the nominal "
+        f"{nominal:g} A's opposite sign: flip_y and flip_x toggled (the patterns turned by 180 deg)")
+
+
+def _centred_orientation(prep: Preparation, source, n_patterns: int, file_mask: np.ndarray | None, data,
+                         background: np.ndarray | None, gain: np.ndarray | None, rotation_deg: float | None
+                         ) -> tuple[Preparation, float | None, tuple[str, ...]]:
+    """``prep`` with its flips chosen to leave the bright-field disk (``_disk_offset_px`` from the zero
+    frequency before the transpose and flips) nearest it (``Preparation.centre_after``); the scan rotation
+    that goes with new flags (None where they stay); and what to report. A flip that stands for the scan
+    turned by 90 or 180 degrees must turn the patterns about k = 0, one that undoes a detector read out
+    backwards must reverse them; on an even size the two differ by a pixel, which ``descan: auto`` would
+    otherwise take for a descan. Where the data chose the flags and the scan rotation (``rotation_deg``
+    given), the flags of the same handedness turned by 90, 180 or 270 degrees, with the rotation turned
+    back, are taken instead where they bring the disk RECENTRED_PX nearer (a detector read out backwards
+    along an axis that the flags nearest a rotation of 0 leave unflipped). Without flips or a rotation to
+    turn back there is nothing to choose, and nothing is read."""
+    if rotation_deg is None and not (prep.flip_y or prep.flip_x):
+        return prep, None, ()
+    unoriented = dataclasses.replace(prep, transpose=False, flip_y=False, flip_x=False)
+    offset_px = _disk_offset_px(source, n_patterns, unoriented.mask(file_mask),
+                                pattern_preparation(unoriented, str(source.path), data.nonfinite, data.negative,
+                                                    background, gain))
+    landed, about = prep.centre_after(offset_px)
+    chosen, turned_deg, said = dataclasses.replace(prep, flip_about_zero=about), None, []
+    if rotation_deg is not None:
+        best = None
+        now = flag_matrix(prep.transpose, prep.flip_y, prep.flip_x)
+        # of those that bring it nearest, the one whose rotation is nearest 0
+        for flags, theta in equivalent_orientations(now.T @ rotation(rotation_deg)):
+            candidate = dataclasses.replace(prep, transpose=flags[0], flip_y=flags[1], flip_x=flags[2])
+            moved, turned_about = candidate.centre_after(offset_px)
+            rank = (round(math.hypot(*moved), 2), abs(theta))
+            if math.hypot(*moved) < math.hypot(*landed) - RECENTRED_PX and (best is None or rank < best[0]):
+                best = (rank, dataclasses.replace(candidate, flip_about_zero=turned_about), moved, flags, theta)
+        if best is not None:
+            _, chosen, landed, flags, turned_deg = best
+            t, fy, fx = (bool(v) for v in flags)
+            said.append(f"orientation: transpose {t}, flip_y {fy}, flip_x {fx} and a scan rotation of "
+                        f"{turned_deg:.2f} deg instead (the same up to a turn of the "
+                        f"patterns): they leave the bright-field disk, ({offset_px[0]:+.2f}, {offset_px[1]:+.2f}) px "
+                        f"(y, x) from the zero frequency as stored, {math.hypot(*landed):.2f} px from it")
+    if any(chosen.flip_about_zero):
+        axes = " and ".join(name for name, on in zip(("flip_y", "flip_x"), chosen.flip_about_zero, strict=True) if on)
+        said.append(f"{axes}: the patterns turned about the zero frequency, not reversed, which leaves the "
+                    f"bright-field disk 1 px nearer it (a flip that stands for the scan turned, not a detector read "
+                    f"out backwards)")
+    return chosen, turned_deg, tuple(said)
+
+
+def _disk_offset_px(source, n_patterns: int, mask: np.ndarray | None, prepare) -> tuple[float, float]:
+    """(y, x) px from the zero frequency of the bright-field disk's centre in the mean of a sample of the
+    patterns ``prepare`` gives (model layout; ``mask`` the prepared detector mask, or None)."""
+    patterns = np.fft.fftshift(source.read(sample_rows(n_patterns, FLIP_SAMPLE), prepare).patterns, axes=(-2, -1))
+    mean = repaired(patterns.mean(0, dtype=np.float64))
+    centre = disk_centres(mean[None], None if mask is None else np.fft.fftshift(mask), mean)[0]
+    return float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2)
+
+
+def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, in_model: bool = False
+               ) -> tuple[MeasuredDescan, str]:
+    """``data.transform.descan: auto``: the descan measured in the patterns and what to report; ``in_model``
+    (``descan_model: ramp``): where it moves any pattern, the model takes it (``quantities/descan_ramp.py``),
+    the patterns left as read."""
+    descan, shifts, line = measure_descan(source, prepare, positions_A, mask)
+    if not any_moved(shifts) or not in_model:  # nothing the data resolve: the patterns as read (counts stay counts)
+        return MeasuredDescan(descan, shifts), line
+    line = line.replace("patterns shifted back", "patterns to be moved by the model")
+    return MeasuredDescan(descan, shifts, in_model=True), (line + "; data.transform.descan_model: ramp: the patterns "
+                                                           "left as read, each exit wave given the phase ramp of its shift")
+
+
+def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
+                   rotation_auto: bool, skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
+                   searched_A: float | None = None):
+    """The experiment and calibration with the defocus (and a measured rotation's correction) from
+    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; ``searched_A``
+    the Fourier regions' defocus, used where the parallax cannot tell), what was measured and what to report."""
+    found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured,
+                                                None if searched_A is None else float(searched_A))
+    if turn_deg:
+        turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+        calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
+        calibration.sources["scan_rotation_deg"] = "fitted"
+    if found:
+        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, **found),
+                                          values=dict(calibration.values, defocus_A=-found["C10"]),
+                                          sources=dict(calibration.sources, defocus_A="fitted"))
+    return experiment, calibration, defocus, said
+
+
+def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
+               skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
+               searched_A: float | None = None
+               ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
+    """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
+    patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
+    more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
+    to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
+    parallax says the defocus has the nominal one's opposite sign while the centre of mass could
+    hardly tell the rotation from the one 180 degrees away); what was measured; and what to report. The
+    parallax sees the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where
+    the model's probe is defined (half the multislice model's propagated thickness), so that is added."""
+    nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
+    where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
+                                                                               "none given")
+    said = "none" if nominal is None else f"{nominal:g} A ({where})"
+    head = "defocus from the bright-field parallax (experiment.defocus_A: auto)"
+    steps = None if calibration.scan_shape is None else scan_grid_steps(calibration.positions_A, calibration.scan_shape)
+    if steps is None:
+        found, reason, seconds = None, ("it needs positions on a raster's grid (data.scan_shape and "
+                                        "experiment.scan_step_A, or a file's positions that form one)"), 0.0
+    else:
+        found, reason, seconds = measure_parallax(source, calibration.scan_shape, steps, calibration.wavelength_A,
+                                                  1.0 / (k * dx_A), prepare, mask)
+    warnings = tuple(parallax_warnings(found, None, None if rotation_auto else calibration.values["scan_rotation_deg"],
+                                       flags_measured))
+    usable = found is not None and found.reliable
+    if usable and searched_A is not None and abs(found.defocus_A - searched_A) > DEFOCUS_OFF * abs(searched_A):
+        # the orientation came from the Fourier search because the counts are few: a real-space fit that
+        # disagrees with it is the groups' noise (the calibration matrix's c50, 1e3 counts: 81 A for 139, and a
+        # 13 degree turn that undid the search's right rotation)
+        usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {searched_A:.1f} A of the Fourier "
+                                 "regions' coherence that gave the orientation")
+    semiangle_rad = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3
+    if (not usable and searched_A is None and nominal is not None and steps is not None
+            and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
+        # a nominal defocus too small for the parallax is too small for the coherence's scale search too
+        searched_A = _overlap_defocus(source, calibration, steps, prepare, mask, dx_A, k, nominal)
+    if not usable and searched_A is not None:
+        defocus = searched_A + depth_A
+        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan), (
+            f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
+            f"{defocus:.1f} A of the Fourier regions' coherence (with the orientation) is used"
+            f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
+            *warnings)
+    if found is None or not found.reliable:
+        measured = "" if found is None else f"measured {found.summary()}, "
+        kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
+            f"the nominal defocus {said} is used"
+        return {}, 0.0, None, (f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",
+                               f"auto not applied: experiment.defocus_A: {reason}; {kept}", *warnings)
+    middle, turn, notes = found.defocus_A, 0.0, ""
+    opposite = nominal is not None and nominal * (middle + depth_A) < 0
+    if rotation_auto:
+        turn = found.rotation_left_deg
+        if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:
+            turn, middle, opposite = turn + 180.0, -middle, False
+            notes += (f"; the scan rotation turned by 180 deg (the centre of mass could not tell it, divergence "
+                      f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
+        notes += f"; the scan rotation measured before (centre of mass or parallax) corrected by {turn:+.2f} deg"
+    if opposite:
+        notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
+    defocus = middle + depth_A
+    if depth_A:
+        notes = f"; {middle:.1f} A at the sample's middle, {depth_A:g} A below the entrance surface{notes}"
+    found_aberrations = {"C10": -defocus}
+    c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
+    if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
+        notes += "; C12 as the config gives it"
+    elif math.hypot(*c12) > 2 * found.c12_error_A:
+        found_aberrations.update(C12a=c12[0], C12b=c12[1])
+        notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
+    change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
+                                         f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
+    line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
+    return found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found), (line, *warnings)
+
+
+def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np.ndarray | None, dx_A: float, k: int,
+                     nominal_A: float) -> float | None:
+    """The defocus the Fourier regions' coherence of the prepared patterns gives (``overlap_orientation``'s
+    ``overlap_defocus``, the orientation taken as right), for where the real-space parallax cannot tell
+    (few counts, or shifts large against the scan); None where it cannot either."""
+    rows, block = middle_block(tuple(calibration.scan_shape))
+    centred = np.fft.fftshift(source.read(rows, prepare).patterns, axes=(-2, -1))
+    good = None if mask is None else np.fft.fftshift(np.asarray(mask, dtype=bool))
+    return overlap_defocus(centred, block, steps_A, calibration.wavelength_A, 1.0 / (k * dx_A), nominal_A, good)
+
+
+def _orientation_checked(experiment, transform, source, calibration, file_mask: np.ndarray | None,
+                         background: np.ndarray | None) -> tuple[str, ...]:
+    """The transpose/flip and scan rotation given (none of them ``auto``) against the centre of mass of the
+    stored patterns (``trouble.com_warnings``), on the raster's grid or at the positions: the warnings; none
+    where the scan is too small to tell."""
+    rotation_deg = experiment.scan_rotation_deg
+    step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
+    raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
+                                                                    raster_positions_A(shape, step, rotation_deg))
+    base = None if raster else turned_positions_A(calibration.positions_A, -rotation_deg)
+    if raster and min(shape) < MIN_RASTER or not raster and len(base) < MIN_RASTER * MIN_RASTER:
+        return ()
+    flags = (transform.transpose, transform.flip_y, transform.flip_x)
+    if transform.orientation == "auto" and BASIS in source.info.attrs:
+        flags = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
+    found, _ = measure_orientation(source, shape, file_mask, background, None, rotation_deg, base)
+    return tuple(com_warnings(found, flags, rotation_deg, SKEW_SURE))
+
+
+def _parallax_checked(calibration, read: tuple, rotation_auto: bool, flags_measured: bool) -> tuple[str, ...]:
+    """The defocus given (not ``auto``), the scan rotation and the transpose/flip against the parallax of
+    the prepared patterns (``read``: their source, prepare, mask, dx_A and width) at the run's positions
+    (``trouble.parallax_warnings``): the warnings; none where there is no raster grid, no defocus, or the
+    parallax cannot be measured."""
+    source, prepare, mask, dx_A, k = read
+    defocus_A = -calibration.aberrations.get("C10", 0.0)
+    shape = calibration.scan_shape
+    steps = None if shape is None or not defocus_A else scan_grid_steps(calibration.positions_A, shape)
+    if steps is None or min(shape) < MIN_SIDE:
+        return ()
+    found, _, _ = measure_parallax(source, shape, steps, calibration.wavelength_A, 1.0 / (k * dx_A), prepare, mask)
+    rotation = None if rotation_auto else calibration.values["scan_rotation_deg"]
+    return tuple(parallax_warnings(found, defocus_A, rotation, flags_measured))
