@@ -7,6 +7,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 from conftest import tiny_config
@@ -288,20 +289,38 @@ def test_info_save_writes_what_the_calibration_measured_and_how_to_fix_it(tmp_pa
         assert f["calibration"].attrs["scan_rotation_deg_source"] == "config"
 
 
-def test_info_save_keeps_flips_turned_about_the_zero_frequency_auto(grid_simulator, tmp_path):
+def test_info_save_gives_flips_turned_about_the_zero_frequency_as_set_options(grid_simulator, tmp_path):
     """A scan turned by 171 degrees read out as it is: the orientation auto's flip_y and flip_x turn the
-    patterns about the zero frequency, which flips given by hand do not; `--save` then leaves the orientation
-    and the rotation out of the `--set` options it prints, and says why."""
+    patterns about the zero frequency (given flips reverse them unless data.transform.flip_about_zero says so);
+    `--save` prints them with flip_about_zero, and the config those options make prepares the very same
+    patterns (NumPy's k -> -k of the plain read) with the same rotation, measured no more."""
+    from ptyacc.config import load_config
+    from ptyacc.data.load import load_data
+
     setting = grid_simulator.Setting(detector_px=32, scan_shape=(24, 24), scan_step_A=0.5, dose=1e6, defocus_A=40.0,
                                      edge_mrad=50.0, seed=2, scan_rotation_deg=171.0)
     grid_simulator.write(str(tmp_path / "turned.h5"), setting)
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"data": {"path": str(tmp_path / "turned.h5"), "bad_pixels": "auto",
-                                               "transform": {"orientation": "auto"}},
-                                      "experiment": {"scan_rotation_deg": "auto"}}))
+    base = {"data": {"path": str(tmp_path / "turned.h5"), "bad_pixels": "auto", "transform": {"orientation": "auto"}},
+            "experiment": {"scan_rotation_deg": "auto"}}
+    config.write_text(yaml.safe_dump(base))
     lines, _ = info_lines([str(config), "--save", str(tmp_path / "m.h5")])
     said = next(line for line in lines if line.startswith("measured: written to"))
-    assert "keep data.transform.orientation and experiment.scan_rotation_deg auto" in said
-    assert "flip_y=" not in said and "scan_rotation_deg=" not in said
+    fixed = said.split("to fix these autos at these values: ")[1].split()
+    assert "data.transform.flip_about_zero=[true,true]" in fixed and "data.transform.flip_y=true" in fixed
     with h5py.File(tmp_path / "m.h5") as f:
         assert list(f["detector/flip_about_zero"][()]) == [True, True]
+        assert yaml.safe_load(f.attrs["auto_values"])["data.transform.flip_about_zero"] == [True, True]
+    measured = load_data(load_config(base))
+    given = {key: yaml.safe_load(value) for key, value in (word.split("=", 1) for word in fixed if "=" in word)}
+    transform = {key.removeprefix("data.transform."): value for key, value in given.items()
+                 if key.startswith("data.transform.")}
+    told = load_data(load_config({"data": {**base["data"], "transform": transform},
+                                  "experiment": {"scan_rotation_deg": given["experiment.scan_rotation_deg"]}}))
+    assert torch.equal(told.patterns, measured.patterns)
+    np.testing.assert_array_equal(told.positions_A, measured.positions_A)
+    assert not any(line.startswith("scan rotation from the centre of mass") for line in told.checks)
+    plain = load_data(load_config({"data": {**base["data"], "transform": {"orientation": "manual"}},
+                                   "experiment": {"scan_rotation_deg": 0.0}}))
+    k = plain.patterns.numpy()  # model layout: the pattern at -k is index (-i) mod K
+    np.testing.assert_array_equal(told.patterns.numpy(), np.roll(np.flip(k, (-2, -1)), 1, axis=(-2, -1)))

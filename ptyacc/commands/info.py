@@ -111,7 +111,7 @@ def data_report(config, sample: int = 64, save: Path | None = None) -> list[str]
 # auto values that are counts and sizes found, not values the config could take instead of its auto
 MEASURED_ONLY = ("data.bad_pixels", "data.transform.descan")
 ORIENTATION_KEYS = ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x",
-                    "experiment.scan_rotation_deg")
+                    "data.transform.flip_about_zero")
 
 
 def save_measured(path: Path, config, data, lines: list[str]) -> str:
@@ -136,16 +136,18 @@ def save_measured(path: Path, config, data, lines: list[str]) -> str:
         f.attrs["source"] = str(data.source)
         f.attrs["versions"] = yaml.safe_dump(versions(), sort_keys=True)
     given = {key: value for key, value in values.items() if key not in MEASURED_ONLY}
-    kept = ""
-    if "flip_about_zero" in data.detector:  # given flips reverse the pixels: a pixel from these
-        given = {key: value for key, value in given.items() if key not in ORIENTATION_KEYS}
-        kept = ("; the flips turned the patterns about the zero frequency, which flips given by hand do not (they "
-                "reverse the pixels): keep data.transform.orientation and experiment.scan_rotation_deg auto")
-    elif any(key in given for key in ORIENTATION_KEYS[:3]):
+    if any(key in given for key in ORIENTATION_KEYS):
         given["data.transform.orientation"] = "manual"  # the flags given are used only so
-    fixed = " ".join(f"--set {key}={value}" for key, value in given.items())
+    fixed = " ".join(f"--set {key}={_set_value(value)}" for key, value in given.items())
     return (f"measured: written to {path} ({len(data.detector)} detector arrays, {len(values)} auto values)"
-            + (f"; to fix these autos at these values: {fixed}" if fixed else "") + kept)
+            + (f"; to fix these autos at these values: {fixed}" if fixed else ""))
+
+
+def _set_value(value) -> str:
+    """``value`` as ``--set`` reads it back (YAML): lists of booleans as [true,false]."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_set_value(v) for v in value) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _overlap_lines(config, data, geometry) -> list[str]:

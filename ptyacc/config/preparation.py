@@ -31,6 +31,13 @@ class TransformConfig:
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
+    flip_about_zero: list[bool] = _f(
+        factory=lambda: [False, False],
+        doc="[y, x]: where that axis is flipped (flip_y, flip_x) and has an even size, turn it about the zero "
+            "frequency (pixel i to n - i, modulo n) instead of reversing it (i to n - 1 - i): a flip that stands for "
+            "the scan turned by 180 or 90 degrees, not a detector read out backwards; the two differ by a pixel. "
+            "With orientation: auto measured from the data the orientation auto decides it (results.h5 "
+            "auto_values says how), and this key is not used (docs/reference/conventions.md).")
     crop: int | None = _f(None, "Keep crop x crop pixels of each stored pattern, centred on pixel (ky // 2, kx // 2) "
                                 "(zero frequency stays at the centre); null = no crop.")
     crop_offset: list[int] | None = _f(None, "[row, col] of the first kept pixel in the stored pattern, instead of "
@@ -66,6 +73,8 @@ class TransformConfig:
             _require(len(self.crop_offset) == 2 and min(self.crop_offset) >= 0, f"{path}.crop_offset",
                      f"must be two integers >= 0 [row, col], got {self.crop_offset}")
         _require(self.bin >= 1, f"{path}.bin", f"must be >= 1, got {self.bin}")
+        _require(len(self.flip_about_zero) == 2 and all(isinstance(v, bool) for v in self.flip_about_zero),
+                 f"{path}.flip_about_zero", f"must be two booleans [y, x], got {self.flip_about_zero}")
         if self.orientation == "auto" and (self.transpose or self.flip_y or self.flip_x):
             raise ConfigError(f"{path}.orientation: auto sets transpose, flip_y and flip_x from the file; leave "
                               "them false or use orientation: manual")

@@ -137,7 +137,8 @@ class AutoCalibration:
     def auto_values(self, config: Config) -> dict[str, float | int | str | bool]:
         """{key: value} of the calibration autos of ``config`` as resolved, for ``reconstruction/autos.py``
         (the run's config and results.h5's ``auto_values``): the scan rotation, the defocus and the C12 the
-        parallax set, the transpose/flip, the number of bad pixels left out, the largest descan (px, 0 where
+        parallax set, the transpose/flip (and which flips turn about the zero frequency), the number of bad pixels
+        left out, the largest descan (px, 0 where
         none was taken out) and how the model takes it."""
         data, transform, found = config.data, config.data.transform, {}
         if config.experiment.scan_rotation_deg == "auto":
@@ -148,7 +149,8 @@ class AutoCalibration:
                           if name in self.aberrations and self.aberrations[name] != self.nominal_aberrations.get(name)})
         if transform.orientation == "auto":
             found.update({"data.transform.transpose": bool(self.flags[0]), "data.transform.flip_y": bool(self.flags[1]),
-                          "data.transform.flip_x": bool(self.flags[2])})
+                          "data.transform.flip_x": bool(self.flags[2]),
+                          "data.transform.flip_about_zero": [bool(v) for v in self.flip_about_zero or (False, False)]})
         if data.bad_pixels == "auto":
             found["data.bad_pixels"] = self.bad_pixels.count
         if transform.descan == "auto":

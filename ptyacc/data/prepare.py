@@ -98,7 +98,7 @@ class Preparation:
             raise DataError(f"{source}: data.transform.pad: {transform.pad} is smaller than the {binned[0]} x "
                             f"{binned[1]} px patterns after crop and bin; pad to at least {max(binned)}")
         prep = cls((k_y, k_x), start, shape, b, transform.transpose, transform.flip_y, transform.flip_x,
-                   transform.pad, far_field)
+                   transform.pad, far_field, flip_about_zero=tuple(bool(v) for v in transform.flip_about_zero))
         final = prep.shape
         if final[0] != final[1]:
             raise DataError(f"{source}: patterns must be square, found {final[0]} x {final[1]}"
