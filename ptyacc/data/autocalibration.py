@@ -47,6 +47,9 @@ BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orien
 MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
 SIGN_WARNING = "warning: the data's bright-field parallax says the defocus has the opposite sign"  # sanity.py's
 OPPOSITE = ", the opposite sign to the"  # trouble.parallax_warnings's, which says the same
+C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is used: its error is estimated low (on
+# the calibration matrix's files, which have none, it read 2-11 sigma; one taken at 2.2 sigma, 12 A on an 86 A defocus,
+# cost 0.035 in NCC), while a C12 that matters (20 A) reads beyond 4
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
@@ -552,7 +555,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
-    more than 2 sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
+    more than C12_SIGMAS sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
     to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
     parallax says the defocus has the nominal one's opposite sign while the centre of mass could
     hardly tell the rotation from the one 180 degrees away); what was measured; and what to report. The
@@ -615,7 +618,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
     if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
         notes += "; C12 as the config gives it"
-    elif math.hypot(*c12) > 2 * found.c12_error_A:
+    elif math.hypot(*c12) > C12_SIGMAS * found.c12_error_A:
         found_aberrations.update(C12a=c12[0], C12b=c12[1])
         notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
