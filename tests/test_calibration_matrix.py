@@ -73,6 +73,28 @@ def test_scores_turn_a_frame_turned_by_quarter_turns_back(quarters):
     assert left["quarter_turns"] == 0 and left["ncc"] > 0.9999
 
 
+@pytest.mark.parametrize("flags", [(True, False, True), (True, True, False), (False, False, False),
+                                   (False, True, True), (True, False, False), (False, True, False)])
+def test_the_told_run_puts_the_truth_in_the_frame_auto_chose(flags, tmp_path):
+    """The told config's flags are the auto run's, its rotation the one that with them gives the truth's map
+    from the stored patterns to the scan, R(theta)^T F (NumPy); a mirror of the truth has none."""
+    from ptyacc.data.orientation import flag_matrix, rotation
+
+    auto = {"auto_values": {"data.transform.transpose": flags[0], "data.transform.flip_y": flags[1],
+                            "data.transform.flip_x": flags[2], "data.transform.flip_about_zero": [True, False]}}
+    told = matrix.told_config(tmp_path / "c.h5", CASE, auto)
+    true_map = rotation(CASE.rotation_deg).T @ flag_matrix(CASE.transpose, CASE.flip_y, CASE.flip_x)
+    if np.linalg.det(flag_matrix(*flags)) != np.linalg.det(flag_matrix(CASE.transpose, CASE.flip_y, CASE.flip_x)):
+        assert told is None
+        return
+    transform = told["data"]["transform"]
+    assert (transform["transpose"], transform["flip_y"], transform["flip_x"]) == flags
+    assert transform["flip_about_zero"] == [True, False] and "positions" not in told["experiment"]
+    theta = told["experiment"]["scan_rotation_deg"]
+    np.testing.assert_allclose(rotation(theta).T @ flag_matrix(*flags), true_map, atol=1e-6)
+    assert told["experiment"]["defocus_A"] == CASE.defocus_A
+
+
 CASE = matrix.Case(name="slice", sample="atoms", scan=16, step_A=0.45, rotation_deg=-37.0, transpose=True,
                    flip_y=False, flip_x=True, defocus_A=-80.0, nominal_factor=0.7, partial=False, descan=True,
                    blur_px=0.5, dose=1e5, stored=False, iterations=30, seed=3)
