@@ -176,7 +176,7 @@ CASES = [
         config={"output": {"keep_checkpoints": 0}}),
     # --- values out of range
     bad("lr_negative", "optim.lr.object: must be >= 0, got -0.01", config={"optim": {"lr": {"object": -0.01}}}),
-    bad("lr_final_fraction_above_1", "optim.lr_final_fraction: must be in (0, 1], got 1.5",
+    bad("lr_final_fraction_above_1", "optim.lr_final_fraction: must be auto or in (0, 1], got 1.5",
         config={"optim": {"lr_final_fraction": 1.5}}),
     bad("amplitude_bounds_reversed", "model.object_amplitude_bounds: must be [min, max] with 0 <= min < max, "
         "got [1.0, 0.0]", config={"model": {"object_amplitude_bounds": [1.0, 0.0]}}),

@@ -13,6 +13,7 @@ import ptyacc
 from ptyacc.config import resolved_upsample
 from ptyacc.data import load_data
 from ptyacc.errors import ConfigError
+from ptyacc.optim.autos import auto_values, resolved_final_fraction
 from ptyacc.reconstruction.engine import Reconstructor
 
 TILT_MRAD = [2.0, -1.5]
@@ -117,3 +118,32 @@ def test_a_refined_tilt_holds_the_slices_more_alike(start_tilt, blur):
     values = yaml.safe_load(run.texts["auto_values"])
     assert values["optim.regularize.depth_blur_slices"] == blur
     assert run.config.optim.regularize.depth_blur_slices == blur
+
+
+def final_fraction_of(start_tilt: int | None = None, given: float | None = None) -> float:
+    config = {"data": {"path": "x.h5"}, "model": {"slices": 10, "slice_thickness_A": 3.9},
+              "optim": {"start": {"tilt": start_tilt}}}
+    if given is not None:
+        config["optim"]["lr_final_fraction"] = given
+    return resolved_final_fraction(ptyacc.load_config(config))
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"start_tilt": 3}, 1.0),                  # the tilt refined: rates that keep their size
+    ({}, 0.1),                                 # no tilt refined: the cosine to 0.1, as before the auto
+    ({"start_tilt": 3, "given": 0.3}, 0.3),    # a number is a number
+    ({"given": 1.0}, 1.0),
+])
+def test_the_rates_rule_where_the_tilt_is_refined(settings, expected):
+    assert final_fraction_of(**settings) == expected
+
+
+@pytest.mark.parametrize("start_tilt, expected", [(1, 1.0), (None, 0.1)])
+def test_a_run_takes_the_rates_auto_chose(start_tilt, expected):
+    """Every group's schedule ends at the fraction auto chose, and results.h5's ``auto_values`` names it."""
+    config = ptyacc.load_config(case_config("conventions", experiment={"positions": {"key": "positions_A"}},
+                                            optim={"iterations": 3, "start": {"tilt": start_tilt}}))
+    run = Reconstructor(config, write=False)
+    run.build()
+    assert {group.schedule.final_fraction for group in run.groups} == {expected}
+    assert auto_values(config)["optim.lr_final_fraction"] == expected

@@ -333,8 +333,10 @@ class OptimConfig:
                 "step goes beyond preconditioned_step / this times its batch's least-squares step: a guard for larger "
                 "steps and dense scans (costs about 0.2 ms a step on the demo). 0: off. auto: 0.25 on several "
                 "slices, 0 on one (docs/explanation/optimisers.md, 'The batch floor').")
-    lr_final_fraction: float = _f(0.1, "Learning rates fall along a cosine to this fraction at the last iteration; "
-                                       "1 keeps them constant.")
+    lr_final_fraction: float | Literal["auto"] = _f(
+        "auto", "Learning rates fall along a cosine to this fraction at the last iteration; 1 keeps them constant. "
+                "auto: 1 where the tilt is refined (optim.start.tilt: the tilt follows the object, "
+                "and rates that fall stop both short), 0.1 otherwise (docs/how-to/tilt-and-sampling.md).")
     start: StartIterations = _f(factory=StartIterations, doc="Iteration at which each update starts.")
     max_position_offset_fraction: float = _f(
         0.25, "Largest position correction, as a fraction of the probe window's width (applied after each iteration).")
@@ -373,8 +375,8 @@ class OptimConfig:
                  f"{path}.preconditioner_batch_floor", f"must be auto or >= 0, got {self.preconditioner_batch_floor}")
         _require(self.preconditioner_floor > 0, f"{path}.preconditioner_floor",
                  f"must be > 0, got {self.preconditioner_floor}")
-        _require(0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",
-                 f"must be in (0, 1], got {self.lr_final_fraction}")
+        _require(self.lr_final_fraction == "auto" or 0 < self.lr_final_fraction <= 1, f"{path}.lr_final_fraction",
+                 f"must be auto or in (0, 1], got {self.lr_final_fraction}")
         _require(self.max_position_offset_fraction > 0, f"{path}.max_position_offset_fraction",
                  f"must be > 0, got {self.max_position_offset_fraction}")
         _require(0 <= self.validation_fraction < 1, f"{path}.validation_fraction",

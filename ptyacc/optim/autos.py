@@ -57,6 +57,30 @@ def resolved_values(config: Config) -> dict[str, float]:
     return {name: resolved(config, name) for name in MULTISLICE}
 
 
+# optim.lr_final_fraction's auto where the tilt is refined (0.1 elsewhere): a refined tilt follows the
+# object, and the rates' cosine to 0.1 stopped the object and with it the tilt short (measured:
+# benchmarks/records/2026-12-02-tilt-rates.md)
+TILT_FINAL_FRACTION = 1.0
+FINAL_FRACTION = 0.1
+
+
+def final_fraction_choice(config: Config) -> tuple[float, str]:
+    """``optim.lr_final_fraction`` for this run: as given, or for ``auto`` ``TILT_FINAL_FRACTION`` (rates that do not
+    fall) where the tilt is refined (``optim.start.tilt``, which asks for several slices), ``FINAL_FRACTION``
+    otherwise; and, for auto, why ("" where auto took ``FINAL_FRACTION``)."""
+    fraction = config.optim.lr_final_fraction
+    if fraction != "auto":
+        return float(fraction), ""
+    if config.optim.start.tilt is not None:
+        return TILT_FINAL_FRACTION, "the tilt refined: it follows the object, whose steps keep their size"
+    return FINAL_FRACTION, ""
+
+
+def resolved_final_fraction(config: Config) -> float:
+    """``final_fraction_choice``'s fraction."""
+    return final_fraction_choice(config)[0]
+
+
 def optimizer_choice(config: Config, group: str = "object") -> tuple[str, str]:
     """``optim.object_optimizer`` (``group`` "probe": ``optim.probe_optimizer``) for this run: as given,
     or for ``auto`` preconditioned (the least-squares step converged faster on any number of slices and
@@ -257,6 +281,8 @@ def auto_values(config: Config) -> dict[str, float | str]:
         if getattr(config.optim, f"{group}_optimizer") == "auto":
             values[f"optim.{group}_optimizer"] = resolved_optimizer(config, group)
     values.update(preconditioned_autos(config))
+    if config.optim.lr_final_fraction == "auto":
+        values["optim.lr_final_fraction"] = resolved_final_fraction(config)
     if config.optim.adam_beta2 == "auto":
         values["optim.adam_beta2"] = resolved_beta2(config)
     return values
@@ -267,10 +293,12 @@ def auto_notes(config: Config) -> list[str]:
     4 slices ...)"; nothing where auto turned nothing on (one slice: the run is as before auto existed)."""
     on = [f"{key.rsplit('.', 1)[1]} {value:g}" for key, value in auto_values(config).items()
           if key.startswith("optim.regularize.") and value > 0]
+    fraction, why = final_fraction_choice(config)
+    notes = [f"optim.lr_final_fraction: {fraction:g} (auto: {why}; {FINAL_FRACTION:g} = rates that fall)"] if why else []
     if not on:
-        return []
+        return notes
     return [f"optim.regularize: {', '.join(on)} (auto: {config.model.slices} slices; give numbers, 0 = off, "
-            "to choose)"]
+            "to choose)"] + notes
 
 
 def optimizer_notes(config: Config) -> list[str]:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ptyacc.config import Config
-from ptyacc.optim.autos import AutoPriors
+from ptyacc.optim.autos import AutoPriors, resolved_final_fraction
 from ptyacc.optim.groups import LrSchedule, ParameterGroup, fast_adam
 from ptyacc.quantities.model import PtychoModel
 
@@ -24,7 +24,7 @@ def build_groups(config: Config, model: PtychoModel, device: torch.device,
     config's auto keys came to (``AutoPriors.of(config)`` when not given)."""
     auto = AutoPriors.of(config) if auto is None else auto
     fast, beta2 = fast_adam(device), auto.beta2
-    schedule = LrSchedule(config.optim.iterations, config.optim.lr_final_fraction)
+    schedule = LrSchedule(config.optim.iterations, resolved_final_fraction(config))
     groups = [group for quantity in model.quantities.values() for group in _groups_of(quantity, config, model, auto)]
     if model.propagation is not None:  # the tilt and the slice thickness (quantities/slices.py)
         groups += model.propagation.groups(config, model)
