@@ -4,7 +4,7 @@
 - the keys the config and the data decide: the loss, ``optim.regularize``'s priors, the object's and
   the probe's optimizer and step, Adam's beta2 (``optim/autos.py``: ``data_autos``, ``AutoPriors``);
 - the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
-  median distance between neighbouring positions (``variation_smoothing``), and ``model.probe_mode_power``
+  median distance between neighbouring positions, at least 3 Å (``variation_smoothing``), and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
 - the initial probe's ``model.probe_aperture_edge``: measured where the mean pattern shows an even
   bright-field disk of the semi-angle (``physics.aperture.measured_edge``), else soft; ``build_model``
