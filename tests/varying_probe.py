@@ -15,12 +15,13 @@ from ptyacc.results.quality import placed_ncc
 
 def write_varying_case(simulator, path, defocus_A: tuple[float, float] = (60.0, 140.0), current_spread: float = 0.15,
                        scan_shape: tuple[int, int] = (14, 14), dose: float = 1e5, detector_px: int = 48,
-                       seed: int = 0) -> dict:
+                       seed: int = 0, sample: str = "random") -> dict:
     """Write the case to ``path``: the defocus goes from defocus_A[0] at the first row to
     defocus_A[1] at the last, the current factor is 1 + current_spread x a normal draw (kept
-    above 0.3). Returns the truth: positions_A, phase, defocus_A (N,), current (N,)."""
+    above 0.3); ``sample`` the simulator's (random atoms, or a WSe2 monolayer: a crystal). Returns the
+    truth: positions_A, phase, defocus_A (N,), current (N,)."""
     setting = simulator.Setting(defocus_A=float(np.mean(defocus_A)), dose=dose, scan_shape=scan_shape, seed=seed,
-                                detector_px=detector_px)
+                                detector_px=detector_px, sample=sample)
     rng = np.random.default_rng(seed + 1000)
     lam = simulator.wavelength_A(setting.energy_eV)
     n = setting.detector_px
@@ -29,7 +30,8 @@ def write_varying_case(simulator, path, defocus_A: tuple[float, float] = (60.0, 
     span_A = (max(scan_shape) - 1) * setting.scan_step_A
     size = int(np.ceil(span_A / dx)) + n + 16
     size += size % 2
-    phase = simulator.random_atoms((size, size), dx, setting, rng)
+    sample_phase = simulator.wse2_monolayer if sample == "wse2" else simulator.random_atoms
+    phase = sample_phase((size, size), dx, setting, rng)
     positions = simulator.scan_positions_A(setting, size * dx)
     rows = np.repeat(np.arange(scan_shape[0]), scan_shape[1])
     defocus = defocus_A[0] + (defocus_A[1] - defocus_A[0]) * rows / max(scan_shape[0] - 1, 1)

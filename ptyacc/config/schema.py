@@ -226,7 +226,8 @@ class ModelConfig:
     probe_variation_smoothing_A: float | Literal["auto"] | None = _f(
         "auto", "model.probe_variation: standard deviation in Å of the Gaussian over neighbouring positions by which "
                 "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "
-                "noise is not smooth); auto: twice the median distance between neighbouring positions; null: none.")
+                "noise is not smooth); auto: twice the median distance between neighbouring positions, at least "
+                "3 Å; null: none.")
     detector_blur_px: float = _f(
         0.0, "The detector's point spread (charge sharing, scintillator): sigma in pixels of the patterns as prepared "
              "(after data.transform.bin) of a Gaussian that blurs every predicted pattern before the background and "

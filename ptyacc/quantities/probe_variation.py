@@ -20,7 +20,7 @@ P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> 
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
 scaled so that the main weights have a mean of 1 (P_0 is the first principal probe, close to the
 mean probe) and each eigen-probe given P_0's norm, the weights changed to compensate. Then
-(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours)
+(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours, at least 3 Å)
 the eigen-probes' weights are then averaged over neighbouring positions, less their mean (a
 defocus drift is smooth across the field; beam-current noise is not, so w_j0 is never smoothed).
 
