@@ -223,3 +223,38 @@ def test_two_low_dose_scans_pay_and_a_faint_one_never_hurts(low_dose_scans, tmp_
     assert together > max(alone) + 0.02
     assert together > phase_ncc("b_summed")
     assert phase_ncc("a", "b_bright") > phase_ncc("b_bright") - 0.003
+
+
+@pytest.mark.slow
+def test_two_draws_of_one_scan_pay_as_their_summed_counts(grid_simulator, tmp_path):
+    """Two scans at one focus and one set of positions, 300 electrons per pattern each (independent draws): their
+    joint run must gain what their counts gain in one scan. Measured (30 iterations): 0.769 alone, 0.836 with the
+    summed counts in one scan; together 0.774 while every scan's steps were least-squares ones (an iteration took
+    twice one scan's steps, each from half the counts), 0.816 with the object's step divided by the scans' number
+    (what remains is the loss's floor, counts per pattern: benchmarks/records/2026-12-02-two-scans-mos2.md)."""
+    clean = tmp_path / "clean.h5"
+    grid_simulator.write(str(clean), grid_simulator.Setting(defocus_A=120.0, dose=0, scan_shape=(12, 12),
+                                                            detector_px=48, seed=3))
+    with h5py.File(clean) as f:
+        intensity = f["patterns"][()]
+        truth = {"phase": f["ground_truth/phase"][()], "positions_A": f["ground_truth/positions_A"][()]}
+    draws = [np.random.default_rng(seed).poisson(intensity * 300.0).astype(np.float32) for seed in (11, 12)]
+    paths = {}
+    for name, patterns in (("one", draws[0]), ("other", draws[1]), ("summed", draws[0] + draws[1])):
+        paths[name] = tmp_path / f"{name}.h5"
+        with h5py.File(clean) as source, h5py.File(paths[name], "w") as f:
+            for key in source:
+                source.copy(key, f)
+            f.attrs.update(dict(source.attrs))
+            f["patterns"][...] = patterns
+            f["positions_A"][...] = truth["positions_A"]
+
+    def phase_ncc(*names):
+        scans = [{"data": {"path": str(paths[name])}} for name in names] if len(names) > 1 else None
+        settings = config([paths[names[0]]], tmp_path, **({"scans": scans} if scans else {}))
+        settings["runtime"]["threads"] = 1
+        return ncc(ptyacc.reconstruct(ptyacc.load_config(settings), write=False), truth)
+
+    alone, together = phase_ncc("one"), phase_ncc("one", "other")
+    assert together > alone + 0.03
+    assert together > phase_ncc("summed") - 0.03

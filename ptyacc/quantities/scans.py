@@ -110,6 +110,11 @@ class ScanProbes(Quantity):
         self.modes = nn.Parameter(torch.view_as_real(probes.to(torch.complex64) / probe_scale).contiguous())
         self.register_buffer("scan_of_position", scan_of_position.long())
 
+    @property
+    def count(self) -> int:
+        """S, the number of scans (scan 0's included)."""
+        return 1 + self.modes.shape[0]
+
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         """(B, P, K, K) complex: the probe modes of the scan of each position of ``indices`` (B,),
         ``probe`` (P, K, K) being scan 0's."""
