@@ -26,16 +26,11 @@ def cell():
     """The square MoS2 cell (Å) and the abTEM potential's slices."""
     import abtem
     import dask
-    from ase.build import mx2
+    from mos2_cell import square_mos2
 
     abtem.config.set({"device": "cpu", "fft": "numpy", "precision": "float32", "diagnostics.progress_bar": False})
     dask.config.set(scheduler="synchronous")
-    atoms = abtem.orthogonalize_cell(mx2(formula="MoS2", kind="2H", a=3.19, thickness=3.19, vacuum=2.0))
-    atoms = atoms * (14, 8, 1)
-    lengths = atoms.cell.lengths()
-    side = float(lengths[0])
-    atoms.set_cell([side, side, lengths[2]], scale_atoms=True)  # square: y stretched by side / cell[1]
-    atoms.center(axis=2)
+    atoms, side = square_mos2()
     potential = abtem.Potential(atoms, gpts=(K * OVER, K * OVER), slice_thickness=1.0, projection="infinite",
                                 parametrization="lobato")
     return side, potential.build().compute()
@@ -66,7 +61,6 @@ def clean(pot, side: float, defocus: float, positions: np.ndarray) -> np.ndarray
 
 cache = os.path.join(folder, "clean.npz")
 if not os.path.exists(cache):
-    import abtem
     from abtem.core.energy import energy2sigma
 
     side, pot = cell()

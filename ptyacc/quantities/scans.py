@@ -10,7 +10,9 @@ scan 0's, the others are this module's parameter), and its own positions (every 
 own offset when positions are refined). Batches draw from all scans alike. Every scan's probe is
 stepped as scan 0's (``ScanProbes.groups``), and the object's preconditioner lights each position
 with its own scan's probe (``illumination`` in ``ptyacc/optim/descent.py``): scans of very
-different counts may come in any order (docs/how-to/several-scans.md).
+different counts may come in any order (docs/how-to/several-scans.md). The object's preconditioned step
+is divided by the number of scans (``count``, read by ``quantities/object.py``): an iteration over
+every scan moves the object as far as over one.
 
 What must match: the radiation, the wavelength and the object pixel dx_A (the patterns' width K
 and reciprocal pixel), within 1e-6 relative: the object has one grid, and a multislice step one
