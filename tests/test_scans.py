@@ -230,8 +230,8 @@ def test_two_draws_of_one_scan_pay_as_their_summed_counts(grid_simulator, tmp_pa
     """Two scans at one focus and one set of positions, 300 electrons per pattern each (independent draws): their
     joint run must gain what their counts gain in one scan. Measured (30 iterations): 0.769 alone, 0.836 with the
     summed counts in one scan; together 0.774 while every scan's steps were least-squares ones (an iteration took
-    twice one scan's steps, each from half the counts), 0.816 with the object's step divided by the scans' number
-    (what remains is the loss's floor, counts per pattern: benchmarks/records/2026-12-02-two-scans-mos2.md)."""
+    twice one scan's steps, each from half the counts), 0.816 with the object's step divided by the scans' number,
+    0.818 with each scan's share of the loss's floor as well (benchmarks/records/2026-12-02-two-scans-mos2.md)."""
     clean = tmp_path / "clean.h5"
     grid_simulator.write(str(clean), grid_simulator.Setting(defocus_A=120.0, dose=0, scan_shape=(12, 12),
                                                             detector_px=48, seed=3))
@@ -258,3 +258,33 @@ def test_two_draws_of_one_scan_pay_as_their_summed_counts(grid_simulator, tmp_pa
     alone, together = phase_ncc("one"), phase_ncc("one", "other")
     assert together > alone + 0.03
     assert together > phase_ncc("summed") - 0.03
+
+
+def test_each_scan_carries_its_share_of_the_loss_floor(tmp_path):
+    """Several scans: each pattern's Poisson floor is POISSON_FLOOR times its scan's share of the scans' mean counts
+    (against NumPy), so that two scans of half the counts carry together the floor of one scan with their summed
+    counts; the loss and its gradient factor then follow the NumPy formula with those floors."""
+    from ptyacc.physics import intensity_loss_terms
+    from ptyacc.physics.chain import POISSON_FLOOR
+
+    settings = tiny_config(tmp_path, output={"figures": False})
+    settings["scans"] = [{"experiment": {"defocus_A": 20.0}},
+                         {"experiment": {"defocus_A": 60.0}, "data": {"simulate": {"dose": 3e5}}}]
+    settings["data"]["simulate"]["dose"] = 1e5
+    run = Reconstructor(ptyacc.load_config(settings), write=False)
+    run.build()
+    run.closing.close()
+    scans = run.model.quantities["scans"]
+    scan_of = scans.scan_of_position.numpy()
+    counts = np.array([run.data.patterns[scan_of == s].sum(dim=(-2, -1), dtype=torch.float64).mean().item()
+                       for s in (0, 1)])
+    indices = torch.tensor([0, len(scan_of) - 1])
+    share = scans.floor_share(indices).numpy().astype(np.float64)
+    np.testing.assert_allclose(share, counts[scan_of[indices.numpy()]] / counts.sum(), rtol=1e-6)
+    coherent = torch.rand(2, 4, 4, dtype=torch.float64) * 0.05
+    measured = torch.poisson(coherent * 3)
+    loss, factor, _, _ = intensity_loss_terms(coherent, measured, "poisson", floor_share=torch.from_numpy(share))
+    floor = POISSON_FLOOR * share[:, None, None]
+    model = coherent.numpy() + floor
+    np.testing.assert_allclose(loss.item(), (model - measured.numpy() * np.log(model)).sum(), rtol=1e-12)
+    np.testing.assert_allclose(factor.numpy(), 2 * (1 - measured.numpy() / model), rtol=1e-12)
