@@ -142,11 +142,8 @@ def test_each_scans_calibration_autos_are_named_by_its_number(focal_series, tmp_
     assert run.config.data.bad_pixels == "auto"
 
 
-def test_each_position_is_lit_by_its_own_scans_probe(tmp_path):
-    """The object's preconditioner (``illumination``): every position adds its own scan's probe
-    intensity at its window, against a NumPy sum; the batch path gives the same. The second scan
-    has four times the counts and each probe starts at its own scan's (scan 0's was once scaled to
-    the mean of both), so scan 0's probe at every position would be far off."""
+def built_bright_and_faint(tmp_path) -> Reconstructor:
+    """A built run of two simulated scans, at 20 and 60 Å defocus, the second with four times the first's counts."""
     settings = tiny_config(tmp_path, output={"figures": False})
     settings["scans"] = [{"experiment": {"defocus_A": 20.0}},
                          {"experiment": {"defocus_A": 60.0}, "data": {"simulate": {"dose": 4e5}}}]
@@ -154,7 +151,15 @@ def test_each_position_is_lit_by_its_own_scans_probe(tmp_path):
     run = Reconstructor(ptyacc.load_config(settings), write=False)
     run.build()
     run.closing.close()
-    model = run.model
+    return run
+
+
+def test_each_position_is_lit_by_its_own_scans_probe(tmp_path):
+    """The object's preconditioner (``illumination``): every position adds its own scan's probe
+    intensity at its window, against a NumPy sum; the batch path gives the same. The second scan
+    has four times the counts and each probe starts at its own scan's (scan 0's was once scaled to
+    the mean of both), so scan 0's probe at every position would be far off."""
+    model = built_bright_and_faint(tmp_path).model
     probes = model.quantities["scans"].every_probe(model.complex_probe(), model.probe_scale).detach().numpy()
     intensity = (np.abs(probes) ** 2).sum(1)
     assert intensity[1].sum() > 3 * intensity[0].sum()
@@ -267,13 +272,7 @@ def test_each_scan_carries_its_share_of_the_loss_floor(tmp_path):
     from ptyacc.physics import intensity_loss_terms
     from ptyacc.physics.chain import POISSON_FLOOR
 
-    settings = tiny_config(tmp_path, output={"figures": False})
-    settings["scans"] = [{"experiment": {"defocus_A": 20.0}},
-                         {"experiment": {"defocus_A": 60.0}, "data": {"simulate": {"dose": 3e5}}}]
-    settings["data"]["simulate"]["dose"] = 1e5
-    run = Reconstructor(ptyacc.load_config(settings), write=False)
-    run.build()
-    run.closing.close()
+    run = built_bright_and_faint(tmp_path)
     scans = run.model.quantities["scans"]
     scan_of = scans.scan_of_position.numpy()
     counts = np.array([run.data.patterns[scan_of == s].sum(dim=(-2, -1), dtype=torch.float64).mean().item()
