@@ -13,19 +13,14 @@ import dask
 import h5py
 import numpy as np
 from abtem.core.energy import energy2sigma
-from ase.build import mx2
+from mos2_cell import square_mos2
 
 out, d0, d1, current = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 scan = int(sys.argv[5]) if len(sys.argv) > 5 else 26
 abtem.config.set({"device": "cpu", "fft": "numpy", "precision": "float32", "diagnostics.progress_bar": False})
 dask.config.set(scheduler="synchronous")
 ENERGY, SEMI, K, OVER, STEP, DOSE = 80e3, 25.0, 96, 2, 0.5, 5e4
-atoms = abtem.orthogonalize_cell(mx2(formula="MoS2", kind="2H", a=3.19, thickness=3.19, vacuum=2.0))
-atoms = atoms * (14, 8, 1)
-cell = atoms.cell.lengths()
-side = float(cell[0])
-atoms.set_cell([side, side, cell[2]], scale_atoms=True)  # square: y stretched by side / cell[1]
-atoms.center(axis=2)
+atoms, side = square_mos2()
 dx = side / K
 sim = K * OVER
 potential = abtem.Potential(atoms, gpts=(sim, sim), slice_thickness=1.0, projection="infinite",

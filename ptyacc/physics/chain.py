@@ -407,14 +407,18 @@ def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = Non
 
 def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: str,
                          weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
-                         mask: torch.Tensor | None = None, summed: bool = True):
+                         mask: torch.Tensor | None = None, summed: bool = True,
+                         floor_share: torch.Tensor | None = None):
     """Loss of the coherent intensities ``coherent`` = sum_modes |far|^2 (B, K, K) of detector fields ``far``
     against ``measured`` (B, K, K), with the model intensity I = weights * coherent + background (weights (B,),
     background (K, K), both optional) over the pixels where ``mask`` is 1. All elementwise, so ``torch.compile``
     can fuse it. Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for every
     mode, factor (B, K, K) real; the other two are None when not asked for. Not ``summed``: those two as the
-    (B, K, K) terms of their sums, for the caller to sum (``field_loss_terms``)."""
+    (B, K, K) terms of their sums, for the caller to sum (``field_loss_terms``). ``floor_share`` (B,): each
+    pattern's share of the floor (several scans of one object: its scan's share of their counts), or None: all of it."""
     floor = EPS if kind == "amplitude" else POISSON_FLOOR
+    if floor_share is not None:
+        floor = floor * floor_share[:, None, None]
     # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
     intensity = (detector_response(coherent, weights, background + floor) if background is not None
                  else detector_response(coherent, weights) + floor)
@@ -438,7 +442,7 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
 
 def field_loss_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None = None,
                      background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                     conjugated: bool = False):
+                     conjugated: bool = False, floor_share: torch.Tensor | None = None):
     """From the detector field to the gradient that goes back through it, in one piece for ``torch.compile``:
     the intensity summed over the modes, ``intensity_loss_terms`` and the field's gradient factor * far (conj(far)
     * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``far`` is the real view (B, ..., K, K, 2)
@@ -452,7 +456,7 @@ def field_loss_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weigh
     power = (re * re + im * im).reshape(far.shape[0], -1, *far.shape[-3:-1])
     coherent = power[:, 0] if power.shape[1] == 1 else power.sum(1)
     loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent, measured, kind, weights, background,
-                                                                       mask, summed=False)
+                                                                       mask, summed=False, floor_share=floor_share)
     factor = factor.reshape(factor.shape[0], *([1] * (far.dim() - 4)), *factor.shape[-2:])
     grad_field = torch.stack((re * factor, im * (-factor if conjugated else factor)), dim=-1)
     return loss, grad_field, grad_weights, grad_background

@@ -36,7 +36,8 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 propagator: torch.Tensor | None, measured: torch.Tensor, kind: str = "amplitude",
                 chunk: int | None = None, detector: Detector | None = None, weights: torch.Tensor | None = None,
                 background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms,
-                exit_ramps: torch.Tensor | None = None, field_terms: Callable | None = None) -> torch.Tensor:
+                exit_ramps: torch.Tensor | None = None, field_terms: Callable | None = None,
+                floor_share: torch.Tensor | None = None) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
     probe:      (P, K, K) complex probe modes, centred; or (B, P, K, K), a probe per position
@@ -59,19 +60,20 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
     field_terms: ``CompiledTerms.field``, the detector field's intensity, loss terms and gradient field in one
                 compiled pass, or None: ``eager_field_terms`` with ``terms``. Not with a detector blur, which
                 transforms between the intensity and the terms.
+    floor_share: (B,) each pattern's share of the loss's floor (``intensity_loss_terms``; several scans), or None.
     """
     if chunk is None:
         per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, CHUNK_BYTES // per_pattern)
     detector = detector or Detector()
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector, terms, detector.blur_variance_px2, exit_ramps, field_terms)
+                             detector, terms, detector.blur_variance_px2, exit_ramps, field_terms, floor_share)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
-                terms, blur_variance, exit_ramps, field_terms):
+                terms, blur_variance, exit_ramps, field_terms, floor_share):
         # the gradients that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy
         # for one chunk)
         k = probe.shape[-1]
@@ -107,15 +109,16 @@ class _PtychoLoss(torch.autograd.Function):
             waves, incident = multislice.forward_with_incident(probes, windows, spectra)
             far, far_spectrum = detect.forward_with_spectrum(waves)
             weights_part = weights[part] if weights is not None else None
+            floor_part = floor_share[part] if floor_share is not None else None
             if detect.blur is None:  # intensity, loss and gradient field in one piece (compiled: ``field_terms``)
                 loss, grad_field, grad_w, grad_b = (field_terms or eager_field_terms)(
-                    far, measured[part], kind, weights_part, background, detect.mask, conjugated, terms)
+                    far, measured[part], kind, weights_part, background, detect.mask, conjugated, terms, floor_part)
             else:
                 coherent, blur_spectrum = summed_intensity(far), None
                 if detect.blur is not None:  # the detector's point spread
                     coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
                 loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind, weights_part, background,
-                                                     detect.mask)
+                                                     detect.mask, True, floor_part)
                 if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
                     factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
                     if grad_v is not None:
@@ -153,7 +156,7 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe, grad_obj = grad_probe.conj_physical_(), grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
-                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None, None)
+                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None, None, None)
         return total
 
     @staticmethod
@@ -187,11 +190,12 @@ def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amp
 
 def eager_field_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
                       background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool,
-                      terms: Callable = intensity_loss_terms) -> tuple:
+                      terms: Callable = intensity_loss_terms, floor_share: torch.Tensor | None = None) -> tuple:
     """(loss, gradient field, grad_weights, grad_background) of the complex detector field ``far`` (B, ..., K, K)
     against ``measured`` (B, K, K): the intensity summed over the modes, ``terms`` (``intensity_loss_terms``'s
     arguments and results), and factor * far (conj(far) * factor when ``conjugated``), written into ``far``."""
-    loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured, kind, weights, background, mask)
+    loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured, kind, weights, background, mask, True,
+                                         floor_share)
     return loss, (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None]), grad_w, grad_b
 
 
@@ -224,19 +228,20 @@ class CompiledTerms:
         return intensity_loss_terms(*args)
 
     def field(self, far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
-              background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool, terms: Callable | None = None):
+              background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool, terms: Callable | None = None,
+              floor_share: torch.Tensor | None = None):
         """``eager_field_terms``'s results from ``field_loss_terms`` compiled, on the complex field ``far``
         (B, ..., K, K), contiguous (``terms``: this object's own, unused)."""
         if self.failure is None:
             try:
                 loss, grad_field, grad_w, grad_b = self._timed(
                     "field", self.compiled_field,
-                    (torch.view_as_real(far), measured, kind, weights, background, mask, conjugated))
+                    (torch.view_as_real(far), measured, kind, weights, background, mask, conjugated, floor_share))
                 return (loss, torch.view_as_complex(grad_field), None if grad_w is None else grad_w.sum(dim=(-2, -1)),
                         None if grad_b is None else grad_b.sum(0))
             except Exception as exc:  # noqa: BLE001
                 self._fall_back(exc)
-        return eager_field_terms(far, measured, kind, weights, background, mask, conjugated)
+        return eager_field_terms(far, measured, kind, weights, background, mask, conjugated, floor_share=floor_share)
 
     def _timed(self, name: str, function: Callable, args: tuple):
         """``function(*args)``; the first call for these shapes and flags timed and reported (it compiles)."""

@@ -146,9 +146,12 @@ class PtychoModel(nn.Module):
             if (ramp := quantity.exit_ramp(indices)) is not None:
                 exit_ramps = ramp if exit_ramps is None else exit_ramps * ramp
         if measured is not None:
+            floor_share = None
+            for quantity in hooked["floor_share"]:  # several scans: each pattern's share of the loss's floor (B,)
+                floor_share = quantity.floor_share(indices)
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms, exit_ramps=exit_ramps,
-                               field_terms=self.field_terms)
+                               field_terms=self.field_terms, floor_share=floor_share)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background, exit_ramps)
 
     _ramp_made_from: tuple | None = None  # what ``_uniform_ramp`` made its ramp from
@@ -315,8 +318,8 @@ def _renamed_from_old_state(model: PtychoModel, state: dict, prefix: str, *args)
 
 
 # a Quantity's hooks (quantities/registry.py)
-HOOKS = ("probes", "centres", "intensity_factor", "added_background", "exit_ramp", "detection", "saved",
-         "attributes")
+HOOKS = ("probes", "centres", "intensity_factor", "added_background", "exit_ramp", "floor_share", "detection",
+         "saved", "attributes")
 
 
 def _overrides(quantity: nn.Module, hook: str) -> bool:

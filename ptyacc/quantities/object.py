@@ -81,7 +81,12 @@ class ObjectTransmission(ComplexField):
             group.after_step = partial(clamp_amplitude, transmission, *bounds)
         if priors.optimizer == "preconditioned":
             group.lr = priors.step if opt.lr.object > 0 else 0.0  # lr.object 0 freezes it either way
-            group.optimizer = PreconditionedDescent(group.params, model, group.lr, opt.preconditioner_floor, priors.share,
+            # several scans: each step is the least-squares one of its batch, so an iteration over S scans' positions
+            # would take S times the steps of one scan, each from a batch's share of counts: its last steps' noise
+            # stays in the object (benchmarks/records/2026-12-02-two-scans-mos2.md). Divided by S, an iteration
+            # moves the object as far as one scan's
+            share = priors.share / (model.quantities["scans"].count if "scans" in model.quantities else 1)
+            group.optimizer = PreconditionedDescent(group.params, model, group.lr, opt.preconditioner_floor, share,
                                                     priors.batch_floor)
         return [group]
 

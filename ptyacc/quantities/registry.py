@@ -14,6 +14,8 @@ and how it is refined:
 - ``exit_ramp(indices)``: (B, K, K) complex64 factors of each position's exit wave (after the last
   slice, before the detector: a phase ramp moves the pattern on the detector), or None (the default);
   the model multiplies those of its quantities;
+- ``floor_share(indices)``: (B,) each pattern's share of the loss's floor (``physics/chain.py``'s
+  ``intensity_loss_terms``: several scans of one object, ``scans.py``), or None (the default: all of it);
 - ``detection(detector)``: the model's ``Detector`` with what this quantity changes in it (a point
   spread); the default leaves it;
 - ``groups(config, model, priors)``: its optimizer groups (``ParameterGroup``: parameters, learning rate,
@@ -108,6 +110,9 @@ class Quantity(nn.Module):
         return None
 
     def exit_ramp(self, indices: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def floor_share(self, indices: torch.Tensor) -> torch.Tensor | None:
         return None
 
     def detection(self, detector: Detector) -> Detector:

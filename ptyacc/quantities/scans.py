@@ -10,7 +10,10 @@ scan 0's, the others are this module's parameter), and its own positions (every 
 own offset when positions are refined). Batches draw from all scans alike. Every scan's probe is
 stepped as scan 0's (``ScanProbes.groups``), and the object's preconditioner lights each position
 with its own scan's probe (``illumination`` in ``ptyacc/optim/descent.py``): scans of very
-different counts may come in any order (docs/how-to/several-scans.md).
+different counts may come in any order (docs/how-to/several-scans.md). The object's preconditioned step
+is divided by the number of scans (``count``, read by ``quantities/object.py``): an iteration over
+every scan moves the object as far as over one. Each pattern carries its scan's share of the scans' counts
+of the Poisson loss's floor (``floor_share``): together the scans carry one scan's.
 
 What must match: the radiation, the wavelength and the object pixel dx_A (the patterns' width K
 and reciprocal pixel), within 1e-6 relative: the object has one grid, and a multislice step one
@@ -105,15 +108,31 @@ class ScanProbes(Quantity):
 
     name = "scans"
 
-    def __init__(self, probes: torch.Tensor, scan_of_position: torch.Tensor, probe_scale: torch.Tensor) -> None:
+    def __init__(self, probes: torch.Tensor, scan_of_position: torch.Tensor, probe_scale: torch.Tensor,
+                 counts: torch.Tensor | None = None) -> None:
+        """``counts`` (S,): each scan's mean counts per pattern (None: equal)."""
         super().__init__()
         self.modes = nn.Parameter(torch.view_as_real(probes.to(torch.complex64) / probe_scale).contiguous())
         self.register_buffer("scan_of_position", scan_of_position.long())
+        counts = torch.ones(1 + len(probes)) if counts is None else counts.double()
+        self.register_buffer("floor_shares", (counts / counts.sum()).float(), persistent=False)
+
+    @property
+    def count(self) -> int:
+        """S, the number of scans (scan 0's included)."""
+        return 1 + self.modes.shape[0]
 
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         """(B, P, K, K) complex: the probe modes of the scan of each position of ``indices`` (B,),
         ``probe`` (P, K, K) being scan 0's."""
         return self.every_probe(probe, probe_scale)[self.scan_of_position[indices]]
+
+    def floor_share(self, indices: torch.Tensor) -> torch.Tensor:
+        """(B,) float32: the share of the loss's floor of each pattern of ``indices`` (B,), its scan's share of the
+        scans' counts: the scans together carry the floor that one scan with their summed counts carries, so that
+        two scans of half the counts each lose no more of a faint dark field to it than that one scan
+        (benchmarks/records/2026-12-02-two-scans-mos2.md)."""
+        return self.floor_shares[self.scan_of_position[indices]]
 
     def every_probe(self, probe: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
         """(S, P, K, K) complex: every scan's probe modes, ``probe`` (P, K, K) being scan 0's."""
@@ -148,7 +167,8 @@ def scan_probes(config, model, context: BuildContext) -> ScanProbes | None:
     with torch.no_grad():
         model.quantities["probe"].modes.mul_(float(np.sqrt(own)))
     others = [context.make_probe(scan.config, scan.data) for scan in context.scans[1:]]
-    return ScanProbes(torch.stack(others), scan_of_position(context.scans), model.probe_scale)
+    counts = torch.tensor([float(scan.data.mean_intensity) for scan in context.scans])
+    return ScanProbes(torch.stack(others), scan_of_position(context.scans), model.probe_scale, counts)
 
 def scan_of_position(scans: list[Scan]) -> torch.Tensor:
     """(N,) long: the scan of every position of the combined data."""
