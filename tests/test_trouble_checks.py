@@ -13,7 +13,8 @@ from test_distributed import launch_configs
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.orientation import Orientation
-from ptyacc.data.trouble import DEVIANCE_HIGH, com_warnings, deviance_warning, warnings_said
+from ptyacc.data.overlap_orientation import OverlapOrientation
+from ptyacc.data.trouble import DEVIANCE_HIGH, com_warnings, deviance_warning, search_warnings, warnings_said
 
 TRUE_ROTATION, TRUE_DEFOCUS = 9.0, 60.0
 
@@ -61,6 +62,50 @@ def test_the_truth_raises_no_alarm(scan):
 def test_a_wrong_config_is_named(scan, change, key):
     said = warnings_of(told(scan, **change))
     assert said and any(key in line for line in said), said  # a wrong sign: the older check's "try experiment..."
+
+
+SEARCH = "coherence in Fourier space"
+
+
+@pytest.fixture(scope="module")
+def faint(grid_simulator, tmp_path_factory):
+    """1e3 counts, a 150 Å defocus on a 20 x 20 raster: the centre of mass is noise, the Fourier search is clear."""
+    path = tmp_path_factory.mktemp("faint") / "faint.h5"
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(20, 20), scan_step_A=0.45, dose=1e3, defocus_A=150.0,
+                                     edge_mrad=50.0, seed=1, scan_rotation_deg=TRUE_ROTATION, transpose=True)
+    grid_simulator.write(str(path), setting)
+    return path
+
+
+@pytest.mark.parametrize("change, says", [
+    ({}, None),
+    ({"scan_rotation_deg": TRUE_ROTATION + 30}, "experiment.scan_rotation_deg"),
+    ({"defocus_A": -150.0}, "wrong sign"),
+])
+def test_few_counts_the_fourier_search_judges_what_is_given(faint, change, says):
+    """Where the centre of mass is noise the given rotation, flips and defocus are judged against a clear
+    Fourier regions' search: the truth raises none of its warnings, a rotation 30 degrees off and a defocus
+    of the wrong sign (the search's answer turned by 180 degrees) are named."""
+    config = told(faint, **{"defocus_A": 150.0, "scan_step_A": 0.45, **change})
+    said = [line for line in warnings_of(config) if SEARCH in line]
+    if says is None:
+        assert said == []
+    else:
+        assert said and says in said[0], said
+
+
+def test_the_fourier_search_judged_against_the_rotation_flags_and_defocus_used():
+    """``search_warnings`` on known answers (NumPy rotations): agreeing, 10 degrees off, mirrored, turned by
+    180 degrees, the defocus 30 % off."""
+    found = OverlapOrientation((True, False, False), 9.0, 150.0, 2.0)
+    assert search_warnings(found, (True, False, False), 9.0, 150.0) == []
+    assert search_warnings(found, (True, False, False), 11.0, 140.0) == []  # within 5 degrees and 15 %
+    off = search_warnings(found, (True, False, False), 19.0, 150.0)
+    assert len(off) == 1 and "-10.0 deg from experiment.scan_rotation_deg 19" in off[0]
+    assert "mirrored" in search_warnings(found, (False, False, False), 9.0, 150.0)[0]
+    turned = search_warnings(found, (True, True, True), 9.0, 150.0)  # the flips turn the patterns by 180 degrees
+    assert len(turned) == 1 and "wrong sign" in turned[0]
+    assert "experiment.defocus_A: auto" in search_warnings(found, (True, False, False), 9.0, 195.0)[0]
 
 
 def test_the_centre_of_mass_judged_against_the_rotation_and_flags_used():

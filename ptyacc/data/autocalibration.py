@@ -39,6 +39,7 @@ from ptyacc.data.trouble import (
     ROTATION_OFF_DEG,
     com_warnings,
     parallax_warnings,
+    search_warnings,
     weak_orientation_warning,
 )
 from ptyacc.errors import DataError
@@ -641,8 +642,9 @@ def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np
 def _orientation_checked(experiment, transform, source, calibration, file_mask: np.ndarray | None,
                          background: np.ndarray | None) -> tuple[str, ...]:
     """The transpose/flip and scan rotation given (none of them ``auto``) against the centre of mass of the
-    stored patterns (``trouble.com_warnings``), on the raster's grid or at the positions: the warnings; none
-    where the scan is too small to tell."""
+    stored patterns (``trouble.com_warnings``), on the raster's grid or at the positions, and where that is
+    mostly noise against a clear Fourier regions' search on a raster's grid (``trouble.search_warnings``, the
+    defocus too): the warnings; none where the scan is too small to tell."""
     rotation_deg = experiment.scan_rotation_deg
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
@@ -654,7 +656,15 @@ def _orientation_checked(experiment, transform, source, calibration, file_mask: 
     if transform.orientation == "auto" and BASIS in source.info.attrs:
         flags = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
     found, _ = measure_orientation(source, shape, file_mask, background, None, rotation_deg, base)
-    return tuple(com_warnings(found, flags, rotation_deg, SKEW_SURE))
+    said = com_warnings(found, flags, rotation_deg, SKEW_SURE)
+    base_A = raster_positions_A(shape, step, 0.0) if raster else base
+    if said or not weak_com(found) or shape is None or scan_grid_steps(base_A, shape) is None:
+        return tuple(said)
+    # few counts: the centre of mass cannot tell, the Fourier regions' coherence of every pixel and frequency can
+    searched = _overlap_oriented(source, calibration, base_A, shape, file_mask, background, rotation_deg)
+    if searched is None or not searched.clear:
+        return ()
+    return tuple(search_warnings(searched, flags, rotation_deg, -calibration.aberrations.get("C10", 0.0)))
 
 
 def _parallax_checked(calibration, read: tuple, rotation_auto: bool, flags_measured: bool) -> tuple[str, ...]:

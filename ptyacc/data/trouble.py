@@ -76,6 +76,35 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
     return said
 
 
+def search_warnings(searched, flags: tuple[bool, bool, bool], rotation_deg: float, defocus_A: float) -> list[str]:
+    """The warnings of a clear Fourier regions' search ``searched`` (``overlap_orientation.OverlapOrientation``:
+    its flags, rotation nearest the one used, and defocus of the given one's sign) against the ``flags``,
+    ``rotation_deg`` and ``defocus_A`` given: for few counts, where the centre of mass is noise. A turn by
+    180 degrees of the search's answer is also what a defocus of the wrong sign gives."""
+    used = rotation(rotation_deg).T @ flag_matrix(*flags)
+    seen = rotation(searched.rotation_deg).T @ flag_matrix(*searched.flags)
+    difference = used @ seen.T  # the identity when they agree
+    head = f"warning: the bright-field pixels' coherence in Fourier space (its peak {searched.contrast:.1f} times the next)"
+    if np.linalg.det(difference) < 0:
+        t, fy, fx = searched.flags
+        return [f"{head} says the patterns are mirrored against the scan: data.transform transpose {flags[0]}, flip_y "
+                f"{flags[1]}, flip_x {flags[2]} do not fit the data; set data.transform.orientation: auto {AUTO} (the "
+                f"data say transpose {t}, flip_y {fy}, flip_x {fx})"]
+    said = []
+    off = _wrapped(math.degrees(math.atan2(difference[1, 0], difference[0, 0])))
+    if abs(off) > 90:
+        said.append(f"{head} says the scan is turned by {-off:+.0f} deg against experiment.scan_rotation_deg "
+                    f"{rotation_deg:g}, or experiment.defocus_A {defocus_A:g} has the wrong sign: set "
+                    f"experiment.scan_rotation_deg: auto {AUTO}, or check the defocus's sign")
+    elif abs(off) > ROTATION_OFF_DEG:
+        said.append(f"{head} says the scan is turned {rotation_deg - off:.1f} deg against the detector, {-off:+.1f} deg "
+                    f"from experiment.scan_rotation_deg {rotation_deg:g}: set experiment.scan_rotation_deg: auto {AUTO}")
+    if abs(searched.defocus_A - defocus_A) > DEFOCUS_OFF * abs(defocus_A):
+        said.append(f"{head} gives a defocus of {searched.defocus_A:.1f} A, {searched.defocus_A - defocus_A:+.1f} A from "
+                    f"experiment.defocus_A {defocus_A:g}: set experiment.defocus_A: auto {AUTO}")
+    return said
+
+
 def weak_orientation_warning(found: Orientation, parallax: ParallaxOrientation | None = None) -> str:
     """The warning for a scan rotation and transpose/flip taken from a centre of mass ``found`` that is mostly
     noise, or from the real-space ``parallax`` where its handedness was barely told, with no clear Fourier
