@@ -542,7 +542,8 @@ def summary(cache: Path, chosen: list[Case]) -> str:
             seconds += record.get("seconds") or 0.0
             wrong_total += 1
             caught += bool(record["warnings"])
-            first = record["warnings"][0][:90].replace("|", "/") if record["warnings"] else ""
+            first = ("warning:" + record["warnings"][0].split("warning:", 1)[1])[:90].replace("|", "/") \
+                if record["warnings"] else ""  # without run.log's time
             wrong_rows.append(f"| {case.name} | {variant} | {ncc(record)} | {ncc(truth)} | {len(record['warnings'])} | {first} |")
     tail = ["", f"Wrong configs with at least one `warning:` line in run.log: {caught} of {wrong_total}.",
             f"CPU time of the runs (one thread each): {seconds / 60:.0f} min."]
