@@ -118,3 +118,23 @@ def test_init_and_run_come_within_the_margin_of_the_truth(case, tmp_path):
     assert auto["returncode"] == 0 and truth["returncode"] == 0, (auto.get("error"), truth.get("error"))
     assert truth["ncc"] > 0.9
     assert auto["ncc"] >= truth["ncc"] - matrix.PASS_MARGIN, (auto["ncc"], truth["ncc"], auto["auto_values"])
+
+
+def test_the_table_takes_the_truth_as_reference_where_auto_found_the_mirror(tmp_path):
+    """A mirrored auto run has no told run (``told_config`` gives None): its told column compares it with the
+    truth's own run; the others with their told run."""
+    import json
+
+    cases = matrix.cases()[:2]
+    (tmp_path / "results").mkdir()
+    runs = {(cases[0].name, "auto"): 0.30, (cases[0].name, "truth"): 0.31, (cases[0].name, "told"): None,
+            (cases[1].name, "auto"): 0.80, (cases[1].name, "truth"): 0.81, (cases[1].name, "told"): 0.85}
+    for (name, variant), value in runs.items():
+        record = {"case": name, "variant": variant, "warnings": [], "ncc": value, "seconds": 1.0}
+        if value is None:
+            record = {"case": name, "variant": variant, "warnings": [], "skipped": "the auto run found the mirror"}
+        (tmp_path / "results" / f"{name}__{variant}.json").write_text(json.dumps(record))
+    table = matrix.summary(tmp_path, cases)
+    assert "2 of 2 cases pass" in table and "1 of 2 pass (50 %)" in table  # 0.80 is 0.05 below its told 0.85
+    row = next(line for line in table.splitlines() if line.startswith(f"| {cases[0].name} "))
+    assert "0.310 (mirrored: truth) | -0.010 | pass" in row

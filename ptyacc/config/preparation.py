@@ -28,6 +28,12 @@ class TransformConfig:
                   "translations; in a file without them (electrons, raster scan), from the patterns' centre of "
                   "mass: the one of the eight that makes its field curl-free with a scan rotation within 45 degrees "
                   "of experiment.scan_rotation_deg (of 0 when that is auto); manual: the three keys below.")
+    orientation_trials: int | Literal["auto"] = _f(
+        "auto", "Where orientation: auto finds the data unclear (few counts: the centre of mass is noise and the "
+                "Fourier regions' search finds no clear peak), ptyacc run tells the candidate orientations (with their "
+                "scan rotation and defocus) apart by a short reconstruction of each, this many iterations, and takes "
+                "the one whose data term ends lowest; run.log lists them. 0: none (the centre of mass's or parallax's "
+                "guess, with a warning). auto: 6. ptyacc init and info only warn.")
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")
@@ -73,6 +79,8 @@ class TransformConfig:
             _require(len(self.crop_offset) == 2 and min(self.crop_offset) >= 0, f"{path}.crop_offset",
                      f"must be two integers >= 0 [row, col], got {self.crop_offset}")
         _require(self.bin >= 1, f"{path}.bin", f"must be >= 1, got {self.bin}")
+        _require(self.orientation_trials == "auto" or self.orientation_trials >= 0, f"{path}.orientation_trials",
+                 f"must be auto or an integer >= 0, got {self.orientation_trials}")
         _require(len(self.flip_about_zero) == 2 and all(isinstance(v, bool) for v in self.flip_about_zero),
                  f"{path}.flip_about_zero", f"must be two booleans [y, x], got {self.flip_about_zero}")
         if self.orientation == "auto" and (self.transpose or self.flip_y or self.flip_x):

@@ -53,6 +53,7 @@ C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is us
 # cost 0.035 in NCC), while a C12 that matters (20 A) reads beyond 4
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
+SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
 RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
 # reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
@@ -93,6 +94,42 @@ class MeasuredDefocus:
     defocus_A: float
     error_A: float
     parallax: Parallax | None = None
+
+
+@dataclass(frozen=True)
+class OrientationCandidate:
+    """One orientation the data leave open where they cannot tell it clearly: the transpose/flip ``flags``, the
+    scan rotation ``rotation_deg`` and, where the Fourier regions' search gave it, its ``defocus_A`` (None: the
+    defocus is measured as for any other orientation); ``found_by`` names the measurement."""
+
+    flags: Flags
+    rotation_deg: float
+    defocus_A: float | None
+    found_by: str
+
+    def line(self) -> str:
+        t, fy, fx = self.flags
+        defocus = "" if self.defocus_A is None else f", defocus {self.defocus_A:.1f} A"
+        return f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus} ({self.found_by})"
+
+
+# chooses among candidate orientations (``reconstruction/trials.py``): the one taken and what to report
+Judge = Callable[[list[OrientationCandidate]], tuple[OrientationCandidate, str]]
+SAME_FRAME = 0.1  # candidates whose maps R(theta)^T F differ by less than this (about 6 degrees) are one
+
+
+def orientation_candidates(flags: Flags, rotation_deg: float, found_by: str, searched) -> list[OrientationCandidate]:
+    """The distinct orientations an unclear Fourier regions' search ``searched`` (its best peak, then its rivals)
+    and the centre of mass's or parallax's guess (``flags``, ``rotation_deg``, ``found_by``) leave open."""
+    found = [OrientationCandidate(s.flags, s.rotation_deg, s.defocus_A, name) for s, name in
+             ((searched, "the Fourier regions' best peak"), *((r, "a rival peak") for r in searched.rivals))]
+    found.append(OrientationCandidate(flags, rotation_deg, None, found_by))
+    kept: list[OrientationCandidate] = []
+    for one in found:
+        frame = rotation(one.rotation_deg).T @ flag_matrix(*one.flags)
+        if all(np.abs(frame - rotation(k.rotation_deg).T @ flag_matrix(*k.flags)).max() > SAME_FRAME for k in kept):
+            kept.append(one)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -237,11 +274,12 @@ def descan_left_to_model(config: Config) -> bool:
 
 
 def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndarray | None,
-                  gain: np.ndarray | None, reopen: Callable[[], object]) -> Calibrated:
+                  gain: np.ndarray | None, reopen: Callable[[], object], judge: Judge | None = None) -> Calibrated:
     """The calibration of the open pattern file ``source`` (``facts``: what it says about itself) under
     ``config``, with its autos measured: see the module docstring. ``file_mask`` (stored layout, None = all
     good) and ``gain`` (1 / gain, ``flat_field``) as the file and ``data.flat_field`` give them; ``reopen``
-    opens the file anew (for the patterns streamed during the run)."""
+    opens the file anew (for the patterns streamed during the run); ``judge`` chooses among the orientations that
+    an unclear search leaves open (``ptyacc run``'s trial reconstructions; None: the guess, with a warning)."""
     data, experiment, info, name = config.data, config.experiment, source.info, facts.name
     original, source = source, ReadOnce(source)
     needs = [key for key, asked in (
@@ -264,7 +302,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
                          and experiment.radiation == "electron"):
         experiment, transform, orientation, lines = _oriented(experiment, transform, source, calibration, file_mask,
-                                                              background, defocus_auto)
+                                                              background, defocus_auto, judge)
         said += lines
         calibration = calibrate(experiment, facts, scan_shape)
         calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
@@ -327,7 +365,7 @@ def _descanned_reopen(reopen: Callable[[], object], descan: MeasuredDescan, mask
 
 
 def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
-              background: np.ndarray | None, defocus_auto: bool = False):
+              background: np.ndarray | None, defocus_auto: bool = False, judge: Judge | None = None):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
     without basis vectors: the experiment and transform with the rotation and flags measured from
     the centre of mass of the stored patterns (``orientation.py``; on the raster's grid, or, for
@@ -335,7 +373,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     what was measured, and what to report. Where a defocus is known (given, or the nominal one of
     ``defocus_auto``) the flags and rotation are the parallax's where it tells them (``_parallax_oriented``);
     else, with ``defocus_auto``, the flags are turned by 180 degrees where the centre of mass could hardly
-    tell them from those (``_turned_by_parallax``)."""
+    tell them from those (``_turned_by_parallax``). Where neither is clear, ``judge`` (if given) chooses among
+    the candidates (``orientation_candidates``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
@@ -360,7 +399,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
-    warnings, searched_A = [], None
+    warnings, searched_A, tried = [], None, False
     if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
         # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
         # Fourier regions' coherence sums every pixel and frequency
@@ -369,18 +408,32 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             flags, rotation_deg = searched.flags, searched.rotation_deg
             line += f"; {searched.line()}: these are used"
             searched_A = searched.defocus_A
+            if judge is not None and searched.contrast < SEARCH_SURE:  # a broad peak: its rotation tried
+                taken, said = judge([OrientationCandidate(flags, rotation_deg, searched_A, "the Fourier regions' peak")])
+                rotation_deg, line, tried = taken.rotation_deg, line + f"; {said}", True
         else:
             line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
-            warnings.append(weak_orientation_warning(found, chosen))
+            candidates = [] if searched is None else orientation_candidates(
+                flags, rotation_deg, "the bright-field parallax" if chosen is not None else "the centre of mass", searched)
+            if judge is not None and len(candidates) > 1:
+                taken, said = judge(candidates)
+                flags, rotation_deg, searched_A = taken.flags, taken.rotation_deg, taken.defocus_A
+                line, tried = line + f"; {said}", True
+            else:
+                warnings.append(weak_orientation_warning(found, chosen))
+                if len(candidates) > 1:  # init and info: what the run will do
+                    line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
+                             "(data.transform.orientation_trials)")
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
         if chosen is None:
             warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
-    # the search's flags already carry the nominal defocus's sign: no second turn by 180 degrees
-    if (chosen is None and searched_A is None and fixed is None and defocus_auto and abs(found.skew) < SKEW_SURE
-            and grid is not None):
+    # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
+    # second turn by 180 degrees
+    if (chosen is None and searched_A is None and not tried and fixed is None and defocus_auto
+            and abs(found.skew) < SKEW_SURE and grid is not None):
         flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
                                           grid, flags, file_mask, background)
         line += said

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ptyacc.config import Config
-from ptyacc.data.autocalibration import autocalibrate
+from ptyacc.data.autocalibration import Judge, autocalibrate
 from ptyacc.data.calibration import SourceFacts
 from ptyacc.data.dataset import PtychoData, keep_only
 from ptyacc.data.flat_field import read_flat_field
@@ -26,13 +26,15 @@ Keep = Callable[[np.ndarray], np.ndarray]
 POSITIONS_SETTING = "experiment.positions.key"
 
 
-def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu") -> PtychoData:
+def load_data(config: Config, keep: Keep | None = None, device: torch.device | str = "cpu",
+              judge: Judge | None = None) -> PtychoData:
     """Read or simulate the dataset that ``config.data`` describes, calibrated by
     ``config.experiment`` (values it leaves out come from the file's attributes).
     keep: given all positions (N, 2) in Å, the sorted indices of the patterns to hold
     (the others are never read); default all.
     device: where the run computes; ``data.hold`` chooses from its free memory whether the
-    patterns are read now (device) or held in host memory or left in the file (``streamed``)."""
+    patterns are read now (device) or held in host memory or left in the file (``streamed``).
+    judge: chooses among the orientations the data leave open (``autocalibration.autocalibrate``)."""
     if config.data.simulate is not None:
         return _simulated(config, keep)
     data, experiment = config.data, config.experiment
@@ -52,7 +54,7 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
             gain, usable = read_flat_field(config.resolve_input(data.flat_field), data.flat_field_key, info.shape[-2:])
             file_mask = usable if file_mask is None else np.asarray(file_mask, dtype=bool) & usable
         calibrated = autocalibrate(config, source, SourceFacts(name, info.shape, info.attrs, info.positions_A, named),
-                                   file_mask, gain, lambda: open_patterns(path, info.key, **options))
+                                   file_mask, gain, lambda: open_patterns(path, info.key, **options), judge)
         calibration, mask = calibrated.calibration, calibrated.mask
         rows = None if keep is None else np.asarray(keep(calibration.positions_A))
         patterns, streamed, choice = hold_patterns(data, calibrated.source, rows, calibrated.prepare,

@@ -27,6 +27,7 @@ of the other handedness) says how clearly it stands out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -60,6 +61,7 @@ class OverlapOrientation:
     rotation_deg: float
     defocus_A: float
     contrast: float
+    rivals: tuple[OverlapOrientation, ...] = ()  # the best peak of the other handedness and the best APART_DEG away
 
     @property
     def clear(self) -> bool:
@@ -159,15 +161,28 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
     floor = float(np.median(table))
     contrast = (table.max() - floor) / max(rival - floor, 1e-30 * abs(floor) + 1e-300)
     fine = _frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, nominal_defocus_A, PIXELS, FREQUENCIES)
-    fine_angles = angles[at] + np.arange(-FINE_SPAN_DEG, FINE_SPAN_DEG + 1e-9, FINE_STEP_DEG)
-    fine_scales = base * SCALES[scale_at] * FINE_SCALES
-    refined = np.array([fine.coherence(candidate(a, handed), fine_scales) for a in fine_angles])
-    i, j = np.unravel_index(int(np.argmax(refined)), refined.shape)
-    g, c = candidate(fine_angles[i], handed), fine_scales[j]
-    if nominal_defocus_A < 0:  # J(G, c) = J(-G, -c): the nominal sign picks the pair
-        g, c = -g, -c
-    flags, theta = nearest_orientation(equivalent_orientations(g.T), near_deg)  # R(theta) = F G^T
-    return OverlapOrientation(flags, theta, c / wavelength_A, float(contrast))
+
+    def refined(handed_at: int, angle_at: int, contrast_at: float) -> OverlapOrientation:
+        """The peak of the coarse table at (``handed_at``, ``angle_at``) refined by the fine search."""
+        scale_best = int(np.argmax(table[handed_at, angle_at]))
+        fine_angles = angles[angle_at] + np.arange(-FINE_SPAN_DEG, FINE_SPAN_DEG + 1e-9, FINE_STEP_DEG)
+        fine_scales = base * SCALES[scale_best] * FINE_SCALES
+        values = np.array([fine.coherence(candidate(a, handed_at), fine_scales) for a in fine_angles])
+        i, j = np.unravel_index(int(np.argmax(values)), values.shape)
+        g, c = candidate(fine_angles[i], handed_at), fine_scales[j]
+        if nominal_defocus_A < 0:  # J(G, c) = J(-G, -c): the nominal sign picks the pair
+            g, c = -g, -c
+        flags, theta = nearest_orientation(equivalent_orientations(g.T), near_deg)  # R(theta) = F G^T
+        return OverlapOrientation(flags, theta, c / wavelength_A, float(contrast_at))
+
+    found = refined(int(handed), int(at), float(contrast))
+    if contrast >= CLEAR:
+        return found
+    # not clear: the rivals too, for a choice by trial reconstructions (``reconstruction/trials.py``)
+    away = np.where(gap >= APART_DEG, best[handed], -np.inf)
+    rivals = [refined(1 - int(handed), int(np.argmax(best[1 - handed])), 0.0),
+              refined(int(handed), int(np.argmax(away)), 0.0)]
+    return dataclasses.replace(found, rivals=tuple(rivals))
 
 
 def overlap_defocus(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float,

@@ -237,12 +237,13 @@ class ShardPlan:
 
 
 def load_planned(config, world: int, rank: int, data: PtychoData | None = None,
-                 device: torch.device | str = "cpu") -> tuple[PtychoData, ShardPlan]:
+                 device: torch.device | str = "cpu", judge=None) -> tuple[PtychoData, ShardPlan]:
     """The dataset as this process needs it, and the plan it was cut by: with
     ``runtime.shard_data`` only this process's spatial share of the patterns is read (or kept,
-    for ``data`` given whole); ``data.hold`` places them for a run on ``device``."""
+    for ``data`` given whole); ``data.hold`` places them for a run on ``device``; ``judge`` chooses among the
+    orientations the data leave open (``load.load_data``)."""
     if not (config.runtime.shard_data or config.runtime.shard_object):  # shard_object implies shard_data
-        return (data if data is not None else load_data(config, device=device)), ShardPlan(world, rank)
+        return (data if data is not None else load_data(config, device=device, judge=judge)), ShardPlan(world, rank)
     plans: list[ShardPlan] = []
 
     def keep(positions_A: np.ndarray) -> np.ndarray:
@@ -250,7 +251,7 @@ def load_planned(config, world: int, rank: int, data: PtychoData | None = None,
         return plans[-1].held
 
     if data is None:
-        data = load_data(config, keep, device)
+        data = load_data(config, keep, device, judge)
     elif data.pattern_rows is None:
         data = keep_only(data, keep)
     return data, plans[0] if plans else ShardPlan.spatial(data.positions_A, world, rank)

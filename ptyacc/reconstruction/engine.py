@@ -51,6 +51,7 @@ from ptyacc.reconstruction.recenter import attach_recentring
 from ptyacc.reconstruction.saving import Saver, check_output_dir, run_texts
 from ptyacc.reconstruction.threads import set_threads
 from ptyacc.reconstruction.tiles import object_tiles
+from ptyacc.reconstruction.trials import OrientationTrials, trial_iterations
 from ptyacc.reconstruction.validation import ValidationHook, validation_positions
 from ptyacc.results.h5file import Results
 from ptyacc.results.outdir import hold_output_dir
@@ -81,7 +82,7 @@ class Reconstruction:
 
 
 def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None, write: bool = True,
-                on_step=None, resume: bool = False, overwrite: bool = False) -> Reconstruction:
+                on_step=None, resume: bool = False, overwrite: bool = False, quiet: bool = False) -> Reconstruction:
     """Run the reconstruction described by ``config``.
 
     accelerator: an existing ``accelerate.Accelerator``; made from ``config.runtime`` if None.
@@ -91,10 +92,11 @@ def reconstruct(config: Config, accelerator=None, data: PtychoData | None = None
         refused unless ``overwrite`` (start again) or ``resume`` (continue from the newest
         complete checkpoint) is given; one that another live run uses is always refused.
     on_step: optional callback(iteration, indices) called on every process for every step.
+    quiet: nothing said, on the terminal or to ptyacc's logger (a trial inside another run, ``trials.py``).
     """
     main = accelerator.is_main_process if accelerator is not None else None
     with hold_output_dir(Path(config.output.dir), main) if write else contextlib.nullcontext():
-        reconstructor = Reconstructor(config, accelerator, write, on_step, resume, overwrite)
+        reconstructor = Reconstructor(config, accelerator, write, on_step, resume, overwrite, quiet)
         with reconstructor.closing:  # run.log and the trackers are closed even when the run fails or is interrupted
             reconstructor.build(data)
             reconstructor.run()
@@ -105,7 +107,7 @@ class Reconstructor:
     """One reconstruction: ``build``, then ``run``, then ``finish``."""
 
     def __init__(self, config: Config, accelerator=None, write: bool = True, on_step=None, resume: bool = False,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, quiet: bool = False) -> None:
         self.started = time.perf_counter()
         self.ran_until: float | None = None  # when ``run`` ended: finish's run.log line counts from there
         self.config, self.write, self.on_step, self.resume = config, write, on_step, resume
@@ -129,7 +131,7 @@ class Reconstructor:
         main = write and self.accelerator.is_main_process
         self.closing = contextlib.ExitStack()  # what the run holds open
         self.log = RunLog(self.out_dir / "run.log" if main else None, append=resume,
-                          terminal=self.accelerator.is_main_process)
+                          terminal=self.accelerator.is_main_process and not quiet, silent=quiet)
         self.closing.callback(self.log.close)
         try:
             self.log.header(config, self.accelerator)
@@ -147,7 +149,11 @@ class Reconstructor:
         set_seed(config.runtime.seed)  # Python's, NumPy's, torch's and CUDA's generators
         # several scans of one object are one dataset (quantities/scans.py)
         data, scans = load_scans(config, accelerator.device) if data is None and config.scans else (data, None)
-        self.data, self.plan = load_planned(config, self.world, accelerator.process_index, data, accelerator.device)
+        # where the data leave the orientation open, short reconstructions choose it (trials.py)
+        judge = (OrientationTrials(config, accelerator, reconstruct) if data is None and trial_iterations(config) > 0
+                 and not self.resume and config.model.init_from is None else None)
+        self.data, self.plan = load_planned(config, self.world, accelerator.process_index, data, accelerator.device,
+                                            judge)
         self.left_out = validation_positions(self.data.positions_A, config.optim.validation_fraction, config.runtime.seed)
         previous = previous_results(config, self.data) if config.model.init_from else None
         if previous is not None:

@@ -75,10 +75,11 @@ class RunLog:
     and it takes part in the collective that gathers the device of every process. ``close``
     detaches run.log from the logger at the end of the run."""
 
-    def __init__(self, path: Path | None, append: bool = False, terminal: bool = False) -> None:
+    def __init__(self, path: Path | None, append: bool = False, terminal: bool = False, silent: bool = False) -> None:
         """A new log replaces an old one, unless ``append`` (a resumed run continues its log).
-        ``terminal``: what ``tell`` says reaches the terminal too (the main process)."""
-        self.logger, self.terminal = ptyacc_logger(), terminal
+        ``terminal``: what ``tell`` says reaches the terminal too (the main process). ``silent``: nothing reaches
+        ptyacc's logger either (a trial reconstruction inside another run, whose run.log it would fill)."""
+        self.logger, self.terminal, self.silent = ptyacc_logger(), terminal, silent
         self.file = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,8 @@ class RunLog:
 
     def line(self, text: str) -> None:
         """Log a line (main process)."""
-        self.logger.info(text)
+        if not self.silent:
+            self.logger.info(text)
 
     def tell(self, text: str) -> None:
         """A message for the user: in run.log, and on the terminal (``terminal``)."""

@@ -1,0 +1,172 @@
+"""``data.transform.orientation_trials`` (ptyacc/reconstruction/trials.py): where the data leave the detector's
+orientation open, short reconstructions of the candidates choose it and then refine the scan rotation. The
+candidates' frames against NumPy's rotation and flip matrices, the parabola's lowest point against a known
+answer, and the trials on a few-count file of the independent simulator (benchmarks/grid/simulate.py), whose
+true frame is the check."""
+
+import numpy as np
+import pytest
+
+from ptyacc.config import load_config
+from ptyacc.data import overlap_orientation
+from ptyacc.data.autocalibration import OrientationCandidate, orientation_candidates
+from ptyacc.data.load import load_data
+from ptyacc.data.overlap_orientation import OverlapOrientation
+from ptyacc.reconstruction.trials import OrientationTrials, _vertex
+
+TRUE_ROTATION, TRUE_DEFOCUS = 20.0, 120.0
+
+
+def frame(flags, rotation_deg: float) -> np.ndarray:
+    """R(theta)^T F: the map from the prepared patterns' axes to the scan's (NumPy, independent of ptyacc)."""
+    t = np.radians(rotation_deg)
+    turn = np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]])
+    transpose, flip_y, flip_x = flags
+    flips = np.diag([-1.0 if flip_y else 1.0, -1.0 if flip_x else 1.0])
+    swap = np.array([[0.0, 1.0], [1.0, 0.0]]) if transpose else np.eye(2)
+    return turn.T @ flips @ swap
+
+
+def off_deg(flags, rotation_deg, true_flags, true_rotation_deg) -> tuple[float, bool]:
+    """The angle (degrees) between two frames and whether they differ by a mirror."""
+    difference = frame(flags, rotation_deg) @ frame(true_flags, true_rotation_deg).T
+    return float(np.degrees(np.arctan2(difference[1, 0], difference[0, 0]))), bool(np.linalg.det(difference) < 0)
+
+
+def test_the_parabola_is_lowest_where_it_should_be():
+    for x0 in (-0.4, 0.0, 0.3):
+        left, middle, right = ((x - x0) ** 2 for x in (-1.0, 0.0, 1.0))
+        assert _vertex(left, middle, right) == pytest.approx(x0)
+    assert _vertex(0.0, 1.0, 0.0) == 0.0  # no minimum between: the middle
+    assert _vertex(10.0, 0.0, 0.0) == 0.5  # kept within half a step
+
+
+def test_the_candidates_are_distinct_frames():
+    def peak(flags, rotation_deg, defocus_A=100.0):
+        return OverlapOrientation(flags, rotation_deg, defocus_A, 0.0)
+
+    best = peak((False, True, True), 10.0)
+    rivals = (peak((True, False, False), 40.0),  # another frame
+              peak((False, False, False), 190.0))  # flips on both axes are a turn by 180: the best's frame again
+    searched = OverlapOrientation(best.flags, best.rotation_deg, 100.0, 1.1, rivals)
+    kept = orientation_candidates((True, True, False), -30.0, "the centre of mass", searched)
+    assert [c.found_by for c in kept] == ["the Fourier regions' best peak", "a rival peak", "the centre of mass"]
+    assert kept[0].defocus_A == 100.0 and kept[-1].defocus_A is None
+    assert off_deg(rivals[1].flags, rivals[1].rotation_deg, best.flags, best.rotation_deg) == pytest.approx((0.0, False))
+    for i, one in enumerate(kept):
+        for other in kept[:i]:
+            angle, mirrored = off_deg(one.flags, one.rotation_deg, other.flags, other.rotation_deg)
+            assert mirrored or abs(angle) > 5.0
+
+
+@pytest.fixture(scope="module")
+def faint(grid_simulator, tmp_path_factory):
+    """1e3 counts on a 16 x 16 raster turned 20 degrees, patterns transposed: the centre of mass is noise."""
+    path = tmp_path_factory.mktemp("trials") / "faint.h5"
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(16, 16), scan_step_A=0.45, dose=1e3,
+                                     defocus_A=TRUE_DEFOCUS, edge_mrad=50.0, seed=2, scan_rotation_deg=TRUE_ROTATION,
+                                     transpose=True)
+    grid_simulator.write(str(path), setting)
+    return path
+
+
+def faint_config(path, **optim) -> dict:
+    return {"data": {"path": str(path), "transform": {"orientation": "auto"}},
+            "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto", "scan_step_A": 0.45},
+            "optim": {"iterations": 6, **optim}, "runtime": {"progress": False, "threads": 1}}
+
+
+@pytest.mark.slow
+def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choice(faint, monkeypatch):
+    monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear
+    seen = []
+    chosen = OrientationCandidate((True, False, False), -3.0, TRUE_DEFOCUS, "the judge")
+
+    def judge(candidates):
+        seen.extend(candidates)
+        return chosen, "judged"
+
+    data = load_data(load_config(faint_config(faint)), judge=judge)
+    assert len(seen) >= 2
+    best = min(seen, key=lambda c: abs(off_deg(c.flags, c.rotation_deg, (True, False, False), TRUE_ROTATION)[0]))
+    angle, mirrored = off_deg(best.flags, best.rotation_deg, (True, False, False), TRUE_ROTATION)
+    assert not mirrored and abs(angle) < 5.0  # the truth is among them
+    autos = data.autos
+    # the choice is used (the disk's centring may turn it by quarter turns into the same frame)
+    angle, mirrored = off_deg((autos["data.transform.transpose"], autos["data.transform.flip_y"],
+                               autos["data.transform.flip_x"]), autos["experiment.scan_rotation_deg"],
+                              chosen.flags, chosen.rotation_deg)
+    assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 1e-6
+    assert any("judged" in line for line in data.checks)
+    assert not any(line.startswith("warning:") and "mirrored against the truth" in line for line in data.checks)
+
+
+@pytest.mark.slow
+def test_the_trials_take_the_true_frame_and_refine_its_rotation(faint):
+    from accelerate import Accelerator
+
+    from ptyacc.reconstruction.engine import reconstruct
+
+    config = load_config(faint_config(faint))
+    judge = OrientationTrials(config, Accelerator(cpu=True), reconstruct)
+    true_flags = (True, False, False)
+    candidates = [OrientationCandidate((False, False, False), TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "mirrored"),
+                  OrientationCandidate(true_flags, TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "5 degrees off")]
+    taken, said = judge(candidates)
+    assert taken.flags == true_flags and "5 degrees off" in said
+    assert abs(taken.rotation_deg - TRUE_ROTATION) < abs(5.0) - 2.0  # nearer the truth than the candidate was
+
+
+class _Bowl(OrientationTrials):
+    """Trials whose data term is a bowl in the scan rotation, lowest at ``lowest_deg``, and higher by 1 for the
+    mirrored frame (no reconstruction)."""
+
+    def __init__(self, lowest_deg: float) -> None:
+        self.iterations, self.lowest_deg, self.asked = 6, lowest_deg, []
+        self.config = load_config({"data": {"simulate": {}}})
+
+    def loss(self, candidate) -> float:
+        self.asked.append(candidate.rotation_deg)
+        return (candidate.rotation_deg - self.lowest_deg) ** 2 / 50.0 + (candidate.flags[0] is False)
+
+
+@pytest.mark.parametrize("lowest_deg", [1.0, -4.2, 10.0, -12.8])
+def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg):
+    judge = _Bowl(lowest_deg)
+    taken, said = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak"),
+                         OrientationCandidate((False, False, False), 0.0, None, "its mirror")])
+    assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
+    assert f"{lowest_deg:.2f} deg is used" in said
+    assert len(judge.asked) <= 2 + 2 * 2 + 3  # the candidates, the four turns, at most three more
+
+
+def test_the_rotation_walks_at_most_a_few_steps_past_the_end():
+    judge = _Bowl(-40.0)
+    taken, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert taken.rotation_deg == -15.0 and min(judge.asked) == -15.0  # 2 turns of 3 degrees, then 3 more
+
+
+@pytest.mark.processes
+def test_one_and_two_processes_take_the_same_orientation_by_trials(faint, tmp_path):
+    """On this file the search is clear but broad (its peak under SEARCH_SURE times the rival's): the run tries
+    its rotation by reconstructions, on every process alike."""
+    import h5py
+    import yaml
+    from test_distributed import launch_configs
+
+    config = faint_config(faint)
+    config["data"]["transform"]["orientation_trials"] = 2
+    config.update(optim={"iterations": 2, "batch_size": 32}, output={"figures": False})
+    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
+    found = []
+    for out in outs.values():
+        log = (out / "results" / "run.log").read_text()
+        assert "(the Fourier regions' peak) reconstructed 2 iterations, final loss" in log
+        assert log.count("ptyacc run: ") == 1  # the trials wrote nothing of their own into run.log
+        with h5py.File(out / "results" / "results.h5") as f:
+            found.append((yaml.safe_load(f.attrs["auto_values"]), f["object"][()]))
+    # each process's trials see the all-reduced loss: one choice per run; 1 and 2 processes' losses agree to
+    # about 1e-7, which moves the parabola's lowest point by about 1e-4 degrees
+    assert found[0][0]["experiment.scan_rotation_deg"] == pytest.approx(found[1][0]["experiment.scan_rotation_deg"],
+                                                                        abs=1e-3)
+    assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
