@@ -138,16 +138,20 @@ def save_measured(path: Path, config, data, lines: list[str]) -> str:
     given = {key: value for key, value in values.items() if key not in MEASURED_ONLY}
     if any(key in given for key in ORIENTATION_KEYS):
         given["data.transform.orientation"] = "manual"  # the flags given are used only so
-    fixed = " ".join(f"--set {key}={_set_value(value)}" for key, value in given.items())
+    fixed = " ".join(_set_option(key, value) for key, value in given.items())
     return (f"measured: written to {path} ({len(data.detector)} detector arrays, {len(values)} auto values)"
             + (f"; to fix these autos at these values: {fixed}" if fixed else ""))
 
 
-def _set_value(value) -> str:
-    """``value`` as ``--set`` reads it back (YAML): lists of booleans as [true,false]."""
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_set_value(v) for v in value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def _set_option(key: str, value) -> str:
+    """``--set key=value`` with ``value`` in YAML's flow style (a list as ``[true, false]``), the word
+    quoted where a shell would split or expand it."""
+    import shlex
+
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).removesuffix("...\n").strip()
+    return f"--set {shlex.quote(f'{key}={text}')}"
 
 
 def _overlap_lines(config, data, geometry) -> list[str]:
