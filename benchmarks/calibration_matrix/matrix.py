@@ -350,11 +350,6 @@ def run_variant(case: Case, variant: str, cache: Path) -> dict:
         init_config(data, config_path)
     elif variant == "told":
         auto = json.loads((cache / "results" / f"{case.name}__auto.json").read_text())
-        values = auto.setdefault("auto_values", {})
-        if "data.transform.flip_about_zero" not in values:  # recorded before auto_values held it
-            with h5py.File(cache / "runs" / f"{case.name}__auto" / "out" / "results.h5") as f:
-                about = f["detector/flip_about_zero"][()] if "detector/flip_about_zero" in f else [False, False]
-            values["data.transform.flip_about_zero"] = [bool(v) for v in about]
         config = told_config(data, case, auto)
         if config is None:
             return {"case": case.name, "variant": variant, "returncode": 0, "warnings": [],
