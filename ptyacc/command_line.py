@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import click
+import yaml
 
 from ptyacc.errors import PtyaccError
 
@@ -60,10 +61,43 @@ def set_without_equals(argv: list[str]) -> str | None:
     return None
 
 
+def set_values_joined(argv: list[str]) -> list[str]:
+    """``argv`` with each ``--set KEY=VALUE`` whose VALUE opens a YAML flow list or mapping that the
+    shell split at its spaces (``--set data.transform.flip_about_zero=[true, false]`` typed without
+    quotes: ``...=[true,`` and ``false]``) joined again with one space, up to the word that closes it;
+    a word that starts with ``--`` is never taken, and a value that no following word closes is left
+    as it was."""
+    joined, i = [], 0
+    while i < len(argv):
+        word, i = argv[i], i + 1
+        if joined[-1:] == ["--set"] and _unclosed_flow(word):
+            for end in range(i, len(argv)):
+                if argv[end].startswith("--"):
+                    break
+                if not _unclosed_flow(candidate := " ".join([word, *argv[i:end + 1]])):
+                    word, i = candidate, end + 1
+                    break
+        joined.append(word)
+    return joined
+
+
+def _unclosed_flow(item: str) -> bool:
+    """Whether the value of ``KEY=VALUE`` starts a YAML flow list or mapping and is no valid YAML."""
+    value = item.partition("=")[2].lstrip()
+    if not value.startswith(("[", "{")):
+        return False
+    try:
+        yaml.safe_load(value)
+    except yaml.YAMLError:
+        return True
+    return False
+
+
 def run_command(command: click.Command, argv: list[str] | None, prog_name: str) -> int:
     """Run ``command`` on ``argv`` (the process's arguments when None); its exit code: 2 for a
     usage error, 1 for an abort (Ctrl-C at a prompt)."""
-    unjoined = set_without_equals(sys.argv[1:] if argv is None else argv)
+    argv = set_values_joined(sys.argv[1:] if argv is None else argv)
+    unjoined = set_without_equals(argv)
     if unjoined:
         click.echo(f"ptyacc: error: {unjoined}", err=True)
         return EXIT_USAGE

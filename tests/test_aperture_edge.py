@@ -151,3 +151,35 @@ def test_a_strong_object_on_a_small_scan_does_not_blur_the_edge(tmp_path):
     truth = stem_probe(16, run.data.dk_invA, run.data.wavelength_A, 80.0, run.data.aberrations)
     cosine = abs(torch.vdot(probe.flatten(), truth.flatten())) / probe.norm() / truth.norm()
     assert float(cosine) > 1 - 1e-4, float(cosine)
+
+
+@pytest.mark.parametrize("edge, semiangle", [("auto", None), ("measured", 60.0)])
+def test_info_decides_the_edge_as_the_run_does(sharp_edged_file, tmp_path, edge, semiangle):
+    """`ptyacc info` on the same config says the run's line on the edge (data/aperture_edge.py's one rule,
+    on its sample of the patterns, here all 36), and a measured edge the data refuse as a warning where the
+    run stops with the same message."""
+    from click.testing import CliRunner
+
+    from ptyacc.commands.cli import cli
+
+    experiment = {"positions": {"key": "positions_A"}, **({"semiangle_mrad": semiangle, "check_calibration": False}
+                                                           if semiangle else {})}
+    raw = {"data": {"path": str(sharp_edged_file)}, "experiment": experiment,
+           "model": {"probe_aperture_edge": edge, "slices": 2, "slice_thickness_A": 8.0},
+           "output": {"dir": str(tmp_path / "out"), "figures": False}, "runtime": {"progress": False}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    shown = CliRunner().invoke(cli, ["info", str(path)])
+    assert shown.exit_code == 0, shown.output
+    said = [line for line in shown.stdout.splitlines() if "model.probe_aperture_edge:" in line]
+    if semiangle is None:
+        run = Reconstructor(ptyacc.load_config(raw), write=True)
+        run.build()
+        run.closing.close()
+        logged = [line.split(" ", 1)[1] for line in (tmp_path / "out" / "run.log").read_text().splitlines()
+                  if "model.probe_aperture_edge:" in line]
+        assert said == logged and "measured (auto: read from the mean pattern" in said[0]
+    else:
+        with pytest.raises(ConfigError) as refused:
+            Reconstructor(ptyacc.load_config(raw), write=False).build()
+        assert said == [f"warning: {refused.value}"]

@@ -1,5 +1,6 @@
 """The command line: run (both entry points), validate, plot, config-reference, errors."""
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,19 @@ def test_validate_prints_full_config_and_errors_are_one_line(tmp_path):
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("ptyacc: error: ")
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("words", [["model.object_amplitude_bounds=[0.5, 1.5]"],
+                                   ["model.object_amplitude_bounds=[0.5,", "1.5]"]])
+def test_set_takes_a_yaml_list_with_spaces_quoted_or_split_by_the_shell(tmp_path, capsys, words):
+    """`--set model.object_amplitude_bounds=[0.5, 1.5]`, one word (quoted) or two (the shell split it at the
+    space): the list, and the next --set still its own."""
+    from ptyacc.commands.cli import main
+
+    assert main(["validate", str(write_config(tmp_path)), "--set", *words, "--set", "optim.iterations=7"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["object_amplitude_bounds"] == [0.5, 1.5]
+    assert printed["optim"]["iterations"] == 7
 
 
 def test_error_exit_code_from_a_real_process(tmp_path):
@@ -279,7 +293,7 @@ def test_info_save_writes_what_the_calibration_measured_and_how_to_fix_it(tmp_pa
     assert abs(values["experiment.scan_rotation_deg"] - 9.0) < 1.0
     assert abs(values["experiment.defocus_A"] - 120.0) < 5.0
     assert calibration["defocus_A_source"] == "fitted" and calibration["defocus_A"] == values["experiment.defocus_A"]
-    fixed = said.split("to fix these autos at these values: ")[1].split()
+    fixed = shlex.split(said.split("to fix these autos at these values: ")[1])  # as a shell reads them
     assert "data.transform.orientation=manual" in fixed and not any("bad_pixels" in word for word in fixed)
     again, _ = info_lines(["raw_scan.yaml", "--save", "n.h5", *fixed])
     assert not any(line.startswith("scan rotation from the centre of mass") for line in again)
@@ -306,8 +320,8 @@ def test_info_save_gives_flips_turned_about_the_zero_frequency_as_set_options(gr
     config.write_text(yaml.safe_dump(base))
     lines, _ = info_lines([str(config), "--save", str(tmp_path / "m.h5")])
     said = next(line for line in lines if line.startswith("measured: written to"))
-    fixed = said.split("to fix these autos at these values: ")[1].split()
-    assert "data.transform.flip_about_zero=[true,true]" in fixed and "data.transform.flip_y=true" in fixed
+    fixed = shlex.split(said.split("to fix these autos at these values: ")[1])  # as a shell reads them
+    assert "data.transform.flip_about_zero=[true, true]" in fixed and "data.transform.flip_y=true" in fixed
     with h5py.File(tmp_path / "m.h5") as f:
         assert list(f["detector/flip_about_zero"][()]) == [True, True]
         assert yaml.safe_load(f.attrs["auto_values"])["data.transform.flip_about_zero"] == [True, True]

@@ -104,6 +104,9 @@ def test_the_rotation_alone_turns_the_positions_about_their_centre(tmp_path):
     assert abs(float(turn.detach())) > 0  # stepped, not the start
     saved = ptyacc.load_results(tmp_path / "results.h5").quantities["fitted"]
     np.testing.assert_allclose(saved["scan_turn_deg"], np.degrees(float(turn.detach())), rtol=1e-6)
+    a = float(turn.detach())
+    np.testing.assert_allclose(saved["scan_affine"], [[np.cos(a) - 1, np.sin(a)], [-np.sin(a), np.cos(a) - 1]],
+                               rtol=0, atol=1e-15)
     with torch.no_grad():
         turn.fill_(0.05)
         model.position_offsets.copy_(torch.randn(model.position_offsets.shape, generator=torch.Generator().manual_seed(1)))

@@ -297,22 +297,22 @@ def told_config(data: Path, case: Case, auto: dict) -> dict | None:
     positions up to the rotation's error), so that the two differ by the calibration alone: on the
     truth's own grid (``truth``) a run's NCC moves by up to a few hundredths with the grid's sub-pixel
     place against the scan (the calibration matrix's record)."""
-    from ptyacc.data.orientation import flag_matrix, rotation
+    from ptyacc.data.orientation import frame_difference
 
     values = auto.get("auto_values") or {}
     if "data.transform.transpose" not in values:
         return None
     flags = tuple(bool(values[f"data.transform.{key}"]) for key in ("transpose", "flip_y", "flip_x"))
-    turn = flag_matrix(*flags) @ (rotation(case.rotation_deg).T @ flag_matrix(case.transpose, case.flip_y,
-                                                                              case.flip_x)).T  # R(theta)
-    if np.linalg.det(turn) < 0:
+    # F against the truth's R(theta_t)^T F_t is R(-theta): R(theta)^T F is the truth's map
+    mirrored, off_deg = frame_difference(flags, 0.0, (case.transpose, case.flip_y, case.flip_x), case.rotation_deg)
+    if mirrored:
         return None
     config = truth_config(data, case)
     config["data"]["transform"].update(transpose=flags[0], flip_y=flags[1], flip_x=flags[2],
                                        flip_about_zero=[bool(v) for v in values.get("data.transform.flip_about_zero",
                                                                                     [False, False])])
     del config["experiment"]["positions"]
-    config["experiment"]["scan_rotation_deg"] = round(math.degrees(math.atan2(turn[0, 1], turn[0, 0])), 6)
+    config["experiment"]["scan_rotation_deg"] = round(-off_deg, 6)
     return config
 
 
@@ -350,11 +350,6 @@ def run_variant(case: Case, variant: str, cache: Path) -> dict:
         init_config(data, config_path)
     elif variant == "told":
         auto = json.loads((cache / "results" / f"{case.name}__auto.json").read_text())
-        values = auto.setdefault("auto_values", {})
-        if "data.transform.flip_about_zero" not in values:  # recorded before auto_values held it
-            with h5py.File(cache / "runs" / f"{case.name}__auto" / "out" / "results.h5") as f:
-                about = f["detector/flip_about_zero"][()] if "detector/flip_about_zero" in f else [False, False]
-            values["data.transform.flip_about_zero"] = [bool(v) for v in about]
         config = told_config(data, case, auto)
         if config is None:
             return {"case": case.name, "variant": variant, "returncode": 0, "warnings": [],
@@ -583,7 +578,7 @@ def measured(case: Case, cache: Path) -> str:
     "mirrored" where they differ by a mirror), the defocus and the run's warnings."""
     from ptyacc.config import load_config
     from ptyacc.data.load import load_data
-    from ptyacc.data.orientation import flag_matrix, rotation
+    from ptyacc.data.orientation import frame_difference
 
     data = cache / "data" / f"{case.name}.h5"
     if not data.is_file():
@@ -592,13 +587,12 @@ def measured(case: Case, cache: Path) -> str:
               "experiment": {"defocus_A": "auto", "scan_rotation_deg": "auto"}}
     loaded = load_data(load_config(config))
     autos = loaded.autos
-    found = rotation(autos["experiment.scan_rotation_deg"]).T @ flag_matrix(
-        autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
-    difference = found @ (rotation(case.rotation_deg).T @ flag_matrix(case.transpose, case.flip_y, case.flip_x)).T
-    angle = math.degrees(math.atan2(difference[1, 0], difference[0, 0]))
+    found = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    mirrored, angle = frame_difference(found, autos["experiment.scan_rotation_deg"],
+                                       (case.transpose, case.flip_y, case.flip_x), case.rotation_deg)
     defocus = autos["experiment.defocus_A"]
     warnings = sum(line.startswith("warning:") for line in loaded.checks)
-    return (f"{case.name} frame {angle:+7.2f} deg{' mirrored' if np.linalg.det(difference) < 0 else ''} defocus "
+    return (f"{case.name} frame {angle:+7.2f} deg{' mirrored' if mirrored else ''} defocus "
             f"{defocus:7.1f} A (true {case.defocus_A:.1f}, {(defocus - case.defocus_A) / abs(case.defocus_A):+.0%}) "
             f"warnings {warnings}  [{case.describe()}]")
 

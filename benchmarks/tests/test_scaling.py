@@ -196,7 +196,7 @@ def test_layout_parameters_are_the_models():
     model = PtychoModel(ObjectTransmission(layout.object_shape, modes=2, slices=2), Probe(probe), geometry,
                         propagator=torch.ones(8, 8, dtype=torch.complex64),
                         refine_positions=True)
-    model.quantities["positions"] = PositionCorrections(model.positions_px, scan_affine=False)
+    model.quantities["positions"] = PositionCorrections(model.positions_px)
     model.quantities["fitted"] = DetectorFit(8, len(layout.positions_px), background=True, weights=True)
     expected = [(name, p.numel()) for name, p in model.named_parameters()]
     assert layout.parameter_floats() == expected

@@ -138,31 +138,44 @@ def save_measured(path: Path, config, data, lines: list[str]) -> str:
     given = {key: value for key, value in values.items() if key not in MEASURED_ONLY}
     if any(key in given for key in ORIENTATION_KEYS):
         given["data.transform.orientation"] = "manual"  # the flags given are used only so
-    fixed = " ".join(f"--set {key}={_set_value(value)}" for key, value in given.items())
+    fixed = " ".join(_set_option(key, value) for key, value in given.items())
     return (f"measured: written to {path} ({len(data.detector)} detector arrays, {len(values)} auto values)"
             + (f"; to fix these autos at these values: {fixed}" if fixed else ""))
 
 
-def _set_value(value) -> str:
-    """``value`` as ``--set`` reads it back (YAML): lists of booleans as [true,false]."""
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_set_value(v) for v in value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def _set_option(key: str, value) -> str:
+    """``--set key=value`` with ``value`` in YAML's flow style (a list as ``[true, false]``), the word
+    quoted where a shell would split or expand it."""
+    import shlex
+
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20).removesuffix("...\n").strip()
+    return f"--set {shlex.quote(f'{key}={text}')}"
 
 
 def _overlap_lines(config, data, geometry) -> list[str]:
-    """``footprint.Overlap``'s line for the probe the run would start from (info's sample of
+    """The aperture edge the run would decide (``data/aperture_edge.py``'s rule, a refusal as a warning) and
+    ``footprint.Overlap``'s line for the probe the run would start from (both from info's sample of
     patterns), after the warnings of the probe's making."""
+    from ptyacc.data.aperture_edge import aperture_edge
+    from ptyacc.errors import ConfigError
     from ptyacc.physics import Detector, fresnel_propagator
     from ptyacc.physics.footprint import footprint_overlap
     from ptyacc.reconstruction.initial import initial_probe
 
     near = data.near_field_distance_A
     propagator = None if near is None else fresnel_propagator(data.detector_px, data.dx_A, data.wavelength_A, near)
+    try:
+        edge = aperture_edge(config, data, data.held_mean_pattern())
+        edge_said = [] if edge is None else [edge.line()]
+    except ConfigError as refused:
+        edge, edge_said = None, [f"warning: {refused}"]
     said: list[str] = []
-    probe = initial_probe(config, data, Detector(propagator=propagator), None, said)
-    return [line for line in said if line.startswith("warning: ")] + [
-        footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None)]
+    probe = initial_probe(config, data, Detector(propagator=propagator), None, said,
+                          None if edge is None else edge.aperture)
+    return [*edge_said, *(line for line in said if line.startswith("warning: ")),
+            footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None)]
 
 
 def _scattering_line(data) -> str:

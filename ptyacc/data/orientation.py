@@ -295,3 +295,18 @@ def measure_orientation(source, scan_shape: tuple[int, int] | None, good: np.nda
     found = orientation_from_com(com.reshape(*shape, 2), fixed_flags, near_deg, grid)
     where = str(source.path) if grid is None else f"{source.path} (at its own positions, no raster)"
     return found, found.line(where, time.perf_counter() - started)
+
+
+def frame_difference(flags: tuple[bool, bool, bool], rotation_deg: float, other_flags: tuple[bool, bool, bool],
+                     other_rotation_deg: float) -> tuple[bool, float]:
+    """How the frame of ``flags`` (transpose, flip_y, flip_x) and ``rotation_deg`` differs from the
+    ``other`` one: each maps the stored patterns' (y, x) vectors to the nominal raster's by
+    R(theta)^T F, and their difference D = used other^T is the identity when they agree. Returns
+    (mirrored: D's determinant is negative, off_deg: D's angle atan2(D[1, 0], D[0, 0]) in
+    [-180, 180), meaningful where not mirrored; for equal flags it is ``rotation_deg -
+    other_rotation_deg``)."""
+    used = rotation(rotation_deg).T @ flag_matrix(*flags)
+    other = rotation(other_rotation_deg).T @ flag_matrix(*other_flags)
+    difference = used @ other.T
+    return bool(np.linalg.det(difference) < 0), _wrapped(math.degrees(math.atan2(difference[1, 0], difference[0, 0])),
+                                                          360.0)

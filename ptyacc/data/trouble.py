@@ -24,12 +24,9 @@ to change (run.log, the terminal, results.h5's ``warnings``).
 
 from __future__ import annotations
 
-import math
 import re
 
-import numpy as np
-
-from ptyacc.data.orientation import Orientation, flag_matrix, rotation
+from ptyacc.data.orientation import Orientation, frame_difference
 from ptyacc.data.parallax import MAX_MISFIT, Parallax
 from ptyacc.data.parallax_orientation import SURE, ParallaxOrientation, conformal_parts
 
@@ -52,11 +49,9 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
     none for what the run measured itself (``rotation_measured``, ``flags_measured``)."""
     if found.curl_left > CURL_CLEAR or (rotation_measured and flags_measured):
         return []
-    used = rotation(rotation_deg).T @ flag_matrix(*flags)
-    seen = rotation(found.rotation_deg).T @ flag_matrix(*found.flags)
-    difference = used @ seen.T  # the identity when they agree
+    mirrored, off = frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)
     said = []
-    if np.linalg.det(difference) < 0:
+    if mirrored:
         if not flags_measured and found.curl_other > MIRRORED * found.curl_left:
             t, fy, fx = found.flags
             said.append(f"warning: the patterns' centre of mass says they are mirrored against the scan (curl left "
@@ -65,7 +60,6 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
                         f"data.transform.orientation: auto {AUTO} (the data say transpose {t}, flip_y {fy}, "
                         f"flip_x {fx})")
         return said
-    off = _wrapped(math.degrees(math.atan2(difference[1, 0], difference[0, 0])))
     if abs(found.skew) < skew_sure and abs(off) > 90:  # the centre of mass cannot tell a turn by 180 degrees
         off = _wrapped(off + 180.0)
     spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
@@ -81,17 +75,14 @@ def search_warnings(searched, flags: tuple[bool, bool, bool], rotation_deg: floa
     its flags, rotation nearest the one used, and defocus of the given one's sign) against the ``flags``,
     ``rotation_deg`` and ``defocus_A`` given: for few counts, where the centre of mass is noise. A turn by
     180 degrees of the search's answer is also what a defocus of the wrong sign gives."""
-    used = rotation(rotation_deg).T @ flag_matrix(*flags)
-    seen = rotation(searched.rotation_deg).T @ flag_matrix(*searched.flags)
-    difference = used @ seen.T  # the identity when they agree
+    mirrored, off = frame_difference(flags, rotation_deg, searched.flags, searched.rotation_deg)
     head = f"warning: the bright-field pixels' coherence in Fourier space (its peak {searched.contrast:.1f} times the next)"
-    if np.linalg.det(difference) < 0:
+    if mirrored:
         t, fy, fx = searched.flags
         return [f"{head} says the patterns are mirrored against the scan: data.transform transpose {flags[0]}, flip_y "
                 f"{flags[1]}, flip_x {flags[2]} do not fit the data; set data.transform.orientation: auto {AUTO} (the "
                 f"data say transpose {t}, flip_y {fy}, flip_x {fx})"]
     said = []
-    off = _wrapped(math.degrees(math.atan2(difference[1, 0], difference[0, 0])))
     if abs(off) > 90:
         said.append(f"{head} says the scan is turned by {-off:+.0f} deg against experiment.scan_rotation_deg "
                     f"{rotation_deg:g}, or experiment.defocus_A {defocus_A:g} has the wrong sign: set "

@@ -42,7 +42,7 @@ from ptyacc.physics.chain import (
 from ptyacc.physics.deviance import deviance_sums
 from ptyacc.physics.fused import far_field_loss, ptycho_loss
 from ptyacc.physics.prediction import detected_intensities, exit_waves, far_field_intensities, multislice_intensities
-from ptyacc.physics.probe import aberration_phase, mixed_state_probe, stem_probe, stem_probe_read_edge
+from ptyacc.physics.probe import aberration_phase, mixed_state_probe, stem_probe
 from ptyacc.physics.propagation import fourier_shift, fresnel_propagator, shift_ramp, shift_ramps_1d, spatial_frequencies
 from ptyacc.physics.tilt import tilted_propagator
 from ptyacc.physics.wavelength import electron_wavelength_A, wavelength_A, xray_wavelength_A
@@ -52,6 +52,6 @@ __all__ = [
     "detected_intensities", "detector_response", "deviance_sums", "electron_wavelength_A", "exit_waves",
     "extract_patches", "far_field_intensities", "far_field_loss", "fourier_shift", "fresnel_propagator",
     "intensity_loss_terms", "loss_from_intensities", "measured_edge", "mixed_state_probe", "multislice_intensities",
-    "poisson_nll", "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe",
-    "stem_probe_read_edge", "summed_intensity", "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
+    "poisson_nll", "ptycho_loss", "shift_ramp", "shift_ramps_1d", "spatial_frequencies", "stem_probe", "summed_intensity",
+    "tilted_propagator", "transmission", "wavelength_A", "xray_wavelength_A",
 ]

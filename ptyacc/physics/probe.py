@@ -5,7 +5,7 @@ import re
 
 import torch
 
-from ptyacc.physics.aperture import aperture, measured_edge
+from ptyacc.physics.aperture import aperture
 
 _ABERRATION = re.compile(r"^C(\d)(\d)([ab]?)$")
 
@@ -31,16 +31,6 @@ def aberration_phase(ky: torch.Tensor, kx: torch.Tensor, wavelength_A: float,
         angular = torch.sin(m * phi) if part == "b" else torch.cos(m * phi)
         chi = chi + value * alpha ** (n + 1) / (n + 1) * angular
     return 2.0 * math.pi / wavelength_A * chi
-
-
-def stem_probe_read_edge(n: int, dk_invA: float, wavelength_A: float, semiangle_mrad: float,
-                         aberrations: dict[str, float] | None, mean_pattern: torch.Tensor,
-                         mask: torch.Tensor | None = None) -> tuple[torch.Tensor, float, bool]:
-    """``stem_probe`` with the aperture edge ``measured_edge`` reads from ``mean_pattern`` where
-    it finds the disk, else the ramp: (probe, the disk's contrast, whether the edge was read)."""
-    values, contrast = measured_edge(mean_pattern, wavelength_A, semiangle_mrad, dk_invA, mask)
-    return stem_probe(n, dk_invA, wavelength_A, semiangle_mrad, aberrations, aperture_values=values), contrast, \
-        values is not None
 
 
 def stem_probe(n: int, dk_invA: float, wavelength_A: float, semiangle_mrad: float,

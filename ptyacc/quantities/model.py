@@ -26,8 +26,9 @@ from ptyacc.physics.geometry import ObjectGeometry
 
 def _view(quantity: str, attribute: str, doc: str) -> property:
     """A read-only property of a ``PtychoModel``: ``attribute`` of its quantity named ``quantity``, or None
-    where the run has no such quantity."""
-    return property(lambda model: getattr(model.quantities[quantity], attribute) if quantity in model.quantities
+    where the run has no such quantity or the quantity holds no such tensor (the scan affine where
+    ``model.scan_affine: rotation`` refines one angle)."""
+    return property(lambda model: getattr(model.quantities[quantity], attribute, None) if quantity in model.quantities
                     else None, doc=doc)
 
 

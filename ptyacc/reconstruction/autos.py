@@ -7,7 +7,7 @@
   median distance between neighbouring positions, at least 3 Å (``variation_smoothing``), and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
 - the initial probe's ``model.probe_aperture_edge``: measured where the mean pattern shows an even
-  bright-field disk of the semi-angle (``physics.aperture.measured_edge``), else soft; ``build_model``
+  bright-field disk of the semi-angle, else soft (``data/aperture_edge.py``'s rule); ``build_model``
   is handed the aperture read (``ResolvedAutos.aperture``);
 - ``data.transform.upsample``, which the load took from the config alone (``config.resolved_upsample``: 2
   where a tilt acts on several slices), named here with the terminal's line where it is not 1;
@@ -41,21 +41,12 @@ import yaml
 
 from ptyacc.config import Config, resolved_upsample
 from ptyacc.data import PtychoData
-from ptyacc.errors import ConfigError
+from ptyacc.data.aperture_edge import aperture_edge
 from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
-from ptyacc.physics.aperture import measured_edge
 from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.reconstruction.batch_auto import BatchChoice
 from ptyacc.reconstruction.convergence import resolved_iterations
 
-# run.log's line on model.probe_aperture_edge, and the error where measured finds no disk
-EDGE_READ = ("model.probe_aperture_edge: measured ({auto}read from the mean pattern's bright-field disk, "
-             "{contrast:.3g} times brighter than a ring just outside it; soft = the ramp)")
-EDGE_SOFT = ("model.probe_aperture_edge: soft (auto: the mean pattern shows no even bright-field disk of the "
-             "semi-angle; {contrast:.3g} times brighter than a ring just outside it)")
-EDGE_REFUSED = ("model.probe_aperture_edge: measured, but the mean pattern shows no even bright-field disk of "
-                "experiment.semiangle_mrad ({semiangle:g} mrad; inside it {contrast:.3g} times a ring 2-4 px "
-                "outside it): a wrong semi-angle or pixel size? Or set soft")
 KEPT_AUTO = ("data.bad_pixels", "data.transform.descan")  # named in auto_values, their auto kept in the config
 
 
@@ -167,22 +158,14 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     sampling, sampling_said = upsample_auto(config)
     sized = {"optim.batch_size": batch.size} if batch is not None else {}
     values = {**data.autos, **auto_values(config), **chosen, **model, **sized, **runtime, **sampling, **iterations}
-    edge_said, edge, read = [], config.model.probe_aperture_edge, None
-    if mean_pattern is not None and config.model.probe_init is None and data.semiangle_mrad is not None:
-        # the aperture edge: measured where the mean pattern shows an even bright-field disk of the semi-angle,
-        # else soft (auto) or refused (measured)
-        read, contrast = measured_edge(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
-        if read is None and edge == "measured":
-            raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
-        edge_said.append((EDGE_READ if read is not None else EDGE_SOFT).format(
-            auto="auto: " if edge == "auto" else "", contrast=contrast))
-        if edge == "auto":
-            model["model.probe_aperture_edge"] = values["model.probe_aperture_edge"] = \
-                "measured" if read is not None else "soft"
+    edge = aperture_edge(config, data, mean_pattern)
+    if edge is not None and edge.auto:
+        model["model.probe_aperture_edge"] = values["model.probe_aperture_edge"] = edge.edge
     if model:
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, **{key.removeprefix("model."): value for key, value in model.items()}))
     said = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
                      for key, value in sorted(values.items()))
     return ResolvedAutos(config, priors, values, [*priors.notes, *notes, *sampling_said, *([batch.said()] if batch else [])],
-                         [*priors.log_notes, *log_notes, *edge_said, *([f"auto: {said}"] if said else [])], read)
+                         [*priors.log_notes, *log_notes, *([edge.line()] if edge is not None else []),
+                          *([f"auto: {said}"] if said else [])], edge.aperture if edge is not None else None)

@@ -24,6 +24,7 @@ import yaml
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
+from ptyacc.data.aperture_edge import may_read_edge
 from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
 from ptyacc.data.trouble import deviance_warning, warnings_said
@@ -167,14 +168,12 @@ class Reconstructor:
         drawn = len(batches.members)  # EpochBatches takes at most these in a step
         clamped = [f"optim.batch_size: {config.optim.batch_size} is more than the {drawn} positions drawn each "
                    f"iteration; using {drawn} (one step per iteration)"] if config.optim.batch_size > drawn else []
-        # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge: autos.py decides
-        # it for electrons, unless told soft or started from a previous run), from a sample agreed by all
-        # processes (one collective where each holds its own share)
-        reads_edge = (config.model.probe_aperture_edge != "soft" and self.data.radiation == "electron"
-                      and config.model.init_from is None)
+        # for optim.loss: auto, and the aperture edge the patterns show (model.probe_aperture_edge:
+        # data/aperture_edge.py's rule), from a sample agreed by all processes (one collective where each holds
+        # its own share)
         mean_counts, not_counts, peak, mean_pattern = over_processes(
             self.data, sample_statistics(self.store, self.data.mask), self.plan.shards is not None, accelerator,
-            with_pattern=reads_edge)
+            with_pattern=may_read_edge(config, self.data))
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
         # every auto key, resolved once before the model is built (reconstruction/autos.py; the batch, which the

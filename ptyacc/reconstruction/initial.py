@@ -10,10 +10,11 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
+from ptyacc.data.aperture_edge import aperture_edge
 from ptyacc.errors import ConfigError
 from ptyacc.interop.foreign import read_start
 from ptyacc.interop.resample import resample_object, resample_probe, resample_slices, sample_grid
-from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe, stem_probe_read_edge
+from ptyacc.physics import Detector, fresnel_propagator, mixed_state_probe, stem_probe
 from ptyacc.physics.footprint import footprint_overlap
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities import BuildContext, attach_quantities
@@ -21,7 +22,6 @@ from ptyacc.quantities.model import PtychoModel
 from ptyacc.quantities.object import ObjectTransmission
 from ptyacc.quantities.probe import Probe
 from ptyacc.quantities.slices import SlicePropagation
-from ptyacc.reconstruction.autos import EDGE_REFUSED
 from ptyacc.reconstruction.xray_probe import check_modes, far_field_probe, probe_from_file
 from ptyacc.results.h5file import Results
 
@@ -170,14 +170,9 @@ def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pat
         if data.semiangle_mrad is None:
             raise ConfigError("experiment.semiangle_mrad: needed to build the initial probe, and the data file "
                               "has no 'semiangle_mrad' attribute")
-        if mean_pattern is None:
-            probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations,
-                               aperture_values=aperture)
-        else:
-            probe, contrast, read = stem_probe_read_edge(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad,
-                                                         data.aberrations, mean_pattern, data.mask)
-            if not read and config.model.probe_aperture_edge == "measured":  # another scan's optics
-                raise ConfigError(EDGE_REFUSED.format(semiangle=data.semiangle_mrad, contrast=contrast))
+        edge = aperture_edge(config, data, mean_pattern)  # another scan's optics
+        probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations,
+                           aperture_values=aperture if edge is None else edge.aperture)
     elif detector.propagator is not None:
         probe = probe_from_patterns(data.held_mean_pattern(), detector)
     else:
