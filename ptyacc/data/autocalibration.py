@@ -25,7 +25,14 @@ from ptyacc.data.bright_field import measured_radius_px, repaired, sample_rows
 from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
 from ptyacc.data.descan import Descan, Descanned, any_moved, disk_centres, measure_descan
 from ptyacc.data.detector import BadPixels, good_pixels, measure_bad_pixels
-from ptyacc.data.orientation import equivalent_orientations, flag_matrix, measure_orientation, middle_block, rotation
+from ptyacc.data.orientation import (
+    equivalent_orientations,
+    flag_matrix,
+    frame_difference,
+    measure_orientation,
+    middle_block,
+    rotation,
+)
 from ptyacc.data.overlap_orientation import overlap_defocus, overlap_orientation
 from ptyacc.data.parallax import MIN_EDGE_PHASE, MIN_SIDE, Parallax, measure_parallax, stored_parallax
 from ptyacc.data.parallax_orientation import parallax_orientation
@@ -115,7 +122,7 @@ class OrientationCandidate:
 
 # chooses among candidate orientations (``reconstruction/trials.py``): the one taken and what to report
 Judge = Callable[[list[OrientationCandidate]], tuple[OrientationCandidate, str]]
-SAME_FRAME = 0.1  # candidates whose maps R(theta)^T F differ by less than this (about 6 degrees) are one
+SAME_FRAME_DEG = 5.0  # candidates whose frames (R(theta)^T F) are this close are one
 
 
 def orientation_candidates(flags: Flags, rotation_deg: float, found_by: str, searched) -> list[OrientationCandidate]:
@@ -126,8 +133,8 @@ def orientation_candidates(flags: Flags, rotation_deg: float, found_by: str, sea
     found.append(OrientationCandidate(flags, rotation_deg, None, found_by))
     kept: list[OrientationCandidate] = []
     for one in found:
-        frame = rotation(one.rotation_deg).T @ flag_matrix(*one.flags)
-        if all(np.abs(frame - rotation(k.rotation_deg).T @ flag_matrix(*k.flags)).max() > SAME_FRAME for k in kept):
+        differences = (frame_difference(one.flags, one.rotation_deg, k.flags, k.rotation_deg) for k in kept)
+        if all(mirrored or abs(off_deg) > SAME_FRAME_DEG for mirrored, off_deg in differences):
             kept.append(one)
     return kept
 

@@ -7,12 +7,14 @@ is an orientation (transpose/flip and scan rotation, with the search's defocus):
 right one explains the counts better than one in a turned or mirrored frame, and this shows after a few
 iterations. So each candidate is reconstructed for ``orientation_trials`` iterations (the run's config with
 the candidate's orientation, rotation and defocus given, nothing written) and the one whose data term
-(the last iteration's mean loss) ends lowest is taken; run.log lists every candidate's. The search's peak
-is broad at few counts, and a scan rotation a few degrees off turns the object as much (on the calibration
-matrix's amorphous 16 x 16 scans at 1e3 counts, 7 degrees off scored as badly as a wrong frame): the taken
-candidate's rotation is then tried TURN_DEG and twice that either side (and on past an end that is
-lowest, up to MORE_TURNS steps), and set at the parabola's lowest point through the lowest three. Every process runs the same trials in the same order (the loss is the
-all-reduced one), so all take the same."""
+(the last iteration's mean loss) ends lowest is taken; run.log lists every candidate's.
+
+The search's peak is broad at few counts, and a scan rotation a few degrees off turns the object as much
+(on the calibration matrix's amorphous 16 x 16 scans at 1e3 counts, 7 degrees off scored as badly as a
+wrong frame): the taken candidate's rotation is then tried TURN_DEG and twice that either side (and on
+past an end that is lowest, up to MORE_TURNS steps), and set at the parabola's lowest point through the
+lowest three. Every process runs the same trials in the same order (the loss is the all-reduced one), so
+all take the same."""
 
 from __future__ import annotations
 
