@@ -1,9 +1,15 @@
 """How far the Fourier regions' coherence (``ptyacc/data/overlap_orientation.py``) reads the defocus
 from the truth, coherent against partly coherent, on files of the independent simulator (simulate.py):
-the ratio found / true of the c maximising J(I, c) over 0.7-1.3 times lambda |defocus| (0.5 % steps),
-the images as ptyacc takes them ("plain") and, as a candidate fix, each pixel's image first put through
-the 5-point Laplacian and cut to the raster's interior ("laplacian": a prewhitening that keeps the
-shift's phase and stops the strong low scan frequencies leaking into the weak high ones).
+the ratio found / true of the c maximising J(I, c) over 0.7-1.3 times lambda |defocus| (0.5 % steps,
+the orientation given), with each pixel's image transformed in one of these ways:
+
+* ``plain``: its plain transform (ptyacc before the periodic part);
+* ``periodic``: the transform of its periodic part (``periodic_spectra``: Moisan's periodic plus smooth
+  decomposition, no wrap-around jump);
+* ``laplacian``: the 5-point Laplacian of the image cut to the raster's interior, then transformed (a
+  prewhitening that keeps the shift's phase);
+* ``wiener``: ``laplacian`` with each frequency weighted by its power above the counts' Poisson noise;
+* ``laplacian-periodic``: the Laplacian's periodic part, divided back by the Laplacian's gain.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/grid/overlap_defocus_bias.py --scan 16 --defocus 170 -100 --dose 0
 """
@@ -26,68 +32,74 @@ from ptyacc.data.parallax import disk_centre  # noqa: E402
 
 GRID = np.exp(np.linspace(math.log(0.7), math.log(1.3), 121))
 COHERENCE = {"coherent": (0.0, 0.0), "source": (0.35, 0.0), "focal": (0.0, 30.0), "partial": (0.35, 30.0)}
+VARIANTS = ("plain", "periodic", "laplacian", "wiener", "laplacian-periodic")
+
+
+def periodic_spectra(images: np.ndarray) -> np.ndarray:
+    """The Fourier transforms of the periodic parts of (P, ny, nx) images (Moisan, J. Math. Imaging Vis. 39,
+    2011): each image less the smooth image whose discrete Laplacian is the jumps across its opposite edges."""
+    ny, nx = images.shape[-2:]
+    jumps = np.zeros_like(images)
+    jumps[:, 0] += images[:, -1] - images[:, 0]
+    jumps[:, -1] += images[:, 0] - images[:, -1]
+    jumps[:, :, 0] += images[:, :, -1] - images[:, :, 0]
+    jumps[:, :, -1] += images[:, :, 0] - images[:, :, -1]
+    laplacian = (2.0 * np.cos(2.0 * math.pi * np.fft.fftfreq(ny))[:, None]
+                 + 2.0 * np.cos(2.0 * math.pi * np.fft.fftfreq(nx))[None, :] - 4.0)
+    laplacian[0, 0] = 1.0
+    smooth = np.fft.fft2(jumps) / laplacian
+    smooth[:, 0, 0] = 0.0
+    return np.fft.fft2(images) - smooth
+
+
+def gain(cycles: np.ndarray) -> np.ndarray:
+    """The 5-point Laplacian's gain (its sign left out) at ``cycles`` (F, 2) per sample."""
+    return 4 * np.sin(np.pi * cycles[:, 0]) ** 2 + 4 * np.sin(np.pi * cycles[:, 1]) ** 2
 
 
 class Frequencies(oo._Frequencies):
-    """``oo._Frequencies`` with the pixels' images plain or Laplacian-filtered (``laplacian``)."""
+    """``oo._Frequencies`` with the pixels' images transformed as ``variant`` says (the module's note)."""
 
     def __init__(self, centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarray, dk_invA: float,
-                 laplacian: bool, wiener: bool = False) -> None:
+                 variant: str, pixels: int = oo.PIXELS, frequencies: int = oo.FREQUENCIES) -> None:
         mean = repaired(centred.mean(0, dtype=np.float64))
         radius_px, centre = bright_field_radius_px(mean, "the patterns"), disk_centre(mean)
         y, x = np.indices(centred.shape[-2:])
         inside = np.hypot(y - centre[0], x - centre[1]) <= radius_px - oo.MARGIN_PX
         picked = np.nonzero(inside.ravel())[0]
-        inside = np.isin(np.arange(inside.size), picked[::max(1, math.ceil(len(picked) / oo.PIXELS))]).reshape(inside.shape)
+        inside = np.isin(np.arange(inside.size), picked[::max(1, math.ceil(len(picked) / pixels))]).reshape(inside.shape)
         self.k = np.column_stack([(y[inside] - centre[0]) * dk_invA, (x[inside] - centre[1]) * dk_invA])
         self.limit, self.margin = radius_px * dk_invA, oo.MARGIN_PX * dk_invA
         flat = centred.reshape(len(centred), -1)
+        counts = flat[:, inside.ravel()].mean(0)  # each pixel's mean count: its image's noise variance 1 / counts
         images = (flat[:, inside.ravel()] / flat.sum(1, keepdims=True)).T.reshape(-1, *shape)
-        counts = flat[:, inside.ravel()].mean(0)  # each pixel's mean count per pattern: its image's noise 1 / counts
         images = images / images.mean(axis=(1, 2), keepdims=True) - 1.0
-        if laplacian:
+        if variant in ("laplacian", "wiener", "laplacian-periodic"):
             images = (images[:, 2:, 1:-1] + images[:, :-2, 1:-1] + images[:, 1:-1, 2:] + images[:, 1:-1, :-2]
                       - 4 * images[:, 1:-1, 1:-1])
         ny, nx = images.shape[1:]
-        if wiener in ("periodic", "lap-per-div"):
-            edges = np.zeros_like(images)
-            edges[:, 0] += images[:, -1] - images[:, 0]
-            edges[:, -1] += images[:, 0] - images[:, -1]
-            edges[:, :, 0] += images[:, :, -1] - images[:, :, 0]
-            edges[:, :, -1] += images[:, :, 0] - images[:, :, -1]
-            gain = (2 * np.cos(2 * np.pi * np.fft.fftfreq(ny))[:, None] + 2 * np.cos(2 * np.pi * np.fft.fftfreq(nx))[None] - 4)
-            gain[0, 0] = 1.0
-            smooth = np.fft.fft2(edges) / gain
-            smooth[:, 0, 0] = 0.0
-            images = np.real(np.fft.ifft2(np.fft.fft2(images) - smooth))
         cycles = np.stack(np.meshgrid(np.fft.fftfreq(ny), np.fft.fftfreq(nx), indexing="ij"), -1).reshape(-1, 2)
         u = cycles @ np.linalg.inv(steps_A)
-        spectra = np.fft.fft2(images).reshape(len(images), -1)
+        periodic = variant in ("periodic", "laplacian-periodic")
+        spectra = (periodic_spectra(images) if periodic else np.fft.fft2(images)).reshape(len(images), -1)
+        if variant == "laplacian-periodic":
+            spectra = spectra / np.where(gain(cycles) > 0, gain(cycles), 1.0)
         power = (np.abs(spectra) ** 2).sum(0)
-        if wiener == "lap-per-div":
-            h = 4 * np.sin(np.pi * cycles[:, 0]) ** 2 + 4 * np.sin(np.pi * cycles[:, 1]) ** 2
-            h[h == 0] = 1.0
-            spectra = spectra / h
-            power = (np.abs(spectra) ** 2).sum(0)
-            power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0
-            power[np.hypot(*u.T) > 2 * self.limit - 2 * self.margin] = 0.0
-        if wiener is True:
-            h = 4 * np.sin(np.pi * cycles[:, 0]) ** 2 + 4 * np.sin(np.pi * cycles[:, 1]) ** 2
-            noise = ny * nx * h ** 2 * (1.0 / np.maximum(counts, 1e-30)).sum()
+        if variant == "wiener":
+            noise = ny * nx * gain(cycles) ** 2 * (1.0 / np.maximum(counts, 1e-30)).sum()
             weight = np.maximum(power - noise, 0.0) / np.maximum(power, 1e-300)
-            spectra = spectra * weight
-            power = power * weight ** 2
+            spectra, power = spectra * weight, power * weight ** 2
         power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0
         power[np.hypot(*u.T) > 2 * self.limit - 2 * self.margin] = 0.0
-        pick = np.argsort(power)[::-1][:oo.FREQUENCIES]
+        pick = np.argsort(power)[::-1][:frequencies]
         pick = pick[power[pick] > 0]
         self.u, self.values = u[pick], spectra[:, pick].T.astype(np.complex64)
 
 
 def ratio(patterns: np.ndarray, shape: tuple[int, int], step_A: float, dk_invA: float, wavelength_A: float,
-          defocus_A: float, laplacian: bool, wiener: bool = False) -> float:
+          defocus_A: float, variant: str) -> float:
     """found / true defocus of the coherence search on the GRID about the truth."""
-    found = Frequencies(patterns, shape, np.diag([step_A, step_A]), dk_invA, laplacian, wiener)
+    found = Frequencies(patterns, shape, np.diag([step_A, step_A]), dk_invA, variant)
     j = found.coherence(math.copysign(1.0, defocus_A) * np.eye(2), wavelength_A * abs(defocus_A) * GRID)
     return float(GRID[int(np.argmax(j))])
 
@@ -100,6 +112,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--sample", default="random")
     parser.add_argument("--coherence", nargs="+", default=["coherent", "partial"], choices=list(COHERENCE))
+    parser.add_argument("--variants", nargs="+", default=["plain", "periodic", "laplacian"], choices=VARIANTS)
     args = parser.parse_args()
     for defocus in args.defocus:
         for seed in range(1, args.seeds + 1):
@@ -111,9 +124,9 @@ def main() -> None:
                                            focal_spread_A=focal, seed=seed, sample=args.sample)
                 data = simulate.simulate(setting)
                 patterns = data["patterns"].reshape(-1, 48, 48).astype(np.float64)
-                found = [ratio(patterns, setting.scan_shape, 0.45, data["dk_invA"], data["wavelength_A"], defocus, lap, w)
-                         for lap, w in ((False, False), (True, False), (True, True), (False, "periodic"), (True, "lap-per-div"))]
-                cells.append(f"{name} plain {found[0]:.3f} laplacian {found[1]:.3f} +wiener {found[2]:.3f} periodic {found[3]:.3f} lap-per-div {found[4]:.3f}")
+                found = [ratio(patterns, setting.scan_shape, 0.45, data["dk_invA"], data["wavelength_A"], defocus,
+                               variant) for variant in args.variants]
+                cells.append(f"{name} " + " ".join(f"{v} {r:.3f}" for v, r in zip(args.variants, found)))
             print(f"{args.sample} {args.scan}x{args.scan} defocus {defocus:+g} dose {args.dose:g} seed {seed}: "
                   + " | ".join(cells), flush=True)
 

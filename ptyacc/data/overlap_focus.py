@@ -54,48 +54,20 @@ class Scale:
 
 def pixel_frequencies(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int],
                       windowed: bool = True) -> Iterator[np.ndarray]:
-    """The scan's Fourier transforms of the virtual images of the ``inside`` pixels of centred (n, K, K)
-    patterns, each pattern divided by its total, each image by its mean: Hann-windowed, or where not
-    ``windowed`` of each image's periodic part (``periodic_spectra``); (P_chunk, ny, nx) complex128 blocks of
-    at most CHUNK pixels in turn, so that no more than a block is held (P (ny, nx) transforms of a 64 x 64
-    raster are 64 MiB)."""
+    """The scan's Fourier transforms (Hann-windowed unless not ``windowed``) of the virtual images of the
+    ``inside`` pixels of centred (n, K, K) patterns, each pattern divided by its total, each image by its mean:
+    (P_chunk, ny, nx) complex128 blocks of at most CHUNK pixels in turn, so that no more than a block is held
+    (P (ny, nx) transforms of a 64 x 64 raster are 64 MiB)."""
     ny, nx = shape
     flat = centred.reshape(len(centred), -1)
     totals = np.maximum(flat.sum(1, dtype=np.float64), 1e-30)
+    window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :] if windowed else np.ones((ny, nx))
     columns = np.nonzero(inside.ravel())[0]
     for start in range(0, len(columns), CHUNK):
         chosen = columns[start:start + CHUNK]
         images = (flat[:, chosen].astype(np.float64) / totals[:, None]).T.reshape(len(chosen), ny, nx)
         images = images / np.maximum(images.mean(axis=(1, 2), keepdims=True), 1e-30) - 1.0
-        yield np.fft.fft2(images * np.hanning(ny)[:, None] * np.hanning(nx)[None, :]) if windowed \
-            else periodic_spectra(images)
-
-
-def periodic_spectra(images: np.ndarray) -> np.ndarray:
-    """The Fourier transforms of the periodic parts of (P, ny, nx) images (Moisan's periodic plus smooth
-    decomposition, J. Math. Imaging Vis. 39, 2011): each image less the smooth image whose discrete Laplacian
-    is the jumps across its opposite edges.
-
-    The raster sees the sample through a finite field, so a pixel's image does not meet itself across its
-    edges; the plain transform wraps it round, and the jump spreads each frequency's power over all the
-    others as 1/|u|^2. Where the power falls steeply with |u| (the source size damps it by
-    exp(-4 pi^2 sigma^2 |u|^2); the atoms too), the weak high frequencies then hold mostly power leaked from
-    the strong low ones, whose phase moves with the pixel's shift at their own lower frequency: the scale
-    that aligns them comes out short (the calibration matrix's partly coherent 16 x 16 and 24 x 24 rasters:
-    the defocus read 8-14 % low). Without the jump the leak is gone; the periodic part's phases move with
-    the shift as the image's do."""
-    ny, nx = images.shape[-2:]
-    jumps = np.zeros_like(images)
-    jumps[:, 0] += images[:, -1] - images[:, 0]
-    jumps[:, -1] += images[:, 0] - images[:, -1]
-    jumps[:, :, 0] += images[:, :, -1] - images[:, :, 0]
-    jumps[:, :, -1] += images[:, :, 0] - images[:, :, -1]
-    laplacian = (2.0 * np.cos(2.0 * math.pi * np.fft.fftfreq(ny))[:, None]
-                 + 2.0 * np.cos(2.0 * math.pi * np.fft.fftfreq(nx))[None, :] - 4.0)
-    laplacian[0, 0] = 1.0
-    smooth = np.fft.fft2(jumps) / laplacian
-    smooth[:, 0, 0] = 0.0
-    return np.fft.fft2(images) - smooth
+        yield np.fft.fft2(images * window)
 
 
 def coherence(scales: np.ndarray, base: np.ndarray, values: np.ndarray, regions: list[np.ndarray],

@@ -16,9 +16,7 @@ c = lambda defocus, is largest at the true G and c, while the noise adds the sam
 to J at every (G, c): with many pixels and frequencies summed it tells the orientation from data
 whose every single image is noise. The images are not windowed: with a Hann window the defocus came
 out 11-22 % low on three of the calibration matrix's cases whose shifts reach half the raster's side,
-without one 5-10 % low. Each image's periodic part is transformed (``overlap_focus.periodic_spectra``):
-the plain transform's wrap-around jump leaks the strong low frequencies into the weak high ones, most
-where the source size steepens the power's fall, and read partly coherent 16 x 16 rasters 8-14 % low.
+without one 5-10 % low.
 
 J(G, c) = J(-G, -c), so the search takes c > 0 and G over both handednesses and all angles
 (ANGLE_STEP_DEG, then FINE_STEP_DEG within FINE_SPAN_DEG of the best), c over SCALES times
