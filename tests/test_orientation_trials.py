@@ -121,13 +121,14 @@ class _Bowl(OrientationTrials):
     """Trials whose data term is a bowl in the scan rotation, lowest at ``lowest_deg``, and higher by 1 for the
     mirrored frame (no reconstruction)."""
 
-    def __init__(self, lowest_deg: float) -> None:
-        self.iterations, self.lowest_deg, self.asked = 6, lowest_deg, []
-        self.config = load_config({"data": {"simulate": {}}})
+    def __init__(self, lowest_deg: float, lowest_defocus_A: float = 100.0) -> None:
+        self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
+        self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
     def loss(self, candidate) -> float:
         self.asked.append(candidate.rotation_deg)
-        return (candidate.rotation_deg - self.lowest_deg) ** 2 / 50.0 + (candidate.flags[0] is False)
+        focus = 0.0 if candidate.defocus_A is None else 20.0 * np.log(candidate.defocus_A / self.lowest_defocus_A) ** 2
+        return (candidate.rotation_deg - self.lowest_deg) ** 2 / 50.0 + (candidate.flags[0] is False) + focus
 
 
 @pytest.mark.parametrize("lowest_deg", [1.0, -4.2, 10.0, -12.8])
@@ -170,3 +171,16 @@ def test_one_and_two_processes_take_the_same_orientation_by_trials(faint, tmp_pa
     assert found[0][0]["experiment.scan_rotation_deg"] == pytest.approx(found[1][0]["experiment.scan_rotation_deg"],
                                                                         abs=1e-3)
     assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
+
+
+@pytest.mark.parametrize("lowest_defocus_A", [-88.0, -100.0, -118.0])
+def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A):
+    judge = _Bowl(2.0, lowest_defocus_A)
+    taken, said = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
+    assert taken.rotation_deg == 0.0 and taken.defocus_A == pytest.approx(lowest_defocus_A, rel=1e-9)
+    assert "its scan rotation" not in said and f"{lowest_defocus_A:.1f} A is used" in said
+    taken, said = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")])
+    assert taken.rotation_deg == pytest.approx(2.0) and taken.defocus_A == pytest.approx(lowest_defocus_A, rel=1e-9)
+    assert "its scan rotation turned by" in said and "its defocus scaled by" in said
+    taken, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "the centre of mass")], turn=False)
+    assert taken.defocus_A is None  # no defocus of its own: measured later, not tried

@@ -32,7 +32,8 @@ class TransformConfig:
         "auto", "Where orientation: auto finds the data unclear (few counts: the centre of mass is noise and the "
                 "Fourier regions' search finds no clear peak), ptyacc run tells the candidate orientations (with their "
                 "scan rotation and defocus) apart by a short reconstruction of each, this many iterations, and takes "
-                "the one whose data term ends lowest; run.log lists them. 0: none (the centre of mass's or parallax's "
+                "the one whose data term ends lowest; then the same way its scan rotation (where the search's peak is "
+                "broad) and the search's defocus (with defocus_A: auto); run.log lists every trial. 0: none (the "
                 "guess, with a warning). auto: 6. ptyacc init and info only warn.")
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")

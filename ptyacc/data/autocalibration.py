@@ -120,17 +120,20 @@ class OrientationCandidate:
         return f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus} ({self.found_by})"
 
 
-# chooses among candidate orientations (``reconstruction/trials.py``): the one taken and what to report
-Judge = Callable[[list[OrientationCandidate]], tuple[OrientationCandidate, str]]
+# chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
+# search's defocus (``focus``) by default: the one taken and what to report
+Judge = Callable[..., tuple[OrientationCandidate, str]]
 SAME_FRAME_DEG = 5.0  # candidates whose frames (R(theta)^T F) are this close are one
 
 
-def orientation_candidates(flags: Flags, rotation_deg: float, found_by: str, searched) -> list[OrientationCandidate]:
+def orientation_candidates(flags: Flags, rotation_deg: float, found_by: str, searched,
+                           defocus_A: float | None = None) -> list[OrientationCandidate]:
     """The distinct orientations an unclear Fourier regions' search ``searched`` (its best peak, then its rivals)
-    and the centre of mass's or parallax's guess (``flags``, ``rotation_deg``, ``found_by``) leave open."""
+    and the centre of mass's or parallax's guess (``flags``, ``rotation_deg``, ``found_by``, with ``defocus_A``
+    the parallax's or the nominal one, whose sign goes with the flags) leave open."""
     found = [OrientationCandidate(s.flags, s.rotation_deg, s.defocus_A, name) for s, name in
              ((searched, "the Fourier regions' best peak"), *((r, "a rival peak") for r in searched.rivals))]
-    found.append(OrientationCandidate(flags, rotation_deg, None, found_by))
+    found.append(OrientationCandidate(flags, rotation_deg, defocus_A, found_by))
     kept: list[OrientationCandidate] = []
     for one in found:
         differences = (frame_difference(one.flags, one.rotation_deg, k.flags, k.rotation_deg) for k in kept)
@@ -415,13 +418,18 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             flags, rotation_deg = searched.flags, searched.rotation_deg
             line += f"; {searched.line()}: these are used"
             searched_A = searched.defocus_A
-            if judge is not None and searched.contrast < SEARCH_SURE:  # a broad peak: its rotation tried
-                taken, said = judge([OrientationCandidate(flags, rotation_deg, searched_A, "the Fourier regions' peak")])
-                rotation_deg, line, tried = taken.rotation_deg, line + f"; {said}", True
+            broad = searched.contrast < SEARCH_SURE
+            if judge is not None and (broad or defocus_auto):  # a broad peak's rotation, the search's defocus tried
+                taken, said = judge([OrientationCandidate(flags, rotation_deg, searched_A, "the Fourier regions' peak")],
+                                    turn=broad, focus=defocus_auto)
+                rotation_deg, searched_A, line, tried = taken.rotation_deg, taken.defocus_A, line + f"; {said}", True
         else:
             line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
+            nominal = calibration.aberrations.get("C10")
+            guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
             candidates = [] if searched is None else orientation_candidates(
-                flags, rotation_deg, "the bright-field parallax" if chosen is not None else "the centre of mass", searched)
+                flags, rotation_deg, "the bright-field parallax" if chosen is not None else "the centre of mass", searched,
+                guessed_A)
             if judge is not None and len(candidates) > 1:
                 taken, said = judge(candidates)
                 flags, rotation_deg, searched_A = taken.flags, taken.rotation_deg, taken.defocus_A
