@@ -184,3 +184,29 @@ def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A):
     assert "its scan rotation turned by" in said and "its defocus scaled by" in said
     taken, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "the centre of mass")], turn=False)
     assert taken.defocus_A is None  # no defocus of its own: measured later, not tried
+
+
+@pytest.mark.slow
+def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, tmp_path, monkeypatch):
+    """3e4 counts: the parallax is clear and would correct a rotation 4 degrees off. Where the trials chose the
+    rotation (here a judge that returns it), the run keeps theirs and says what the parallax saw."""
+    from ptyacc.data import autocalibration
+
+    path = tmp_path / "clear.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(
+        detector_px=48, scan_shape=(20, 20), scan_step_A=0.45, dose=3e4, defocus_A=TRUE_DEFOCUS, edge_mrad=50.0,
+        seed=1, scan_rotation_deg=TRUE_ROTATION, transpose=True))
+    monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # the search unclear,
+    monkeypatch.setattr(autocalibration, "weak_com", lambda found: True)  # and asked for
+    monkeypatch.setattr(autocalibration, "PARALLAX_SURE", 1e9)
+    judged = OrientationCandidate((True, False, False), TRUE_ROTATION + 4.0, TRUE_DEFOCUS, "the judge")
+    data = load_data(load_config(faint_config(path)), judge=lambda candidates: (judged, "judged"))
+    autos = data.autos
+    angle, mirrored = off_deg((autos["data.transform.transpose"], autos["data.transform.flip_y"],
+                               autos["data.transform.flip_x"]), autos["experiment.scan_rotation_deg"],
+                              (True, False, False), TRUE_ROTATION)
+    assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) == pytest.approx(4.0, abs=1e-6)  # kept, not turned
+    said = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
+    assert "not taken: trial reconstructions chose the scan rotation" in said
+    left = float(said.split("its rotation left (")[1].split(" deg")[0])
+    assert left == pytest.approx(-4.0, abs=1.5)  # what the parallax saw: the truth, 4 degrees back (ptyacc's sense)

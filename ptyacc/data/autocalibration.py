@@ -72,13 +72,15 @@ Flags = tuple[bool, bool, bool]
 class MeasuredOrientation:
     """The transpose/flip ``flags`` (transpose, flip_y, flip_x) and scan rotation ``rotation_deg`` measured
     from the data (after the flips about zero and the parallax's correction, where they changed them), the
-    centre of mass's divergence ``skew``, and ``overlap_defocus_A`` the defocus of the Fourier regions'
-    coherence where that search gave the orientation (else None)."""
+    centre of mass's divergence ``skew``, ``overlap_defocus_A`` the defocus of the Fourier regions'
+    coherence where that search gave the orientation (else None), and ``by_trials`` whether trial
+    reconstructions chose the rotation (the parallax's later correction of it is then not taken)."""
 
     flags: Flags
     rotation_deg: float
     skew: float
     overlap_defocus_A: float | None = None
+    by_trials: bool = False  # the rotation chosen by trial reconstructions (``reconstruction/trials.py``)
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,9 @@ class MeasuredDefocus:
 @dataclass(frozen=True)
 class OrientationCandidate:
     """One orientation the data leave open where they cannot tell it clearly: the transpose/flip ``flags``, the
-    scan rotation ``rotation_deg`` and, where the Fourier regions' search gave it, its ``defocus_A`` (None: the
-    defocus is measured as for any other orientation); ``found_by`` names the measurement."""
+    scan rotation ``rotation_deg`` and the defocus that goes with them, ``defocus_A`` (the Fourier regions'
+    search's, or for the centre of mass's or parallax's guess the parallax's or the nominal one; None where none
+    is known: then measured as for any other orientation); ``found_by`` names the measurement."""
 
     flags: Flags
     rotation_deg: float
@@ -353,10 +356,12 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     read = (source, prepare, mask, dx_A, prep.shape[-1])
     if defocus_auto:
         depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
+        # a rotation the trials chose is not turned again by the parallax, which at such counts is mostly noise
         experiment, calibration, defocus, defocus_said = _with_parallax(
             experiment, calibration, facts, scan_shape, radius_px, read, rotation_auto,
             None if orientation is None else orientation.skew, depth_A, data.transform.orientation == "auto",
-            None if orientation is None else orientation.overlap_defocus_A)
+            None if orientation is None else orientation.overlap_defocus_A,
+            orientation is not None and orientation.by_trials)
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
@@ -455,7 +460,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    return experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, searched_A), (line, *warnings)
+    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, searched_A, tried),
+            (line, *warnings))
 
 
 def weak_com(found) -> bool:
@@ -600,12 +606,13 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
                    rotation_auto: bool, skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-                   searched_A: float | None = None):
+                   searched_A: float | None = None, by_trials: bool = False):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
     the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; ``searched_A``
-    the Fourier regions' defocus, used where the parallax cannot tell), what was measured and what to report."""
+    the Fourier regions' defocus, used where the parallax cannot tell; a rotation chosen ``by_trials`` is kept),
+    what was measured and what to report."""
     found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured,
-                                                None if searched_A is None else float(searched_A))
+                                                None if searched_A is None else float(searched_A), by_trials)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -620,7 +627,7 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
                skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-               searched_A: float | None = None
+               searched_A: float | None = None, by_trials: bool = False
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
@@ -629,7 +636,9 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     parallax says the defocus has the nominal one's opposite sign while the centre of mass could
     hardly tell the rotation from the one 180 degrees away); what was measured; and what to report. The
     parallax sees the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where
-    the model's probe is defined (half the multislice model's propagated thickness), so that is added."""
+    the model's probe is defined (half the multislice model's propagated thickness), so that is added. A
+    rotation chosen ``by_trials`` (reconstructions) is not turned by the parallax, whose groups hardly align at
+    the counts that call for trials."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -671,7 +680,10 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                f"auto not applied: experiment.defocus_A: {reason}; {kept}", *warnings)
     middle, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * (middle + depth_A) < 0
-    if rotation_auto:
+    if rotation_auto and by_trials:
+        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: trial reconstructions chose "
+                  "the scan rotation")
+    elif rotation_auto:
         turn = found.rotation_left_deg
         if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:
             turn, middle, opposite = turn + 180.0, -middle, False
