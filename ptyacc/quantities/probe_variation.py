@@ -14,8 +14,9 @@ The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so
 and the weights are plain autograd parameters (from ``optim.start.probe_variation``): the weights
 refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``), the eigen-probes by the
 probe's least-squares step where the probe takes it (``EigenDescent``), by Adam otherwise.
-After every iteration (``ProbeVariation.normalize``, the same on
-every process) the decomposition is put back into its canonical form, every probe_j unchanged:
+After every iteration the eigen-probes lose their part along P_0's shifts (``ProbeVariation.unshift``: a
+probe that moves with position is a position error, and on a crystal a strain), then
+(``ProbeVariation.normalize``, the same on every process) the decomposition is put back into its canonical form, every probe_j unchanged:
 P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
 scaled so that the main weights have a mean of 1 (P_0 is the first principal probe, close to the
@@ -68,6 +69,8 @@ class ProbeVariation(Quantity):
         self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
         self.weights = nn.Parameter(torch.zeros(positions, variation))  # w_jk, k >= 1
         self.mean_only = False  # every position takes P_0 (``mean_probe``, the check's comparison)
+        # P_0 (K, K, 2) before the canonical form first mixed the eigen-probes into it: what ``drop`` restores
+        self.unmixed: torch.Tensor | None = None
         self.dropped_at: int | None = None  # the iteration from which ``VariationCheck`` left P_0 alone
 
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
@@ -93,9 +96,14 @@ class ProbeVariation(Quantity):
             self.mean_only = False
 
     @torch.no_grad()
-    def drop(self, iteration: int, groups: list[ParameterGroup]) -> None:
+    def drop(self, iteration: int, groups: list[ParameterGroup], probe: torch.Tensor) -> None:
         """From ``iteration`` on every position takes P_0: the weights 0, the main weights 1 and the
-        steps of ``groups`` (this quantity's) 0."""
+        steps of ``groups`` (this quantity's) 0. P_0, the first mode of ``probe`` (P, K, K, 2), goes back to
+        what it was before the canonical form first mixed the eigen-probes into it (``unmixed``): a variation
+        that fitted worse has put its errors into P_0 as well. A run resumed after that point has no such
+        copy and keeps P_0 as it is."""
+        if self.unmixed is not None:
+            probe[0].copy_(self.unmixed)
         self.weights.zero_()
         self.amplitudes.fill_(1.0)
         for group in groups:
@@ -116,6 +124,8 @@ class ProbeVariation(Quantity):
         if not self.weights.any():  # before the variation starts: its start directions, orthogonal, of P_0's norm
             self.eigen.copy_((q[:, 1:].T * basis[0].norm()).reshape(self.eigen.shape).to(self.eigen.dtype))
             return
+        if self.unmixed is None:
+            self.unmixed = probe[0].clone()
         u, s, vh = torch.linalg.svd(self.all_weights().double() @ r.T, full_matrices=False)
         modes, weights = vh @ q.T, u * s  # orthonormal rows, by decreasing power
         # the SVD's sign of each pair is arbitrary: each mode keeps the sense of the one it replaces, so
@@ -135,6 +145,17 @@ class ProbeVariation(Quantity):
         self.amplitudes.copy_(weights[:, 0].to(self.amplitudes.dtype))
         self.weights.copy_(weights[:, 1:].to(self.weights.dtype))
 
+    @torch.no_grad()
+    def unshift(self, probe: torch.Tensor) -> None:
+        """Each eigen-probe less its part along the directions that shift P_0, the first mode of ``probe``
+        (P, K, K, 2), in the real inner product (``shift_directions``; a shift keeps P_0's norm, so they are
+        orthogonal to it and so are the eigen-probes after). A position's probe that moves with its weights
+        is a position error, which ``model``'s positions own; on a crystal a smooth field of such shifts is
+        a strain the object follows as well, so the data cannot tell the two apart."""
+        shifts, _ = torch.linalg.qr(shift_directions(probe[0]).reshape(2, -1).T)  # (2 K^2, 2) orthonormal
+        eigen = self.eigen.reshape(len(self.eigen), -1).double()  # (V, 2 K^2)
+        self.eigen.copy_((eigen - (eigen @ shifts) @ shifts.T).reshape(self.eigen.shape).to(self.eigen.dtype))
+
     def all_weights(self) -> torch.Tensor:
         """(N, V + 1): w_j0 .. w_jV of every position."""
         return torch.cat([self.amplitudes[:, None], self.weights], dim=1)
@@ -149,7 +170,11 @@ class ProbeVariation(Quantity):
             raise ValueError("model.probe_variation_smoothing_A: auto reaches the quantity unresolved; build the run's "
                              "config with reconstruction.autos.resolve_autos")
         smoothing = None if sigma_A is None else TiltSmoothing(model.positions_px, sigma_A / self.dx_A)
-        return lambda: self.normalize(model.probe, smoothing)
+
+        def after_iteration() -> None:
+            self.unshift(model.probe)
+            self.normalize(model.probe, smoothing)
+        return after_iteration
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
         """The main weights and the eigen-probes' weights, a row per position stepped at its visits
@@ -196,14 +221,16 @@ def varying_probe(config, model, context: BuildContext) -> ProbeVariation | None
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
     """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how
     it changes with focus (ifft2(i |q|^2 fft2(P)), the derivative of a Fresnel propagation: a
-    sample's height that drifts), then with a shift along y and along x (a beam that wanders),
-    then seeded noise. Weights start at zero, so the gradient of each position's weights is at
-    once the projection of its probe's gradient on these directions."""
+    sample's height that drifts), then with the two astigmatisms (a lens that changes), then seeded noise
+    (not a shift: ``ProbeVariation.unshift``; noise, mixed into P_0 by a hasty first step, spoils it). Weights
+    start at zero, so the gradient of each position's weights is at once the projection of its probe's
+    gradient on these directions."""
     wave = torch.view_as_complex(probe.double().contiguous())
     k = wave.shape[-1]
     q = torch.fft.fftfreq(k, dtype=torch.float64, device=wave.device)
     spectrum = torch.fft.fft2(wave)
-    factors = [1j * (q[:, None] ** 2 + q[None, :] ** 2), 1j * q[:, None].expand(k, k), 1j * q[None, :].expand(k, k)]
+    qy, qx = q[:, None], q[None, :]
+    factors = [1j * (qy ** 2 + qx ** 2), 1j * (qy ** 2 - qx ** 2), 2j * qy * qx]
     directions = [torch.fft.ifft2(spectrum * factor) for factor in factors[:count]]
     generator = torch.Generator().manual_seed(seed + 17)
     while len(directions) < count:
@@ -211,6 +238,17 @@ def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Te
         directions.append(torch.view_as_complex(noise).to(wave.device))
     stacked = torch.view_as_real(torch.stack(directions))
     return (stacked / stacked.flatten(1).norm(dim=1).clamp_min(1e-30)[:, None, None, None]).to(probe.dtype)
+
+
+def shift_directions(probe: torch.Tensor) -> torch.Tensor:
+    """(2, K, K, 2) float64: how the probe mode ``probe`` (K, K, 2) changes when it shifts along y and along x,
+    ifft2(i q fft2(P)) with q the FFT's frequencies along each axis."""
+    wave = torch.view_as_complex(probe.double().contiguous())
+    k = wave.shape[-1]
+    q = torch.fft.fftfreq(k, dtype=torch.float64, device=wave.device)
+    spectrum = torch.fft.fft2(wave)
+    return torch.view_as_real(torch.stack([torch.fft.ifft2(spectrum * 1j * q[:, None]),
+                                           torch.fft.ifft2(spectrum * 1j * q[None, :])]))
 
 
 # the eigen-probes' step divides by the mean square of their weights over the batch, at least this: weights are
@@ -288,7 +326,7 @@ class VariationCheck:
         varied_sum, plain_sum, counts = sums.tolist()
         if varied_sum <= plain_sum + TOLERANCE * counts:
             return None
-        self.variation.drop(iteration, self.groups)
+        self.variation.drop(iteration, self.groups, model.probe)
         return (f"model.probe_variation: every position takes the mean probe from iteration {iteration}: the varying "
                 f"probe fitted a batch worse than the mean probe (data term {varied_sum:.6g} against {plain_sum:.6g}, "
                 f"{counts:.6g} counts); model.probe_variation_check: false keeps it")
