@@ -68,34 +68,60 @@ def test_drop_gives_back_p0_from_before_the_first_canonical_form():
     variation = variation_with(weights, torch.randn(2, k, k, 2, generator=g))
     variation.normalize(probe)
     assert (probe[0] - first).norm() > 0.1 * first.norm()
-    variation.drop(3, [], probe)
+    variation.drop(3, [], probe, restore=True)
     assert torch.equal(probe[0], first) and torch.equal(probe[1], further)
     assert variation.dropped_at == 3 and not variation.weights.any() and bool((variation.amplitudes == 1).all())
     variation.normalize(probe)  # weights 0 after the drop: the form leaves P_0 as it is
     assert torch.equal(probe[0], first)
 
 
-def test_first_directions_are_the_focus_derivative_and_shift_directions_the_shifts():
-    """The eigen-probes' start: the derivative of a Fresnel propagation, then unit noise; the directions
-    ``unshift`` takes away: the derivatives of a shift along y and x; each checked by central differences
-    of NumPy's own transforms."""
+def test_first_directions_are_aberration_derivatives_and_shift_directions_the_shifts():
+    """The eigen-probes' start (and, by default, what they stay): the derivatives of the probe by its focus
+    (a Fresnel propagation), two astigmatisms, two comas and the spherical aberration, each of unit norm, then
+    unit noise; the directions ``unshift`` takes away: the derivatives of a shift along y and x; each checked by
+    central differences of NumPy's own transforms of exp(i t chi(q)) with chi written out here."""
     g = torch.Generator().manual_seed(2)
     k = 16
     probe = torch.randn(k, k, 2, generator=g, dtype=torch.float64)
-    directions = torch.view_as_complex(first_directions(probe, 3).contiguous()).numpy()
+    directions = torch.view_as_complex(first_directions(probe, 7).contiguous()).numpy()
     shifts = torch.view_as_complex(shift_directions(probe).contiguous()).numpy()
     wave = torch.view_as_complex(probe).numpy()
     q = np.fft.fftfreq(k)
+    qy, qx = q[:, None] * np.ones((1, k)), q[None, :] * np.ones((k, 1))
     h = 1e-6
 
-    def derivative(factor) -> np.ndarray:
-        return (np.fft.ifft2(np.fft.fft2(wave) * factor(h)) - np.fft.ifft2(np.fft.fft2(wave) * factor(-h))) / (2 * h)
+    def derivative(chi: np.ndarray) -> np.ndarray:
+        return (np.fft.ifft2(np.fft.fft2(wave) * np.exp(1j * h * chi))
+                - np.fft.ifft2(np.fft.fft2(wave) * np.exp(-1j * h * chi))) / (2 * h)
 
-    focus = derivative(lambda t: np.exp(1j * t * (q[:, None] ** 2 + q[None, :] ** 2)))
-    np.testing.assert_allclose(directions[0], focus / np.linalg.norm(focus), atol=1e-6)
-    np.testing.assert_allclose(np.linalg.norm(directions[1:].reshape(2, -1), axis=1), 1.0)
-    np.testing.assert_allclose(shifts[0], derivative(lambda t: np.exp(1j * t * q[:, None]) * np.ones((1, k))), atol=1e-6)
-    np.testing.assert_allclose(shifts[1], derivative(lambda t: np.exp(1j * t * q[None, :]) * np.ones((k, 1))), atol=1e-6)
+    r2 = qy ** 2 + qx ** 2
+    for direction, chi in zip(directions[:6], [r2, qy ** 2 - qx ** 2, 2 * qy * qx, r2 * qy, r2 * qx, r2 ** 2],
+                              strict=True):
+        numeric = derivative(chi)
+        np.testing.assert_allclose(direction, numeric / np.linalg.norm(numeric), atol=1e-6)
+    assert np.linalg.norm(directions[6]) == pytest.approx(1.0)
+    np.testing.assert_allclose(shifts[0], derivative(qy), atol=1e-6)
+    np.testing.assert_allclose(shifts[1], derivative(qx), atol=1e-6)
+
+
+def test_follow_makes_each_eigen_probe_one_aberration_and_keeps_every_probe_in_their_span():
+    """``model.probe_variation_eigen: aberrations``: after an iteration each eigen-probe is the derivative of P_0
+    by its aberration, of P_0's norm; eigen-probes that mix those directions (as the canonical form leaves them)
+    have their weights re-expressed, so that every position's probe is unchanged."""
+    g = torch.Generator().manual_seed(5)
+    n, k = 9, 12
+    probe = torch.randn(1, k, k, 2, generator=g)
+    directions = first_directions(probe[0], 2).double() * probe[0].double().norm()  # (2, K, K, 2)
+    mixing = torch.tensor([[0.6, -0.8], [0.8, 0.6]], dtype=torch.float64) * 1.7
+    eigen = torch.einsum("km,myxc->kyxc", mixing, directions).float()
+    weights = torch.cat([torch.ones(n, 1), torch.randn(n, 2, generator=g)], 1)
+    variation = variation_with(weights, eigen)
+    indices = torch.arange(n)
+    before = variation.probes(torch.view_as_complex(probe), indices, torch.tensor(1.0)).detach()
+    variation.follow(probe)
+    torch.testing.assert_close(variation.eigen.detach().double(), directions, rtol=1e-5, atol=1e-6)
+    after = variation.probes(torch.view_as_complex(probe), indices, torch.tensor(1.0)).detach()
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-5 * before.abs().max().item())
 
 
 def test_unshift_takes_away_the_shifts_of_the_first_mode_and_nothing_else():
@@ -234,7 +260,8 @@ def test_the_check_drops_a_variation_that_fits_worse(grid_simulator, tmp_path):
     hasty = {**optim, "lr": {"probe_variation": 1.0}}
     checked = reconstruct(path, tmp_path / "checked", write=True, optim=hasty, probe_variation=2)
     assert checked.results.attrs["probe_variation_dropped_at"] == 2
-    assert "every position takes the mean probe from iteration 2" in (tmp_path / "checked" / "run.log").read_text()
+    said = (tmp_path / "checked" / "run.log").read_text()
+    assert "every position takes the mean probe from iteration 2, as it was before the variation first changed" in said
     assert phase_ncc(checked, truth) >= phase_ncc(plain, truth) - 0.005
     assert checked.poisson_deviance <= plain.poisson_deviance * 1.001
     weights = checked.results.quantities["probe_variation"]["weights"]

@@ -12,8 +12,13 @@ shared by every position: the variation applies to the first mode only.
 
 The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so the eigen-probes
 and the weights are plain autograd parameters (from ``optim.start.probe_variation``): the weights
-refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``), the eigen-probes by the
-probe's least-squares step where the probe takes it (``EigenDescent``), by Adam otherwise.
+refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``). The eigen-probes, with
+``model.probe_variation_eigen: aberrations`` (the default), are never stepped: after every iteration
+each is set to the derivative of P_0 by one low-order aberration (``ProbeVariation.follow``: focus, the
+two astigmatisms, the two comas, the spherical aberration), what a sample's height or a lens that drifts
+does to a probe and the object cannot hold; eigen-probes refined freely took up a crystal's structure
+while fitting the data better. With ``free`` they take the probe's least-squares step where the probe
+takes it (``EigenDescent``), Adam's otherwise.
 After every iteration the eigen-probes lose their part along P_0's shifts (``ProbeVariation.unshift``: a
 probe that moves with position is a position error, and on a crystal a strain), then
 (``ProbeVariation.normalize``, the same on every process) the decomposition is put back into its canonical form, every probe_j unchanged:
@@ -30,7 +35,9 @@ single probe would give. ``VariationCheck`` (``model.probe_variation_check``, on
 at the first step of every iteration after the variation's first, the data term of the step's batch
 with each position's probe and with P_0 alone (the mean probe), on the same object; once the variation
 fits it worse, every position takes P_0 from then on (weights 0, main weights 1, their steps 0; the
-step is computed again with P_0) and the run says so on the terminal and in run.log.
+step is computed again with P_0) and the run says so on the terminal and in run.log. P_0 is then also
+compared with P_0 from before the canonical form first mixed the eigen-probes into it, on the same batch,
+and the better kept: a variation that went wrong at once put its errors into P_0 as well.
 """
 
 from __future__ import annotations
@@ -60,10 +67,12 @@ class ProbeVariation(Quantity):
 
     name = "probe_variation"
 
-    def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0) -> None:
+    def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0,
+                 aberrations: bool = False) -> None:
         super().__init__()
         self.dx_A = dx_A  # the object's pixel, in which the positions are given
         self.seed = seed
+        self.aberrations = aberrations  # the eigen-probes follow P_0's aberration derivatives, never stepped
         # zero until the first ``normalize`` puts in ``first_directions`` of the probe it is given
         self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2))
         self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
@@ -96,19 +105,29 @@ class ProbeVariation(Quantity):
             self.mean_only = False
 
     @torch.no_grad()
-    def drop(self, iteration: int, groups: list[ParameterGroup], probe: torch.Tensor) -> None:
+    def drop(self, iteration: int, groups: list[ParameterGroup], probe: torch.Tensor, restore: bool) -> None:
         """From ``iteration`` on every position takes P_0: the weights 0, the main weights 1 and the
-        steps of ``groups`` (this quantity's) 0. P_0, the first mode of ``probe`` (P, K, K, 2), goes back to
-        what it was before the canonical form first mixed the eigen-probes into it (``unmixed``): a variation
-        that fitted worse has put its errors into P_0 as well. A run resumed after that point has no such
-        copy and keeps P_0 as it is."""
-        if self.unmixed is not None:
+        steps of ``groups`` (this quantity's) 0; where ``restore``, P_0, the first mode of ``probe``
+        (P, K, K, 2), goes back to ``unmixed``."""
+        if restore:
             probe[0].copy_(self.unmixed)
         self.weights.zero_()
         self.amplitudes.fill_(1.0)
         for group in groups:
             group.lr = 0.0
         self.dropped_at = iteration
+
+    @contextlib.contextmanager
+    def unmixed_probe(self, probe: torch.Tensor) -> Iterator[None]:
+        """Within it P_0, the first mode of ``probe`` (P, K, K, 2), is ``unmixed``; after it as before."""
+        current = probe[0].detach().clone()
+        with torch.no_grad():
+            probe[0].copy_(self.unmixed)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                probe[0].copy_(current)
 
     @torch.no_grad()
     def normalize(self, probe: torch.Tensor, smoothing: TiltSmoothing | None = None) -> None:
@@ -146,6 +165,19 @@ class ProbeVariation(Quantity):
         self.weights.copy_(weights[:, 1:].to(self.weights.dtype))
 
     @torch.no_grad()
+    def follow(self, probe: torch.Tensor) -> None:
+        """Each eigen-probe the derivative of P_0, the first mode of ``probe`` (P, K, K, 2), by its aberration
+        (``first_directions``), of P_0's norm, and each position's weights those of the least-squares fit of its
+        variation by them: every position keeps what of its probe's change these directions hold, and loses
+        the rest (the canonical form mixes the eigen-probes; this takes them back to one aberration each)."""
+        directions = (first_directions(probe[0], len(self.eigen)).double() * probe[0].double().norm()).flatten(1)
+        before = self.eigen.double().flatten(1)  # (V, 2 K^2)
+        # before_k ~ sum_m c_km directions_m, so sum_k w_jk before_k ~ sum_m (w c)_jm directions_m
+        fit = torch.linalg.solve(directions @ directions.T, directions @ before.T).T  # (V, V): c
+        self.weights.copy_((self.weights.double() @ fit).to(self.weights.dtype))
+        self.eigen.copy_(directions.reshape(self.eigen.shape).to(self.eigen.dtype))
+
+    @torch.no_grad()
     def unshift(self, probe: torch.Tensor) -> None:
         """Each eigen-probe less its part along the directions that shift P_0, the first mode of ``probe``
         (P, K, K, 2), in the real inner product (``shift_directions``; a shift keeps P_0's norm, so they are
@@ -172,6 +204,8 @@ class ProbeVariation(Quantity):
         smoothing = None if sigma_A is None else TiltSmoothing(model.positions_px, sigma_A / self.dx_A)
 
         def after_iteration() -> None:
+            if self.aberrations and self.weights.any():
+                self.follow(model.probe)
             self.unshift(model.probe)
             self.normalize(model.probe, smoothing)
         return after_iteration
@@ -190,6 +224,8 @@ class ProbeVariation(Quantity):
             eigen.lr = opt.preconditioned_probe_step if opt.lr.probe_variation > 0 else 0.0  # 0 freezes them, as with Adam
             eigen.optimizer = EigenDescent([self.eigen], eigen.lr, self.weights, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, priors.share)
+        if self.aberrations:  # ``follow`` sets them after every iteration
+            eigen.lr = 0.0
         return [ParameterGroup("probe_amplitude", [self.amplitudes], opt.lr.probe_amplitude, begin,
                                optimizer=RowAdam([self.amplitudes], opt.lr.probe_amplitude)),
                 ParameterGroup("probe_weights", [self.weights], opt.lr.probe_variation, begin,
@@ -216,28 +252,34 @@ def varying_probe(config, model, context: BuildContext) -> ProbeVariation | None
     if config.model.probe_variation == 0:
         return None
     return ProbeVariation(config.model.probe_variation, len(model.positions_px), model.window, context.geometry.dx_A,
-                          config.runtime.seed)
+                          config.runtime.seed, config.model.probe_variation_eigen == "aberrations")
 
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
-    """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how
-    it changes with focus (ifft2(i |q|^2 fft2(P)), the derivative of a Fresnel propagation: a
-    sample's height that drifts), then with the two astigmatisms (a lens that changes), then seeded noise
-    (not a shift: ``ProbeVariation.unshift``; noise, mixed into P_0 by a hasty first step, spoils it). Weights
-    start at zero, so the gradient of each position's weights is at once the projection of its probe's
-    gradient on these directions."""
+    """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how it
+    changes with each low-order aberration (``ABERRATIONS``: focus first, the derivative of a Fresnel
+    propagation, a sample's height that drifts; then a lens that changes), then seeded noise (not a shift:
+    ``ProbeVariation.unshift``), each of unit norm. Weights start at zero, so the gradient of each position's
+    weights is at once the projection of its probe's gradient on these directions."""
     wave = torch.view_as_complex(probe.double().contiguous())
     k = wave.shape[-1]
     q = torch.fft.fftfreq(k, dtype=torch.float64, device=wave.device)
     spectrum = torch.fft.fft2(wave)
     qy, qx = q[:, None], q[None, :]
-    factors = [1j * (qy ** 2 + qx ** 2), 1j * (qy ** 2 - qx ** 2), 2j * qy * qx]
-    directions = [torch.fft.ifft2(spectrum * factor) for factor in factors[:count]]
+    directions = [torch.fft.ifft2(spectrum * 1j * phase(qy, qx)) for phase in ABERRATIONS[:count]]
     generator = torch.Generator().manual_seed(seed + 17)
     while len(directions) < count:
         noise = torch.randn(k, k, 2, generator=generator, dtype=torch.float64)
         directions.append(torch.view_as_complex(noise).to(wave.device))
     stacked = torch.view_as_real(torch.stack(directions))
     return (stacked / stacked.flatten(1).norm(dim=1).clamp_min(1e-30)[:, None, None, None]).to(probe.dtype)
+
+
+# the phase (of the FFT's frequencies qy, qx, (K, 1) and (1, K)) by which each low-order aberration changes a probe's
+# spectrum, up to its coefficient: focus, the two astigmatisms, the two comas, the spherical aberration; their
+# derivatives are the eigen-probes of ``model.probe_variation_eigen: aberrations`` (config/schema.py allows 6)
+ABERRATIONS = (lambda qy, qx: qy ** 2 + qx ** 2, lambda qy, qx: qy ** 2 - qx ** 2, lambda qy, qx: 2 * qy * qx,
+               lambda qy, qx: (qy ** 2 + qx ** 2) * qy, lambda qy, qx: (qy ** 2 + qx ** 2) * qx,
+               lambda qy, qx: (qy ** 2 + qx ** 2) ** 2)
 
 
 def shift_directions(probe: torch.Tensor) -> torch.Tensor:
@@ -326,10 +368,26 @@ class VariationCheck:
         varied_sum, plain_sum, counts = sums.tolist()
         if varied_sum <= plain_sum + TOLERANCE * counts:
             return None
-        self.variation.drop(iteration, self.groups, model.probe)
-        return (f"model.probe_variation: every position takes the mean probe from iteration {iteration}: the varying "
-                f"probe fitted a batch worse than the mean probe (data term {varied_sum:.6g} against {plain_sum:.6g}, "
-                f"{counts:.6g} counts); model.probe_variation_check: false keeps it")
+        restore = self.unmixed_fits_better(model, accelerator, indices, measured, loss, plain_sum)
+        self.variation.drop(iteration, self.groups, model.probe, restore)
+        back = ", as it was before the variation first changed it (that fits the batch better)" if restore else ""
+        return (f"model.probe_variation: every position takes the mean probe from iteration {iteration}{back}: the "
+                f"varying probe fitted a batch worse than the mean probe (data term {varied_sum:.6g} against "
+                f"{plain_sum:.6g}, {counts:.6g} counts); model.probe_variation_check: false keeps it")
+
+    def unmixed_fits_better(self, model, accelerator, indices: torch.Tensor, measured: torch.Tensor, loss: str,
+                            plain_sum: float) -> bool:
+        """Whether P_0 from before the canonical form first mixed the eigen-probes into it (``unmixed``) fits the
+        batch better than P_0 now (``plain_sum``, summed over the processes). A hasty first step mixes its
+        errors into P_0, which then stay; after several iterations the object has moved on with P_0 and the
+        earlier P_0 can lead it elsewhere (measured: benchmarks/records/2026-12-02-opr.md): the batch decides."""
+        if self.variation.unmixed is None:  # a run resumed after the variation started keeps no such copy
+            return False
+        with self.variation.mean_probe(), self.variation.unmixed_probe(model.probe):
+            earlier = model(indices, measured, loss).detach().double()
+        if accelerator.num_processes > 1:
+            earlier = accelerator.reduce(earlier, reduction="sum")
+        return float(earlier) < plain_sum
 
 
 def variation_check(config, model, groups: list[ParameterGroup]) -> VariationCheck | None:
