@@ -226,8 +226,8 @@ class ModelConfig:
     probe_variation_smoothing_A: float | Literal["auto"] | None = _f(
         "auto", "model.probe_variation: standard deviation in Å of the Gaussian over neighbouring positions by which "
                 "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "
-                "noise is not smooth); auto: twice the median distance between neighbouring positions, at least "
-                "3 Å; null: none.")
+                "noise is not smooth); auto: twice the median distance between neighbouring positions (with "
+                "model.probe_variation_eigen: free at least 3 Å); null: none.")
     probe_variation_eigen: Literal["aberrations", "free"] = _f(
         "aberrations", "model.probe_variation: what the eigen-probes may be. aberrations: how the probe changes with "
                        "its focus, then with the two astigmatisms, the two comas and the spherical aberration (at most "

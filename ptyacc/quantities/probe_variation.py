@@ -21,12 +21,14 @@ while fitting the data better. With ``free`` they take the probe's least-squares
 takes it (``EigenDescent``), Adam's otherwise.
 After every iteration the eigen-probes lose their part along P_0's shifts (``ProbeVariation.unshift``: a
 probe that moves with position is a position error, and on a crystal a strain), then
-(``ProbeVariation.normalize``, the same on every process) the decomposition is put back into its canonical form, every probe_j unchanged:
+(``ProbeVariation.normalize``, the same on every process) the decomposition is put back into its
+canonical form, every probe_j unchanged:
 P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
 scaled so that the main weights have a mean of 1 (P_0 is the first principal probe, close to the
 mean probe) and each eigen-probe given P_0's norm, the weights changed to compensate. Then
-(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours, at least 3 Å)
+(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours, with free
+eigen-probes at least 3 Å)
 the eigen-probes' weights are then averaged over neighbouring positions, less their mean (a
 defocus drift is smooth across the field; beam-current noise is not, so w_j0 is never smoothed).
 
