@@ -287,12 +287,14 @@ def test_fitted_background_and_intensity_weights_reach_results(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_split_object_and_resume_agree(tmp_path):
+@pytest.mark.parametrize("eigen", ["aberrations", "free"])
+def test_two_processes_split_object_and_resume_agree(tmp_path, eigen):
     """1 and 2 processes give the same varying probe, the split object gives shard_data's (its
-    batches), and a run resumed from a checkpoint ends where the uninterrupted run ends."""
+    batches), and a run resumed from a checkpoint ends where the uninterrupted run ends; with eigen-probes
+    that follow the probe's aberrations (the default) and with free ones (their least-squares step)."""
     # from iteration 2, once the object has structure: through a flat object the weights' gradient is
     # float rounding, which Adam's normalised steps would carry into different full steps on 1 and 2 processes
-    settings = tiny_config(tmp_path, model={"probe_variation": 2},
+    settings = tiny_config(tmp_path, model={"probe_variation": 2, "probe_variation_eigen": eigen},
                            optim={"iterations": 5, "batch_size": 8, "start": {"probe_variation": 2}},
                            output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
     settings["data"]["simulate"].update(scan_shape=[10, 10])
