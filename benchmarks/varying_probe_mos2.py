@@ -2,7 +2,9 @@
 defocus from D0 Å at the first row to D1 at the last, each pattern's dose 5e4 x (1 + CURRENT x a normal draw), as
 tests/varying_probe.py makes with the project's own simulator (benchmarks/records/2026-12-02-opr-safeguard.md).
 
-    python benchmarks/varying_probe_mos2.py OUT.h5 D0 D1 CURRENT [SCAN]
+    python benchmarks/varying_probe_mos2.py OUT.h5 D0 D1 CURRENT [SCAN [SEED]]
+
+SEED (3 unless given) draws the currents and the Poisson counts.
 
 Needs abtem, ase and h5py. The file holds what a microscope records (patterns, positions_A, the mean defocus);
 /ground_truth the band-limited projected phase, each position's defocus and current factor."""
@@ -17,6 +19,7 @@ from mos2_cell import square_mos2
 
 out, d0, d1, current = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 scan = int(sys.argv[5]) if len(sys.argv) > 5 else 26
+seed = int(sys.argv[6]) if len(sys.argv) > 6 else 3
 abtem.config.set({"device": "cpu", "fft": "numpy", "precision": "float32", "diagnostics.progress_bar": False})
 dask.config.set(scheduler="synchronous")
 ENERGY, SEMI, K, OVER, STEP, DOSE = 80e3, 25.0, 96, 2, 0.5, 5e4
@@ -44,7 +47,7 @@ for r in range(scan):
     waves = probe.multislice(pot, scan=mine[:, ::-1]).compute().array
     far = np.fft.fftshift(np.fft.fft2(np.swapaxes(waves, -1, -2)), axes=(-2, -1))
     intensity[r * scan:(r + 1) * scan] = np.abs(far[:, c - K // 2:c + K // 2, c - K // 2:c + K // 2]) ** 2 / norm
-rng = np.random.default_rng(3)
+rng = np.random.default_rng(seed)
 factor = np.clip(1 + current * rng.standard_normal(len(positions)), 0.3, None)
 patterns = rng.poisson(intensity * (DOSE * factor)[:, None, None]).astype(np.float32)
 sigma = energy2sigma(ENERGY)

@@ -25,6 +25,7 @@ from ptyacc.optim.autos import (
     resolved,
 )
 from ptyacc.physics.footprint import median_neighbour_distance
+from ptyacc.reconstruction.autos import variation_smoothing
 
 KEYS = ("tv_phase", "lateral_blur_px", "tv_phase_smoothing")
 
@@ -198,7 +199,8 @@ def test_counted_multislice_data_take_the_smoothing_of_their_dose_recorded_and_s
 def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoothing_as_a_number(tmp_path):
     """results.h5's auto_values and run.log's "auto:" line name exactly the keys this run resolved: with
     model.probe_variation on, its smoothing (twice the median distance between neighbouring positions, in Å,
-    here from NumPy's pairwise distances, at least 3 Å), with two probe modes the second's power, the object's and the
+    here from NumPy's pairwise distances; with free eigen-probes at least 3 Å, not here), with two probe modes the
+    second's power, the object's and the
     probe's, and the runtime's device, backend
     (none: one process), threads and data.hold where auto, and the initial probe's aperture edge. A run given
     those numbers instead of auto is the same bit for bit and names none of them."""
@@ -210,7 +212,11 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
     with h5py.File(tmp_path / "out" / "results.h5") as f:
         chosen = yaml.safe_load(f.attrs["auto_values"])
     smoothing_A = chosen.pop("model.probe_variation_smoothing_A")
-    assert smoothing_A == pytest.approx(max(2 * np.median(pairs.min(1)), 3.0), rel=1e-6)
+    assert smoothing_A == pytest.approx(2 * np.median(pairs.min(1)), rel=1e-6)
+    assert smoothing_A < 3.0  # the floor of free eigen-probes (below) would show
+    free = ptyacc.load_config(base, ["model.probe_variation_eigen=free"])
+    assert variation_smoothing(free, np.asarray(positions / rec.results.dx_A), rec.results.dx_A) == {
+        "model.probe_variation_smoothing_A": 3.0}
     assert chosen == {"optim.loss": "amplitude", "optim.object_optimizer": "preconditioned",
                       "optim.probe_optimizer": "preconditioned", "optim.preconditioned_step": 0.4,
                       "optim.preconditioner_batch_floor": 0.0, "optim.regularize.tv_phase_smoothing": 0.0,

@@ -12,15 +12,23 @@ shared by every position: the variation applies to the first mode only.
 
 The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so the eigen-probes
 and the weights are plain autograd parameters (from ``optim.start.probe_variation``): the weights
-refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``), the eigen-probes by the
-probe's least-squares step where the probe takes it (``EigenDescent``), by Adam otherwise.
-After every iteration (``ProbeVariation.normalize``, the same on
-every process) the decomposition is put back into its canonical form, every probe_j unchanged:
+refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``). The eigen-probes, with
+``model.probe_variation_eigen: aberrations`` (the default), are never stepped: after every iteration
+each is set to the derivative of P_0 by one low-order aberration (``ProbeVariation.follow``: focus, the
+two astigmatisms, the two comas, the spherical aberration), what a sample's height or a lens that drifts
+does to a probe and the object cannot hold; eigen-probes refined freely took up a crystal's structure
+while fitting the data better. With ``free`` they take the probe's least-squares step where the probe
+takes it (``EigenDescent``), Adam's otherwise.
+After every iteration the eigen-probes lose their part along P_0's shifts (``ProbeVariation.unshift``: a
+probe that moves with position is a position error, and on a crystal a strain), then
+(``ProbeVariation.normalize``, the same on every process) the decomposition is put back into its
+canonical form, every probe_j unchanged:
 P_0 and the eigen-probes are made orthogonal in the real inner product Re<a, b> (the one in which
 real weights combine them), sorted by power (a real SVD of the small product W [P_0; E]), P_0
 scaled so that the main weights have a mean of 1 (P_0 is the first principal probe, close to the
 mean probe) and each eigen-probe given P_0's norm, the weights changed to compensate. Then
-(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours, at least 3 Å)
+(``model.probe_variation_smoothing_A``, by default over twice the distance between neighbours, with free
+eigen-probes at least 3 Å)
 the eigen-probes' weights are then averaged over neighbouring positions, less their mean (a
 defocus drift is smooth across the field; beam-current noise is not, so w_j0 is never smoothed).
 
@@ -29,7 +37,9 @@ single probe would give. ``VariationCheck`` (``model.probe_variation_check``, on
 at the first step of every iteration after the variation's first, the data term of the step's batch
 with each position's probe and with P_0 alone (the mean probe), on the same object; once the variation
 fits it worse, every position takes P_0 from then on (weights 0, main weights 1, their steps 0; the
-step is computed again with P_0) and the run says so on the terminal and in run.log.
+step is computed again with P_0) and the run says so on the terminal and in run.log. P_0 is then also
+compared with P_0 from before the canonical form first mixed the eigen-probes into it, on the same batch,
+and the better kept: a variation that went wrong at once put its errors into P_0 as well.
 """
 
 from __future__ import annotations
@@ -59,15 +69,19 @@ class ProbeVariation(Quantity):
 
     name = "probe_variation"
 
-    def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0) -> None:
+    def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0,
+                 aberrations: bool = False) -> None:
         super().__init__()
         self.dx_A = dx_A  # the object's pixel, in which the positions are given
         self.seed = seed
+        self.aberrations = aberrations  # the eigen-probes follow P_0's aberration derivatives, never stepped
         # zero until the first ``normalize`` puts in ``first_directions`` of the probe it is given
         self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2))
         self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
         self.weights = nn.Parameter(torch.zeros(positions, variation))  # w_jk, k >= 1
         self.mean_only = False  # every position takes P_0 (``mean_probe``, the check's comparison)
+        # P_0 (K, K, 2) before the canonical form first mixed the eigen-probes into it: what ``drop`` restores
+        self.unmixed: torch.Tensor | None = None
         self.dropped_at: int | None = None  # the iteration from which ``VariationCheck`` left P_0 alone
 
     def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
@@ -93,14 +107,29 @@ class ProbeVariation(Quantity):
             self.mean_only = False
 
     @torch.no_grad()
-    def drop(self, iteration: int, groups: list[ParameterGroup]) -> None:
+    def drop(self, iteration: int, groups: list[ParameterGroup], probe: torch.Tensor, restore: bool) -> None:
         """From ``iteration`` on every position takes P_0: the weights 0, the main weights 1 and the
-        steps of ``groups`` (this quantity's) 0."""
+        steps of ``groups`` (this quantity's) 0; where ``restore``, P_0, the first mode of ``probe``
+        (P, K, K, 2), goes back to ``unmixed``."""
+        if restore:
+            probe[0].copy_(self.unmixed)
         self.weights.zero_()
         self.amplitudes.fill_(1.0)
         for group in groups:
             group.lr = 0.0
         self.dropped_at = iteration
+
+    @contextlib.contextmanager
+    def unmixed_probe(self, probe: torch.Tensor) -> Iterator[None]:
+        """Within it P_0, the first mode of ``probe`` (P, K, K, 2), is ``unmixed``; after it as before."""
+        current = probe[0].detach().clone()
+        with torch.no_grad():
+            probe[0].copy_(self.unmixed)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                probe[0].copy_(current)
 
     @torch.no_grad()
     def normalize(self, probe: torch.Tensor, smoothing: TiltSmoothing | None = None) -> None:
@@ -116,6 +145,8 @@ class ProbeVariation(Quantity):
         if not self.weights.any():  # before the variation starts: its start directions, orthogonal, of P_0's norm
             self.eigen.copy_((q[:, 1:].T * basis[0].norm()).reshape(self.eigen.shape).to(self.eigen.dtype))
             return
+        if self.unmixed is None:
+            self.unmixed = probe[0].clone()
         u, s, vh = torch.linalg.svd(self.all_weights().double() @ r.T, full_matrices=False)
         modes, weights = vh @ q.T, u * s  # orthonormal rows, by decreasing power
         # the SVD's sign of each pair is arbitrary: each mode keeps the sense of the one it replaces, so
@@ -135,6 +166,30 @@ class ProbeVariation(Quantity):
         self.amplitudes.copy_(weights[:, 0].to(self.amplitudes.dtype))
         self.weights.copy_(weights[:, 1:].to(self.weights.dtype))
 
+    @torch.no_grad()
+    def follow(self, probe: torch.Tensor) -> None:
+        """Each eigen-probe the derivative of P_0, the first mode of ``probe`` (P, K, K, 2), by its aberration
+        (``first_directions``), of P_0's norm, and each position's weights those of the least-squares fit of its
+        variation by them: every position keeps what of its probe's change these directions hold, and loses
+        the rest (the canonical form mixes the eigen-probes; this takes them back to one aberration each)."""
+        directions = (first_directions(probe[0], len(self.eigen)).double() * probe[0].double().norm()).flatten(1)
+        before = self.eigen.double().flatten(1)  # (V, 2 K^2)
+        # before_k ~ sum_m c_km directions_m, so sum_k w_jk before_k ~ sum_m (w c)_jm directions_m
+        fit = torch.linalg.solve(directions @ directions.T, directions @ before.T).T  # (V, V): c
+        self.weights.copy_((self.weights.double() @ fit).to(self.weights.dtype))
+        self.eigen.copy_(directions.reshape(self.eigen.shape).to(self.eigen.dtype))
+
+    @torch.no_grad()
+    def unshift(self, probe: torch.Tensor) -> None:
+        """Each eigen-probe less its part along the directions that shift P_0, the first mode of ``probe``
+        (P, K, K, 2), in the real inner product (``shift_directions``; a shift keeps P_0's norm, so they are
+        orthogonal to it and so are the eigen-probes after). A position's probe that moves with its weights
+        is a position error, which ``model``'s positions own; on a crystal a smooth field of such shifts is
+        a strain the object follows as well, so the data cannot tell the two apart."""
+        shifts, _ = torch.linalg.qr(shift_directions(probe[0]).reshape(2, -1).T)  # (2 K^2, 2) orthonormal
+        eigen = self.eigen.reshape(len(self.eigen), -1).double()  # (V, 2 K^2)
+        self.eigen.copy_((eigen - (eigen @ shifts) @ shifts.T).reshape(self.eigen.shape).to(self.eigen.dtype))
+
     def all_weights(self) -> torch.Tensor:
         """(N, V + 1): w_j0 .. w_jV of every position."""
         return torch.cat([self.amplitudes[:, None], self.weights], dim=1)
@@ -149,7 +204,13 @@ class ProbeVariation(Quantity):
             raise ValueError("model.probe_variation_smoothing_A: auto reaches the quantity unresolved; build the run's "
                              "config with reconstruction.autos.resolve_autos")
         smoothing = None if sigma_A is None else TiltSmoothing(model.positions_px, sigma_A / self.dx_A)
-        return lambda: self.normalize(model.probe, smoothing)
+
+        def after_iteration() -> None:
+            if self.aberrations and self.weights.any():
+                self.follow(model.probe)
+            self.unshift(model.probe)
+            self.normalize(model.probe, smoothing)
+        return after_iteration
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
         """The main weights and the eigen-probes' weights, a row per position stepped at its visits
@@ -165,6 +226,8 @@ class ProbeVariation(Quantity):
             eigen.lr = opt.preconditioned_probe_step if opt.lr.probe_variation > 0 else 0.0  # 0 freezes them, as with Adam
             eigen.optimizer = EigenDescent([self.eigen], eigen.lr, self.weights, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, priors.share)
+        if self.aberrations:  # ``follow`` sets them after every iteration
+            eigen.lr = 0.0
         return [ParameterGroup("probe_amplitude", [self.amplitudes], opt.lr.probe_amplitude, begin,
                                optimizer=RowAdam([self.amplitudes], opt.lr.probe_amplitude)),
                 ParameterGroup("probe_weights", [self.weights], opt.lr.probe_variation, begin,
@@ -191,26 +254,45 @@ def varying_probe(config, model, context: BuildContext) -> ProbeVariation | None
     if config.model.probe_variation == 0:
         return None
     return ProbeVariation(config.model.probe_variation, len(model.positions_px), model.window, context.geometry.dx_A,
-                          config.runtime.seed)
+                          config.runtime.seed, config.model.probe_variation_eigen == "aberrations")
 
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
-    """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how
-    it changes with focus (ifft2(i |q|^2 fft2(P)), the derivative of a Fresnel propagation: a
-    sample's height that drifts), then with a shift along y and along x (a beam that wanders),
-    then seeded noise. Weights start at zero, so the gradient of each position's weights is at
-    once the projection of its probe's gradient on these directions."""
+    """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how it
+    changes with each low-order aberration (``ABERRATIONS``: focus first, the derivative of a Fresnel
+    propagation, a sample's height that drifts; then a lens that changes), then seeded noise (not a shift:
+    ``ProbeVariation.unshift``), each of unit norm. Weights start at zero, so the gradient of each position's
+    weights is at once the projection of its probe's gradient on these directions."""
     wave = torch.view_as_complex(probe.double().contiguous())
     k = wave.shape[-1]
     q = torch.fft.fftfreq(k, dtype=torch.float64, device=wave.device)
     spectrum = torch.fft.fft2(wave)
-    factors = [1j * (q[:, None] ** 2 + q[None, :] ** 2), 1j * q[:, None].expand(k, k), 1j * q[None, :].expand(k, k)]
-    directions = [torch.fft.ifft2(spectrum * factor) for factor in factors[:count]]
+    qy, qx = q[:, None], q[None, :]
+    directions = [torch.fft.ifft2(spectrum * 1j * phase(qy, qx)) for phase in ABERRATIONS[:count]]
     generator = torch.Generator().manual_seed(seed + 17)
     while len(directions) < count:
         noise = torch.randn(k, k, 2, generator=generator, dtype=torch.float64)
         directions.append(torch.view_as_complex(noise).to(wave.device))
     stacked = torch.view_as_real(torch.stack(directions))
     return (stacked / stacked.flatten(1).norm(dim=1).clamp_min(1e-30)[:, None, None, None]).to(probe.dtype)
+
+
+# the phase (of the FFT's frequencies qy, qx, (K, 1) and (1, K)) by which each low-order aberration changes a probe's
+# spectrum, up to its coefficient: focus, the two astigmatisms, the two comas, the spherical aberration; their
+# derivatives are the eigen-probes of ``model.probe_variation_eigen: aberrations`` (config/schema.py allows 6)
+ABERRATIONS = (lambda qy, qx: qy ** 2 + qx ** 2, lambda qy, qx: qy ** 2 - qx ** 2, lambda qy, qx: 2 * qy * qx,
+               lambda qy, qx: (qy ** 2 + qx ** 2) * qy, lambda qy, qx: (qy ** 2 + qx ** 2) * qx,
+               lambda qy, qx: (qy ** 2 + qx ** 2) ** 2)
+
+
+def shift_directions(probe: torch.Tensor) -> torch.Tensor:
+    """(2, K, K, 2) float64: how the probe mode ``probe`` (K, K, 2) changes when it shifts along y and along x,
+    ifft2(i q fft2(P)) with q the FFT's frequencies along each axis."""
+    wave = torch.view_as_complex(probe.double().contiguous())
+    k = wave.shape[-1]
+    q = torch.fft.fftfreq(k, dtype=torch.float64, device=wave.device)
+    spectrum = torch.fft.fft2(wave)
+    return torch.view_as_real(torch.stack([torch.fft.ifft2(spectrum * 1j * q[:, None]),
+                                           torch.fft.ifft2(spectrum * 1j * q[None, :])]))
 
 
 # the eigen-probes' step divides by the mean square of their weights over the batch, at least this: weights are
@@ -288,10 +370,26 @@ class VariationCheck:
         varied_sum, plain_sum, counts = sums.tolist()
         if varied_sum <= plain_sum + TOLERANCE * counts:
             return None
-        self.variation.drop(iteration, self.groups)
-        return (f"model.probe_variation: every position takes the mean probe from iteration {iteration}: the varying "
-                f"probe fitted a batch worse than the mean probe (data term {varied_sum:.6g} against {plain_sum:.6g}, "
-                f"{counts:.6g} counts); model.probe_variation_check: false keeps it")
+        restore = self.unmixed_fits_better(model, accelerator, indices, measured, loss, plain_sum)
+        self.variation.drop(iteration, self.groups, model.probe, restore)
+        back = ", as it was before the variation first changed it (that fits the batch better)" if restore else ""
+        return (f"model.probe_variation: every position takes the mean probe from iteration {iteration}{back}: the "
+                f"varying probe fitted a batch worse than the mean probe (data term {varied_sum:.6g} against "
+                f"{plain_sum:.6g}, {counts:.6g} counts); model.probe_variation_check: false keeps it")
+
+    def unmixed_fits_better(self, model, accelerator, indices: torch.Tensor, measured: torch.Tensor, loss: str,
+                            plain_sum: float) -> bool:
+        """Whether P_0 from before the canonical form first mixed the eigen-probes into it (``unmixed``) fits the
+        batch better than P_0 now (``plain_sum``, summed over the processes). A hasty first step mixes its
+        errors into P_0, which then stay; after several iterations the object has moved on with P_0 and the
+        earlier P_0 can lead it elsewhere (measured: benchmarks/records/2026-12-02-opr.md): the batch decides."""
+        if self.variation.unmixed is None:  # a run resumed after the variation started keeps no such copy
+            return False
+        with self.variation.mean_probe(), self.variation.unmixed_probe(model.probe):
+            earlier = model(indices, measured, loss).detach().double()
+        if accelerator.num_processes > 1:
+            earlier = accelerator.reduce(earlier, reduction="sum")
+        return float(earlier) < plain_sum
 
 
 def variation_check(config, model, groups: list[ParameterGroup]) -> VariationCheck | None:

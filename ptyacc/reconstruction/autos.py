@@ -4,7 +4,8 @@
 - the keys the config and the data decide: the loss, ``optim.regularize``'s priors, the object's and
   the probe's optimizer and step, Adam's beta2 (``optim/autos.py``: ``data_autos``, ``AutoPriors``);
 - the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
-  median distance between neighbouring positions, at least 3 Å (``variation_smoothing``), and ``model.probe_mode_power``
+  median distance between neighbouring positions, with free eigen-probes at least 3 Å (``variation_smoothing``),
+  and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
 - the initial probe's ``model.probe_aperture_edge``: measured where the mean pattern shows an even
   bright-field disk of the semi-angle, else soft (``data/aperture_edge.py``'s rule); ``build_model``
@@ -69,22 +70,27 @@ class ResolvedAutos:
         return yaml.safe_dump(self.values)
 
 
-# the varying probe's weights are smoothed over at least this (Å): narrower, their freedom and the object's traded
-# structure on an abTEM MoS2 monolayer scanned in 0.5 Å steps (1 Å and 2 Å: the phase 0.016 and 0.007 below one
-# probe's while the data fitted better; 3 Å: within 0.001; benchmarks/records/2026-12-02-opr-smoothing.md)
+# free eigen-probes' weights (``model.probe_variation_eigen: free``) are smoothed over at least this (Å): narrower,
+# their freedom and the object's traded structure on an abTEM MoS2 monolayer scanned in 0.5 Å steps (1 Å and 2 Å:
+# the phase 0.016 and 0.007 below one probe's while the data fitted better; 3 Å: within 0.001;
+# benchmarks/records/2026-12-02-opr-smoothing.md). Eigen-probes that follow the probe's aberrations cannot hold the
+# object's structure, and there 3 Å held the drift back (the issue's MoS2 case: 3 Å +0.009 over one probe, 1 Å
+# +0.017; benchmarks/records/2026-12-02-opr.md): no floor.
 VARIATION_SMOOTHING_MIN_A = 3.0
 
 
 def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -> dict[str, float]:
     """{"model.probe_variation_smoothing_A": twice the median distance between neighbouring positions
-    (N, 2) px, in Å, at least ``VARIATION_SMOOTHING_MIN_A``}, for a run with ``model.probe_variation`` and the
-    smoothing auto; else empty. The positions are taken as the model holds them (float32), so that the
-    eigen-probes' weights are smoothed over the same distance as when the quantity measured it itself."""
+    (N, 2) px, in Å, with free eigen-probes at least ``VARIATION_SMOOTHING_MIN_A``}, for a run with
+    ``model.probe_variation`` and the smoothing auto; else empty. The positions are taken as the model holds them
+    (float32), so that the eigen-probes' weights are smoothed over the same distance as when the quantity measured
+    it itself."""
     model = config.model
     if model.probe_variation == 0 or model.probe_variation_smoothing_A != "auto":
         return {}
     sigma_px = 2 * median_neighbour_distance(np.asarray(positions_px, dtype=np.float32))
-    return {"model.probe_variation_smoothing_A": max(sigma_px * dx_A, VARIATION_SMOOTHING_MIN_A)}
+    floor_A = VARIATION_SMOOTHING_MIN_A if model.probe_variation_eigen == "free" else 0.0
+    return {"model.probe_variation_smoothing_A": max(sigma_px * dx_A, floor_A)}
 
 
 def upsample_auto(config: Config) -> tuple[dict[str, int], list[str]]:
