@@ -122,7 +122,10 @@ class _Bowl(OrientationTrials):
     mirrored frame (no reconstruction)."""
 
     def __init__(self, lowest_deg: float, lowest_defocus_A: float = 100.0) -> None:
+        from types import SimpleNamespace
+
         self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
+        self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
     def loss(self, candidate) -> float:
@@ -132,10 +135,11 @@ class _Bowl(OrientationTrials):
 
 
 @pytest.mark.parametrize("lowest_deg", [1.0, -4.2, 10.0, -12.8])
-def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg):
+def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     judge = _Bowl(lowest_deg)
     taken, said = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak"),
                          OrientationCandidate((False, False, False), 0.0, None, "its mirror")])
+    assert "trying them by short reconstructions of 6 iterations" in capsys.readouterr().err  # before the wait
     assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
     assert f"{lowest_deg:.2f} deg is used" in said
     assert len(judge.asked) <= 2 + 2 * 2 + 3  # the candidates, the four turns, at most three more

@@ -16,13 +16,15 @@ past an end that is lowest, up to MORE steps), and set at the parabola's lowest 
 lowest three. The search's defocus reads low on small rasters, the more so with a partly coherent beam
 (the images' finite field mixes each frequency with lower ones: 0.93 of the truth on 16 x 16 coherent
 positions of the independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the
-search gave it, it is tried the same way at scales FOCUS_STEP apart. Every process runs the same trials in the same order (the loss is the all-reduced one), so
-all take the same."""
+search gave it, it is tried the same way at scales FOCUS_STEP apart (the trials then tend to take it a
+few percent high). Every process runs the same trials in the same order (the loss is the all-reduced
+one), so all take the same."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 
 import numpy as np
 
@@ -77,6 +79,11 @@ class OrientationTrials:
         defocus is auto) its defocus by trials FOCUS_STEP apart in scale; and run.log's line."""
         from accelerate.utils import set_seed
 
+        if self.accelerator.is_main_process:  # minutes may pass before the run's own lines: say why
+            what = (f"{len(candidates)} candidate orientations" if len(candidates) > 1 else
+                    "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
+            print(f"ptyacc: the data leave {what} uncertain: trying them by short reconstructions of "
+                  f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
         losses = [self.loss(candidate) for candidate in candidates]
         best = min(range(len(candidates)), key=lambda i: losses[i])
         chosen, said = candidates[best], []
