@@ -126,7 +126,7 @@ def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
     but the run's first); ``compiled``, under ``runtime.compile``, the kernels TorchInductor generates for the field
     pass (``CompiledTerms``' ``planar`` layout, by default that of ``far``'s device) plus the operators
     ``CompiledTerms.field`` leaves outside them: the gain's and the background's sums, and in the planar layout the
-    copies of the real and imaginary parts and their interleave (``torch.complex``). A dispatch mode cannot see inside
+    copies of the real and imaginary parts into planes. A dispatch mode cannot see inside
     compiled code (torch.compile runs eagerly under one), so a compiled step's operators are its eager count less
     ``eager``'s plus ``compiled``. Overwrites ``far`` (with its gradient field, as a step does)."""
     import torch._inductor.metrics as metrics
@@ -146,5 +146,5 @@ def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
     with OperatorKinds(far.shape[0] * far.shape[-1] * far.shape[-2]) as kinds:
         eager(far)
     planar = planar if planar is not None else far.device.type == "cpu"
-    outside = (weights is not None) + (background is not None) + (3 if planar else 0)
+    outside = (weights is not None) + (background is not None) + (2 if planar else 0)
     return {"eager": dict(kinds.counts), "compiled": metrics.generated_kernel_count + outside}

@@ -414,7 +414,7 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     background (K, K), both optional) over the pixels where ``mask`` is 1. All elementwise, so ``torch.compile``
     can fuse it. Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for every
     mode, factor (B, K, K) real; the other two are None when not asked for. Not ``summed``: those two as the
-    (B, K, K) terms of their sums, for the caller to sum (``planar_field_loss_terms``). ``floor_share`` (B,): each
+    (B, K, K) terms of their sums, for the caller to sum (``field_loss_terms``). ``floor_share`` (B,): each
     pattern's share of the floor (several scans of one object: its scan's share of their counts), or None: all of it."""
     floor = EPS if kind == "amplitude" else POISSON_FLOOR
     if floor_share is not None:
@@ -440,38 +440,29 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     return per_pixel.sum(), factor, grad_weights, grad_background
 
 
-def field_loss_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None = None,
-                     background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                     conjugated: bool = False, floor_share: torch.Tensor | None = None):
-    """``planar_field_loss_terms`` on the real view ``far`` (B, ..., K, K, 2) float of a complex field (B, ..., K,
-    K): the interleaved layout, for a compiler that loads at stride 2 as fast as at stride 1 (Triton on a GPU).
-    Returns (loss, grad_field (B, ..., K, K, 2) real view, grad_weights' and grad_background's terms or None)."""
-    loss, grad_real, grad_imag, grad_weights, grad_background = planar_field_loss_terms(
-        far[..., 0], far[..., 1], measured, kind, weights, background, mask, conjugated, floor_share)
-    return loss, torch.stack((grad_real, grad_imag), dim=-1), grad_weights, grad_background
-
-
-def planar_field_loss_terms(real: torch.Tensor, imag: torch.Tensor, measured: torch.Tensor, kind: str,
-                            weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
-                            mask: torch.Tensor | None = None, conjugated: bool = False,
-                            floor_share: torch.Tensor | None = None):
+def field_loss_terms(real: torch.Tensor, imag: torch.Tensor, measured: torch.Tensor, kind: str,
+                     weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
+                     mask: torch.Tensor | None = None, conjugated: bool = False,
+                     floor_share: torch.Tensor | None = None):
     """From the detector field to the gradient that goes back through it, in one piece for ``torch.compile``:
     the intensity summed over the modes, ``intensity_loss_terms`` and the field's gradient factor * far (conj(far)
     * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``real`` and ``imag`` (B, ..., K, K) float
-    are the parts of a complex field, modes between batch and pixels; every operation is real and elementwise or a
-    reduction, which TorchInductor fuses (it makes no code for complex tensors). Given as contiguous planes, the
-    parts let its CPU loops use vector instructions, which stride-2 loads of the interleaved view do not get.
-    Returns (loss, the gradient field's real and imaginary parts (B, ..., K, K), and the terms (B, K, K) of
-    grad_weights and grad_background, or None, which the caller sums: summed by the same operators as the eager
-    path's, they have its bits, where a rounding apart in these two gradients grows over the iterations of a run
-    that refines them (about 1e-3 of the object after 10 iterations of configs/petra_nearfield.yaml). The loss is
-    summed here: its order differs (a rounding)."""
+    are the parts of a complex field, modes between batch and pixels: the two halves of its real view (interleaved,
+    no copy) or each copied into a contiguous plane, which TorchInductor's CPU loops need for vector instructions
+    (on the interleaved view they run one element at a time). Every operation is real and elementwise or a
+    reduction, which TorchInductor fuses (it makes no code for complex tensors). Returns (loss, grad_field (B, ...,
+    K, K, 2), the real view of a complex gradient field, and the terms (B, K, K) of grad_weights and
+    grad_background, or None, which the caller sums: summed by the same operators as the eager path's, they have
+    its bits, where a rounding apart in these two gradients grows over the iterations of a run that refines them
+    (about 1e-3 of the object after 10 iterations of configs/petra_nearfield.yaml). The loss is summed here: its
+    order differs (a rounding)."""
     power = (real * real + imag * imag).reshape(real.shape[0], -1, *real.shape[-2:])
     coherent = power[:, 0] if power.shape[1] == 1 else power.sum(1)
     loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent, measured, kind, weights, background,
                                                                        mask, summed=False, floor_share=floor_share)
     factor = factor.reshape(factor.shape[0], *([1] * (real.dim() - 3)), *factor.shape[-2:])
-    return loss, real * factor, imag * (-factor if conjugated else factor), grad_weights, grad_background
+    grad_field = torch.stack((real * factor, imag * (-factor if conjugated else factor)), dim=-1)
+    return loss, grad_field, grad_weights, grad_background
 
 
 def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str,

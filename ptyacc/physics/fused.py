@@ -26,7 +26,6 @@ from ptyacc.physics.chain import (
     field_loss_terms,
     intensity_loss_terms,
     loss_from_intensities,
-    planar_field_loss_terms,
     summed_intensity,
 )
 
@@ -202,11 +201,11 @@ def eager_field_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
 
 class CompiledTerms:
     """``runtime.compile``: the data term's element-wise work through ``torch.compile``. ``field`` (used without a
-    detector blur) runs the detector field's intensity, loss terms and gradient field as one compiled loop nest
-    instead of a dozen passes over the batch: on a CPU ``planar_field_loss_terms`` on the field's real and imaginary
-    parts copied apart (the loops then use vector instructions; on the interleaved view they run one element at a
-    time, slower than the eager passes), elsewhere ``field_loss_terms`` on its real view (``planar`` True or False
-    chooses either everywhere: a GPU's compiled loads need no contiguous planes); calling the object runs
+    detector blur) runs ``field_loss_terms``, the detector field's intensity, loss terms and gradient field, as one
+    compiled loop nest instead of a dozen passes over the batch: on a CPU on the field's real and imaginary parts
+    copied apart into planes (the loops then use vector instructions; on the interleaved real view they run one
+    element at a time, slower than the eager passes), elsewhere on the halves of the real view, no copy (``planar``
+    True or False chooses either everywhere; a GPU's compiled loads need no planes); calling the object runs
     ``intensity_loss_terms`` compiled (with a blur, whose transforms sit between the intensity and the terms). Each
     is compiled once per shape (``dynamic=False``: a batch's last, shorter chunk compiles once more); ``report`` is
     told how long each first call took (the compile). If compiling fails (no C++ compiler, an unsupported platform
@@ -220,8 +219,7 @@ class CompiledTerms:
         self.first_call_s: dict[tuple, float] = {}  # compile time of each (function, shapes) compiled so far
         try:
             self.compiled = torch.compile(intensity_loss_terms, dynamic=False)
-            self.compiled_field = torch.compile(field_loss_terms, dynamic=False)
-            self.compiled_planar_field = torch.compile(planar_field_loss_terms, dynamic=False)
+            self.compiled_field = torch.compile(field_loss_terms, dynamic=False)  # specialised on the parts' strides
         except Exception as exc:  # noqa: BLE001 - any failure means: run eagerly
             self._fall_back(exc)
 
@@ -240,17 +238,14 @@ class CompiledTerms:
         contiguous (``terms``: this object's own, unused); the gradient field is a new tensor, not ``far``."""
         if self.failure is None:
             try:
-                flags = (measured, kind, weights, background, mask, conjugated, floor_share)
-                # on a CPU two copies and one interleave cost less than loops that run element by element
-                if self.planar or (self.planar is None and far.device.type == "cpu"):
-                    parts = (far.real.contiguous(), far.imag.contiguous())
-                    loss, grad_real, grad_imag, grad_w, grad_b = self._timed(
-                        "field", self.compiled_planar_field, (*parts, *flags), torch.view_as_real(far).shape)
-                    grad_field = torch.complex(grad_real, grad_imag)
-                else:
-                    loss, grad_field, grad_w, grad_b = self._timed("field", self.compiled_field,
-                                                                   (torch.view_as_real(far), *flags))
-                    grad_field = torch.view_as_complex(grad_field)
+                view = torch.view_as_real(far)
+                # on a CPU two copies cost less than loops that run element by element
+                parts = ((far.real.contiguous(), far.imag.contiguous())
+                         if self.planar or (self.planar is None and far.device.type == "cpu") else view.unbind(-1))
+                loss, grad_field, grad_w, grad_b = self._timed(
+                    "field", self.compiled_field,
+                    (*parts, measured, kind, weights, background, mask, conjugated, floor_share), view.shape)
+                grad_field = torch.view_as_complex(grad_field)
                 return (loss, grad_field, None if grad_w is None else grad_w.sum(dim=(-2, -1)),
                         None if grad_b is None else grad_b.sum(0))
             except Exception as exc:  # noqa: BLE001
