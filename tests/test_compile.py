@@ -15,7 +15,7 @@ from conftest import tiny_config
 import ptyacc
 from ptyacc.physics import Detector, exit_waves, extract_patches, far_field_loss, ptycho_loss, shift_ramp
 from ptyacc.physics.chain import field_loss_terms, intensity_loss_terms
-from ptyacc.physics.fused import CompiledTerms, compile_wanted
+from ptyacc.physics.fused import CompiledTerms, compile_wanted, eager_field_terms
 from ptyacc.speed.speedtest import free_port
 
 
@@ -108,7 +108,8 @@ def _problem(slices, probe_modes, shifted, near_field, seed=0, k=6, batch=5):
 
 
 def test_field_loss_terms_match_the_complex_formulas():
-    """The real-view pass, eager, against the loss and its gradient field written on complex numbers (NumPy)."""
+    """The pass, eager, on the halves of the real view and on contiguous planes, against the loss and its gradient
+    field written on complex numbers (NumPy)."""
     g = torch.Generator().manual_seed(2)
     far = torch.complex(torch.randn(3, 2, 1, 4, 4, generator=g, dtype=torch.float64),
                         torch.randn(3, 2, 1, 4, 4, generator=g, dtype=torch.float64))
@@ -116,11 +117,35 @@ def test_field_loss_terms_match_the_complex_formulas():
     f, m = far.numpy(), measured.numpy()
     intensity = (np.abs(f) ** 2).sum(axis=(1, 2)) + 0.01
     for conjugated in (False, True):
-        loss, grad, _, _ = field_loss_terms(torch.view_as_real(far), measured, "poisson", conjugated=conjugated)
-        grad = torch.view_as_complex(grad.contiguous()).numpy()
-        factor = 2 * (1 - m / intensity)[:, None, None]
-        assert float(loss) == pytest.approx((intensity - m * np.log(intensity)).sum(), rel=1e-12)
-        np.testing.assert_allclose(grad, factor * (np.conj(f) if conjugated else f), rtol=1e-12)
+        for parts in (torch.view_as_real(far).unbind(-1), (far.real.contiguous(), far.imag.contiguous())):
+            loss, grad, _, _ = field_loss_terms(*parts, measured, "poisson", conjugated=conjugated)
+            grad = torch.view_as_complex(grad).numpy()
+            factor = 2 * (1 - m / intensity)[:, None, None]
+            assert float(loss) == pytest.approx((intensity - m * np.log(intensity)).sum(), rel=1e-12)
+            np.testing.assert_allclose(grad, factor * (np.conj(f) if conjugated else f), rtol=1e-12)
+
+
+@pytest.mark.processes
+@pytest.mark.slow
+def test_both_layouts_of_the_compiled_field_pass_have_the_eager_bits():
+    """The compiled field pass, planar (a CPU's default) and interleaved (other devices'), float32, Poisson loss with
+    mask, gain and background, two modes, conjugated: the gradient field and the gain's and background's gradients
+    equal the eager pass's bit for bit; the loss (summed in another order) to rounding."""
+    g = torch.Generator().manual_seed(4)
+    far = torch.complex(torch.randn(6, 2, 1, 12, 12, generator=g), torch.randn(6, 2, 1, 12, 12, generator=g))
+    measured = torch.poisson(5 * torch.rand(6, 12, 12, generator=g), generator=g)
+    extras = (1 + 0.1 * torch.rand(6, generator=g), 0.1 * torch.rand(12, 12, generator=g),
+              (torch.rand(12, 12, generator=g) > 0.2).float())
+    want = eager_field_terms(far.clone(), measured, "poisson", *extras, True)
+    for planar in (True, False):
+        messages = []
+        compiled = CompiledTerms(report=messages.append, planar=planar)
+        got = compiled.field(far.clone(), measured, "poisson", *extras, True)
+        assert compiled.failure is None and messages[0].startswith(
+            "runtime.compile: the data term's field compiled for 6x2x1x12x12x2 in"), messages
+        torch.testing.assert_close(got[0], want[0], rtol=1e-6, atol=0)
+        for mine, eager in zip(got[1:], want[1:], strict=True):
+            assert torch.equal(mine, eager), planar
 
 
 @pytest.mark.processes

@@ -83,20 +83,27 @@ def test_counts_per_step(tmp_path, case):
 
 
 # runtime.compile: the pass from the detector field to its gradient field of the cases above (their loss, modes,
-# conjugated backward and detector response), eager operators against the compiled kernels and the sums left outside
+# conjugated backward and detector response), eager operators against the compiled kernels and the operators left
+# outside them: the sums, and in the planar layout (a CPU's) the two copies of the parts into planes
 COMPILED_FIELD = {
-    "1 mode, 1 slice": (dict(kind="amplitude", conjugated=True), dict(eager_operators=11, compiled=2, step=38)),
+    "1 mode, 1 slice": (dict(kind="amplitude", conjugated=True),
+                        {True: dict(eager_operators=11, compiled=4, step=40),
+                         False: dict(eager_operators=11, compiled=2, step=38)}),
     "near field, refined positions": (dict(kind="poisson", conjugated=True, weights=True, background=True),
-                                      dict(eager_operators=17, compiled=4, step=100)),
+                                      {True: dict(eager_operators=17, compiled=6, step=102),
+                                       False: dict(eager_operators=17, compiled=4, step=100)}),
 }
 
 
 @pytest.mark.processes  # inductor starts its compiler's workers
 @pytest.mark.slow
+@pytest.mark.parametrize("planar", [True, False], ids=["planar", "interleaved"])
 @pytest.mark.parametrize("case", COMPILED_FIELD)
-def test_compiled_field_pass_counts(case):
-    """The step's eager field pass (its operators are among the step's counted above) and the kernels and sums that
-    replace it under runtime.compile: the compiled step's operators are CASES' less the one plus the other."""
+def test_compiled_field_pass_counts(case, planar):
+    """The step's eager field pass (its operators are among the step's counted above) and the kernels and operators
+    that replace it under runtime.compile, in either layout: the compiled step's operators are CASES' less the one
+    plus the other. The planar layout's two kernels (the loss's sum, the gradient field) vectorise on a CPU; its two
+    copies outside them are the price."""
     options, expected = COMPILED_FIELD[case]
     g = torch.Generator().manual_seed(0)
     far = torch.complex(torch.randn(8, 1, 1, 16, 16, generator=g), torch.randn(8, 1, 1, 16, 16, generator=g))
@@ -104,6 +111,7 @@ def test_compiled_field_pass_counts(case):
     weights = 1 + 0.1 * torch.rand(8, generator=g) if options.get("weights") else None
     background = 0.1 * torch.rand(16, 16, generator=g) if options.get("background") else None
     counts = operators.field_pass_counts(far, measured, options["kind"], weights, background, None,
-                                         options["conjugated"])
+                                         options["conjugated"], planar=planar)
     step = CASES[case][1]["operators"] - counts["eager"]["operators"] + counts["compiled"]
-    assert dict(eager_operators=counts["eager"]["operators"], compiled=counts["compiled"], step=step) == expected, counts
+    assert dict(eager_operators=counts["eager"]["operators"], compiled=counts["compiled"], step=step) == expected[planar], \
+        counts

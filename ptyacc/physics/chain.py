@@ -440,25 +440,28 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     return per_pixel.sum(), factor, grad_weights, grad_background
 
 
-def field_loss_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None = None,
-                     background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                     conjugated: bool = False, floor_share: torch.Tensor | None = None):
+def field_loss_terms(real: torch.Tensor, imag: torch.Tensor, measured: torch.Tensor, kind: str,
+                     weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
+                     mask: torch.Tensor | None = None, conjugated: bool = False,
+                     floor_share: torch.Tensor | None = None):
     """From the detector field to the gradient that goes back through it, in one piece for ``torch.compile``:
     the intensity summed over the modes, ``intensity_loss_terms`` and the field's gradient factor * far (conj(far)
-    * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``far`` is the real view (B, ..., K, K, 2)
-    float of a complex field (B, ..., K, K), modes between batch and pixels; every operation is real and
-    elementwise or a reduction, which TorchInductor fuses (it makes no code for complex tensors). Returns (loss,
-    grad_field (B, ..., K, K, 2) real view, and the terms (B, K, K) of grad_weights and grad_background, or None,
-    which the caller sums: summed by the same operators as the eager path's, they have its bits, where a rounding
-    apart in these two gradients grows over the iterations of a run that refines them (about 1e-3 of the object
-    after 10 iterations of configs/petra_nearfield.yaml). The loss is summed here: its order differs (a rounding)."""
-    re, im = far[..., 0], far[..., 1]
-    power = (re * re + im * im).reshape(far.shape[0], -1, *far.shape[-3:-1])
+    * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``real`` and ``imag`` (B, ..., K, K) float
+    are the parts of a complex field, modes between batch and pixels: the two halves of its real view (interleaved,
+    no copy) or each copied into a contiguous plane, which TorchInductor's CPU loops need for vector instructions
+    (on the interleaved view they run one element at a time). Every operation is real and elementwise or a
+    reduction, which TorchInductor fuses (it makes no code for complex tensors). Returns (loss, grad_field (B, ...,
+    K, K, 2), the real view of a complex gradient field, and the terms (B, K, K) of grad_weights and
+    grad_background, or None, which the caller sums: summed by the same operators as the eager path's, they have
+    its bits, where a rounding apart in these two gradients grows over the iterations of a run that refines them
+    (about 1e-3 of the object after 10 iterations of configs/petra_nearfield.yaml). The loss is summed here: its
+    order differs (a rounding)."""
+    power = (real * real + imag * imag).reshape(real.shape[0], -1, *real.shape[-2:])
     coherent = power[:, 0] if power.shape[1] == 1 else power.sum(1)
     loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent, measured, kind, weights, background,
                                                                        mask, summed=False, floor_share=floor_share)
-    factor = factor.reshape(factor.shape[0], *([1] * (far.dim() - 4)), *factor.shape[-2:])
-    grad_field = torch.stack((re * factor, im * (-factor if conjugated else factor)), dim=-1)
+    factor = factor.reshape(factor.shape[0], *([1] * (real.dim() - 3)), *factor.shape[-2:])
+    grad_field = torch.stack((real * factor, imag * (-factor if conjugated else factor)), dim=-1)
     return loss, grad_field, grad_weights, grad_background
 
 
