@@ -93,6 +93,7 @@ class OrientationTrials:
                         f"{tried}: the lowest, {chosen.line()}")
         else:
             said.append(f"{chosen.line()} reconstructed {self.iterations} iterations, final loss {losses[0]:.6g}")
+        shift = 0.0
         if turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
             shift, text = self.line_search(lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d),
                                            losses[best], TURN_DEG, "{:+g} deg")
@@ -100,7 +101,8 @@ class OrientationTrials:
             said.append(f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg")
         if focus and chosen.defocus_A is not None and self.config.experiment.defocus_A == "auto":
             # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
-            start, base = self.loss(chosen) if turn else losses[best], chosen.defocus_A
+            # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
+            start, base = self.loss(chosen) if shift else losses[best], chosen.defocus_A
             step, text = self.line_search(lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)),
                                           start, FOCUS_STEP, "x{:.3f}", math.exp)
             chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)))
