@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from ptyacc.config import Config, config_reference, load_config
+from ptyacc.config import Config, config_reference, load_config, with_values
 from ptyacc.errors import ConfigError
 
 
@@ -128,3 +128,18 @@ def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path, key):
     path.write_text(yaml.safe_dump(nested))
     with pytest.raises(ConfigError, match=rf"{key}: expected a finite number"):
         load_config(path)
+
+
+def test_a_config_with_values_is_validated_and_reads_what_its_source_read(tmp_path):
+    """``with_values`` (tune's trials and the orientation trials): dotted keys set and checked as a loaded config
+    is; a relative path it does not make absolute still resolves against the source's folder."""
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "c.yaml"
+    path.write_text(yaml.safe_dump({"data": {"path": "d.h5"}, "model": {"probe_init": {"path": "probe.h5"}}}))
+    source = load_config(path)
+    made = with_values(source, {"optim.iterations": 3, "data.transform.flip_y": True})
+    assert made.optim.iterations == 3 and made.data.transform.flip_y and not source.data.transform.flip_y
+    assert made.resolve_input(made.model.probe_init.path) == source.resolve_input(source.model.probe_init.path)
+    assert made.resolve_input("other.h5") == source.resolve_input("other.h5")
+    with pytest.raises(ConfigError, match="optim.iterations"):
+        with_values(source, {"optim.iterations": -2})

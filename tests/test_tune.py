@@ -239,12 +239,14 @@ def test_trial_configs_read_the_same_files_from_anywhere(tmp_path):
     """Input paths relative to the config file become absolute in a trial's config (and best.yaml)."""
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "c.yaml"
-    path.write_text(yaml.safe_dump({"data": {"path": "../d.h5"}, "model": {"init_from": "prev/results.h5"},
+    path.write_text(yaml.safe_dump({"data": {"path": "../d.h5", "flat_field": "gain.h5"},
+                                    "model": {"init_from": "prev/results.h5"},
                                     "experiment": {"positions": {"path": "p.npy", "key": "positions_A"}}}))
     config = trial_config(ptyacc.load_config(path), {"optim.lr.object": 0.02, "experiment.aberrations.C30": 1e4},
                           tmp_path / "run")
     assert config.data.path == str(tmp_path / "d.h5") and config.model.init_from == str(tmp_path / "sub/prev/results.h5")
     assert config.experiment.positions.path == str(tmp_path / "sub" / "p.npy")
+    assert config.data.flat_field == str(tmp_path / "sub" / "gain.h5")
     assert config.optim.lr.object == 0.02 and config.experiment.aberrations == {"C30": 1e4}
     assert (config.optim.iterations, config.optim.validation_fraction) == (5, 0.05)  # the tune section's
     assert config.output.dir == str(tmp_path / "run") and not config.output.figures
@@ -301,3 +303,4 @@ def test_a_killed_process_leaves_a_failed_trial_and_the_other_completes_the_stud
     assert [t.number for t in trials] == list(range(len(trials)))
     assert np.isfinite(stored_study(tmp_path / "out" / "tune").best_value)
     assert os.path.exists(tmp_path / "out" / "tune" / "best.yaml")
+

@@ -2,7 +2,7 @@
 loading with validation and overrides (``loading.py``), and the generated reference
 (``reference.py``). Everything is imported from here: ``from ptyacc.config import Config``."""
 
-from ptyacc.config.loading import load_config, yaml_error_message
+from ptyacc.config.loading import load_config, with_values, yaml_error_message
 from ptyacc.config.reference import config_reference
 from ptyacc.config.schema import (
     ABERRATION_NAMES,
@@ -26,5 +26,5 @@ __all__ = [
     "ABERRATION_NAMES", "Config", "DataConfig", "ExperimentConfig", "LearningRates", "ModelConfig", "OptimConfig",
     "OutputConfig", "PositionsFileConfig", "RegularizeConfig", "RuntimeConfig", "SimulateConfig", "StartIterations",
     "TransformConfig",
-    "config_reference", "load_config", "resolved_upsample", "yaml_error_message",
+    "config_reference", "load_config", "resolved_upsample", "with_values", "yaml_error_message",
 ]

@@ -51,6 +51,40 @@ def load_config(source: str | Path | dict | None = None, overrides: list[str] | 
     return config
 
 
+# input paths resolve against the config file's folder: a config made from another holds them absolute, so that it
+# reads the same files from anywhere (a tune trial's folder, best.yaml)
+INPUT_PATHS = (("data", "path"), ("data", "flat_field"), ("experiment", "positions", "path"), ("model", "init_from"),
+               ("model", "probe_init", "path"))
+
+
+def portable(config: Config) -> dict:
+    """``config`` as a dict whose input paths and output.dir are absolute."""
+    raw = config.to_dict()
+    for keys in INPUT_PATHS:
+        node = raw
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get(keys[-1]):
+            node[keys[-1]] = str(config.resolve_input(node[keys[-1]]).resolve())
+    raw["output"]["dir"] = str(Path(raw["output"]["dir"]).resolve())
+    return raw
+
+
+def with_values(config: Config, values: dict[str, Any]) -> Config:
+    """``config`` with each dotted key of ``values`` (e.g. ``optim.lr.object``) set, validated as a loaded config
+    is; its input paths and output.dir made absolute (``portable``), any other path resolved as ``config``'s."""
+    raw = portable(config)
+    for key, value in values.items():
+        *sections, name = key.split(".")
+        node = raw
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    made = load_config(raw)
+    made.base_dir = config.base_dir
+    return made
+
+
 def scan_configs(config: Config) -> list[Config]:
     """The whole config of each of ``config.scans`` (none without them): the top-level config
     with the scan's ``data`` and ``experiment`` keys replacing the top-level ones (nested

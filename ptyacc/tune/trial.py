@@ -6,46 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ptyacc.config import Config, load_config
-
-# Input paths are resolved against the config file's folder; a trial's config (and best.yaml,
-# written elsewhere) holds them absolute so that it reads the same files from anywhere.
-INPUT_PATHS = (("data", "path"), ("experiment", "positions", "path"), ("model", "init_from"))
-
-
-def portable(config: Config) -> dict:
-    """``config`` as a dict whose input paths and output.dir are absolute."""
-    raw = config.to_dict()
-    for keys in INPUT_PATHS:
-        node = raw
-        for key in keys[:-1]:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and node.get(keys[-1]):
-            node[keys[-1]] = str(config.resolve_input(node[keys[-1]]).resolve())
-    raw["output"]["dir"] = str(Path(raw["output"]["dir"]).resolve())
-    return raw
-
-
-def set_key(raw: dict, key: str, value: Any) -> None:
-    """Set the dotted config ``key`` (e.g. ``optim.lr.object``) of the config dict ``raw``."""
-    *sections, name = key.split(".")
-    node = raw
-    for section in sections:
-        node = node.setdefault(section, {})
-    node[name] = value
+from ptyacc.config import Config, with_values
 
 
 def trial_config(config: Config, values: dict[str, Any], run_dir: Path) -> Config:
     """The config of a trial: ``config`` with the trial's ``values``, tune.iterations iterations,
     tune.validation_fraction of the positions left out, writing results.h5 and run.log (no
     figures, checkpoints or progress bar) to ``run_dir``."""
-    raw = portable(config)
-    for key, value in values.items():
-        set_key(raw, key, value)
-    raw["optim"].update(iterations=config.tune.iterations, validation_fraction=config.tune.validation_fraction)
-    raw["output"].update(dir=str(run_dir.resolve()), figures=False, checkpoint_every=0, save_every=0)
-    raw["runtime"]["progress"] = False
-    return load_config(raw)
+    return with_values(config, {**values, "optim.iterations": config.tune.iterations,
+                                 "optim.validation_fraction": config.tune.validation_fraction,
+                                 "output.dir": str(run_dir.resolve()), "output.figures": False,
+                                 "output.checkpoint_every": 0, "output.save_every": 0, "runtime.progress": False})
 
 
 class PrunerReport:
