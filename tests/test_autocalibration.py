@@ -2,11 +2,13 @@
 autos (``ReadOnce``) gives what reading it each time gives, bit for bit, and the record of what the autos
 found gives results.h5's /detector names and dtypes."""
 
+import dataclasses
+
 import h5py
 import numpy as np
 
 from ptyacc.config import TransformConfig
-from ptyacc.data.autocalibration import AutoCalibration, MeasuredDescan, MeasuredOrientation, ReadOnce
+from ptyacc.data.autocalibration import BY_SEARCH, BY_TRIALS, AutoCalibration, MeasuredDescan, MeasuredOrientation, ReadOnce
 from ptyacc.data.descan import Descan
 from ptyacc.data.orientation import middle_block
 from ptyacc.data.prepare import Preparation, pattern_preparation
@@ -47,7 +49,7 @@ def test_the_record_gives_the_detector_arrays_in_their_dtypes():
                     fill=np.ones((4, 4)) / 16, noise_px=0.05)
     found = AutoCalibration(flags=(True, False, False), scan_rotation_deg=9.5, aberrations={"C10": -100.0},
                             nominal_aberrations={"C10": -96.0},
-                            orientation=MeasuredOrientation((True, False, False), 9.5, -0.3, 101.0),
+                            orientation=MeasuredOrientation((True, False, False), 9.5, -0.3, 101.0, BY_SEARCH),
                             flip_about_zero=(True, False),
                             descan=MeasuredDescan(descan, np.full((5, 2), 0.5), in_model=True))
     arrays = found.detector_arrays()
@@ -57,3 +59,8 @@ def test_the_record_gives_the_detector_arrays_in_their_dtypes():
     assert arrays["orientation_flags"].dtype == bool and arrays["flip_about_zero"].dtype == bool
     assert arrays["scan_rotation_deg"].dtype == np.float64 and float(arrays["scan_rotation_deg"]) == 9.5
     assert arrays["descan_in_model"].dtype == bool and bool(arrays["descan_in_model"])
+    assert float(arrays["overlap_defocus_A"]) == 101.0
+    # a defocus the trials chose is kept as theirs, not as the search's
+    tried = dataclasses.replace(found, orientation=MeasuredOrientation((True, False, False), 9.5, -0.3, 104.0,
+                                                                       BY_TRIALS, by_trials=True)).detector_arrays()
+    assert "overlap_defocus_A" not in tried and float(tried["trials_defocus_A"]) == 104.0

@@ -117,6 +117,44 @@ def test_the_trials_take_the_true_frame_and_refine_its_rotation(faint):
     assert abs(taken.rotation_deg - TRUE_ROTATION) < abs(5.0) - 2.0  # nearer the truth than the candidate was
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_turn_and_a_defocus_of_the_loaded_data_are_what_a_reading_with_them_gives(grid_simulator, tmp_path, stored):
+    """The rotation's and defocus's trials reuse the candidate's dataset (positions turned, defocus set) instead of
+    reading the file again: the same positions on the object's canvas, the same probe, patterns and loss as the
+    file read and calibrated with them; one reading per candidate orientation."""
+    import dataclasses
+
+    from accelerate import Accelerator
+
+    from ptyacc.physics.geometry import ObjectGeometry
+    from ptyacc.reconstruction.engine import reconstruct
+
+    path = tmp_path / "faint.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(
+        detector_px=48, scan_shape=(16, 16), scan_step_A=0.45, dose=1e3, defocus_A=TRUE_DEFOCUS, edge_mrad=50.0,
+        seed=2, scan_rotation_deg=TRUE_ROTATION, transpose=True, write_positions=stored))
+    raw = faint_config(path, iterations=2, batch_size=32)
+    raw["data"]["scan_shape"] = [16, 16]
+    judge = OrientationTrials(load_config(raw), Accelerator(cpu=True), reconstruct)
+    judge.iterations = 2
+    first = OrientationCandidate((True, False, False), TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "a peak")
+    judge.dataset(first)
+    moved = dataclasses.replace(first, rotation_deg=TRUE_ROTATION - 1.0, defocus_A=1.08 * TRUE_DEFOCUS)
+    reused = judge.dataset(moved)
+    read = load_data(judge.trial_config(moved))
+    assert judge.reads == 1
+    assert np.array_equal(reused.patterns, read.patterns) and reused.aberrations == read.aberrations
+    canvas = [ObjectGeometry.around(d.positions_A, d.dx_A, d.detector_px) for d in (reused, read)]
+    assert np.abs(canvas[0].positions_px - canvas[1].positions_px).max() < 1e-9
+    assert canvas[0].shape == canvas[1].shape
+    losses = [judge.loss(moved) for _ in range(2)]  # the second on the same reused arrays: nothing changed them
+    fresh = reconstruct(judge.trial_config(moved), judge.accelerator, data=read, write=False, quiet=True).loss[-1]
+    assert losses[0] == losses[1] and losses[0] == pytest.approx(float(fresh), rel=1e-6)
+    judge.dataset(dataclasses.replace(first, flags=(False, False, False)))
+    assert judge.reads == 2  # another orientation is read anew
+
+
 class _Bowl(OrientationTrials):
     """Trials whose data term is a bowl in the scan rotation, lowest at ``lowest_deg``, and higher by 1 for the
     mirrored frame (no reconstruction)."""
@@ -125,6 +163,7 @@ class _Bowl(OrientationTrials):
         from types import SimpleNamespace
 
         self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
+        self.loaded = ()
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
@@ -211,6 +250,6 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
                               (True, False, False), TRUE_ROTATION)
     assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) == pytest.approx(4.0, abs=1e-6)  # kept, not turned
     said = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
-    assert "not taken: trial reconstructions chose the scan rotation" in said
+    assert "not taken: trial reconstructions judged the orientation" in said
     left = float(said.split("its rotation left (")[1].split(" deg")[0])
     assert left == pytest.approx(-4.0, abs=1.5)  # what the parallax saw: the truth, 4 degrees back (ptyacc's sense)

@@ -61,6 +61,8 @@ C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is us
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
+BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
+BY_TRIALS = "trial reconstructions"
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
 RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
 # reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
@@ -72,15 +74,17 @@ Flags = tuple[bool, bool, bool]
 class MeasuredOrientation:
     """The transpose/flip ``flags`` (transpose, flip_y, flip_x) and scan rotation ``rotation_deg`` measured
     from the data (after the flips about zero and the parallax's correction, where they changed them), the
-    centre of mass's divergence ``skew``, ``overlap_defocus_A`` the defocus of the Fourier regions'
-    coherence where that search gave the orientation (else None), and ``by_trials`` whether trial
-    reconstructions chose the rotation (the parallax's later correction of it is then not taken)."""
+    centre of mass's divergence ``skew``; the defocus that came with the orientation, ``defocus_A``, and what gave
+    it, ``defocus_by`` (``BY_SEARCH``, ``BY_TRIALS``, or a guess's source; None where none did); and ``by_trials``
+    whether trial reconstructions judged the orientation (the parallax's later correction of the rotation is then
+    not taken: at the counts that call for trials its groups hardly align)."""
 
     flags: Flags
     rotation_deg: float
     skew: float
-    overlap_defocus_A: float | None = None
-    by_trials: bool = False  # the rotation chosen by trial reconstructions (``reconstruction/trials.py``)
+    defocus_A: float | None = None
+    defocus_by: str | None = None
+    by_trials: bool = False  # trial reconstructions judged it (``reconstruction/trials.py``)
 
 
 @dataclass(frozen=True)
@@ -110,12 +114,14 @@ class OrientationCandidate:
     """One orientation the data leave open where they cannot tell it clearly: the transpose/flip ``flags``, the
     scan rotation ``rotation_deg`` and the defocus that goes with them, ``defocus_A`` (the Fourier regions'
     search's, or for the centre of mass's or parallax's guess the parallax's or the nominal one; None where none
-    is known: then measured as for any other orientation); ``found_by`` names the measurement."""
+    is known: then measured as for any other orientation); ``found_by`` names the measurement, ``defocus_by`` what
+    gave the defocus."""
 
     flags: Flags
     rotation_deg: float
     defocus_A: float | None
     found_by: str
+    defocus_by: str | None = BY_SEARCH
 
     def line(self) -> str:
         t, fy, fx = self.flags
@@ -130,13 +136,15 @@ SAME_FRAME_DEG = 5.0  # candidates whose frames (R(theta)^T F) are this close ar
 
 
 def orientation_candidates(flags: Flags, rotation_deg: float, found_by: str, searched,
-                           defocus_A: float | None = None) -> list[OrientationCandidate]:
+                           defocus_A: float | None = None, defocus_by: str | None = None
+                           ) -> list[OrientationCandidate]:
     """The distinct orientations an unclear Fourier regions' search ``searched`` (its best peak, then its rivals)
     and the centre of mass's or parallax's guess (``flags``, ``rotation_deg``, ``found_by``, with ``defocus_A``
-    the parallax's or the nominal one, whose sign goes with the flags) leave open."""
+    the parallax's or the nominal one, whose sign goes with the flags, as ``defocus_by`` says) leave open."""
     found = [OrientationCandidate(s.flags, s.rotation_deg, s.defocus_A, name) for s, name in
              ((searched, "the Fourier regions' best peak"), *((r, "a rival peak") for r in searched.rivals))]
-    found.append(OrientationCandidate(flags, rotation_deg, defocus_A, found_by))
+    found.append(OrientationCandidate(flags, rotation_deg, defocus_A, found_by,
+                                      None if defocus_A is None else defocus_by))
     kept: list[OrientationCandidate] = []
     for one in found:
         differences = (frame_difference(one.flags, one.rotation_deg, k.flags, k.rotation_deg) for k in kept)
@@ -170,8 +178,9 @@ class AutoCalibration:
             arrays.update(scan_rotation_deg=np.float64(self.orientation.rotation_deg),
                           orientation_flags=np.array(self.orientation.flags),
                           orientation_skew=np.float64(self.orientation.skew))
-            if self.orientation.overlap_defocus_A is not None:
-                arrays["overlap_defocus_A"] = np.float64(self.orientation.overlap_defocus_A)
+            name = {BY_SEARCH: "overlap_defocus_A", BY_TRIALS: "trials_defocus_A"}.get(self.orientation.defocus_by)
+            if name is not None:
+                arrays[name] = np.float64(self.orientation.defocus_A)
         if self.flip_about_zero is not None:
             arrays["flip_about_zero"] = np.array(self.flip_about_zero)
         if self.descan is not None:
@@ -360,8 +369,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         experiment, calibration, defocus, defocus_said = _with_parallax(
             experiment, calibration, facts, scan_shape, radius_px, read, rotation_auto,
             None if orientation is None else orientation.skew, depth_A, data.transform.orientation == "auto",
-            None if orientation is None else orientation.overlap_defocus_A,
-            orientation is not None and orientation.by_trials)
+            orientation)
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
@@ -414,7 +422,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
-    warnings, searched_A, tried = [], None, False
+    # the candidate taken with the defocus that came with it (a clear search's peak, or the trials' choice)
+    warnings, used, by_trials = [], None, False
     if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
         # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
         # Fourier regions' coherence sums every pixel and frequency
@@ -422,23 +431,22 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         if searched is not None and searched.clear:
             flags, rotation_deg = searched.flags, searched.rotation_deg
             line += f"; {searched.line()}: these are used"
-            searched_A = searched.defocus_A
+            used = OrientationCandidate(flags, rotation_deg, searched.defocus_A, "the Fourier regions' peak")
             broad = searched.contrast < SEARCH_SURE
             if judge is not None and (broad or defocus_auto):  # a broad peak's rotation, the search's defocus tried
-                taken, said = judge([OrientationCandidate(flags, rotation_deg, searched_A, "the Fourier regions' peak")],
-                                    turn=broad, focus=defocus_auto)
-                rotation_deg, searched_A, line, tried = taken.rotation_deg, taken.defocus_A, line + f"; {said}", True
+                used, said = judge([used], turn=broad, focus=defocus_auto)
+                rotation_deg, line, by_trials = used.rotation_deg, line + f"; {said}", True
         else:
             line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
             nominal = calibration.aberrations.get("C10")
             guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
             candidates = [] if searched is None else orientation_candidates(
                 flags, rotation_deg, "the bright-field parallax" if chosen is not None else "the centre of mass", searched,
-                guessed_A)
+                guessed_A, "the bright-field parallax" if chosen is not None else "the nominal defocus")
             if judge is not None and len(candidates) > 1:
-                taken, said = judge(candidates)
-                flags, rotation_deg, searched_A = taken.flags, taken.rotation_deg, taken.defocus_A
-                line, tried = line + f"; {said}", True
+                used, said = judge(candidates)
+                flags, rotation_deg = used.flags, used.rotation_deg
+                line, by_trials = line + f"; {said}", True
             else:
                 warnings.append(weak_orientation_warning(found, chosen))
                 if len(candidates) > 1:  # init and info: what the run will do
@@ -452,7 +460,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
     # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
     # second turn by 180 degrees
-    if (chosen is None and searched_A is None and not tried and fixed is None and defocus_auto
+    if (chosen is None and used is None and fixed is None and defocus_auto
             and abs(found.skew) < SKEW_SURE and grid is not None):
         flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
                                           grid, flags, file_mask, background)
@@ -460,7 +468,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, searched_A, tried),
+    defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
+    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, defocus_A, defocus_by, by_trials),
             (line, *warnings))
 
 
@@ -606,13 +615,15 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
                    rotation_auto: bool, skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-                   searched_A: float | None = None, by_trials: bool = False):
+                   orientation: MeasuredOrientation | None = None):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
-    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; ``searched_A``
-    the Fourier regions' defocus, used where the parallax cannot tell; a rotation chosen ``by_trials`` is kept),
-    what was measured and what to report."""
+    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; the defocus that
+    came with the measured ``orientation`` is used where the parallax cannot tell, and a rotation trial
+    reconstructions judged is kept), what was measured and what to report."""
+    given = None if orientation is None or orientation.defocus_A is None else (
+        float(orientation.defocus_A), orientation.defocus_by)
     found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured,
-                                                None if searched_A is None else float(searched_A), by_trials)
+                                                given, orientation is not None and orientation.by_trials)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -627,7 +638,7 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
                skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-               searched_A: float | None = None, by_trials: bool = False
+               given: tuple[float, str] | None = None, by_trials: bool = False
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
@@ -636,9 +647,10 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     parallax says the defocus has the nominal one's opposite sign while the centre of mass could
     hardly tell the rotation from the one 180 degrees away); what was measured; and what to report. The
     parallax sees the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where
-    the model's probe is defined (half the multislice model's propagated thickness), so that is added. A
-    rotation chosen ``by_trials`` (reconstructions) is not turned by the parallax, whose groups hardly align at
-    the counts that call for trials."""
+    the model's probe is defined (half the multislice model's propagated thickness), so that is added. ``given``:
+    the defocus that came with the orientation and what gave it (``BY_SEARCH`` or ``BY_TRIALS``), used where the
+    parallax cannot tell or disagrees with it. An orientation judged ``by_trials`` (reconstructions) keeps its
+    rotation: the parallax's groups hardly align at the counts that call for trials."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -654,22 +666,24 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     warnings = tuple(parallax_warnings(found, None, None if rotation_auto else calibration.values["scan_rotation_deg"],
                                        flags_measured))
     usable = found is not None and found.reliable
-    if usable and searched_A is not None and abs(found.defocus_A - searched_A) > DEFOCUS_OFF * abs(searched_A):
-        # the orientation came from the Fourier search because the counts are few: a real-space fit that
-        # disagrees with it is the groups' noise (the calibration matrix's c50, 1e3 counts: 81 A for 139, and a
+    if usable and given is not None and abs(found.defocus_A - given[0]) > DEFOCUS_OFF * abs(given[0]):
+        # the orientation came from the Fourier search (or trials) because the counts are few: a real-space fit
+        # that disagrees with it is the groups' noise (the calibration matrix's c50, 1e3 counts: 81 A for 139, and a
         # 13 degree turn that undid the search's right rotation)
-        usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {searched_A:.1f} A of the Fourier "
-                                 "regions' coherence that gave the orientation")
-    semiangle_rad = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3
-    if (not usable and searched_A is None and nominal is not None and steps is not None
+        usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {given[0]:.1f} A of {given[1]} "
+                                 "that gave the orientation")
+    semiangle_rad, searched_A = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3, None
+    if (not usable and given is None and nominal is not None and steps is not None
             and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
         # a nominal defocus too small for the parallax is too small for the coherence's scale search too
         searched_A = _overlap_defocus(source, calibration, steps, prepare, mask, dx_A, k, nominal)
-    if not usable and searched_A is not None:
-        defocus = searched_A + depth_A
+        given = None if searched_A is None else (searched_A, BY_SEARCH)
+    if not usable and given is not None:
+        defocus = given[0] + depth_A
+        with_orientation = "" if given[1] == BY_SEARCH and searched_A is not None else " (with the orientation)"
         return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan), (
             f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
-            f"{defocus:.1f} A of the Fourier regions' coherence (with the orientation) is used"
+            f"{defocus:.1f} A of {given[1]}{with_orientation} is used"
             f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
             *warnings)
     if found is None or not found.reliable:
@@ -681,8 +695,8 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     middle, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * (middle + depth_A) < 0
     if rotation_auto and by_trials:
-        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: trial reconstructions chose "
-                  "the scan rotation")
+        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: trial reconstructions judged "
+                  "the orientation")
     elif rotation_auto:
         turn = found.rotation_left_deg
         if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:

@@ -18,7 +18,12 @@ lowest three. The search's defocus reads low on small rasters, the more so with 
 positions of the independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the
 search gave it, it is tried the same way at scales FOCUS_STEP apart (the trials then tend to take it a
 few percent high). Every process runs the same trials in the same order (the loss is the all-reduced
-one), so all take the same."""
+one), so all take the same.
+
+Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
+patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
+about their centre and the probe's defocus changed, which is all that a reading with them would change
+(the object's canvas is placed around the positions, so the centre a turn is about does not matter)."""
 
 from __future__ import annotations
 
@@ -28,7 +33,11 @@ import sys
 
 import numpy as np
 
-from ptyacc.config import Config
+from ptyacc.config import Config, with_values
+from ptyacc.data.autocalibration import BY_TRIALS
+from ptyacc.data.dataset import PtychoData
+from ptyacc.data.load import load_data
+from ptyacc.data.positions import turned_positions_A
 
 AUTO_ITERATIONS = 6
 TURN_DEG = 3.0  # the scan rotation tried at offsets of TURN_DEG, SIDE steps either side of the chosen one
@@ -50,27 +59,43 @@ class OrientationTrials:
         """``reconstruct``: ``engine.reconstruct``, which builds the run that makes this judge."""
         self.config, self.accelerator, self.reconstruct = config, accelerator, reconstruct
         self.iterations = trial_iterations(config)
+        self.loaded: tuple = ()  # (candidate, its dataset) of the last candidate read
+        self.reads = 0  # datasets read and calibrated (one per candidate orientation)
 
     def trial_config(self, candidate) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
         auto) defocus given, ``iterations`` iterations, nothing written and no trials of its own."""
-        config = self.config
-        transform = dataclasses.replace(config.data.transform, orientation="manual", transpose=candidate.flags[0],
-                                        flip_y=candidate.flags[1], flip_x=candidate.flags[2],
-                                        flip_about_zero=[False, False], orientation_trials=0)
-        experiment = dataclasses.replace(config.experiment, scan_rotation_deg=float(candidate.rotation_deg))
-        if config.experiment.defocus_A == "auto" and candidate.defocus_A is not None:
-            experiment = dataclasses.replace(experiment, defocus_A=float(candidate.defocus_A))
-        optim = dataclasses.replace(config.optim, iterations=self.iterations, validation_fraction=0.0)
-        output = dataclasses.replace(config.output, figures=False, checkpoint_every=0, checkpoint_minutes=0,
-                                     trackers=[])
-        runtime = dataclasses.replace(config.runtime, progress=False)
-        return dataclasses.replace(config, data=dataclasses.replace(config.data, transform=transform),
-                                   experiment=experiment, optim=optim, output=output, runtime=runtime)
+        t, fy, fx = (bool(flag) for flag in candidate.flags)
+        values = {"data.transform.orientation": "manual", "data.transform.transpose": t, "data.transform.flip_y": fy,
+                  "data.transform.flip_x": fx, "data.transform.flip_about_zero": [False, False],
+                  "data.transform.orientation_trials": 0,
+                  "experiment.scan_rotation_deg": float(candidate.rotation_deg),
+                  "optim.iterations": self.iterations, "optim.validation_fraction": 0.0, "output.figures": False,
+                  "output.checkpoint_every": 0, "output.checkpoint_minutes": 0, "output.trackers": [],
+                  "runtime.progress": False}
+        if self.config.experiment.defocus_A == "auto" and candidate.defocus_A is not None:
+            values["experiment.defocus_A"] = float(candidate.defocus_A)
+        return with_values(self.config, values)
+
+    def dataset(self, candidate) -> PtychoData:
+        """``candidate``'s dataset: read and calibrated where its flags differ from the last one read (whole, on
+        every process: ``load_planned`` takes each one's share), else the last one with the positions turned by the
+        rotations' difference and the probe's defocus set."""
+        if not self.loaded or self.loaded[0].flags != candidate.flags:
+            self.loaded, self.reads = (candidate, load_data(self.trial_config(candidate), None,
+                                                            self.accelerator.device)), self.reads + 1
+            return self.loaded[1]
+        read, data = self.loaded
+        positions_A = turned_positions_A(data.positions_A, candidate.rotation_deg - read.rotation_deg)
+        aberrations = dict(data.aberrations)
+        if candidate.defocus_A is not None and self.config.experiment.defocus_A == "auto":
+            aberrations["C10"] = -float(candidate.defocus_A)
+        return dataclasses.replace(data, positions_A=positions_A, aberrations=aberrations)
 
     def loss(self, candidate) -> float:
         """The data term after ``iterations`` iterations in ``candidate``'s orientation."""
-        run = self.reconstruct(self.trial_config(candidate), self.accelerator, write=False, quiet=True)
+        run = self.reconstruct(self.trial_config(candidate), self.accelerator, data=self.dataset(candidate),
+                               write=False, quiet=True)
         return float(run.loss[-1])
 
     def __call__(self, candidates: list, turn: bool = True, focus: bool = True):
@@ -84,7 +109,12 @@ class OrientationTrials:
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
             print(f"ptyacc: the data leave {what} uncertain: trying them by short reconstructions of "
                   f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
-        losses = [self.loss(candidate) for candidate in candidates]
+        losses, kept = [], ()
+        for candidate in candidates:
+            losses.append(self.loss(candidate))
+            if losses[-1] == min(losses):
+                kept = self.loaded
+            self.loaded = kept  # the best one's dataset is what the rotation's and defocus's trials turn and refocus
         best = min(range(len(candidates)), key=lambda i: losses[i])
         chosen, said = candidates[best], []
         if len(candidates) > 1:
@@ -105,8 +135,9 @@ class OrientationTrials:
             start, base = self.loss(chosen) if shift else losses[best], chosen.defocus_A
             step, text = self.line_search(lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)),
                                           start, FOCUS_STEP, "x{:.3f}", math.exp)
-            chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)))
+            chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=BY_TRIALS)
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
+        self.loaded = ()  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used"
 
