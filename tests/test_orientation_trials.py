@@ -232,7 +232,8 @@ def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A):
 @pytest.mark.slow
 def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, tmp_path, monkeypatch):
     """3e4 counts: the parallax is clear and would correct a rotation 4 degrees off. Where the trials chose the
-    rotation (here a judge that returns it), the run keeps theirs and says what the parallax saw."""
+    rotation (here a judge that returns it), the run keeps theirs, takes no C12 of the parallax's and says what the
+    parallax saw."""
     from ptyacc.data import autocalibration
 
     path = tmp_path / "clear.h5"
@@ -242,6 +243,7 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # the search unclear,
     monkeypatch.setattr(autocalibration, "weak_com", lambda found: True)  # and asked for
     monkeypatch.setattr(autocalibration, "PARALLAX_SURE", 1e9)
+    monkeypatch.setattr(autocalibration, "C12_SIGMAS", 0.0)  # any C12 it reads would be taken
     judged = OrientationCandidate((True, False, False), TRUE_ROTATION + 4.0, TRUE_DEFOCUS, "the judge")
     data = load_data(load_config(faint_config(path)), judge=lambda candidates: (judged, "judged"))
     autos = data.autos
@@ -251,5 +253,9 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) == pytest.approx(4.0, abs=1e-6)  # kept, not turned
     said = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
     assert "not taken: trial reconstructions judged the orientation" in said
+    assert "C12b" in said and "not used: trial reconstructions judged" in said  # nor its C12,
+    assert not any(key.startswith("experiment.aberrations.C12") for key in autos)
+    plain = load_data(load_config(faint_config(path)))  # which a load without trials takes
+    assert "experiment.aberrations.C12a" in plain.autos
     left = float(said.split("its rotation left (")[1].split(" deg")[0])
     assert left == pytest.approx(-4.0, abs=1.5)  # what the parallax saw: the truth, 4 degrees back (ptyacc's sense)

@@ -433,7 +433,10 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             line += f"; {searched.line()}: these are used"
             used = OrientationCandidate(flags, rotation_deg, searched.defocus_A, "the Fourier regions' peak")
             broad = searched.contrast < SEARCH_SURE
-            if judge is not None and (broad or defocus_auto):  # a broad peak's rotation, the search's defocus tried
+            # a broad peak's rotation, the search's defocus tried. A sharp peak's rotation is not: 6 iterations'
+            # losses turned the calibration matrix's c49 (graphene, 1e4 counts) 3.5 degrees the wrong way, alike
+            # over seeds (NCC 0.667 -> 0.580), though they took c27's (1e6 counts) half a degree nearer the truth
+            if judge is not None and (broad or defocus_auto):
                 used, said = judge([used], turn=broad, focus=defocus_auto)
                 rotation_deg, line, by_trials = used.rotation_deg, line + f"; {said}", True
         else:
@@ -650,7 +653,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     the model's probe is defined (half the multislice model's propagated thickness), so that is added. ``given``:
     the defocus that came with the orientation and what gave it (``BY_SEARCH`` or ``BY_TRIALS``), used where the
     parallax cannot tell or disagrees with it. An orientation judged ``by_trials`` (reconstructions) keeps its
-    rotation: the parallax's groups hardly align at the counts that call for trials."""
+    rotation, and takes no C12: the parallax's groups hardly align at the counts that call for trials."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -713,6 +716,11 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
     if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
         notes += "; C12 as the config gives it"
+    elif math.hypot(*c12) > C12_SIGMAS * found.c12_error_A and by_trials:
+        # as its rotation: at such counts its C12 is the groups' noise (the calibration matrix's c14, 1e3 counts,
+        # none simulated: 54 A read at 4.2 sigma cost 0.21 in NCC)
+        notes += (f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A not used: trial reconstructions judged the "
+                  "orientation (give experiment.aberrations C12a and C12b if the beam is astigmatic)")
     elif math.hypot(*c12) > C12_SIGMAS * found.c12_error_A:
         found_aberrations.update(C12a=c12[0], C12b=c12[1])
         notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
