@@ -32,12 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from varying_probe_family import GRID_CASES, grid_case, parse  # noqa: E402
+from varying_probe_family import case_config, scored_run  # noqa: E402
 
-import ptyacc  # noqa: E402
 from ptyacc.physics.wavelength import electron_wavelength_A  # noqa: E402
 from ptyacc.quantities.probe_variation import ProbeVariation  # noqa: E402
-from ptyacc.results.quality import best_shift_ncc, placed_ncc  # noqa: E402
 
 MODES = ("off", "off_fixed", "truth", "truth_fixed", "truth_linear")
 
@@ -74,36 +72,15 @@ def main() -> None:
     if mode not in MODES:
         raise SystemExit(f"MODE must be one of {MODES}, got {mode!r}")
     overrides = dict(arg.split("=", 1) for arg in sys.argv[4:])
-    torch.set_num_threads(1)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = grid_case(directory, case) if case in GRID_CASES else Path(case)
-    iterations = 30 if case in GRID_CASES else 40
-    name = case if case in GRID_CASES else path.stem
-    config = {"data": {"path": str(path)}, "experiment": {"positions": {"key": "positions_A"}},
-              "model": {"probe_variation": 0}, "optim": {"iterations": iterations, "batch_size": 32},
-              "runtime": {"progress": False, "threads": 1},
-              "output": {"dir": str(directory / f"out_{name}_{mode}"), "figures": False}}
+    config, path, name = case_config(directory, case, {"probe_variation": 0}, mode)
     if mode.endswith("fixed"):
         config["optim"]["start"] = {"probe": None}
     if mode.startswith("truth"):
-        config["model"].update(probe_variation=1, probe_variation_check=False)
+        config["model"].update(probe_variation=1, probe_variation_check=False, probe_variation_eigen="aberrations")
         config["optim"]["lr"] = {"probe_variation": 0.0, "probe_amplitude": 0.0}
         ProbeVariation.probes = true_probes(path, linear=mode == "truth_linear")
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = config
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = parse(value)
-    rec = ptyacc.reconstruct(ptyacc.load_config(config), write=False)
-    with h5py.File(path) as f:
-        positions, truth = f["positions_A"][()].reshape(-1, 2), f["ground_truth/phase"][()]
-    res = rec.results
-    ncc = placed_ncc(res.phase, np.asarray(res.origin_A), res.dx_A, positions, truth)
-    best, shift = best_shift_ncc(res.phase, np.asarray(res.origin_A), res.dx_A, positions, truth)
-    print(json.dumps({"case": name, "mode": mode, "set": overrides, "ncc": round(ncc, 4), "best_ncc": round(best, 4),
-                      "shift_px": [round(float(s), 2) for s in shift], "deviance": round(rec.poisson_deviance, 4)}),
-          flush=True)
+    _, scores = scored_run(config, path, overrides)
+    print(json.dumps({"case": name, "mode": mode, "set": overrides, **scores}), flush=True)
 
 
 if __name__ == "__main__":

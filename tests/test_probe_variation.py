@@ -302,6 +302,23 @@ def test_a_crystal_under_a_drifting_probe_loses_nothing(grid_simulator, tmp_path
     assert phase_ncc(free, truth) < phase_ncc(plain, truth) - 0.005
 
 
+FOCUS_OPTIM = {"iterations": 30, "batch_size": 32}
+
+
+def one_probe_and_focus(grid_simulator, tmp_path: Path, defocus_A: tuple[float, float],
+                        current_spread: float) -> tuple[dict, ptyacc.Reconstruction, ptyacc.Reconstruction]:
+    """A case of random atoms (16 x 16 in 0.5 Å steps, 5e4 counts, tmp_path/case.h5) whose defocus goes from
+    ``defocus_A``[0] to [1] along the slow axis: its truth, one probe's run and that with a change of focus per
+    position (``model.probe_variation_eigen: defocus``)."""
+    path = tmp_path / "case.h5"
+    truth = write_varying_case(grid_simulator, path, defocus_A=defocus_A, current_spread=current_spread,
+                               scan_shape=(16, 16), dose=5e4, seed=3)
+    plain = reconstruct(path, tmp_path / "plain", optim=FOCUS_OPTIM)
+    exact = reconstruct(path, tmp_path / "exact", optim=FOCUS_OPTIM, probe_variation=1,
+                        probe_variation_eigen="defocus")
+    return truth, plain, exact
+
+
 @pytest.mark.slow
 def test_a_change_of_focus_per_position_follows_a_strong_drift(grid_simulator, tmp_path):
     """The defocus drifts from -20 to -140 Å with 8 % current noise (random atoms, 16 x 16 in 0.5 Å steps):
@@ -309,13 +326,9 @@ def test_a_change_of_focus_per_position_follows_a_strong_drift(grid_simulator, t
     each position's true probe would give (0.9963 measured, 0.9973 with the truth's probes, one probe 0.9609),
     where the focus eigen-probe, which holds a change of focus to first order, stops at 0.9704; the changes
     follow the truth (correlation 0.995, 70 % of its size in 30 iterations) and the data fit better."""
-    path = tmp_path / "drift.h5"
-    truth = write_varying_case(grid_simulator, path, defocus_A=(-20.0, -140.0), current_spread=0.08,
-                               scan_shape=(16, 16), dose=5e4, seed=3)
-    optim = {"iterations": 30, "batch_size": 32}
-    plain = reconstruct(path, tmp_path / "plain", optim=optim)
-    linear = reconstruct(path, tmp_path / "linear", optim=optim, probe_variation=1, probe_variation_eigen="aberrations")
-    exact = reconstruct(path, tmp_path / "exact", optim=optim, probe_variation=1, probe_variation_eigen="defocus")
+    truth, plain, exact = one_probe_and_focus(grid_simulator, tmp_path, (-20.0, -140.0), 0.08)
+    linear = reconstruct(tmp_path / "case.h5", tmp_path / "linear", optim=FOCUS_OPTIM, probe_variation=1,
+                         probe_variation_eigen="aberrations")
     assert phase_ncc(exact, truth) > phase_ncc(plain, truth) + 0.02
     assert phase_ncc(exact, truth) > phase_ncc(linear, truth) + 0.01
     assert exact.poisson_deviance < linear.poisson_deviance < plain.poisson_deviance
@@ -331,12 +344,7 @@ def test_a_change_of_focus_per_position_follows_a_strong_drift(grid_simulator, t
 def test_a_change_of_focus_per_position_costs_nothing_where_the_probe_is_steady(grid_simulator, tmp_path):
     """Nothing varies: the phase within 0.005 of one probe's, the deviance not above (measured 0.9976 / 1.7443
     against 0.9975 / 1.7465)."""
-    path = tmp_path / "steady.h5"
-    truth = write_varying_case(grid_simulator, path, defocus_A=(-80.0, -80.0), current_spread=0.0,
-                               scan_shape=(16, 16), dose=5e4, seed=3)
-    optim = {"iterations": 30, "batch_size": 32}
-    plain = reconstruct(path, tmp_path / "plain", optim=optim)
-    exact = reconstruct(path, tmp_path / "exact", optim=optim, probe_variation=1, probe_variation_eigen="defocus")
+    truth, plain, exact = one_probe_and_focus(grid_simulator, tmp_path, (-80.0, -80.0), 0.0)
     assert phase_ncc(exact, truth) >= phase_ncc(plain, truth) - 0.005
     assert exact.poisson_deviance <= plain.poisson_deviance
     assert "probe_variation_dropped_at" not in exact.results.attrs
