@@ -10,9 +10,7 @@ benchmarks/varying_probe_mos2.py; the file's positions and mean defocus, 30 or 4
   file's mean defocus: the true mean probe where the simulator's aperture is ptyacc's);
 - ``truth``: each position's probe is P_0 propagated by its true defocus less the mean (the file's
   ground_truth/defocus_A) and scaled by the square root of its true current (ground_truth/current, over its
-  mean), P_0 refined; ``truth_fixed``: the same with P_0 fixed at its start: every probe the truth's;
-  ``truth_linear``: as ``truth`` with the propagation to first order, P_0 + d dP_0/df (what one eigen-probe of
-  ``model.probe_variation_eigen: aberrations`` holds with each weight at the truth).
+  mean), P_0 refined; ``truth_fixed``: the same with P_0 fixed at its start: every probe the truth's.
 
 ``truth`` and ``truth_fixed`` replace ``ProbeVariation.probes`` (one eigen-probe whose weights never step) by the
 truth's probes: an oracle for measuring, never a way to run. Prints one JSON line as varying_probe_family.py."""
@@ -37,10 +35,10 @@ from varying_probe_family import case_config, scored_run  # noqa: E402
 from ptyacc.physics.wavelength import electron_wavelength_A  # noqa: E402
 from ptyacc.quantities.probe_variation import ProbeVariation  # noqa: E402
 
-MODES = ("off", "off_fixed", "truth", "truth_fixed", "truth_linear")
+MODES = ("off", "off_fixed", "truth", "truth_fixed")
 
 
-def true_probes(path: Path, linear: bool = False):
+def true_probes(path: Path):
     """``probes`` for ``ProbeVariation``: each position's probe from the file's true defocus and current."""
     with h5py.File(path) as f:
         defocus, current = f["ground_truth/defocus_A"][()], f["ground_truth/current"][()]
@@ -54,8 +52,7 @@ def true_probes(path: Path, linear: bool = False):
         q = torch.fft.fftfreq(k, d=self.dx_A, dtype=torch.float64)
         q2 = q[:, None] ** 2 + q[None, :] ** 2
         # a probe of defocus f + d is the one of f with its spectrum times exp(+i pi lambda d q^2) (physics/probe.py)
-        phase = math.pi * wavelength * change[indices.cpu()][:, None, None] * q2
-        transfer = (1 + 1j * phase if linear else torch.exp(1j * phase)).to(probe.dtype)
+        transfer = torch.exp(1j * math.pi * wavelength * change[indices.cpu()][:, None, None] * q2).to(probe.dtype)
         first = torch.fft.ifft2(torch.fft.fft2(probe[0])[None] * transfer.to(probe.device))
         first = first * scale[indices.cpu()].to(probe.device, torch.float32)[:, None, None]
         # the variation's parameters take part (their steps are 0), as every parameter must
@@ -78,7 +75,7 @@ def main() -> None:
     if mode.startswith("truth"):
         config["model"].update(probe_variation=1, probe_variation_check=False, probe_variation_eigen="aberrations")
         config["optim"]["lr"] = {"probe_variation": 0.0, "probe_amplitude": 0.0}
-        ProbeVariation.probes = true_probes(path, linear=mode == "truth_linear")
+        ProbeVariation.probes = true_probes(path)
     _, scores = scored_run(config, path, overrides)
     print(json.dumps({"case": name, "mode": mode, "set": overrides, **scores}), flush=True)
 
