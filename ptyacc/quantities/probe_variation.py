@@ -313,6 +313,7 @@ def focus_unit(wave: torch.Tensor, dx_A: float, wavelength_A: float) -> float:
     power = torch.fft.fft2(wave.cpu().to(torch.complex128)).abs() ** 2
     return float(1.0 / (math.pi * wavelength_A * torch.sqrt((power * q2 ** 2).sum() / power.sum())))
 
+
 def refocused(wave: torch.Tensor, change_A: torch.Tensor, dx_A: float, wavelength_A: float) -> torch.Tensor:
     """(B, K, K) complex: the probe mode ``wave`` (K, K) complex (pixel ``dx_A``) with its defocus changed by each
     of ``change_A`` (B,) Å, a Fresnel propagation, exact at any change: a probe of defocus f + d is the one of f
