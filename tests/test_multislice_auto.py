@@ -199,7 +199,8 @@ def test_counted_multislice_data_take_the_smoothing_of_their_dose_recorded_and_s
 def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoothing_as_a_number(tmp_path):
     """results.h5's auto_values and run.log's "auto:" line name exactly the keys this run resolved: with
     model.probe_variation on, its smoothing (twice the median distance between neighbouring positions, in Å,
-    here from NumPy's pairwise distances; with free eigen-probes at least 3 Å, not here), with two probe modes the
+    here from NumPy's pairwise distances; with free eigen-probes at least 3 Å, not here) and its kind (one
+    eigen-probe: a change of focus per position), with two probe modes the
     second's power, the object's and the
     probe's, and the runtime's device, backend
     (none: one process), threads and data.hold where auto, and the initial probe's aperture edge. A run given
@@ -212,6 +213,7 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
     with h5py.File(tmp_path / "out" / "results.h5") as f:
         chosen = yaml.safe_load(f.attrs["auto_values"])
     smoothing_A = chosen.pop("model.probe_variation_smoothing_A")
+    assert chosen.pop("model.probe_variation_eigen") == "defocus"  # one eigen-probe: a change of focus per position
     assert smoothing_A == pytest.approx(2 * np.median(pairs.min(1)), rel=1e-6)
     assert smoothing_A < 3.0  # the floor of free eigen-probes (below) would show
     free = ptyacc.load_config(base, ["model.probe_variation_eigen=free"])
@@ -226,8 +228,9 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
     said = [line.removeprefix("auto: ") for line in lines if line.startswith("auto: ")]
     named = [item.split()[0] for item in said[0].split(", ")]
     assert len(said) == 1
-    assert named == sorted([*chosen, "model.probe_variation_smoothing_A"])
-    given = {key: value for key, value in {**chosen, "model.probe_variation_smoothing_A": smoothing_A}.items()
+    assert named == sorted([*chosen, "model.probe_variation_smoothing_A", "model.probe_variation_eigen"])
+    given = {key: value for key, value in {**chosen, "model.probe_variation_smoothing_A": smoothing_A,
+                                            "model.probe_variation_eigen": "defocus"}.items()
              if key != "runtime.backend"}  # a single process's "none" is no value of the key
     numbers = ptyacc.reconstruct(ptyacc.load_config(base, [f"output.dir={tmp_path / 'numbers'}",
                                                            *(f"{key}={value}" for key, value in given.items())]))

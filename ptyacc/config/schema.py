@@ -228,12 +228,14 @@ class ModelConfig:
                 "the eigen-probes' weights are averaged after every iteration (not the main mode's: beam-current "
                 "noise is not smooth); auto: twice the median distance between neighbouring positions (with "
                 "model.probe_variation_eigen: free at least 3 Å); null: none.")
-    probe_variation_eigen: Literal["aberrations", "free"] = _f(
-        "aberrations", "model.probe_variation: what the eigen-probes may be. aberrations: how the probe changes with "
-                       "its focus, then with the two astigmatisms, the two comas and the spherical aberration (at most "
-                       "6), recomputed from the probe after every iteration and never stepped: a sample's height or a "
-                       "lens that drifts, nothing the object could hold. free: refined like the probe, any change "
-                       "(docs/how-to/varying-probe.md).")
+    probe_variation_eigen: Literal["auto", "defocus", "aberrations", "free"] = _f(
+        "auto", "model.probe_variation: how each position's probe may change. defocus (model.probe_variation: 1): "
+                "one change of focus per position, the probe propagated by it exactly (a sample's height). "
+                "aberrations: eigen-probes that are how the probe changes, to first order, with its focus, then "
+                "with the two astigmatisms, the two comas and the spherical aberration (at most 6), recomputed "
+                "from the probe after every iteration and never stepped: a sample's height or a lens that drifts, "
+                "nothing the object could hold. free: eigen-probes refined like the probe, any change. auto: "
+                "defocus where model.probe_variation is 1, aberrations above (docs/how-to/varying-probe.md).")
     detector_blur_px: float = _f(
         0.0, "The detector's point spread (charge sharing, scintillator): sigma in pixels of the patterns as prepared "
              "(after data.transform.bin) of a Gaussian that blurs every predicted pattern before the background and "
@@ -276,8 +278,11 @@ class ModelConfig:
                  f"{path}.probe_variation_smoothing_A", f"must be > 0, auto or null, got {self.probe_variation_smoothing_A}")
         # quantities/probe_variation.py's aberration_directions: focus, 2 astigmatisms, 2 comas, spherical
         _require(self.probe_variation_eigen == "free" or self.probe_variation <= 6, f"{path}.probe_variation",
-                 f"must be <= 6 with model.probe_variation_eigen: aberrations (one eigen-probe per aberration), got "
-                 f"{self.probe_variation}; free allows more")
+                 f"must be <= 6 with model.probe_variation_eigen: {self.probe_variation_eigen} (one eigen-probe per "
+                 f"aberration), got {self.probe_variation}; free allows more")
+        _require(self.probe_variation_eigen != "defocus" or self.probe_variation <= 1, f"{path}.probe_variation",
+                 f"must be 0 or 1 with model.probe_variation_eigen: defocus (one change of focus per position), got "
+                 f"{self.probe_variation}")
         _require(self.object_padding_px >= 0, f"{path}.object_padding_px", f"must be >= 0, got {self.object_padding_px}")
         _require(self.detector_blur_px >= 0, f"{path}.detector_blur_px", f"must be >= 0, got {self.detector_blur_px}")
         lo_hi = self.object_amplitude_bounds

@@ -37,11 +37,14 @@ class LearningRates:
                                       "to the probe's peak amplitude); otherwise the eigen-probes take the probe's "
                                       "least-squares step (optim.preconditioned_probe_step). 0 freezes both "
                                       "(model.probe_variation).")
+    probe_defocus: float = _f(1.0, "Adam's step size of each position's change of focus (model.probe_variation_eigen: "
+                                   "defocus), in units of the change that alters the probe by its own norm (1 / (pi "
+                                   "lambda rms(q^2)) over the probe's spectrum: 36 Å at 80 kV and 25 mrad). 0 freezes it.")
     detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_amplitude", "probe_variation", "detector_blur"):
+                     "probe_amplitude", "probe_variation", "probe_defocus", "detector_blur"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 

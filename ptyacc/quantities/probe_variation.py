@@ -13,12 +13,17 @@ shared by every position: the variation applies to the first mode only.
 The data term takes a probe per position (``ptycho_loss`` with (B, P, K, K)), so the eigen-probes
 and the weights are plain autograd parameters (from ``optim.start.probe_variation``): the weights
 refined by Adam (``optim.lr.probe_variation``, ``optim.lr.probe_amplitude``). The eigen-probes, with
-``model.probe_variation_eigen: aberrations`` (the default), are never stepped: after every iteration
+``model.probe_variation_eigen: aberrations`` (auto's with V > 1), are never stepped: after every iteration
 each is set to the derivative of P_0 by one low-order aberration (``ProbeVariation.follow``: focus, the
 two astigmatisms, the two comas, the spherical aberration), what a sample's height or a lens that drifts
 does to a probe and the object cannot hold; eigen-probes refined freely took up a crystal's structure
 while fitting the data better. With ``free`` they take the probe's least-squares step where the probe
-takes it (``EigenDescent``), Adam's otherwise.
+takes it (``EigenDescent``), Adam's otherwise. With ``defocus`` (auto's with V = 1) position j's first mode is
+w_j0 times P_0 propagated by its own change of focus, w_j1 ``focus_unit_A`` Å (``refocused``), exact at
+any change where the focus eigen-probe holds it to first order only (a drift of +-60 Å turns the phase
+at a 25 mrad aperture's edge by +-2.8 rad at 80 kV): its weights take Adam's step of
+``optim.lr.probe_defocus``, and after every iteration (``ProbeVariation.refocus``, in place of the
+canonical form below) P_0 takes the mean change of focus and the main weights' mean.
 After every iteration the eigen-probes lose their part along P_0's shifts (``ProbeVariation.unshift``: a
 probe that moves with position is a position error, and on a crystal a strain), then
 (``ProbeVariation.normalize``, the same on every process) the decomposition is put back into its
@@ -45,6 +50,7 @@ and the better kept: a variation that went wrong at once put its errors into P_0
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -70,11 +76,14 @@ class ProbeVariation(Quantity):
     name = "probe_variation"
 
     def __init__(self, variation: int, positions: int, window: int, dx_A: float, seed: int = 0,
-                 aberrations: bool = False) -> None:
+                 aberrations: bool = False, focus_unit_A: float | None = None, wavelength_A: float = 0.0) -> None:
         super().__init__()
         self.dx_A = dx_A  # the object's pixel, in which the positions are given
         self.seed = seed
         self.aberrations = aberrations  # the eigen-probes follow P_0's aberration derivatives, never stepped
+        # ``model.probe_variation_eigen: defocus``: the one weight of a position is its change of focus in units of
+        # this (Å), P_0 propagated by it (``focused``); None: the weights combine eigen-probes
+        self.focus_unit_A, self.wavelength_A = focus_unit_A, wavelength_A
         # zero until the first ``normalize`` puts in ``first_directions`` of the probe it is given
         self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2))
         self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
@@ -91,11 +100,37 @@ class ProbeVariation(Quantity):
         if self.mean_only:
             return probe
         eigen = torch.view_as_complex(self.eigen) * probe_scale  # (V, K, K)
-        first = (self.amplitudes[indices, None, None].to(probe.dtype) * probe[0]
-                 + torch.einsum("bv,vyx->byx", self.weights[indices].to(probe.dtype), eigen))[:, None]  # (B, 1, K, K)
+        if self.focus_unit_A is not None:
+            # the eigen-probe (P_0's focus derivative, kept for results.h5) takes part in every forward at 0: every
+            # parameter must (DDP's all-reduce)
+            first = (self.amplitudes[indices, None, None].to(probe.dtype) * self.focused(probe[0], indices)
+                     + 0.0 * eigen.sum())[:, None]  # (B, 1, K, K)
+        else:
+            first = (self.amplitudes[indices, None, None].to(probe.dtype) * probe[0]
+                     + torch.einsum("bv,vyx->byx", self.weights[indices].to(probe.dtype), eigen))[:, None]
         if probe.shape[0] == 1:
             return first
         return torch.cat([first, probe[1:].expand(len(indices), -1, -1, -1)], dim=1)
+
+    def focused(self, wave: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """(B, K, K) complex: ``wave`` (K, K) complex, a probe mode, with the focus of each position ``indices``
+        (B,) changed by its weight times ``focus_unit_A`` (``refocused``)."""
+        return refocused(wave, self.weights[indices, 0] * self.focus_unit_A, self.dx_A, self.wavelength_A)
+
+    @torch.no_grad()
+    def refocus(self, probe: torch.Tensor, smoothing: TiltSmoothing | None = None) -> None:
+        """``normalize`` for a change of focus per position: P_0, the first mode of ``probe`` (P, K, K, 2), takes the
+        main weights' mean (which becomes 1) and the mean change of focus (which becomes 0), every probe_j unchanged
+        but for ``smoothing`` of the changes; the eigen-probe is P_0's focus derivative, for results.h5."""
+        wave = torch.view_as_complex(probe[0].double().contiguous())
+        mean, shift = self.amplitudes.double().mean(), self.weights.double().mean(0)  # (), (1,)
+        wave = refocused(wave, shift * self.focus_unit_A, self.dx_A, self.wavelength_A)[0] * mean
+        self.weights.sub_(shift.to(self.weights.dtype))
+        if smoothing is not None:
+            smoothing(self.weights)
+        self.amplitudes.div_(mean.to(self.amplitudes.dtype))
+        probe[0].copy_(torch.view_as_real(wave).to(probe.dtype))
+        self.eigen.copy_((first_directions(probe[0], 1) * probe[0].norm()).to(self.eigen.dtype))
 
     @contextlib.contextmanager
     def mean_probe(self) -> Iterator[None]:
@@ -206,6 +241,9 @@ class ProbeVariation(Quantity):
         smoothing = None if sigma_A is None else TiltSmoothing(model.positions_px, sigma_A / self.dx_A)
 
         def after_iteration() -> None:
+            if self.focus_unit_A is not None:
+                self.refocus(model.probe, smoothing)
+                return
             if self.aberrations and self.weights.any():
                 self.follow(model.probe)
             self.unshift(model.probe)
@@ -226,18 +264,21 @@ class ProbeVariation(Quantity):
             eigen.lr = opt.preconditioned_probe_step if opt.lr.probe_variation > 0 else 0.0  # 0 freezes them, as with Adam
             eigen.optimizer = EigenDescent([self.eigen], eigen.lr, self.weights, float(model.probe_scale),
                                            config.model.object_amplitude_bounds[1] ** 2, priors.share)
-        if self.aberrations:  # ``follow`` sets them after every iteration
+        if self.aberrations:  # ``follow`` (``refocus``) sets them after every iteration
             eigen.lr = 0.0
+        weights_lr = opt.lr.probe_variation if self.focus_unit_A is None else opt.lr.probe_defocus
         return [ParameterGroup("probe_amplitude", [self.amplitudes], opt.lr.probe_amplitude, begin,
                                optimizer=RowAdam([self.amplitudes], opt.lr.probe_amplitude)),
-                ParameterGroup("probe_weights", [self.weights], opt.lr.probe_variation, begin,
-                               optimizer=RowAdam([self.weights], opt.lr.probe_variation)),
+                ParameterGroup("probe_weights", [self.weights], weights_lr, begin,
+                               optimizer=RowAdam([self.weights], weights_lr)),
                 eigen]
 
     def attributes(self, model) -> dict[str, float]:
-        """results.h5's attribute ``probe_variation_dropped_at``: the iteration from which every position
-        took P_0 (``VariationCheck``), where it did."""
-        return {} if self.dropped_at is None else {"probe_variation_dropped_at": self.dropped_at}
+        """results.h5's attributes ``probe_variation_dropped_at``: the iteration from which every position
+        took P_0 (``VariationCheck``), where it did; ``probe_variation_focus_unit_A``: with
+        ``model.probe_variation_eigen: defocus``, the change of focus (Å) of a weight of 1."""
+        said = {} if self.dropped_at is None else {"probe_variation_dropped_at": self.dropped_at}
+        return said if self.focus_unit_A is None else {**said, "probe_variation_focus_unit_A": self.focus_unit_A}
 
     def saved(self, model) -> dict[str, np.ndarray]:
         """results.h5's group ``probe_variation``: ``modes`` (V + 1, K, K) complex64 [P_0, E_1..E_V] and
@@ -253,8 +294,35 @@ def varying_probe(config, model, context: BuildContext) -> ProbeVariation | None
     """``model.probe_variation`` eigen-probes, when asked for."""
     if config.model.probe_variation == 0:
         return None
+    kind = config.model.probe_variation_eigen
+    if kind == "auto":
+        raise ValueError("model.probe_variation_eigen: auto reaches the quantity unresolved; build the run's config "
+                         "with reconstruction.autos.resolve_autos")
+    focus_unit_A = None
+    if kind == "defocus":  # a weight of 1 changes P_0 as much as one of an eigen-probe of ``aberrations``
+        focus_unit_A = focus_unit(model.complex_probe()[0].detach(), context.geometry.dx_A, context.data.wavelength_A)
     return ProbeVariation(config.model.probe_variation, len(model.positions_px), model.window, context.geometry.dx_A,
-                          config.runtime.seed, config.model.probe_variation_eigen == "aberrations")
+                          config.runtime.seed, kind in ("aberrations", "defocus"), focus_unit_A, context.data.wavelength_A)
+
+
+def focus_unit(wave: torch.Tensor, dx_A: float, wavelength_A: float) -> float:
+    """The change of focus (Å) that changes the probe mode ``wave`` (K, K) complex, to first order, by its own norm:
+    1 / (pi lambda rms(q^2)), the rms over its spectrum's power."""
+    q = torch.fft.fftfreq(wave.shape[-1], d=dx_A, dtype=torch.float64)
+    q2 = q[:, None] ** 2 + q[None, :] ** 2
+    power = torch.fft.fft2(wave.cpu().to(torch.complex128)).abs() ** 2
+    return float(1.0 / (math.pi * wavelength_A * torch.sqrt((power * q2 ** 2).sum() / power.sum())))
+
+
+def refocused(wave: torch.Tensor, change_A: torch.Tensor, dx_A: float, wavelength_A: float) -> torch.Tensor:
+    """(B, K, K) complex: the probe mode ``wave`` (K, K) complex (pixel ``dx_A``) with its defocus changed by each
+    of ``change_A`` (B,) Å, a Fresnel propagation, exact at any change: a probe of defocus f + d is the one of f
+    with its spectrum times exp(+i pi lambda d q^2) (``physics.probe.stem_probe``)."""
+    q = torch.fft.fftfreq(wave.shape[-1], d=dx_A, dtype=torch.float64, device=wave.device)
+    q2 = (q[:, None] ** 2 + q[None, :] ** 2).to(wave.real.dtype)  # (K, K) 1/Å^2
+    transfer = torch.polar(torch.ones_like(q2), math.pi * wavelength_A * change_A.to(q2.dtype)[:, None, None] * q2)
+    return torch.fft.ifft2(torch.fft.fft2(wave)[None] * transfer)
+
 
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
     """(count, K, K, 2): the eigen-probes' start from the first probe mode ``probe`` (K, K, 2): how it

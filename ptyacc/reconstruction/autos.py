@@ -5,7 +5,7 @@
   the probe's optimizer and step, Adam's beta2 (``optim/autos.py``: ``data_autos``, ``AutoPriors``);
 - the model's: ``model.probe_variation_smoothing_A``, with ``model.probe_variation`` on, twice the
   median distance between neighbouring positions, with free eigen-probes at least 3 Å (``variation_smoothing``),
-  and ``model.probe_mode_power``
+  ``model.probe_variation_eigen`` (``variation_eigen``), and ``model.probe_mode_power``
   with several probe modes (``ModelConfig.further_mode_power``);
 - the initial probe's ``model.probe_aperture_edge``: measured where the mean pattern shows an even
   bright-field disk of the semi-angle, else soft (``data/aperture_edge.py``'s rule); ``build_model``
@@ -93,6 +93,17 @@ def variation_smoothing(config: Config, positions_px: np.ndarray, dx_A: float) -
     return {"model.probe_variation_smoothing_A": max(sigma_px * dx_A, floor_A)}
 
 
+def variation_eigen(config: Config) -> dict[str, str]:
+    """{"model.probe_variation_eigen": defocus with one eigen-probe, aberrations with more}, for a run with
+    ``model.probe_variation`` and it auto; else empty. One change of focus per position, exact, followed strong
+    drifts (+-60 Å and more) where the focus eigen-probe, which holds it to first order, stopped at a fraction
+    (benchmarks/records/2026-12-02-opr-ceiling.md)."""
+    model = config.model
+    if model.probe_variation == 0 or model.probe_variation_eigen != "auto":
+        return {}
+    return {"model.probe_variation_eigen": "defocus" if model.probe_variation == 1 else "aberrations"}
+
+
 def upsample_auto(config: Config) -> tuple[dict[str, int], list[str]]:
     """{"data.transform.upsample": n} where it is auto and the load took n (``resolved_upsample``), and the
     terminal's line where n is not 1; nothing for a ``data.simulate`` dataset, which has no transform."""
@@ -157,7 +168,7 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     config = calibration_autos(config, data) if data.autos else config
     config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
     config, iterations = resolved_iterations(config)
-    model = dict(smoothing)  # the model's keys
+    model = {**smoothing, **variation_eigen(config)}  # the model's keys
     if config.model.probe_modes > 1 and config.model.probe_mode_power == "auto":
         model["model.probe_mode_power"] = config.model.further_mode_power()
     priors = AutoPriors.of(config)
