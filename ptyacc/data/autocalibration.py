@@ -209,7 +209,7 @@ class AutoCalibration:
         if "experiment.scan_rotation_deg" in self.asked:
             found["experiment.scan_rotation_deg"] = float(self.scan_rotation_deg)
         if "experiment.defocus_A" in self.asked:
-            found["experiment.defocus_A"] = -float(self.aberrations.get("C10", 0.0))
+            found["experiment.defocus_A"] = self.defocus_A
             found.update({f"experiment.aberrations.{name}": float(value) for name, value in self.fitted_c12().items()})
         if "data.transform.orientation" in self.asked:
             found.update({"data.transform.transpose": bool(self.flags[0]), "data.transform.flip_y": bool(self.flags[1]),
@@ -223,6 +223,11 @@ class AutoCalibration:
             if "data.transform.descan_model" in self.asked:
                 found["data.transform.descan_model"] = self.descan_model
         return found
+
+    @property
+    def defocus_A(self) -> float:
+        """The defocus the run takes (Å, = -C10 of ``aberrations``)."""
+        return -float(self.aberrations.get("C10", 0.0))
 
     def fitted_c12(self) -> dict[str, float]:
         """{"C12a", "C12b": Å} that the parallax set, where they differ from the nominal ones."""
@@ -239,7 +244,7 @@ class AutoCalibration:
             experiment = dataclasses.replace(experiment, scan_rotation_deg=float(self.scan_rotation_deg))
         if "experiment.defocus_A" in self.asked:
             aberrations = {name: value for name, value in experiment.aberrations.items() if name != "C10"}
-            experiment = dataclasses.replace(experiment, defocus_A=-float(self.aberrations.get("C10", 0.0)),
+            experiment = dataclasses.replace(experiment, defocus_A=self.defocus_A,
                                              aberrations={**aberrations, **self.fitted_c12()})
         if "data.transform.orientation" in self.asked:
             transform = dataclasses.replace(transform, orientation="manual", transpose=bool(self.flags[0]),
