@@ -85,7 +85,7 @@ def _record(asked: frozenset[str]) -> AutoCalibration:
                     fill=np.ones((4, 4)) / 16, noise_px=0.05)
     bad = BadPixels((4, 4), np.array([[0, 0], [1, 1]]), np.array([[2, 2], [3, 3]]))
     return AutoCalibration(flags=(True, False, True), scan_rotation_deg=-12.5,
-                           aberrations={"C10": -118.0, "C12a": 7.0, "C12b": 2.0, "C30": 1e4},
+                           aberrations={"C10": np.float64(-118.0), "C12a": np.float64(7.0), "C12b": 2.0, "C30": 1e4},
                            nominal_aberrations={"C10": -96.0, "C12b": 2.0, "C30": 1e4},
                            bad_pixels=bad if "data.bad_pixels" in asked else None,
                            orientation=MeasuredOrientation((True, False, True), -12.5, 0.4), flip_about_zero=(False, True),
@@ -142,6 +142,7 @@ def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
         assert values["experiment.defocus_A"] == 118.0 and values["experiment.aberrations.C12a"] == 7.0
         assert "experiment.aberrations.C12b" not in values  # as nominal
         assert run.experiment.aberrations == {"C30": 1e4, "C12a": 7.0}
+        assert type(run.experiment.aberrations["C12a"]) is type(run.experiment.defocus_A) is float  # YAML writes them
     if "data.transform.orientation" in asked:
         assert run.data.transform.orientation == "manual" and values["data.transform.flip_about_zero"] == [False, True]
     if {"data.transform.descan", "data.transform.descan_model"} <= asked:

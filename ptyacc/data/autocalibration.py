@@ -210,7 +210,7 @@ class AutoCalibration:
             found["experiment.scan_rotation_deg"] = float(self.scan_rotation_deg)
         if "experiment.defocus_A" in self.asked:
             found["experiment.defocus_A"] = self.defocus_A
-            found.update({f"experiment.aberrations.{name}": float(value) for name, value in self.fitted_c12().items()})
+            found.update({f"experiment.aberrations.{name}": value for name, value in self.fitted_c12().items()})
         if "data.transform.orientation" in self.asked:
             found.update({"data.transform.transpose": bool(self.flags[0]), "data.transform.flip_y": bool(self.flags[1]),
                           "data.transform.flip_x": bool(self.flags[2]),
@@ -231,7 +231,7 @@ class AutoCalibration:
 
     def fitted_c12(self) -> dict[str, float]:
         """{"C12a", "C12b": Å} that the parallax set, where they differ from the nominal ones."""
-        return {name: self.aberrations[name] for name in ("C12a", "C12b")
+        return {name: float(self.aberrations[name]) for name in ("C12a", "C12b")
                 if name in self.aberrations and self.aberrations[name] != self.nominal_aberrations.get(name)}
 
     def in_config(self, config: Config) -> Config:
@@ -289,13 +289,17 @@ class ScansCalibration:
         return None if self.scans[0] is None else self.scans[0].descan
 
     def detector_arrays(self) -> dict[str, np.ndarray]:
+        """Scan 0's (``AutoCalibration.detector_arrays``)."""
         return {} if self.scans[0] is None else self.scans[0].detector_arrays()
 
     def auto_values(self) -> dict[str, float | int | str | bool]:
+        """Every scan's ``AutoCalibration.auto_values``, named ``scans[i].<key>``."""
         return {f"scans[{i}].{key}": value for i, found in enumerate(self.scans) if found is not None
                 for key, value in found.auto_values().items()}
 
     def in_config(self, config: Config) -> Config:
+        """``config`` as it is: the run's config is no one scan's; what each scan's autos found is in its own
+        dataset's calibration."""
         return config
 
 
