@@ -1,15 +1,34 @@
 """The calibration step's own machinery (``ptyacc/data/autocalibration.py``): the file read once for the
 autos (``ReadOnce``) gives what reading it each time gives, bit for bit, and the record of what the autos
-found gives results.h5's /detector names and dtypes."""
+found gives results.h5's /detector names and dtypes, the run's config its numbers in the autos' place and the
+auto values that name them, which cannot disagree."""
 
 import dataclasses
+import itertools
 
 import h5py
 import numpy as np
+import pytest
+import torch
 
+from ptyacc import load_config
 from ptyacc.config import TransformConfig
-from ptyacc.data.autocalibration import BY_SEARCH, BY_TRIALS, AutoCalibration, MeasuredDescan, MeasuredOrientation, ReadOnce
+from ptyacc.data import PtychoData
+from ptyacc.data.autocalibration import (
+    BY_SEARCH,
+    BY_TRIALS,
+    CALIBRATION_AUTOS,
+    MEASURED_ONLY,
+    AutoCalibration,
+    MeasuredDefocus,
+    MeasuredDescan,
+    MeasuredOrientation,
+    ReadOnce,
+    ScansCalibration,
+    asked_autos,
+)
 from ptyacc.data.descan import Descan
+from ptyacc.data.detector import BadPixels
 from ptyacc.data.orientation import middle_block
 from ptyacc.data.prepare import Preparation, pattern_preparation
 from ptyacc.data.readers import open_patterns
@@ -64,3 +83,102 @@ def test_the_record_gives_the_detector_arrays_in_their_dtypes():
     tried = dataclasses.replace(found, orientation=MeasuredOrientation((True, False, False), 9.5, -0.3, 104.0,
                                                                        BY_TRIALS, by_trials=True)).detector_arrays()
     assert "overlap_defocus_A" not in tried and float(tried["trials_defocus_A"]) == 104.0
+
+
+def _record(asked: frozenset[str]) -> AutoCalibration:
+    """A record of every calibration auto found: a turned scan, a transpose with a flip about the zero frequency,
+    a defocus with the C12 the parallax set (C12b as nominal), 3 bad pixels, a descan the model takes."""
+    descan = Descan(plane=np.zeros((2, 3)), origin_A=np.zeros(2), centre_px=2.0, residual_px=0.1, patterns=5,
+                    fill=np.ones((4, 4)) / 16, noise_px=0.05)
+    bad = BadPixels((4, 4), np.array([[0, 0], [1, 1]]), np.array([[2, 2], [3, 3]]))
+    return AutoCalibration(flags=(True, False, True), scan_rotation_deg=-12.5,
+                           aberrations={"C10": np.float64(-118.0), "C12a": np.float64(7.0), "C12b": 2.0, "C30": 1e4},
+                           nominal_aberrations={"C10": -96.0, "C12b": 2.0, "C30": 1e4},
+                           bad_pixels=bad if "data.bad_pixels" in asked else None,
+                           orientation=MeasuredOrientation((True, False, True), -12.5, 0.4), flip_about_zero=(False, True),
+                           descan=MeasuredDescan(descan, np.array([[0.5, -0.75], [0.0, 0.25]]), in_model=True)
+                           if "data.transform.descan" in asked else None,
+                           defocus=MeasuredDefocus(118.0, 1.5), asked=asked, descan_model="ramp")
+
+
+def _config(asked: frozenset[str]):
+    given = {"experiment.scan_rotation_deg": ("experiment", "scan_rotation_deg", 3.0),
+             "experiment.defocus_A": ("experiment", "defocus_A", None),
+             "data.transform.orientation": ("transform", "orientation", "manual"),
+             "data.bad_pixels": ("data", "bad_pixels", "off"), "data.transform.descan": ("transform", "descan", "off"),
+             "data.transform.descan_model": ("transform", "descan_model", "shift")}
+    data, transform = {"path": "x.h5", "transform": {}}, {}
+    experiment = {"aberrations": {"C10": -96.0, "C30": 1e4}}
+    for key, (section, name, otherwise) in given.items():
+        {"experiment": experiment, "data": data, "transform": transform}[section][name] = \
+            "auto" if key in asked else otherwise
+    if "experiment.defocus_A" in asked:
+        experiment["aberrations"] = {"C30": 1e4}  # the nominal defocus from the file
+    data["transform"] = transform
+    return load_config({"data": data, "experiment": experiment})
+
+
+def _at(config, key: str):
+    """The config's value at a dotted key (``experiment.aberrations.C12a`` reads the aberrations' C12a)."""
+    section, *names = key.split(".")
+    value = getattr(config, section)
+    for name in names:
+        value = value[name] if isinstance(value, dict) else getattr(value, name)
+    return value
+
+
+@pytest.mark.parametrize("asked", [frozenset(c) for n in range(len(CALIBRATION_AUTOS) + 1)
+                                   for c in itertools.combinations(CALIBRATION_AUTOS, n)], ids=str)
+def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
+    """Every combination of calibration autos asked: the run's config (``in_config``) holds at each key that
+    ``auto_values`` names the value it names (the two measured only keep their auto), the nominal C10 gone where
+    the defocus was found, and every key it does not name as given: the config and the record cannot disagree."""
+    config = _config(asked)
+    assert asked_autos(config) == asked
+    found = _record(asked)
+    values, run = found.auto_values(), found.in_config(config)
+    for key, value in values.items():
+        assert _at(run, key) == ("auto" if key in MEASURED_ONLY else value), key
+    named = {key.rsplit(".", 1)[0] if key.startswith("experiment.aberrations.") else key for key in values}
+    named |= {"data.transform.orientation"} if "data.transform.transpose" in values else set()  # manual with them
+    untouched = {"experiment.scan_rotation_deg", "experiment.defocus_A", "data.transform.orientation",
+                 "data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x",
+                 "data.transform.flip_about_zero", "data.transform.descan_model", "experiment.aberrations"} - named
+    assert {key: _at(run, key) for key in untouched} == {key: _at(config, key) for key in untouched}
+    if "experiment.defocus_A" in asked:
+        assert values["experiment.defocus_A"] == 118.0 and values["experiment.aberrations.C12a"] == 7.0
+        assert "experiment.aberrations.C12b" not in values  # as nominal
+        assert run.experiment.aberrations == {"C30": 1e4, "C12a": 7.0}
+        assert type(run.experiment.aberrations["C12a"]) is type(run.experiment.defocus_A) is float  # YAML writes them
+    if "data.transform.orientation" in asked:
+        assert run.data.transform.orientation == "manual" and values["data.transform.flip_about_zero"] == [False, True]
+    if {"data.transform.descan", "data.transform.descan_model"} <= asked:
+        assert values["data.transform.descan_model"] == run.data.transform.descan_model == "ramp"
+    if not asked - set(MEASURED_ONLY):
+        assert run is config
+
+
+def test_the_dataset_reads_its_autos_and_detector_arrays_from_the_record():
+    """``PtychoData.autos`` and ``detector`` are read-only views of ``autocalibration``, not fields of their own:
+    no load can set one apart from the record, and a dataset given another record reads the other."""
+    every = frozenset(CALIBRATION_AUTOS)
+    found = _record(every)
+    data = PtychoData(patterns=torch.zeros(2, 4, 4), positions_A=np.zeros((2, 2)), dx_A=0.5, wavelength_A=0.02,
+                      semiangle_mrad=20.0, aberrations={}, autocalibration=found)
+    assert not {"autos", "detector"} & {f.name for f in dataclasses.fields(PtychoData)}
+    assert dict(data.autos) == found.auto_values() and set(data.detector) == set(found.detector_arrays())
+    with pytest.raises(TypeError):
+        data.autos["experiment.defocus_A"] = 100.0
+    fewer = dataclasses.replace(data, autocalibration=_record(frozenset({"experiment.scan_rotation_deg"})))
+    assert dict(fewer.autos) == {"experiment.scan_rotation_deg": -12.5} and "bad_pixels" not in fewer.detector
+    none = dataclasses.replace(data, autocalibration=None)
+    assert dict(none.autos) == {} and dict(none.detector) == {}
+
+
+def test_several_scans_name_each_scans_autos_and_keep_scan_0s_arrays():
+    first, second = _record(frozenset({"experiment.scan_rotation_deg"})), _record(frozenset({"data.bad_pixels"}))
+    scans = ScansCalibration((first, None, second))
+    assert scans.auto_values() == {"scans[0].experiment.scan_rotation_deg": -12.5, "scans[2].data.bad_pixels": 4}
+    assert set(scans.detector_arrays()) == set(first.detector_arrays()) and scans.descan is None
+    config = _config(frozenset({"experiment.scan_rotation_deg"}))
+    assert scans.in_config(config) is config  # each scan's config took its own

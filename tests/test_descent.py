@@ -394,3 +394,24 @@ def test_adams_beta2_is_resolved_with_the_other_autos():
     assert (AutoPriors.of(one).beta2, AutoPriors.of(several).beta2, AutoPriors.of(given).beta2) == (0.95, 0.999, 0.9)
     assert auto_values(one)["optim.adam_beta2"] == 0.95 and auto_values(several)["optim.adam_beta2"] == 0.999
     assert "optim.adam_beta2" not in auto_values(given)
+
+
+def test_the_objects_depth_blur_is_the_priors():
+    """``optim.regularize.depth_blur_slices`` reaches the object's group through ``AutoPriors`` alone: as given, 0
+    (off) for an auto no data resolved, and whatever the priors carry (the data's choice, ``data_autos``)."""
+    import dataclasses
+
+    from ptyacc.optim.autos import AutoPriors
+
+    unresolved = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
+    given = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.regularize.depth_blur_slices=1.5"])
+    assert unresolved.optim.regularize.depth_blur_slices == "auto"
+    assert (AutoPriors.of(unresolved).depth_blur_slices, AutoPriors.of(given).depth_blur_slices) == (0.0, 1.5)
+    model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=3)
+
+    def sigma(config, priors=None):
+        group = next(g for g in build_groups(config, model, torch.device("cpu"), priors) if g.name == "object")
+        return group.after_iteration.args[4], group.exact_projection  # project_object's depth sigma
+
+    assert sigma(unresolved)[0] == 0.0 and sigma(given) == (1.5, False)
+    assert sigma(unresolved, dataclasses.replace(AutoPriors.of(unresolved), depth_blur_slices=2.0)) == (2.0, False)

@@ -203,6 +203,7 @@ def test_the_parallax_corrects_a_rotation_the_centre_of_mass_could_not_tell(grid
     assert "C12a" not in data.aberrations  # none in the data: within 3 sigma of 0
 
 
+@pytest.mark.slow
 def test_measured_astigmatism_goes_into_the_probe(grid_simulator, tmp_path):
     setting = grid_simulator.Setting(detector_px=K, scan_shape=(32, 32), scan_step_A=0.4, dose=3e4, defocus_A=120.0,
                                      edge_mrad=50.0, seed=2, c12_A=(0.0, -20.0), nominal_defocus_A=96.0)
@@ -261,6 +262,7 @@ def test_a_thick_sample_the_defocus_at_the_entrance_surface(grid_simulator, tmp_
     assert any("at the sample's middle, 12 A below the entrance surface" in line for line in entrance.checks)
 
 
+@pytest.mark.slow
 def test_info_draws_the_parallax_the_estimate_gives(grid_simulator, tmp_path):
     """`ptyacc info --figure`: the arrays drawn are those of the estimate itself (``measure`` on the
     file's patterns), and the figure shows them."""

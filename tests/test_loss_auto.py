@@ -81,6 +81,7 @@ def test_sample_statistics_sees_whole_numbers_the_brightest_mean_pixel_and_the_m
     assert 40.0 + 100 < picked < 40.0 + 200
 
 
+@pytest.mark.slow
 def test_a_run_records_what_auto_chose(tmp_path):
     counted = tiny_config(tmp_path, data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
                                                        "dose": 2000.0}})

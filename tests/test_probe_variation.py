@@ -282,6 +282,7 @@ def test_a_probe_that_does_not_vary_costs_nothing(grid_simulator, tmp_path):
     assert varied.poisson_deviance <= plain.poisson_deviance
 
 
+@pytest.mark.slow
 def test_a_crystal_under_a_drifting_probe_loses_nothing(grid_simulator, tmp_path):
     """A WSe2 monolayer (a crystal: its phase has no smooth part) under a defocus drifting from -20 to -140 Å with
     8 % current noise, in 0.5 Å steps: with two eigen-probes that follow the probe's aberrations (the default,

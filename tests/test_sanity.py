@@ -79,6 +79,7 @@ def test_a_mismatch_without_a_known_slip_names_every_value(bare_file):
     assert "experiment.dk_from_bright_field: true" in result.output
 
 
+@pytest.mark.slow
 def test_check_calibration_false_skips_the_check(bare_file, tmp_path):
     result = CliRunner().invoke(cli, ["run", str(bare_file), "--quiet", "--set", "experiment.energy_eV=80",
                                       "--set", "experiment.check_calibration=false"])

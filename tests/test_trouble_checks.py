@@ -77,6 +77,7 @@ def faint(grid_simulator, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, says", [
     ({}, None),
     ({"scan_rotation_deg": TRUE_ROTATION + 30}, "experiment.scan_rotation_deg"),

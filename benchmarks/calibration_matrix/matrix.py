@@ -586,11 +586,10 @@ def measured(case: Case, cache: Path) -> str:
     config = {"data": {"path": str(data), "bad_pixels": "auto", "transform": {"orientation": "auto", "descan": "auto"}},
               "experiment": {"defocus_A": "auto", "scan_rotation_deg": "auto"}}
     loaded = load_data(load_config(config))
-    autos = loaded.autos
-    found = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
-    mirrored, angle = frame_difference(found, autos["experiment.scan_rotation_deg"],
+    found = loaded.autocalibration
+    mirrored, angle = frame_difference(tuple(bool(flag) for flag in found.flags), float(found.scan_rotation_deg),
                                        (case.transpose, case.flip_y, case.flip_x), case.rotation_deg)
-    defocus = autos["experiment.defocus_A"]
+    defocus = found.defocus_A
     warnings = sum(line.startswith("warning:") for line in loaded.checks)
     return (f"{case.name} frame {angle:+7.2f} deg{' mirrored' if mirrored else ''} defocus "
             f"{defocus:7.1f} A (true {case.defocus_A:.1f}, {(defocus - case.defocus_A) / abs(case.defocus_A):+.0%}) "

@@ -108,8 +108,6 @@ def data_report(config, sample: int = 64, save: Path | None = None) -> list[str]
     return lines
 
 
-# auto values that are counts and sizes found, not values the config could take instead of its auto
-MEASURED_ONLY = ("data.bad_pixels", "data.transform.descan")
 ORIENTATION_KEYS = ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x",
                     "data.transform.flip_about_zero")
 
@@ -124,6 +122,7 @@ def save_measured(path: Path, config, data, lines: list[str]) -> str:
     import h5py
     import yaml
 
+    from ptyacc.data.autocalibration import MEASURED_ONLY
     from ptyacc.results.h5file import versions, write_calibration_groups
     from ptyacc.results.outdir import atomic_write
 

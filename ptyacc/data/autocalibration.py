@@ -7,7 +7,8 @@ preparation that follows, the descan, the defocus (parallax, ``parallax.py``, or
 checks of values given against the data (``trouble.py``, ``sanity.py``).
 
 What the autos found and decided is one record, ``AutoCalibration``: it gives results.h5's ``/detector``
-arrays and the ``auto_values`` of the run. The scan's middle block, which half a dozen of these
+arrays, the run's config with the numbers in place of the autos (``in_config``) and the ``auto_values`` that
+name them (results.h5, run.log, ``info --save``). The scan's middle block, which half a dozen of these
 measurements read, and the samples are read from the file once (``ReadOnce``) and prepared as each asks.
 """
 
@@ -97,6 +98,12 @@ class MeasuredDescan:
     shifts_px: np.ndarray
     in_model: bool = False
 
+    @property
+    def moves_patterns(self) -> bool:
+        """Whether the patterns are shifted back as they are read: a shift moves one (``any_moved``) and the model
+        does not take it."""
+        return not self.in_model and any_moved(self.shifts_px)
+
 
 @dataclass(frozen=True)
 class MeasuredDefocus:
@@ -159,7 +166,9 @@ class AutoCalibration:
     ``orientation`` measured, the flips that turn about the zero frequency (``flip_about_zero`` (y, x), where
     any does), the ``descan``, the ``defocus``; with what the preparation and the calibration use after them:
     the transpose/flip ``flags``, the scan rotation ``scan_rotation_deg`` and the ``aberrations`` (against the
-    ``nominal_aberrations`` the config or file gave)."""
+    ``nominal_aberrations`` the config or file gave); ``asked``, the keys of ``CALIBRATION_AUTOS`` the config gave
+    as auto, and ``descan_model``, how the descan is taken ("ramp": by the model, ``descan_left_to_model``;
+    "shift")."""
 
     flags: Flags
     scan_rotation_deg: float
@@ -170,6 +179,8 @@ class AutoCalibration:
     flip_about_zero: tuple[bool, bool] | None = None
     descan: MeasuredDescan | None = None
     defocus: MeasuredDefocus | None = None
+    asked: frozenset[str] = frozenset()
+    descan_model: str = "shift"
 
     def detector_arrays(self) -> dict[str, np.ndarray]:
         """results.h5's ``/detector`` group (names and dtypes in ``results/h5file.py``'s docstring)."""
@@ -197,31 +208,108 @@ class AutoCalibration:
                               parallax_fit_A=found.fit_A, parallax_image=found.image)
         return arrays
 
-    def auto_values(self, config: Config) -> dict[str, float | int | str | bool]:
-        """{key: value} of the calibration autos of ``config`` as resolved, for ``reconstruction/autos.py``
-        (the run's config and results.h5's ``auto_values``): the scan rotation, the defocus and the C12 the
-        parallax set, the transpose/flip (and which flips turn about the zero frequency), the number of bad pixels
-        left out, the largest descan (px, 0 where
-        none was taken out) and how the model takes it."""
-        data, transform, found = config.data, config.data.transform, {}
-        if config.experiment.scan_rotation_deg == "auto":
+    def auto_values(self) -> dict[str, float | int | str | bool]:
+        """{key: value} of the calibration autos as resolved (results.h5's and ``info --save``'s ``auto_values``,
+        run.log's "auto:" line): the scan rotation, the defocus and the C12 the parallax set, the transpose/flip
+        (and which flips turn about the zero frequency), the number of bad pixels left out, the largest descan
+        (px, 0 where none was taken out) and how the model takes it. The values ``in_config`` puts in the config,
+        and the two it does not (``MEASURED_ONLY``)."""
+        found: dict[str, float | int | str | bool] = {}
+        if "experiment.scan_rotation_deg" in self.asked:
             found["experiment.scan_rotation_deg"] = float(self.scan_rotation_deg)
-        if config.experiment.defocus_A == "auto":
-            found["experiment.defocus_A"] = -float(self.aberrations.get("C10", 0.0))
-            found.update({f"experiment.aberrations.{name}": float(self.aberrations[name]) for name in ("C12a", "C12b")
-                          if name in self.aberrations and self.aberrations[name] != self.nominal_aberrations.get(name)})
-        if transform.orientation == "auto":
+        if "experiment.defocus_A" in self.asked:
+            found["experiment.defocus_A"] = self.defocus_A
+            found.update({f"experiment.aberrations.{name}": value for name, value in self.fitted_c12().items()})
+        if "data.transform.orientation" in self.asked:
             found.update({"data.transform.transpose": bool(self.flags[0]), "data.transform.flip_y": bool(self.flags[1]),
                           "data.transform.flip_x": bool(self.flags[2]),
                           "data.transform.flip_about_zero": [bool(v) for v in self.flip_about_zero or (False, False)]})
-        if data.bad_pixels == "auto":
+        if "data.bad_pixels" in self.asked:
             found["data.bad_pixels"] = self.bad_pixels.count
-        if transform.descan == "auto":
+        if "data.transform.descan" in self.asked:
             shifts = self.descan.shifts_px
             found["data.transform.descan"] = float(np.abs(shifts).max()) if len(shifts) else 0.0
-            if transform.descan_model == "auto":
-                found["data.transform.descan_model"] = "ramp" if descan_left_to_model(config) else "shift"
+            if "data.transform.descan_model" in self.asked:
+                found["data.transform.descan_model"] = self.descan_model
         return found
+
+    @property
+    def defocus_A(self) -> float:
+        """The defocus the run takes (Å, = -C10 of ``aberrations``)."""
+        return -float(self.aberrations.get("C10", 0.0))
+
+    def fitted_c12(self) -> dict[str, float]:
+        """{"C12a", "C12b": Å} that the parallax set, where they differ from the nominal ones."""
+        return {name: float(self.aberrations[name]) for name in ("C12a", "C12b")
+                if name in self.aberrations and self.aberrations[name] != self.nominal_aberrations.get(name)}
+
+    def in_config(self, config: Config) -> Config:
+        """``config`` with what the autos found in place of its calibration autos: the scan rotation, the defocus
+        (``experiment.aberrations`` less its C10, the nominal one, with the C12 the parallax set), the orientation
+        manual with its flags and flips about the zero frequency, the descan model. ``data.bad_pixels`` and
+        ``data.transform.descan`` keep their auto (``MEASURED_ONLY``: the mask and the shifts are the data's)."""
+        experiment, transform = config.experiment, config.data.transform
+        if "experiment.scan_rotation_deg" in self.asked:
+            experiment = dataclasses.replace(experiment, scan_rotation_deg=float(self.scan_rotation_deg))
+        if "experiment.defocus_A" in self.asked:
+            aberrations = {name: value for name, value in experiment.aberrations.items() if name != "C10"}
+            experiment = dataclasses.replace(experiment, defocus_A=self.defocus_A,
+                                             aberrations={**aberrations, **self.fitted_c12()})
+        if "data.transform.orientation" in self.asked:
+            transform = dataclasses.replace(transform, orientation="manual", transpose=bool(self.flags[0]),
+                                            flip_y=bool(self.flags[1]), flip_x=bool(self.flags[2]),
+                                            flip_about_zero=[bool(v) for v in self.flip_about_zero or (False, False)])
+        if {"data.transform.descan", "data.transform.descan_model"} <= self.asked:
+            transform = dataclasses.replace(transform, descan_model=self.descan_model)
+        if experiment is config.experiment and transform is config.data.transform:
+            return config
+        return dataclasses.replace(config, experiment=experiment,
+                                   data=dataclasses.replace(config.data, transform=transform))
+
+
+# the config's calibration keys that may be auto, each resolved by the load (``AutoCalibration.asked``)
+CALIBRATION_AUTOS = ("experiment.scan_rotation_deg", "experiment.defocus_A", "data.transform.orientation",
+                     "data.bad_pixels", "data.transform.descan", "data.transform.descan_model")
+# those named in ``auto_values`` by a count or size found, which keep their auto in the run's config
+MEASURED_ONLY = ("data.bad_pixels", "data.transform.descan")
+
+
+def asked_autos(config: Config) -> frozenset[str]:
+    """The keys of ``CALIBRATION_AUTOS`` that ``config`` gives as auto."""
+    given = {"experiment.scan_rotation_deg": config.experiment.scan_rotation_deg,
+             "experiment.defocus_A": config.experiment.defocus_A,
+             "data.transform.orientation": config.data.transform.orientation, "data.bad_pixels": config.data.bad_pixels,
+             "data.transform.descan": config.data.transform.descan,
+             "data.transform.descan_model": config.data.transform.descan_model}
+    return frozenset(key for key in CALIBRATION_AUTOS if given[key] == "auto")
+
+
+@dataclass(frozen=True)
+class ScansCalibration:
+    """The calibration autos of several scans (the config's ``scans:``), ``scans[i]`` scan i's record (None where
+    none ran), each resolved in its own scan's config (``quantities/scans.py``): results.h5's ``/detector`` is scan
+    0's, the auto values are every scan's, named ``scans[i].<key>``, and the run's config keeps its own."""
+
+    scans: tuple[AutoCalibration | None, ...]
+
+    @property
+    def descan(self) -> MeasuredDescan | None:
+        """Scan 0's descan (several scans take theirs as shifts of the patterns, never in the model)."""
+        return None if self.scans[0] is None else self.scans[0].descan
+
+    def detector_arrays(self) -> dict[str, np.ndarray]:
+        """Scan 0's (``AutoCalibration.detector_arrays``)."""
+        return {} if self.scans[0] is None else self.scans[0].detector_arrays()
+
+    def auto_values(self) -> dict[str, float | int | str | bool]:
+        """Every scan's ``AutoCalibration.auto_values``, named ``scans[i].<key>``."""
+        return {f"scans[{i}].{key}": value for i, found in enumerate(self.scans) if found is not None
+                for key, value in found.auto_values().items()}
+
+    def in_config(self, config: Config) -> Config:
+        """``config`` as it is: the run's config is no one scan's; what each scan's autos found is in its own
+        dataset's calibration."""
+        return config
 
 
 @dataclass(frozen=True)
@@ -357,7 +445,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     if data.transform.descan == "auto":
         descan, line = _descanned(source, calibration.positions_A, prepare, mask, descan_left_to_model(config))
         said += (line,)
-        if any_moved(descan.shifts_px) and not descan.in_model:
+        if descan.moves_patterns:
             source = Descanned(source, descan.descan, descan.shifts_px, mask)
             read_from = Descanned(original, descan.descan, descan.shifts_px, mask)
             reopen = _descanned_reopen(reopen, descan, mask)
@@ -377,7 +465,8 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     found = AutoCalibration(flags=(prep.transpose, prep.flip_y, prep.flip_x),
                             scan_rotation_deg=experiment.scan_rotation_deg, aberrations=calibration.aberrations,
                             nominal_aberrations=nominal, bad_pixels=bad, orientation=orientation, flip_about_zero=about,
-                            descan=descan, defocus=defocus)
+                            descan=descan, defocus=defocus, asked=asked_autos(config),
+                            descan_model="ramp" if descan_left_to_model(config) else "shift")
     return Calibrated(experiment, calibration, prep, prepare, mask, dx_A, read_from, reopen, found, said, defocus_said)
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from ptyacc.data.autocalibration import AutoCalibration
+    from ptyacc.data.autocalibration import AutoCalibration, ScansCalibration
     from ptyacc.data.calibration import Calibration
     from ptyacc.data.hold import HoldChoice, StreamedPatterns
 
@@ -46,11 +48,8 @@ class PtychoData:
     ground_truth: dict[str, Any] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()  # config values that replace the file's, one line each (for run.log)
     checks: tuple[str, ...] = ()  # what the calibration checks found (ptyacc.data.sanity), one line each
-    detector: dict[str, np.ndarray] = field(default_factory=dict)  # measured from the data: results.h5 /detector
-    # the config's calibration autos as load_data resolved them, {key: value} (reconstruction/autos.py)
-    autos: dict[str, float | int | str | bool] = field(default_factory=dict)
-    # what the calibration autos found and decided (``detector`` and ``autos`` come from it); None: none ran
-    autocalibration: AutoCalibration | None = None
+    # what the calibration autos found and decided (``detector`` and ``autos`` are read from it); None: none ran
+    autocalibration: AutoCalibration | ScansCalibration | None = None
     # every calibration value used, {name: (value, source)} (``calibration_record``)
     calibration: dict[str, tuple[float, str]] = field(default_factory=dict)
     hold: HoldChoice | None = None  # where data.hold put the patterns read from a file, and why
@@ -80,6 +79,18 @@ class PtychoData:
                    radiation=calibration.radiation, near_field_distance_A=calibration.near_field_distance_A,
                    overrides=calibration.overrides, calibration=calibration_record(calibration, dx_A, patterns.shape[-1]),
                    **fields)
+
+    @property
+    def detector(self) -> Mapping[str, np.ndarray]:
+        """What the calibration autos measured in the data, {name: array}, read-only: results.h5's ``/detector``
+        (``AutoCalibration.detector_arrays``; empty where none ran)."""
+        return MappingProxyType({} if self.autocalibration is None else self.autocalibration.detector_arrays())
+
+    @property
+    def autos(self) -> Mapping[str, float | int | str | bool | list[bool]]:
+        """The config's calibration autos as the load resolved them, {key: value}, read-only: results.h5's
+        ``auto_values`` has them (``AutoCalibration.auto_values``; empty where none ran)."""
+        return MappingProxyType({} if self.autocalibration is None else self.autocalibration.auto_values())
 
     @property
     def mean_intensity(self) -> float:

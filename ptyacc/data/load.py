@@ -62,12 +62,10 @@ def load_data(config: Config, keep: Keep | None = None, device: torch.device | s
                                                    calibrated.reopen)
         every = patterns if streamed is None and rows is None else None  # all patterns, prepared, in memory
         checks = calibrated.checked(every)
-    found = calibrated.found
     return PtychoData.calibrated(torch.from_numpy(patterns), calibration, calibrated.dx_A, name, pattern_rows=rows,
                                  mask=None if mask is None else torch.from_numpy(mask),
                                  stored_pattern_shape=tuple(info.shape[-2:]), checks=checks,
-                                 detector=found.detector_arrays(), hold=choice, streamed=streamed,
-                                 autos=found.auto_values(config), autocalibration=found)
+                                 hold=choice, streamed=streamed, autocalibration=calibrated.found)
 
 
 def _simulated(config: Config, keep: Keep | None) -> PtychoData:

@@ -322,7 +322,7 @@ class AutoPriors:
     """What a run's auto keys come to, resolved once at build: ``values`` {name: value} of every key of
     ``MULTISLICE`` (``resolved_values``) and ``notes`` (``auto_notes``), the object's and the probe's
     optimizer, the object's preconditioned step, the loss's share of the gradient in it and the batch
-    floor, and Adam's beta2. (results.h5's
+    floor, Adam's beta2 and the object's depth blur. (results.h5's
     attribute, ``auto_values``, is made with the run's other texts when it starts.)"""
 
     values: dict[str, float]
@@ -334,12 +334,22 @@ class AutoPriors:
     share: float = 0.5  # ``least_squares(config.optim.loss).share``
     batch_floor: float = 0.0  # ``resolved_batch_floor(config)``
     beta2: float = 0.95  # ``resolved_beta2(config)``, every Adam's
+    depth_blur_slices: float = 0.0  # ``resolved_depth_blur(config)``
 
     @classmethod
     def of(cls, config: Config) -> AutoPriors:
         return cls(resolved_values(config), auto_notes(config), resolved_optimizer(config),
                    resolved_optimizer(config, "probe"), resolved_step(config), optimizer_notes(config),
-                   least_squares(config.optim.loss).share, resolved_batch_floor(config), resolved_beta2(config))
+                   least_squares(config.optim.loss).share, resolved_batch_floor(config), resolved_beta2(config),
+                   resolved_depth_blur(config))
+
+
+def resolved_depth_blur(config: Config) -> float:
+    """``optim.regularize.depth_blur_slices`` for this run: as given, or as ``data_autos`` chose from the data in
+    place of auto; 0 (off) for an auto that no data resolved (a model built from a config alone). > 0 only on
+    several slices (the config refuses it on one)."""
+    blur = config.optim.regularize.depth_blur_slices
+    return 0.0 if blur == "auto" else blur
 
 
 def resolved_beta2(config: Config) -> float:

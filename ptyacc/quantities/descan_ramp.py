@@ -54,7 +54,7 @@ def descan_in_model(config, model, context: BuildContext) -> DescanRamp | None:
     """``data.transform.descan_model: ramp`` where ``descan: auto`` found a descan to take out (the
     load's ``AutoCalibration.descan``, results.h5's /detector ``descan_in_model``); refused over several
     scans and in the near field."""
-    found = getattr(context.data, "autocalibration", None)
+    found = context.data.autocalibration
     descan = None if found is None else found.descan
     if config.data.transform.descan_model == "shift" or descan is None or not descan.in_model:
         return None

@@ -62,9 +62,7 @@ class ObjectTransmission(ComplexField):
         takes the preconditioned step (which assumes an object within them)."""
         opt, regularize, transmission = config.optim, config.optim.regularize, self.transmission
         bounds = config.model.object_amplitude_bounds
-        # > 0 only for several slices (the config refuses it on one); auto is the data's (data_autos): still auto
-        # only where no data resolved the config, and off there
-        sigma = 0.0 if regularize.depth_blur_slices == "auto" else regularize.depth_blur_slices
+        sigma = priors.depth_blur_slices
         lateral_px, smoothing = priors.values["lateral_blur_px"], priors.values["tv_phase_smoothing"]
         regularizer, tv_phase = None, priors.values["tv_phase"]
         if tv_phase > 0:

@@ -34,6 +34,7 @@ from torch import nn
 from ptyacc.config import Config
 from ptyacc.config.loading import scan_configs
 from ptyacc.data import PtychoData, load_data
+from ptyacc.data.autocalibration import ScansCalibration
 from ptyacc.errors import ConfigError
 from ptyacc.optim.groups import ParameterGroup
 from ptyacc.quantities.probe import orthogonalize, stepped_as_the_probe
@@ -84,8 +85,8 @@ def check_scans_match(datas: list[PtychoData]) -> None:
 
 def combined(datas: list[PtychoData]) -> PtychoData:
     """One dataset of the scans ``datas``, one after the other: scan 0's calibration and
-    detector, the patterns counted only where every scan's mask counts them, each scan's
-    calibration autos named ``scans[i].<key>``."""
+    detector, the patterns counted only where every scan's mask counts them, every scan's record of its
+    calibration autos (``ScansCalibration``: their values named ``scans[i].<key>``)."""
     first = datas[0]
     masks = [d.mask for d in datas if d.mask is not None]
     mask = torch.stack(masks).all(0) if masks else None
@@ -95,7 +96,7 @@ def combined(datas: list[PtychoData]) -> PtychoData:
         source=" + ".join(d.source for d in datas), mask=mask, ground_truth={}, hold=None, streamed=None,
         overrides=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.overrides),
         checks=tuple(f"scan {i}: {line}" for i, d in enumerate(datas) for line in d.checks),
-        autos={f"scans[{i}].{key}": value for i, d in enumerate(datas) for key, value in d.autos.items()})
+        autocalibration=ScansCalibration(tuple(d.autocalibration for d in datas)))
 
 
 class ScanProbes(Quantity):

@@ -18,7 +18,8 @@
   single process, which has no process group), ``runtime.threads`` (``threads.set_threads``),
   ``data.hold`` (``data/hold.py``; "device" or "host" for patterns given in memory), ``optim.batch_size``
   (``batch_auto.py``: the batches are drawn before the statistics) and the calibration autos, which
-  transform the patterns as they are read (``PtychoData.autos``, from ``data/autocalibration.py``'s ``AutoCalibration``):
+  transform the patterns as they are read (``data/autocalibration.py``'s ``AutoCalibration``, the load's
+  ``PtychoData.autocalibration``, puts them in the config and names them):
   ``experiment.scan_rotation_deg``, ``experiment.defocus_A`` (with the C12 the parallax set),
   ``data.transform.orientation`` (its transpose, flip_y and flip_x), ``data.transform.descan_model``,
   and ``data.bad_pixels`` and ``data.transform.descan``, named by the number of pixels left out and
@@ -47,8 +48,6 @@ from ptyacc.optim.autos import AutoPriors, auto_values, data_autos
 from ptyacc.physics.footprint import median_neighbour_distance
 from ptyacc.reconstruction.batch_auto import BatchChoice
 from ptyacc.reconstruction.convergence import resolved_iterations
-
-KEPT_AUTO = ("data.bad_pixels", "data.transform.descan")  # named in auto_values, their auto kept in the config
 
 
 @dataclass(frozen=True)
@@ -115,29 +114,6 @@ def upsample_auto(config: Config) -> tuple[dict[str, int], list[str]]:
     return {"data.transform.upsample": upsample}, said
 
 
-def calibration_autos(config: Config, data: PtychoData) -> Config:
-    """``config`` with the numbers the data's load found (``data.autos``) in place of its calibration
-    autos: the scan rotation, the defocus (``experiment.aberrations`` less its C10, the nominal one, with
-    the C12 the parallax set), the orientation manual with its flags, the descan model. (Several scans'
-    are named ``scans[i].<key>``, each scan's own, and left in their place.)"""
-    found = {key: value for key, value in data.autos.items() if key not in KEPT_AUTO}
-    experiment, transform = config.experiment, config.data.transform
-    aberrations = {**experiment.aberrations, **{key.removeprefix("experiment.aberrations."): value
-                                                for key, value in found.items()
-                                                if key.startswith("experiment.aberrations.")}}
-    if "experiment.defocus_A" in found:
-        aberrations.pop("C10", None)
-    experiment = dataclasses.replace(experiment, aberrations=aberrations, **{
-        key.removeprefix("experiment."): value for key, value in found.items()
-        if key in ("experiment.scan_rotation_deg", "experiment.defocus_A")})
-    changed = {key.removeprefix("data.transform."): value for key, value in found.items()
-               if key.startswith("data.transform.")}
-    if "transpose" in changed:
-        changed["orientation"] = "manual"
-    return dataclasses.replace(config, experiment=experiment, data=dataclasses.replace(
-        config.data, transform=dataclasses.replace(transform, **changed)))
-
-
 def runtime_values(config: Config, accelerator, data: PtychoData, store) -> dict[str, int | str]:
     """{key: value} of ``runtime.device``, ``runtime.backend``, ``runtime.threads`` and ``data.hold``
     where given as auto: what this process runs with (``store``: its ``pattern_store``)."""
@@ -165,7 +141,7 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     None: ``data_autos``'s; given where the probe is built from electron optics and its aperture edge
     is not soft, which it decides)."""
     smoothing = variation_smoothing(config, positions_px, data.dx_A)
-    config = calibration_autos(config, data) if data.autos else config
+    config = data.autocalibration.in_config(config) if data.autocalibration is not None else config
     config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
     config, iterations = resolved_iterations(config)
     model = {**smoothing, **variation_eigen(config)}  # the model's keys

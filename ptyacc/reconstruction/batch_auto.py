@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.data import PtychoData
-from ptyacc.data.descan import STILL_PX
 
 WHOLE_SCAN_PIXELS = 2**24  # pattern pixels in one step at most (e.g. 4096 patterns of 64 x 64, 256 of 256 x 256)
 STEPS = 8  # steps per iteration otherwise
@@ -32,7 +31,7 @@ def descan_moved(data: PtychoData) -> bool:
     """Whether ``data.transform.descan: auto`` shifted any of ``data``'s patterns (not where the model
     moves its predictions instead, ``descan_model: ramp``)."""
     descan = None if data.autocalibration is None else data.autocalibration.descan
-    return descan is not None and not descan.in_model and bool((np.abs(descan.shifts_px) >= STILL_PX).any())
+    return descan is not None and descan.moves_patterns
 
 
 @dataclass(frozen=True)
