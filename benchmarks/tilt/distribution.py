@@ -140,7 +140,8 @@ def run(directory: Path, names: list[str], modes: list[str], optim: dict, iterat
 
 def table(directory: Path) -> None:
     """Two tables: the tilt refined (mrad off / phase NCC) per case and variant, and the tilt given or left out
-    (final loss / phase NCC) per case and variant. A run made twice shows its last."""
+    (final loss / phase NCC) per case and variant, each variant run on at least three cases. A run made twice shows
+    its last."""
     rows: dict[tuple[str, str, str], dict] = {}
     for line in open(directory / "runs.jsonl"):
         r = json.loads(line)
@@ -148,7 +149,8 @@ def table(directory: Path) -> None:
     cases = [c for c in CASES if any(key[0] == c for key in rows)]
     for modes, cell in ((("refine", "refine_from_truth"), lambda r: f"{r['tilt']} {r['off_mrad']:.2f} / {r['ncc']:.3f}"),
                         (("truth", "zero"), lambda r: f"{r['loss']:.0f} / {r['ncc']:.3f}")):
-        columns = sorted({(v, m) for (_, v, m) in rows if m in modes})
+        seen = [(v, m) for (_, v, m) in rows if m in modes]  # in the order first run; a variant of 3 cases or more
+        columns = [key for key in dict.fromkeys(seen) if seen.count(key) >= 3]
         print("| case | tilt, dose | " + " | ".join(f"{m}, {v}" for v, m in columns) + " |")
         print("|---|---|" + "---|" * len(columns))
         for case in cases:
