@@ -106,9 +106,9 @@ def test_a_run_names_what_auto_chose(tilt, upsample, tmp_path):
     assert run.data.detector_px == 64 * upsample
 
 
-@pytest.mark.parametrize("start_tilt, blur", [(1, 2.0), (None, 1.0)])
+@pytest.mark.parametrize("start_tilt, blur", [(1, 4.0), (None, 1.0)])
 def test_a_refined_tilt_holds_the_slices_more_alike(start_tilt, blur):
-    """On a strongly scattering crystal depth_blur_slices' auto is 2 where the tilt is refined (free slices shear
+    """On a strongly scattering crystal depth_blur_slices' auto is 4 where the tilt is refined (free slices shear
     to absorb a tilt), else 1; the tilt given in both."""
     config = ptyacc.load_config(case_config("conventions", experiment={"positions": {"key": "positions_A"},
                                                                        "tilt_mrad": TILT_MRAD},

@@ -35,7 +35,7 @@ class RegularizeConfig:
                 "0.3-1 typical (it acts every iteration, so its effect builds up), 0 = off. auto (the default): 1 "
                 "on several slices of a strongly scattering sample (more than 4 % of the mean pattern's counts "
                 "beyond the bright-field disk, as for optim.loss: auto; benchmarks/records/2026-11-27-thick-crystals.md, "
-                "'Against PtyRAD on thick crystals'), 2 there where the tilt is refined (optim.start.tilt: free slices "
+                "'Against PtyRAD on thick crystals'), 4 there where the tilt is refined (optim.start.tilt: free slices "
                 "shear to absorb a tilt; docs/how-to/tilt-and-sampling.md), else 0; the run says what auto chose.")
     lateral_blur_px: float | Literal["auto"] = _f(
         0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "

@@ -248,9 +248,10 @@ STRONG_SCATTERING = 0.04
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
 # fixed blur lost a little)
 STRONG_DEPTH_BLUR = 1.0
-# and where the tilt is refined there (optim.start.tilt): free slices shear to absorb a tilt (measured:
-# benchmarks/records/2026-12-02-tilt-sampling.md)
-TILT_DEPTH_BLUR = 2.0
+# and where the tilt is refined there (optim.start.tilt): free slices shear to absorb a tilt, and slices held closer
+# bring a tilt refined from zero nearer the truth and the object with it (measured, 2 against 4 on eight crystals:
+# benchmarks/records/2026-12-02-tilt-distribution.md; 1 against 2: 2026-12-02-tilt-sampling.md)
+TILT_DEPTH_BLUR = 4.0
 # optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): such a crystal converges slower
 STRONG_STEP = 0.6
 

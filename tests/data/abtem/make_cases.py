@@ -71,6 +71,9 @@ CASES = {
                    dose=1e6),
     "untilted": dict(cells_deep=10, tilt=(0.0, 0.0), defocus=60.0, scan=(10, 10), step=0.5, rotation=0.0,
                      dose=1e6),
+    # a thinner crystal tilted along +y and +x (benchmarks/tilt/distribution.py's c6_a): a tilt refined from zero
+    "thin_tilted": dict(cells_deep=6, tilt=(1.0, 1.0), defocus=60.0, scan=(10, 10), step=0.5, rotation=0.0,
+                        dose=1e6),
     # the sampling a tilt needs (docs/how-to/tilt-and-sampling.md): 11 cells, a 20 x 20 scan; not shipped
     # (benchmarks/records/2026-12-02-tilt-sampling.md makes it)
     "wide": dict(cells_deep=11, tilt=(2.0, -1.5), defocus=60.0, scan=(20, 20), step=0.5, rotation=0.0,
