@@ -140,12 +140,13 @@ def cases(seed: int = MATRIX_SEED) -> list[Case]:
             wrong, wrong_all = WRONG[:4], wrong_all + 1
         elif stored[i] and scan[i] <= 24 and wrong_raster < 5:
             wrong, wrong_raster = ("raster_as_positions",), wrong_raster + 1
-        out.append(Case(name=f"h{seed}-{i:02d}" if fresh else f"c{i:02d}", sample=sample[i], scan=scan[i], step_A=0.45 if scan[i] < 64 else 0.4,
+        name, simulation_seed = (f"h{seed}-{i:02d}", 1000 * seed + i) if fresh else (f"c{i:02d}", i)
+        out.append(Case(name=name, sample=sample[i], scan=scan[i], step_A=0.45 if scan[i] < 64 else 0.4,
                         rotation_deg=round(float(rng.uniform(-180, 180)), 1),
                         transpose=orientation[i][0], flip_y=orientation[i][1], flip_x=orientation[i][2],
                         defocus_A=round(sign[i] * float(rng.uniform(60.0, 180.0)), 1), nominal_factor=factor[i],
                         partial=partial[i], descan=descan[i], blur_px=blur[i], dose=dose[i], stored=stored[i],
-                        detector_px=pixels[i], seed=1000 * seed + i if fresh else i, iterations=20 if scan[i] == 64 else 30, wrong=wrong))
+                        detector_px=pixels[i], seed=simulation_seed, iterations=20 if scan[i] == 64 else 30, wrong=wrong))
     return out
 
 
