@@ -138,3 +138,27 @@ def test_the_table_takes_the_truth_as_reference_where_auto_found_the_mirror(tmp_
     assert "2 of 2 cases pass" in table and "1 of 2 pass (50 %)" in table  # 0.80 is 0.05 below its told 0.85
     row = next(line for line in table.splitlines() if line.startswith(f"| {cases[0].name} "))
     assert "0.310 (mirrored: truth) | -0.010 | pass" in row
+
+
+def test_another_seed_draws_fresh_cases_of_the_same_distribution(capsys):
+    """The default seed keeps the matrix's 64 cases (c00 as it was drawn); another seed draws 64 cases that share
+    no name and no simulation seed with them, each dimension taking its values as often as in the matrix (the
+    scan: two of 64 x 64 in place of two drawn sides, so within one of the matrix's count per side), and
+    ``--count`` lists the first of them."""
+    from collections import Counter
+
+    matrix_cases, fresh = matrix.cases(), matrix.cases(54)
+    assert [case.name for case in matrix_cases] == [f"c{i:02d}" for i in range(64)]
+    assert matrix_cases[0].describe() == ("amorphous 24x24 48px rot -57 T df +138 (file x1) coherent descan blur 0.8 "
+                                          "1e+06 e stored")
+    assert len(fresh) == 64 and fresh[0].name == "h54-00"
+    assert not {case.name for case in fresh} & {case.name for case in matrix_cases}
+    assert not {case.seed for case in fresh} & {case.seed for case in matrix_cases}
+    for field in ("sample", "stored", "nominal_factor", "partial", "descan", "blur_px", "dose", "detector_px",
+                  "transpose", "flip_y", "flip_x", "iterations"):
+        assert Counter(getattr(case, field) for case in fresh) == Counter(getattr(case, field) for case in matrix_cases)
+    sides, matrix_sides = Counter(case.scan for case in fresh), Counter(case.scan for case in matrix_cases)
+    assert sides[64] == 2 and all(abs(sides[side] - matrix_sides[side]) <= 1 for side in (16, 20, 24, 32))
+    assert [case.rotation_deg for case in fresh] != [case.rotation_deg for case in matrix_cases]
+    assert matrix.main(["--seed", "54", "--count", "3", "--list"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["h54-00", "h54-01", "h54-02"]

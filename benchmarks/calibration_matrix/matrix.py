@@ -104,13 +104,21 @@ class Case:
                 f"{' stored' if self.stored else ''}")
 
 
-def cases() -> list[Case]:
+MATRIX_SEED = 53  # the seed of the 64 cases c00 ... c63
+
+
+def cases(seed: int = MATRIX_SEED) -> list[Case]:
     """The matrix: 64 cases. Each dimension takes each of its values equally often, shuffled apart
     (seeded) so that the combinations mix; the scan rotation and the defocus's size are drawn at
     random. Two scans are 64 x 64 (20 iterations), the rest 16 to 32 a side (30 iterations). Wrong
-    configs: four on five cases without stored positions, the raster taken as positions on five with them."""
-    rng = np.random.default_rng(53)
+    configs: four on five cases without stored positions, the raster taken as positions on five with them.
+
+    Another ``seed`` draws 64 fresh cases from the same distribution, named ``h<seed>-00`` ... and
+    simulated with their own random numbers (``Case.seed`` = 1000 ``seed`` + i), so that they share
+    neither a name nor a sample with c00 ... c63: out-of-sample cases for settings tuned on those."""
+    rng = np.random.default_rng(seed)
     n = 64
+    fresh = seed != MATRIX_SEED
 
     def balanced(values) -> list:
         return [values[j] for j in rng.permutation(np.arange(n) % len(values))]
@@ -121,7 +129,9 @@ def cases() -> list[Case]:
     blur, dose = balanced((0.0, 0.5, 0.8)), balanced((1e3, 1e4, 3e4, 1e5, 1e6))
     pixels, sign = balanced((48, 48, 48, 48, 48, 64)), balanced((1.0, -1.0))
     scan = balanced((16, 20, 24, 16, 20, 24, 32))
-    for i in (5, 55):
+    # the fresh draws place their two 64 x 64 scans with a generator of their own: the matrix's stream stays as it was
+    big = np.random.default_rng([seed, 64]).choice(n, 2, replace=False) if fresh else (5, 55)
+    for i in big:
         scan[i] = 64
     out, wrong_all, wrong_raster = [], 0, 0
     for i in range(n):
@@ -130,12 +140,13 @@ def cases() -> list[Case]:
             wrong, wrong_all = WRONG[:4], wrong_all + 1
         elif stored[i] and scan[i] <= 24 and wrong_raster < 5:
             wrong, wrong_raster = ("raster_as_positions",), wrong_raster + 1
-        out.append(Case(name=f"c{i:02d}", sample=sample[i], scan=scan[i], step_A=0.45 if scan[i] < 64 else 0.4,
+        name, simulation_seed = (f"h{seed}-{i:02d}", 1000 * seed + i) if fresh else (f"c{i:02d}", i)
+        out.append(Case(name=name, sample=sample[i], scan=scan[i], step_A=0.45 if scan[i] < 64 else 0.4,
                         rotation_deg=round(float(rng.uniform(-180, 180)), 1),
                         transpose=orientation[i][0], flip_y=orientation[i][1], flip_x=orientation[i][2],
                         defocus_A=round(sign[i] * float(rng.uniform(60.0, 180.0)), 1), nominal_factor=factor[i],
                         partial=partial[i], descan=descan[i], blur_px=blur[i], dose=dose[i], stored=stored[i],
-                        detector_px=pixels[i], seed=i, iterations=20 if scan[i] == 64 else 30, wrong=wrong))
+                        detector_px=pixels[i], seed=simulation_seed, iterations=20 if scan[i] == 64 else 30, wrong=wrong))
     return out
 
 
@@ -599,7 +610,11 @@ def measured(case: Case, cache: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ptyacc-matrix"), help="data, runs and results go here")
-    parser.add_argument("--cases", nargs="+", help="only these cases (c00 ... c63)")
+    parser.add_argument("--cases", nargs="+", help="only these cases (c00 ... c63; h<seed>-00 ... with --seed)")
+    parser.add_argument("--seed", type=int, default=MATRIX_SEED,
+                        help=f"draw the cases with this seed: {MATRIX_SEED} (the default) gives c00 ... c63, any other "
+                             "64 fresh cases h<seed>-00 ... h<seed>-63 of the same distribution")
+    parser.add_argument("--count", type=int, help="only the first COUNT cases drawn (a random subset of the 64)")
     parser.add_argument("--quick", action="store_true", help="one small case per sample and positions stored or not")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (processes, one thread each)")
     parser.add_argument("--runs", nargs="+", default=["auto", "truth", "told", "wrong"],
@@ -613,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure", action="store_true",
                         help="the calibration the autos find on each case against the truth, no reconstruction")
     args = parser.parse_args(argv)
-    every = cases()
+    every = cases(args.seed)[:args.count]
     chosen = quick_cases(every) if args.quick else every
     if args.cases:
         chosen = [case for case in chosen if case.name in args.cases]
