@@ -139,9 +139,9 @@ def test_a_turn_and_a_defocus_of_the_loaded_data_are_what_a_reading_with_them_gi
     judge = OrientationTrials(load_config(raw), Accelerator(cpu=True), reconstruct)
     judge.iterations = 2
     first = OrientationCandidate((True, False, False), TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "a peak")
-    judge.dataset(first)
+    judge.dataset(first, judge.trial_config(first))
     moved = dataclasses.replace(first, rotation_deg=TRUE_ROTATION - 1.0, defocus_A=1.08 * TRUE_DEFOCUS)
-    reused = judge.dataset(moved)
+    reused = judge.dataset(moved, judge.trial_config(moved))
     read = load_data(judge.trial_config(moved))
     assert judge.reads == 1
     assert np.array_equal(reused.patterns, read.patterns) and reused.aberrations == read.aberrations
@@ -151,7 +151,8 @@ def test_a_turn_and_a_defocus_of_the_loaded_data_are_what_a_reading_with_them_gi
     losses = [judge.loss(moved) for _ in range(2)]  # the second on the same reused arrays: nothing changed them
     fresh = reconstruct(judge.trial_config(moved), judge.accelerator, data=read, write=False, quiet=True).loss[-1]
     assert losses[0] == losses[1] and losses[0] == pytest.approx(float(fresh), rel=1e-6)
-    judge.dataset(dataclasses.replace(first, flags=(False, False, False)))
+    other = dataclasses.replace(first, flags=(False, False, False))
+    judge.dataset(other, judge.trial_config(other))
     assert judge.reads == 2  # another orientation is read anew
 
 

@@ -455,9 +455,8 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         depth_A = (config.model.slices - 1) * config.model.slice_thickness_A / 2
         # a rotation the trials chose is not turned again by the parallax, which at such counts is mostly noise
         experiment, calibration, defocus, defocus_said = _with_parallax(
-            experiment, calibration, facts, scan_shape, radius_px, read, rotation_auto,
-            None if orientation is None else orientation.skew, depth_A, data.transform.orientation == "auto",
-            orientation)
+            experiment, calibration, facts, scan_shape, radius_px, read, rotation_auto, orientation, depth_A,
+            data.transform.orientation == "auto")
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
@@ -532,9 +531,10 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
             nominal = calibration.aberrations.get("C10")
             guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
+            by_parallax = "the bright-field parallax"
             candidates = [] if searched is None else orientation_candidates(
-                flags, rotation_deg, "the bright-field parallax" if chosen is not None else "the centre of mass", searched,
-                guessed_A, "the bright-field parallax" if chosen is not None else "the nominal defocus")
+                flags, rotation_deg, by_parallax if chosen is not None else "the centre of mass", searched,
+                guessed_A, by_parallax if chosen is not None else "the nominal defocus")
             if judge is not None and len(candidates) > 1:
                 used, said = judge(candidates)
                 flags, rotation_deg = used.flags, used.rotation_deg
@@ -706,16 +706,19 @@ def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None
 
 
 def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float | None, read: tuple,
-                   rotation_auto: bool, skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-                   orientation: MeasuredOrientation | None = None):
+                   rotation_auto: bool, orientation: MeasuredOrientation | None, depth_A: float = 0.0,
+                   flags_measured: bool = True):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
-    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; the defocus that
-    came with the measured ``orientation`` is used where the parallax cannot tell, and a rotation trial
-    reconstructions judged is kept), what was measured and what to report."""
-    given = None if orientation is None or orientation.defocus_A is None else (
-        float(orientation.defocus_A), orientation.defocus_by)
+    the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; the measured
+    ``orientation`` (None: none measured) gives the centre of mass's skew, the defocus that came with it, used
+    where the parallax cannot tell, and whether trial reconstructions judged it, whose rotation is kept), what was
+    measured and what to report."""
+    skew, given, by_trials = None, None, False
+    if orientation is not None:
+        skew, by_trials = orientation.skew, orientation.by_trials
+        given = None if orientation.defocus_A is None else (float(orientation.defocus_A), orientation.defocus_by)
     found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured,
-                                                given, orientation is not None and orientation.by_trials)
+                                                given, by_trials)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)

@@ -77,13 +77,12 @@ class OrientationTrials:
             values["experiment.defocus_A"] = float(candidate.defocus_A)
         return with_values(self.config, values)
 
-    def dataset(self, candidate) -> PtychoData:
-        """``candidate``'s dataset: read and calibrated where its flags differ from the last one read (whole, on
-        every process: ``load_planned`` takes each one's share), else the last one with the positions turned by the
-        rotations' difference and the probe's defocus set."""
+    def dataset(self, candidate, config: Config) -> PtychoData:
+        """``candidate``'s dataset under its trial's ``config``: read and calibrated where its flags differ from the
+        last one read (whole, on every process: ``load_planned`` takes each one's share), else the last one with the
+        positions turned by the rotations' difference and the probe's defocus set."""
         if not self.loaded or self.loaded[0].flags != candidate.flags:
-            self.loaded, self.reads = (candidate, load_data(self.trial_config(candidate), None,
-                                                            self.accelerator.device)), self.reads + 1
+            self.loaded, self.reads = (candidate, load_data(config, None, self.accelerator.device)), self.reads + 1
             return self.loaded[1]
         read, data = self.loaded
         positions_A = turned_positions_A(data.positions_A, candidate.rotation_deg - read.rotation_deg)
@@ -94,8 +93,8 @@ class OrientationTrials:
 
     def loss(self, candidate) -> float:
         """The data term after ``iterations`` iterations in ``candidate``'s orientation."""
-        run = self.reconstruct(self.trial_config(candidate), self.accelerator, data=self.dataset(candidate),
-                               write=False, quiet=True)
+        config = self.trial_config(candidate)
+        run = self.reconstruct(config, self.accelerator, data=self.dataset(candidate, config), write=False, quiet=True)
         return float(run.loss[-1])
 
     def __call__(self, candidates: list, turn: bool = True, focus: bool = True):
