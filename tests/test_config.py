@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from ptyacc.config import Config, config_reference, load_config, with_values
+from ptyacc.config.loading import portable
 from ptyacc.errors import ConfigError
 
 
@@ -143,3 +144,23 @@ def test_a_config_with_values_is_validated_and_reads_what_its_source_read(tmp_pa
     assert made.resolve_input("other.h5") == source.resolve_input("other.h5")
     with pytest.raises(ConfigError, match="optim.iterations"):
         with_values(source, {"optim.iterations": -2})
+
+
+def test_a_portable_config_keeps_each_scans_files_wherever_it_is_written(tmp_path):
+    """``portable`` (tune's best.yaml and trial configs): every scan's own data, flat field and positions file is made
+    absolute as the top level's are, so that the config written to another folder reads the same files."""
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "sub" / "c.yaml"
+    path.write_text(yaml.safe_dump({"data": {"path": "a.h5"}, "scans": [
+        {"data": {"path": "a.h5"}},
+        {"data": {"path": "b.h5", "flat_field": "gain.h5"}, "experiment": {"positions": {"path": "p.h5"}}}]}))
+    raw = portable(load_config(path))
+    folder = (tmp_path / "sub").resolve()
+    assert [scan["data"]["path"] for scan in raw["scans"]] == [str(folder / "a.h5"), str(folder / "b.h5")]
+    assert raw["scans"][1]["data"]["flat_field"] == str(folder / "gain.h5")
+    assert raw["scans"][1]["experiment"]["positions"]["path"] == str(folder / "p.h5")
+    (tmp_path / "elsewhere").mkdir()
+    moved = tmp_path / "elsewhere" / "best.yaml"
+    moved.write_text(yaml.safe_dump(raw))
+    again = load_config(moved)
+    assert again.resolve_input(again.scans[1].data["path"]) == folder / "b.h5"

@@ -60,12 +60,14 @@ INPUT_PATHS = (("data", "path"), ("data", "flat_field"), ("experiment", "positio
 def portable(config: Config) -> dict:
     """``config`` as a dict whose input paths and output.dir are absolute."""
     raw = config.to_dict()
-    for keys in INPUT_PATHS:
-        node = raw
-        for key in keys[:-1]:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and node.get(keys[-1]):
-            node[keys[-1]] = str(config.resolve_input(node[keys[-1]]).resolve())
+    # each of several scans overrides the data and experiment sections, paths included
+    for section in [raw, *(raw.get("scans") or [])]:
+        for keys in INPUT_PATHS:
+            node = section
+            for key in keys[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get(keys[-1]):
+                node[keys[-1]] = str(config.resolve_input(node[keys[-1]]).resolve())
     raw["output"]["dir"] = str(Path(raw["output"]["dir"]).resolve())
     return raw
 

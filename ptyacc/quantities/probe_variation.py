@@ -50,6 +50,7 @@ and the better kept: a variation that went wrong at once put its errors into P_0
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator
 
@@ -85,7 +86,9 @@ class ProbeVariation(Quantity):
         # this (Å), P_0 propagated by it (``focused``); None: the weights combine eigen-probes
         self.focus_unit_A, self.wavelength_A = focus_unit_A, wavelength_A
         # zero until the first ``normalize`` puts in ``first_directions`` of the probe it is given
-        self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2))
+        # with a change of focus per position the eigen-probe is only P_0's focus derivative, for results.h5: no
+        # forward uses it, so it takes no gradient (DDP all-reduces only what does)
+        self.eigen = nn.Parameter(torch.zeros(variation, window, window, 2), requires_grad=focus_unit_A is None)
         self.amplitudes = nn.Parameter(torch.ones(positions))  # w_j0
         self.weights = nn.Parameter(torch.zeros(positions, variation))  # w_jk, k >= 1
         self.mean_only = False  # every position takes P_0 (``mean_probe``, the check's comparison)
@@ -99,13 +102,10 @@ class ProbeVariation(Quantity):
         within ``mean_probe``."""
         if self.mean_only:
             return probe
-        eigen = torch.view_as_complex(self.eigen) * probe_scale  # (V, K, K)
         if self.focus_unit_A is not None:
-            # the eigen-probe (P_0's focus derivative, kept for results.h5) takes part in every forward at 0: every
-            # parameter must (DDP's all-reduce)
-            first = (self.amplitudes[indices, None, None].to(probe.dtype) * self.focused(probe[0], indices)
-                     + 0.0 * eigen.sum())[:, None]  # (B, 1, K, K)
+            first = (self.amplitudes[indices, None, None].to(probe.dtype) * self.focused(probe[0], indices))[:, None]
         else:
+            eigen = torch.view_as_complex(self.eigen) * probe_scale  # (V, K, K)
             first = (self.amplitudes[indices, None, None].to(probe.dtype) * probe[0]
                      + torch.einsum("bv,vyx->byx", self.weights[indices].to(probe.dtype), eigen))[:, None]
         if probe.shape[0] == 1:
@@ -318,10 +318,17 @@ def refocused(wave: torch.Tensor, change_A: torch.Tensor, dx_A: float, wavelengt
     """(B, K, K) complex: the probe mode ``wave`` (K, K) complex (pixel ``dx_A``) with its defocus changed by each
     of ``change_A`` (B,) Å, a Fresnel propagation, exact at any change: a probe of defocus f + d is the one of f
     with its spectrum times exp(+i pi lambda d q^2) (``physics.probe.stem_probe``)."""
-    q = torch.fft.fftfreq(wave.shape[-1], d=dx_A, dtype=torch.float64, device=wave.device)
-    q2 = (q[:, None] ** 2 + q[None, :] ** 2).to(wave.real.dtype)  # (K, K) 1/Å^2
+    q2 = frequency_squared(wave.shape[-1], dx_A, wave.device, wave.real.dtype)
     transfer = torch.polar(torch.ones_like(q2), math.pi * wavelength_A * change_A.to(q2.dtype)[:, None, None] * q2)
     return torch.fft.ifft2(torch.fft.fft2(wave)[None] * transfer)
+
+
+@functools.lru_cache(maxsize=8)
+def frequency_squared(k: int, dx_A: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(K, K) 1/Å^2: q^2 of the FFT's frequencies for ``k`` pixels of ``dx_A`` Å, made once per grid (every forward
+    of ``refocused``)."""
+    q = torch.fft.fftfreq(k, d=dx_A, dtype=torch.float64, device=device)
+    return (q[:, None] ** 2 + q[None, :] ** 2).to(dtype)
 
 
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:
