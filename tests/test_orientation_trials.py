@@ -164,7 +164,7 @@ class _Bowl(OrientationTrials):
         from types import SimpleNamespace
 
         self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
-        self.loaded = ()
+        self.read = {}
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
@@ -260,3 +260,43 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     assert "experiment.aberrations.C12a" in plain.autos
     left = float(said.split("its rotation left (")[1].split(" deg")[0])
     assert left == pytest.approx(-4.0, abs=1.5)  # what the parallax saw: the truth, 4 degrees back (ptyacc's sense)
+
+
+def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkeypatch):
+    """Each candidate orientation is read once; the scan rotation's and the defocus's trials that follow reuse the
+    dataset of the candidate with the lowest loss, not the one read last, and none is kept after the trials."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from ptyacc.reconstruction import trials
+
+    @dataclasses.dataclass
+    class Read:
+        flags: tuple
+        positions_A: np.ndarray
+        aberrations: dict
+
+    read_flags = []
+
+    def fake_load(config, judge, device):
+        flags = (config.data.transform.transpose, config.data.transform.flip_y, config.data.transform.flip_x)
+        read_flags.append(flags)
+        return Read(flags, np.zeros((4, 2)), {"C10": -config.experiment.defocus_A})
+
+    class Judge(OrientationTrials):
+        def loss(self, candidate) -> float:
+            data = self.dataset(candidate, self.trial_config(candidate))
+            # the best frame is the first candidate's; its bowl is lowest at 2 degrees and 100 A
+            frame = 0.0 if data.flags == (True, False, False) else 10.0
+            return frame + (candidate.rotation_deg - 2.0) ** 2 / 50.0 + 20.0 * np.log(-data.aberrations["C10"] / 100.0) ** 2
+
+    monkeypatch.setattr(trials, "load_data", fake_load)
+    judge = Judge(load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}}),
+                  SimpleNamespace(is_main_process=True, device="cpu"), None)
+    judge.iterations = 6
+    candidates = [OrientationCandidate((True, False, False), 0.0, 95.0, "best"),
+                  OrientationCandidate((False, True, False), 0.0, 95.0, "worse, read last")]
+    chosen, _ = judge(candidates)
+    assert read_flags == [(True, False, False), (False, True, False)]  # no third reading for the trials after
+    assert chosen.flags == (True, False, False) and abs(chosen.rotation_deg - 2.0) < 0.5
+    assert abs(chosen.defocus_A - 100.0) < 3.0 and judge.read == {}

@@ -59,7 +59,8 @@ class OrientationTrials:
         """``reconstruct``: ``engine.reconstruct``, which builds the run that makes this judge."""
         self.config, self.accelerator, self.reconstruct = config, accelerator, reconstruct
         self.iterations = trial_iterations(config)
-        self.loaded: tuple = ()  # (candidate, its dataset) of the last candidate read
+        # {flags: (the candidate read, its dataset)}: the best candidate's so far and the last one read
+        self.read: dict[tuple, tuple] = {}
         self.reads = 0  # datasets read and calibrated (one per candidate orientation)
 
     def trial_config(self, candidate) -> Config:
@@ -73,22 +74,29 @@ class OrientationTrials:
                   "optim.iterations": self.iterations, "optim.validation_fraction": 0.0, "output.figures": False,
                   "output.checkpoint_every": 0, "output.checkpoint_minutes": 0, "output.trackers": [],
                   "runtime.progress": False}
-        if self.config.experiment.defocus_A == "auto" and candidate.defocus_A is not None:
-            values["experiment.defocus_A"] = float(candidate.defocus_A)
+        if (defocus_A := self.given_defocus_A(candidate)) is not None:
+            values["experiment.defocus_A"] = defocus_A
         return with_values(self.config, values)
+
+    def given_defocus_A(self, candidate) -> float | None:
+        """The defocus (Å) a trial of ``candidate`` takes: its own where the run's defocus is auto, else None (the
+        config's)."""
+        return None if candidate.defocus_A is None or self.config.experiment.defocus_A != "auto" else \
+            float(candidate.defocus_A)
 
     def dataset(self, candidate, config: Config) -> PtychoData:
         """``candidate``'s dataset under its trial's ``config``: read and calibrated where its flags differ from the
         last one read (whole, on every process: ``load_planned`` takes each one's share), else the last one with the
         positions turned by the rotations' difference and the probe's defocus set."""
-        if not self.loaded or self.loaded[0].flags != candidate.flags:
-            self.loaded, self.reads = (candidate, load_data(config, None, self.accelerator.device)), self.reads + 1
-            return self.loaded[1]
-        read, data = self.loaded
+        if candidate.flags not in self.read:
+            self.read[candidate.flags] = (candidate, load_data(config, None, self.accelerator.device))
+            self.reads += 1
+            return self.read[candidate.flags][1]
+        read, data = self.read[candidate.flags]
         positions_A = turned_positions_A(data.positions_A, candidate.rotation_deg - read.rotation_deg)
         aberrations = dict(data.aberrations)
-        if candidate.defocus_A is not None and self.config.experiment.defocus_A == "auto":
-            aberrations["C10"] = -float(candidate.defocus_A)
+        if (defocus_A := self.given_defocus_A(candidate)) is not None:
+            aberrations["C10"] = -defocus_A
         return dataclasses.replace(data, positions_A=positions_A, aberrations=aberrations)
 
     def loss(self, candidate) -> float:
@@ -108,12 +116,12 @@ class OrientationTrials:
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
             print(f"ptyacc: the data leave {what} uncertain: trying them by short reconstructions of "
                   f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
-        losses, kept = [], ()
+        losses = []
         for candidate in candidates:
             losses.append(self.loss(candidate))
-            if losses[-1] == min(losses):
-                kept = self.loaded
-            self.loaded = kept  # the best one's dataset is what the rotation's and defocus's trials turn and refocus
+            # the best one's dataset is what the rotation's and defocus's trials turn and refocus
+            best_flags = candidates[losses.index(min(losses))].flags
+            self.read = {flags: read for flags, read in self.read.items() if flags == best_flags}
         best = min(range(len(candidates)), key=lambda i: losses[i])
         chosen, said = candidates[best], []
         if len(candidates) > 1:
@@ -128,7 +136,7 @@ class OrientationTrials:
                                            losses[best], TURN_DEG, "{:+g} deg")
             chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
             said.append(f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg")
-        if focus and chosen.defocus_A is not None and self.config.experiment.defocus_A == "auto":
+        if focus and self.given_defocus_A(chosen) is not None:
             # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
             # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
             start, base = self.loss(chosen) if shift else losses[best], chosen.defocus_A
@@ -136,7 +144,7 @@ class OrientationTrials:
                                           start, FOCUS_STEP, "x{:.3f}", math.exp)
             chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=BY_TRIALS)
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
-        self.loaded = ()  # the run reads its own
+        self.read = {}  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used"
 
