@@ -170,7 +170,7 @@ def table(cache: Path, out: Path, chosen: list[matrix.Case]) -> str:
 
     names = {"ptyrad": "PtyRAD", "ptychi": "Pty-chi LSQML"}
     runs = sorted({(peer, int(path.stem.split("_")[1][:-2])) for case in chosen for peer in PEERS
-                   for path in (out / case.name).glob(f"{peer}_*it.json")})
+                   for path in (out / case.name).glob(f"{peer}_*it.json")}, key=lambda run: (PEERS.index(run[0]), run[1]))
     rows = ["| case | parameters | ptyacc auto | ptyacc told | " + " | ".join(f"{names[p]} told, {n} it" for p, n in runs)
             + " |", "|---" * (4 + len(runs)) + "|"]
     for case in chosen:
