@@ -110,7 +110,7 @@ def convert(data: Path, target: Path) -> dict:
 def told_batch(cache: Path, case: matrix.Case) -> int:
     """The batch size ptyacc's told run of ``case`` used (its auto value), 32 where not recorded."""
     record = cache / "results" / f"{case.name}__told.json"
-    values = json.loads(record.read_text()).get("auto_values") or {} if record.is_file() else {}
+    values = (json.loads(record.read_text()).get("auto_values") or {}) if record.is_file() else {}
     return int(values.get("optim.batch_size", 32))
 
 
