@@ -45,15 +45,16 @@ def run_ptyacc(path: Path, slices: int, thickness_A: float, overrides: list[str]
 
 
 def run_harness(package: str, python: str, path: Path, slices: int, thickness_A: float, extra: list[str],
-                bench: Path = BENCH, threads: int = 1) -> dict:
-    """PtyRAD (run_ptyrad.py) or Pty-chi (run_ptychi.py) through ../shared/bench, 20 iterations,
-    batch 32, one probe mode; the canvas maps to the truth by the harness's integer offset."""
+                bench: Path = BENCH, threads: int = 1, iterations: int = 20, batch: int = 32) -> dict:
+    """PtyRAD (run_ptyrad.py) or Pty-chi (run_ptychi.py) through ../shared/bench, ``iterations``
+    iterations of ``batch`` positions, one probe mode; the canvas maps to the truth by the harness's
+    integer offset."""
     # PtyRAD through a launcher that stands in for a torchvision that cannot load (ptyrad_launch.py)
     script = [str(Path(__file__).with_name("ptyrad_launch.py")), str(bench)] if package == "ptyrad" else \
         [str(bench / "run_ptychi.py")]
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "phase.npy"
-        command = [python, *script, str(path), "--iters", "20", "--batch", "32", "--pmodes", "1",
+        command = [python, *script, str(path), "--iters", str(iterations), "--batch", str(batch), "--pmodes", "1",
                    "--slices", str(slices), "--slice-thickness-A", str(thickness_A), "--threads", str(threads),
                    "--out", str(out), *extra]
         done = subprocess.run(command, capture_output=True, text=True,
@@ -65,4 +66,5 @@ def run_harness(package: str, python: str, path: Path, slices: int, thickness_A:
     with_truth = report.get("gt_compare", {})
     return {"phase": phase, "offset_px": report["canvas_offset_px"], "s_per_iter": report["s_per_iter_median_after_first"],
             "settings": extra, "harness_ncc_zero_shift": with_truth.get("ncc_zero_shift"),
+            "loss_initial": report.get("loss_initial"), "loss_final": report.get("loss_final"),
             "other_cpu_fraction": report.get("other_processes_cpu_fraction_during_loop")}
