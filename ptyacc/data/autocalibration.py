@@ -62,6 +62,7 @@ C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is us
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
+SEARCH_APART_DEG = 10.0  # a clear search's rotation this near a centre of mass's replaces it (its frame kept)
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
@@ -544,6 +545,12 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
                 if len(candidates) > 1:  # init and info: what the run will do
                     line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
                              "(data.transform.orientation_trials)")
+    elif fixed is None and grid is not None and chosen is None and rotation_auto:
+        # the centre of mass alone, clear of curl: its rotation still errs by degrees (noise, on a crystal) well beyond
+        # its halves' spread, and a clear Fourier regions' peak of the same frame lies far nearer the truth
+        rotation_deg, said = _search_turned(found, _overlap_oriented(source, calibration, base, grid, file_mask,
+                                                                     background, given))
+        line += said
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
@@ -563,6 +570,19 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
     return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, defocus_A, defocus_by, by_trials),
             (line, *warnings))
+
+
+def _search_turned(found, searched) -> tuple[float, str]:
+    """The scan rotation of the centre of mass's orientation ``found`` (its flags kept) turned to a clear Fourier
+    regions' search ``searched`` of the same handedness within SEARCH_APART_DEG of it, and what to report; the centre
+    of mass's rotation where the search is missing, unclear or far off."""
+    if searched is None:
+        return found.rotation_deg, ""
+    mirrored, off = frame_difference(found.flags, found.rotation_deg, searched.flags, searched.rotation_deg)
+    if not searched.clear or mirrored or abs(off) > SEARCH_APART_DEG:
+        return found.rotation_deg, f"; {searched.line()}: not used (the centre of mass's rotation is kept)"
+    return found.rotation_deg - off, (f"; {searched.line()}: its rotation is used, {-off:+.2f} deg from the centre of "
+                                      "mass's")
 
 
 def weak_com(found) -> bool:
