@@ -170,3 +170,69 @@ def test_what_reaches_the_terminal():
                            checks=checks)
     shown = {text: to_terminal for text, to_terminal in data_lines(data, (8, 8))}
     assert [shown[text] for text in checks] == [True, True, True, False]
+
+
+def test_a_centre_of_mass_alone_takes_a_clear_searchs_rotation():
+    """``_search_turned``: a centre of mass clear of curl yet 3.5 degrees off (its halves +-1.4, as on a WSe2 crystal
+    at 1e5 counts) takes a clear Fourier regions' peak's rotation, in its own flags; an unclear peak, a mirrored
+    one or one more than SEARCH_APART_DEG away leaves the centre of mass's, and says so."""
+    from ptyacc.data.autocalibration import SEARCH_APART_DEG, _search_turned
+
+    com = Orientation((True, True, True), 95.47, 0.2, 0.83, (94.1, 96.9), -0.9, 576)
+    assert _search_turned(com, None) == (95.47, "")
+    turned, said = _search_turned(com, OverlapOrientation((True, True, True), 92.0, 145.0, 4.2))
+    assert turned == pytest.approx(92.0) and "its rotation is used, -3.47 deg from the centre of mass's" in said
+    # the same geometry in other flags (turned by 180 degrees with the rotation): the rotation in the centre of mass's
+    turned, _ = _search_turned(com, OverlapOrientation((True, False, False), 92.0 - 180.0, 145.0, 4.2))
+    assert turned == pytest.approx(92.0)
+    for searched in (OverlapOrientation((True, True, True), 92.0, 145.0, 1.2),  # not clear
+                     OverlapOrientation((False, True, True), 92.0, 145.0, 4.2),  # mirrored
+                     OverlapOrientation((True, True, True), 95.47 + SEARCH_APART_DEG + 1, 145.0, 4.2)):
+        kept, said = _search_turned(com, searched)
+        assert kept == 95.47 and "not used (the centre of mass's rotation is kept)" in said
+
+
+def test_the_run_says_the_scan_rotation_it_refined():
+    """``turned_scan_said``: the turn a run refined and the experiment.scan_rotation_deg that starts a run there (a
+    turn adds to the rotation: ``positions._turn`` and ``orientation.rotation`` share a sense); none unrefined."""
+    from types import SimpleNamespace
+
+    from ptyacc.data.trouble import turned_scan_said
+
+    refined = SimpleNamespace(quantities={"fitted": {"scan_turn_deg": np.float64(-2.91)}},
+                              calibration={"scan_rotation_deg": (95.466, "fitted")})
+    assert turned_scan_said(refined) == [("scan rotation: the run turned the scan -2.91 deg from the 95.47 deg it "
+                                          "started at (fitted); experiment.scan_rotation_deg: 92.56 starts a run there",
+                                          True)]
+    refined.quantities["fitted"]["scan_turn_deg"] = np.float64(0.4)  # run.log only
+    assert turned_scan_said(refined)[0][1] is False and "+0.40 deg" in turned_scan_said(refined)[0][0]
+    assert turned_scan_said(SimpleNamespace(quantities={}, calibration={"scan_rotation_deg": (9.0, "config")})) == []
+
+
+@pytest.mark.slow
+def test_a_run_turned_from_a_rotation_3_degrees_off_says_the_data_s(scan, tmp_path):
+    """A run told the rotation 3 degrees off the simulator's, refining it (``model.scan_affine: rotation``), ends with
+    run.log's and the terminal's ``scan rotation:`` line, whose experiment.scan_rotation_deg lies nearer the truth
+    than the one it started at; told the truth, the line says a small turn, for run.log alone."""
+    import re
+
+    from click.testing import CliRunner
+
+    from ptyacc.commands.cli import cli
+
+    def ran(rotation_deg: float, name: str) -> tuple[float, str, str]:
+        config = told(scan, scan_rotation_deg=rotation_deg)
+        config.update(model={"scan_affine": "rotation"}, runtime={"progress": False, "threads": 1},
+                      optim={"iterations": 20, "batch_size": 32, "start": {"scan_affine": 0}},
+                      output={"figures": False, "dir": str(tmp_path / name)})
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        result = CliRunner().invoke(cli, ["run", str(tmp_path / f"{name}.yaml")])
+        assert result.exit_code == 0, result.output
+        line = next(text for text in (tmp_path / name / "run.log").read_text().splitlines() if "scan rotation: " in text)
+        return float(re.search(r"scan_rotation_deg: (-?[\d.]+) starts", line).group(1)), line, result.output
+
+    refined, line, terminal = ran(TRUE_ROTATION + 3.0, "off")
+    assert abs(refined - TRUE_ROTATION) < 1.5, line
+    assert f"from the {TRUE_ROTATION + 3:.2f} deg it started at (config)" in line and "scan rotation: " in terminal
+    refined, line, terminal = ran(TRUE_ROTATION, "right")
+    assert abs(refined - TRUE_ROTATION) < 1.0 and "scan rotation: " not in terminal, line
