@@ -20,6 +20,8 @@ to change (run.log, the terminal, results.h5's ``warnings``).
 - The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
   more for a detector's effects the model leaves out) above DEVIANCE_HIGH: the model does not explain
   the data.
+- The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
+  the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``).
 """
 
 from __future__ import annotations
