@@ -4,6 +4,8 @@ gives a line starting ``warning:`` that names the key to change; the true config
 of the independent simulator (benchmarks/grid/simulate.py); the runs: run.log, the terminal,
 results.h5's ``warnings``, on 1 and 2 processes."""
 
+import dataclasses
+
 import h5py
 import numpy as np
 import pytest
@@ -236,3 +238,19 @@ def test_a_run_turned_from_a_rotation_3_degrees_off_says_the_data_s(scan, tmp_pa
     assert f"from the {TRUE_ROTATION + 3:.2f} deg it started at (config)" in line and "scan rotation: " in terminal
     refined, line, terminal = ran(TRUE_ROTATION, "right")
     assert abs(refined - TRUE_ROTATION) < 1.0 and "scan rotation: " not in terminal, line
+
+
+def test_a_parallax_that_barely_tells_the_handedness_is_outvoted_by_a_clear_centre_of_mass():
+    """``outvoted``: a parallax whose handedness is 2.6 times the other's, mirrored against a centre of mass that
+    leaves 0.21 of its curl (0.84 mirrored), is not used; a parallax of the same handedness, one told 10 times or
+    more, or a centre of mass that cannot tell (much curl, or the mirror nearly as curl-free) keeps it."""
+    from ptyacc.data.autocalibration import PARALLAX_SURE, outvoted
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+
+    com = Orientation((False, False, False), 3.41, 0.21, 0.84, (2.3, 5.6), -0.9, 576)
+    mirror = ParallaxOrientation((False, True, False), 9.73, 88.7, 2.6)
+    assert outvoted(mirror, com)
+    assert not outvoted(ParallaxOrientation((False, True, True), 183.0, 88.7, 2.6), com)  # the same, turned by 180
+    assert not outvoted(dataclasses.replace(mirror, ratio=PARALLAX_SURE), com)
+    assert not outvoted(mirror, dataclasses.replace(com, curl_left=0.6, curl_other=0.9))
+    assert not outvoted(mirror, dataclasses.replace(com, curl_other=0.4))

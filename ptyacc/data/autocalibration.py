@@ -44,6 +44,7 @@ from ptyacc.data.stored_scan import raster_or_positions
 from ptyacc.data.trouble import (
     CURL_CLEAR,
     DEFOCUS_OFF,
+    MIRRORED,
     ROTATION_OFF_DEG,
     com_warnings,
     parallax_warnings,
@@ -508,6 +509,9 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     flags, rotation_deg = found.flags, found.rotation_deg
     grid = shape if shape is not None and scan_grid_steps(base, shape) is not None else None
     chosen = _parallax_oriented(source, calibration, base, grid, file_mask, background) if fixed is None else None
+    if chosen is not None and outvoted(chosen, found):
+        line += f"; {chosen.line()}: not used, its handedness against the centre of mass's"
+        chosen = None
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
@@ -583,6 +587,15 @@ def _search_turned(found, searched) -> tuple[float, str]:
         return found.rotation_deg, f"; {searched.line()}: not used (the centre of mass's rotation is kept)"
     return found.rotation_deg - off, (f"; {searched.line()}: its rotation is used, {-off:+.2f} deg from the centre of "
                                       "mass's")
+
+
+def outvoted(chosen, found) -> bool:
+    """Whether the parallax's orientation ``chosen``, its handedness told under PARALLAX_SURE times the other's, is
+    the mirror of the centre of mass's ``found``, which tells its own clearly (little curl left at its best angle and
+    the other handedness MIRRORED times more, ``trouble.com_warnings``'s test): on WSe2 at 1e5 counts such parallaxes
+    (2 to 5 times) were the mirror, and the reconstructions noise."""
+    return (chosen.ratio < PARALLAX_SURE and found.curl_left <= CURL_CLEAR and found.curl_other > MIRRORED * found.curl_left
+            and frame_difference(found.flags, found.rotation_deg, chosen.flags, chosen.rotation_deg)[0])
 
 
 def weak_com(found) -> bool:
