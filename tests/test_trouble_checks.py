@@ -174,24 +174,28 @@ def test_what_reaches_the_terminal():
     assert [shown[text] for text in checks] == [True, True, True, False]
 
 
-def test_a_centre_of_mass_alone_takes_a_clear_searchs_rotation():
+def test_a_centre_of_mass_alone_takes_a_clear_searchs_orientation():
     """``_search_turned``: a centre of mass clear of curl yet 3.5 degrees off (its halves +-1.4, as on a WSe2 crystal
-    at 1e5 counts) takes a clear Fourier regions' peak's rotation, in its own flags; an unclear peak, a mirrored
-    one or one more than SEARCH_APART_DEG away leaves the centre of mass's, and says so."""
-    from ptyacc.data.autocalibration import SEARCH_APART_DEG, _search_turned
+    at 1e5 counts) gives way to a clear Fourier regions' peak of the same handedness, also in other flags of the
+    same geometry; one turned by 180 degrees only where the centre of mass's skew cannot tell that turn; an unclear
+    peak, a mirrored one or one more than SEARCH_APART_DEG away does not."""
+    from ptyacc.data.autocalibration import SEARCH_APART_DEG, SKEW_SURE, _search_turned
 
     com = Orientation((True, True, True), 95.47, 0.2, 0.83, (94.1, 96.9), -0.9, 576)
-    assert _search_turned(com, None) == (95.47, "")
-    turned, said = _search_turned(com, OverlapOrientation((True, True, True), 92.0, 145.0, 4.2))
-    assert turned == pytest.approx(92.0) and "its rotation is used, -3.47 deg from the centre of mass's" in said
-    # the same geometry in other flags (turned by 180 degrees with the rotation): the rotation in the centre of mass's
-    turned, _ = _search_turned(com, OverlapOrientation((True, False, False), 92.0 - 180.0, 145.0, 4.2))
-    assert turned == pytest.approx(92.0)
+    assert _search_turned(com, None, SKEW_SURE) is None
+    peak = OverlapOrientation((True, True, True), 92.0, 145.0, 4.2)
+    assert _search_turned(com, peak, SKEW_SURE) == pytest.approx(3.47)
+    # the same geometry in other flags (the patterns turned by 180 degrees with the rotation)
+    assert _search_turned(com, OverlapOrientation((True, False, False), 92.0 - 180.0, 145.0, 4.2),
+                          SKEW_SURE) == pytest.approx(3.47)
+    # a turn by 180 degrees: taken under a weak skew (-0.9), not under a sure one
+    turned = OverlapOrientation((True, False, False), 92.0, 145.0, 4.2)
+    assert abs(_search_turned(com, turned, SKEW_SURE)) == pytest.approx(180.0 - 3.47)
+    assert _search_turned(dataclasses.replace(com, skew=-1.5), turned, SKEW_SURE) is None
     for searched in (OverlapOrientation((True, True, True), 92.0, 145.0, 1.2),  # not clear
                      OverlapOrientation((False, True, True), 92.0, 145.0, 4.2),  # mirrored
                      OverlapOrientation((True, True, True), 95.47 + SEARCH_APART_DEG + 1, 145.0, 4.2)):
-        kept, said = _search_turned(com, searched)
-        assert kept == 95.47 and "not used (the centre of mass's rotation is kept)" in said
+        assert _search_turned(com, searched, SKEW_SURE) is None
 
 
 def test_the_run_says_the_scan_rotation_it_refined():

@@ -516,7 +516,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
     # the candidate taken with the defocus that came with it (a clear search's peak, or the trials' choice)
-    warnings, used, by_trials = [], None, False
+    warnings, used, by_trials, turned_by_search = [], None, False, False
     if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
         # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
         # Fourier regions' coherence sums every pixel and frequency
@@ -552,9 +552,15 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     elif fixed is None and grid is not None and chosen is None and rotation_auto:
         # the centre of mass alone, clear of curl: its rotation still errs by degrees (noise, on a crystal) well beyond
         # its halves' spread, and a clear Fourier regions' peak of the same frame lies far nearer the truth
-        rotation_deg, said = _search_turned(found, _overlap_oriented(source, calibration, base, grid, file_mask,
-                                                                     background, given))
-        line += said
+        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
+        off = _search_turned(found, searched, SKEW_SURE)
+        if off is not None:
+            flags, rotation_deg, turned_by_search = searched.flags, searched.rotation_deg, True
+            line += f"; {searched.line()}: these are used, {-off:+.2f} deg from the centre of mass's"
+            if abs(off) > 90:
+                line += " (its turn by 180 degrees, which the centre of mass's skew cannot tell)"
+        elif searched is not None:
+            line += f"; {searched.line()}: not used (the centre of mass's rotation is kept)"
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
@@ -563,7 +569,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
     # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
     # second turn by 180 degrees
-    if (chosen is None and used is None and fixed is None and defocus_auto
+    if (chosen is None and used is None and not turned_by_search and fixed is None and defocus_auto
             and abs(found.skew) < SKEW_SURE and grid is not None):
         flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
                                           grid, flags, file_mask, background)
@@ -576,17 +582,17 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             (line, *warnings))
 
 
-def _search_turned(found, searched) -> tuple[float, str]:
-    """The scan rotation of the centre of mass's orientation ``found`` (its flags kept) turned to a clear Fourier
-    regions' search ``searched`` of the same handedness within SEARCH_APART_DEG of it, and what to report; the centre
-    of mass's rotation where the search is missing, unclear or far off."""
-    if searched is None:
-        return found.rotation_deg, ""
+def _search_turned(found, searched, skew_sure: float) -> float | None:
+    """How far (degrees, ``frame_difference``'s sense) a clear Fourier regions' search ``searched`` that gives the
+    orientation in place of the centre of mass's ``found`` lies from it; None where it does not. It does where it
+    has the same handedness and lies within SEARCH_APART_DEG, or within that of a turn by 180 degrees where the
+    divergence's skew is under ``skew_sure`` (the centre of mass cannot tell that turn; the search's flags carry the
+    nominal defocus's sign)."""
+    if searched is None or not searched.clear:
+        return None
     mirrored, off = frame_difference(found.flags, found.rotation_deg, searched.flags, searched.rotation_deg)
-    if not searched.clear or mirrored or abs(off) > SEARCH_APART_DEG:
-        return found.rotation_deg, f"; {searched.line()}: not used (the centre of mass's rotation is kept)"
-    return found.rotation_deg - off, (f"; {searched.line()}: its rotation is used, {-off:+.2f} deg from the centre of "
-                                      "mass's")
+    apart = abs(off) if abs(found.skew) >= skew_sure else min(abs(off), 180.0 - abs(off))
+    return None if mirrored or apart > SEARCH_APART_DEG else off
 
 
 def outvoted(chosen, found) -> bool:
