@@ -63,7 +63,7 @@ C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is us
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
-SEARCH_APART_DEG = 10.0  # a clear search's rotation this near a centre of mass's replaces it (its frame kept)
+SEARCH_APART_DEG = 10.0  # a clear search this near a centre of mass alone (or its turn by 180) gives the orientation
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
@@ -560,7 +560,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             if abs(off) > 90:
                 line += " (its turn by 180 degrees, which the centre of mass's skew cannot tell)"
         elif searched is not None:
-            line += f"; {searched.line()}: not used (the centre of mass's rotation is kept)"
+            line += f"; {searched.line()}: not used (the centre of mass's orientation is kept)"
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
