@@ -4,6 +4,8 @@ gives a line starting ``warning:`` that names the key to change; the true config
 of the independent simulator (benchmarks/grid/simulate.py); the runs: run.log, the terminal,
 results.h5's ``warnings``, on 1 and 2 processes."""
 
+import dataclasses
+
 import h5py
 import numpy as np
 import pytest
@@ -170,3 +172,89 @@ def test_what_reaches_the_terminal():
                            checks=checks)
     shown = {text: to_terminal for text, to_terminal in data_lines(data, (8, 8))}
     assert [shown[text] for text in checks] == [True, True, True, False]
+
+
+def test_a_centre_of_mass_alone_takes_a_clear_searchs_orientation():
+    """``_search_turned``: a centre of mass clear of curl yet 3.5 degrees off (its halves +-1.4, as on a WSe2 crystal
+    at 1e5 counts) gives way to a clear Fourier regions' peak of the same handedness, also in other flags of the
+    same geometry; one turned by 180 degrees only where the centre of mass's skew cannot tell that turn; an unclear
+    peak, a mirrored one or one more than SEARCH_APART_DEG away does not."""
+    from ptyacc.data.autocalibration import SEARCH_APART_DEG, SKEW_SURE, _search_turned
+
+    com = Orientation((True, True, True), 95.47, 0.2, 0.83, (94.1, 96.9), -0.9, 576)
+    assert _search_turned(com, None, SKEW_SURE) is None
+    peak = OverlapOrientation((True, True, True), 92.0, 145.0, 4.2)
+    assert _search_turned(com, peak, SKEW_SURE) == pytest.approx(3.47)
+    # the same geometry in other flags (the patterns turned by 180 degrees with the rotation)
+    assert _search_turned(com, OverlapOrientation((True, False, False), 92.0 - 180.0, 145.0, 4.2),
+                          SKEW_SURE) == pytest.approx(3.47)
+    # a turn by 180 degrees: taken under a weak skew (-0.9), not under a sure one
+    turned = OverlapOrientation((True, False, False), 92.0, 145.0, 4.2)
+    assert abs(_search_turned(com, turned, SKEW_SURE)) == pytest.approx(180.0 - 3.47)
+    assert _search_turned(dataclasses.replace(com, skew=-1.5), turned, SKEW_SURE) is None
+    for searched in (OverlapOrientation((True, True, True), 92.0, 145.0, 1.2),  # not clear
+                     OverlapOrientation((False, True, True), 92.0, 145.0, 4.2),  # mirrored
+                     OverlapOrientation((True, True, True), 95.47 + SEARCH_APART_DEG + 1, 145.0, 4.2)):
+        assert _search_turned(com, searched, SKEW_SURE) is None
+
+
+def test_the_run_says_the_scan_rotation_it_refined():
+    """``turned_scan_said``: the turn a run refined and the experiment.scan_rotation_deg that starts a run there (a
+    turn adds to the rotation: ``positions._turn`` and ``orientation.rotation`` share a sense); none unrefined."""
+    from types import SimpleNamespace
+
+    from ptyacc.data.trouble import turned_scan_said
+
+    refined = SimpleNamespace(quantities={"fitted": {"scan_turn_deg": np.float64(-2.91)}},
+                              calibration={"scan_rotation_deg": (95.466, "fitted")})
+    assert turned_scan_said(refined) == [("scan rotation: the run turned the scan -2.91 deg from the 95.47 deg it "
+                                          "started at (fitted); experiment.scan_rotation_deg: 92.56 starts a run there",
+                                          True)]
+    refined.quantities["fitted"]["scan_turn_deg"] = np.float64(0.4)  # run.log only
+    assert turned_scan_said(refined)[0][1] is False and "+0.40 deg" in turned_scan_said(refined)[0][0]
+    assert turned_scan_said(SimpleNamespace(quantities={}, calibration={"scan_rotation_deg": (9.0, "config")})) == []
+
+
+@pytest.mark.slow
+def test_a_run_turned_from_a_rotation_3_degrees_off_says_the_data_s(scan, tmp_path):
+    """A run told the rotation 3 degrees off the simulator's, refining it (``model.scan_affine: rotation``), ends with
+    run.log's and the terminal's ``scan rotation:`` line, whose experiment.scan_rotation_deg lies nearer the truth
+    than the one it started at; told the truth, the line says a small turn, for run.log alone."""
+    import re
+
+    from click.testing import CliRunner
+
+    from ptyacc.commands.cli import cli
+
+    def ran(rotation_deg: float, name: str) -> tuple[float, str, str]:
+        config = told(scan, scan_rotation_deg=rotation_deg)
+        config.update(model={"scan_affine": "rotation"}, runtime={"progress": False, "threads": 1},
+                      optim={"iterations": 20, "batch_size": 32, "start": {"scan_affine": 0}},
+                      output={"figures": False, "dir": str(tmp_path / name)})
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        result = CliRunner().invoke(cli, ["run", str(tmp_path / f"{name}.yaml")])
+        assert result.exit_code == 0, result.output
+        line = next(text for text in (tmp_path / name / "run.log").read_text().splitlines() if "scan rotation: " in text)
+        return float(re.search(r"scan_rotation_deg: (-?[\d.]+) starts", line).group(1)), line, result.output
+
+    refined, line, terminal = ran(TRUE_ROTATION + 3.0, "off")
+    assert abs(refined - TRUE_ROTATION) < 1.5, line
+    assert f"from the {TRUE_ROTATION + 3:.2f} deg it started at (config)" in line and "scan rotation: " in terminal
+    refined, line, terminal = ran(TRUE_ROTATION, "right")
+    assert abs(refined - TRUE_ROTATION) < 1.0 and "scan rotation: " not in terminal, line
+
+
+def test_a_parallax_that_barely_tells_the_handedness_is_outvoted_by_a_clear_centre_of_mass():
+    """``outvoted``: a parallax whose handedness is 2.6 times the other's, mirrored against a centre of mass that
+    leaves 0.21 of its curl (0.84 mirrored), is not used; a parallax of the same handedness, one told 10 times or
+    more, or a centre of mass that cannot tell (much curl, or the mirror nearly as curl-free) keeps it."""
+    from ptyacc.data.autocalibration import PARALLAX_SURE, outvoted
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+
+    com = Orientation((False, False, False), 3.41, 0.21, 0.84, (2.3, 5.6), -0.9, 576)
+    mirror = ParallaxOrientation((False, True, False), 9.73, 88.7, 2.6)
+    assert outvoted(mirror, com)
+    assert not outvoted(ParallaxOrientation((False, True, True), 183.0, 88.7, 2.6), com)  # the same, turned by 180
+    assert not outvoted(dataclasses.replace(mirror, ratio=PARALLAX_SURE), com)
+    assert not outvoted(mirror, dataclasses.replace(com, curl_left=0.6, curl_other=0.9))
+    assert not outvoted(mirror, dataclasses.replace(com, curl_other=0.4))

@@ -44,6 +44,7 @@ from ptyacc.data.stored_scan import raster_or_positions
 from ptyacc.data.trouble import (
     CURL_CLEAR,
     DEFOCUS_OFF,
+    MIRRORED,
     ROTATION_OFF_DEG,
     com_warnings,
     parallax_warnings,
@@ -62,6 +63,7 @@ C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is us
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
+SEARCH_APART_DEG = 10.0  # a clear search this near a centre of mass alone (or its turn by 180) gives the orientation
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
@@ -507,11 +509,14 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     flags, rotation_deg = found.flags, found.rotation_deg
     grid = shape if shape is not None and scan_grid_steps(base, shape) is not None else None
     chosen = _parallax_oriented(source, calibration, base, grid, file_mask, background) if fixed is None else None
+    if chosen is not None and outvoted(chosen, found):
+        line += f"; {chosen.line()}: not used, its handedness against the centre of mass's"
+        chosen = None
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         flags, rotation_deg = chosen.flags, chosen.rotation_deg
         line += f"; {chosen.line()}: these are used"
     # the candidate taken with the defocus that came with it (a clear search's peak, or the trials' choice)
-    warnings, used, by_trials = [], None, False
+    warnings, used, by_trials, turned_by_search = [], None, False, False
     if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
         # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
         # Fourier regions' coherence sums every pixel and frequency
@@ -544,6 +549,18 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
                 if len(candidates) > 1:  # init and info: what the run will do
                     line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
                              "(data.transform.orientation_trials)")
+    elif fixed is None and grid is not None and chosen is None and rotation_auto:
+        # the centre of mass alone, clear of curl: its rotation still errs by degrees (noise, on a crystal) well beyond
+        # its halves' spread, and a clear Fourier regions' peak of the same frame lies far nearer the truth
+        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
+        off = _search_turned(found, searched, SKEW_SURE)
+        if off is not None:
+            flags, rotation_deg, turned_by_search = searched.flags, searched.rotation_deg, True
+            line += f"; {searched.line()}: these are used, {-off:+.2f} deg from the centre of mass's"
+            if abs(off) > 90:
+                line += " (its turn by 180 degrees, which the centre of mass's skew cannot tell)"
+        elif searched is not None:
+            line += f"; {searched.line()}: not used (the centre of mass's orientation is kept)"
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
@@ -552,7 +569,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
     # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
     # second turn by 180 degrees
-    if (chosen is None and used is None and fixed is None and defocus_auto
+    if (chosen is None and used is None and not turned_by_search and fixed is None and defocus_auto
             and abs(found.skew) < SKEW_SURE and grid is not None):
         flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
                                           grid, flags, file_mask, background)
@@ -563,6 +580,28 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
     return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, defocus_A, defocus_by, by_trials),
             (line, *warnings))
+
+
+def _search_turned(found, searched, skew_sure: float) -> float | None:
+    """How far (degrees, ``frame_difference``'s sense) a clear Fourier regions' search ``searched`` that gives the
+    orientation in place of the centre of mass's ``found`` lies from it; None where it does not. It does where it
+    has the same handedness and lies within SEARCH_APART_DEG, or within that of a turn by 180 degrees where the
+    divergence's skew is under ``skew_sure`` (the centre of mass cannot tell that turn; the search's flags carry the
+    nominal defocus's sign)."""
+    if searched is None or not searched.clear:
+        return None
+    mirrored, off = frame_difference(found.flags, found.rotation_deg, searched.flags, searched.rotation_deg)
+    apart = abs(off) if abs(found.skew) >= skew_sure else min(abs(off), 180.0 - abs(off))
+    return None if mirrored or apart > SEARCH_APART_DEG else off
+
+
+def outvoted(chosen, found) -> bool:
+    """Whether the parallax's orientation ``chosen``, its handedness told under PARALLAX_SURE times the other's, is
+    the mirror of the centre of mass's ``found``, which tells its own clearly (little curl left at its best angle and
+    the other handedness MIRRORED times more, ``trouble.com_warnings``'s test): on WSe2 at 1e5 counts such parallaxes
+    (2 to 5 times) were the mirror, and the reconstructions noise."""
+    return (chosen.ratio < PARALLAX_SURE and found.curl_left <= CURL_CLEAR and found.curl_other > MIRRORED * found.curl_left
+            and frame_difference(found.flags, found.rotation_deg, chosen.flags, chosen.rotation_deg)[0])
 
 
 def weak_com(found) -> bool:

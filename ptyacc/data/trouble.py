@@ -20,6 +20,8 @@ to change (run.log, the terminal, results.h5's ``warnings``).
 - The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
   more for a detector's effects the model leaves out) above DEVIANCE_HIGH: the model does not explain
   the data.
+- The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
+  the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ROTATION_OFF_DEG = 5.0  # a scan rotation this far from the data's is said
 CURL_CLEAR = 0.5  # share of curl left at the best angle under which the centre of mass tells the angle
 MIRRORED = 2.0  # the other handedness's curl this many times the chosen one's: the centre of mass tells it
 DEFOCUS_OFF = 0.15  # relative: a defocus this far from the parallax's is said (the parallax reads within 10 %)
+TURN_TOLD_DEG = 1.0  # a scan rotation the run turned this far is said on the terminal too
 DEVIANCE_HIGH = 3.0  # per counted pixel: a final deviance above is far above the noise
 AUTO = "(auto measures it)"
 
@@ -151,6 +154,20 @@ def deviance_warning(deviance: float) -> list[str]:
             f"model at the noise level (over {DEVIANCE_HIGH:g}): the model does not explain the data; check "
             "experiment.scan_rotation_deg, data.transform.orientation and experiment.defocus_A (auto measures "
             "them), experiment.dk_invA, or raise optim.iterations if the loss still falls"]
+
+
+def turned_scan_said(results) -> list[tuple[str, bool]]:
+    """run.log's line on the scan rotation a run refined (``model.scan_affine: rotation``): the turn from the one it
+    started at and the ``experiment.scan_rotation_deg`` that starts a run there, for the terminal too from TURN_TOLD_DEG
+    (``RunLog.say``'s pairs); none where it was not refined. Not a warning: the refinement mostly brings a rotation a
+    few degrees off to the data's, and the object with it, but it can also turn a right one away."""
+    turn = ((results.quantities or {}).get("fitted") or {}).get("scan_turn_deg")
+    started = (results.calibration or {}).get("scan_rotation_deg")
+    if turn is None or started is None:
+        return []
+    return [(f"scan rotation: the run turned the scan {float(turn):+.2f} deg from the {started[0]:.2f} deg it started "
+             f"at ({started[1]}); experiment.scan_rotation_deg: {started[0] + float(turn):.2f} starts a run there",
+             abs(float(turn)) >= TURN_TOLD_DEG)]
 
 
 def warnings_said(warnings: list[str]) -> list[str]:
