@@ -2,7 +2,10 @@
 ``overlap_focus.py``) reads the defocus from the truth on small rasters, coherent against partly coherent,
 on files of the independent simulator (simulate.py): 80 kV, 25 mrad, 48 px, step 0.45 Å, random atoms;
 "partial" is the calibration matrix's (a 0.35 Å source and a 30 Å focal spread). Prints found / true per
-seed, and the real-space shifts' own reading (before the Fourier regions' scale).
+seed, and the real-space shifts' own reading (before the Fourier regions' scale). With ``--pure-shift``, the
+Fourier regions' scale alone (``overlap_focus.refined_scale``, given the true M) on patterns whose every disk pixel
+k sees one sample moved by exactly M k (plane waves of Gaussian spectrum, width ``q0`` 1/A: no physics but the
+raster's finite field and its window; 1.000 is right).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/grid/parallax_partial_coherence.py --scan 16 20 --defocus 110 -100
 """
@@ -10,6 +13,7 @@ seed, and the real-space shifts' own reading (before the Fourier regions' scale)
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -19,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import simulate  # noqa: E402
 
 from ptyacc.data import parallax  # noqa: E402
+from ptyacc.data.overlap_focus import refined_scale  # noqa: E402
 from ptyacc.data.sanity import scan_grid_steps  # noqa: E402
 
 COHERENCE = {"coherent": (0.0, 0.0), "partial": (0.35, 30.0)}
@@ -52,13 +57,40 @@ def reading(scan: int, defocus_A: float, coherence: str, seed: int, dose: float)
     return found.defocus_A / defocus_A, real / defocus_A, found.reliable
 
 
+def pure_shift_scale(side: int, q0_invA: float, seed: int, defocus_A: float = 120.0) -> float:
+    """The Fourier regions' scale of the true M on patterns (side * side, 40, 40) whose disk pixels (radius 10 px,
+    dk 0.06 1/A, step 0.45 A) each see one sample of 600 plane waves moved by exactly M k."""
+    rng = np.random.default_rng(seed)
+    k_px, radius_px, dk_invA, step_A = 40, 10.0, 0.06, 0.45
+    m = 0.0418 * defocus_A * np.eye(2)
+    q, amplitude, phase = rng.normal(size=(600, 2)) * q0_invA, rng.normal(size=600) * 0.02, rng.uniform(0, 2 * math.pi, 600)
+    y, x = np.indices((k_px, k_px))
+    centre = np.array([k_px / 2, k_px / 2])
+    disk = np.hypot(y - centre[0], x - centre[1]) <= radius_px
+    k = np.column_stack([y[disk] - centre[0], x[disk] - centre[1]]) * dk_invA
+    raster = np.stack(np.meshgrid(np.arange(side), np.arange(side), indexing="ij"), -1).reshape(-1, 2) * step_A
+    seen = raster[:, None, :] - (k @ m.T)[None]
+    patterns = np.full((side * side, k_px, k_px), 0.01)
+    patterns[:, disk] = 1.0 + (amplitude * np.cos(2 * math.pi * seen @ q.T + phase)).sum(-1)
+    return refined_scale(patterns, (side, side), step_A * np.eye(2), m, dk_invA, centre, radius_px, None).scale
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scan", type=int, nargs="+", default=[16, 20])
     parser.add_argument("--defocus", type=float, nargs="+", default=[110.0, -100.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--dose", type=float, default=1e5, help="electrons per pattern (0: no noise)")
+    parser.add_argument("--pure-shift", type=float, nargs="*", metavar="Q0", help="the pure-shift patterns instead, "
+                        "these spectrum widths (1/A)")
     args = parser.parse_args()
+    if args.pure_shift is not None:
+        print("| scan | q0 (1/A) | scale of the true M per seed |\n|---|---|---|")
+        for scan in args.scan:
+            for q0 in args.pure_shift or [0.2, 0.35]:
+                scales = " ".join(f"{pure_shift_scale(scan, q0, seed):.3f}" for seed in args.seeds)
+                print(f"| {scan} x {scan} | {q0:g} | {scales} |", flush=True)
+        return
     print("| scan | defocus (A) | coherence | found / true per seed | real-space shifts alone |")
     print("|---|---|---|---|---|")
     for scan in args.scan:
