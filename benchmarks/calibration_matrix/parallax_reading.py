@@ -1,7 +1,8 @@
 """What the bright-field parallax reads on the calibration matrix's stored files, against the truth: for each
 file ``ptyacc init`` is run as the matrix runs it, and the parallax's last measurement (the one that gives the
 defocus) is caught: its real-space shifts' defocus, the Fourier regions' scale of it (``overlap_focus``), the
-defocus it gives and whether it was used (the line ``init`` writes into the config). Whichever ptyacc is on PYTHONPATH is measured.
+defocus it gives and whether it was used (the line ``init`` writes into the config). Whichever ptyacc is on
+PYTHONPATH is measured.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/calibration_matrix/parallax_reading.py /tmp/holdout-mx/data/h54-0*.h5
 """
