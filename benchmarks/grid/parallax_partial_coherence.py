@@ -57,9 +57,11 @@ def reading(scan: int, defocus_A: float, coherence: str, seed: int, dose: float)
     return found.defocus_A / defocus_A, real / defocus_A, found.reliable
 
 
-def pure_shift_scale(side: int, q0_invA: float, seed: int, defocus_A: float = 120.0) -> float:
+def pure_shift_scale(side: int, q0_invA: float, seed: int, defocus_A: float = 120.0, blur_A: float | None = None) -> float:
     """The Fourier regions' scale of the true M on patterns (side * side, 40, 40) whose disk pixels (radius 10 px,
-    dk 0.06 1/A, step 0.45 A) each see one sample of 600 plane waves moved by exactly M k."""
+    dk 0.06 1/A, step 0.45 A) each see one sample moved by exactly M k: 600 plane waves, or with ``blur_A`` the
+    simulator's own random atoms (its phase map, seed ``seed``, Gaussian-blurred by ``blur_A`` as a source size
+    would, sampled by cubic interpolation)."""
     rng = np.random.default_rng(seed)
     k_px, radius_px, dk_invA, step_A = 40, 10.0, 0.06, 0.45
     m = 0.0418 * defocus_A * np.eye(2)
@@ -71,7 +73,18 @@ def pure_shift_scale(side: int, q0_invA: float, seed: int, defocus_A: float = 12
     raster = np.stack(np.meshgrid(np.arange(side), np.arange(side), indexing="ij"), -1).reshape(-1, 2) * step_A
     seen = raster[:, None, :] - (k @ m.T)[None]
     patterns = np.full((side * side, k_px, k_px), 0.01)
-    patterns[:, disk] = 1.0 + (amplitude * np.cos(2 * math.pi * seen @ q.T + phase)).sum(-1)
+    if blur_A is None:
+        patterns[:, disk] = 1.0 + (amplitude * np.cos(2 * math.pi * seen @ q.T + phase)).sum(-1)
+    else:
+        from scipy.ndimage import gaussian_filter, map_coordinates
+        setting = simulate.Setting(detector_px=K, scan_shape=(side, side), scan_step_A=step_A, dose=0,
+                                   defocus_A=defocus_A, edge_mrad=50.0, seed=seed)
+        result = simulate.simulate(setting)
+        dx_A = float(result["dx_A"])
+        atoms = gaussian_filter(result["phases"][0], blur_A / dx_A) if blur_A else result["phases"][0]
+        seen = seen + np.array(atoms.shape) * dx_A / 2 - raster.mean(0)  # the raster in the map's middle
+        patterns[:, disk] = 1.0 + 0.1 * map_coordinates(atoms, [seen[..., 0] / dx_A, seen[..., 1] / dx_A], order=3,
+                                                        mode="wrap")
     return refined_scale(patterns, (side, side), step_A * np.eye(2), m, dk_invA, centre, radius_px, None).scale
 
 
@@ -83,7 +96,16 @@ def main() -> None:
     parser.add_argument("--dose", type=float, default=1e5, help="electrons per pattern (0: no noise)")
     parser.add_argument("--pure-shift", type=float, nargs="*", metavar="Q0", help="the pure-shift patterns instead, "
                         "these spectrum widths (1/A)")
+    parser.add_argument("--atoms-blur", type=float, nargs="*", metavar="A", help="the pure shift of the simulator's "
+                        "random atoms instead, blurred by these widths (A, 0: none)")
     args = parser.parse_args()
+    if args.atoms_blur is not None:
+        print("| scan | atoms blurred by (A) | scale of the true M per seed |\n|---|---|---|")
+        for scan in args.scan:
+            for blur in args.atoms_blur or [0.0, 0.35]:
+                scales = " ".join(f"{pure_shift_scale(scan, 0.0, seed, 130.0, blur):.3f}" for seed in args.seeds)
+                print(f"| {scan} x {scan} | {blur:g} | {scales} |", flush=True)
+        return
     if args.pure_shift is not None:
         print("| scan | q0 (1/A) | scale of the true M per seed |\n|---|---|---|")
         for scan in args.scan:
