@@ -24,6 +24,7 @@ import simulate  # noqa: E402
 
 from ptyacc.data import parallax  # noqa: E402
 from ptyacc.data.overlap_focus import refined_scale  # noqa: E402
+from ptyacc.data.parallax import cubic_weights  # noqa: E402
 from ptyacc.data.sanity import scan_grid_steps  # noqa: E402
 
 COHERENCE = {"coherent": (0.0, 0.0), "partial": (0.35, 30.0)}
@@ -61,7 +62,7 @@ def pure_shift_scale(side: int, q0_invA: float, seed: int, defocus_A: float = 12
     """The Fourier regions' scale of the true M on patterns (side * side, 40, 40) whose disk pixels (radius 10 px,
     dk 0.06 1/A, step 0.45 A) each see one sample moved by exactly M k: 600 plane waves, or with ``blur_A`` the
     simulator's own random atoms (its phase map, seed ``seed``, Gaussian-blurred by ``blur_A`` as a source size
-    would, sampled by cubic interpolation)."""
+    would, sampled by cubic convolution)."""
     rng = np.random.default_rng(seed)
     k_px, radius_px, dk_invA, step_A = 40, 10.0, 0.06, 0.45
     m = 0.0418 * defocus_A * np.eye(2)
@@ -76,15 +77,18 @@ def pure_shift_scale(side: int, q0_invA: float, seed: int, defocus_A: float = 12
     if blur_A is None:
         patterns[:, disk] = 1.0 + (amplitude * np.cos(2 * math.pi * seen @ q.T + phase)).sum(-1)
     else:
-        from scipy.ndimage import gaussian_filter, map_coordinates
         setting = simulate.Setting(detector_px=K, scan_shape=(side, side), scan_step_A=step_A, dose=0,
                                    defocus_A=defocus_A, edge_mrad=50.0, seed=seed)
         result = simulate.simulate(setting)
-        dx_A = float(result["dx_A"])
-        atoms = gaussian_filter(result["phases"][0], blur_A / dx_A) if blur_A else result["phases"][0]
-        seen = seen + np.array(atoms.shape) * dx_A / 2 - raster.mean(0)  # the raster in the map's middle
-        patterns[:, disk] = 1.0 + 0.1 * map_coordinates(atoms, [seen[..., 0] / dx_A, seen[..., 1] / dx_A], order=3,
-                                                        mode="wrap")
+        dx_A, atoms = float(result["dx_A"]), result["phases"][0]
+        f = np.fft.fftfreq(atoms.shape[0]) / dx_A  # the map is square and periodic
+        atoms = np.fft.ifft2(np.fft.fft2(atoms) * np.exp(-2 * math.pi ** 2 * blur_A ** 2 * (f[:, None] ** 2 + f[None] ** 2))).real
+        seen = (seen + np.array(atoms.shape) * dx_A / 2 - raster.mean(0)) / dx_A  # px, the raster in the map's middle
+        start = np.floor(seen).astype(int)
+        weights = cubic_weights(seen - start)  # (N, P, 2, 4) Keys' cubic convolution
+        sampled = sum(atoms[(start[..., 0] + i - 1) % len(atoms), (start[..., 1] + j - 1) % len(atoms)]
+                      * weights[..., 0, i] * weights[..., 1, j] for i in range(4) for j in range(4))
+        patterns[:, disk] = 1.0 + 0.1 * sampled
     return refined_scale(patterns, (side, side), step_A * np.eye(2), m, dk_invA, centre, radius_px, None).scale
 
 
@@ -99,19 +103,19 @@ def main() -> None:
     parser.add_argument("--atoms-blur", type=float, nargs="*", metavar="A", help="the pure shift of the simulator's "
                         "random atoms instead, blurred by these widths (A, 0: none)")
     args = parser.parse_args()
+    pure = None
     if args.atoms_blur is not None:
-        print("| scan | atoms blurred by (A) | scale of the true M per seed |\n|---|---|---|")
+        pure = "atoms blurred by (A)", args.atoms_blur or [0.0, 0.35], lambda scan, blur, seed: pure_shift_scale(
+            scan, 0.0, seed, 130.0, blur)
+    elif args.pure_shift is not None:
+        pure = "q0 (1/A)", args.pure_shift or [0.2, 0.35], pure_shift_scale
+    if pure is not None:
+        label, values, scale = pure
+        print(f"| scan | {label} | scale of the true M per seed |\n|---|---|---|")
         for scan in args.scan:
-            for blur in args.atoms_blur or [0.0, 0.35]:
-                scales = " ".join(f"{pure_shift_scale(scan, 0.0, seed, 130.0, blur):.3f}" for seed in args.seeds)
-                print(f"| {scan} x {scan} | {blur:g} | {scales} |", flush=True)
-        return
-    if args.pure_shift is not None:
-        print("| scan | q0 (1/A) | scale of the true M per seed |\n|---|---|---|")
-        for scan in args.scan:
-            for q0 in args.pure_shift or [0.2, 0.35]:
-                scales = " ".join(f"{pure_shift_scale(scan, q0, seed):.3f}" for seed in args.seeds)
-                print(f"| {scan} x {scan} | {q0:g} | {scales} |", flush=True)
+            for value in values:
+                scales = " ".join(f"{scale(scan, value, seed):.3f}" for seed in args.seeds)
+                print(f"| {scan} x {scan} | {value:g} | {scales} |", flush=True)
         return
     print("| scan | defocus (A) | coherence | found / true per seed | real-space shifts alone |")
     print("|---|---|---|---|---|")
