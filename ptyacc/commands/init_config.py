@@ -61,7 +61,8 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
     lines += _calibration_lines(info, xray, parallax)
     if turned:
-        lines.append("  scan_rotation_deg: auto   # from the patterns' centre of mass (0 = scan along the detector)"
+        lines.append("  scan_rotation_deg: auto   # from the patterns (centre of mass, parallax; run.log says which; "
+                     "0 = scan along the detector)"
                      + ("" if raster else "; turns the file's positions about their centre"))
     if not xray and (info.positions_A is not None or info.scan_shape is not None):  # else the scan is NEEDED first
         lines += _dropped_lines(info, fit, raster, turned, parallax)

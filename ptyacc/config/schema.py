@@ -119,8 +119,10 @@ class ExperimentConfig:
     scan_rotation_deg: float | Literal["auto"] = _f(
         0.0, "Rotation of the scan axes against the detector axes, counter-clockwise (the raster turned from +x "
              "towards +y); positions given in a file or by experiment.positions are turned by it about their centre. "
-             "auto: measured from the patterns' centre of mass (the angle at which its field over the scan is "
-             "curl-free), with the transpose/flip when data.transform.orientation is auto.")
+             "auto: measured from the patterns: the angle at which the centre of mass's field over the scan is "
+             "curl-free, checked by the search of the bright-field pixels' coherence in Fourier space (whose rotation "
+             "is taken where the centre of mass alone gave it) and refined by the parallax when the defocus is auto; "
+             "with the transpose/flip when data.transform.orientation is auto. run.log says what gave it.")
     geometry: Literal["far_field", "near_field"] = _f(
         "far_field", "far_field: patterns are diffraction patterns (zero frequency at the centre); near_field: "
                      "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")
