@@ -10,11 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+
+from ptyacc.commands.init_config import init_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "calibration_matrix"))
 import matrix  # noqa: E402
 
 DX_A = 0.3
+DEMO = Path(__file__).resolve().parents[1] / "ptyacc" / "demo" / "demo_mos2.h5"
 
 
 def _truth_and_positions(shape=(90, 90)) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +97,7 @@ def test_the_told_run_puts_the_truth_in_the_frame_auto_chose(flags, tmp_path):
     theta = told["experiment"]["scan_rotation_deg"]
     np.testing.assert_allclose(rotation(theta).T @ flag_matrix(*flags), true_map, atol=1e-6)
     assert told["experiment"]["defocus_A"] == CASE.defocus_A
+    assert told["model"]["probe_modes"] == yaml.safe_load(init_config(DEMO, tmp_path / "c.yaml"))["model"]["probe_modes"]
 
 
 CASE = matrix.Case(name="slice", sample="atoms", scan=16, step_A=0.45, rotation_deg=-37.0, transpose=True,

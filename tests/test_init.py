@@ -31,8 +31,9 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
                               "transform": {"orientation": "auto", "descan": "auto"}}
     assert config["optim"]["batch_size"] == "auto" and "positions" not in config["experiment"]
     assert config["experiment"]["scan_rotation_deg"] == "auto" and config["experiment"]["defocus_A"] == "auto"
-    # the measured rotation is refined, as one angle
-    assert config["model"] == {"scan_affine": "rotation"} and config["optim"]["start"]["scan_affine"] == 0
+    # the measured rotation is refined, as one angle; electrons' partial coherence taken by four probe modes
+    assert config["model"] == {"probe_modes": 4, "scan_affine": "rotation"}
+    assert config["optim"]["start"]["scan_affine"] == 0
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", "optim.iterations=1",
                                    "--set", "output.figures=false"])
     assert run.exit_code == 0, run.output

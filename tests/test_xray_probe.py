@@ -228,7 +228,8 @@ def test_init_writes_the_probe_key_when_the_file_carries_one(tmp_path, case):
     zone_plate.write_cxi(tmp_path / "without.cxi", case)
     text = init_config(tmp_path / "with.cxi", tmp_path / "with.yaml")
     assert "probe_init: {path: with.cxi, key: entry_1/instrument_1/source_1/probe}" in text
-    assert "probe_init" not in init_config(tmp_path / "without.cxi", tmp_path / "without.yaml")
+    without = init_config(tmp_path / "without.cxi", tmp_path / "without.yaml")
+    assert "probe_init" not in without and "probe_modes" not in without  # electrons' four modes are not X-rays'
     (tmp_path / "with.yaml").write_text(text)
     assert ptyacc.load_config(tmp_path / "with.yaml").model.probe_init.key == "entry_1/instrument_1/source_1/probe"
     assert "probe_modes" not in text

@@ -290,12 +290,15 @@ def init_config(data: Path, config: Path) -> dict:
 
 
 def truth_config(data: Path, case: Case) -> dict:
-    """ptyacc told the truth: the true positions, orientation and defocus; bad pixels, descan and the
-    blur's refinement as ``init`` writes them; the same batch and iterations as the auto run."""
+    """ptyacc told the truth: the true positions, orientation and defocus; bad pixels, descan, the probe
+    modes and the blur's refinement as ``init`` writes them; the same batch and iterations as the auto run."""
+    from ptyacc.commands.init_config import ELECTRON_PROBE_MODES
+
     return {"data": {"path": str(data), "bad_pixels": "auto",
                      "transform": {"descan": "auto", "transpose": case.transpose, "flip_y": case.flip_y,
                                    "flip_x": case.flip_x}},
             "experiment": {"defocus_A": case.defocus_A, "positions": {"key": "ground_truth/positions_A"}},
+            "model": {"probe_modes": ELECTRON_PROBE_MODES},
             "optim": {"batch_size": "auto", "start": {"detector_blur": 0}}}
 
 
