@@ -300,3 +300,19 @@ def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkey
     assert read_flags == [(True, False, False), (False, True, False)]  # no third reading for the trials after
     assert chosen.flags == (True, False, False) and abs(chosen.rotation_deg - 2.0) < 0.5
     assert abs(chosen.defocus_A - 100.0) < 3.0 and judge.read == {}
+
+
+@pytest.mark.parametrize("from_file", [False, True])
+def test_a_trial_fits_one_probe_mode_unless_the_probe_comes_from_a_file(tmp_path, from_file):
+    """Further probe modes absorb part of a wrong defocus or rotation, which the trials are there to tell apart: a
+    trial fits one mode where the run would fit four; a probe read from a file keeps its own modes."""
+    from accelerate import Accelerator
+
+    from ptyacc.reconstruction.engine import reconstruct
+
+    raw = faint_config(tmp_path / "scan.h5")
+    raw["model"] = {"probe_modes": 4, **({"probe_init": {"path": str(tmp_path / "probe.h5")}} if from_file else {})}
+    judge = OrientationTrials(load_config(raw), Accelerator(cpu=True), reconstruct)
+    config = judge.trial_config(OrientationCandidate((True, False, False), 3.0, TRUE_DEFOCUS, "a peak"))
+    assert config.model.probe_modes == (4 if from_file else 1)
+    assert config.experiment.defocus_A == TRUE_DEFOCUS and config.experiment.scan_rotation_deg == 3.0

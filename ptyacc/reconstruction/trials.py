@@ -65,7 +65,8 @@ class OrientationTrials:
 
     def trial_config(self, candidate) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
-        auto) defocus given, ``iterations`` iterations, nothing written and no trials of its own."""
+        auto) defocus given, ``iterations`` iterations, one probe mode (unless the probe comes from a file), nothing
+        written and no trials of its own."""
         t, fy, fx = (bool(flag) for flag in candidate.flags)
         values = {"data.transform.orientation": "manual", "data.transform.transpose": t, "data.transform.flip_y": fy,
                   "data.transform.flip_x": fx, "data.transform.flip_about_zero": [False, False],
@@ -76,6 +77,8 @@ class OrientationTrials:
                   "runtime.progress": False}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
+        if self.config.model.probe_init is None:  # further modes would absorb part of a wrong defocus or rotation
+            values["model.probe_modes"] = 1
         return with_values(self.config, values)
 
     def given_defocus_A(self, candidate) -> float | None:
