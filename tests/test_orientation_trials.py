@@ -9,7 +9,7 @@ import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data import overlap_orientation
-from ptyacc.data.autocalibration import OrientationCandidate, orientation_candidates
+from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, orientation_candidates
 from ptyacc.data.load import load_data
 from ptyacc.data.overlap_orientation import OverlapOrientation
 from ptyacc.reconstruction.trials import OrientationTrials, _vertex
@@ -77,10 +77,14 @@ def faint_config(path, **optim) -> dict:
 
 
 @pytest.mark.slow
-def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choice(faint, monkeypatch):
+@pytest.mark.parametrize("margin", [0.01, 0.001])
+def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choice(faint, monkeypatch, margin):
+    """The judge's choice is used; one it made by a data term barely below the next candidate's (under
+    TRIALS_SURE) is said to be in doubt, with the keys that give the orientation."""
     monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear
     seen = []
-    chosen = OrientationCandidate((True, False, False), -3.0, TRUE_DEFOCUS, "the judge")
+    chosen = OrientationCandidate((True, False, False), -3.0, TRUE_DEFOCUS, "the judge", margin=margin,
+                                  rival="transpose False, flip_y False, flip_x False, rotation 7.00 deg (a rival peak)")
 
     def judge(candidates):
         seen.extend(candidates)
@@ -98,6 +102,11 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
                               chosen.flags, chosen.rotation_deg)
     assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 1e-6
     assert any("judged" in line for line in data.checks)
+    doubt = [line for line in data.checks if line.startswith("warning: the trial reconstructions barely told")]
+    assert len(doubt) == (margin < TRIALS_SURE)
+    if doubt:
+        assert "(a rival peak), ended 0.100% above the one taken" in doubt[0]
+        assert "experiment.scan_rotation_deg" in doubt[0] and "data.transform.transpose" in doubt[0]
     assert not any(line.startswith("warning:") and "mirrored against the truth" in line for line in data.checks)
 
 
@@ -183,6 +192,10 @@ def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
     assert f"{lowest_deg:.2f} deg is used" in said
     assert len(judge.asked) <= 2 + 2 * 2 + 3  # the candidates, the four turns, at most three more
+    best, mirror = (lowest_deg ** 2 / 50.0, lowest_deg ** 2 / 50.0 + 1.0)  # the bowl's data terms at 0 degrees
+    assert taken.margin == pytest.approx((mirror - best) / best) and taken.rival.endswith("(its mirror)")
+    alone, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert alone.margin is None and alone.rival is None  # no other candidate: nothing to be in doubt against
 
 
 def test_the_rotation_walks_at_most_a_few_steps_past_the_end():

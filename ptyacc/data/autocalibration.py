@@ -49,6 +49,7 @@ from ptyacc.data.trouble import (
     com_warnings,
     parallax_warnings,
     search_warnings,
+    trials_doubt_warning,
     weak_orientation_warning,
 )
 from ptyacc.errors import DataError
@@ -63,6 +64,7 @@ C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is us
 SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
+TRIALS_SURE = 0.0025  # the trials' relative margin below which the orientation they chose is said to be in doubt
 SEARCH_APART_DEG = 10.0  # a clear search this near a centre of mass alone (or its turn by 180) gives the orientation
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
@@ -124,13 +126,16 @@ class OrientationCandidate:
     scan rotation ``rotation_deg`` and the defocus that goes with them, ``defocus_A`` (the Fourier regions'
     search's, or for the centre of mass's or parallax's guess the parallax's or the nominal one; None where none
     is known: then measured as for any other orientation); ``found_by`` names the measurement, ``defocus_by`` what
-    gave the defocus."""
+    gave the defocus. Where trial reconstructions chose it among others, ``margin`` is how far the next one's data
+    term ended above its own, relative to its own, and ``rival`` that one's line."""
 
     flags: Flags
     rotation_deg: float
     defocus_A: float | None
     found_by: str
     defocus_by: str | None = BY_SEARCH
+    margin: float | None = None
+    rival: str | None = None
 
     def line(self) -> str:
         t, fy, fx = self.flags
@@ -544,6 +549,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
                 used, said = judge(candidates)
                 flags, rotation_deg = used.flags, used.rotation_deg
                 line, by_trials = line + f"; {said}", True
+                if used.margin is not None and used.margin < TRIALS_SURE:
+                    warnings.append(trials_doubt_warning(used.margin, used.rival, TRIALS_SURE))
             else:
                 warnings.append(weak_orientation_warning(found, chosen))
                 if len(candidates) > 1:  # init and info: what the run will do

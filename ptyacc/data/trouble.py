@@ -114,6 +114,16 @@ def weak_orientation_warning(found: Orientation, parallax: ParallaxOrientation |
             "flip_x by hand if they are known, or check the result against a second orientation")
 
 
+def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
+    """The warning for an orientation that trial reconstructions chose by a data term only ``margin`` (relative)
+    below the next candidate's, ``rival`` (its line), under ``sure``: at few counts a wrong frame's short
+    reconstruction can end that close, or lower."""
+    return (f"warning: the trial reconstructions barely told the candidate orientations apart (the next one, {rival}, "
+            f"ended {margin:.3%} above the one taken, under {sure:.2%}): the data carry little of the orientation, and "
+            "the reconstruction may lie in a turned or mirrored frame; set experiment.scan_rotation_deg and "
+            "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in that orientation")
+
+
 def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,
                       flags_measured: bool) -> list[str]:
     """The warnings of the bright-field parallax ``found``, measured on the prepared patterns at the

@@ -127,7 +127,10 @@ class OrientationTrials:
             self.read = {flags: read for flags, read in self.read.items() if flags == best_flags}
         best = min(range(len(candidates)), key=lambda i: losses[i])
         chosen, said = candidates[best], []
-        if len(candidates) > 1:
+        if len(candidates) > 1:  # how clearly: the next one's data term above the taken one's
+            rival = min((i for i in range(len(candidates)) if i != best), key=lambda i: losses[i])
+            chosen = dataclasses.replace(chosen, margin=(losses[rival] - losses[best]) / max(abs(losses[best]), 1e-30),
+                                         rival=candidates[rival].line())
             tried = "; ".join(f"{c.line()}: {loss:.6g}" for c, loss in zip(candidates, losses, strict=True))
             said.append(f"{len(candidates)} candidates reconstructed {self.iterations} iterations each, final loss "
                         f"{tried}: the lowest, {chosen.line()}")
