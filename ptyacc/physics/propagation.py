@@ -1,5 +1,6 @@
 """Free-space propagation and sub-pixel shifts, both as Fourier-space multipliers."""
 
+import functools
 import math
 
 import torch
@@ -11,13 +12,21 @@ def spatial_frequencies(n: int, dx: float = 1.0, dtype: torch.dtype = torch.floa
     return torch.fft.fftfreq(n, d=dx, dtype=dtype, device=device)
 
 
+@functools.lru_cache(maxsize=16)
+def frequency_squared(n: int, dx: float = 1.0, device: torch.device | str | None = None,
+                      dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """|k|^2 (n, n) in cycles^2 per unit of ``dx`` squared, unshifted layout, summed in float64 and then cast
+    to ``dtype``; made once per grid and shared, so callers must not write into it."""
+    k = spatial_frequencies(n, dx, device=device)
+    return (k[:, None] ** 2 + k[None, :] ** 2).to(dtype)
+
+
 def fresnel_propagator(n: int, dx_A: float, wavelength_A: float, distance_A: float,
                        dtype: torch.dtype = torch.complex64) -> torch.Tensor:
     """Angular-spectrum propagator (n, n), unshifted layout, in the paraxial (Fresnel) form
     H(k) = exp(-i pi lambda dz |k|^2). Multiplying a wave's spectrum by H advances it by dz
     along the beam; a probe with defocus f (= -C10) comes to focus after dz = f."""
-    k = spatial_frequencies(n, dx_A)
-    k2 = k[:, None] ** 2 + k[None, :] ** 2
+    k2 = frequency_squared(n, dx_A)
     return torch.exp(-1j * math.pi * wavelength_A * distance_A * k2).to(dtype)
 
 

@@ -50,7 +50,6 @@ and the better kept: a variation that went wrong at once put its errors into P_0
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable, Iterator
 
@@ -60,6 +59,7 @@ from torch import nn
 
 from ptyacc.optim.groups import ParameterGroup
 from ptyacc.optim.row_adam import RowAdam, TakesStepContext
+from ptyacc.physics.propagation import frequency_squared
 from ptyacc.quantities.registry import BuildContext, Quantity, register
 from ptyacc.quantities.slices import TiltSmoothing
 
@@ -321,14 +321,6 @@ def refocused(wave: torch.Tensor, change_A: torch.Tensor, dx_A: float, wavelengt
     q2 = frequency_squared(wave.shape[-1], dx_A, wave.device, wave.real.dtype)
     transfer = torch.polar(torch.ones_like(q2), math.pi * wavelength_A * change_A.to(q2.dtype)[:, None, None] * q2)
     return torch.fft.ifft2(torch.fft.fft2(wave)[None] * transfer)
-
-
-@functools.lru_cache(maxsize=8)
-def frequency_squared(k: int, dx_A: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(K, K) 1/Å^2: q^2 of the FFT's frequencies for ``k`` pixels of ``dx_A`` Å, made once per grid (every forward
-    of ``refocused``)."""
-    q = torch.fft.fftfreq(k, d=dx_A, dtype=torch.float64, device=device)
-    return (q[:, None] ** 2 + q[None, :] ** 2).to(dtype)
 
 
 def first_directions(probe: torch.Tensor, count: int, seed: int = 0) -> torch.Tensor:

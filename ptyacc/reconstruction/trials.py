@@ -88,9 +88,9 @@ class OrientationTrials:
             float(candidate.defocus_A)
 
     def dataset(self, candidate, config: Config) -> PtychoData:
-        """``candidate``'s dataset under its trial's ``config``: read and calibrated where its flags differ from the
-        last one read (whole, on every process: ``load_planned`` takes each one's share), else the last one with the
-        positions turned by the rotations' difference and the probe's defocus set."""
+        """``candidate``'s dataset under its trial's ``config``: read and calibrated where no dataset of its flags is
+        kept (whole, on every process: ``load_planned`` takes each one's share), else the kept one with the positions
+        turned by the rotations' difference and the probe's defocus set."""
         if candidate.flags not in self.read:
             self.read[candidate.flags] = (candidate, load_data(config, None, self.accelerator.device))
             self.reads += 1
