@@ -52,22 +52,45 @@ class Scale:
     found: bool
 
 
+def hann_windows(shape: tuple[int, int]) -> np.ndarray:
+    """The raster's Hann window (``np.hanning`` along each axis) and its derivatives along y and along x (per
+    raster step): (3, 1, ny, nx), so that ``pixel_frequencies`` transforms each image with all three at once."""
+    ny, nx = shape
+    hann = [np.hanning(n) for n in shape]
+    slope = [math.pi / (n - 1) * np.sin(2 * math.pi * np.arange(n) / (n - 1)) for n in shape]
+    return np.stack([hann[0][:, None] * hann[1][None, :], slope[0][:, None] * hann[1][None, :],
+                     hann[0][:, None] * slope[1][None, :]])[:, None]
+
+
 def pixel_frequencies(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int],
-                      windowed: bool = True) -> Iterator[np.ndarray]:
-    """The scan's Fourier transforms (Hann-windowed unless not ``windowed``) of the virtual images of the
-    ``inside`` pixels of centred (n, K, K) patterns, each pattern divided by its total, each image by its mean:
-    (P_chunk, ny, nx) complex128 blocks of at most CHUNK pixels in turn, so that no more than a block is held
-    (P (ny, nx) transforms of a 64 x 64 raster are 64 MiB)."""
+                      window: np.ndarray | None) -> Iterator[np.ndarray]:
+    """The scan's Fourier transforms of the virtual images of the ``inside`` pixels of centred (n, K, K) patterns,
+    each pattern divided by its total, each image by its mean, times ``window`` (ny, nx) (None: the plain
+    transform): (P_chunk, ny, nx) complex128 blocks of at most CHUNK pixels in turn, so that no more than a block is
+    held (P (ny, nx) transforms of a 64 x 64 raster are 64 MiB); a stack of windows (W, 1, ny, nx) gives
+    (W, P_chunk, ny, nx) blocks."""
     ny, nx = shape
     flat = centred.reshape(len(centred), -1)
     totals = np.maximum(flat.sum(1, dtype=np.float64), 1e-30)
-    window = np.hanning(ny)[:, None] * np.hanning(nx)[None, :] if windowed else np.ones((ny, nx))
     columns = np.nonzero(inside.ravel())[0]
     for start in range(0, len(columns), CHUNK):
         chosen = columns[start:start + CHUNK]
         images = (flat[:, chosen].astype(np.float64) / totals[:, None]).T.reshape(len(chosen), ny, nx)
         images = images / np.maximum(images.mean(axis=(1, 2), keepdims=True), 1e-30) - 1.0
-        yield np.fft.fft2(images * window)
+        yield np.fft.fft2(images if window is None else images * window)
+
+
+def reassigned(cycles: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """The frequencies (U, 2) (cycles per raster step, y x) the power of the Hann-windowed transforms at the
+    bins ``cycles`` (U, 2) comes from: ``blocks`` (3, P, U) the pixels' transforms there with the window and with
+    its y and x derivatives (``hann_windows``). For an image e^(2 pi i f n) the derivative's transform is
+    2 pi i (c - f) times the window's at c, so c - Im(sum_k D_k conj(H_k)) / (2 pi sum_k |H_k|^2) is the frequency
+    of each bin's power, weighted by it: below c where the sample's power falls with |f| (the window mixes each
+    bin with its neighbours), at the reflection itself near a crystal's."""
+    hann, along_y, along_x = blocks
+    power = np.maximum((np.abs(hann) ** 2).sum(0), 1e-300)
+    offsets = [np.imag((along * np.conj(hann)).sum(0)) / (2 * math.pi * power) for along in (along_y, along_x)]
+    return cycles - np.column_stack(offsets)
 
 
 def coherence(scales: np.ndarray, base: np.ndarray, values: np.ndarray, regions: list[np.ndarray],
@@ -114,20 +137,25 @@ def refined_scale(centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarr
     u = cycles @ np.linalg.inv(steps_A)  # 1/Å: u . (steps n) = cycles . n
     # the transforms twice, a block of pixels at a time (memory: a block, not all P): first the power at each
     # scan frequency, summed pixel after pixel, then the chosen frequencies' values
+    windows = hann_windows(shape)
     power = np.zeros(ny * nx)
-    for block in pixel_frequencies(centred, inside, shape):
+    for block in pixel_frequencies(centred, inside, shape, windows[0, 0]):
         for pixel in np.abs(block.reshape(len(block), -1)) ** 2:
             power += pixel
     power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0  # the window's own lowest frequencies
     pick = np.argsort(power)[::-1][:FREQUENCIES]
-    values = np.concatenate([block.reshape(len(block), -1)[:, pick] for block in pixel_frequencies(centred, inside, shape)])
-    u, values = u[pick], values.T.astype(np.complex64)  # (U, 2), (U, P)
+    blocks = np.concatenate([block.reshape(3, len(block[0]), -1)[..., pick]
+                             for block in pixel_frequencies(centred, inside, shape, windows)], axis=1)  # (3, P, U)
+    # each frequency's phase moves with a pixel's shift at the frequency its power comes from, not at its bin's
+    # (the calibration matrix's amorphous 16 x 16 rasters read 0.89 of the truth at the bins' frequencies)
+    u_power = reassigned(cycles[pick], blocks) @ np.linalg.inv(steps_A)
+    u, values = u[pick], blocks[0].T.astype(np.complex64)  # (U, 2), (U, P)
     limit, margin = radius_px * dk_invA, MARGIN_PX * dk_invA
     minus = np.hypot(*(k[None] - u[:, None]).transpose(2, 0, 1))
     plus = np.hypot(*(k[None] + u[:, None]).transpose(2, 0, 1))
     regions = [(minus < limit - margin) & (plus > limit + margin), (minus > limit + margin) & (plus < limit - margin),
                (minus < limit - margin) & (plus < limit - margin)]
-    base = np.einsum("ua,ab,pb->up", u, m, k)
+    base = np.einsum("ua,ab,pb->up", u_power, m, k)
     radial = np.hypot(*k.T)
     near = radial <= np.median(radial)
     every = np.ones(len(k), dtype=bool)

@@ -95,14 +95,14 @@ class _Frequencies:
         cycles = np.stack(np.meshgrid(np.fft.fftfreq(ny), np.fft.fftfreq(nx), indexing="ij"), -1).reshape(-1, 2)
         u = cycles @ np.linalg.inv(steps_A)
         power = np.zeros(ny * nx)
-        for block in pixel_frequencies(centred, inside, shape, windowed=False):
+        for block in pixel_frequencies(centred, inside, shape, None):
             power += (np.abs(block.reshape(len(block), -1)) ** 2).sum(0)
         power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0  # the window's own lowest frequencies
         power[np.hypot(*u.T) > 2 * self.limit - 2 * self.margin] = 0.0  # no pixel sees both sides there
         pick = np.argsort(power)[::-1][:frequencies]
         pick = pick[power[pick] > 0]
         self.u = u[pick]
-        blocks = pixel_frequencies(centred, inside, shape, windowed=False)
+        blocks = pixel_frequencies(centred, inside, shape, None)
         self.values = np.concatenate([block.reshape(len(block), -1)[:, pick] for block in blocks]).T.astype(np.complex64)
 
     def coherence(self, g: np.ndarray, scales_A2: np.ndarray) -> np.ndarray:
