@@ -111,6 +111,23 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
 
 
 @pytest.mark.slow
+def test_a_given_rotation_keeps_the_trials_doubt(faint, monkeypatch):
+    """The scan rotation given, the flags auto at few counts: the judge's doubt is said beside the checks of the
+    given rotation, not replaced by them."""
+    monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear
+
+    def judge(candidates):
+        assert len(candidates) >= 2
+        return Verdict(candidates[0], "judged", 0.001, candidates[1].line())
+
+    config = faint_config(faint)
+    config["experiment"]["scan_rotation_deg"] = TRUE_ROTATION
+    data = load_data(load_config(config), judge=judge)
+    assert any("judged" in line for line in data.checks)
+    assert any(line.startswith("warning: the trial reconstructions barely told") for line in data.checks)
+
+
+@pytest.mark.slow
 def test_the_trials_take_the_true_frame_and_refine_its_rotation(faint):
     from accelerate import Accelerator
 

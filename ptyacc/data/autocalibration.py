@@ -557,8 +557,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         experiment = dataclasses.replace(experiment, scan_rotation_deg=state.rotation_deg)
     else:
         state.line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
-        if chosen is None:
-            state.warnings = com_warnings(found, state.flags, given, SKEW_SURE, flags_measured=True)
+        if chosen is None:  # beside what the search or the trials said of the flags
+            state.warnings += com_warnings(found, state.flags, given, SKEW_SURE, flags_measured=True)
     # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
     # second turn by 180 degrees
     if (chosen is None and state.used is None and not state.by_search and fixed is None and defocus_auto
