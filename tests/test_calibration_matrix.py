@@ -77,6 +77,23 @@ def test_scores_turn_a_frame_turned_by_quarter_turns_back(quarters):
     assert left["quarter_turns"] == 0 and left["ncc"] > 0.9999
 
 
+def test_the_frame_angle_is_read_at_the_start_and_at_the_run_s_end():
+    """Positions turned 3 degrees at the start and 0.5 (or a quarter turn and 0.5) at the end: the angles left,
+    in the sense that maps the run's positions onto the truth's (NumPy rotations)."""
+    truth, positions = _truth_and_positions()
+    crop, origin_A, centre = truth[10:80, 12:82], np.array([10.0, 12.0]) * DX_A, positions.mean(0)
+
+    def turned(deg: float) -> np.ndarray:
+        t = np.radians(deg)
+        return centre + (positions - centre) @ np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]]).T
+
+    for end_deg in (0.5, 90.5):
+        found = matrix.scores(crop, origin_A, DX_A, turned(3.0), positions, truth, final_positions_A=turned(end_deg))
+        assert found["frame_angle_deg"] == pytest.approx(-3.0, abs=1e-3)
+        assert found["final_frame_angle_deg"] == pytest.approx(-0.5, abs=1e-3)
+    assert "final_frame_angle_deg" not in matrix.scores(crop, origin_A, DX_A, turned(3.0), positions, truth)
+
+
 @pytest.mark.parametrize("flags", [(True, False, True), (True, True, False), (False, False, False),
                                    (False, True, True), (True, False, False), (False, True, False)])
 def test_the_told_run_puts_the_truth_in_the_frame_auto_chose(flags, tmp_path):

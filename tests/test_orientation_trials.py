@@ -9,7 +9,7 @@ import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data import overlap_orientation
-from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, orientation_candidates
+from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, Verdict, orientation_candidates
 from ptyacc.data.load import load_data
 from ptyacc.data.overlap_orientation import OverlapOrientation
 from ptyacc.reconstruction.trials import OrientationTrials, _vertex
@@ -83,12 +83,12 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
     TRIALS_SURE) is said to be in doubt, with the keys that give the orientation."""
     monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear
     seen = []
-    chosen = OrientationCandidate((True, False, False), -3.0, TRUE_DEFOCUS, "the judge", margin=margin,
-                                  rival="transpose False, flip_y False, flip_x False, rotation 7.00 deg (a rival peak)")
+    chosen = OrientationCandidate((True, False, False), -3.0, TRUE_DEFOCUS, "the judge")
+    rival = "transpose False, flip_y False, flip_x False, rotation 7.00 deg (a rival peak)"
 
     def judge(candidates):
         seen.extend(candidates)
-        return chosen, "judged"
+        return Verdict(chosen, "judged", margin, rival)
 
     data = load_data(load_config(faint_config(faint)), judge=judge)
     assert len(seen) >= 2
@@ -111,6 +111,23 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
 
 
 @pytest.mark.slow
+def test_a_given_rotation_keeps_the_trials_doubt(faint, monkeypatch):
+    """The scan rotation given, the flags auto at few counts: the judge's doubt is said beside the checks of the
+    given rotation, not replaced by them."""
+    monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear
+
+    def judge(candidates):
+        assert len(candidates) >= 2
+        return Verdict(candidates[0], "judged", 0.001, candidates[1].line())
+
+    config = faint_config(faint)
+    config["experiment"]["scan_rotation_deg"] = TRUE_ROTATION
+    data = load_data(load_config(config), judge=judge)
+    assert any("judged" in line for line in data.checks)
+    assert any(line.startswith("warning: the trial reconstructions barely told") for line in data.checks)
+
+
+@pytest.mark.slow
 def test_the_trials_take_the_true_frame_and_refine_its_rotation(faint):
     from accelerate import Accelerator
 
@@ -121,9 +138,9 @@ def test_the_trials_take_the_true_frame_and_refine_its_rotation(faint):
     true_flags = (True, False, False)
     candidates = [OrientationCandidate((False, False, False), TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "mirrored"),
                   OrientationCandidate(true_flags, TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "5 degrees off")]
-    taken, said = judge(candidates)
-    assert taken.flags == true_flags and "5 degrees off" in said
-    assert abs(taken.rotation_deg - TRUE_ROTATION) < abs(5.0) - 2.0  # nearer the truth than the candidate was
+    verdict = judge(candidates)
+    assert verdict.taken.flags == true_flags and "5 degrees off" in verdict.said
+    assert abs(verdict.taken.rotation_deg - TRUE_ROTATION) < abs(5.0) - 2.0  # nearer the truth than the candidate was
 
 
 @pytest.mark.slow
@@ -186,21 +203,22 @@ class _Bowl(OrientationTrials):
 @pytest.mark.parametrize("lowest_deg", [1.0, -4.2, 10.0, -12.8])
 def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     judge = _Bowl(lowest_deg)
-    taken, said = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak"),
-                         OrientationCandidate((False, False, False), 0.0, None, "its mirror")])
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak"),
+                     OrientationCandidate((False, False, False), 0.0, None, "its mirror")])
+    taken, said = verdict.taken, verdict.said
     assert "trying them by short reconstructions of 6 iterations" in capsys.readouterr().err  # before the wait
     assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
     assert f"{lowest_deg:.2f} deg is used" in said
     assert len(judge.asked) <= 2 + 2 * 2 + 3  # the candidates, the four turns, at most three more
     best, mirror = (lowest_deg ** 2 / 50.0, lowest_deg ** 2 / 50.0 + 1.0)  # the bowl's data terms at 0 degrees
-    assert taken.margin == pytest.approx((mirror - best) / best) and taken.rival.endswith("(its mirror)")
-    alone, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert verdict.margin == pytest.approx((mirror - best) / best) and verdict.rival.endswith("(its mirror)")
+    alone = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
     assert alone.margin is None and alone.rival is None  # no other candidate: nothing to be in doubt against
 
 
 def test_the_rotation_walks_at_most_a_few_steps_past_the_end():
     judge = _Bowl(-40.0)
-    taken, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    taken = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")]).taken
     assert taken.rotation_deg == -15.0 and min(judge.asked) == -15.0  # 2 turns of 3 degrees, then 3 more
 
 
@@ -233,13 +251,15 @@ def test_one_and_two_processes_take_the_same_orientation_by_trials(faint, tmp_pa
 @pytest.mark.parametrize("lowest_defocus_A", [-88.0, -100.0, -118.0])
 def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A):
     judge = _Bowl(2.0, lowest_defocus_A)
-    taken, said = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
+    taken, said = verdict.taken, verdict.said
     assert taken.rotation_deg == 0.0 and taken.defocus_A == pytest.approx(lowest_defocus_A, rel=1e-9)
     assert "its scan rotation" not in said and f"{lowest_defocus_A:.1f} A is used" in said
-    taken, said = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")])
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")])
+    taken, said = verdict.taken, verdict.said
     assert taken.rotation_deg == pytest.approx(2.0) and taken.defocus_A == pytest.approx(lowest_defocus_A, rel=1e-9)
     assert "its scan rotation turned by" in said and "its defocus scaled by" in said
-    taken, _ = judge([OrientationCandidate((True, False, False), 0.0, None, "the centre of mass")], turn=False)
+    taken = judge([OrientationCandidate((True, False, False), 0.0, None, "the centre of mass")], turn=False).taken
     assert taken.defocus_A is None  # no defocus of its own: measured later, not tried
 
 
@@ -259,7 +279,7 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     monkeypatch.setattr(autocalibration, "PARALLAX_SURE", 1e9)
     monkeypatch.setattr(autocalibration, "C12_SIGMAS", 0.0)  # any C12 it reads would be taken
     judged = OrientationCandidate((True, False, False), TRUE_ROTATION + 4.0, TRUE_DEFOCUS, "the judge")
-    data = load_data(load_config(faint_config(path)), judge=lambda candidates: (judged, "judged"))
+    data = load_data(load_config(faint_config(path)), judge=lambda candidates: Verdict(judged, "judged"))
     autos = data.autos
     angle, mirrored = off_deg((autos["data.transform.transpose"], autos["data.transform.flip_y"],
                                autos["data.transform.flip_x"]), autos["experiment.scan_rotation_deg"],
@@ -309,7 +329,7 @@ def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkey
     judge.iterations = 6
     candidates = [OrientationCandidate((True, False, False), 0.0, 95.0, "best"),
                   OrientationCandidate((False, True, False), 0.0, 95.0, "worse, read last")]
-    chosen, _ = judge(candidates)
+    chosen = judge(candidates).taken
     assert read_flags == [(True, False, False), (False, True, False)]  # no third reading for the trials after
     assert chosen.flags == (True, False, False) and abs(chosen.rotation_deg - 2.0) < 0.5
     assert abs(chosen.defocus_A - 100.0) < 3.0 and judge.read == {}

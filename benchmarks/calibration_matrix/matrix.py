@@ -399,14 +399,27 @@ def score_run(results_path: Path, data: Path) -> dict:
     with h5py.File(data) as f:
         truth, true_positions = f["ground_truth/phase"][()].astype(float), f["ground_truth/positions_A"][()]
     found = scores(results.phase, results.origin_A, results.dx_A, results.initial_positions_A, true_positions, truth,
-                   best_shift_ncc)
+                   best_shift_ncc, results.positions_A)
     autos = yaml.safe_load(results.attrs.get("auto_values", "{}")) or {}
     return {**found, "final_loss": float(results.loss[-1]),
             "auto_values": {k: v for k, v in autos.items() if not k.startswith(("runtime.", "data.hold"))}}
 
 
+def frame_angle_deg(run_positions_A: np.ndarray, true_positions_A: np.ndarray) -> tuple[np.ndarray, float]:
+    """The quarter turn (2, 2) that maps ``run_positions_A`` (N, 2) about their centre nearest onto
+    ``true_positions_A`` (the identity where none does), and the angle (degrees) left between them after it."""
+    u = np.asarray(run_positions_A) - np.asarray(run_positions_A).mean(0)
+    v = np.asarray(true_positions_A) - np.asarray(true_positions_A).mean(0)
+    fitted = np.linalg.lstsq(u, v, rcond=None)[0].T  # v ~ fitted @ u
+    turn = np.round(fitted)
+    quarter = np.abs(fitted - turn).max() < 0.1 and round(abs(np.linalg.det(turn))) == 1 and np.linalg.det(turn) > 0
+    turn = turn if quarter else np.eye(2)
+    left = turn.T @ fitted  # what is left of the fitted map once the quarter turns are undone
+    return turn, round(math.degrees(math.atan2(left[1, 0] - left[0, 1], left[0, 0] + left[1, 1])), 3)
+
+
 def scores(phase: np.ndarray, origin_A, dx_A: float, run_positions_A: np.ndarray, true_positions_A: np.ndarray,
-           truth: np.ndarray, best_shift_ncc=None) -> dict:
+           truth: np.ndarray, best_shift_ncc=None, final_positions_A: np.ndarray | None = None) -> dict:
     """Zero-shift NCC (``ncc``), best-shift NCC and shift (y, x) px of ``phase`` (Ny, Nx), whose pixel
     [0, 0] sits at ``origin_A`` in the frame of ``run_positions_A`` (N, 2), against ``truth`` (H, W),
     pixel [i, j] at (i, j) dx_A in the frame of ``true_positions_A`` (N, 2), over the region the true
@@ -417,15 +430,15 @@ def scores(phase: np.ndarray, origin_A, dx_A: float, run_positions_A: np.ndarray
     90 degrees about their centre: patterns turned by a quarter turn with the scan turned as much
     explain the data exactly as well, the object turned with them, so no calibration can tell them
     apart (only the mirror, the transpose's parity, and the angle between scan and detector can be
-    measured). Any other angle between the frames is left as it is: an error the NCC shows."""
+    measured). Any other angle between the frames is left as it is: an error the NCC shows.
+
+    ``frame_angle_deg`` is that angle between the run's starting positions and the truth's;
+    ``final_frame_angle_deg`` the angle left between its ``final_positions_A`` (N, 2) (the positions the
+    reconstruction ends with, its scan rotation refined) and the truth's, where given."""
     from ptyacc.results.quality import placed_ncc
 
     run_centre, true_centre = np.asarray(run_positions_A).mean(0), np.asarray(true_positions_A).mean(0)
-    u, v = np.asarray(run_positions_A) - run_centre, np.asarray(true_positions_A) - true_centre
-    fitted = np.linalg.lstsq(u, v, rcond=None)[0].T  # v ~ fitted @ u
-    turn = np.round(fitted)
-    quarter = np.abs(fitted - turn).max() < 0.1 and round(abs(np.linalg.det(turn))) == 1 and np.linalg.det(turn) > 0
-    turn = turn if quarter else np.eye(2)
+    turn, angle_deg = frame_angle_deg(run_positions_A, true_positions_A)
     # pixel [a, b] lies at c_t + turn (origin - c_r + (a, b) dx) in the truth's frame: [a', b'] = turn (a, b) + offset
     corners = np.array([[0, 0], [0, 1], [1, 0], [1, 1]]) * (np.array(np.shape(phase)) - 1)
     offset = -(corners @ turn.T).min(0)
@@ -434,10 +447,11 @@ def scores(phase: np.ndarray, origin_A, dx_A: float, run_positions_A: np.ndarray
     back = np.stack([ai - offset[0], bi - offset[1]], -1) @ turn  # turn^T ([a', b'] - offset)
     placed = np.asarray(phase)[back[..., 0].astype(int), back[..., 1].astype(int)]
     origin = true_centre + turn @ (np.asarray(origin_A, dtype=float) - run_centre) - offset * dx_A
-    left = turn.T @ fitted  # what is left of the fitted map once the quarter turns are undone
     out = {"ncc": placed_ncc(placed, origin, dx_A, true_positions_A, truth),
            "quarter_turns": int(round(math.degrees(math.atan2(turn[1, 0], turn[0, 0])) / 90.0)) % 4,
-           "frame_angle_deg": round(math.degrees(math.atan2(left[1, 0] - left[0, 1], left[0, 0] + left[1, 1])), 3)}
+           "frame_angle_deg": angle_deg}
+    if final_positions_A is not None:
+        out["final_frame_angle_deg"] = frame_angle_deg(final_positions_A, true_positions_A)[1]
     if best_shift_ncc is not None:
         best, shift = best_shift_ncc(placed, origin, dx_A, true_positions_A, truth, levels=((0.5, 2), (0.1, 4)))
         out.update(ncc_best_shift=float(best), best_shift_px=[round(float(v), 2) for v in shift])
@@ -481,14 +495,14 @@ def do_case(case: Case, cache: Path, rerun: bool, kinds: tuple[str, ...] = ("aut
 
 def rescore(cache: Path, chosen: list[Case]) -> None:
     """Score the cached runs of ``chosen`` again from their results.h5, those scored before the scorer
-    measured the frame's angle."""
+    measured the frame's angle at the run's end."""
     for case in chosen:
         for variant in variants(case):
             target = cache / "results" / f"{case.name}__{variant}.json"
             results = cache / "runs" / f"{case.name}__{variant}" / "out" / "results.h5"
             if target.is_file() and results.is_file():
                 record = json.loads(target.read_text())
-                if "frame_angle_deg" in record:
+                if "final_frame_angle_deg" in record:
                     continue
                 record.update(score_run(results, cache / "data" / f"{case.name}.h5"))
                 target.write_text(json.dumps(record, indent=1))
@@ -564,13 +578,17 @@ def summary(cache: Path, chosen: list[Case]) -> str:
 
 def _found(case: Case, auto: dict, truth: dict) -> str:
     """The calibration the auto run used against the truth: the angle its frame is turned by (after
-    the quarter turns), the defocus (measured, or the file's where nothing measured it), and any
-    other auto (the loss, say) that came out unlike the truth run's."""
+    the quarter turns) at the start and, where the run refined its scan rotation, at the end, the defocus
+    (measured, or the file's where nothing measured it), and any other auto (the loss, say) that came out
+    unlike the truth run's."""
     if auto.get("ncc") is None:
         return auto.get("error", "")[-80:].replace("|", "/").replace("\n", " ")
     values = auto.get("auto_values") or {}
     defocus = values.get("experiment.defocus_A")
-    said = f"frame {auto['frame_angle_deg']:+.2f} deg" if auto.get("frame_angle_deg") is not None else ""
+    said = f"frame {auto['frame_angle_deg']:+.2f}" if auto.get("frame_angle_deg") is not None else ""
+    if said and auto.get("final_frame_angle_deg") is not None and abs(auto["frame_angle_deg"]) < 45:
+        said += f" -> {auto['final_frame_angle_deg']:+.2f}"  # the run's scan rotation refined
+    said += " deg" if said else ""
     said += (f", defocus {defocus:.0f} A" if isinstance(defocus, (int, float)) else
              f", defocus the file's {case.nominal_factor * case.defocus_A:.0f} A")
     said += f" (true {case.defocus_A:.0f})"

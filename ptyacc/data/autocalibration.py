@@ -126,16 +126,13 @@ class OrientationCandidate:
     scan rotation ``rotation_deg`` and the defocus that goes with them, ``defocus_A`` (the Fourier regions'
     search's, or for the centre of mass's or parallax's guess the parallax's or the nominal one; None where none
     is known: then measured as for any other orientation); ``found_by`` names the measurement, ``defocus_by`` what
-    gave the defocus. Where trial reconstructions chose it among others, ``margin`` is how far the next one's data
-    term ended above its own, relative to its own, and ``rival`` that one's line."""
+    gave the defocus."""
 
     flags: Flags
     rotation_deg: float
     defocus_A: float | None
     found_by: str
     defocus_by: str | None = BY_SEARCH
-    margin: float | None = None
-    rival: str | None = None
 
     def line(self) -> str:
         t, fy, fx = self.flags
@@ -143,9 +140,21 @@ class OrientationCandidate:
         return f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus} ({self.found_by})"
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's choice among candidate orientations: the candidate ``taken`` (its rotation and defocus as the
+    judge refined them) and run.log's line ``said``; where it chose among several, ``margin``, how far the next
+    one's data term ended above the taken one's, relative to it, and ``rival``, that one's line."""
+
+    taken: OrientationCandidate
+    said: str
+    margin: float | None = None
+    rival: str | None = None
+
+
 # chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
-# search's defocus (``focus``) by default: the one taken and what to report
-Judge = Callable[..., tuple[OrientationCandidate, str]]
+# search's defocus (``focus``) by default
+Judge = Callable[..., Verdict]
 SAME_FRAME_DEG = 5.0  # candidates whose frames (R(theta)^T F) are this close are one
 
 
@@ -482,6 +491,22 @@ def _descanned_reopen(reopen: Callable[[], object], descan: MeasuredDescan, mask
     return lambda: Descanned(reopen(), descan.descan, descan.shifts_px, mask)
 
 
+@dataclass
+class _Orienting:
+    """The orientation ``_oriented`` is deciding: the flags and scan rotation so far, the report's line and warnings,
+    the candidate taken with the defocus that came with it (a clear search's peak or the trials' choice; None
+    otherwise), whether trial reconstructions chose it and whether a Fourier regions' search turned the centre of
+    mass's."""
+
+    flags: Flags
+    rotation_deg: float
+    line: str
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    used: OrientationCandidate | None = None
+    by_trials: bool = False
+    by_search: bool = False
+
+
 def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
               background: np.ndarray | None, defocus_auto: bool = False, judge: Judge | None = None):
     """``experiment.scan_rotation_deg: auto`` and/or ``data.transform.orientation: auto`` in a file
@@ -489,10 +514,11 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     the centre of mass of the stored patterns (``orientation.py``; on the raster's grid, or, for
     positions that are no raster, at the positions, whose rotation then turns them about their centre),
     what was measured, and what to report. Where a defocus is known (given, or the nominal one of
-    ``defocus_auto``) the flags and rotation are the parallax's where it tells them (``_parallax_oriented``);
-    else, with ``defocus_auto``, the flags are turned by 180 degrees where the centre of mass could hardly
-    tell them from those (``_turned_by_parallax``). Where neither is clear, ``judge`` (if given) chooses among
-    the candidates (``orientation_candidates``)."""
+    ``defocus_auto``) the flags and rotation are the parallax's where it tells them (``_parallax_oriented``).
+    At few counts the Fourier regions' search decides, or ``judge`` (if given) among the candidates it leaves
+    open (``_few_counts_oriented``); a centre of mass used alone is checked by that search (``_com_searched``);
+    else, with ``defocus_auto``, the flags are turned by 180 degrees where the centre of mass could hardly tell
+    them from those (``_turned_by_parallax``)."""
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     rotation_auto = experiment.scan_rotation_deg == "auto"
     given = 0.0 if rotation_auto else experiment.scan_rotation_deg
@@ -511,82 +537,100 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
     found, line = measure_orientation(source, shape, file_mask, background, fixed, given,
                                       None if raster else base)
-    flags, rotation_deg = found.flags, found.rotation_deg
     grid = shape if shape is not None and scan_grid_steps(base, shape) is not None else None
     chosen = _parallax_oriented(source, calibration, base, grid, file_mask, background) if fixed is None else None
     if chosen is not None and outvoted(chosen, found):
         line += f"; {chosen.line()}: not used, its handedness against the centre of mass's"
         chosen = None
+    state = _Orienting(found.flags, found.rotation_deg, line)
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
-        flags, rotation_deg = chosen.flags, chosen.rotation_deg
-        line += f"; {chosen.line()}: these are used"
-    # the candidate taken with the defocus that came with it (a clear search's peak, or the trials' choice)
-    warnings, used, by_trials, turned_by_search = [], None, False, False
-    if fixed is None and grid is not None and weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE):
-        # few counts: the centre of mass is noise and the real-space parallax's groups hardly align; the
-        # Fourier regions' coherence sums every pixel and frequency
+        state.flags, state.rotation_deg = chosen.flags, chosen.rotation_deg
+        state.line += f"; {chosen.line()}: these are used"
+    few_counts = weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE)
+    if fixed is None and grid is not None and (few_counts or chosen is None and rotation_auto):
         searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
-        if searched is not None and searched.clear:
-            flags, rotation_deg = searched.flags, searched.rotation_deg
-            line += f"; {searched.line()}: these are used"
-            used = OrientationCandidate(flags, rotation_deg, searched.defocus_A, "the Fourier regions' peak")
-            broad = searched.contrast < SEARCH_SURE
-            # a broad peak's rotation, the search's defocus tried. A sharp peak's rotation is not: 6 iterations'
-            # losses turned the calibration matrix's c49 (graphene, 1e4 counts) 3.5 degrees the wrong way, alike
-            # over seeds (NCC 0.667 -> 0.580), though they took c27's (1e6 counts) half a degree nearer the truth
-            if judge is not None and (broad or defocus_auto):
-                used, said = judge([used], turn=broad, focus=defocus_auto)
-                rotation_deg, line, by_trials = used.rotation_deg, line + f"; {said}", True
+        if few_counts:
+            _few_counts_oriented(state, searched, found, chosen, calibration, judge, defocus_auto)
         else:
-            line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
-            nominal = calibration.aberrations.get("C10")
-            guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
-            by_parallax = "the bright-field parallax"
-            candidates = [] if searched is None else orientation_candidates(
-                flags, rotation_deg, by_parallax if chosen is not None else "the centre of mass", searched,
-                guessed_A, by_parallax if chosen is not None else "the nominal defocus")
-            if judge is not None and len(candidates) > 1:
-                used, said = judge(candidates)
-                flags, rotation_deg = used.flags, used.rotation_deg
-                line, by_trials = line + f"; {said}", True
-                if used.margin is not None and used.margin < TRIALS_SURE:
-                    warnings.append(trials_doubt_warning(used.margin, used.rival, TRIALS_SURE))
-            else:
-                warnings.append(weak_orientation_warning(found, chosen))
-                if len(candidates) > 1:  # init and info: what the run will do
-                    line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
-                             "(data.transform.orientation_trials)")
-    elif fixed is None and grid is not None and chosen is None and rotation_auto:
-        # the centre of mass alone, clear of curl: its rotation still errs by degrees (noise, on a crystal) well beyond
-        # its halves' spread, and a clear Fourier regions' peak of the same frame lies far nearer the truth
-        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
-        off = _search_turned(found, searched, SKEW_SURE)
-        if off is not None:
-            flags, rotation_deg, turned_by_search = searched.flags, searched.rotation_deg, True
-            line += f"; {searched.line()}: these are used, {-off:+.2f} deg from the centre of mass's"
-            if abs(off) > 90:
-                line += " (its turn by 180 degrees, which the centre of mass's skew cannot tell)"
-        elif searched is not None:
-            line += f"; {searched.line()}: not used (the centre of mass's orientation is kept)"
+            _com_searched(state, searched, found)
     if rotation_auto:
-        experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=state.rotation_deg)
     else:
-        line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
-        if chosen is None:
-            warnings = com_warnings(found, flags, given, SKEW_SURE, flags_measured=True)
+        state.line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
+        if chosen is None:  # beside what the search or the trials said of the flags
+            state.warnings += com_warnings(found, state.flags, given, SKEW_SURE, flags_measured=True)
     # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
     # second turn by 180 degrees
-    if (chosen is None and used is None and not turned_by_search and fixed is None and defocus_auto
+    if (chosen is None and state.used is None and not state.by_search and fixed is None and defocus_auto
             and abs(found.skew) < SKEW_SURE and grid is not None):
-        flags, said = _turned_by_parallax(source, calibration, turned_positions_A(base, experiment.scan_rotation_deg),
-                                          grid, flags, file_mask, background)
-        line += said
+        state.flags, said = _turned_by_parallax(source, calibration,
+                                                turned_positions_A(base, experiment.scan_rotation_deg), grid,
+                                                state.flags, file_mask, background)
+        state.line += said
+    flags = state.flags
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
+    used = state.used
     defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
-    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, defocus_A, defocus_by, by_trials),
-            (line, *warnings))
+    return (experiment, transform,
+            MeasuredOrientation(flags, state.rotation_deg, found.skew, defocus_A, defocus_by, state.by_trials),
+            (state.line, *state.warnings))
+
+
+def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration, judge: Judge | None,
+                         defocus_auto: bool) -> None:
+    """At few counts the centre of mass ``found`` is noise and the real-space parallax's groups (``chosen``, if
+    any) hardly align; the Fourier regions' coherence ``searched`` sums every pixel and frequency. Its clear peak
+    is used (with ``judge``, a broad peak's rotation and, with ``defocus_auto``, its defocus tried by
+    reconstructions); where it is not clear, ``judge`` chooses among the candidates it leaves open, or, without one,
+    the guess stands with a warning. ``state`` takes the result."""
+    if searched is not None and searched.clear:
+        state.flags, state.rotation_deg = searched.flags, searched.rotation_deg
+        state.line += f"; {searched.line()}: these are used"
+        state.used = OrientationCandidate(state.flags, state.rotation_deg, searched.defocus_A, "the Fourier regions' peak")
+        broad = searched.contrast < SEARCH_SURE
+        # a broad peak's rotation, the search's defocus tried. A sharp peak's rotation is not: 6 iterations' losses
+        # turned the calibration matrix's c49 (graphene, 1e4 counts) 3.5 degrees the wrong way, alike over seeds
+        # (NCC 0.667 -> 0.580), though they took c27's (1e6 counts) half a degree nearer the truth
+        if judge is not None and (broad or defocus_auto):
+            verdict = judge([state.used], turn=broad, focus=defocus_auto)
+            state.used, state.rotation_deg, state.by_trials = verdict.taken, verdict.taken.rotation_deg, True
+            state.line += f"; {verdict.said}"
+        return
+    state.line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
+    nominal = calibration.aberrations.get("C10")
+    guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
+    by_parallax = "the bright-field parallax"
+    candidates = [] if searched is None else orientation_candidates(
+        state.flags, state.rotation_deg, by_parallax if chosen is not None else "the centre of mass", searched,
+        guessed_A, by_parallax if chosen is not None else "the nominal defocus")
+    if judge is not None and len(candidates) > 1:
+        verdict = judge(candidates)
+        state.used, state.by_trials = verdict.taken, True
+        state.flags, state.rotation_deg = verdict.taken.flags, verdict.taken.rotation_deg
+        state.line += f"; {verdict.said}"
+        if verdict.margin is not None and verdict.margin < TRIALS_SURE:
+            state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
+        return
+    state.warnings.append(weak_orientation_warning(found, chosen))
+    if len(candidates) > 1:  # init and info: what the run will do
+        state.line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
+                       "(data.transform.orientation_trials)")
+
+
+def _com_searched(state: _Orienting, searched, found) -> None:
+    """The centre of mass ``found`` alone, clear of curl: its rotation still errs by degrees (noise, on a crystal)
+    well beyond its halves' spread, and a clear Fourier regions' peak ``searched`` of the same frame lies far nearer
+    the truth: that peak is used where ``_search_turned`` says so. ``state`` takes the result."""
+    off = _search_turned(found, searched, SKEW_SURE)
+    if off is not None:
+        state.flags, state.rotation_deg, state.by_search = searched.flags, searched.rotation_deg, True
+        state.line += f"; {searched.line()}: these are used, {-off:+.2f} deg from the centre of mass's"
+        if abs(off) > 90:
+            state.line += " (its turn by 180 degrees, which the centre of mass's skew cannot tell)"
+    elif searched is not None:
+        state.line += f"; {searched.line()}: not used (the centre of mass's orientation is kept)"
 
 
 def _search_turned(found, searched, skew_sure: float) -> float | None:

@@ -34,7 +34,7 @@ import sys
 import numpy as np
 
 from ptyacc.config import Config, with_values
-from ptyacc.data.autocalibration import BY_TRIALS
+from ptyacc.data.autocalibration import BY_TRIALS, Verdict
 from ptyacc.data.dataset import PtychoData
 from ptyacc.data.load import load_data
 from ptyacc.data.positions import turned_positions_A
@@ -108,7 +108,7 @@ class OrientationTrials:
         run = self.reconstruct(config, self.accelerator, data=self.dataset(candidate, config), write=False, quiet=True)
         return float(run.loss[-1])
 
-    def __call__(self, candidates: list, turn: bool = True, focus: bool = True):
+    def __call__(self, candidates: list, turn: bool = True, focus: bool = True) -> Verdict:
         """The candidate (``autocalibration.OrientationCandidate``) whose trial ends lowest; then, with ``turn``,
         its scan rotation refined by trials TURN_DEG apart, and with ``focus`` (where it has a defocus and the
         defocus is auto) its defocus by trials FOCUS_STEP apart in scale; and run.log's line."""
@@ -126,11 +126,11 @@ class OrientationTrials:
             best_flags = candidates[losses.index(min(losses))].flags
             self.read = {flags: read for flags, read in self.read.items() if flags == best_flags}
         best = min(range(len(candidates)), key=lambda i: losses[i])
-        chosen, said = candidates[best], []
+        chosen, said, margin, rival = candidates[best], [], None, None
         if len(candidates) > 1:  # how clearly: the next one's data term above the taken one's
-            rival = min((i for i in range(len(candidates)) if i != best), key=lambda i: losses[i])
-            chosen = dataclasses.replace(chosen, margin=(losses[rival] - losses[best]) / max(abs(losses[best]), 1e-30),
-                                         rival=candidates[rival].line())
+            next_best = min((i for i in range(len(candidates)) if i != best), key=lambda i: losses[i])
+            margin = (losses[next_best] - losses[best]) / max(abs(losses[best]), 1e-30)
+            rival = candidates[next_best].line()
             tried = "; ".join(f"{c.line()}: {loss:.6g}" for c, loss in zip(candidates, losses, strict=True))
             said.append(f"{len(candidates)} candidates reconstructed {self.iterations} iterations each, final loss "
                         f"{tried}: the lowest, {chosen.line()}")
@@ -152,7 +152,7 @@ class OrientationTrials:
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
         self.read = {}  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
-        return chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used"
+        return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival)
 
     def line_search(self, moved, at_zero: float, step: float, label: str, shown=lambda d: d) -> tuple[float, str]:
         """The offset d (a multiple of ``step`` refined by a parabola) at which the trial of ``moved(d)`` ends
