@@ -153,7 +153,11 @@ def shifted_images(side: int, seed: int, defocus_A: float = 120.0, k_px: int = 4
     raster = np.stack(np.meshgrid(np.arange(side), np.arange(side), indexing="ij"), -1).reshape(-1, 2) * step_A
     seen = raster[:, None, :] - (k @ m.T)[None]  # (N, P, 2) A
     patterns = np.full((side * side, k_px, k_px), 0.01)
-    patterns[:, disk] = 1.0 + (amplitude * np.cos(2 * math.pi * seen @ q.T + phase)).sum(-1)
+    values = np.zeros(seen.shape[:2])
+    for start in range(0, len(q), 50):  # 50 waves at a time: all 600 at once held 1 GB
+        part = slice(start, start + 50)
+        values += (amplitude[part] * np.cos(2 * math.pi * seen @ q[part].T + phase[part])).sum(-1)
+    patterns[:, disk] = 1.0 + values
     return patterns, (side, side), step_A * np.eye(2), m, dk_invA, centre, radius_px
 
 
