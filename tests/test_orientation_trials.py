@@ -111,6 +111,60 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("judged", [True, False])
+def test_a_sure_parallax_that_the_search_mirrors_is_judged_or_warned(faint, monkeypatch, judged):
+    """The centre of mass is noise and the parallax, sure of its handedness (50 times), gives the mirror of the
+    truth; the Fourier search (clear on this file) gives the truth's handedness. With a judge, both go to it and
+    its choice is used; without one, the parallax's stands and the run warns, naming the keys."""
+    from ptyacc.data import autocalibration
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+
+    mirror = ParallaxOrientation((False, False, False), TRUE_ROTATION, TRUE_DEFOCUS, 50.0)
+    monkeypatch.setattr(autocalibration, "_parallax_oriented", lambda *args: mirror)
+    seen = []
+
+    def judge(candidates):
+        seen.extend(candidates)
+        return Verdict(candidates[-1], "judged")
+
+    data = load_data(load_config(faint_config(faint)), judge=judge if judged else None)
+    autos = data.autos
+    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    angle, mirrored = off_deg(flags, autos["experiment.scan_rotation_deg"], (True, False, False), TRUE_ROTATION)
+    warned = [line for line in data.checks if line.startswith("warning: the bright-field parallax (its handedness")]
+    if judged:
+        assert [c.found_by for c in seen] == ["the bright-field parallax", "the Fourier regions' peak"]
+        assert off_deg(seen[0].flags, seen[0].rotation_deg, (True, False, False), TRUE_ROTATION)[1]  # the mirror
+        assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 5.0  # the search's frame, as judged
+        assert not warned and any("judged" in line for line in data.checks)
+    else:
+        assert mirrored  # the parallax's frame stands,
+        assert len(warned) == 1 and "data.transform.transpose" in warned[0]  # said to be in doubt
+
+
+@pytest.mark.slow
+def test_a_sure_parallax_of_the_search_s_handedness_keeps_its_rotation(faint, monkeypatch):
+    """The same, the parallax of the truth's handedness 1.5 degrees off: no judge, no warning, its rotation kept
+    (it lies nearer the truth than a search's on most such files)."""
+    from ptyacc.data import autocalibration
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+
+    right = ParallaxOrientation((True, False, False), TRUE_ROTATION + 1.5, TRUE_DEFOCUS, 50.0)
+    monkeypatch.setattr(autocalibration, "_parallax_oriented", lambda *args: right)
+
+    def judge(candidates):
+        raise AssertionError("no trials where the parallax and the search agree on the handedness")
+
+    data = load_data(load_config(faint_config(faint)), judge=judge)
+    autos = data.autos
+    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    angle, mirrored = off_deg(flags, autos["experiment.scan_rotation_deg"], right.flags, right.rotation_deg)
+    assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 1.0  # the parallax's rotation (then the defocus's)
+    assert any("the same handedness" in line for line in data.checks)
+    assert not any(line.startswith("warning: the bright-field parallax (its handedness") for line in data.checks)
+
+
+@pytest.mark.slow
 def test_a_given_rotation_keeps_the_trials_doubt(faint, monkeypatch):
     """The scan rotation given, the flags auto at few counts: the judge's doubt is said beside the checks of the
     given rotation, not replaced by them."""

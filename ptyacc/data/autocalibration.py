@@ -47,6 +47,7 @@ from ptyacc.data.trouble import (
     MIRRORED,
     ROTATION_OFF_DEG,
     com_warnings,
+    mirror_disagreement_warning,
     parallax_warnings,
     search_warnings,
     trials_doubt_warning,
@@ -547,10 +548,14 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         state.flags, state.rotation_deg = chosen.flags, chosen.rotation_deg
         state.line += f"; {chosen.line()}: these are used"
     few_counts = weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE)
-    if fixed is None and grid is not None and (few_counts or chosen is None and rotation_auto):
+    # a clear parallax beside a centre of mass that is noise: the search checks its handedness
+    checked = weak_com(found) and chosen is not None and not few_counts
+    if fixed is None and grid is not None and (few_counts or checked or chosen is None and rotation_auto):
         searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
         if few_counts:
             _few_counts_oriented(state, searched, found, chosen, calibration, judge, defocus_auto)
+        elif checked:
+            _parallax_searched(state, searched, chosen, judge)
         else:
             _com_searched(state, searched, found)
     if rotation_auto:
@@ -606,17 +611,49 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
         state.flags, state.rotation_deg, by_parallax if chosen is not None else "the centre of mass", searched,
         guessed_A, by_parallax if chosen is not None else "the nominal defocus")
     if judge is not None and len(candidates) > 1:
-        verdict = judge(candidates)
-        state.used, state.by_trials = verdict.taken, True
-        state.flags, state.rotation_deg = verdict.taken.flags, verdict.taken.rotation_deg
-        state.line += f"; {verdict.said}"
-        if verdict.margin is not None and verdict.margin < TRIALS_SURE:
-            state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
+        _judged(state, judge, candidates)
         return
     state.warnings.append(weak_orientation_warning(found, chosen))
     if len(candidates) > 1:  # init and info: what the run will do
         state.line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
                        "(data.transform.orientation_trials)")
+
+
+def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate]) -> None:
+    """``state`` takes the candidate ``judge`` chooses among ``candidates``, and the doubt where its data term
+    ended under TRIALS_SURE below the next one's."""
+    verdict = judge(candidates)
+    state.used, state.by_trials = verdict.taken, True
+    state.flags, state.rotation_deg = verdict.taken.flags, verdict.taken.rotation_deg
+    state.line += f"; {verdict.said}"
+    if verdict.margin is not None and verdict.margin < TRIALS_SURE:
+        state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
+
+
+def _parallax_searched(state: _Orienting, searched, chosen, judge: Judge | None) -> None:
+    """The parallax's orientation ``chosen``, its handedness told at least PARALLAX_SURE times the other's, beside
+    a centre of mass that is noise: a clear Fourier regions' search ``searched`` that mirrors it leaves the
+    handedness open (on the calibration matrix's 200 files it did once, at 1e3 counts, where the parallax, 16 times
+    sure, was the mirror and the search right): ``judge`` chooses between the two, or, without one, the parallax's
+    stands with a warning. Otherwise the parallax's rotation is kept: on 61 such files with a clear search of the
+    same handedness it lay nearer the truth (median 0.4 against 0.7 degrees). ``state`` takes the result."""
+    if searched is None:
+        return
+    if not searched.clear or not frame_difference(chosen.flags, chosen.rotation_deg, searched.flags,
+                                                  searched.rotation_deg)[0]:
+        state.line += f"; {searched.line()}: " + ("the same handedness" if searched.clear else "not clear")
+        return
+    by_parallax = "the bright-field parallax"
+    candidates = [OrientationCandidate(chosen.flags, chosen.rotation_deg, chosen.defocus_A, by_parallax, by_parallax),
+                  OrientationCandidate(searched.flags, searched.rotation_deg, searched.defocus_A,
+                                       "the Fourier regions' peak")]
+    state.line += f"; {searched.line()}: its mirror"
+    if judge is not None:
+        _judged(state, judge, candidates)
+        return
+    state.warnings.append(mirror_disagreement_warning(chosen.ratio, searched.contrast))
+    state.line += ("; ptyacc run chooses between them by short reconstructions "
+                   "(data.transform.orientation_trials)")
 
 
 def _com_searched(state: _Orienting, searched, found) -> None:

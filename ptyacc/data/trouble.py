@@ -114,6 +114,17 @@ def weak_orientation_warning(found: Orientation, parallax: ParallaxOrientation |
             "flip_x by hand if they are known, or check the result against a second orientation")
 
 
+def mirror_disagreement_warning(ratio: float, contrast: float) -> str:
+    """The warning for a bright-field parallax whose handedness looked clear (``ratio`` times the other's) and a
+    clear Fourier regions' search (its peak ``contrast`` times the next) that see mirrored frames, beside a centre of
+    mass that is noise, where no trial reconstructions judge between them."""
+    return (f"warning: the bright-field parallax (its handedness {ratio:.1f} times the other's) and the bright-field "
+            f"pixels' coherence in Fourier space (its peak {contrast:.1f} times the next) see mirrored frames, and the "
+            "centre of mass is mostly noise: the parallax's is used, and the reconstruction may be mirrored against "
+            "the truth; ptyacc run judges between them by short reconstructions (data.transform.orientation_trials); "
+            "set data.transform.transpose, flip_y, flip_x and experiment.scan_rotation_deg by hand if they are known")
+
+
 def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
     """The warning for an orientation that trial reconstructions chose by a data term only ``margin`` (relative)
     below the next candidate's, ``rival`` (its line), under ``sure``: at few counts a wrong frame's short
