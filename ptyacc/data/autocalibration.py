@@ -69,6 +69,7 @@ TRIALS_SURE = 0.0025  # the trials' relative margin below which the orientation 
 SEARCH_APART_DEG = 10.0  # a clear search this near a centre of mass alone (or its turn by 180) gives the orientation
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
+BY_PARALLAX = "the bright-field parallax"
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
 RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
 # reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
@@ -547,9 +548,10 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if chosen is not None:  # the parallax tells the orientation far better than a weak centre of mass
         state.flags, state.rotation_deg = chosen.flags, chosen.rotation_deg
         state.line += f"; {chosen.line()}: these are used"
-    few_counts = weak_com(found) and (chosen is None or chosen.ratio < PARALLAX_SURE)
+    weak = weak_com(found)
+    few_counts = weak and (chosen is None or chosen.ratio < PARALLAX_SURE)
     # a clear parallax beside a centre of mass that is noise: the search checks its handedness
-    checked = weak_com(found) and chosen is not None and not few_counts
+    checked = weak and chosen is not None and not few_counts
     if fixed is None and grid is not None and (few_counts or checked or chosen is None and rotation_auto):
         searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
         if few_counts:
@@ -606,10 +608,9 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
     state.line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
     nominal = calibration.aberrations.get("C10")
     guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
-    by_parallax = "the bright-field parallax"
     candidates = [] if searched is None else orientation_candidates(
-        state.flags, state.rotation_deg, by_parallax if chosen is not None else "the centre of mass", searched,
-        guessed_A, by_parallax if chosen is not None else "the nominal defocus")
+        state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
+        guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
     if judge is not None and len(candidates) > 1:
         _judged(state, judge, candidates)
         return
@@ -643,8 +644,7 @@ def _parallax_searched(state: _Orienting, searched, chosen, judge: Judge | None)
                                                   searched.rotation_deg)[0]:
         state.line += f"; {searched.line()}: " + ("the same handedness" if searched.clear else "not clear")
         return
-    by_parallax = "the bright-field parallax"
-    candidates = [OrientationCandidate(chosen.flags, chosen.rotation_deg, chosen.defocus_A, by_parallax, by_parallax),
+    candidates = [OrientationCandidate(chosen.flags, chosen.rotation_deg, chosen.defocus_A, BY_PARALLAX, BY_PARALLAX),
                   OrientationCandidate(searched.flags, searched.rotation_deg, searched.defocus_A,
                                        "the Fourier regions' peak")]
     state.line += f"; {searched.line()}: its mirror"

@@ -134,7 +134,8 @@ def refined_scale(centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarr
     inside = np.isin(np.arange(inside.size), picked[::math.ceil(len(picked) / PIXELS)]).reshape(inside.shape)
     k = np.column_stack([(y[inside] - centre[0]) * dk_invA, (x[inside] - centre[1]) * dk_invA])  # (P, 2)
     cycles = np.stack(np.meshgrid(np.fft.fftfreq(ny), np.fft.fftfreq(nx), indexing="ij"), -1).reshape(-1, 2)
-    u = cycles @ np.linalg.inv(steps_A)  # 1/Å: u . (steps n) = cycles . n
+    to_invA = np.linalg.inv(steps_A)
+    u = cycles @ to_invA  # 1/Å: u . (steps n) = cycles . n
     # the transforms twice, a block of pixels at a time (memory: a block, not all P): first the power at each
     # scan frequency, summed pixel after pixel, then the chosen frequencies' values
     windows = hann_windows(shape)
@@ -148,7 +149,7 @@ def refined_scale(centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarr
                              for block in pixel_frequencies(centred, inside, shape, windows)], axis=1)  # (3, P, U)
     # each frequency's phase moves with a pixel's shift at the frequency its power comes from, not at its bin's
     # (the calibration matrix's amorphous 16 x 16 rasters read 0.89 of the truth at the bins' frequencies)
-    u_power = reassigned(cycles[pick], blocks) @ np.linalg.inv(steps_A)
+    u_power = reassigned(cycles[pick], blocks) @ to_invA
     u, values = u[pick], blocks[0].T.astype(np.complex64)  # (U, 2), (U, P)
     limit, margin = radius_px * dk_invA, MARGIN_PX * dk_invA
     minus = np.hypot(*(k[None] - u[:, None]).transpose(2, 0, 1))
