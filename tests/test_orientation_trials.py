@@ -111,6 +111,21 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
 
 
 @pytest.mark.slow
+def test_a_verdict_taken_at_the_end_of_its_range_is_warned(faint, monkeypatch):
+    """A judge whose defocus trials ended at the last value tried: the run says so, naming the key."""
+    monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear: the judge chooses
+    chosen = OrientationCandidate((True, False, False), TRUE_ROTATION, 150.0, "the judge")
+
+    def judge(candidates):
+        return Verdict(chosen, "judged", 0.01, "a rival", (("defocus", "150.0 A"),))
+
+    data = load_data(load_config(faint_config(faint)), judge=judge)
+    said = [line for line in data.checks if line.startswith("warning: the trial reconstructions' data term still fell")]
+    assert len(said) == 1 and "the last defocus they tried, 150.0 A" in said[0]
+    assert "set experiment.defocus_A by hand" in said[0]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("judged", [True, False])
 def test_a_sure_parallax_that_the_search_mirrors_is_judged_or_warned(faint, monkeypatch, judged):
     """The centre of mass is noise and the parallax, sure of its handedness (50 times), gives the mirror of the
@@ -270,10 +285,37 @@ def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     assert alone.margin is None and alone.rival is None  # no other candidate: nothing to be in doubt against
 
 
-def test_the_rotation_walks_at_most_a_few_steps_past_the_end():
+def test_the_rotation_walks_on_in_strides_that_double_until_the_data_term_rises():
+    """Past the last step (-15 degrees) the strides are 2, 4 and 8 steps (-21, -33, -57): a bowl at -40 is bracketed
+    by -33 and -57 and found by the parabola through uneven points; a bowl at -80 is not, and the verdict says so."""
     judge = _Bowl(-40.0)
-    taken = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")]).taken
-    assert taken.rotation_deg == -15.0 and min(judge.asked) == -15.0  # 2 turns of 3 degrees, then 3 more
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert verdict.taken.rotation_deg == pytest.approx(-40.0, abs=1e-9) and verdict.unsettled == ()
+    assert sorted(judge.asked)[:4] == [-57.0, -33.0, -21.0, -15.0]
+    judge = _Bowl(-80.0)
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert verdict.taken.rotation_deg == -57.0 and min(judge.asked) == -57.0
+    assert verdict.unsettled == (("scan rotation", "-57.00 deg"),)
+
+
+def test_a_parabola_through_uneven_points_is_lowest_where_it_should_be():
+    from ptyacc.reconstruction.trials import _lowest
+
+    for offsets, x0 in (([-4, 0, 8], 1.5), ([-2, 0, 1], -0.7), ([-1, 0, 1], 0.3)):
+        losses = [(x - x0) ** 2 + 5.0 for x in offsets]
+        assert _lowest(offsets, losses) == pytest.approx(x0)
+    assert _lowest([-4, 0, 8], [100.0, 0.0, 0.0]) == pytest.approx(4.0)  # level with the middle: half way
+    assert _lowest([-4, 0, 8], [1.0, 2.0, 1.0]) == 0.0  # no minimum between: the middle
+
+
+def test_a_defocus_whose_data_term_falls_past_the_range_tried_is_said_unsettled():
+    judge = _Bowl(0.0, -300.0)  # x3 of the candidate's: beyond x2.14, 19 steps of FOCUS_STEP
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
+    assert verdict.taken.defocus_A == pytest.approx(-100.0 * np.exp(19 * 0.04))
+    assert verdict.unsettled == (("defocus", f"{verdict.taken.defocus_A:.1f} A"),)
+    near = _Bowl(0.0, -60.0)  # x0.6: 13 steps below, bracketed by the strides
+    verdict = near([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
+    assert verdict.taken.defocus_A == pytest.approx(-60.0, rel=0.02) and verdict.unsettled == ()
 
 
 @pytest.mark.processes

@@ -51,6 +51,7 @@ from ptyacc.data.trouble import (
     parallax_warnings,
     search_warnings,
     trials_doubt_warning,
+    trials_unsettled_warning,
     weak_orientation_warning,
 )
 from ptyacc.errors import DataError
@@ -146,12 +147,15 @@ class OrientationCandidate:
 class Verdict:
     """A judge's choice among candidate orientations: the candidate ``taken`` (its rotation and defocus as the
     judge refined them) and run.log's line ``said``; where it chose among several, ``margin``, how far the next
-    one's data term ended above the taken one's, relative to it, and ``rival``, that one's line."""
+    one's data term ended above the taken one's, relative to it, and ``rival``, that one's line; ``unsettled``, the
+    quantities ("scan rotation", "defocus") whose trials' data term still fell at the last value tried, each with
+    the value taken there."""
 
     taken: OrientationCandidate
     said: str
     margin: float | None = None
     rival: str | None = None
+    unsettled: tuple[tuple[str, str], ...] = ()
 
 
 # chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
@@ -604,6 +608,7 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
             verdict = judge([state.used], turn=broad, focus=defocus_auto)
             state.used, state.rotation_deg, state.by_trials = verdict.taken, verdict.taken.rotation_deg, True
             state.line += f"; {verdict.said}"
+            state.warnings += [trials_unsettled_warning(*one) for one in verdict.unsettled]
         return
     state.line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
     nominal = calibration.aberrations.get("C10")
@@ -627,6 +632,7 @@ def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandida
     state.used, state.by_trials = verdict.taken, True
     state.flags, state.rotation_deg = verdict.taken.flags, verdict.taken.rotation_deg
     state.line += f"; {verdict.said}"
+    state.warnings += [trials_unsettled_warning(*one) for one in verdict.unsettled]
     if verdict.margin is not None and verdict.margin < TRIALS_SURE:
         state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
 

@@ -135,6 +135,15 @@ def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
             "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in that orientation")
 
 
+def trials_unsettled_warning(quantity: str, value: str) -> str:
+    """The warning for a ``quantity`` ("scan rotation" or "defocus") that trial reconstructions took at ``value``,
+    the last one they tried, where their data term was still falling: the end of the range tried, not a minimum."""
+    key = {"scan rotation": "experiment.scan_rotation_deg", "defocus": "experiment.defocus_A"}[quantity]
+    return (f"warning: the trial reconstructions' data term still fell at the last {quantity} they tried, {value}, "
+            f"which is used: the end of the range tried, not a minimum, so the {quantity} may lie further out; set "
+            f"{key} by hand if it is known")
+
+
 def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,
                       flags_measured: bool) -> list[str]:
     """The warnings of the bright-field parallax ``found``, measured on the prepared patterns at the

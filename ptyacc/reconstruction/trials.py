@@ -12,13 +12,14 @@ the candidate's orientation, rotation and defocus given, nothing written) and th
 The search's peak is broad at few counts, and a scan rotation a few degrees off turns the object as much
 (on the calibration matrix's amorphous 16 x 16 scans at 1e3 counts, 7 degrees off scored as badly as a
 wrong frame): the taken candidate's rotation is then tried TURN_DEG and twice that either side (and on
-past an end that is lowest, up to MORE steps), and set at the parabola's lowest point through the
-lowest three. The search's defocus reads low on small rasters, the more so with a partly coherent beam
-(the images' finite field mixes each frequency with lower ones: 0.93 of the truth on 16 x 16 coherent
-positions of the independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the
-search gave it, it is tried the same way at scales FOCUS_STEP apart (the trials then tend to take it a
-few percent high). Every process runs the same trials in the same order (the loss is the all-reduced
-one), so all take the same.
+past an end that is lowest, MORE steps, then FAR strides doubling each time), and set at the parabola's
+lowest point through the lowest three. Where the data term still falls at the last one tried, that end is
+taken and the run warns (``Verdict.unsettled``): it is not a minimum. The search's defocus reads low on
+small rasters, the more so with a partly coherent beam (the images' finite field mixes each frequency
+with lower ones: 0.93 of the truth on 16 x 16 coherent positions of the independent simulator, 0.88 with
+a 0.35 Å source): where the defocus is auto and the search gave it, it is tried the same way at scales
+FOCUS_STEP apart (the trials then tend to take it a few percent high). Every process runs the same trials
+in the same order (the loss is the all-reduced one), so all take the same.
 
 Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
 patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
@@ -43,6 +44,9 @@ AUTO_ITERATIONS = 6
 TURN_DEG = 3.0  # the scan rotation tried at offsets of TURN_DEG, SIDE steps either side of the chosen one
 FOCUS_STEP = 0.04  # the defocus tried at scales exp(FOCUS_STEP k), k from -SIDE to SIDE
 SIDE, MORE = 2, 3  # steps either side; further steps past an end where the loss is lowest there
+# then strides of 2, 4, 8 steps: a search whose lowest point lay 11 steps out (x0.64 of a rival peak's defocus on
+# the calibration matrix's h62-13, 1e3 counts) is bracketed within ±19 steps (x0.47-2.1, ±57 degrees)
+FAR = 3
 
 
 def trial_iterations(config: Config) -> int:
@@ -136,42 +140,70 @@ class OrientationTrials:
                         f"{tried}: the lowest, {chosen.line()}")
         else:
             said.append(f"{chosen.line()} reconstructed {self.iterations} iterations, final loss {losses[0]:.6g}")
-        shift = 0.0
+        shift, unsettled = 0.0, []
         if turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
-            shift, text = self.line_search(lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d),
-                                           losses[best], TURN_DEG, "{:+g} deg")
+            shift, text, settled = self.line_search(
+                lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), losses[best], TURN_DEG,
+                "{:+g} deg")
             chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
             said.append(f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg")
+            unsettled += [] if settled else [("scan rotation", f"{chosen.rotation_deg:.2f} deg")]
         if focus and self.given_defocus_A(chosen) is not None:
             # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
             # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
             start, base = self.loss(chosen) if shift else losses[best], chosen.defocus_A
-            step, text = self.line_search(lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)),
-                                          start, FOCUS_STEP, "x{:.3f}", math.exp)
+            step, text, settled = self.line_search(lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)),
+                                                   start, FOCUS_STEP, "x{:.3f}", math.exp)
             chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=BY_TRIALS)
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
+            unsettled += [] if settled else [("defocus", f"{chosen.defocus_A:.1f} A")]
         self.read = {}  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
-        return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival)
+        return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
+                       tuple(unsettled))
 
-    def line_search(self, moved, at_zero: float, step: float, label: str, shown=lambda d: d) -> tuple[float, str]:
+    def line_search(self, moved, at_zero: float, step: float, label: str,
+                    shown=lambda d: d) -> tuple[float, str, bool]:
         """The offset d (a multiple of ``step`` refined by a parabola) at which the trial of ``moved(d)`` ends
-        lowest, tried at -2..2 steps (``at_zero`` the loss at 0) and on past an end that is lowest, up to MORE
-        steps; and the offsets with their losses, each offset written by ``label`` of ``shown(d)``."""
+        lowest, tried at -2..2 steps (``at_zero`` the loss at 0) and on past an end that is lowest, MORE steps and
+        then FAR strides that double; the offsets with their losses, each offset written by ``label`` of
+        ``shown(d)``; and whether the lowest lies between two offsets tried (False: at the last one, the loss still
+        falling there)."""
         offsets = list(np.arange(-SIDE, SIDE + 1) * step)
+        steps = list(range(-SIDE, SIDE + 1))  # the offsets in steps
         found = [at_zero if d == 0 else self.loss(moved(d)) for d in offsets]
-        for _ in range(MORE):  # lowest at an end: on past it, until the loss rises
+        for extra in range(MORE + FAR):  # lowest at an end: on past it, until the loss rises
             at = int(np.argmin(found))
             if 0 < at < len(offsets) - 1:
                 break
-            further = offsets[at] + (step if at else -step)
+            stride = 1 if extra < MORE else 2 ** (extra - MORE + 1)
+            further = offsets[at] + (step * stride if at else -step * stride)
             where = len(offsets) if at else 0
             offsets.insert(where, further)
+            steps.insert(where, steps[at] + (stride if at else -stride))
             found.insert(where, self.loss(moved(further)))
         at = int(np.argmin(found))
-        offset = offsets[at] + (step * _vertex(*found[at - 1:at + 2]) if 0 < at < len(offsets) - 1 else 0.0)
+        settled = 0 < at < len(offsets) - 1
+        if settled and steps[at + 1] - steps[at] == steps[at] - steps[at - 1] == 1:
+            offset = offsets[at] + step * _vertex(*found[at - 1:at + 2])
+        elif settled:  # a stride past the last step
+            offset = offsets[at] + step * _lowest(steps[at - 1:at + 2], found[at - 1:at + 2])
+        else:
+            offset = offsets[at]
         return float(offset), ", ".join(f"{label.format(shown(d))} {loss:.6g}"
-                                        for d, loss in zip(offsets, found, strict=True))
+                                        for d, loss in zip(offsets, found, strict=True)), settled
+
+
+def _lowest(offsets: list[int], losses: list[float]) -> float:
+    """Where the parabola through three (offset, loss) points, the middle one lowest, is lowest, relative to the
+    middle offset, within half of either gap (``_vertex`` where the gaps are 1)."""
+    below, above = offsets[0] - offsets[1], offsets[2] - offsets[1]
+    rise_below, rise_above = (losses[0] - losses[1]) / below, (losses[2] - losses[1]) / above  # slopes from the middle
+    curvature = (rise_below - rise_above) / (below - above)  # loss = curvature d^2 + slope d about the middle
+    if curvature <= 0:
+        return 0.0
+    slope = rise_below - curvature * below
+    return float(np.clip(-slope / (2.0 * curvature), 0.5 * below, 0.5 * above))
 
 
 def _vertex(left: float, middle: float, right: float) -> float:
