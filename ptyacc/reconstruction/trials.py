@@ -184,7 +184,8 @@ class OrientationTrials:
             found.insert(where, self.loss(moved(further)))
         at = int(np.argmin(found))
         settled = 0 < at < len(offsets) - 1
-        if settled and steps[at + 1] - steps[at] == steps[at] - steps[at - 1] == 1:
+        if settled and steps[at + 1] - steps[at] == steps[at] - steps[at - 1] == 1:  # _vertex's arithmetic, as
+            # before the strides (``_lowest`` gives the same to rounding): such searches' runs stay bit-identical
             offset = offsets[at] + step * _vertex(*found[at - 1:at + 2])
         elif settled:  # a stride past the last step
             offset = offsets[at] + step * _lowest(steps[at - 1:at + 2], found[at - 1:at + 2])
