@@ -410,7 +410,12 @@ def test_two_processes_split_object_and_resume_agree(tmp_path, eigen):
     runs = {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
     for reference, name in (("one", "two"), ("data", "split")):  # the split object batches as shard_data does
         mine, theirs = runs[reference].quantities["probe_variation"], runs[name].quantities["probe_variation"]
-        np.testing.assert_allclose(theirs["weights"], mine["weights"], atol=1e-5)
+        np.testing.assert_allclose(theirs["weights"][:, 0], mine["weights"][:, 0], atol=1e-5)  # the main weights
+        # the eigen-probes' weights or changes of focus start from a gradient near rounding, which Adam's normalised
+        # steps carry a little differently on 1 and 2 processes: 1e-5 to 1.6e-4 of their norm (on an Intel CPU; an
+        # element of the change of focus 1.4e-5 apart of its 0.12 where an AMD one held 1e-5)
+        rest = [w["weights"][:, 1:] for w in (mine, theirs)]
+        assert np.linalg.norm(rest[1] - rest[0]) / np.linalg.norm(rest[0]) < 1e-3
         if eigen != "defocus":  # a change of focus: the weights say all
             # every position's probe: an eigen-probe whose weights are ~3e-3 is itself known to ~1e-3 only
             probes = [np.einsum("nk,kyx->nyx", q["weights"], q["modes"]) for q in (mine, theirs)]
