@@ -12,6 +12,7 @@ from ptyacc.data import overlap_orientation
 from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, Verdict, orientation_candidates
 from ptyacc.data.load import load_data
 from ptyacc.data.overlap_orientation import OverlapOrientation
+from ptyacc.data.trouble import Unsettled
 from ptyacc.reconstruction.trials import OrientationTrials, _vertex
 
 TRUE_ROTATION, TRUE_DEFOCUS = 20.0, 120.0
@@ -117,7 +118,7 @@ def test_a_verdict_taken_at_the_end_of_its_range_is_warned(faint, monkeypatch):
     chosen = OrientationCandidate((True, False, False), TRUE_ROTATION, 150.0, "the judge")
 
     def judge(candidates):
-        return Verdict(chosen, "judged", 0.01, "a rival", (("defocus", "150.0 A"),))
+        return Verdict(chosen, "judged", 0.01, "a rival", (Unsettled("defocus", "150.0 A", "experiment.defocus_A"),))
 
     data = load_data(load_config(faint_config(faint)), judge=judge)
     said = [line for line in data.checks if line.startswith("warning: the trial reconstructions' data term still fell")]
@@ -295,7 +296,7 @@ def test_the_rotation_walks_on_in_strides_that_double_until_the_data_term_rises(
     judge = _Bowl(-80.0)
     verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
     assert verdict.taken.rotation_deg == -57.0 and min(judge.asked) == -57.0
-    assert verdict.unsettled == (("scan rotation", "-57.00 deg"),)
+    assert verdict.unsettled == (Unsettled("scan rotation", "-57.00 deg", "experiment.scan_rotation_deg"),)
 
 
 def test_a_parabola_through_uneven_points_is_lowest_where_it_should_be():
@@ -312,7 +313,7 @@ def test_a_defocus_whose_data_term_falls_past_the_range_tried_is_said_unsettled(
     judge = _Bowl(0.0, -300.0)  # x3 of the candidate's: beyond x2.14, 19 steps of FOCUS_STEP
     verdict = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
     assert verdict.taken.defocus_A == pytest.approx(-100.0 * np.exp(19 * 0.04))
-    assert verdict.unsettled == (("defocus", f"{verdict.taken.defocus_A:.1f} A"),)
+    assert verdict.unsettled == (Unsettled("defocus", f"{verdict.taken.defocus_A:.1f} A", "experiment.defocus_A"),)
     near = _Bowl(0.0, -60.0)  # x0.6: 13 steps below, bracketed by the strides
     verdict = near([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
     assert verdict.taken.defocus_A == pytest.approx(-60.0, rel=0.02) and verdict.unsettled == ()

@@ -46,6 +46,7 @@ from ptyacc.data.trouble import (
     DEFOCUS_OFF,
     MIRRORED,
     ROTATION_OFF_DEG,
+    Unsettled,
     com_warnings,
     mirror_disagreement_warning,
     parallax_warnings,
@@ -148,14 +149,13 @@ class Verdict:
     """A judge's choice among candidate orientations: the candidate ``taken`` (its rotation and defocus as the
     judge refined them) and run.log's line ``said``; where it chose among several, ``margin``, how far the next
     one's data term ended above the taken one's, relative to it, and ``rival``, that one's line; ``unsettled``, the
-    quantities ("scan rotation", "defocus") whose trials' data term still fell at the last value tried, each with
-    the value taken there."""
+    quantities whose trials' data term still fell at the last value tried."""
 
     taken: OrientationCandidate
     said: str
     margin: float | None = None
     rival: str | None = None
-    unsettled: tuple[tuple[str, str], ...] = ()
+    unsettled: tuple[Unsettled, ...] = ()
 
 
 # chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
@@ -605,10 +605,7 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
         # turned the calibration matrix's c49 (graphene, 1e4 counts) 3.5 degrees the wrong way, alike over seeds
         # (NCC 0.667 -> 0.580), though they took c27's (1e6 counts) half a degree nearer the truth
         if judge is not None and (broad or defocus_auto):
-            verdict = judge([state.used], turn=broad, focus=defocus_auto)
-            state.used, state.rotation_deg, state.by_trials = verdict.taken, verdict.taken.rotation_deg, True
-            state.line += f"; {verdict.said}"
-            state.warnings += [trials_unsettled_warning(*one) for one in verdict.unsettled]
+            _take(state, judge([state.used], turn=broad, focus=defocus_auto))
         return
     state.line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
     nominal = calibration.aberrations.get("C10")
@@ -625,14 +622,19 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
                        "(data.transform.orientation_trials)")
 
 
+def _take(state: _Orienting, verdict: Verdict) -> None:
+    """``state`` takes the candidate of the trials' ``verdict``, its line, and a warning per unsettled quantity."""
+    state.used, state.by_trials = verdict.taken, True
+    state.flags, state.rotation_deg = verdict.taken.flags, verdict.taken.rotation_deg
+    state.line += f"; {verdict.said}"
+    state.warnings += [trials_unsettled_warning(one) for one in verdict.unsettled]
+
+
 def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate]) -> None:
     """``state`` takes the candidate ``judge`` chooses among ``candidates``, and the doubt where its data term
     ended under TRIALS_SURE below the next one's."""
     verdict = judge(candidates)
-    state.used, state.by_trials = verdict.taken, True
-    state.flags, state.rotation_deg = verdict.taken.flags, verdict.taken.rotation_deg
-    state.line += f"; {verdict.said}"
-    state.warnings += [trials_unsettled_warning(*one) for one in verdict.unsettled]
+    _take(state, verdict)
     if verdict.margin is not None and verdict.margin < TRIALS_SURE:
         state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
 

@@ -27,6 +27,7 @@ to change (run.log, the terminal, results.h5's ``warnings``).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ptyacc.data.orientation import Orientation, frame_difference
 from ptyacc.data.parallax import MAX_MISFIT, Parallax
@@ -135,12 +136,22 @@ def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
             "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in that orientation")
 
 
-def trials_unsettled_warning(quantity: str, value: str) -> str:
-    """The warning for a ``quantity`` ("scan rotation" or "defocus") that trial reconstructions took at ``value``,
-    the last one they tried, where their data term was still falling: the end of the range tried, not a minimum."""
-    key = {"scan rotation": "experiment.scan_rotation_deg", "defocus": "experiment.defocus_A"}[quantity]
-    return (f"warning: the trial reconstructions' data term still fell at the last {quantity} they tried, {value}, "
-            f"which is used: the end of the range tried, not a minimum, so the {quantity} may lie further out; set "
+@dataclass(frozen=True)
+class Unsettled:
+    """A quantity (``name``: "scan rotation", "defocus") that trial reconstructions took at ``value``, the last one
+    they tried, their data term still falling there; ``key``, the config key that sets it by hand."""
+
+    name: str
+    value: str
+    key: str
+
+
+def trials_unsettled_warning(unsettled: Unsettled) -> str:
+    """The warning for a quantity that trial reconstructions took at the last value they tried, where their data
+    term was still falling: the end of the range tried, not a minimum."""
+    name, value, key = unsettled.name, unsettled.value, unsettled.key
+    return (f"warning: the trial reconstructions' data term still fell at the last {name} they tried, {value}, "
+            f"which is used: the end of the range tried, not a minimum, so the {name} may lie further out; set "
             f"{key} by hand if it is known")
 
 

@@ -39,6 +39,7 @@ from ptyacc.data.autocalibration import BY_TRIALS, Verdict
 from ptyacc.data.dataset import PtychoData
 from ptyacc.data.load import load_data
 from ptyacc.data.positions import turned_positions_A
+from ptyacc.data.trouble import Unsettled
 
 AUTO_ITERATIONS = 6
 TURN_DEG = 3.0  # the scan rotation tried at offsets of TURN_DEG, SIDE steps either side of the chosen one
@@ -147,7 +148,8 @@ class OrientationTrials:
                 "{:+g} deg")
             chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
             said.append(f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg")
-            unsettled += [] if settled else [("scan rotation", f"{chosen.rotation_deg:.2f} deg")]
+            unsettled += [] if settled else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
+                                                         "experiment.scan_rotation_deg")]
         if focus and self.given_defocus_A(chosen) is not None:
             # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
             # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
@@ -156,7 +158,7 @@ class OrientationTrials:
                                                    start, FOCUS_STEP, "x{:.3f}", math.exp)
             chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=BY_TRIALS)
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
-            unsettled += [] if settled else [("defocus", f"{chosen.defocus_A:.1f} A")]
+            unsettled += [] if settled else [Unsettled("defocus", f"{chosen.defocus_A:.1f} A", "experiment.defocus_A")]
         self.read = {}  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
