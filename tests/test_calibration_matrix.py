@@ -184,3 +184,32 @@ def test_another_seed_draws_fresh_cases_of_the_same_distribution(capsys):
     assert [case.rotation_deg for case in fresh] != [case.rotation_deg for case in matrix_cases]
     assert matrix.main(["--seed", "54", "--count", "3", "--list"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["h54-00", "h54-01", "h54-02"]
+
+
+def test_the_checks_accuse_no_right_config_and_catch_the_wrong_ones(tmp_path):
+    """``--checks`` on one small case of the NumPy simulator: the config that tells the truth loads without a
+    warning; the rotation 10 degrees off, the transpose reversed and the defocus 30 % too large each say one."""
+    records = {record["kind"]: record for record in matrix.check_case(CASE, tmp_path)}
+    assert list(records) == list(matrix.CHECKED)
+    assert records["given"]["warnings"] == [] and "error" not in records["given"]
+    for kind in ("rotation_10", "transposed", "defocus_30"):
+        assert records[kind]["warnings"], kind
+    table = matrix.checks_summary(tmp_path, [CASE])
+    assert "| given | 0 | 1 |" in table and "| rotation_10 | 1 | 1 |" in table and "right config accused" not in table
+
+
+def test_the_checks_table_counts_warnings_and_refusals_and_names_the_accused(tmp_path):
+    import json
+
+    (tmp_path / "results").mkdir()
+    said = {("c00", "given"): ["warning: one"], ("c01", "given"): [], ("c00", "transposed"): [],
+            ("c01", "transposed"): None}  # None: the config refused
+    for (name, kind), warnings in said.items():
+        record = {"case": name, "kind": kind, "warnings": warnings or []}
+        if warnings is None:
+            record["error"] = "DataError('mirrored')"
+        (tmp_path / "results" / f"{name}__check_{kind}.json").write_text(json.dumps(record))
+    table = matrix.checks_summary(tmp_path, matrix.cases()[:2])
+    assert "| given | 1 | 2 |" in table and "| transposed | 1 | 2 |" in table and "| defocus_30 | 0 | 0 |" in table
+    accused = [line for line in table.splitlines() if line.startswith("| c0")]
+    assert len(accused) == 1 and accused[0].startswith("| c00 |") and "warning: one" in accused[0]

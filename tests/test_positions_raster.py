@@ -15,7 +15,13 @@ from test_detector_end_to_end import phase_ncc
 from ptyacc.commands.cli import cli
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
-from ptyacc.data.orientation import ScatteredGrid, centres_of_mass, orientation_from_com
+from ptyacc.data.orientation import (
+    SKEW_SURE,
+    SKEW_SURE_SCATTERED,
+    ScatteredGrid,
+    centres_of_mass,
+    orientation_from_com,
+)
 from ptyacc.data.positions import raster_fit, turned_positions_A
 
 
@@ -140,6 +146,8 @@ def test_the_scattered_curl_matches_the_rasters(grid_simulator):
     assert (scattered.flags, on_grid.flags) == ((True, False, False), (True, False, False))
     assert scattered.rotation_deg == pytest.approx(on_grid.rotation_deg, abs=1.0)
     assert scattered.rotation_deg == pytest.approx(14.0, abs=1.0)
+    # the scattered points' derivatives are noisier: their skew needs more to tell a turn by 180 degrees
+    assert (on_grid.skew_sure, scattered.skew_sure) == (SKEW_SURE, SKEW_SURE_SCATTERED) and SKEW_SURE < SKEW_SURE_SCATTERED
 
 
 @pytest.mark.slow

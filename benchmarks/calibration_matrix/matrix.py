@@ -33,6 +33,12 @@ translation between its positions' frame and the truth's (the means of the posit
     python benchmarks/calibration_matrix/matrix.py --cases c07 c12 --rerun   # these cases again
     python benchmarks/calibration_matrix/matrix.py --table                   # the table from the cache
     python benchmarks/calibration_matrix/matrix.py --measure --cases c06     # the autos' calibration, no run
+    python benchmarks/calibration_matrix/matrix.py --checks --jobs 2         # the checks on right and wrong configs
+
+``--checks`` runs no reconstruction: it loads each case with the config a user who knows the truth writes
+(``given``: the nominal raster, the true rotation, transpose/flips and defocus) and with that config wrong
+in one way (``CHECKED``), and counts the ones whose loading says ``warning:`` (the checks run there): right
+configs accused, wrong ones caught. Records go to ``results/<case>__check_<kind>.json``.
 
 Files go to ``--cache`` (default /tmp/ptyacc-matrix): ``data/<case>.h5`` (simulated once),
 ``runs/<case>__<variant>/`` (config, results.h5, run.log) and ``results/<case>__<variant>.json``
@@ -65,6 +71,7 @@ PASS_MARGIN = 0.02  # auto passes when its NCC is at most this far below the tru
 ABTEM_SAMPLES = ("mos2", "wse2", "graphene", "amorphous")
 ORIENTATIONS = [(t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True)]
 WRONG = ("rotation_off", "transposed", "defocus_sign", "defocus_30", "raster_as_positions")
+CHECKED = ("given", "rotation_10", "transposed", "defocus_30")  # --checks: the right config and three wrong ones
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,6 +355,87 @@ def wrong_config(data: Path, case: Case, wrong: str) -> dict:
     else:
         raise ValueError(f"unknown wrong config {wrong!r}: one of {WRONG}")
     return config
+
+
+def given_config(data: Path, case: Case) -> dict:
+    """The truth as a user who knows it writes it: the file's nominal raster (stored as positions or not) at the
+    true scan rotation, the true transpose/flips and defocus; the rest as ``truth_config``."""
+    config = truth_config(data, case)
+    del config["experiment"]["positions"]
+    config["experiment"]["scan_rotation_deg"] = case.rotation_deg
+    return config
+
+
+def checked_config(data: Path, case: Case, kind: str) -> dict:
+    """``given_config``, or it wrong in one way (``CHECKED``): the rotation 10 degrees off, the transpose reversed,
+    the defocus 30 % too large."""
+    config = given_config(data, case)
+    if kind == "rotation_10":
+        config["experiment"]["scan_rotation_deg"] = case.rotation_deg + 10.0
+    elif kind == "transposed":
+        config["data"]["transform"]["transpose"] = not case.transpose
+    elif kind == "defocus_30":
+        config["experiment"]["defocus_A"] = round(1.3 * case.defocus_A, 1)
+    elif kind != "given":
+        raise ValueError(f"unknown checked config {kind!r}: one of {CHECKED}")
+    return config
+
+
+def check_case(case: Case, cache: Path, rerun: bool = False) -> list[dict]:
+    """Load ``case`` (simulated once) with each config of CHECKED, no reconstruction; the records, with the
+    ``warning:`` lines that loading said."""
+    from ptyacc.config import load_config
+    from ptyacc.data.load import load_data
+
+    data = cache / "data" / f"{case.name}.h5"
+    if not data.is_file():
+        write_case(case, data)
+    out = []
+    for kind in CHECKED:
+        target = cache / "results" / f"{case.name}__check_{kind}.json"
+        if target.is_file() and not rerun:
+            out.append(json.loads(target.read_text()))
+            continue
+        config_path = cache / "runs" / f"{case.name}__check_{kind}.yaml"
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(yaml.safe_dump(checked_config(data, case, kind), sort_keys=False))
+        started = time.time()
+        record = {"case": case.name, "kind": kind, "parameters": case.describe()}
+        try:
+            record["warnings"] = [line for line in load_data(load_config(config_path)).checks if "warning:" in line]
+        except Exception as exc:  # a config refused outright is caught too: the user is told
+            record.update(warnings=[], error=repr(exc)[:500])
+        record["seconds"] = round(time.time() - started, 1)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(record, indent=1))
+        print(f"{case.name} check {kind}: {len(record['warnings'])} warnings{' (refused)' if 'error' in record else ''}",
+              flush=True)
+        out.append(record)
+    return out
+
+
+def checks_summary(cache: Path, chosen: list[Case]) -> str:
+    """The Markdown table of the recorded checks of ``chosen``: per config kind, how many said a warning (or
+    refused the config), then the right configs accused with their first warning."""
+    said: dict[str, list[int]] = {kind: [0, 0] for kind in CHECKED}
+    accused = []
+    for case in chosen:
+        for kind in CHECKED:
+            path = cache / "results" / f"{case.name}__check_{kind}.json"
+            if not path.is_file():
+                continue
+            record = json.loads(path.read_text())
+            warned = bool(record["warnings"]) or "error" in record
+            said[kind][0] += warned
+            said[kind][1] += 1
+            if kind == "given" and warned:
+                first = record["warnings"][0] if record["warnings"] else record["error"]
+                accused.append(f"| {case.name} | {case.describe()} | {first[:110].replace('|', '/')} |")
+    rows = ["| config | warned or refused | of |", "|---|---|---|"]
+    rows += [f"| {kind} | {n} | {total} |" for kind, (n, total) in said.items()]
+    if accused:
+        rows += ["", "| right config accused | parameters | first warning |", "|---|---|---|", *accused]
+    return "\n".join(rows) + "\n"
 
 
 def ptyacc_command() -> list[str]:
@@ -648,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the cases and stop")
     parser.add_argument("--measure", action="store_true",
                         help="the calibration the autos find on each case against the truth, no reconstruction")
+    parser.add_argument("--checks", action="store_true",
+                        help="load each case with the right config and wrong ones (CHECKED), no reconstruction, and "
+                             "count the warnings")
     args = parser.parse_args(argv)
     every = cases(args.seed)[:args.count]
     chosen = quick_cases(every) if args.quick else every
@@ -660,6 +751,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure:
         for case in chosen:
             print(measured(case, args.cache), flush=True)
+        return 0
+    if args.checks:
+        if not args.table:
+            os.environ["OMP_NUM_THREADS"] = "1"
+            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                list(pool.map(check_case, chosen, [args.cache] * len(chosen), [args.rerun] * len(chosen)))
+        text = checks_summary(args.cache, chosen)
+        (args.cache / "checks.md").write_text(text)
+        print(text)
         return 0
     if not args.table:
         os.environ["OMP_NUM_THREADS"] = "1"

@@ -64,7 +64,6 @@ OPPOSITE = ", the opposite sign to the"  # trouble.parallax_warnings's, which sa
 C12_SIGMAS = 3.0  # standard errors from 0 beyond which the parallax's C12 is used: its error is estimated low (on
 # the calibration matrix's files, which have none, it read 2-11 sigma; one taken at 2.2 sigma, 12 A on an 86 A defocus,
 # cost 0.035 in NCC), while a C12 that matters (20 A) reads beyond 4
-SKEW_SURE = 1.0  # |divergence skew| of the centre of mass above which its choice between a rotation and + 180 stands
 PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which its orientation needs no second opinion
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
 TRIALS_SURE = 0.0025  # the trials' relative margin below which the orientation they chose is said to be in doubt
@@ -83,7 +82,8 @@ Flags = tuple[bool, bool, bool]
 class MeasuredOrientation:
     """The transpose/flip ``flags`` (transpose, flip_y, flip_x) and scan rotation ``rotation_deg`` measured
     from the data (after the flips about zero and the parallax's correction, where they changed them), the
-    centre of mass's divergence ``skew``; the defocus that came with the orientation, ``defocus_A``, and what gave
+    centre of mass's divergence ``skew`` and whether it told a turn by 180 degrees (``tells_turn``); the defocus that
+    came with the orientation, ``defocus_A``, and what gave
     it, ``defocus_by`` (``BY_SEARCH``, ``BY_TRIALS``, or a guess's source; None where none did); and ``by_trials``
     whether trial reconstructions judged the orientation (the parallax's later correction of the rotation is then
     not taken: at the counts that call for trials its groups hardly align)."""
@@ -94,6 +94,7 @@ class MeasuredOrientation:
     defocus_A: float | None = None
     defocus_by: str | None = None
     by_trials: bool = False  # trial reconstructions judged it (``reconstruction/trials.py``)
+    tells_turn: bool = False
 
 
 @dataclass(frozen=True)
@@ -569,11 +570,11 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     else:
         state.line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
         if chosen is None:  # beside what the search or the trials said of the flags
-            state.warnings += com_warnings(found, state.flags, given, SKEW_SURE, flags_measured=True)
+            state.warnings += com_warnings(found, state.flags, given, flags_measured=True)
     # the search's flags already carry the nominal defocus's sign, and the trials chose among the turns: no
     # second turn by 180 degrees
     if (chosen is None and state.used is None and not state.by_search and fixed is None and defocus_auto
-            and abs(found.skew) < SKEW_SURE and grid is not None):
+            and not found.tells_turn and grid is not None):
         state.flags, said = _turned_by_parallax(source, calibration,
                                                 turned_positions_A(base, experiment.scan_rotation_deg), grid,
                                                 state.flags, file_mask, background)
@@ -585,7 +586,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     used = state.used
     defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
     return (experiment, transform,
-            MeasuredOrientation(flags, state.rotation_deg, found.skew, defocus_A, defocus_by, state.by_trials),
+            MeasuredOrientation(flags, state.rotation_deg, found.skew, defocus_A, defocus_by, state.by_trials,
+                                found.tells_turn),
             (state.line, *state.warnings))
 
 
@@ -668,7 +670,7 @@ def _com_searched(state: _Orienting, searched, found) -> None:
     """The centre of mass ``found`` alone, clear of curl: its rotation still errs by degrees (noise, on a crystal)
     well beyond its halves' spread, and a clear Fourier regions' peak ``searched`` of the same frame lies far nearer
     the truth: that peak is used where ``_search_turned`` says so. ``state`` takes the result."""
-    off = _search_turned(found, searched, SKEW_SURE)
+    off = _search_turned(found, searched)
     if off is not None:
         state.flags, state.rotation_deg, state.by_search = searched.flags, searched.rotation_deg, True
         state.line += f"; {searched.line()}: these are used, {-off:+.2f} deg from the centre of mass's"
@@ -678,16 +680,16 @@ def _com_searched(state: _Orienting, searched, found) -> None:
         state.line += f"; {searched.line()}: not used (the centre of mass's orientation is kept)"
 
 
-def _search_turned(found, searched, skew_sure: float) -> float | None:
+def _search_turned(found, searched) -> float | None:
     """How far (degrees, ``frame_difference``'s sense) a clear Fourier regions' search ``searched`` that gives the
     orientation in place of the centre of mass's ``found`` lies from it; None where it does not. It does where it
     has the same handedness and lies within SEARCH_APART_DEG, or within that of a turn by 180 degrees where the
-    divergence's skew is under ``skew_sure`` (the centre of mass cannot tell that turn; the search's flags carry the
-    nominal defocus's sign)."""
+    divergence's skew does not tell that turn (``Orientation.tells_turn``; the search's flags carry the nominal
+    defocus's sign)."""
     if searched is None or not searched.clear:
         return None
     mirrored, off = frame_difference(found.flags, found.rotation_deg, searched.flags, searched.rotation_deg)
-    apart = abs(off) if abs(found.skew) >= skew_sure else min(abs(off), 180.0 - abs(off))
+    apart = abs(off) if found.tells_turn else min(abs(off), 180.0 - abs(off))
     return None if mirrored or apart > SEARCH_APART_DEG else off
 
 
@@ -845,14 +847,15 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
                    flags_measured: bool = True):
     """The experiment and calibration with the defocus (and a measured rotation's correction) from
     the parallax (``_defocused``; ``read``: its source, prepare, mask, dx_A and pattern width; the measured
-    ``orientation`` (None: none measured) gives the centre of mass's skew, the defocus that came with it, used
+    ``orientation`` (None: none measured) gives the centre of mass's skew where it could not tell a turn by 180
+    degrees, the defocus that came with it, used
     where the parallax cannot tell, and whether trial reconstructions judged it, whose rotation is kept), what was
     measured and what to report."""
-    skew, given, by_trials = None, None, False
+    unsure_skew, given, by_trials = None, None, False
     if orientation is not None:
-        skew, by_trials = orientation.skew, orientation.by_trials
+        unsure_skew, by_trials = None if orientation.tells_turn else orientation.skew, orientation.by_trials
         given = None if orientation.defocus_A is None else (float(orientation.defocus_A), orientation.defocus_by)
-    found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, skew, depth_A, flags_measured,
+    found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, unsure_skew, depth_A, flags_measured,
                                                 given, by_trials)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
@@ -867,7 +870,7 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
-               skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
+               unsure_skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
                given: tuple[float, str] | None = None, by_trials: bool = False
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
@@ -875,7 +878,8 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     more than C12_SIGMAS sigma from 0; none where the data cannot tell (the nominal ones stay); the turn (deg)
     to add to a measured scan rotation (the parallax's rotation left, and 180 degrees where the
     parallax says the defocus has the nominal one's opposite sign while the centre of mass could
-    hardly tell the rotation from the one 180 degrees away); what was measured; and what to report. The
+    hardly tell the rotation from the one 180 degrees away: its skew ``unsure_skew``, None where it could or
+    none was measured); what was measured; and what to report. The
     parallax sees the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where
     the model's probe is defined (half the multislice model's propagated thickness), so that is added. ``given``:
     the defocus that came with the orientation and what gave it (``BY_SEARCH`` or ``BY_TRIALS``), used where the
@@ -929,10 +933,10 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                   "the orientation")
     elif rotation_auto:
         turn = found.rotation_left_deg
-        if opposite and skew is not None and abs(float(skew)) < SKEW_SURE:
+        if opposite and unsure_skew is not None:
             turn, middle, opposite = turn + 180.0, -middle, False
             notes += (f"; the scan rotation turned by 180 deg (the centre of mass could not tell it, divergence "
-                      f"skew {float(skew):+.2f}, and the nominal defocus has the other sign)")
+                      f"skew {float(unsure_skew):+.2f}, and the nominal defocus has the other sign)")
         notes += f"; the scan rotation measured before (centre of mass or parallax) corrected by {turn:+.2f} deg"
     if opposite:
         notes += "; its sign is the nominal one's opposite (or the scan is turned by 180 degrees)"
@@ -985,7 +989,7 @@ def _orientation_checked(experiment, transform, source, calibration, file_mask: 
     if transform.orientation == "auto" and BASIS in source.info.attrs:
         flags = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
     found, _ = measure_orientation(source, shape, file_mask, background, None, rotation_deg, base)
-    said = com_warnings(found, flags, rotation_deg, SKEW_SURE)
+    said = com_warnings(found, flags, rotation_deg)
     base_A = raster_positions_A(shape, step, 0.0) if raster else base
     if said or not weak_com(found) or shape is None or scan_grid_steps(base_A, shape) is None:
         return tuple(said)

@@ -8,7 +8,7 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   (and three times the spread between the scan's halves) away means ``experiment.scan_rotation_deg``
   is off. Said only where the field tells: the curl left at its best angle under CURL_CLEAR, and, for
   the handedness, the other one's curl MIRRORED times more; an angle 180 degrees away only where the
-  divergence's skew tells a turn by 180 degrees (``autocalibration.SKEW_SURE``).
+  divergence's skew tells a turn by 180 degrees (``orientation.Orientation.tells_turn``).
 - The parallax of the bright-field disk (``parallax.py``), measured on the prepared patterns at the
   positions the run uses, is lambda defocus R(phi) with phi the rotation left: a defocus of the other
   sign, or more than DEFOCUS_OFF of its size (and three standard errors) away, says
@@ -46,7 +46,7 @@ def _wrapped(degrees: float) -> float:
     return (degrees + 180.0) % 360.0 - 180.0
 
 
-def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_deg: float, skew_sure: float,
+def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_deg: float,
                  rotation_measured: bool = False, flags_measured: bool = False) -> list[str]:
     """The warnings of the centre of mass's orientation ``found`` (free flags, rotation nearest the
     one used) against the ``flags`` (transpose, flip_y, flip_x) and ``rotation_deg`` the run uses;
@@ -64,7 +64,7 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
                         f"data.transform.orientation: auto {AUTO} (the data say transpose {t}, flip_y {fy}, "
                         f"flip_x {fx})")
         return said
-    if abs(found.skew) < skew_sure and abs(off) > 90:  # the centre of mass cannot tell a turn by 180 degrees
+    if not found.tells_turn and abs(off) > 90:  # the centre of mass cannot tell a turn by 180 degrees
         off = _wrapped(off + 180.0)
     spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
     if not rotation_measured and abs(off) > max(ROTATION_OFF_DEG, 3 * spread):
