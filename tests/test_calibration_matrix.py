@@ -211,5 +211,6 @@ def test_the_checks_table_counts_warnings_and_refusals_and_names_the_accused(tmp
         (tmp_path / "results" / f"{name}__check_{kind}.json").write_text(json.dumps(record))
     table = matrix.checks_summary(tmp_path, matrix.cases()[:2])
     assert "| given | 1 | 2 |" in table and "| transposed | 1 | 2 |" in table and "| defocus_30 | 0 | 0 |" in table
-    accused = [line for line in table.splitlines() if line.startswith("| c0")]
-    assert len(accused) == 1 and accused[0].startswith("| c00 |") and "warning: one" in accused[0]
+    named = [line for line in table.splitlines() if line.startswith("| c0")]
+    assert len(named) == 2 and named[0].startswith("| c00 |") and "warning: one" in named[0]
+    assert named[1].startswith("| c00 | transposed |")  # not caught

@@ -263,3 +263,31 @@ def test_a_parallax_that_barely_tells_the_handedness_is_outvoted_by_a_clear_cent
     assert not outvoted(dataclasses.replace(mirror, ratio=PARALLAX_SURE), com)
     assert not outvoted(mirror, dataclasses.replace(com, curl_left=0.6, curl_other=0.9))
     assert not outvoted(mirror, dataclasses.replace(com, curl_other=0.4))
+
+
+def _mirroring_parallax(ratio: float):
+    """A parallax whose fit's mirror part is ``ratio`` times its rotating part (M = D + J / ratio)."""
+    from ptyacc.data.parallax import Parallax
+
+    m = np.diag([1.0, -1.0]) + np.array([[0.0, -1.0], [1.0, 0.0]]) / ratio
+    empty = np.zeros((0, 2))
+    return Parallax(100.0, 2.0, 0.0, 0.0, 1.0, 0.0, empty, empty, np.zeros(0), np.zeros(0, bool), np.zeros((1, 1)),
+                    0.1, 256, True, fit_A=np.column_stack([np.zeros(2), 100.0 * m]))
+
+
+@pytest.mark.parametrize("ratio", [3.0, 5.0, 20.0])
+def test_a_parallax_that_is_not_sure_of_the_mirror_is_outvoted_by_a_clear_second_opinion(ratio):
+    """The parallax's mirror part ``ratio`` times its rotating part: a warning naming the key; where a clear centre
+    of mass or search gave the flags' handedness, none under PARALLAX_SURE (10) times, the warning over it."""
+    from ptyacc.data.autocalibration import PARALLAX_SURE
+    from ptyacc.data.parallax_orientation import conformal_parts
+    from ptyacc.data.trouble import parallax_warnings
+
+    found = _mirroring_parallax(ratio)
+    rotating, reflecting = conformal_parts(found.fit_A[:, 1:])
+    assert reflecting / rotating == pytest.approx(ratio)
+    alone = parallax_warnings(found, 100.0, 0.0, flags_measured=False)
+    assert len(alone) == 1 and "mirrored against the scan" in alone[0] and "data.transform.orientation" in alone[0]
+    outvoted = parallax_warnings(found, 100.0, 0.0, flags_measured=False, outvoted_under=PARALLAX_SURE)
+    assert outvoted == ([] if ratio < PARALLAX_SURE else alone)
+    assert parallax_warnings(found, 100.0, 0.0, flags_measured=True) == []

@@ -416,9 +416,9 @@ def check_case(case: Case, cache: Path, rerun: bool = False) -> list[dict]:
 
 def checks_summary(cache: Path, chosen: list[Case]) -> str:
     """The Markdown table of the recorded checks of ``chosen``: per config kind, how many said a warning (or
-    refused the config), then the right configs accused with their first warning."""
+    refused the config), then the right configs accused with their first warning and the wrong ones not caught."""
     said: dict[str, list[int]] = {kind: [0, 0] for kind in CHECKED}
-    accused = []
+    accused, missed = [], []
     for case in chosen:
         for kind in CHECKED:
             path = cache / "results" / f"{case.name}__check_{kind}.json"
@@ -431,10 +431,14 @@ def checks_summary(cache: Path, chosen: list[Case]) -> str:
             if kind == "given" and warned:
                 first = record["warnings"][0] if record["warnings"] else record["error"]
                 accused.append(f"| {case.name} | {case.describe()} | {first[:110].replace('|', '/')} |")
+            elif kind != "given" and not warned:
+                missed.append(f"| {case.name} | {kind} | {case.describe()} |")
     rows = ["| config | warned or refused | of |", "|---|---|---|"]
     rows += [f"| {kind} | {n} | {total} |" for kind, (n, total) in said.items()]
     if accused:
         rows += ["", "| right config accused | parameters | first warning |", "|---|---|---|", *accused]
+    if missed:
+        rows += ["", "| wrong config not caught | wrong | parameters |", "|---|---|---|", *missed]
     return "\n".join(rows) + "\n"
 
 

@@ -432,6 +432,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         bad, line = measure_bad_pixels(source, len(calibration.positions_A), background)
         file_mask, said = good_pixels(file_mask, bad), said + (line,)
     transform, orientation = dataclasses.replace(data.transform, upsample=resolved_upsample(config)[0]), None
+    flags_confirmed = False  # a clear centre of mass or search gave the handedness of the flags given
     if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
                          and experiment.radiation == "electron"):
         experiment, transform, orientation, lines = _oriented(experiment, transform, source, calibration, file_mask,
@@ -440,7 +441,9 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         calibration = calibrate(experiment, facts, scan_shape)
         calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
-        said += _orientation_checked(experiment, transform, source, calibration, file_mask, background)
+        checked, flags_confirmed = _orientation_checked(experiment, transform, source, calibration, file_mask,
+                                                        background)
+        said += checked
     prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
     about = None
     if prep.far_field and experiment.radiation == "electron" and data.transform.orientation == "auto" and \
@@ -483,7 +486,8 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
-        defocus_said = _parallax_checked(calibration, read, rotation_auto, data.transform.orientation == "auto")
+        defocus_said = _parallax_checked(calibration, read, rotation_auto, data.transform.orientation == "auto",
+                                         flags_confirmed)
     found = AutoCalibration(flags=(prep.transpose, prep.flip_y, prep.flip_x),
                             scan_rotation_deg=experiment.scan_rotation_deg, aberrations=calibration.aberrations,
                             nominal_aberrations=nominal, bad_pixels=bad, orientation=orientation, flip_about_zero=about,
@@ -973,18 +977,19 @@ def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np
 
 
 def _orientation_checked(experiment, transform, source, calibration, file_mask: np.ndarray | None,
-                         background: np.ndarray | None) -> tuple[str, ...]:
+                         background: np.ndarray | None) -> tuple[tuple[str, ...], bool]:
     """The transpose/flip and scan rotation given (none of them ``auto``) against the centre of mass of the
     stored patterns (``trouble.com_warnings``), on the raster's grid or at the positions, and where that is
     mostly noise against a clear Fourier regions' search on a raster's grid (``trouble.search_warnings``, the
-    defocus too): the warnings; none where the scan is too small to tell."""
+    defocus too): the warnings (none where the scan is too small to tell), and whether a clear centre of mass or
+    search gave the handedness of the flags given (the parallax's check asks it where its own is not sure)."""
     rotation_deg = experiment.scan_rotation_deg
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
                                                                     raster_positions_A(shape, step, rotation_deg))
     base = None if raster else turned_positions_A(calibration.positions_A, -rotation_deg)
     if raster and min(shape) < MIN_RASTER or not raster and len(base) < MIN_RASTER * MIN_RASTER:
-        return ()
+        return (), False
     flags = (transform.transpose, transform.flip_y, transform.flip_x)
     if transform.orientation == "auto" and BASIS in source.info.attrs:
         flags = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
@@ -992,19 +997,23 @@ def _orientation_checked(experiment, transform, source, calibration, file_mask: 
     said = com_warnings(found, flags, rotation_deg)
     base_A = raster_positions_A(shape, step, 0.0) if raster else base
     if said or not weak_com(found) or shape is None or scan_grid_steps(base_A, shape) is None:
-        return tuple(said)
+        tells = found.curl_left <= CURL_CLEAR and found.curl_other > MIRRORED * found.curl_left
+        return tuple(said), tells and not frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)[0]
     # few counts: the centre of mass cannot tell, the Fourier regions' coherence of every pixel and frequency can
     searched = _overlap_oriented(source, calibration, base_A, shape, file_mask, background, rotation_deg)
     if searched is None or not searched.clear:
-        return ()
-    return tuple(search_warnings(searched, flags, rotation_deg, -calibration.aberrations.get("C10", 0.0)))
+        return (), False
+    return (tuple(search_warnings(searched, flags, rotation_deg, -calibration.aberrations.get("C10", 0.0))),
+            not frame_difference(flags, rotation_deg, searched.flags, searched.rotation_deg)[0])
 
 
-def _parallax_checked(calibration, read: tuple, rotation_auto: bool, flags_measured: bool) -> tuple[str, ...]:
+def _parallax_checked(calibration, read: tuple, rotation_auto: bool, flags_measured: bool,
+                      flags_confirmed: bool = False) -> tuple[str, ...]:
     """The defocus given (not ``auto``), the scan rotation and the transpose/flip against the parallax of
     the prepared patterns (``read``: their source, prepare, mask, dx_A and width) at the run's positions
-    (``trouble.parallax_warnings``): the warnings; none where there is no raster grid, no defocus, or the
-    parallax cannot be measured."""
+    (``trouble.parallax_warnings``; ``flags_confirmed``: a clear centre of mass or search gave the flags'
+    handedness): the warnings; none where there is no raster grid, no defocus, or the parallax cannot be
+    measured."""
     source, prepare, mask, dx_A, k = read
     defocus_A = -calibration.aberrations.get("C10", 0.0)
     shape = calibration.scan_shape
@@ -1013,4 +1022,5 @@ def _parallax_checked(calibration, read: tuple, rotation_auto: bool, flags_measu
         return ()
     found, _, _ = measure_parallax(source, shape, steps, calibration.wavelength_A, 1.0 / (k * dx_A), prepare, mask)
     rotation = None if rotation_auto else calibration.values["scan_rotation_deg"]
-    return tuple(parallax_warnings(found, defocus_A, rotation, flags_measured))
+    return tuple(parallax_warnings(found, defocus_A, rotation, flags_measured,
+                                   PARALLAX_SURE if flags_confirmed else None))

@@ -156,15 +156,19 @@ def trials_unsettled_warning(unsettled: Unsettled) -> str:
 
 
 def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,
-                      flags_measured: bool) -> list[str]:
+                      flags_measured: bool, outvoted_under: float | None = None) -> list[str]:
     """The warnings of the bright-field parallax ``found``, measured on the prepared patterns at the
     run's positions, against the defocus (``defocus_A``; None where the run took the parallax's) and
     the scan rotation (``rotation_deg``; None where it was measured) the run uses, and the
-    transpose/flip (unless ``flags_measured``)."""
+    transpose/flip (unless ``flags_measured``). ``outvoted_under``: where a clear centre of mass or search
+    gave the flags' handedness, a mirror part under this many times the rotating part is no warning: on small
+    partly coherent rasters the parallax told the mirror of right flags 3 and 5 times."""
     if found is None or found.fit_A is None or found.misfit > MAX_MISFIT:
         return []
     rotating, reflecting = conformal_parts(found.fit_A[:, 1:])
     if reflecting > SURE * rotating:
+        if outvoted_under is not None and reflecting < outvoted_under * rotating:
+            return []
         return [] if flags_measured else [
             f"warning: the bright-field parallax says the patterns are mirrored against the scan (its mirror part "
             f"{reflecting / rotating:.1f} times its rotating part): set data.transform.orientation: auto {AUTO}"]
