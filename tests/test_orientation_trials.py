@@ -13,7 +13,7 @@ from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, Verdi
 from ptyacc.data.load import load_data
 from ptyacc.data.overlap_orientation import OverlapOrientation
 from ptyacc.data.trouble import Unsettled
-from ptyacc.reconstruction.trials import OrientationTrials, _vertex
+from ptyacc.reconstruction.trials import AUTO_ITERATIONS, OrientationTrials, _vertex
 
 TRUE_ROTATION, TRUE_DEFOCUS = 20.0, 120.0
 
@@ -276,7 +276,7 @@ def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak"),
                      OrientationCandidate((False, False, False), 0.0, None, "its mirror")])
     taken, said = verdict.taken, verdict.said
-    assert "trying them by short reconstructions of 6 iterations" in capsys.readouterr().err  # before the wait
+    assert f"trying them by short reconstructions of {AUTO_ITERATIONS} iterations" in capsys.readouterr().err  # before
     assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
     assert f"{lowest_deg:.2f} deg is used" in said
     assert len(judge.asked) <= 2 + 2 * 2 + 3  # the candidates, the four turns, at most three more
