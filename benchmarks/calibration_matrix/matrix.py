@@ -339,10 +339,10 @@ def told_config(data: Path, case: Case, auto: dict) -> dict | None:
 
 def wrong_config(data: Path, case: Case, wrong: str) -> dict:
     """The truth config with one thing wrong (``WRONG``)."""
-    config = truth_config(data, case)
+    # rotation_off: the nominal raster turned 25 degrees away from the truth
+    config = given_config(data, case) if wrong == "rotation_off" else truth_config(data, case)
     transform, experiment = config["data"]["transform"], config["experiment"]
-    if wrong == "rotation_off":  # the nominal raster turned 25 degrees away from the truth
-        del experiment["positions"]
+    if wrong == "rotation_off":
         experiment["scan_rotation_deg"] = case.rotation_deg + 25.0
     elif wrong == "transposed":
         transform["transpose"] = not case.transpose

@@ -44,13 +44,13 @@ from ptyacc.data.stored_scan import raster_or_positions
 from ptyacc.data.trouble import (
     CURL_CLEAR,
     DEFOCUS_OFF,
-    MIRRORED,
     ROTATION_OFF_DEG,
     Unsettled,
     com_warnings,
     mirror_disagreement_warning,
     parallax_warnings,
     search_warnings,
+    tells_handedness,
     trials_doubt_warning,
     trials_unsettled_warning,
     weak_orientation_warning,
@@ -702,7 +702,7 @@ def outvoted(chosen, found) -> bool:
     the mirror of the centre of mass's ``found``, which tells its own clearly (little curl left at its best angle and
     the other handedness MIRRORED times more, ``trouble.com_warnings``'s test): on WSe2 at 1e5 counts such parallaxes
     (2 to 5 times) were the mirror, and the reconstructions noise."""
-    return (chosen.ratio < PARALLAX_SURE and found.curl_left <= CURL_CLEAR and found.curl_other > MIRRORED * found.curl_left
+    return (chosen.ratio < PARALLAX_SURE and tells_handedness(found)
             and frame_difference(found.flags, found.rotation_deg, chosen.flags, chosen.rotation_deg)[0])
 
 
@@ -997,8 +997,8 @@ def _orientation_checked(experiment, transform, source, calibration, file_mask: 
     said = com_warnings(found, flags, rotation_deg)
     base_A = raster_positions_A(shape, step, 0.0) if raster else base
     if said or not weak_com(found) or shape is None or scan_grid_steps(base_A, shape) is None:
-        tells = found.curl_left <= CURL_CLEAR and found.curl_other > MIRRORED * found.curl_left
-        return tuple(said), tells and not frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)[0]
+        same = not frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)[0]
+        return tuple(said), tells_handedness(found) and same
     # few counts: the centre of mass cannot tell, the Fourier regions' coherence of every pixel and frequency can
     searched = _overlap_oriented(source, calibration, base_A, shape, file_mask, background, rotation_deg)
     if searched is None or not searched.clear:

@@ -46,6 +46,12 @@ def _wrapped(degrees: float) -> float:
     return (degrees + 180.0) % 360.0 - 180.0
 
 
+def tells_handedness(found: Orientation) -> bool:
+    """Whether the centre of mass ``found`` tells its handedness: little curl left at its best angle (CURL_CLEAR)
+    and the other handedness MIRRORED times as much."""
+    return found.curl_left <= CURL_CLEAR and found.curl_other > MIRRORED * found.curl_left
+
+
 def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_deg: float,
                  rotation_measured: bool = False, flags_measured: bool = False) -> list[str]:
     """The warnings of the centre of mass's orientation ``found`` (free flags, rotation nearest the
@@ -56,7 +62,7 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
     mirrored, off = frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)
     said = []
     if mirrored:
-        if not flags_measured and found.curl_other > MIRRORED * found.curl_left:
+        if not flags_measured and tells_handedness(found):
             t, fy, fx = found.flags
             said.append(f"warning: the patterns' centre of mass says they are mirrored against the scan (curl left "
                         f"{found.curl_left:.2f}, mirrored {found.curl_other:.2f}): data.transform transpose "
