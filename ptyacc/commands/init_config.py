@@ -22,6 +22,9 @@ from ptyacc.reconstruction.batch_auto import STEPS, steps_batch
 ELECTRON_PROBE_MODES = 4  # init's incoherent probe modes for electrons: on the calibration matrix's files a partly
 # coherent beam's phase NCC gained 0.02-0.05 on average with them (up to 0.12), none lost over about 0.02; each
 # iteration takes about twice as long
+ROTATION_START = 4  # the iteration from which init's config refines a measured scan rotation: the object first takes
+# shape at the measured angle (refined from iteration 0, the early steps against a blank object walked rotations that
+# started within a degree 1-2.5 degrees away on the calibration matrix's files at few counts or a partly coherent beam)
 
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
@@ -87,10 +90,10 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     lines += ["optim:", "  iterations: 20", "  batch_size: auto   # from the data: one step per iteration where the "
               f"descan shifted the patterns, else about {STEPS} ({steps_batch(n)} of {n} positions)"]
     if not xray:
-        start = "{detector_blur: 0, scan_affine: 0}" if turned else "{detector_blur: 0}"
+        start = f"{{detector_blur: 0, scan_affine: {ROTATION_START}}}" if turned else "{detector_blur: 0}"
         lines.append(f"  start: {start}   # the detector's blur (model.detector_blur_px) refined from none"
-                     + ("; the scan rotation measured, refined from the first iteration (it is seldom within a degree "
-                        "where the counts are few)" if turned else ""))
+                     + (f"; the scan rotation measured, refined from iteration {ROTATION_START}, once the object has "
+                        "taken shape (it is seldom within a degree where the counts are few)" if turned else ""))
     lines += ["output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
 
