@@ -23,8 +23,9 @@ ELECTRON_PROBE_MODES = 4  # init's incoherent probe modes for electrons: on the 
 # coherent beam's phase NCC gained 0.02-0.05 on average with them (up to 0.12), none lost over about 0.02; each
 # iteration takes about twice as long
 ROTATION_START = 4  # the iteration from which init's config refines a measured scan rotation: the object first takes
-# shape at the measured angle (refined from iteration 0, the early steps against a blank object walked rotations that
-# started within a degree 1-2.5 degrees away on the calibration matrix's files at few counts or a partly coherent beam)
+# shape at the measured angle (refined from iteration 0, the early steps against a blank object took rotations that
+# started about a degree from the truth to 1-2.5 degrees from it, on calibration matrix files at few counts or with
+# a partly coherent beam)
 
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
