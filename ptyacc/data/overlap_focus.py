@@ -93,6 +93,16 @@ def reassigned(cycles: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     return cycles - np.column_stack(offsets)
 
 
+def windowed_at(centred: np.ndarray, inside: np.ndarray, shape: tuple[int, int], windows: np.ndarray,
+                cycles: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The frequencies (U, 2) (cycles per raster step) the power of the bins ``cycles[pick]`` comes from
+    (``reassigned``) and the ``inside`` pixels' Hann-windowed transforms there, (U, P) complex64; ``windows``
+    ``hann_windows(shape)``. The transforms are taken a block of pixels at a time (``pixel_frequencies``)."""
+    blocks = np.concatenate([block.reshape(3, len(block[0]), -1)[..., pick]
+                             for block in pixel_frequencies(centred, inside, shape, windows)], axis=1)  # (3, P, U)
+    return reassigned(cycles[pick], blocks), blocks[0].T.astype(np.complex64)
+
+
 def coherence(scales: np.ndarray, base: np.ndarray, values: np.ndarray, regions: list[np.ndarray],
               pixels: np.ndarray) -> np.ndarray:
     """J(s) for each of ``scales`` (the module's note) over the ``pixels`` (P,) bool; ``base`` (U, P) is
@@ -145,12 +155,10 @@ def refined_scale(centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarr
             power += pixel
     power[np.hypot(cycles[:, 0] * ny, cycles[:, 1] * nx) < 1.5] = 0.0  # the window's own lowest frequencies
     pick = np.argsort(power)[::-1][:FREQUENCIES]
-    blocks = np.concatenate([block.reshape(3, len(block[0]), -1)[..., pick]
-                             for block in pixel_frequencies(centred, inside, shape, windows)], axis=1)  # (3, P, U)
     # each frequency's phase moves with a pixel's shift at the frequency its power comes from, not at its bin's
     # (the calibration matrix's amorphous 16 x 16 rasters read 0.89 of the truth at the bins' frequencies)
-    u_power = reassigned(cycles[pick], blocks) @ to_invA
-    u, values = u[pick], blocks[0].T.astype(np.complex64)  # (U, 2), (U, P)
+    cycles_power, values = windowed_at(centred, inside, shape, windows, cycles, pick)  # (U, 2), (U, P)
+    u_power, u = cycles_power @ to_invA, u[pick]
     limit, margin = radius_px * dk_invA, MARGIN_PX * dk_invA
     minus = np.hypot(*(k[None] - u[:, None]).transpose(2, 0, 1))
     plus = np.hypot(*(k[None] + u[:, None]).transpose(2, 0, 1))

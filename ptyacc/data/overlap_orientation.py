@@ -39,7 +39,7 @@ import numpy as np
 
 from ptyacc.data.bright_field import bright_field_radius_px, repaired
 from ptyacc.data.orientation import equivalent_orientations, nearest_orientation, rotation
-from ptyacc.data.overlap_focus import MARGIN_PX, hann_windows, pixel_frequencies, reassigned
+from ptyacc.data.overlap_focus import MARGIN_PX, hann_windows, pixel_frequencies, windowed_at
 from ptyacc.data.parallax import disk_centre
 from ptyacc.errors import DataError
 
@@ -113,11 +113,9 @@ class _Frequencies:
             self.u = u[pick]
             blocks = pixel_frequencies(centred, inside, shape, None)
             self.values = np.concatenate([block.reshape(len(block), -1)[:, pick] for block in blocks]).T.astype(np.complex64)
-            return
-        blocks = np.concatenate([block.reshape(3, len(block[0]), -1)[..., pick]
-                                 for block in pixel_frequencies(centred, inside, shape, windows)], axis=1)  # (3, P, U)
-        self.u = reassigned(cycles[pick], blocks) @ to_invA
-        self.values = blocks[0].T.astype(np.complex64)
+        else:
+            cycles_power, self.values = windowed_at(centred, inside, shape, windows, cycles, pick)
+            self.u = cycles_power @ to_invA
 
     def coherence(self, g: np.ndarray, scales_A2: np.ndarray) -> np.ndarray:
         """J(G, c) (the module's note) for the (2, 2) ``g`` at each c of ``scales_A2`` (S,) Å^2."""
