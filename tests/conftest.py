@@ -174,11 +174,20 @@ def cpu_seconds() -> float:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     item.stash[LAUNCHES_BEFORE] = len(LAUNCHES.commands)
-    before = cpu_seconds()
-    try:
-        return (yield)
-    finally:
-        RECORD.setdefault("cpu", {})[item.nodeid] = cpu_seconds() - before
+    item.stash[CPU_BEFORE] = cpu_seconds()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The test's lane and CPU seconds ride on its reports (``user_properties``), so that the run that writes the
+    durations has them where the tests ran elsewhere (``pytest -n``: pytest-xdist's workers)."""
+    report = yield
+    if call.when == "setup":
+        report.user_properties.append(("lane", "slow" if item.get_closest_marker("slow") is not None else "fast"))
+    elif call.when == "teardown":
+        report.user_properties.append(("cpu_seconds", cpu_seconds() - item.stash.get(CPU_BEFORE, cpu_seconds())))
+    return report
 
 
 @pytest.hookimpl(wrapper=True)
@@ -193,26 +202,32 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_runtest_logreport(report):
-    """Each test's seconds, setup and call and teardown together, and its outcome."""
+    """Each test's seconds, setup and call and teardown together, its outcome, lane and CPU seconds."""
     durations = RECORD.setdefault("tests", {})
     seconds, outcome = durations.get(report.nodeid, (0.0, "passed"))
     failed = report.outcome != "passed" and outcome == "passed"
     durations[report.nodeid] = (seconds + report.duration, report.outcome if failed else outcome)
+    said = dict(report.user_properties)
+    if said.get("lane") == "slow":
+        RECORD.setdefault("slow", set()).add(report.nodeid)
+    if "cpu_seconds" in said:
+        RECORD.setdefault("cpu", {})[report.nodeid] = said["cpu_seconds"]
 
 
-RECORD: dict = {}  # this run's durations (nodeid -> (seconds, outcome)) and the lanes of its tests
+RECORD: dict = {}  # this run's durations (nodeid -> (seconds, outcome)), the slow tests and their CPU seconds
+CPU_BEFORE = pytest.StashKey[float]()
 
 
-def pytest_collection_finish(session):
-    RECORD["slow"] = {item.nodeid for item in session.items if item.get_closest_marker("slow") is not None}
+def pytest_sessionstart(session):
     RECORD["started"] = time.time()
 
 
 def pytest_sessionfinish(session):
     """Writes this run's durations, longest first, to .pytest_cache/d/ptyacc/durations.tsv: wall seconds and
-    CPU seconds (which a busy machine stretches much less: each test runs on one thread)."""
+    CPU seconds (which a busy machine stretches much less: each test runs on one thread). Under ``pytest -n``
+    the controller writes it, from every worker's reports; the workers do not."""
     cache = getattr(session.config, "cache", None)
-    if cache is None or not RECORD.get("tests"):
+    if cache is None or not RECORD.get("tests") or hasattr(session.config, "workerinput"):
         return
     slow = RECORD.get("slow", set())
     rows = sorted(RECORD["tests"].items(), key=lambda row: -row[1][0])

@@ -128,7 +128,8 @@ def _at(config, key: str):
 
 
 @pytest.mark.parametrize("asked", [frozenset(c) for n in range(len(CALIBRATION_AUTOS) + 1)
-                                   for c in itertools.combinations(CALIBRATION_AUTOS, n)], ids=str)
+                                   for c in itertools.combinations(CALIBRATION_AUTOS, n)],
+                         ids=lambda asked: "+".join(sorted(asked)) or "none")  # the same in every process (pytest -n)
 def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
     """Every combination of calibration autos asked: the run's config (``in_config``) holds at each key that
     ``auto_values`` names the value it names (the two measured only keep their auto), the nominal C10 gone where

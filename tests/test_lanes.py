@@ -157,13 +157,15 @@ def inner_pytest(folder: Path, *options: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, env=env, cwd=folder)
 
 
-def test_an_unmarked_launch_fails_a_hang_times_out_and_the_fast_lane_leaves_the_launches_out(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one", "xdist"])
+def test_an_unmarked_launch_fails_a_hang_times_out_and_the_fast_lane_leaves_the_launches_out(tmp_path, workers):
+    """The same in one pytest process and with pytest-xdist's workers (the README's command runs the suite so)."""
     (tmp_path / "test_sample.py").write_text(LANE_TESTS)
     fast = inner_pytest(tmp_path, "-q", "--collect-only", "-m", "not slow")
     assert [line for line in fast.stdout.splitlines() if "::" in line] == [
         "test_sample.py::test_hidden", "test_sample.py::test_hangs", "test_sample.py::test_pure"], fast.stdout
 
-    whole = inner_pytest(tmp_path, "-q", "-o", "timeout=10")
+    whole = inner_pytest(tmp_path, "-q", "-o", "timeout=10", *workers)
     assert "test_sample.py::test_hidden started 1 process(es)" in whole.stdout, whole.stdout
     assert "give it @pytest.mark.processes" in whole.stdout and "Timeout (>10.0s) from pytest-timeout" in whole.stdout
     rows = (tmp_path / "cache" / "d" / "ptyacc" / "durations.tsv").read_text().splitlines()
@@ -175,4 +177,4 @@ def test_an_unmarked_launch_fails_a_hang_times_out_and_the_fast_lane_leaves_the_
     seconds = [float(row.split("\t")[0]) for row in rows[2:]]
     assert seconds == sorted(seconds, reverse=True)
     cpu = {row.split("\t")[4]: float(row.split("\t")[1]) for row in rows[2:]}
-    assert all(value >= 0 for value in cpu.values()), cpu
+    assert all(value >= 0 for value in cpu.values()), cpu  # NaN where a worker's CPU seconds were lost
