@@ -4,6 +4,7 @@ of the independent simulator (benchmarks/grid/simulate.py) with a focal spread, 
 is noise, the orientation the simulator applied."""
 
 import math
+import re
 
 import h5py
 import numpy as np
@@ -12,7 +13,14 @@ import pytest
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.orientation import FLAGS, centres_of_mass, flag_matrix, orientation_from_com, rotation
-from ptyacc.data.parallax_orientation import conformal_parts, orientation_of_shifts, parallax_orientation
+from ptyacc.data.parallax import fit_shifts
+from ptyacc.data.parallax_orientation import (
+    conformal_parts,
+    orientation_of_shifts,
+    parallax_orientation,
+    rotation_error_deg,
+)
+from ptyacc.data.trouble import ROTATION_UNSURE_DEG
 
 WAVELENGTH_A = 0.0418
 SIDE = 24
@@ -78,3 +86,48 @@ def test_through_load_data_with_the_defocus_given_or_auto(grid_simulator, crysta
         truth = f["ground_truth/positions_A"][()]
     moved = data.positions_A - data.positions_A.mean(0)
     assert np.abs(moved - (truth - truth.mean(0))).max() < 0.2  # Å, over a 9 Å scan
+
+
+@pytest.mark.parametrize("flags", [(False, False, False), (True, False, False), (False, True, False), (True, True, True)])
+def test_the_rotations_standard_error_is_its_spread_over_noise_draws(flags):
+    """rotation_error_deg from the shifts' fit covariance against the spread of the rotation over 400 draws of
+    the same noise (NumPy's generator, no ptyacc), for each kind of flags (the transpose moves the angle into
+    other entries of M)."""
+    rng = np.random.default_rng(1)
+    k = rng.uniform(-0.5, 0.5, (40, 2))
+    m_true = WAVELENGTH_A * 100.0 * rotation(12.0).T @ flag_matrix(*flags)
+    angles, errors = [], []
+    for _ in range(400):
+        shifts = k @ m_true.T + rng.normal(0.0, 0.3, (40, 2))
+        _, m, covariance, _ = fit_shifts(k, shifts, np.full(40, 0.3), np.ones(40, dtype=bool))
+        found = orientation_of_shifts(m, 100.0, WAVELENGTH_A)
+        assert found.flags == flags
+        angles.append(found.rotation_deg)
+        errors.append(rotation_error_deg(m, covariance, found.flags))
+    assert np.mean(angles) == pytest.approx(12.0, abs=0.3)
+    assert np.mean(errors) == pytest.approx(np.std(angles), rel=0.12)  # about 1.7 degrees here
+
+
+@pytest.mark.parametrize("dose", [3e4, 1e3])
+def test_a_rotation_the_parallax_fixes_only_loosely_is_said(grid_simulator, tmp_path, dose):
+    """A 16 x 16 raster at 1e3 counts: the parallax gives the orientation with a rotation a few degrees uncertain,
+    and a warning says so with the interval, which holds the truth; at 3e4 counts on 32 x 32 none."""
+    side = 32 if dose > 1e4 else 16
+    setting = grid_simulator.Setting(detector_px=48, scan_shape=(side, side), scan_step_A=0.4, dose=dose,
+                                     defocus_A=120.0, edge_mrad=50.0, seed=5, scan_rotation_deg=9.0, transpose=True,
+                                     nominal_defocus_A=96.0, write_positions=False)
+    path = tmp_path / "case.h5"
+    grid_simulator.write(str(path), setting)
+    data = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "auto"}},
+                                  "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}))
+    said = next(line for line in data.checks if line.startswith("scan rotation from the centre of mass"))
+    error = float(re.search(r"parallax gives .*? a scan rotation of [-\d.]+ \+- ([\d.]+) deg", said).group(1))
+    unsure = [line for line in data.checks if line.startswith("warning: the bright-field parallax fixes the scan rotation")]
+    if dose > 1e4:
+        assert error < 0.5 and not unsure
+    else:
+        assert error > ROTATION_UNSURE_DEG and len(unsure) == 1
+        low, high = (float(v) for v in re.search(r"started at experiment.scan_rotation_deg ([-\d.]+) and ([-\d.]+)",
+                                                 unsure[0]).groups())
+        assert high - low == pytest.approx(2 * error, abs=0.02)
+        assert low - error < 9.0 < high + error  # the truth within two standard errors

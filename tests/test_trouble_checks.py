@@ -16,7 +16,15 @@ from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.orientation import SKEW_SURE_SCATTERED, Orientation
 from ptyacc.data.overlap_orientation import OverlapOrientation
-from ptyacc.data.trouble import DEVIANCE_HIGH, com_warnings, deviance_warning, search_warnings, warnings_said
+from ptyacc.data.trouble import (
+    DEVIANCE_HIGH,
+    ROTATION_UNSURE_DEG,
+    com_warnings,
+    deviance_warning,
+    search_warnings,
+    unsure_rotation_warning,
+    warnings_said,
+)
 
 TRUE_ROTATION, TRUE_DEFOCUS = 9.0, 60.0
 
@@ -291,3 +299,15 @@ def test_a_parallax_that_is_not_sure_of_the_mirror_is_outvoted_by_a_clear_second
     outvoted = parallax_warnings(found, 100.0, 0.0, flags_measured=False, outvoted_under=PARALLAX_SURE)
     assert outvoted == ([] if ratio < PARALLAX_SURE else alone)
     assert parallax_warnings(found, 100.0, 0.0, flags_measured=True) == []
+
+
+def test_a_loose_parallax_rotation_is_said_from_its_threshold_with_the_interval():
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+
+    def said(error):
+        return unsure_rotation_warning(ParallaxOrientation((True, False, False), 9.5, 120.0, 20.0, error))
+
+    assert said(float("nan")) == [] and said(ROTATION_UNSURE_DEG - 0.01) == []
+    (line,) = said(2.0)
+    assert line.startswith("warning: the bright-field parallax fixes the scan rotation only to 9.50 +- 2.00 deg")
+    assert line.endswith("experiment.scan_rotation_deg 7.50 and 11.50") and "experiment.scan_rotation_deg if" in line

@@ -53,6 +53,7 @@ from ptyacc.data.trouble import (
     tells_handedness,
     trials_doubt_warning,
     trials_unsettled_warning,
+    unsure_rotation_warning,
     weak_orientation_warning,
 )
 from ptyacc.errors import DataError
@@ -571,6 +572,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             _com_searched(state, searched, found)
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=state.rotation_deg)
+        if chosen is not None and state.rotation_deg == chosen.rotation_deg and state.flags == chosen.flags:
+            state.warnings += unsure_rotation_warning(chosen)  # the parallax's rotation used, as it measured it
     else:
         state.line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
         if chosen is None:  # beside what the search or the trials said of the flags

@@ -85,6 +85,7 @@ class Parallax:
     reason: str = ""
     halves_A: tuple[float, float] = (math.nan, math.nan)
     fit_A: np.ndarray | None = None  # (2, 3) per axis (y, x): [s0, M[:, 0], M[:, 1]], Å and Å per 1/Å
+    fit_covariance: np.ndarray | None = None  # (4, 4) M's, row-major (M[0, 0], M[0, 1], M[1, 0], M[1, 1])
 
     def summary(self) -> str:
         return (f"defocus {self.defocus_A:.1f} +- {self.defocus_error_A:.1f} A (inner and outer pixels "
@@ -367,7 +368,7 @@ def result(s0: np.ndarray, m: np.ndarray, cov: np.ndarray, misfit: float, wavele
     return Parallax(float(defocus), float(defocus_error), float(c12a), float(c12b), float(c12_error),
                     float(rotation_left), k_invA, shifts_A, errors_A, used, image, float(misfit), shape[0] * shape[1],
                     reliable=not reason, reason=reason, halves_A=tuple(halves),
-                    fit_A=np.column_stack([s0, m]))
+                    fit_A=np.column_stack([s0, m]), fit_covariance=cov)
 
 
 def measure_parallax(source, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float, dk_invA: float,

@@ -20,7 +20,7 @@ with that theta.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,12 +40,14 @@ class ParallaxOrientation:
     rotation_deg: float
     defocus_A: float
     ratio: float
+    rotation_error_deg: float = math.nan  # the rotation's standard error (``rotation_error_deg``)
 
     def line(self) -> str:
         t, fy, fx = self.flags
+        error = f" +- {self.rotation_error_deg:.2f}" if math.isfinite(self.rotation_error_deg) else ""
         return (f"the bright-field parallax gives transpose {t}, flip_y {fy}, flip_x {fx} and a scan rotation of "
-                f"{self.rotation_deg:.2f} deg (defocus {self.defocus_A:.1f} A, handedness {self.ratio:.1f} times "
-                "the other's)")
+                f"{self.rotation_deg:.2f}{error} deg (defocus {self.defocus_A:.1f} A, handedness {self.ratio:.1f} "
+                "times the other's)")
 
 
 def conformal_parts(m: np.ndarray) -> tuple[float, float]:
@@ -54,6 +56,18 @@ def conformal_parts(m: np.ndarray) -> tuple[float, float]:
     det m = first^2 - second^2."""
     return (math.hypot(m[0, 0] + m[1, 1], m[1, 0] - m[0, 1]) / 2,
             math.hypot(m[0, 0] - m[1, 1], m[1, 0] + m[0, 1]) / 2)
+
+
+def rotation_error_deg(m: np.ndarray, covariance: np.ndarray, flags: tuple[bool, bool, bool]) -> float:
+    """The standard error (degrees) of the rotation taken from M (2, 2) with ``flags``, from M's covariance (4, 4,
+    row-major): theta is the angle of M F^T = |lambda defocus| R(theta)^T (up to the sign), so it moves by the error
+    of that matrix's antisymmetric part, a linear function of M's entries, over the size of its conformal part."""
+    f = flag_matrix(*flags)
+    turned = m @ f.T
+    basis = np.eye(4).reshape(4, 2, 2) @ f.T  # each of M's entries' share of M F^T
+    weights = (basis[:, 1, 0] - basis[:, 0, 1]) / 2
+    size = math.hypot((turned[0, 0] + turned[1, 1]) / 2, (turned[1, 0] - turned[0, 1]) / 2)
+    return math.degrees(math.sqrt(max(float(weights @ covariance @ weights), 0.0)) / max(size, 1e-30))
 
 
 def orientation_of_shifts(m: np.ndarray, nominal_defocus_A: float, wavelength_A: float
@@ -93,4 +107,6 @@ def parallax_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomi
     chosen = orientation_of_shifts(found.fit_A[:, 1:], nominal_defocus_A, wavelength_A)
     if chosen is None or math.pi * abs(chosen.defocus_A) * semiangle_rad ** 2 / wavelength_A < MIN_EDGE_PHASE:
         return None
-    return chosen
+    if found.fit_covariance is None:
+        return chosen
+    return replace(chosen, rotation_error_deg=rotation_error_deg(found.fit_A[:, 1:], found.fit_covariance, chosen.flags))

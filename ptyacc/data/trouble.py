@@ -39,6 +39,9 @@ MIRRORED = 2.0  # the other handedness's curl this many times the chosen one's: 
 DEFOCUS_OFF = 0.15  # relative: a defocus this far from the parallax's is said (the parallax reads within 10 %)
 TURN_TOLD_DEG = 1.0  # a scan rotation the run turned this far is said on the terminal too
 DEVIANCE_HIGH = 3.0  # per counted pixel: a final deviance above is far above the noise
+ROTATION_UNSURE_DEG = 1.25  # the parallax's rotation uncertain by more (one standard error) is said: at few counts
+# the data term does not fix the rotation better, and two degrees cost the matrix's files 0.015-0.056 in NCC
+# (benchmarks/records/2026-12-04-rotation-at-few-counts.md)
 AUTO = "(auto measures it)"
 
 
@@ -130,6 +133,21 @@ def mirror_disagreement_warning(ratio: float, contrast: float) -> str:
             "centre of mass is mostly noise: the parallax's is used, and the reconstruction may be mirrored against "
             "the truth; ptyacc run judges between them by short reconstructions (data.transform.orientation_trials); "
             "set data.transform.transpose, flip_y, flip_x and experiment.scan_rotation_deg by hand if they are known")
+
+
+def unsure_rotation_warning(chosen: ParallaxOrientation) -> list[str]:
+    """The warning for a scan rotation taken from the bright-field parallax ``chosen`` whose standard error exceeds
+    ROTATION_UNSURE_DEG: the reconstruction may be turned by about as much, and the run's refinement cannot be
+    trusted to find the angle where the parallax could not (the same signal tells it)."""
+    error = chosen.rotation_error_deg
+    if not error > ROTATION_UNSURE_DEG:
+        return []
+    low, high = chosen.rotation_deg - error, chosen.rotation_deg + error
+    return [f"warning: the bright-field parallax fixes the scan rotation only to {chosen.rotation_deg:.2f} +- {error:.2f} "
+            "deg (few counts, a small raster or little contrast), and at such counts the reconstruction's data term "
+            "does not fix it better: the image may be turned by about as much against the truth; set "
+            "experiment.scan_rotation_deg if it is known, or compare runs started at experiment.scan_rotation_deg "
+            f"{low:.2f} and {high:.2f}"]
 
 
 def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
