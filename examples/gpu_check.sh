@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The GPU check in one call of at most 8 minutes, run from the repository root on a machine with
+# The GPU check in one call of at most 9 minutes (about 5 on an H200), run from the repository root on a machine with
 # one CUDA GPU (docs/how-to/multi-gpu.md, 'Checking a GPU'):
 #   1. `ptyacc selftest --json`                                   -> $OUT/selftest.json
 #   2. the suite's tests that take a device, on CUDA              -> $OUT/pytest.xml
-#   3. the demo on CUDA against its CPU result                    -> $OUT/demo.json
+#   3. the demo on CUDA against its CPU result, and compiled       -> $OUT/demo.json
 #   4. the race against PtyRAD 1.0 (benchmarks/gpu_race.py)      -> $OUT/race.md, $OUT/race.json
+#   5. the race's case profiled, eager and compiled               -> $OUT/profile.json
 # and everything printed in $OUT/check.log, the machine in $OUT/env.txt. Each step has its own time
 # limit, so that a hang in one leaves the others their time.
 #   OUT=/some/folder examples/gpu_check.sh            # on the GPU machine (this workplace's device tool:
@@ -35,11 +36,12 @@ ptyacc() { "$PY" -c 'import sys; from ptyacc.commands.cli import main; sys.exit(
 
 if [ $DRY = 1 ]; then
     DEVICE=cpu; TESTS="tests/test_selftest.py tests/test_syncs.py"; RACE="--tiny --device cpu"; DEMO_SETS="--set optim.iterations=3"
-    PTYRAD=${PTYRAD_PYTHON:-$PY}
+    PTYRAD=${PTYRAD_PYTHON:-$PY}; PROFILE="--tiny --device cpu --batch 12 --iterations 2 --profiled 1"
 else
     DEVICE=cuda; DEMO_SETS=""
     TESTS="tests/test_selftest.py tests/test_syncs.py tests/test_hold.py tests/test_batches.py tests/test_descent.py tests/test_compile.py tests/test_checkpoint.py"
     RACE="--device cuda --scan 48 --budget-s 110"  # 2304 positions: the NumPy simulation takes ~20 s of it
+    PROFILE="--device cuda --scan 48 --batch 256 --iterations 4 --profiled 1"
     if ls build/gpu_wheels/*.whl >/dev/null 2>&1; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site build/gpu_wheels/*.whl
     fi
@@ -68,6 +70,11 @@ for device in cpu $DEVICE; do
         --set output.dir=/tmp/gpu_check_demo_$device --set output.figures=false $DEMO_SETS
     echo "demo on $device exit $?"
 done
+# the compile's effect: the same demo with the data term's passes compiled (Triton on CUDA)
+timeout 90 "$PY" -m ptyacc.run configs/demo.yaml --quiet --overwrite --set runtime.device=$DEVICE \
+    --set runtime.compile=true --set output.dir=/tmp/gpu_check_demo_compiled --set output.figures=false $DEMO_SETS
+echo "demo on $DEVICE compiled exit $?"
+grep -i compil /tmp/gpu_check_demo_compiled/run.log 2>/dev/null | head -5
 timeout 15 "$PY" - "$OUT/demo.json" "$DEVICE" <<'EOF'
 import json, sys
 import numpy as np
@@ -84,6 +91,14 @@ report = {"device": device, "object_relative_difference": rel(dev.object, cpu.ob
                               device: float(np.median(dev.iteration_time_s[1:]))},
           "tolerance_relative": AGREEMENT_RTOL}
 report["within_tolerance"] = report["object_relative_difference"] <= AGREEMENT_RTOL
+try:
+    comp = load_results("/tmp/gpu_check_demo_compiled/results.h5")
+    report["compiled"] = {"object_relative_difference_to_eager": rel(comp.object, dev.object),
+                          "s_per_iteration": float(np.median(comp.iteration_time_s[1:])),
+                          "first_iteration_s": float(comp.iteration_time_s[0]),
+                          "eager_first_iteration_s": float(dev.iteration_time_s[0])}
+except (OSError, KeyError) as error:
+    report["compiled"] = f"no result: {error}"
 json.dump(report, open(out, "w"), indent=1)
 print(json.dumps(report))
 EOF
@@ -93,4 +108,8 @@ timeout 160 "$PY" benchmarks/gpu_race.py /tmp/gpu_check_race $RACE --ptyrad-pyth
 echo "race exit $?"
 cp /tmp/gpu_check_race/race.md /tmp/gpu_check_race/race.json "$OUT"/ 2>/dev/null  # written after every run
 tail -5 /tmp/gpu_check_race/*.log 2>/dev/null | tail -40  # the runs' own last lines, for a failed one
+step "5. where the step's time goes (benchmarks/gpu_profile.py), eager and compiled"
+timeout 150 "$PY" benchmarks/gpu_profile.py /tmp/gpu_check_profile $PROFILE --data /tmp/gpu_check_race/race_data.h5
+echo "profile exit $?"
+cp /tmp/gpu_check_profile/profile.json "$OUT"/ 2>/dev/null
 step "done"

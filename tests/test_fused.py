@@ -158,3 +158,30 @@ def test_fused_with_exit_ramps(kind, slices, probe_modes, object_modes, shifted,
         assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
         for mine, theirs in zip(torch.autograd.grad(fused, inputs), reference_grads, strict=True):
             torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(("device", "memory_gib", "expected_mib"), [
+    ("cpu", None, 8), ("cuda", 140, 1024), ("cuda:1", 16, 256), ("cuda", 2, 64), ("mps", 8, 128)])
+def test_a_chunk_is_cache_sized_on_a_cpu_and_a_64th_of_an_accelerators_memory(monkeypatch, device, memory_gib,
+                                                                            expected_mib):
+    """On a CPU a chunk's waves stay in cache (8 MiB); on a GPU each chunk launches every kernel of the step
+    once, so a chunk there is a 64th of the device's memory, between 64 MiB and 1 GiB."""
+    from ptyacc.physics import fused
+
+    monkeypatch.setattr(fused, "_device_chunk_bytes", {})
+    monkeypatch.setattr(fused, "device_memory_bytes", lambda d: int(memory_gib * 2**30))
+    assert fused.chunk_bytes(torch.device(device)) == expected_mib * 2**20
+
+
+def test_the_default_chunk_takes_the_probes_device_bytes(monkeypatch):
+    """Without ``chunk`` the batch is cut where a chunk's waves (modes x K^2 complex each) fill the device's bytes."""
+    from ptyacc.physics import fused
+
+    probe, obj, top_left, _, propagator, measured = problem(2, 3, 1, False, batch=7)
+    seen = []
+    monkeypatch.setattr(fused, "chunk_bytes", lambda device: seen.append(device) or 2 * 3 * 36 * 16 + 5)
+    apply = fused._PtychoLoss.apply
+    chunks = []
+    monkeypatch.setattr(fused._PtychoLoss, "apply", lambda *a: chunks.append(a[9]) or apply(*a))
+    fused.ptycho_loss(probe, obj, top_left, None, propagator, measured, "amplitude")
+    assert seen == [probe.device] and chunks == [2]

@@ -120,6 +120,55 @@ def test_two_ranks_on_one_gpu_only_with_gloo(monkeypatch):
         distributed._check_gpu_count({"LOCAL_WORLD_SIZE": "2"}, backend="nccl")
 
 
+def test_two_ranks_on_one_gpu_run_without_accelerates_device_map():
+    """Seen on an H200: Accelerate gave rank 1 of two on one GPU the device id 1 for DDP, and DDP's first
+    forward failed (IndexError in its stream list). With more processes than GPUs ptyacc asks Accelerate for
+    no device map (DDP then takes the model's GPU); with enough GPUs it leaves the map alone."""
+    import inspect
+
+    from accelerate import Accelerator
+
+    from ptyacc.reconstruction import distributed
+
+    environ = {"LOCAL_WORLD_SIZE": "2"}
+    assert distributed._share_gpus(environ, visible=1) and environ["ACCELERATE_BYPASS_DEVICE_MAP"] == "true"
+    environ = {"LOCAL_WORLD_SIZE": "2"}
+    assert not distributed._share_gpus(environ, visible=2) and "ACCELERATE_BYPASS_DEVICE_MAP" not in environ
+    assert "ACCELERATE_BYPASS_DEVICE_MAP" in inspect.getsource(Accelerator.prepare_model)  # the switch still exists
+
+
+@pytest.mark.parametrize(("device", "backend", "expected"), [
+    ("cuda:0", "gloo", {}), ("cuda:0", "nccl", {"device_ids": [0]}), ("cuda:3", "nccl", {"device_ids": [3]}),
+    ("cpu", "gloo", {})])
+def test_the_closing_barrier_names_the_gpu_the_process_is_on(monkeypatch, device, backend, expected):
+    """Seen on an H200 shared by two processes: Accelerate's wait_for_everyone named GPU 1 (the local rank) and
+    failed after the last iteration. ptyacc's barrier names the process's own GPU under NCCL and none under gloo."""
+    from types import SimpleNamespace
+
+    from ptyacc.reconstruction import distributed
+
+    calls = []
+    monkeypatch.setattr(distributed.torch.distributed, "barrier", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(distributed.torch.distributed, "get_backend", lambda: backend)
+    distributed.wait_for_everyone(SimpleNamespace(num_processes=2, device=torch.device(device)))
+    distributed.wait_for_everyone(SimpleNamespace(num_processes=1, device=torch.device(device)))  # alone: no barrier
+    assert calls == [expected]
+
+
+def test_a_failed_launch_is_told_by_its_error_not_the_launchers_summary():
+    """The launcher's closing summary (rows of '=', ChildFailedError) follows the rank's own error."""
+    stderr = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "x.py", line 1, in <module>
+[rank1]: IndexError: list index out of range
+ptyacc: error: lost contact with the other processes in iteration 0
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+ptyacc.run FAILED
+============================================================"""
+    assert selftest.error_line(stderr) == "[rank1]: IndexError: list index out of range"
+    assert selftest.error_line("one line\n") == "one line" and selftest.error_line("") == "(no output)"
+
+
 def test_the_chosen_device_reaches_the_tests_that_take_one(monkeypatch, tmp_path):
     import conftest
 

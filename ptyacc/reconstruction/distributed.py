@@ -145,6 +145,7 @@ def make_accelerator(runtime: RuntimeConfig, output: OutputConfig | None = None)
     backend = choose_backend(runtime.backend, device_type)  # refuse a forced backend this device cannot use, even alone
     if device_type == "cuda":
         _check_gpu_count(backend=backend)
+        _share_gpus()
     # only a run with trackers asks for them: without, the Accelerator is made as it always was
     tracking = {"log_with": output.trackers, "project_dir": output.dir} if output and output.trackers else {}
     accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no",
@@ -256,6 +257,32 @@ def _check_gpu_count(environ: dict | None = None, backend: str = "nccl") -> None
     if local > 1 and any("MIG" in torch.cuda.get_device_name(i) for i in range(visible)):
         raise DistributedError("MIG slices cannot be joined in one multi-process run (NCCL does not support "
                                "them); run one process per MIG slice or use whole GPUs")
+
+
+def _share_gpus(environ: dict | None = None, visible: int | None = None) -> bool:
+    """More processes than GPUs on this node (allowed under gloo, ``_check_gpu_count``): Accelerate puts each
+    process on GPU local rank modulo the count, but hands DDP the local rank itself as its device, which does not
+    exist past the last GPU (an IndexError in DDP's first forward). Without that device map DDP takes the GPU the
+    model is on. Says whether it was needed."""
+    environ = os.environ if environ is None else environ
+    visible = torch.cuda.device_count() if visible is None else visible
+    if int(environ.get("LOCAL_WORLD_SIZE", "1")) <= visible:
+        return False
+    environ["ACCELERATE_BYPASS_DEVICE_MAP"] = "true"
+    return True
+
+
+def wait_for_everyone(accelerator) -> None:
+    """Accelerate's barrier with the GPU each process is on: Accelerate names it by local rank, which does not
+    exist past the last GPU where processes share them (``_share_gpus``: 'invalid device ordinal' on an H200
+    shared by two). Under NCCL the barrier runs on that GPU; under gloo on the CPU, as its collectives do."""
+    if accelerator.num_processes == 1:
+        return
+    device = accelerator.device
+    if device.type == "cuda" and torch.distributed.get_backend() == "nccl":
+        torch.distributed.barrier(device_ids=[device.index if device.index is not None else 0])
+    else:
+        torch.distributed.barrier()
 
 
 def parameter_checksum(model: nn.Module) -> str:

@@ -39,7 +39,7 @@ from ptyacc.reconstruction.autos import resolve_autos, runtime_values
 from ptyacc.reconstruction.batch_auto import BatchChoice, auto_batch
 from ptyacc.reconstruction.checkpoint import checkpoint_folder, latest_checkpoint, restore
 from ptyacc.reconstruction.convergence import Convergence
-from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap
+from ptyacc.reconstruction.distributed import make_accelerator, prepare, unwrap, wait_for_everyone
 from ptyacc.reconstruction.exchange import GradientExchange, Traffic
 from ptyacc.reconstruction.groups import build_groups
 from ptyacc.reconstruction.guard import NanGuard
@@ -350,7 +350,7 @@ class Reconstructor:
             self.log.tell(text)
         wall = time.perf_counter() - self.started
         traffic = history.traffic or []
-        self.accelerator.wait_for_everyone()
+        wait_for_everyone(self.accelerator)
         if self.interrupt.signum:  # received after the last step asked: the work is complete and kept
             raise Interrupted(f"{signal.Signals(self.interrupt.signum).name} received after the last iteration's "
                               "last step: the run finished and saved its results first", self.interrupt.signum)

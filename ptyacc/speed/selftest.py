@@ -27,6 +27,7 @@ import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -344,8 +345,7 @@ def two_process_run(folder: Path, device: str, single: dict, backend: str = "aut
     env.pop("WORLD_SIZE", None)
     done = subprocess.run(launch_command(path, 2, []), env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise Mismatch(f"the 2-process launch exited {done.returncode}: {tail[:300]}")
+        raise Mismatch(f"the 2-process launch exited {done.returncode}: {error_line(done.stderr)[:300]}")
     results = load_results(out / "results.h5")
     loss = np.asarray(results.loss, dtype=float)
     rel = float(np.abs(loss - single["loss"]).max() / np.abs(single["loss"]).max())
@@ -353,6 +353,15 @@ def two_process_run(folder: Path, device: str, single: dict, backend: str = "aut
         raise Mismatch(f"2 processes' loss differs from 1 process's by {rel:.2e} relative (tolerance {AGREEMENT_RTOL:g})")
     return (f"2 processes on {device} ({backend}) give 1 process's loss within {rel:.1e} relative",
             {"relative_difference": rel, "backend": backend})
+
+
+def error_line(stderr: str) -> str:
+    """The line of a failed launch's output that names the error: the last one that reads like an
+    exception (the launcher's closing summary, rows of '=' and its own traceback, comes after it)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^(\[rank\d+\]:? *)?[\w.]*(Error|Exception)\b", line)
+             and "ChildFailedError" not in line]
+    return (named or lines or ["(no output)"])[-1]
 
 
 def _plain(value):
