@@ -68,7 +68,32 @@ def test_through_load_data_the_orientation_and_defocus_are_the_searchs(grid_simu
     assert not mirrored and abs(error) < 2.0
     assert -data.aberrations["C10"] == pytest.approx(150.0, rel=0.1)  # the nominal 195 A is 30 % off
     assert any("the Fourier regions' coherence gives" in line and "these are used" in line for line in data.checks)
-    assert not any(line.startswith("warning:") for line in data.checks)
+    # at 1e3 counts on 20 x 20 the search's rotation scatters by 1.85 degrees over noise draws (16 Poisson draws of
+    # this case, benchmarks/records/2026-12-04-search-rotation-spread.md): it warns, naming the angles to try
+    warned = [line for line in data.checks if line.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].startswith("warning: the Fourier regions' search fixes the scan rotation only")
+    assert "compare runs started at experiment.scan_rotation_deg" in warned[0]
+
+
+@pytest.mark.slow
+def test_the_searchs_rotation_spread_is_small_where_the_counts_are_many_and_large_where_few(grid_simulator):
+    """The jackknife spread of the search's peak (each eighth of the disk's pixels left out in turn): under a
+    degree at 1e6 counts (0.65 measured: which pixels are summed moves the peak a little even without noise), where
+    the rotation is within half a degree; above ROTATION_UNSURE_DEG at 1e3 on a 16 x 16 raster (5.1), where the
+    rotation scatters by degrees over noise draws."""
+    from ptyacc.data.trouble import ROTATION_UNSURE_DEG
+
+    spreads = {}
+    for dose, side in ((1e6, SIDE), (1e3, 16)):
+        setting = low_dose(grid_simulator, dose=dose, scan_shape=(side, side))
+        result = grid_simulator.simulate(setting)
+        stored = result["patterns"].reshape(-1, K, K).astype(np.float64)
+        steps = scan_grid_steps(raster_positions_A((side, side), STEP_A, 0.0), (side, side))
+        found = overlap_orientation(stored, (side, side), steps, result["wavelength_A"], result["dk_invA"], 195.0)
+        spreads[dose] = found.rotation_error_deg
+        if dose == 1e6:
+            assert abs(frame_error_deg(found.rotation_deg, found.flags, setting)[0]) <= 0.5
+    assert spreads[1e6] < 1.0 and spreads[1e3] > ROTATION_UNSURE_DEG, spreads
 
 
 @pytest.mark.slow

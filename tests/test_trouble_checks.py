@@ -5,6 +5,7 @@ of the independent simulator (benchmarks/grid/simulate.py); the runs: run.log, t
 results.h5's ``warnings``, on 1 and 2 processes."""
 
 import dataclasses
+import math
 
 import h5py
 import numpy as np
@@ -311,3 +312,20 @@ def test_a_loose_parallax_rotation_is_said_from_its_threshold_with_the_interval(
     (line,) = said(2.0)
     assert line.startswith("warning: the bright-field parallax fixes the scan rotation only to 9.50 +- 2.00 deg")
     assert line.endswith("experiment.scan_rotation_deg 7.50 and 11.50") and "experiment.scan_rotation_deg if" in line
+
+
+def test_a_loose_search_rotation_is_said_the_same_way_and_its_spread_computed_only_when_asked():
+    """The search's rotation spread (eight more fine searches) is computed once, when the warning asks for it."""
+    from ptyacc.data.overlap_orientation import OverlapOrientation
+
+    asked = []
+
+    def said(error):
+        return unsure_rotation_warning(OverlapOrientation((False, True, False), -13.5, 160.0, 2.0,
+                                                          error=lambda: asked.append(error) or error), by="search")
+
+    assert said(ROTATION_UNSURE_DEG - 0.01) == [] and asked == [ROTATION_UNSURE_DEG - 0.01]
+    (line,) = said(2.66)
+    assert line.startswith("warning: the Fourier regions' search fixes the scan rotation only to -13.50 +- 2.66 deg")
+    assert "each eighth of the disk's pixels left out" in line and line.endswith("-16.16 and -10.84")
+    assert math.isnan(OverlapOrientation((False, False, False), 0.0, 100.0, 2.0).rotation_error_deg)

@@ -562,6 +562,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     few_counts = weak and (chosen is None or chosen.ratio < PARALLAX_SURE)
     # a clear parallax beside a centre of mass that is noise: the search checks its handedness
     checked = weak and chosen is not None and not few_counts
+    searched = None
     if fixed is None and grid is not None and (few_counts or checked or chosen is None and rotation_auto):
         searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
         if few_counts:
@@ -574,6 +575,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         experiment = dataclasses.replace(experiment, scan_rotation_deg=state.rotation_deg)
         if chosen is not None and state.rotation_deg == chosen.rotation_deg and state.flags == chosen.flags:
             state.warnings += unsure_rotation_warning(chosen)  # the parallax's rotation used, as it measured it
+        elif searched is not None and state.rotation_deg == searched.rotation_deg and state.flags == searched.flags:
+            state.warnings += unsure_rotation_warning(searched, by="search")  # the search's, as it found it
     else:
         state.line += f"; the rotation used is experiment.scan_rotation_deg: {experiment.scan_rotation_deg:g}"
         if chosen is None:  # beside what the search or the trials said of the flags

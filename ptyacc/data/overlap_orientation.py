@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,8 @@ COARSE_FREQUENCIES, FREQUENCIES = 80, 240  # scan frequencies of most power used
 APART_DEG = 20.0  # a rival peak lies at least this far from the best (or has the other handedness)
 CLEAR = 1.5  # the best peak's height over the median, against the rival's, above which the search decides
 SWAP = np.array([[0.0, 1.0], [1.0, 0.0]])
+JACKKNIFE_GROUPS = 8  # pixel groups left out in turn for the rotation's standard error
+JACKKNIFE_SPAN_DEG, JACKKNIFE_STEP_DEG = 4.0, 0.25  # where and how finely each group's peak is found again
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,17 @@ class OverlapOrientation:
     defocus_A: float
     contrast: float
     rivals: tuple[OverlapOrientation, ...] = ()  # the best peak of the other handedness and the best APART_DEG away
+    # the rotation's standard error, computed when first asked (``rotation_error_deg``: eight more fine searches)
+    error: Callable[[], float] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def clear(self) -> bool:
         return self.contrast >= CLEAR
+
+    @property
+    def rotation_error_deg(self) -> float:
+        """The rotation's standard error, degrees (nan where not computed)."""
+        return self.error() if self.error is not None else math.nan
 
     def line(self) -> str:
         t, fy, fx = self.flags
@@ -187,7 +197,8 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
         if nominal_defocus_A < 0:  # J(G, c) = J(-G, -c): the nominal sign picks the pair
             g, c = -g, -c
         flags, theta = nearest_orientation(equivalent_orientations(g.T), near_deg)  # R(theta) = F G^T
-        return OverlapOrientation(flags, theta, c / wavelength_A, float(contrast_at))
+        error = _JackknifeError(fine, handed_at, float(fine_angles[i]), fine_scales)
+        return OverlapOrientation(flags, theta, c / wavelength_A, float(contrast_at), error=error)
 
     found = refined(int(handed), int(at), float(contrast))
     if contrast >= CLEAR:
@@ -197,6 +208,51 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
     rivals = [refined(1 - int(handed), int(np.argmax(best[1 - handed])), 0.0),
               refined(int(handed), int(np.argmax(away)), 0.0)]
     return dataclasses.replace(found, rivals=tuple(rivals))
+
+
+@dataclass
+class _JackknifeError:
+    """``jackknife_error_deg`` of a peak, computed when first called."""
+
+    found: _Frequencies
+    handed: int
+    angle_deg: float
+    scales_A2: np.ndarray
+    value: float | None = None
+
+    def __call__(self) -> float:
+        if self.value is None:
+            self.value = jackknife_error_deg(self.found, self.handed, self.angle_deg, self.scales_A2)
+        return self.value
+
+
+def peak_angle_deg(found: _Frequencies, handed: int, near_deg: float, scales_A2: np.ndarray) -> float:
+    """The angle of J's peak (best over ``scales_A2``) within JACKKNIFE_SPAN_DEG of ``near_deg``, to a fraction of
+    JACKKNIFE_STEP_DEG (the parabola through the best step and its neighbours)."""
+    angles = near_deg + np.arange(-JACKKNIFE_SPAN_DEG, JACKKNIFE_SPAN_DEG + 1e-9, JACKKNIFE_STEP_DEG)
+    values = np.array([found.coherence(candidate(a, handed), scales_A2).max() for a in angles])
+    i = int(np.argmax(values))
+    if not 0 < i < len(values) - 1:
+        return float(angles[i])
+    curve = values[i - 1] - 2 * values[i] + values[i + 1]
+    return float(angles[i] + (0.5 * (values[i - 1] - values[i + 1]) / curve if curve < 0 else 0.0) * JACKKNIFE_STEP_DEG)
+
+
+def jackknife_error_deg(found: _Frequencies, handed: int, angle_deg: float, scales_A2: np.ndarray) -> float:
+    """The standard error of the fine search's rotation: the peak found again with each of JACKKNIFE_GROUPS
+    interleaved groups of the disk's pixels left out (their noise is independent), the delete-one jackknife's
+    spread. Where J has several nearby maxima (a crystal's lattice frequencies between the bins of a small
+    raster) the peaks left out jump between them, and the error says so."""
+    groups = np.arange(len(found.k)) % JACKKNIFE_GROUPS
+    angles = []
+    for left_out in range(JACKKNIFE_GROUPS):
+        keep = groups != left_out
+        part = object.__new__(_Frequencies)
+        part.__dict__.update(found.__dict__, k=found.k[keep], values=found.values[:, keep])
+        angles.append(peak_angle_deg(part, handed, angle_deg, scales_A2))
+    angles = np.asarray(angles)
+    n = JACKKNIFE_GROUPS
+    return float(math.sqrt((n - 1) / n * ((angles - angles.mean()) ** 2).sum()))
 
 
 def overlap_defocus(patterns: np.ndarray, scan_shape: tuple[int, int], steps_A: np.ndarray, wavelength_A: float,

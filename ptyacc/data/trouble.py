@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from ptyacc.data.orientation import Orientation, frame_difference
+from ptyacc.data.overlap_orientation import OverlapOrientation
 from ptyacc.data.parallax import MAX_MISFIT, Parallax
 from ptyacc.data.parallax_orientation import SURE, ParallaxOrientation, conformal_parts
 
@@ -135,16 +136,24 @@ def mirror_disagreement_warning(ratio: float, contrast: float) -> str:
             "set data.transform.transpose, flip_y, flip_x and experiment.scan_rotation_deg by hand if they are known")
 
 
-def unsure_rotation_warning(chosen: ParallaxOrientation) -> list[str]:
-    """The warning for a scan rotation taken from the bright-field parallax ``chosen`` whose standard error exceeds
-    ROTATION_UNSURE_DEG: the reconstruction may be turned by about as much, and the run's refinement cannot be
-    trusted to find the angle where the parallax could not (the same signal tells it)."""
+UNSURE_BY = {"parallax": ("the bright-field parallax", "few counts, a small raster or little contrast"),
+             "search": ("the Fourier regions' search", "the spread of its peak with each eighth of the disk's pixels "
+                        "left out in turn; few counts, a small raster, or a crystal's lattice frequencies between the "
+                        "raster's bins")}
+
+
+def unsure_rotation_warning(chosen: ParallaxOrientation | OverlapOrientation, by: str = "parallax") -> list[str]:
+    """The warning for a scan rotation taken from the bright-field parallax ``chosen`` (``by`` "parallax") or the
+    Fourier regions' search (``by`` "search") whose standard error exceeds ROTATION_UNSURE_DEG: the reconstruction
+    may be turned by about as much, and the run's refinement cannot be trusted to find the angle where the patterns'
+    own measure could not (the same signal tells it)."""
     error = chosen.rotation_error_deg
     if not error > ROTATION_UNSURE_DEG:
         return []
     low, high = chosen.rotation_deg - error, chosen.rotation_deg + error
-    return [f"warning: the bright-field parallax fixes the scan rotation only to {chosen.rotation_deg:.2f} +- {error:.2f} "
-            "deg (few counts, a small raster or little contrast), and at such counts the reconstruction's data term "
+    source, why = UNSURE_BY[by]
+    return [f"warning: {source} fixes the scan rotation only to {chosen.rotation_deg:.2f} +- {error:.2f} "
+            f"deg ({why}), and at such counts the reconstruction's data term "
             "does not fix it better: the image may be turned by about as much against the truth; set "
             "experiment.scan_rotation_deg if it is known, or compare runs started at experiment.scan_rotation_deg "
             f"{low:.2f} and {high:.2f}"]
