@@ -55,8 +55,9 @@ def device_memory_bytes(device: torch.device) -> int:
     """The memory of an accelerator: CUDA's total, MPS's recommended most; 0 where unknown."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
-    if device.type == "mps":
-        return int(torch.mps.recommended_max_memory())
+    recommended = getattr(getattr(torch, "mps", None), "recommended_max_memory", None)  # torch >= 2.3
+    if device.type == "mps" and recommended is not None:
+        return int(recommended())
     return 0
 
 
