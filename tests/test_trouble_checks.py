@@ -329,3 +329,19 @@ def test_a_loose_search_rotation_is_said_the_same_way_and_its_spread_computed_on
     assert line.startswith("warning: the Fourier regions' search fixes the scan rotation only to -13.50 +- 2.66 deg")
     assert "each eighth of the disk's pixels left out" in line and line.endswith("-16.16 and -10.84")
     assert math.isnan(OverlapOrientation((False, False, False), 0.0, 100.0, 2.0).rotation_error_deg)
+
+
+def test_a_defocus_the_trials_chose_far_from_the_files_is_said():
+    """h71-19 of the calibration matrix (graphene, 1e3 counts, 66 A read as 85.4): the trials ended at 221.7 A
+    and a wrong frame, silently. A defocus 1.75 times the file's or more (or under its share) is said; the
+    matrix's readouts (0.7-1.3 times the truth) and the trials' right answers on seeds 70-71 (0.71-1.59) are not."""
+    from ptyacc.data.trouble import DEFOCUS_FAR, far_defocus_warning
+
+    (line,) = far_defocus_warning(221.7, 85.4, "trial reconstructions")
+    assert line.startswith("warning: the defocus 221.7 A of trial reconstructions is 2.60 times the file's 85.4 A")
+    assert "experiment.defocus_A: 85.4" in line
+    assert far_defocus_warning(-213.4, -112.2, "trial reconstructions")  # 1.9 times, the same sign
+    assert far_defocus_warning(40.0, 100.0, "the Fourier regions' coherence")  # under 1 / 1.75
+    for ratio in (0.71, 1.0, 1.59, DEFOCUS_FAR - 0.01):
+        assert far_defocus_warning(100.0 * ratio, 100.0, "trial reconstructions") == []
+    assert far_defocus_warning(150.0, None, "trial reconstructions") == []  # no nominal value to compare with

@@ -47,6 +47,7 @@ from ptyacc.data.trouble import (
     ROTATION_OFF_DEG,
     Unsettled,
     com_warnings,
+    far_defocus_warning,
     mirror_disagreement_warning,
     parallax_warnings,
     search_warnings,
@@ -929,7 +930,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
             f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
             f"{defocus:.1f} A of {given[1]}{with_orientation} is used"
             f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
-            *warnings)
+            *warnings, *far_defocus_warning(defocus, nominal, given[1]))
     if found is None or not found.reliable:
         measured = "" if found is None else f"measured {found.summary()}, "
         kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \

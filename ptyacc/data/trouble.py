@@ -188,6 +188,22 @@ def trials_unsettled_warning(unsettled: Unsettled) -> str:
             f"{key} by hand if it is known")
 
 
+DEFOCUS_FAR = 1.75  # a defocus that trials or the search chose this many times the file's (or under its share) is said:
+# the matrix's readouts are 0.7-1.3 times the truth, and a graphene file at 1e3 counts and 66 A ended at 222 A (h71-19)
+
+
+def far_defocus_warning(defocus_A: float, nominal_A: float | None, by: str) -> list[str]:
+    """The warning for a defocus that ``by`` (trial reconstructions, the Fourier search) chose where the parallax
+    could not measure it, DEFOCUS_FAR times the file's nominal one or more (or less): at such counts the trials'
+    losses can prefer a wrong frame's defocus, and a microscope's readout is seldom off by so much."""
+    if not nominal_A or not defocus_A or 1 / DEFOCUS_FAR < defocus_A / nominal_A < DEFOCUS_FAR:
+        return []
+    return [f"warning: the defocus {defocus_A:.1f} A of {by} is {defocus_A / nominal_A:.2f} times the file's "
+            f"{nominal_A:g} A, and the bright-field parallax could not measure it: at few counts or a small defocus "
+            "the data hardly tell it, and the orientation chosen with it may be wrong too; if the file's value is "
+            f"near the truth set experiment.defocus_A: {nominal_A:g} (and compare a run at the defocus found)"]
+
+
 def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,
                       flags_measured: bool, outvoted_under: float | None = None) -> list[str]:
     """The warnings of the bright-field parallax ``found``, measured on the prepared patterns at the
