@@ -168,7 +168,6 @@ def test_a_chunk_is_cache_sized_on_a_cpu_and_a_64th_of_an_accelerators_memory(mo
     once, so a chunk there is a 64th of the device's memory, between 64 MiB and 1 GiB."""
     from ptyacc.physics import fused
 
-    monkeypatch.setattr(fused, "_device_chunk_bytes", {})
     monkeypatch.setattr(fused, "device_memory_bytes", lambda d: int(memory_gib * 2**30))
     assert fused.chunk_bytes(torch.device(device)) == expected_mib * 2**20
 

@@ -124,10 +124,14 @@ def peak(scales: np.ndarray, values: np.ndarray) -> tuple[float, bool]:
     i = int(np.argmax(values))
     if i == 0 or i == len(values) - 1:
         return float(scales[i]), False
-    left, middle, right = values[i - 1:i + 2]
+    return float(scales[i] * math.exp(crest_offset(*values[i - 1:i + 2]) * math.log(scales[1] / scales[0]))), True
+
+
+def crest_offset(left: float, middle: float, right: float) -> float:
+    """Where the parabola through (-1, ``left``), (0, ``middle``), (1, ``right``) is highest, in steps from the
+    middle; 0 where it does not curve down."""
     curvature = left - 2 * middle + right
-    offset = 0.5 * (left - right) / curvature if curvature < 0 else 0.0
-    return float(scales[i] * math.exp(offset * math.log(scales[1] / scales[0]))), True
+    return 0.5 * (left - right) / curvature if curvature < 0 else 0.0
 
 
 def refined_scale(centred: np.ndarray, shape: tuple[int, int], steps_A: np.ndarray, m: np.ndarray, dk_invA: float,

@@ -31,6 +31,7 @@ of the other handedness) says how clearly it stands out.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from collections.abc import Callable
@@ -40,7 +41,7 @@ import numpy as np
 
 from ptyacc.data.bright_field import bright_field_radius_px, repaired
 from ptyacc.data.orientation import equivalent_orientations, nearest_orientation, rotation
-from ptyacc.data.overlap_focus import MARGIN_PX, hann_windows, pixel_frequencies, windowed_at
+from ptyacc.data.overlap_focus import MARGIN_PX, crest_offset, hann_windows, pixel_frequencies, windowed_at
 from ptyacc.data.parallax import disk_centre
 from ptyacc.errors import DataError
 
@@ -126,6 +127,12 @@ class _Frequencies:
         else:
             cycles_power, self.values = windowed_at(centred, inside, shape, windows, cycles, pick)
             self.u = cycles_power @ to_invA
+
+    def on_pixels(self, keep: np.ndarray) -> _Frequencies:
+        """The same frequencies with the disk's pixels ``keep`` (P,) bool alone."""
+        part = copy.copy(self)
+        part.k, part.values = self.k[keep], self.values[:, keep]
+        return part
 
     def coherence(self, g: np.ndarray, scales_A2: np.ndarray) -> np.ndarray:
         """J(G, c) (the module's note) for the (2, 2) ``g`` at each c of ``scales_A2`` (S,) Å^2."""
@@ -234,8 +241,7 @@ def peak_angle_deg(found: _Frequencies, handed: int, near_deg: float, scales_A2:
     i = int(np.argmax(values))
     if not 0 < i < len(values) - 1:
         return float(angles[i])
-    curve = values[i - 1] - 2 * values[i] + values[i + 1]
-    return float(angles[i] + (0.5 * (values[i - 1] - values[i + 1]) / curve if curve < 0 else 0.0) * JACKKNIFE_STEP_DEG)
+    return float(angles[i] + crest_offset(*values[i - 1:i + 2]) * JACKKNIFE_STEP_DEG)
 
 
 def jackknife_error_deg(found: _Frequencies, handed: int, angle_deg: float, scales_A2: np.ndarray) -> float:
@@ -247,9 +253,7 @@ def jackknife_error_deg(found: _Frequencies, handed: int, angle_deg: float, scal
     angles = []
     for left_out in range(JACKKNIFE_GROUPS):
         keep = groups != left_out
-        part = object.__new__(_Frequencies)
-        part.__dict__.update(found.__dict__, k=found.k[keep], values=found.values[:, keep])
-        angles.append(peak_angle_deg(part, handed, angle_deg, scales_A2))
+        angles.append(peak_angle_deg(found.on_pixels(keep), handed, angle_deg, scales_A2))
     angles = np.asarray(angles)
     n = JACKKNIFE_GROUPS
     return float(math.sqrt((n - 1) / n * ((angles - angles.mean()) ** 2).sum()))

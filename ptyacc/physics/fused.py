@@ -35,20 +35,16 @@ CHUNK_BYTES = 8 * 2**20  # bounds the memory of one chunk; smaller chunks cost m
 # 128 px, 6 slices, batch 256): the CPU's 8 MiB chunks of 5 patterns launched 5549 kernels per step of about 5 us each
 DEVICE_CHUNK_BYTES = (64 * 2**20, 2**30)
 DEVICE_CHUNK_SHARE = 64
-_device_chunk_bytes: dict[torch.device, int] = {}
 
 
 def chunk_bytes(device: torch.device) -> int:
     """The bytes of one chunk's waves on ``device``: CHUNK_BYTES on a CPU, else a 64th of the device's memory
-    within DEVICE_CHUNK_BYTES (once per device)."""
+    within DEVICE_CHUNK_BYTES."""
     device = torch.device(device)
     if device.type == "cpu":
         return CHUNK_BYTES
-    if device not in _device_chunk_bytes:
-        total = device_memory_bytes(device)
-        low, high = DEVICE_CHUNK_BYTES
-        _device_chunk_bytes[device] = int(min(high, max(low, total // DEVICE_CHUNK_SHARE)))
-    return _device_chunk_bytes[device]
+    low, high = DEVICE_CHUNK_BYTES
+    return int(min(high, max(low, device_memory_bytes(device) // DEVICE_CHUNK_SHARE)))
 
 
 def device_memory_bytes(device: torch.device) -> int:
