@@ -39,7 +39,7 @@ if [ $DRY = 1 ]; then
     PTYRAD=${PTYRAD_PYTHON:-$PY}; PROFILE="--tiny --device cpu --batch 12 --iterations 2 --profiled 1"
 else
     DEVICE=cuda; DEMO_SETS=""
-    TESTS="tests/test_selftest.py tests/test_syncs.py tests/test_hold.py tests/test_batches.py tests/test_descent.py tests/test_compile.py tests/test_checkpoint.py"
+    TESTS="tests/test_device_agreement.py tests/test_selftest.py tests/test_syncs.py tests/test_hold.py tests/test_batches.py tests/test_descent.py tests/test_compile.py tests/test_checkpoint.py"
     RACE="--device cuda --scan 48 --budget-s 110"  # 2304 positions: the NumPy simulation takes ~20 s of it
     PROFILE="--device cuda --scan 48 --batch 256 --iterations 4 --profiled 1"
     if ls build/gpu_wheels/*.whl >/dev/null 2>&1; then

@@ -198,6 +198,7 @@ def test_use_cpu_from_the_launcher_is_followed_on_a_gpu_machine(monkeypatch):
 
     class FakeAccelerator:  # records what ptyacc asks accelerate for; joins no process group
         num_processes = 2
+        device = torch.device("cpu")
 
         def __init__(self, cpu, mixed_precision, kwargs_handlers):
             made.update(cpu=cpu, handlers=kwargs_handlers)

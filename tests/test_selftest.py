@@ -137,6 +137,57 @@ def test_two_ranks_on_one_gpu_run_without_accelerates_device_map():
     assert "ACCELERATE_BYPASS_DEVICE_MAP" in inspect.getsource(Accelerator.prepare_model)  # the switch still exists
 
 
+@pytest.fixture
+def fresh_accelerate_state():
+    """Accelerate's process-wide state forgotten before and after the test."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_a_run_on_another_device_than_the_last_one_in_this_process_gets_its_own(monkeypatch, fresh_accelerate_state):
+    """Seen on an H200: Accelerate keeps the first Accelerator's device for the whole Python process, so the
+    selftest's GPU checks, made after its CPU check, ran on the CPU and reported 'equals the CPU's bit for bit'
+    (a notebook's CPU run, then its GPU run, the same). A state held on another device (here the meta device,
+    standing in for a GPU) is forgotten in a process of its own; where it stays, the run refuses.
+    (Accelerate itself refuses the other order, a CPU run after a GPU run.)"""
+    from accelerate.state import PartialState
+
+    from ptyacc.config import RuntimeConfig
+    from ptyacc.errors import DistributedError
+    from ptyacc.reconstruction import distributed
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "ACCELERATE_USE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.make_accelerator(RuntimeConfig(device="cpu")).device.type == "cpu"
+    PartialState._shared_state["device"] = torch.device("meta")  # as if the last run had been on another device
+    assert distributed.make_accelerator(RuntimeConfig(device="cpu")).device.type == "cpu"
+    # a GPU asked (the meta device stands in) where the state stays on the CPU, as in a launched process
+    monkeypatch.setattr(distributed, "_forget_other_device", lambda device_type: None)
+    monkeypatch.setattr(distributed, "resolve_device", lambda requested: "meta")
+    with pytest.raises(DistributedError, match="runtime.device: meta asked, but this process's Accelerate state is on "
+                                               "cpu"):
+        distributed.make_accelerator(RuntimeConfig(device="auto"))
+
+
+def test_a_launched_process_keeps_its_accelerate_state(monkeypatch, fresh_accelerate_state):
+    """In a launched process the state holds the process group: it is never forgotten."""
+    from accelerate.state import PartialState
+
+    from ptyacc.reconstruction import distributed
+
+    PartialState(cpu=True)
+    PartialState._shared_state["device"] = torch.device("meta")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    distributed._forget_other_device("cpu")
+    assert PartialState._shared_state["device"] == torch.device("meta")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    distributed._forget_other_device("cpu")
+    assert PartialState._shared_state == {}
+
+
 @pytest.mark.parametrize(("device", "backend", "expected"), [
     ("cuda:0", "gloo", {}), ("cuda:0", "nccl", {"device_ids": [0]}), ("cuda:3", "nccl", {"device_ids": [3]}),
     ("cpu", "gloo", {})])

@@ -146,12 +146,30 @@ def make_accelerator(runtime: RuntimeConfig, output: OutputConfig | None = None)
     if device_type == "cuda":
         _check_gpu_count(backend=backend)
         _share_gpus()
+    _forget_other_device(device_type)
     # only a run with trackers asks for them: without, the Accelerator is made as it always was
     tracking = {"log_with": output.trackers, "project_dir": output.dir} if output and output.trackers else {}
     accelerator = Accelerator(cpu=device_type == "cpu", mixed_precision="no",
                               kwargs_handlers=kwargs_handlers(runtime, device_type), **tracking)
     check_world_size(accelerator.num_processes)
+    if accelerator.device.type != device_type:
+        raise DistributedError(f"runtime.device: {device_type} asked, but this process's Accelerate state is on "
+                               f"{accelerator.device.type} and cannot change while several processes run; "
+                               "launch a new run for the other device")
     return accelerator
+
+
+def _forget_other_device(device_type: str) -> None:
+    """Accelerate keeps one device per Python process: an Accelerator made after one on another device (a
+    notebook's CPU run, then its GPU run; the selftest's CPU check, then its GPU checks) silently takes the first
+    one's. In a process of its own (no launcher) that state is forgotten, so each run gets the device it asks."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    if not PartialState._shared_state or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return
+    held = PartialState().device
+    if held is not None and held.type != device_type:
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def kwargs_handlers(runtime: RuntimeConfig, device_type: str, environ: dict | None = None) -> list:
