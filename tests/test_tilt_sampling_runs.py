@@ -69,10 +69,11 @@ def test_a_thinner_crystal_tilted_the_other_way_lands_within_0_3_mrad_in_80_iter
 @pytest.mark.slow
 def test_one_and_two_processes_agree_on_the_upsampled_tilt(tmp_path: Path):
     """The tilt refined from iteration 1 on the upsampled object (auto: 2), 4 iterations of the 20 positions of
-    sto_conventions.h5, on 1 process and on 2: the same losses, tilt and object up to float rounding. Measured:
-    losses within 2e-5 (relative), tilts 3.1e-4 mrad apart (of 0.70: Adam's first steps on the tilt are its
-    gradient's sign, so rounding in a sum over ranks moves them), objects 4.0e-4 apart (relative; 0.054 from
-    the start)."""
+    sto_conventions.h5, on 1 process and on 2: the same losses, tilt and object up to float rounding, which
+    Adam (every quantity's optimizer here) amplifies: its first steps are its gradients' signs, so rounding in a
+    sum over ranks moves them. Measured: losses within 1.0e-4 (relative), tilts 7.0e-4 mrad apart (of 1.07),
+    objects 9.4e-4 apart (relative; 0.083 from the start), both runs adding the same amplitude floor (run.log);
+    with the bare 1e-8 floor of before, 2e-5, 3.1e-4 and 4.0e-4. The bounds are 2-3 times these."""
     config = case_config("conventions", experiment={"positions": {"key": "positions_A"}},
                          optim={"iterations": 4, "batch_size": 5, "start": {"tilt": 1}},
                          runtime={"progress": False})
@@ -86,8 +87,8 @@ def test_one_and_two_processes_agree_on_the_upsampled_tilt(tmp_path: Path):
     one, two = results[1], results[2]
     assert yaml.safe_load(one.attrs["auto_values"])["data.transform.upsample"] == 2
     assert one.object.shape[-1] > 2 * 64  # the object on the finer pixel
-    np.testing.assert_allclose(two.loss, one.loss, rtol=1e-4)
-    assert np.abs(np.asarray(two.tilt_mrad) - np.asarray(one.tilt_mrad)).max() < 1e-3
+    np.testing.assert_allclose(two.loss, one.loss, rtol=3e-4)
+    assert np.abs(np.asarray(two.tilt_mrad) - np.asarray(one.tilt_mrad)).max() < 2e-3
     assert np.abs(np.asarray(one.tilt_mrad)).max() > 1e-3  # the tilt really moved
     relative = np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object)
-    assert relative < 2e-3, relative
+    assert relative < 3e-3, relative

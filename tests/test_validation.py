@@ -75,13 +75,17 @@ def test_the_loader_never_yields_a_validation_position(validated_run):
 
 def test_validation_error_is_the_loss_per_pattern_of_the_left_out_positions(validated_run):
     """Against NumPy: the amplitude loss of the model's predicted intensities for the left-out
-    positions, summed over their pixels, divided by their number."""
+    positions (plus the loss's floor, a millionth of the mean pattern's brightest pixel), summed over their
+    pixels, divided by their number."""
     config, rec, _ = validated_run
     left_out = validation_positions(rec.data.positions_A, 0.2, config.runtime.seed)
     with torch.no_grad():
         predicted = rec.model(torch.as_tensor(left_out)).double().numpy()
-    measured = rec.data.patterns[left_out].double().numpy()
-    expected = ((np.sqrt(predicted) - np.sqrt(measured)) ** 2).sum() / len(left_out)
+    patterns = rec.data.patterns.double().numpy()
+    floor = 1e-6 * patterns.mean(0).max()
+    assert rec.model.amplitude_floor == pytest.approx(floor, rel=1e-6)
+    measured = patterns[left_out]
+    expected = ((np.sqrt(predicted + floor) - np.sqrt(measured)) ** 2).sum() / len(left_out)
     with h5py.File(rec.output_dir / "results.h5") as f:
         recorded = f["validation_error"][()]
     assert recorded.shape == (3,) and np.all(np.diff(recorded) < 0)

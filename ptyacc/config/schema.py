@@ -308,7 +308,8 @@ class OptimConfig:
             "from the data').")
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["auto", "amplitude", "poisson"] = _f(
-        "auto", "amplitude: Gaussian on sqrt(I); poisson: Poisson NLL (the model intensity plus 0.01 counts). "
+        "auto", "amplitude: Gaussian on sqrt(I) (the model intensity plus 1e-6 of the mean pattern's brightest pixel); "
+                "poisson: Poisson NLL (the model intensity plus 0.01 counts). "
                 "auto: poisson where the patterns are counts (whole numbers, none negative, in a sample of 128) "
                 "and the object may take the preconditioned step (optim.object_optimizer not adam, optim.lr.object "
                 "not given), amplitude otherwise (docs/explanation/optimisers.md, 'The loss').")

@@ -33,6 +33,12 @@ EPS = 1e-8
 # demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3:
 # benchmarks/records/2026-11-27-benchmarks.md, 'The loss').
 POISSON_FLOOR = 0.01
+# The amplitude loss's floor, a share of the brightest pixel of the mean pattern (a run's ``amplitude_floor``; the
+# bare EPS where none is given). From a flat object the model leaves the dark field at rounding level (1e-7 of the
+# field), and the gradient sqrt(M) far / |far| there takes its direction from that rounding: one step of the
+# selftest's problem moved by 3.1 % when the patterns were scaled by 1 + 1e-7, and CUDA's step parted from the CPU's
+# by 7 %. With 1e-6 of the peak: 3e-5 (benchmarks/records/2026-12-04-second-gpu.md, 'The cause').
+AMPLITUDE_FLOOR_SHARE = 1e-6
 LOSS_KINDS = ("amplitude", "poisson")
 _CONSTANTS: dict[tuple, torch.Tensor] = {}  # ``_constant``'s
 

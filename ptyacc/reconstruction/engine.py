@@ -30,6 +30,7 @@ from ptyacc.data.store import load_planned, over_processes, pattern_store, poiss
 from ptyacc.data.trouble import deviance_warning, turned_scan_said, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.optim.groups import lr_factor
+from ptyacc.physics.chain import AMPLITUDE_FLOOR_SHARE
 from ptyacc.physics.fused import CompiledTerms, compile_wanted
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
@@ -188,6 +189,10 @@ class Reconstructor:
                                  region=self.tiles.region if self.tiles is not None else None,
                                  mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured" else None,
                                  said=built_said, scans=scans, aperture=autos.aperture)
+        self.model.amplitude_floor = AMPLITUDE_FLOOR_SHARE * peak  # the same on every process (over_processes)
+        if config.optim.loss == "amplitude":
+            self.log.line(f"the amplitude loss's floor: {self.model.amplitude_floor:.6g} added to the model's intensity (a "
+                          f"millionth of the mean pattern's brightest pixel, {peak:.6g}, in the patterns' units)")
         if previous is not None:
             start_from(self.model, self.geometry, previous, config.model.init_from, built_said)
         # patterns read from a file had their place chosen (on the terminal); given in memory, run.log only
