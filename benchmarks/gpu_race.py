@@ -261,7 +261,9 @@ def launch(args, shape: dict, data: Path, package: str, batch: int) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
     (args.out / f"{package}_b{batch}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        from ptyacc.speed.speedtest import error_line
+
+        tail = error_line(done.stderr)
         return {"package": package, "batch": batch, "error": tail[:300]}
     run = json.loads(result.read_text())
     return {**run, "package": package, "batch": batch, "wall_s": time.perf_counter() - start}

@@ -27,6 +27,7 @@ from benchmarks.scaling import (
     predict_iteration,
 )
 from ptyacc.errors import PtyaccError
+from ptyacc.speed.speedtest import error_line
 
 # ----------------------------------------------------------------------------- taking part in the exchange
 
@@ -275,7 +276,7 @@ def run_side_by_side(config_path: Path, overrides: list[str], copies: int, out_d
     errors = [proc.communicate()[1] for proc in procs]  # read every pipe to the end: a full one would stall its run
     failed = [error for proc, error in zip(procs, errors, strict=True) if proc.returncode != 0]
     if failed:
-        tail = (failed[0].strip().splitlines() or ["(no output)"])[-1]
+        tail = error_line(failed[0])
         raise PtyaccError(f"predict: a 1-process run beside others failed: {tail}")
     times = []
     for folder in folders:

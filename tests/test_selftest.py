@@ -218,6 +218,10 @@ ptyacc.run FAILED
 ============================================================"""
     assert selftest.error_line(stderr) == "[rank1]: IndexError: list index out of range"
     assert selftest.error_line("one line\n") == "one line" and selftest.error_line("") == "(no output)"
+    refused = """ptyacc: error: optim.batch_size: must be >= 1, got 0
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================"""
+    assert selftest.error_line(refused) == "ptyacc: error: optim.batch_size: must be >= 1, got 0"
 
 
 def test_the_chosen_device_reaches_the_tests_that_take_one(monkeypatch, tmp_path):

@@ -90,7 +90,9 @@ def test_validation_error_is_the_loss_per_pattern_of_the_left_out_positions(vali
         recorded = f["validation_error"][()]
     assert recorded.shape == (3,) and np.all(np.diff(recorded) < 0)
     assert recorded[-1] == pytest.approx(expected, rel=1e-4)
-    assert "validation error" in (rec.output_dir / "run.log").read_text()
+    run_log = (rec.output_dir / "run.log").read_text()
+    assert "validation error" in run_log
+    assert f"the amplitude loss's floor: {rec.model.amplitude_floor:.6g} added" in run_log
 
 
 @pytest.mark.slow

@@ -27,7 +27,6 @@ import io
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import torch
 from ptyacc.config import load_config
 from ptyacc.reconstruction.engine import reconstruct
 from ptyacc.results.outdir import write_text
+from ptyacc.speed.speedtest import error_line
 
 AGREEMENT_RTOL = 1e-3  # relative L2 difference of every parameter between two runs that should agree (see above)
 CHECK_ITERATIONS = 4
@@ -353,15 +353,6 @@ def two_process_run(folder: Path, device: str, single: dict, backend: str = "aut
         raise Mismatch(f"2 processes' loss differs from 1 process's by {rel:.2e} relative (tolerance {AGREEMENT_RTOL:g})")
     return (f"2 processes on {device} ({backend}) give 1 process's loss within {rel:.1e} relative",
             {"relative_difference": rel, "backend": backend})
-
-
-def error_line(stderr: str) -> str:
-    """The line of a failed launch's output that names the error: the last one that reads like an
-    exception (the launcher's closing summary, rows of '=' and its own traceback, comes after it)."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    named = [line for line in lines if re.match(r"^(\[rank\d+\]:? *)?[\w.]*(Error|Exception)\b", line)
-             and "ChildFailedError" not in line]
-    return (named or lines or ["(no output)"])[-1]
 
 
 def _plain(value):

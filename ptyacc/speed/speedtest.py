@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -75,7 +76,7 @@ def _run_trials(config: Path, process_counts: list[int], trials: int, out_dir: P
             proc = subprocess.run(launch_command(config, processes, sets), env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode != 0:
-                tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1].removeprefix("ptyacc: error: ")
+                tail = error_line(proc.stderr).removeprefix("ptyacc: error: ")
                 raise PtyaccError(f"speedtest: the run on {processes} process(es) failed: {tail}")
             results = load_results(run_dir / "results.h5")
             times = results.iteration_time_s.tolist() if results.iteration_time_s is not None else []
@@ -197,3 +198,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def error_line(stderr: str) -> str:
+    """The line of a failed launch's output that names the error: the last one that reads like an
+    exception (the launcher's closing summary, rows of '=' and its own traceback, comes after it), else the
+    last of ptyacc's own ``ptyacc: error:`` lines (a refused config: no traceback), else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^(\[rank\d+\]:? *)?[\w.]*(Error|Exception)\b", line)
+             and "ChildFailedError" not in line]
+    said = [line for line in lines if re.match(r"^(\[rank\d+\]:? *)?ptyacc: error:", line)]
+    return (named or said or lines or ["(no output)"])[-1]
