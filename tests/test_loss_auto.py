@@ -167,6 +167,22 @@ def test_the_amplitude_floor_keeps_the_first_step_off_the_rounding(tmp_path, mon
         assert (relative < 3e-4) if close else (relative > 3e-3), (share, relative)
 
 
+def test_the_amplitude_floor_is_never_under_the_bare_eps(tmp_path):
+    """Patterns so faint that a millionth of their brightest mean pixel is under 1e-8 keep the bare 1e-8."""
+    from ptyacc.config import load_config
+    from ptyacc.physics.chain import EPS
+    from ptyacc.speed import selftest
+
+    selftest.write_problem(tmp_path)
+    with h5py.File(tmp_path / "selftest_data.h5", "r+") as f:
+        f["patterns"][...] = f["patterns"][...] * np.float32(1e-10)  # brightest mean pixel ~1.5e-6
+    config = selftest.problem_config(tmp_path, "cpu")
+    config["optim"].update(iterations=2, batch_size=64)
+    with selftest.quietly():
+        rec = selftest.reconstruct(load_config(config), write=False)
+    assert rec.model.amplitude_floor == EPS and np.all(np.isfinite(rec.loss))
+
+
 @pytest.fixture(scope="module")
 def counted_runs(tmp_path_factory) -> dict:
     """Counted data (the Poisson loss under auto, its step 0.8) with the batch floor on (0.25):

@@ -30,7 +30,7 @@ from ptyacc.data.store import load_planned, over_processes, pattern_store, poiss
 from ptyacc.data.trouble import deviance_warning, turned_scan_said, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.optim.groups import lr_factor
-from ptyacc.physics.chain import AMPLITUDE_FLOOR_SHARE
+from ptyacc.physics.chain import AMPLITUDE_FLOOR_SHARE, EPS
 from ptyacc.physics.fused import CompiledTerms, compile_wanted
 from ptyacc.physics.geometry import ObjectGeometry
 from ptyacc.quantities.model import PtychoModel
@@ -189,7 +189,8 @@ class Reconstructor:
                                  region=self.tiles.region if self.tiles is not None else None,
                                  mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured" else None,
                                  said=built_said, scans=scans, aperture=autos.aperture)
-        self.model.amplitude_floor = AMPLITUDE_FLOOR_SHARE * peak  # the same on every process (over_processes)
+        # the same on every process (over_processes); never under the bare EPS (patterns all dark or below zero)
+        self.model.amplitude_floor = max(AMPLITUDE_FLOOR_SHARE * peak, EPS)
         if config.optim.loss == "amplitude":
             self.log.line(f"the amplitude loss's floor: {self.model.amplitude_floor:.6g} added to the model's intensity (a "
                           f"millionth of the mean pattern's brightest pixel, {peak:.6g}, in the patterns' units)")
