@@ -120,15 +120,14 @@ def count_operators(config, iterations: int = 2, from_iteration: int = 1) -> dic
 
 def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None = None,
                       background: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                      conjugated: bool = False, planar: bool | None = None,
-                      floor_share: torch.Tensor | None = None) -> dict:
+                      conjugated: bool = False, planar: bool | None = None, floor: float | None = None) -> dict:
     """The operators of the data term's pass from the detector field ``far`` (B, ..., K, K) complex to its gradient
     field: ``eager``, ``ptycho_loss``'s complex path counted by kind as in a step (after a first call, as every step
     but the run's first); ``compiled``, under ``runtime.compile``, the kernels TorchInductor generates for the field
     pass (``CompiledTerms``' ``planar`` layout, by default that of ``far``'s device) plus the operators
     ``CompiledTerms.field`` leaves outside them: the gain's and the background's sums, and in the planar layout the
-    copies of the real and imaginary parts into planes. ``floor_share``: as a step passes it (the amplitude loss's
-    floor in the patterns' units, several scans' shares). A dispatch mode cannot see inside
+    copies of the real and imaginary parts into planes. ``floor``: as a step passes it (the amplitude loss's floor
+    in the patterns' units). A dispatch mode cannot see inside
     compiled code (torch.compile runs eagerly under one), so a compiled step's operators are its eager count less
     ``eager``'s plus ``compiled``. Overwrites ``far`` (with its gradient field, as a step does)."""
     import torch._inductor.metrics as metrics
@@ -136,13 +135,13 @@ def field_pass_counts(far: torch.Tensor, measured: torch.Tensor, kind: str, weig
     from ptyacc.physics.fused import CompiledTerms, eager_field_terms
 
     def eager(field: torch.Tensor) -> None:
-        eager_field_terms(field, measured, kind, weights, background, mask, conjugated, floor_share=floor_share)
+        eager_field_terms(field, measured, kind, weights, background, mask, conjugated, floor=floor)
 
     torch._dynamo.reset()
     metrics.reset()
     compiled = CompiledTerms(report=lambda text: None, planar=planar)
     compiled.field(far, measured, kind, weights, background, mask, conjugated,  # leaves ``far`` as it is
-                   floor_share=floor_share)
+                   floor=floor)
     if compiled.failure is not None:
         raise RuntimeError(f"torch.compile failed: {compiled.failure}")
     eager(far.clone())  # the constants made once per run

@@ -82,7 +82,6 @@ def test_the_data_terms_value_and_gradients_on_the_device_are_the_cpus(dtype, to
 
 def test_one_step_of_the_selftests_problem_on_the_device_is_the_cpus(tmp_path: Path):
     """The whole first step (one batch of all 64 positions): the object's update on the device against the CPU's."""
-    from ptyacc.config import load_config
     from ptyacc.optim.descent import illumination
     from ptyacc.reconstruction.distributed import unwrap
     from ptyacc.speed import selftest
@@ -90,11 +89,7 @@ def test_one_step_of_the_selftests_problem_on_the_device_is_the_cpus(tmp_path: P
     selftest.write_problem(tmp_path)
     updates, losses, lights = {}, {}, {}
     for device in ("cpu", DEVICE):
-        config = selftest.problem_config(tmp_path, device)
-        config["optim"].update(iterations=1, batch_size=64)
-        config["model"]["slices"] = 1
-        with selftest.quietly():
-            rec = selftest.reconstruct(load_config(config), write=False)
+        rec = selftest.reconstruct_problem(tmp_path, device, changes=selftest.FIRST_STEP)
         assert next(rec.model.parameters()).device.type == torch.device(device).type
         transmission = dict(rec.model.named_parameters())["quantities.object.transmission"]
         updates[device], losses[device] = transmission.detach().cpu().double().numpy() - 1, rec.loss[0]

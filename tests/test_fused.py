@@ -52,6 +52,42 @@ def test_fused_matches_autograd_reference(kind, slices, probe_modes, object_mode
         torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
 
 
+
+@pytest.mark.parametrize("kind", ["amplitude", "poisson"])
+@pytest.mark.parametrize("path", ["eager", "blur", pytest.param("compiled", marks=pytest.mark.processes)])  # compiles: g++
+def test_a_given_floor_replaces_the_kinds_own(kind, path):
+    """``floor`` (a run's amplitude floor in its patterns' units) is what the loss adds to the model intensity, on
+    the eager field pass, the detector blur's path and the compiled field pass alike: value against NumPy, gradients
+    against autograd's reference given the same floor; and it matters (the kind's own floor gives another value)."""
+    import numpy as np
+
+    from ptyacc.physics import Detector
+    from ptyacc.physics.chain import loss_floor
+    from ptyacc.physics.fused import CompiledTerms
+
+    probe, obj, top_left, _, propagator, measured = problem(2, 2, 1, False, seed=6)
+    floor = 0.7
+    detector = Detector(blur_variance_px2=torch.tensor(0.0, dtype=torch.float64)) if path == "blur" else None
+    messages = []
+    field_terms = CompiledTerms(report=messages.append).field if path == "compiled" else None
+    fused = ptycho_loss(probe, obj, top_left, None, propagator, measured, kind, detector=detector,
+                        field_terms=field_terms, floor=floor)
+    if path == "compiled":
+        assert messages and "compiled" in messages[0], messages
+    waves = exit_waves(probe[None], extract_patches(obj, top_left, probe.shape[-1]), propagator)
+    reference = far_field_loss(waves, measured, kind, floor=floor)
+    intensity = (torch.fft.fft2(waves.detach(), norm="ortho").abs() ** 2).sum(dim=(1, 2)).numpy() + floor
+    m = measured.numpy()
+    expected = (((np.sqrt(intensity) - np.sqrt(m)) ** 2).sum() if kind == "amplitude"
+                else (intensity - m * np.log(intensity)).sum())
+    assert float(fused.detach()) == pytest.approx(expected, rel=1e-10)
+    assert float(reference.detach()) == pytest.approx(expected, rel=1e-10)
+    for mine, theirs in zip(torch.autograd.grad(fused, (probe, obj)), torch.autograd.grad(reference, (probe, obj)),
+                            strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-10)
+    own = ptycho_loss(probe, obj, top_left, None, propagator, measured, kind, detector=detector)
+    assert loss_floor(kind) != floor and abs(float(own) - expected) > 1e-3 * abs(expected)
+
 def test_fused_gradient_matches_finite_differences():
     """Directional derivative along a random direction of every input, central differences."""
     probe, obj, top_left, fraction, propagator, measured = problem(2, 2, 1, True, seed=4)

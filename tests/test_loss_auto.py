@@ -132,7 +132,6 @@ def _first_update(folder: Path, scale: float, share: float, monkeypatch) -> np.n
     its patterns (floats: the amplitude loss under auto) times ``scale``, with the amplitude floor's ``share``."""
     import shutil
 
-    from ptyacc.config import load_config
     from ptyacc.reconstruction import engine
     from ptyacc.speed import selftest
 
@@ -142,11 +141,7 @@ def _first_update(folder: Path, scale: float, share: float, monkeypatch) -> np.n
     shutil.copy(folder / "selftest_data.h5", here / "selftest_data.h5")
     with h5py.File(here / "selftest_data.h5", "r+") as f:
         f["patterns"][...] = (f["patterns"][...].astype(np.float64) * scale).astype(np.float32)
-    config = selftest.problem_config(here, "cpu")
-    config["optim"].update(iterations=1, batch_size=64)
-    config["model"]["slices"] = 1
-    with selftest.quietly():
-        rec = selftest.reconstruct(load_config(config), write=False)
+    rec = selftest.reconstruct_problem(here, "cpu", changes=selftest.FIRST_STEP)
     assert rec.config.optim.loss == "amplitude"
     return torch.view_as_complex(rec.model.object.detach()).double().numpy() - 1
 
@@ -169,17 +164,13 @@ def test_the_amplitude_floor_keeps_the_first_step_off_the_rounding(tmp_path, mon
 
 def test_the_amplitude_floor_is_never_under_the_bare_eps(tmp_path):
     """Patterns so faint that a millionth of their brightest mean pixel is under 1e-8 keep the bare 1e-8."""
-    from ptyacc.config import load_config
     from ptyacc.physics.chain import EPS
     from ptyacc.speed import selftest
 
     selftest.write_problem(tmp_path)
     with h5py.File(tmp_path / "selftest_data.h5", "r+") as f:
         f["patterns"][...] = f["patterns"][...] * np.float32(1e-10)  # brightest mean pixel ~1.5e-6
-    config = selftest.problem_config(tmp_path, "cpu")
-    config["optim"].update(iterations=2, batch_size=64)
-    with selftest.quietly():
-        rec = selftest.reconstruct(load_config(config), write=False)
+    rec = selftest.reconstruct_problem(tmp_path, "cpu", changes={"optim": {"iterations": 2, "batch_size": 64}})
     assert rec.model.amplitude_floor == EPS and np.all(np.isfinite(rec.loss))
 
 

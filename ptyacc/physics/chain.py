@@ -398,6 +398,12 @@ def _constant(value: float, like: torch.Tensor) -> torch.Tensor:
     return _CONSTANTS[key] if key in _CONSTANTS else _CONSTANTS.setdefault(key, like.new_full((), value))
 
 
+def loss_floor(kind: str, floor: float | None = None) -> float:
+    """What the loss ``kind`` adds to the model intensity: ``floor`` where given (a run's amplitude floor in its
+    patterns' units, ``AMPLITUDE_FLOOR_SHARE``), else the kind's own: EPS (amplitude), POISSON_FLOOR (poisson)."""
+    return floor if floor is not None else EPS if kind == "amplitude" else POISSON_FLOOR
+
+
 def check_kind(kind: str) -> None:
     if kind not in LOSS_KINDS:
         raise ValueError(f"loss must be one of {LOSS_KINDS}, got {kind!r}")
@@ -414,15 +420,16 @@ def detector_response(coherent: torch.Tensor, weights: torch.Tensor | None = Non
 def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: str,
                          weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
                          mask: torch.Tensor | None = None, summed: bool = True,
-                         floor_share: torch.Tensor | None = None):
+                         floor_share: torch.Tensor | None = None, floor: float | None = None):
     """Loss of the coherent intensities ``coherent`` = sum_modes |far|^2 (B, K, K) of detector fields ``far``
     against ``measured`` (B, K, K), with the model intensity I = weights * coherent + background (weights (B,),
     background (K, K), both optional) over the pixels where ``mask`` is 1. All elementwise, so ``torch.compile``
     can fuse it. Returns (loss, factor, grad_weights, grad_background): d loss / d far = factor * far for every
     mode, factor (B, K, K) real; the other two are None when not asked for. Not ``summed``: those two as the
-    (B, K, K) terms of their sums, for the caller to sum (``field_loss_terms``). ``floor_share`` (B,): each
-    pattern's share of the floor (several scans of one object: its scan's share of their counts), or None: all of it."""
-    floor = EPS if kind == "amplitude" else POISSON_FLOOR
+    (B, K, K) terms of their sums, for the caller to sum (``field_loss_terms``). ``floor``: what the loss adds to
+    the model intensity, or None: the kind's own (``loss_floor``); ``floor_share`` (B,): each pattern's share of it
+    (several scans of one object: its scan's share of their counts), or None: all of it."""
+    floor = loss_floor(kind, floor)
     if floor_share is not None:
         floor = floor * floor_share[:, None, None]
     # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
@@ -449,7 +456,7 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
 def field_loss_terms(real: torch.Tensor, imag: torch.Tensor, measured: torch.Tensor, kind: str,
                      weights: torch.Tensor | None = None, background: torch.Tensor | None = None,
                      mask: torch.Tensor | None = None, conjugated: bool = False,
-                     floor_share: torch.Tensor | None = None):
+                     floor_share: torch.Tensor | None = None, floor: float | None = None):
     """From the detector field to the gradient that goes back through it, in one piece for ``torch.compile``:
     the intensity summed over the modes, ``intensity_loss_terms`` and the field's gradient factor * far (conj(far)
     * factor when ``conjugated``: ``Multislice.vjp_all``'s convention). ``real`` and ``imag`` (B, ..., K, K) float
@@ -465,15 +472,17 @@ def field_loss_terms(real: torch.Tensor, imag: torch.Tensor, measured: torch.Ten
     power = (real * real + imag * imag).reshape(real.shape[0], -1, *real.shape[-2:])
     coherent = power[:, 0] if power.shape[1] == 1 else power.sum(1)
     loss, factor, grad_weights, grad_background = intensity_loss_terms(coherent, measured, kind, weights, background,
-                                                                       mask, summed=False, floor_share=floor_share)
+                                                                       mask, summed=False, floor_share=floor_share,
+                                                                       floor=floor)
     factor = factor.reshape(factor.shape[0], *([1] * (real.dim() - 3)), *factor.shape[-2:])
     grad_field = torch.stack((real * factor, imag * (-factor if conjugated else factor)), dim=-1)
     return loss, grad_field, grad_weights, grad_background
 
 
 def loss_from_intensities(predicted: torch.Tensor, measured: torch.Tensor, kind: str,
-                          reduce: bool = True) -> torch.Tensor:
-    """The loss from intensities (B, K, K), with autograd's own gradient (summed unless not ``reduce``)."""
-    intensity = predicted + (EPS if kind == "amplitude" else POISSON_FLOOR)
+                          reduce: bool = True, floor: float | None = None) -> torch.Tensor:
+    """The loss from intensities (B, K, K), with autograd's own gradient (summed unless not ``reduce``);
+    ``floor`` as ``intensity_loss_terms``'s."""
+    intensity = predicted + loss_floor(kind, floor)
     per_pixel = _amplitude(intensity, measured)[0] if kind == "amplitude" else poisson_nll(intensity, measured)
     return per_pixel.sum() if reduce else per_pixel

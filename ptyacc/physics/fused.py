@@ -62,7 +62,7 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 chunk: int | None = None, detector: Detector | None = None, weights: torch.Tensor | None = None,
                 background: torch.Tensor | None = None, terms: Callable = intensity_loss_terms,
                 exit_ramps: torch.Tensor | None = None, field_terms: Callable | None = None,
-                floor_share: torch.Tensor | None = None) -> torch.Tensor:
+                floor_share: torch.Tensor | None = None, floor: float | None = None) -> torch.Tensor:
     """Summed loss of a batch of B positions.
 
     probe:      (P, K, K) complex probe modes, centred; or (B, P, K, K), a probe per position
@@ -87,19 +87,20 @@ def ptycho_loss(probe: torch.Tensor, obj: torch.Tensor, top_left: torch.Tensor, 
                 compiled pass, or None: ``eager_field_terms`` with ``terms``. Not with a detector blur, which
                 transforms between the intensity and the terms.
     floor_share: (B,) each pattern's share of the loss's floor (``intensity_loss_terms``; several scans), or None.
+    floor:      what the loss adds to the model intensity (a run's amplitude floor), or None: the kind's own.
     """
     if chunk is None:
         per_pattern = probe.shape[-3] * obj.shape[0] * probe.shape[-1] ** 2 * probe.element_size()
         chunk = max(1, chunk_bytes(probe.device) // per_pattern)
     detector = detector or Detector()
     return _PtychoLoss.apply(probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk,
-                             detector, terms, detector.blur_variance_px2, exit_ramps, field_terms, floor_share)
+                             detector, terms, detector.blur_variance_px2, exit_ramps, field_terms, floor_share, floor)
 
 
 class _PtychoLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, probe, obj, ramps, weights, background, top_left, propagator, measured, kind, chunk, detector,
-                terms, blur_variance, exit_ramps, field_terms, floor_share):
+                terms, blur_variance, exit_ramps, field_terms, floor_share, floor):
         # the gradients that vary per position are gathered in lists, joined by ``backward`` (``_joined``: no copy
         # for one chunk)
         k = probe.shape[-1]
@@ -138,13 +139,13 @@ class _PtychoLoss(torch.autograd.Function):
             floor_part = floor_share[part] if floor_share is not None else None
             if detect.blur is None:  # intensity, loss and gradient field in one piece (compiled: ``field_terms``)
                 loss, grad_field, grad_w, grad_b = (field_terms or eager_field_terms)(
-                    far, measured[part], kind, weights_part, background, detect.mask, conjugated, terms, floor_part)
+                    far, measured[part], kind, weights_part, background, detect.mask, conjugated, terms, floor_part, floor)
             else:
                 coherent, blur_spectrum = summed_intensity(far), None
                 if detect.blur is not None:  # the detector's point spread
                     coherent, blur_spectrum = detect.blur.forward_with_spectrum(coherent)
                 loss, factor, grad_w, grad_b = terms(coherent, measured[part], kind, weights_part, background,
-                                                     detect.mask, True, floor_part)
+                                                     detect.mask, True, floor_part, floor)
                 if detect.blur is not None:  # factor = 2 dL/d(blurred) -> 2 dL/d(summed intensity)
                     factor, grad_v = detect.blur.vjp(factor, coherent, blur_spectrum if grad_blur is not None else None)
                     if grad_v is not None:
@@ -182,7 +183,7 @@ class _PtychoLoss(torch.autograd.Function):
             grad_probe, grad_obj = grad_probe.conj_physical_(), grad_obj.conj_physical_()
         # in the order of forward's inputs; None for those without a gradient
         ctx.grads = (grad_probe if per_probe else grad_probe * scale, grad_obj, grad_ramps, grad_weights,
-                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None, None, None)
+                     grad_background, None, grad_propagator, None, None, None, None, None, grad_blur, None, None, None, None)
         return total
 
     @staticmethod
@@ -202,26 +203,28 @@ def _joined(pieces: list[torch.Tensor] | torch.Tensor) -> torch.Tensor:
 
 def far_field_loss(waves: torch.Tensor, measured: torch.Tensor, kind: str = "amplitude",
                    detector: Detector | None = None, weights: torch.Tensor | None = None,
-                   background: torch.Tensor | None = None, ramps: torch.Tensor | None = None) -> torch.Tensor:
+                   background: torch.Tensor | None = None, ramps: torch.Tensor | None = None,
+                   floor: float | None = None) -> torch.Tensor:
     """Loss (scalar) of exit waves (B, ..., K, K) complex against measured intensities (B, K, K),
-    both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss``.
+    both unshifted, differentiated by autograd: the plain reference for ``ptycho_loss`` (``floor`` as its).
     Model intensity: weights (B,) * blur(sum over modes |detector field|^2) + background (K, K);
     ramps (B, K, K): the probes' sub-pixel shifts, undone at a near-field detector (``Detect``)."""
     check_kind(kind)
     detect = Detect(detector or Detector(), ramps)
     intensity = detector_response(detect.intensity(detect.forward(waves)), weights, background)
-    per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False)
+    per_pixel = loss_from_intensities(intensity, measured, kind, reduce=False, floor=floor)
     return (per_pixel if detect.mask is None else per_pixel * detect.mask).sum()
 
 
 def eager_field_terms(far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
                       background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool,
-                      terms: Callable = intensity_loss_terms, floor_share: torch.Tensor | None = None) -> tuple:
+                      terms: Callable = intensity_loss_terms, floor_share: torch.Tensor | None = None,
+                      floor: float | None = None) -> tuple:
     """(loss, gradient field, grad_weights, grad_background) of the complex detector field ``far`` (B, ..., K, K)
     against ``measured`` (B, K, K): the intensity summed over the modes, ``terms`` (``intensity_loss_terms``'s
     arguments and results), and factor * far (conj(far) * factor when ``conjugated``), written into ``far``."""
     loss, factor, grad_w, grad_b = terms(summed_intensity(far), measured, kind, weights, background, mask, True,
-                                         floor_share)
+                                         floor_share, floor)
     return loss, (far.conj_physical_() if conjugated else far).mul_(factor[:, None, None]), grad_w, grad_b
 
 
@@ -259,7 +262,7 @@ class CompiledTerms:
 
     def field(self, far: torch.Tensor, measured: torch.Tensor, kind: str, weights: torch.Tensor | None,
               background: torch.Tensor | None, mask: torch.Tensor | None, conjugated: bool, terms: Callable | None = None,
-              floor_share: torch.Tensor | None = None):
+              floor_share: torch.Tensor | None = None, floor: float | None = None):
         """``eager_field_terms``'s results from the compiled field pass on the complex field ``far`` (B, ..., K, K),
         contiguous (``terms``: this object's own, unused); the gradient field is a new tensor, not ``far``."""
         if self.failure is None:
@@ -270,13 +273,14 @@ class CompiledTerms:
                          if self.planar or (self.planar is None and far.device.type == "cpu") else view.unbind(-1))
                 loss, grad_field, grad_w, grad_b = self._timed(
                     "field", self.compiled_field,
-                    (*parts, measured, kind, weights, background, mask, conjugated, floor_share), view.shape)
+                    (*parts, measured, kind, weights, background, mask, conjugated, floor_share, floor), view.shape)
                 grad_field = torch.view_as_complex(grad_field)
                 return (loss, grad_field, None if grad_w is None else grad_w.sum(dim=(-2, -1)),
                         None if grad_b is None else grad_b.sum(0))
             except Exception as exc:  # noqa: BLE001
                 self._fall_back(exc)
-        return eager_field_terms(far, measured, kind, weights, background, mask, conjugated, floor_share=floor_share)
+        return eager_field_terms(far, measured, kind, weights, background, mask, conjugated, floor_share=floor_share,
+                                 floor=floor)
 
     def _timed(self, name: str, function: Callable, args: tuple, shape: tuple | None = None):
         """``function(*args)``; the first call for these shapes and flags timed and reported (it compiles) with

@@ -21,7 +21,6 @@ from ptyacc.physics import (
     shift_ramp,
     shift_ramps_1d,
 )
-from ptyacc.physics.chain import EPS
 from ptyacc.physics.geometry import ObjectGeometry
 
 
@@ -107,9 +106,9 @@ class PtychoModel(nn.Module):
         self.propagation = propagation
         self.loss_terms = intensity_loss_terms  # or a compiled equivalent (runtime.compile)
         self.field_terms = None  # or ``CompiledTerms.field`` (runtime.compile)
-        # the amplitude loss's floor in the patterns' units (``amplitude_floor``), or None: the bare EPS
+        # the amplitude loss's floor in the patterns' units (``build_model``'s ``amplitude_floor``), or None: the
+        # bare EPS (``chain.loss_floor``)
         self.amplitude_floor: float | None = None
-        self._floor_shares: dict[tuple, torch.Tensor] = {}  # ``_amplitude_floor_share``'s, by batch size
 
     # ------------------------------------------------------------------ forward
     def forward(self, indices: torch.Tensor, measured: torch.Tensor | None = None,
@@ -154,21 +153,11 @@ class PtychoModel(nn.Module):
             floor_share = None
             for quantity in hooked["floor_share"]:  # several scans: each pattern's share of the loss's floor (B,)
                 floor_share = quantity.floor_share(indices)
-            if loss == "amplitude" and self.amplitude_floor is not None:  # the floor in the patterns' units
-                share = self._amplitude_floor_share(len(indices), measured)
-                floor_share = share if floor_share is None else share * floor_share
             return ptycho_loss(probe, obj, top_left, ramps, propagator, measured, loss, detector=detector,
                                weights=weights, background=background, terms=self.loss_terms, exit_ramps=exit_ramps,
-                               field_terms=self.field_terms, floor_share=floor_share)
+                               field_terms=self.field_terms, floor_share=floor_share,
+                               floor=self.amplitude_floor if loss == "amplitude" else None)
         return detected_intensities(probe, obj, top_left, ramps, propagator, detector, weights, background, exit_ramps)
-
-    def _amplitude_floor_share(self, batch: int, like: torch.Tensor) -> torch.Tensor:
-        """(batch,) ``amplitude_floor`` over the bare EPS, each pattern's multiple of it (``intensity_loss_terms``'s
-        ``floor_share``), made once per batch size and device: no operator per step."""
-        key = (batch, like.device, self.amplitude_floor)
-        if key not in self._floor_shares:
-            self._floor_shares[key] = like.new_full((batch,), self.amplitude_floor / EPS)
-        return self._floor_shares[key]
 
     _ramp_made_from: tuple | None = None  # what ``_uniform_ramp`` made its ramp from
     _ramp: torch.Tensor | None = None

@@ -185,12 +185,12 @@ class Reconstructor:
         self.config = config = autos.config
         self.texts["auto_values"] = autos.values_text()
         built_said: list[str] = []
+        # the same on every process (over_processes); never under the bare EPS (patterns all dark or below zero)
+        amplitude_floor = max(AMPLITUDE_FLOOR_SHARE * peak, EPS)
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
                                  mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured" else None,
-                                 said=built_said, scans=scans, aperture=autos.aperture)
-        # the same on every process (over_processes); never under the bare EPS (patterns all dark or below zero)
-        self.model.amplitude_floor = max(AMPLITUDE_FLOOR_SHARE * peak, EPS)
+                                 said=built_said, scans=scans, aperture=autos.aperture, amplitude_floor=amplitude_floor)
         if config.optim.loss == "amplitude":
             self.log.line(f"the amplitude loss's floor: {self.model.amplitude_floor:.6g} added to the model's intensity (a "
                           f"millionth of the mean pattern's brightest pixel, {peak:.6g}, in the patterns' units)")

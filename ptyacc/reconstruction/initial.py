@@ -99,7 +99,8 @@ def _object_note(previous: Results, old: tuple, new: tuple, dx_A: float, covered
 def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                 mean_intensity: float | None = None, region: tuple[int, int, int, int] | None = None,
                 mean_pattern: torch.Tensor | None = None, said: list[str] | None = None,
-                scans: list | None = None, aperture: torch.Tensor | None = None) -> PtychoModel:
+                scans: list | None = None, aperture: torch.Tensor | None = None,
+                amplitude_floor: float | None = None) -> PtychoModel:
     """The initial model: a probe from the experiment's optics, its ``aperture`` (K, K) the one
     ``autos.resolve_autos`` read from the data (``model.probe_aperture_edge``: measured) if given, the
     ramp's if not (other scans' probes read theirs from ``mean_pattern``, model layout, if given), scaled to the
@@ -107,7 +108,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
     split into modes (``quantities/probe.py``); a flat object (only its ``region`` (y0, y1, x0, x1) under
     ``runtime.shard_object``; ``quantities/object.py``); positions from the data; the refined quantities of their own modules
     (``attach_quantities``: a varying probe; with several ``scans``, the data their combination, the
-    probes of scans 1..). What it chose is appended to ``said``, if given (run.log's lines)."""
+    probes of scans 1..). ``amplitude_floor``: what the amplitude loss adds to the model intensity, or None: the
+    bare ``chain.EPS``. What it chose is appended to ``said``, if given (run.log's lines)."""
     k = data.detector_px
     if geometry.shape[0] < k or geometry.shape[1] < k:
         raise ConfigError(f"data: the object ({geometry.shape[0]} x {geometry.shape[1]} px) is smaller than the "
@@ -132,6 +134,7 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                         refine_positions=config.optim.start.positions is not None
                         or config.optim.start.scan_affine is not None,
                         detector=detector, propagation=propagation, movable_scan=movable)
+    model.amplitude_floor = amplitude_floor
     # another scan's probe from its own optics, at its own counts
     make_probe = lambda c, d: probe_modes(c, d, detector, mean_pattern, d.mean_intensity, said)  # noqa: E731
     attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said, mean_intensity))

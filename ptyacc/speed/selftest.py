@@ -130,13 +130,27 @@ def write_problem(folder: Path) -> Path:
     return path
 
 
+# one step of the problem: a batch of all 64 positions, one slice (``reconstruct_problem``'s ``changes``)
+FIRST_STEP = {"optim": {"iterations": 1, "batch_size": 64}, "model": {"slices": 1}}
+
+
+def reconstruct_problem(folder: Path, device: str, hold: str = "device", changes: dict | None = None, **runtime):
+    """The problem in ``folder`` reconstructed on ``device``, its patterns held as ``hold``, quietly and without
+    writing: the ``Reconstruction``. ``changes``: {section: {key: value}} set over the problem's config
+    (``FIRST_STEP``)."""
+    raw = problem_config(folder, device, **runtime)
+    for section, values in (changes or {}).items():
+        raw.setdefault(section, {}).update(values)
+    config = load_config(raw)
+    config.data.hold = hold
+    with quietly():
+        return reconstruct(config, write=False)
+
+
 def run_problem(folder: Path, device: str, hold: str = "device", **runtime) -> dict[str, np.ndarray]:
     """Reconstruct the problem on ``device`` with the patterns held as ``hold``: every parameter
     (float64 NumPy), the loss history, and why torch.compile failed (None: it did not, or was not asked)."""
-    config = load_config(problem_config(folder, device, **runtime))
-    config.data.hold = hold
-    with quietly():
-        rec = reconstruct(config, write=False)
+    rec = reconstruct_problem(folder, device, hold, **runtime)
     state = {short_name(name): p.detach().to("cpu", torch.float64).numpy() for name, p in rec.model.named_parameters()}
     state["loss"] = np.asarray(rec.loss)
     state["compile_failure"] = getattr(rec.model.loss_terms, "failure", None)
