@@ -265,10 +265,8 @@ def _refuse_mixed_precision(environ: dict | None = None) -> None:
 def _check_gpu_count(environ: dict | None = None, backend: str = "nccl") -> None:
     """More processes than GPUs: NCCL refuses two ranks on one GPU, so only a run that asks for
     gloo may share them (slower; for tests: the suite's multi-process tests on one GPU)."""
-    environ = os.environ if environ is None else environ
-    local = int(environ.get("LOCAL_WORLD_SIZE", "1"))
-    visible = torch.cuda.device_count()
-    if local > visible and backend != "gloo":
+    local, visible, over = _processes_over_gpus(environ)
+    if over and backend != "gloo":
         raise DistributedError(f"{local} processes on this node but only {visible} visible GPU(s): NCCL cannot put two "
                                "processes on one GPU; lower --num_processes (or, to test on one GPU, set "
                                "runtime.backend: gloo, slower)")
@@ -283,11 +281,19 @@ def _share_gpus(environ: dict | None = None, visible: int | None = None) -> bool
     exist past the last GPU (an IndexError in DDP's first forward). Without that device map DDP takes the GPU the
     model is on. Says whether it was needed."""
     environ = os.environ if environ is None else environ
-    visible = torch.cuda.device_count() if visible is None else visible
-    if int(environ.get("LOCAL_WORLD_SIZE", "1")) <= visible:
+    if not _processes_over_gpus(environ, visible)[2]:
         return False
     environ["ACCELERATE_BYPASS_DEVICE_MAP"] = "true"
     return True
+
+
+def _processes_over_gpus(environ: dict | None = None, visible: int | None = None) -> tuple[int, int, bool]:
+    """This node's processes (``LOCAL_WORLD_SIZE``), its visible GPUs (``visible``, else CUDA's count) and whether
+    the processes are more."""
+    environ = os.environ if environ is None else environ
+    local = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+    visible = torch.cuda.device_count() if visible is None else visible
+    return local, visible, local > visible
 
 
 def wait_for_everyone(accelerator) -> None:
