@@ -3,7 +3,7 @@ own near-field example, each timed from the start of its process (imports, loadi
 included), and scored alike: the Poisson deviance per counted pixel of the final model over every
 position (ptyacc's definition, ``ptyacc/physics/deviance.py``, in float64).
 
-    python benchmarks/petra_vs_cdtools.py ptyacc [ITERATIONS]                 # the config, 100 iterations unless given
+    python benchmarks/petra_vs_cdtools.py ptyacc [ITERATIONS]                 # the config's 100 unless given (or auto)
     /tmp/cdt-venv/bin/python benchmarks/petra_vs_cdtools.py cdtools           # CDTools 0.3.2 in its own venv
 
 CDTools' settings are those of its example for this file (``FancyPtycho``, one mode, near field, the
@@ -68,7 +68,7 @@ def run_cdtools(threads: int) -> dict:
             "deviance_per_counted_pixel": total / (counted / 2)}
 
 
-def run_ptyacc(iterations: int | None, threads: int, target: float | None) -> dict:
+def run_ptyacc(iterations: int | str | None, threads: int, target: float | None) -> dict:
     import ptyacc
     from ptyacc.results.figures import poisson_deviance_history
 
@@ -93,7 +93,8 @@ def run_ptyacc(iterations: int | None, threads: int, target: float | None) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("package", choices=["ptyacc", "cdtools"])
-    parser.add_argument("iterations", nargs="?", type=int, default=None, help="ptyacc: iterations (the config's if not given)")
+    parser.add_argument("iterations", nargs="?", type=lambda v: v if v == "auto" else int(v), default=None,
+                        help="ptyacc: iterations, a number or auto (the stop rule; the config's if not given)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--target", type=float, default=None, help="ptyacc: a deviance to time the way to")
     args = parser.parse_args()

@@ -158,6 +158,7 @@ def test_poisson_runs_draw_the_deviance_per_iteration(tmp_path):
     results = ptyacc.load_results(tmp_path / "out" / "results.h5")
     assert results.attrs["poisson_data_nll_per_pattern"] == pytest.approx(data_term, rel=1e-9)
     assert results.attrs["counted_pixel_values_per_pattern"] == pytest.approx((measured >= 1).sum() / len(measured))
+    assert results.attrs["counts_per_counted_pixel"] == pytest.approx(measured.sum() / (measured >= 1).sum(), rel=1e-9)
     deviance = poisson_deviance_history(results)
     expected = (results.loss - data_term) / (0.5 * (measured >= 1).sum() / len(measured))
     np.testing.assert_allclose(deviance, expected, rtol=1e-9)

@@ -22,6 +22,7 @@ from ptyacc.data.trouble import (
     ROTATION_UNSURE_DEG,
     com_warnings,
     deviance_warning,
+    relative_misfit,
     search_warnings,
     unsure_rotation_warning,
     warnings_said,
@@ -148,6 +149,15 @@ def test_the_deviance_and_the_end_of_run_line():
     assert deviance_warning(1.1) == [] and deviance_warning(float("nan")) == []
     high = deviance_warning(DEVIANCE_HIGH + 1)
     assert len(high) == 1 and high[0].startswith("warning:") and "experiment.defocus_A" in high[0]
+    # at many counts a small misfit is a large deviance: 1 + counts x misfit^2 (relative_misfit)
+    assert relative_misfit(1 + 1000 * 0.05**2, 1000) == pytest.approx(0.05)
+    assert deviance_warning(5.22, counts=1093) == []  # the PETRA III near-field data, reconstructed right: 6 %
+    assert deviance_warning(4.25, counts=520) == []  # abTEM, 1e6 electrons per pattern, right calibrations: 8 %
+    flips = deviance_warning(57.9, counts=1093, electron=False)  # its detector's flips left out: 23 %
+    assert len(flips) == 1 and "misfit of 23 %" in flips[0] and "data.transform" in flips[0]
+    assert "scan_rotation" not in flips[0]
+    assert len(deviance_warning(18.0, counts=1093, electron=False)) == 1  # the near field's image shift left out
+    assert len(deviance_warning(3.5, counts=2.0)) == 1  # few counts: 3.5 is far off the noise (112 %)
     end = warnings_said(["warning: a: set experiment.defocus_A: auto", "warning: b: set data.transform.orientation: "
                                                                         "auto"])
     assert end == ["at the end: 2 checks found trouble (said above, listed in results.h5); the keys to look at: "

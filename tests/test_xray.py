@@ -150,6 +150,7 @@ def test_poisson_deviance_against_numpy():
     expected = (((model_i - measured * np.log(model_i)) - (measured - i_log_i)) * mask).sum()
     assert float(sums[0]) == pytest.approx(expected, rel=1e-10)
     assert float(sums[1]) == ((measured >= 1) * mask).sum()
+    assert float(sums[3]) == pytest.approx((measured * mask).sum(), rel=1e-12)  # the counts, for the misfit
 
 
 @pytest.mark.slow

@@ -353,13 +353,15 @@ def poisson_deviance_sums(model: Callable[[torch.Tensor], torch.Tensor], store: 
                           indices: torch.Tensor, chunk: int = 64) -> torch.Tensor:
     """For a model (``PtychoModel``: its ``detector_mask``, its predicted patterns of position indices),
     (sum over counted pixels of the Poisson deviance terms, number of pixel values >= 1, sum of
-    the data-only term poisson_nll(M, M) that the loss leaves out) of the model's prediction for
-    ``indices`` against their patterns, in chunks (``deviance_sums``); divided by half the count
-    the deviance is ~1 for a model at the noise level."""
-    total = torch.zeros(3, dtype=torch.float64, device=indices.device)
+    the data-only term poisson_nll(M, M) that the loss leaves out, sum of the counts M) of the model's
+    prediction for ``indices`` against their patterns, in chunks (``deviance_sums``); divided by half the
+    count the deviance is ~1 for a model at the noise level. All over the pixels the mask keeps."""
+    total = torch.zeros(4, dtype=torch.float64, device=indices.device)
     mask = model.detector_mask
     for start in range(0, len(indices), chunk):
         part = indices[start:start + chunk]
         measured = store.measured(part)
-        total += torch.cat([deviance_sums(model(part), measured, mask), saturated_sums(measured, mask)[:1]])
+        counts = (measured.double() * mask).sum() if mask is not None else measured.double().sum()
+        total += torch.cat([deviance_sums(model(part), measured, mask), saturated_sums(measured, mask)[:1],
+                            counts[None]])
     return total

@@ -18,14 +18,19 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   CURL_CLEAR, or the scan's halves more than ROTATION_OFF_DEG apart) where no parallax could tell them:
   the orientation may be wrong, and the run says so.
 - The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
-  more for a detector's effects the model leaves out) above DEVIANCE_HIGH: the model does not explain
-  the data.
+  more for a detector's effects the model leaves out) above DEVIANCE_HIGH, and a misfit beyond MISFIT_HIGH
+  of the counts (``relative_misfit``): the model does not explain the data. At many counts per pixel a
+  small misfit is a large deviance (1 + counts x misfit^2): a right reconstruction of the PETRA III
+  near-field data (1.09e3 photons per counted pixel) ends at 5.2, a misfit of 6 %, and 20 iterations of
+  right calibrations on abTEM files of 1e6 electrons per pattern at up to 4.2 (8 %); the detector's flips
+  left out of the PETRA data leave 58 (23 %), the near field's sub-pixel image shift left out about 18 (13 %).
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -40,6 +45,7 @@ MIRRORED = 2.0  # the other handedness's curl this many times the chosen one's: 
 DEFOCUS_OFF = 0.15  # relative: a defocus this far from the parallax's is said (the parallax reads within 10 %)
 TURN_TOLD_DEG = 1.0  # a scan rotation the run turned this far is said on the terminal too
 DEVIANCE_HIGH = 3.0  # per counted pixel: a final deviance above is far above the noise
+MISFIT_HIGH = 0.10  # and the model's intensities off by more than this share of the counts (rms): a misfit
 ROTATION_UNSURE_DEG = 1.25  # the parallax's rotation uncertain by more (one standard error) is said: at few counts
 # the data term does not fix the rotation better, and two degrees cost the matrix's files 0.015-0.056 in NCC
 # (benchmarks/records/2026-12-04-rotation-at-few-counts.md)
@@ -240,14 +246,31 @@ def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_
     return said
 
 
-def deviance_warning(deviance: float) -> list[str]:
-    """A warning when the final Poisson deviance per counted pixel lies far above the noise level."""
+def relative_misfit(deviance: float, counts: float) -> float:
+    """The rms share of the counts by which a model's intensities would miss them to give this Poisson ``deviance``
+    per counted pixel at ``counts`` per counted pixel: a model off by a share d of intensities I has a deviance of
+    about 1 + I d^2 per pixel (the noise's 1, the misfit's I d^2)."""
+    return math.sqrt(max(deviance - 1.0, 0.0) / counts) if counts > 0 else math.inf
+
+
+def deviance_warning(deviance: float, counts: float | None = None, electron: bool = True) -> list[str]:
+    """A warning when the final Poisson deviance per counted pixel lies far above the noise level (DEVIANCE_HIGH)
+    and, where the mean ``counts`` per counted pixel are known, the misfit it stands for is beyond MISFIT_HIGH of
+    the counts (module docstring); the keys it names are the electron autos' (``electron``) or an X-ray run's."""
     if not deviance > DEVIANCE_HIGH:
         return []
+    misfit = None if counts is None else relative_misfit(deviance, counts)
+    if misfit is not None and misfit <= MISFIT_HIGH:
+        return []
+    share = "" if misfit is None else (f", a misfit of {100 * misfit:.0f} % of the {counts:.3g} counts per counted "
+                                       f"pixel (over {100 * MISFIT_HIGH:.0f} %)")
+    keys = ("experiment.scan_rotation_deg, data.transform.orientation and experiment.defocus_A (auto measures them), "
+            "experiment.dk_invA" if electron else
+            "data.transform's flips and transpose (against the file's basis vectors), the geometry "
+            "(experiment.detector_distance_m, experiment.focus_to_sample_m), model.background")
     return [f"warning: the final Poisson deviance {deviance:.3g} per counted pixel is far above the about 1 of a "
-            f"model at the noise level (over {DEVIANCE_HIGH:g}): the model does not explain the data; check "
-            "experiment.scan_rotation_deg, data.transform.orientation and experiment.defocus_A (auto measures "
-            "them), experiment.dk_invA, or raise optim.iterations if the loss still falls"]
+            f"model at the noise level (over {DEVIANCE_HIGH:g}){share}: the model does not explain the data; check "
+            f"{keys}, or raise optim.iterations if the loss still falls"]
 
 
 def turned_scan_said(results) -> list[tuple[str, bool]]:

@@ -337,7 +337,9 @@ class Reconstructor:
         ``hooks.SyncCheck``; run.log's summary was written then too, ``runlog.LogLine``.)"""
         config, history = self.config, self.history
         self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
-        late = [] if self.saver.deviance is None else deviance_warning(self.saver.deviance)
+        late = [] if self.saver.deviance is None else deviance_warning(
+            self.saver.deviance, self.saver.deviance_scale.get("counts_per_counted_pixel"),
+            electron=self.data.radiation == "electron")
         self.warnings += late
         self.texts["warnings"] = yaml.safe_dump(self.warnings)
         results = self.saver.save(history, figures=config.output.figures)
@@ -377,7 +379,8 @@ class Reconstructor:
         deviance = float(sums[0] / (0.5 * sums[1]))
         # what turns the loss history into the deviance per counted pixel (ptyacc.results.figures.plot_loss)
         self.saver.deviance_scale = {"poisson_data_nll_per_pattern": float(sums[2]) / self.data.n_patterns,
-                                     "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns}
+                                     "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns,
+                                     "counts_per_counted_pixel": float(sums[3] / sums[1]) if sums[1] > 0 else 0.0}
         return deviance
 
 
