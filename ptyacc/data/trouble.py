@@ -21,7 +21,7 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   more for a detector's effects the model leaves out) above DEVIANCE_HIGH, and a misfit beyond MISFIT_HIGH
   of the counts (``relative_misfit``): the model does not explain the data. At many counts per pixel a
   small misfit is a large deviance (1 + counts x misfit^2): a right reconstruction of the PETRA III
-  near-field data (1.09e3 photons per counted pixel) ends at 5.2, a misfit of 6 %, and 20 iterations of
+  near-field data (1.09e3 photons per counted pixel) ends at 5.2, a misfit of 6 %, and 30 iterations of
   right calibrations on abTEM files of 1e6 electrons per pattern at up to 4.2 (8 %); the detector's flips
   left out of the PETRA data leave 58 (23 %), the near field's sub-pixel image shift left out about 18 (13 %).
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
@@ -45,7 +45,7 @@ MIRRORED = 2.0  # the other handedness's curl this many times the chosen one's: 
 DEFOCUS_OFF = 0.15  # relative: a defocus this far from the parallax's is said (the parallax reads within 10 %)
 TURN_TOLD_DEG = 1.0  # a scan rotation the run turned this far is said on the terminal too
 DEVIANCE_HIGH = 3.0  # per counted pixel: a final deviance above is far above the noise
-MISFIT_HIGH = 0.10  # and the model's intensities off by more than this share of the counts (rms): a misfit
+MISFIT_HIGH = 0.10  # beside such a deviance: the model's intensities off by more than this share of the counts (rms)
 ROTATION_UNSURE_DEG = 1.25  # the parallax's rotation uncertain by more (one standard error) is said: at few counts
 # the data term does not fix the rotation better, and two degrees cost the matrix's files 0.015-0.056 in NCC
 # (benchmarks/records/2026-12-04-rotation-at-few-counts.md)
