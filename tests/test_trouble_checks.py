@@ -232,10 +232,12 @@ def test_the_run_says_the_scan_rotation_it_refined():
     refined = SimpleNamespace(quantities={"fitted": {"scan_turn_deg": np.float64(-2.91)}},
                               calibration={"scan_rotation_deg": (95.466, "fitted")})
     assert turned_scan_said(refined) == [("scan rotation: the run turned the scan -2.91 deg from the 95.47 deg it "
-                                          "started at (fitted); experiment.scan_rotation_deg: 92.56 starts a run there",
-                                          True)]
-    refined.quantities["fitted"]["scan_turn_deg"] = np.float64(0.4)  # run.log only
-    assert turned_scan_said(refined)[0][1] is False and "+0.40 deg" in turned_scan_said(refined)[0][0]
+                                          "started at (fitted); experiment.scan_rotation_deg: 92.56 starts a run there"
+                                          " (a run started there comes nearer still: the object holds the scan near the "
+                                          "angle it first formed at)", True)]
+    refined.quantities["fitted"]["scan_turn_deg"] = np.float64(0.4)  # run.log only, without the advice
+    said = turned_scan_said(refined)[0]
+    assert said[1] is False and "+0.40 deg" in said[0] and said[0].endswith("starts a run there")
     assert turned_scan_said(SimpleNamespace(quantities={}, calibration={"scan_rotation_deg": (9.0, "config")})) == []
 
 
