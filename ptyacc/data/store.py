@@ -360,8 +360,8 @@ def poisson_deviance_sums(model: Callable[[torch.Tensor], torch.Tensor], store: 
     mask = model.detector_mask
     for start in range(0, len(indices), chunk):
         part = indices[start:start + chunk]
-        measured = store.measured(part)
-        counts = (measured.double() * mask).sum() if mask is not None else measured.double().sum()
+        measured = store.measured(part).double()  # once: the sums below take it as it is
+        counts = (measured * mask).sum() if mask is not None else measured.sum()
         total += torch.cat([deviance_sums(model(part), measured, mask), saturated_sums(measured, mask)[:1],
                             counts[None]])
     return total
