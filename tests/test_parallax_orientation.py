@@ -131,3 +131,38 @@ def test_a_rotation_the_parallax_fixes_only_loosely_is_said(grid_simulator, tmp_
                                                  unsure[0]).groups())
         assert high - low == pytest.approx(2 * error, abs=0.02)
         assert low - error < 9.0 < high + error  # the truth within two standard errors
+
+
+@pytest.mark.parametrize("apart_deg", [1.0, 4.0])
+def test_a_search_far_from_the_parallax_rotation_used_is_said(grid_simulator, crystal, tmp_path, monkeypatch, apart_deg):
+    """The crystal's centre of mass is noise, so the Fourier regions' search checks the parallax's orientation. Its
+    answer put (a clear peak of the same flags) 1 or 4 degrees from the parallax's rotation, which is used: 4 is said
+    with both angles to compare runs at, 1 is not; the rotation used stays the parallax's."""
+    from ptyacc.data import autocalibration
+    from ptyacc.data.overlap_orientation import OverlapOrientation
+    from ptyacc.data.trouble import ROTATIONS_APART_DEG
+
+    assert 1.0 < ROTATIONS_APART_DEG < 4.0
+    setting, _ = crystal
+    path = tmp_path / "crystal.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(**{**setting.__dict__, "transpose": True,
+                                                              "nominal_defocus_A": 96.0, "write_positions": False}))
+    measured = []
+    parallax_oriented = autocalibration._parallax_oriented
+    monkeypatch.setattr(autocalibration, "_parallax_oriented",
+                        lambda *args: measured.append(parallax_oriented(*args)) or measured[-1])
+    monkeypatch.setattr(autocalibration, "_overlap_oriented", lambda *args: OverlapOrientation(
+        measured[-1].flags, measured[-1].rotation_deg + apart_deg, 120.0, contrast=3.0))
+    data = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "auto"}},
+                                  "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}))
+    parallax = measured[-1]
+    assert parallax.rotation_error_deg < 1.25  # the parallax is sure of itself: only the search's distance can tell
+    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(parallax.rotation_deg, abs=1e-9)
+    apart = [line for line in data.checks if "the Fourier regions' search put the scan rotation" in line]
+    if apart_deg < ROTATIONS_APART_DEG:
+        assert apart == []
+        return
+    (line,) = apart
+    assert f"{apart_deg:.1f} deg apart ({parallax.rotation_deg:.2f}, used, and {parallax.rotation_deg + apart_deg:.2f}" in line
+    assert line.endswith(f"experiment.scan_rotation_deg {parallax.rotation_deg:.2f} and "
+                         f"{parallax.rotation_deg + apart_deg:.2f}")

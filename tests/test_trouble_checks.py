@@ -357,3 +357,33 @@ def test_a_defocus_the_trials_chose_far_from_the_files_is_said():
     for ratio in (0.71, 1.0, 1.59, DEFOCUS_FAR - 0.01):
         assert far_defocus_warning(100.0 * ratio, 100.0, "trial reconstructions") == []
     assert far_defocus_warning(150.0, None, "trial reconstructions") == []  # no nominal value to compare with
+
+
+def test_a_parallax_and_a_search_apart_are_said_only_clear_same_handed_and_beyond_the_threshold():
+    """rotations_apart_warning against frame_difference's known answers: the search given in other flags of the same
+    handedness (transpose with flip_x is the identity turned by a quarter) is compared in the parallax's frame; a
+    mirrored or unclear search, or one within ROTATIONS_APART_DEG, says nothing."""
+    from ptyacc.data.orientation import frame_difference
+    from ptyacc.data.overlap_orientation import OverlapOrientation
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+    from ptyacc.data.trouble import ROTATIONS_APART_DEG, rotations_apart_warning
+
+    parallax = ParallaxOrientation((False, False, False), 10.0, 120.0, 20.0, 0.3)
+    quarter = (True, False, True)
+    base = frame_difference(parallax.flags, 10.0, quarter, 0.0)[1]  # the search at 0 in those flags lies base from 10
+
+    def search(apart, flags=quarter, contrast=3.0):
+        return OverlapOrientation(flags, base + apart, 120.0, contrast)  # apart degrees from the parallax
+
+    assert not frame_difference(parallax.flags, 10.0, quarter, base + 3.0)[0]
+    (line,) = rotations_apart_warning(parallax, search(3.0))
+    assert "3.0 deg apart (10.00, used, and 13.00 deg)" in line
+    assert line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
+    (line,) = rotations_apart_warning(parallax, search(-3.0))
+    assert line.endswith("experiment.scan_rotation_deg 10.00 and 7.00")
+    assert rotations_apart_warning(parallax, search(ROTATIONS_APART_DEG - 0.05)) == []
+    assert rotations_apart_warning(parallax, search(5.0, contrast=1.2)) == []  # not clear
+    assert rotations_apart_warning(parallax, None) == []
+    mirrored = OverlapOrientation((True, False, False), 13.0, 120.0, 3.0)
+    assert frame_difference(parallax.flags, 10.0, mirrored.flags, 13.0)[0]
+    assert rotations_apart_warning(parallax, mirrored) == []

@@ -50,6 +50,7 @@ from ptyacc.data.trouble import (
     far_defocus_warning,
     mirror_disagreement_warning,
     parallax_warnings,
+    rotations_apart_warning,
     search_warnings,
     tells_handedness,
     trials_doubt_warning,
@@ -575,7 +576,8 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     if rotation_auto:
         experiment = dataclasses.replace(experiment, scan_rotation_deg=state.rotation_deg)
         if chosen is not None and state.rotation_deg == chosen.rotation_deg and state.flags == chosen.flags:
-            state.warnings += unsure_rotation_warning(chosen)  # the parallax's rotation used, as it measured it
+            # the parallax's rotation used, as it measured it: its own doubt, or else a search far from it
+            state.warnings += unsure_rotation_warning(chosen) or rotations_apart_warning(chosen, searched)
         elif searched is not None and state.rotation_deg == searched.rotation_deg and state.flags == searched.flags:
             state.warnings += unsure_rotation_warning(searched, by="search")  # the search's, as it found it
     else:
