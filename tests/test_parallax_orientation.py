@@ -133,11 +133,13 @@ def test_a_rotation_the_parallax_fixes_only_loosely_is_said(grid_simulator, tmp_
         assert low - error < 9.0 < high + error  # the truth within two standard errors
 
 
-@pytest.mark.parametrize("apart_deg", [1.0, 4.0])
-def test_a_search_far_from_the_parallax_rotation_used_is_said(grid_simulator, crystal, tmp_path, monkeypatch, apart_deg):
+@pytest.mark.parametrize("apart_deg", [1.0, -4.0, 4.0])
+def test_a_search_far_from_the_parallax_rotation_moves_the_start_halfway_and_is_said(grid_simulator, crystal, tmp_path,
+                                                                                      monkeypatch, apart_deg):
     """The crystal's centre of mass is noise, so the Fourier regions' search checks the parallax's orientation. Its
-    answer put (a clear peak of the same flags) 1 or 4 degrees from the parallax's rotation, which is used: 4 is said
-    with both angles to compare runs at, 1 is not; the rotation used stays the parallax's."""
+    answer put (a clear peak of the same flags) 1 or 4 degrees either way from the parallax's rotation: at 4 the run
+    starts halfway, keeps it through the later parallax (whose rotation left would take it back), and says so with
+    both angles; at 1 the parallax's rotation is used and nothing is said."""
     from ptyacc.data import autocalibration
     from ptyacc.data.overlap_orientation import OverlapOrientation
     from ptyacc.data.trouble import ROTATIONS_APART_DEG
@@ -157,12 +159,16 @@ def test_a_search_far_from_the_parallax_rotation_used_is_said(grid_simulator, cr
                                   "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}))
     parallax = measured[-1]
     assert parallax.rotation_error_deg < 1.25  # the parallax is sure of itself: only the search's distance can tell
-    assert data.calibration["scan_rotation_deg"][0] == pytest.approx(parallax.rotation_deg, abs=1e-9)
     apart = [line for line in data.checks if "the Fourier regions' search put the scan rotation" in line]
-    if apart_deg < ROTATIONS_APART_DEG:
+    used = data.calibration["scan_rotation_deg"][0]
+    if abs(apart_deg) < ROTATIONS_APART_DEG:
         assert apart == []
+        assert used == pytest.approx(parallax.rotation_deg, abs=0.3)  # the later parallax's correction, near 0
         return
+    assert used == pytest.approx(parallax.rotation_deg + apart_deg / 2, abs=1e-9)
+    assert any("rotation left" in line and "not taken: the rotation lies halfway" in line for line in data.checks)
     (line,) = apart
-    assert f"{apart_deg:.1f} deg apart ({parallax.rotation_deg:.2f}, used, and {parallax.rotation_deg + apart_deg:.2f}" in line
-    assert line.endswith(f"experiment.scan_rotation_deg {parallax.rotation_deg:.2f} and "
-                         f"{parallax.rotation_deg + apart_deg:.2f}")
+    ends = (parallax.rotation_deg, parallax.rotation_deg + apart_deg)
+    assert f"{abs(apart_deg):.1f} deg apart ({ends[0]:.2f} and {ends[1]:.2f} deg)" in line
+    assert f"starts halfway, at {sum(ends) / 2:.2f} deg" in line
+    assert line.endswith(f"experiment.scan_rotation_deg {ends[0]:.2f} and {ends[1]:.2f}")

@@ -359,14 +359,15 @@ def test_a_defocus_the_trials_chose_far_from_the_files_is_said():
     assert far_defocus_warning(150.0, None, "trial reconstructions") == []  # no nominal value to compare with
 
 
-def test_a_parallax_and_a_search_apart_are_said_only_clear_same_handed_and_beyond_the_threshold():
-    """rotations_apart_warning against frame_difference's known answers: the search given in other flags of the same
+def test_a_parallax_and_a_search_apart_are_found_only_clear_same_handed_and_beyond_the_threshold():
+    """rotations_apart_deg against frame_difference's known answers: the search given in other flags of the same
     handedness (transpose with flip_x is the identity turned by a quarter) is compared in the parallax's frame; a
-    mirrored or unclear search, or one within ROTATIONS_APART_DEG, says nothing."""
+    mirrored or unclear search, or one within ROTATIONS_APART_DEG, gives None. The warning names both angles and the
+    midpoint the run starts at."""
     from ptyacc.data.orientation import frame_difference
     from ptyacc.data.overlap_orientation import OverlapOrientation
     from ptyacc.data.parallax_orientation import ParallaxOrientation
-    from ptyacc.data.trouble import ROTATIONS_APART_DEG, rotations_apart_warning
+    from ptyacc.data.trouble import ROTATIONS_APART_DEG, rotations_apart_deg, rotations_apart_warning
 
     parallax = ParallaxOrientation((False, False, False), 10.0, 120.0, 20.0, 0.3)
     quarter = (True, False, True)
@@ -376,14 +377,14 @@ def test_a_parallax_and_a_search_apart_are_said_only_clear_same_handed_and_beyon
         return OverlapOrientation(flags, base + apart, 120.0, contrast)  # apart degrees from the parallax
 
     assert not frame_difference(parallax.flags, 10.0, quarter, base + 3.0)[0]
-    (line,) = rotations_apart_warning(parallax, search(3.0))
-    assert "3.0 deg apart (10.00, used, and 13.00 deg)" in line
-    assert line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
-    (line,) = rotations_apart_warning(parallax, search(-3.0))
-    assert line.endswith("experiment.scan_rotation_deg 10.00 and 7.00")
-    assert rotations_apart_warning(parallax, search(ROTATIONS_APART_DEG - 0.05)) == []
-    assert rotations_apart_warning(parallax, search(5.0, contrast=1.2)) == []  # not clear
-    assert rotations_apart_warning(parallax, None) == []
+    assert rotations_apart_deg(parallax, search(3.0)) == pytest.approx(-3.0, abs=1e-9)
+    assert rotations_apart_deg(parallax, search(-3.0)) == pytest.approx(3.0, abs=1e-9)
+    (line,) = rotations_apart_warning(parallax, rotations_apart_deg(parallax, search(3.0)))
+    assert "3.0 deg apart (10.00 and 13.00 deg)" in line and "starts halfway, at 11.50 deg" in line
+    assert "turned by up to 1.5 deg" in line and line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
+    assert rotations_apart_deg(parallax, search(ROTATIONS_APART_DEG - 0.05)) is None
+    assert rotations_apart_deg(parallax, search(5.0, contrast=1.2)) is None  # not clear
+    assert rotations_apart_deg(parallax, None) is None
     mirrored = OverlapOrientation((True, False, False), 13.0, 120.0, 3.0)
     assert frame_difference(parallax.flags, 10.0, mirrored.flags, 13.0)[0]
-    assert rotations_apart_warning(parallax, mirrored) == []
+    assert rotations_apart_deg(parallax, mirrored) is None

@@ -17,8 +17,9 @@ to change (run.log, the terminal, results.h5's ``warnings``).
 - A scan rotation and transpose/flip measured from a centre of mass that is mostly noise (curl left over
   CURL_CLEAR, or the scan's halves more than ROTATION_OFF_DEG apart) where no parallax could tell them:
   the orientation may be wrong, and the run says so.
-- The parallax's scan rotation, used, and a clear Fourier regions' search of the same handedness more than
-  ROTATIONS_APART_DEG apart: one of the two is off by more than its standard error says (``rotations_apart_warning``).
+- The parallax's scan rotation and a clear Fourier regions' search of the same handedness more than
+  ROTATIONS_APART_DEG apart: one of the two is off by more than its standard error says; the run starts halfway
+  between them and says so (``rotations_apart_warning``).
 - The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
   more for a detector's effects the model leaves out) above DEVIANCE_HIGH, and a misfit beyond MISFIT_HIGH
   of the counts (``relative_misfit``): the model does not explain the data. At many counts per pixel a
@@ -167,27 +168,32 @@ def unsure_rotation_warning(chosen: ParallaxOrientation | OverlapOrientation, by
             f"{low:.2f} and {high:.2f}"]
 
 
-ROTATIONS_APART_DEG = 2.5  # the parallax's rotation, used, and a clear search's of its handedness this far apart is said
-# (seeds 70-79 of the calibration matrix, 68 files with both: the six whose rotation failed 2.8-6.7 apart, two of them
-# silent before; 3 of 62 passes newly warned, benchmarks/records/2026-12-04-rotations-apart.md)
+ROTATIONS_APART_DEG = 2.5  # the parallax's rotation and a clear search's of its handedness this far apart: the run starts
+# halfway and says so (seeds 70-80 of the calibration matrix: benchmarks/records/2026-12-04-rotations-apart.md)
 
 
-def rotations_apart_warning(parallax: ParallaxOrientation, searched: OverlapOrientation | None) -> list[str]:
-    """The warning for the bright-field parallax's scan rotation, the one used, and a clear Fourier regions' search
-    of the same handedness more than ROTATIONS_APART_DEG from it: two measures of one angle, and at least one is off
-    by degrees that its own standard error does not show (each error counts the noise, not how the sample's
-    structure pulls the measure, which on small rasters reaches degrees). The two angles in the parallax's frame."""
+def rotations_apart_deg(parallax: ParallaxOrientation, searched: OverlapOrientation | None) -> float | None:
+    """How far the bright-field parallax's scan rotation lies from a clear Fourier regions' search of the same
+    handedness (degrees, ``frame_difference``'s sense: the parallax's less the search's, in the parallax's flags),
+    where more than ROTATIONS_APART_DEG; None otherwise. Two measures of one angle that far apart: at least one is
+    off by more than its standard error says (each error counts the noise, not how the sample's structure pulls
+    the measure, which on small rasters reaches degrees at any dose)."""
     if searched is None or not searched.clear:
-        return []
+        return None
     mirrored, off = frame_difference(parallax.flags, parallax.rotation_deg, searched.flags, searched.rotation_deg)
-    if mirrored or not abs(off) > ROTATIONS_APART_DEG:
-        return []
-    angles = (parallax.rotation_deg, parallax.rotation_deg - off)
-    return [f"warning: the bright-field parallax and the Fourier regions' search put the scan rotation {abs(off):.1f} "
-            f"deg apart ({angles[0]:.2f}, used, and {angles[1]:.2f} deg): at least one of them is off by degrees, and "
-            "the run's refinement of the rotation seldom finishes the job, so the image may be turned by about as "
-            "much against the truth; set experiment.scan_rotation_deg if it is known, or compare runs started at "
-            f"experiment.scan_rotation_deg {angles[0]:.2f} and {angles[1]:.2f}"]
+    return None if mirrored or not abs(off) > ROTATIONS_APART_DEG else off
+
+
+def rotations_apart_warning(parallax: ParallaxOrientation, off_deg: float) -> list[str]:
+    """The warning for a parallax's rotation and a search's ``off_deg`` apart (``rotations_apart_deg``): the run
+    starts halfway between them; the two angles in the parallax's frame."""
+    ends = (parallax.rotation_deg, parallax.rotation_deg - off_deg)
+    return [f"warning: the bright-field parallax and the Fourier regions' search put the scan rotation {abs(off_deg):.1f} "
+            f"deg apart ({ends[0]:.2f} and {ends[1]:.2f} deg): at least one of them is off by more than its error "
+            f"says, so the run starts halfway, at {sum(ends) / 2:.2f} deg, and the image may be turned by up to "
+            f"{abs(off_deg) / 2:.1f} deg against the truth (the run's refinement of the rotation seldom finishes the "
+            "job); set experiment.scan_rotation_deg if it is known, or compare runs started at "
+            f"experiment.scan_rotation_deg {ends[0]:.2f} and {ends[1]:.2f}"]
 
 
 def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
