@@ -381,7 +381,7 @@ def test_a_parallax_and_a_search_apart_are_found_only_clear_same_handed_and_beyo
     assert rotations_apart_deg(parallax, search(-3.0)) == pytest.approx(3.0, abs=1e-9)
     (line,) = rotations_apart_warning(parallax, rotations_apart_deg(parallax, search(3.0)))
     assert "3.0 deg apart (10.00 and 13.00 deg)" in line and "starts halfway, at 11.50 deg" in line
-    assert "turned by up to 1.5 deg" in line and line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
+    assert "turned by about 1.5 deg" in line and line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
     assert rotations_apart_deg(parallax, search(ROTATIONS_APART_DEG - 0.05)) is None
     assert rotations_apart_deg(parallax, search(5.0, contrast=1.2)) is None  # not clear
     assert rotations_apart_deg(parallax, None) is None

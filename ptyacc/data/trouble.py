@@ -169,7 +169,7 @@ def unsure_rotation_warning(chosen: ParallaxOrientation | OverlapOrientation, by
 
 
 ROTATIONS_APART_DEG = 2.5  # the parallax's rotation and a clear search's of its handedness this far apart: the run starts
-# halfway and says so (seeds 70-80 of the calibration matrix: benchmarks/records/2026-12-04-rotations-apart.md)
+# halfway and says so (seeds 70-82 of the calibration matrix: benchmarks/records/2026-12-04-rotations-apart.md)
 
 
 def rotations_apart_deg(parallax: ParallaxOrientation, searched: OverlapOrientation | None) -> float | None:
@@ -190,9 +190,9 @@ def rotations_apart_warning(parallax: ParallaxOrientation, off_deg: float) -> li
     ends = (parallax.rotation_deg, parallax.rotation_deg - off_deg)
     return [f"warning: the bright-field parallax and the Fourier regions' search put the scan rotation {abs(off_deg):.1f} "
             f"deg apart ({ends[0]:.2f} and {ends[1]:.2f} deg): at least one of them is off by more than its error "
-            f"says, so the run starts halfway, at {sum(ends) / 2:.2f} deg, and the image may be turned by up to "
-            f"{abs(off_deg) / 2:.1f} deg against the truth (the run's refinement of the rotation seldom finishes the "
-            "job); set experiment.scan_rotation_deg if it is known, or compare runs started at "
+            f"says, so the run starts halfway, at {sum(ends) / 2:.2f} deg, and the image may be turned by about "
+            f"{abs(off_deg) / 2:.1f} deg against the truth, more if neither is right (the run's refinement of the "
+            "rotation seldom finishes the job); set experiment.scan_rotation_deg if it is known, or compare runs started at "
             f"experiment.scan_rotation_deg {ends[0]:.2f} and {ends[1]:.2f}"]
 
 
