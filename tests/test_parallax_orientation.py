@@ -134,15 +134,15 @@ def test_a_rotation_the_parallax_fixes_only_loosely_is_said(grid_simulator, tmp_
 
 
 @pytest.mark.parametrize("apart_deg", [1.0, -4.0, 4.0])
-def test_a_search_far_from_the_parallax_rotation_moves_the_start_halfway_and_is_said(grid_simulator, crystal, tmp_path,
-                                                                                      monkeypatch, apart_deg):
+def test_a_search_far_from_the_parallax_rotation_moves_the_start_towards_it_and_is_said(grid_simulator, crystal,
+                                                                                         tmp_path, monkeypatch, apart_deg):
     """The crystal's centre of mass is noise, so the Fourier regions' search checks the parallax's orientation. Its
     answer put (a clear peak of the same flags) 1 or 4 degrees either way from the parallax's rotation: at 4 the run
-    starts halfway, keeps it through the later parallax (whose rotation left would take it back), and says so with
-    both angles; at 1 the parallax's rotation is used and nothing is said."""
+    starts a quarter of the way to the search's, keeps it through the later parallax (whose rotation left would take
+    it back), and says so with both angles; at 1 the parallax's rotation is used and nothing is said."""
     from ptyacc.data import autocalibration
     from ptyacc.data.overlap_orientation import OverlapOrientation
-    from ptyacc.data.trouble import ROTATIONS_APART_DEG
+    from ptyacc.data.trouble import ROTATIONS_APART_DEG, SEARCH_SHARE
 
     assert 1.0 < ROTATIONS_APART_DEG < 4.0
     setting, _ = crystal
@@ -165,10 +165,10 @@ def test_a_search_far_from_the_parallax_rotation_moves_the_start_halfway_and_is_
         assert apart == []
         assert used == pytest.approx(parallax.rotation_deg, abs=0.3)  # the later parallax's correction, near 0
         return
-    assert used == pytest.approx(parallax.rotation_deg + apart_deg / 2, abs=1e-9)
-    assert any("rotation left" in line and "not taken: the rotation lies halfway" in line for line in data.checks)
+    assert used == pytest.approx(parallax.rotation_deg + SEARCH_SHARE * apart_deg, abs=1e-9)
+    assert any("rotation left" in line and "not taken: the rotation lies between" in line for line in data.checks)
     (line,) = apart
     ends = (parallax.rotation_deg, parallax.rotation_deg + apart_deg)
     assert f"{abs(apart_deg):.1f} deg apart ({ends[0]:.2f} and {ends[1]:.2f} deg)" in line
-    assert f"starts halfway, at {sum(ends) / 2:.2f} deg" in line
+    assert f"starts between them, at {parallax.rotation_deg + SEARCH_SHARE * apart_deg:.2f} deg" in line
     assert line.endswith(f"experiment.scan_rotation_deg {ends[0]:.2f} and {ends[1]:.2f}")

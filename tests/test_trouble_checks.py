@@ -363,11 +363,17 @@ def test_a_parallax_and_a_search_apart_are_found_only_clear_same_handed_and_beyo
     """rotations_apart_deg against frame_difference's known answers: the search given in other flags of the same
     handedness (transpose with flip_x is the identity turned by a quarter) is compared in the parallax's frame; a
     mirrored or unclear search, or one within ROTATIONS_APART_DEG, gives None. The warning names both angles and the
-    midpoint the run starts at."""
+    one between them the run starts at, a quarter of the way to the search's."""
     from ptyacc.data.orientation import frame_difference
     from ptyacc.data.overlap_orientation import OverlapOrientation
     from ptyacc.data.parallax_orientation import ParallaxOrientation
-    from ptyacc.data.trouble import ROTATIONS_APART_DEG, rotations_apart_deg, rotations_apart_warning
+    from ptyacc.data.trouble import (
+        ROTATIONS_APART_DEG,
+        SEARCH_SHARE,
+        blended_rotation_deg,
+        rotations_apart_deg,
+        rotations_apart_warning,
+    )
 
     parallax = ParallaxOrientation((False, False, False), 10.0, 120.0, 20.0, 0.3)
     quarter = (True, False, True)
@@ -380,8 +386,11 @@ def test_a_parallax_and_a_search_apart_are_found_only_clear_same_handed_and_beyo
     assert rotations_apart_deg(parallax, search(3.0)) == pytest.approx(-3.0, abs=1e-9)
     assert rotations_apart_deg(parallax, search(-3.0)) == pytest.approx(3.0, abs=1e-9)
     (line,) = rotations_apart_warning(parallax, rotations_apart_deg(parallax, search(3.0)))
-    assert "3.0 deg apart (10.00 and 13.00 deg)" in line and "starts halfway, at 11.50 deg" in line
-    assert "turned by about 1.5 deg" in line and line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
+    assert SEARCH_SHARE == 0.25  # the weights of typical errors of 0.4 and 0.7 degrees: 1/0.16 against 1/0.49
+    assert blended_rotation_deg(parallax, -3.0) == pytest.approx(10.75, abs=1e-12)
+    assert blended_rotation_deg(parallax, 3.0) == pytest.approx(9.25, abs=1e-12)
+    assert "3.0 deg apart (10.00 and 13.00 deg)" in line and "starts between them, at 10.75 deg" in line
+    assert "turned by 0.8 to 2.2 deg" in line and line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
     assert rotations_apart_deg(parallax, search(ROTATIONS_APART_DEG - 0.05)) is None
     assert rotations_apart_deg(parallax, search(5.0, contrast=1.2)) is None  # not clear
     assert rotations_apart_deg(parallax, None) is None

@@ -46,6 +46,7 @@ from ptyacc.data.trouble import (
     DEFOCUS_OFF,
     ROTATION_OFF_DEG,
     Unsettled,
+    blended_rotation_deg,
     com_warnings,
     far_defocus_warning,
     mirror_disagreement_warning,
@@ -90,9 +91,9 @@ class MeasuredOrientation:
     came with the orientation, ``defocus_A``, and what gave
     it, ``defocus_by`` (``BY_SEARCH``, ``BY_TRIALS``, or a guess's source; None where none did); and ``by_trials``
     whether trial reconstructions judged the orientation (the parallax's later correction of the rotation is then
-    not taken: at the counts that call for trials its groups hardly align); ``midway`` whether the rotation lies
-    halfway between the parallax's and a Fourier regions' search's that lay apart (nor is it taken then: it would
-    take the rotation back to the parallax's)."""
+    not taken: at the counts that call for trials its groups hardly align); ``blended`` whether the rotation lies
+    between the parallax's and a Fourier regions' search's that lay apart (``trouble.blended_rotation_deg``; nor is
+    it taken then: it would take the rotation back to the parallax's)."""
 
     flags: Flags
     rotation_deg: float
@@ -101,7 +102,7 @@ class MeasuredOrientation:
     defocus_by: str | None = None
     by_trials: bool = False  # trial reconstructions judged it (``reconstruction/trials.py``)
     tells_turn: bool = False
-    midway: bool = False  # the rotation halfway between the parallax's and a search's (``trouble.rotations_apart_deg``)
+    blended: bool = False  # the rotation between the parallax's and a search's (``trouble.blended_rotation_deg``)
 
 
 @dataclass(frozen=True)
@@ -523,7 +524,7 @@ class _Orienting:
     used: OrientationCandidate | None = None
     by_trials: bool = False
     by_search: bool = False
-    midway: bool = False  # the rotation halfway between the parallax's and a search's that lay apart
+    blended: bool = False  # the rotation between the parallax's and a search's that lay apart
 
 
 def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
@@ -580,14 +581,14 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
             _com_searched(state, searched, found)
     if rotation_auto:
         if chosen is not None and state.rotation_deg == chosen.rotation_deg and state.flags == chosen.flags:
-            # the parallax's rotation, as it measured it: halfway to a clear search of its handedness far from it
+            # the parallax's rotation, as it measured it; moved towards a clear search of its handedness far from it
             # (the calibration matrix's 16 such files of seeds 70-82: 11 pass against 9 at the parallax's angle)
             off = rotations_apart_deg(chosen, searched)
             if off is None:
                 state.warnings += unsure_rotation_warning(chosen)
             else:
-                state.rotation_deg, state.midway = chosen.rotation_deg - off / 2, True
-                state.line += f"; the rotation used lies halfway between the two: {state.rotation_deg:.2f} deg"
+                state.rotation_deg, state.blended = blended_rotation_deg(chosen, off), True
+                state.line += f"; the rotation used lies between the two: {state.rotation_deg:.2f} deg"
                 state.warnings += rotations_apart_warning(chosen, off)
         elif searched is not None and state.rotation_deg == searched.rotation_deg and state.flags == searched.flags:
             state.warnings += unsure_rotation_warning(searched, by="search")  # the search's, as it found it
@@ -612,7 +613,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
     return (experiment, transform,
             MeasuredOrientation(flags, state.rotation_deg, found.skew, defocus_A, defocus_by, state.by_trials,
-                                found.tells_turn, state.midway),
+                                found.tells_turn, state.blended),
             (state.line, *state.warnings))
 
 
@@ -876,13 +877,13 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
     degrees, the defocus that came with it, used
     where the parallax cannot tell, and whether trial reconstructions judged it, whose rotation is kept), what was
     measured and what to report."""
-    unsure_skew, given, by_trials, midway = None, None, False, False
+    unsure_skew, given, by_trials, blended = None, None, False, False
     if orientation is not None:
         unsure_skew, by_trials = None if orientation.tells_turn else orientation.skew, orientation.by_trials
-        midway = orientation.midway
+        blended = orientation.blended
         given = None if orientation.defocus_A is None else (float(orientation.defocus_A), orientation.defocus_by)
     found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, unsure_skew, depth_A, flags_measured,
-                                                given, by_trials, midway)
+                                                given, by_trials, blended)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -897,7 +898,7 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
                unsure_skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-               given: tuple[float, str] | None = None, by_trials: bool = False, midway: bool = False
+               given: tuple[float, str] | None = None, by_trials: bool = False, blended: bool = False
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
@@ -911,7 +912,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     the defocus that came with the orientation and what gave it (``BY_SEARCH`` or ``BY_TRIALS``), used where the
     parallax cannot tell or disagrees with it. An orientation judged ``by_trials`` (reconstructions) keeps its
     rotation, and takes no C12: the parallax's groups hardly align at the counts that call for trials. A rotation
-    ``midway`` between the parallax's and a search's keeps it too (the correction would take it back to the
+    ``blended`` between the parallax's and a search's keeps it too (the correction would take it back to the
     parallax's)."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
@@ -959,9 +960,9 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     if rotation_auto and by_trials:
         notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: trial reconstructions judged "
                   "the orientation")
-    elif rotation_auto and midway:
-        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: the rotation lies halfway "
-                  "between the parallax's and the Fourier regions' search's")
+    elif rotation_auto and blended:
+        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: the rotation lies between "
+                  "the parallax's and the Fourier regions' search's")
     elif rotation_auto:
         turn = found.rotation_left_deg
         if opposite and unsure_skew is not None:

@@ -18,8 +18,8 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   CURL_CLEAR, or the scan's halves more than ROTATION_OFF_DEG apart) where no parallax could tell them:
   the orientation may be wrong, and the run says so.
 - The parallax's scan rotation and a clear Fourier regions' search of the same handedness more than
-  ROTATIONS_APART_DEG apart: one of the two is off by more than its standard error says; the run starts halfway
-  between them and says so (``rotations_apart_warning``).
+  ROTATIONS_APART_DEG apart: one of the two is off by more than its standard error says; the run starts between
+  them, SEARCH_SHARE of the way to the search's, and says so (``rotations_apart_warning``).
 - The final Poisson deviance per counted pixel (about 1 for a model at the noise level, a little
   more for a detector's effects the model leaves out) above DEVIANCE_HIGH, and a misfit beyond MISFIT_HIGH
   of the counts (``relative_misfit``): the model does not explain the data. At many counts per pixel a
@@ -169,7 +169,9 @@ def unsure_rotation_warning(chosen: ParallaxOrientation | OverlapOrientation, by
 
 
 ROTATIONS_APART_DEG = 2.5  # the parallax's rotation and a clear search's of its handedness this far apart: the run starts
-# halfway and says so (seeds 70-82 of the calibration matrix: benchmarks/records/2026-12-04-rotations-apart.md)
+# between them and says so (seeds 70-82 of the calibration matrix: benchmarks/records/2026-12-04-rotations-apart.md)
+SEARCH_SHARE = 0.25  # of the way from the parallax's angle to the search's where they lie apart: the weight of the
+# search's by their inverse variances, from their typical errors where both are clear (0.4 and 0.7 degrees, 61 files)
 
 
 def rotations_apart_deg(parallax: ParallaxOrientation, searched: OverlapOrientation | None) -> float | None:
@@ -186,14 +188,23 @@ def rotations_apart_deg(parallax: ParallaxOrientation, searched: OverlapOrientat
 
 def rotations_apart_warning(parallax: ParallaxOrientation, off_deg: float) -> list[str]:
     """The warning for a parallax's rotation and a search's ``off_deg`` apart (``rotations_apart_deg``): the run
-    starts halfway between them; the two angles in the parallax's frame."""
+    starts SEARCH_SHARE of the way from the parallax's to the search's (``blended_rotation_deg``); the two angles
+    in the parallax's frame."""
     ends = (parallax.rotation_deg, parallax.rotation_deg - off_deg)
+    near, far = SEARCH_SHARE * abs(off_deg), (1 - SEARCH_SHARE) * abs(off_deg)
     return [f"warning: the bright-field parallax and the Fourier regions' search put the scan rotation {abs(off_deg):.1f} "
             f"deg apart ({ends[0]:.2f} and {ends[1]:.2f} deg): at least one of them is off by more than its error "
-            f"says, so the run starts halfway, at {sum(ends) / 2:.2f} deg, and the image may be turned by about "
-            f"{abs(off_deg) / 2:.1f} deg against the truth, more if neither is right (the run's refinement of the "
-            "rotation seldom finishes the job); set experiment.scan_rotation_deg if it is known, or compare runs started at "
-            f"experiment.scan_rotation_deg {ends[0]:.2f} and {ends[1]:.2f}"]
+            f"says, so the run starts between them, at {blended_rotation_deg(parallax, off_deg):.2f} deg (weighted by "
+            f"their typical errors), and the image may be turned by {near:.1f} to {far:.1f} deg against the truth, "
+            "more if neither is right (the run's refinement of the rotation seldom finishes the job); set "
+            "experiment.scan_rotation_deg if it is known, or compare runs started at experiment.scan_rotation_deg "
+            f"{ends[0]:.2f} and {ends[1]:.2f}"]
+
+
+def blended_rotation_deg(parallax: ParallaxOrientation, off_deg: float) -> float:
+    """The rotation a run starts at where the parallax's and a search's lie ``off_deg`` apart
+    (``rotations_apart_deg``): SEARCH_SHARE of the way from the parallax's to the search's, in the parallax's frame."""
+    return parallax.rotation_deg - SEARCH_SHARE * off_deg
 
 
 def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
