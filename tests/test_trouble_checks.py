@@ -390,7 +390,8 @@ def test_a_parallax_and_a_search_apart_are_found_only_clear_same_handed_and_beyo
     assert blended_rotation_deg(parallax, -3.0) == pytest.approx(10.75, abs=1e-12)
     assert blended_rotation_deg(parallax, 3.0) == pytest.approx(9.25, abs=1e-12)
     assert "3.0 deg apart (10.00 and 13.00 deg)" in line and "starts between them, at 10.75 deg" in line
-    assert "turned by 0.8 to 2.2 deg" in line and line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
+    assert "turned against the truth by 0.8 deg if the parallax is right, 2.2 if the search is" in line
+    assert line.endswith("experiment.scan_rotation_deg 10.00 and 13.00")
     assert rotations_apart_deg(parallax, search(ROTATIONS_APART_DEG - 0.05)) is None
     assert rotations_apart_deg(parallax, search(5.0, contrast=1.2)) is None  # not clear
     assert rotations_apart_deg(parallax, None) is None

@@ -195,8 +195,8 @@ def rotations_apart_warning(parallax: ParallaxOrientation, off_deg: float) -> li
     return [f"warning: the bright-field parallax and the Fourier regions' search put the scan rotation {abs(off_deg):.1f} "
             f"deg apart ({ends[0]:.2f} and {ends[1]:.2f} deg): at least one of them is off by more than its error "
             f"says, so the run starts between them, at {blended_rotation_deg(parallax, off_deg):.2f} deg (weighted by "
-            f"their typical errors), and the image may be turned by {near:.1f} to {far:.1f} deg against the truth, "
-            "more if neither is right (the run's refinement of the rotation seldom finishes the job); set "
+            f"their typical errors): the image may be turned against the truth by {near:.1f} deg if the parallax is "
+            f"right, {far:.1f} if the search is (the run's refinement of the rotation seldom finishes the job); set "
             "experiment.scan_rotation_deg if it is known, or compare runs started at experiment.scan_rotation_deg "
             f"{ends[0]:.2f} and {ends[1]:.2f}"]
 
