@@ -378,6 +378,7 @@ def test_a_parallax_and_a_search_apart_are_found_only_clear_same_handed_and_beyo
     parallax = ParallaxOrientation((False, False, False), 10.0, 120.0, 20.0, 0.3)
     quarter = (True, False, True)
     base = frame_difference(parallax.flags, 10.0, quarter, 0.0)[1]  # the search at 0 in those flags lies base from 10
+    assert abs(abs((base - 10.0 + 180.0) % 360.0 - 180.0) - 90.0) < 1e-9  # the same frame a quarter turn on
 
     def search(apart, flags=quarter, contrast=3.0):
         return OverlapOrientation(flags, base + apart, 120.0, contrast)  # apart degrees from the parallax
