@@ -877,13 +877,15 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
     degrees, the defocus that came with it, used
     where the parallax cannot tell, and whether trial reconstructions judged it, whose rotation is kept), what was
     measured and what to report."""
-    unsure_skew, given, by_trials, blended = None, None, False, False
+    unsure_skew, given, by_trials, kept = None, None, False, None
     if orientation is not None:
         unsure_skew, by_trials = None if orientation.tells_turn else orientation.skew, orientation.by_trials
-        blended = orientation.blended
+        kept = ("trial reconstructions judged the orientation" if by_trials else
+                "the rotation lies between the parallax's and the Fourier regions' search's" if orientation.blended
+                else None)
         given = None if orientation.defocus_A is None else (float(orientation.defocus_A), orientation.defocus_by)
     found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, unsure_skew, depth_A, flags_measured,
-                                                given, by_trials, blended)
+                                                given, by_trials, kept)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -898,7 +900,7 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
                unsure_skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-               given: tuple[float, str] | None = None, by_trials: bool = False, blended: bool = False
+               given: tuple[float, str] | None = None, by_trials: bool = False, rotation_kept: str | None = None
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
@@ -910,10 +912,10 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     parallax sees the probe's defocus at the sample's middle, ``depth_A`` below the entrance surface where
     the model's probe is defined (half the multislice model's propagated thickness), so that is added. ``given``:
     the defocus that came with the orientation and what gave it (``BY_SEARCH`` or ``BY_TRIALS``), used where the
-    parallax cannot tell or disagrees with it. An orientation judged ``by_trials`` (reconstructions) keeps its
-    rotation, and takes no C12: the parallax's groups hardly align at the counts that call for trials. A rotation
-    ``blended`` between the parallax's and a search's keeps it too (the correction would take it back to the
-    parallax's)."""
+    parallax cannot tell or disagrees with it. An orientation judged ``by_trials`` (reconstructions) takes no C12:
+    the parallax's groups hardly align at the counts that call for trials. ``rotation_kept``: why the orientation's
+    rotation is kept, its rotation left not taken (trials judged it, or it lies between the parallax's and a
+    search's, where the correction would take it back to the parallax's); None: the rotation left is added."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -957,12 +959,8 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
                                f"auto not applied: experiment.defocus_A: {reason}; {kept}", *warnings)
     middle, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * (middle + depth_A) < 0
-    if rotation_auto and by_trials:
-        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: trial reconstructions judged "
-                  "the orientation")
-    elif rotation_auto and blended:
-        notes += (f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: the rotation lies between "
-                  "the parallax's and the Fourier regions' search's")
+    if rotation_auto and rotation_kept:
+        notes += f"; its rotation left ({found.rotation_left_deg:+.2f} deg) not taken: {rotation_kept}"
     elif rotation_auto:
         turn = found.rotation_left_deg
         if opposite and unsure_skew is not None:
