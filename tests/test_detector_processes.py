@@ -34,11 +34,16 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
                               "descan_rms_px", "orientation_flags", "orientation_skew", "parallax_defocus_A",
                               "scan_rotation_deg"]
     for key in one[0]:
-        assert np.array_equal(one[0][key], two[0][key], equal_nan=True), key  # the coherence's defocus has no error
+        if key != "parallax_defocus_A":
+            assert np.array_equal(one[0][key], two[0][key], equal_nan=True), key
     assert one[2] == two[2] and abs(one[2] - 7.0) < 2.0
     # the real-space parallax cannot tell this small defocus on a 12 x 12 raster; the bright-field pixels'
-    # coherence gives it (data/overlap_orientation.py), the same on both
-    assert one[3] == two[3] and abs(one[3] - 40.0) < 6.0, one[3]
+    # coherence gives it (data/overlap_orientation.py), the same on both, and the run's trial reconstructions try it
+    # (its error NaN: no standard error). Each process's trials see the all-reduced loss; 1 and 2 processes' losses
+    # agree to about 1e-7, which moves the parabola's lowest point by about 1e-5 of the defocus
+    assert np.isnan(one[0]["parallax_defocus_A"][1]) and np.isnan(two[0]["parallax_defocus_A"][1])
+    assert one[0]["parallax_defocus_A"][0] == pytest.approx(two[0]["parallax_defocus_A"][0], rel=1e-4)
+    assert one[3] == pytest.approx(two[3], rel=1e-4) and abs(one[3] - 40.0) < 6.0, one[3]
     assert np.abs(one[1] - two[1]).max() < 1e-4
 
 

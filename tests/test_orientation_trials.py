@@ -4,6 +4,8 @@ candidates' frames against NumPy's rotation and flip matrices, the parabola's lo
 answer, and the trials on a few-count file of the independent simulator (benchmarks/grid/simulate.py), whose
 true frame is the check."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -168,8 +170,11 @@ def test_a_sure_parallax_of_the_search_s_handedness_keeps_its_rotation(faint, mo
     right = ParallaxOrientation((True, False, False), TRUE_ROTATION + 1.5, TRUE_DEFOCUS, 50.0)
     monkeypatch.setattr(autocalibration, "_parallax_oriented", lambda *args: right)
 
-    def judge(candidates):
-        raise AssertionError("no trials where the parallax and the search agree on the handedness")
+    def judge(candidates, turn=True, focus=True, modes=False):
+        # no trials of the orientation where the parallax and the search agree on the handedness; the defocus the
+        # coherence then measures (the shifts too large for the parallax's) is tried alone, in that orientation
+        assert len(candidates) == 1 and not turn and focus and modes
+        return Verdict(candidates[0], "the defocus tried")
 
     data = load_data(load_config(faint_config(faint)), judge=judge)
     autos = data.autos
@@ -446,3 +451,97 @@ def test_a_trial_fits_one_probe_mode_unless_the_probe_comes_from_a_file(tmp_path
     config = judge.trial_config(OrientationCandidate((True, False, False), 3.0, TRUE_DEFOCUS, "a peak"))
     assert config.model.probe_modes == (4 if from_file else 1)
     assert config.experiment.defocus_A == TRUE_DEFOCUS and config.experiment.scan_rotation_deg == 3.0
+
+
+def test_a_measured_defocus_s_trials_keep_the_run_s_modes_and_flips_about_zero(tmp_path):
+    """The trials of a defocus the Fourier regions' coherence measured (``modes``) fit the run's probe modes, and a
+    candidate's flips about the zero frequency reach its trial's preparation."""
+    from accelerate import Accelerator
+
+    from ptyacc.reconstruction.engine import reconstruct
+
+    raw = faint_config(tmp_path / "scan.h5")
+    raw["model"] = {"probe_modes": 4}
+    judge = OrientationTrials(load_config(raw), Accelerator(cpu=True), reconstruct)
+    candidate = OrientationCandidate((False, True, True), 3.0, TRUE_DEFOCUS, "the orientation used",
+                                     flip_about_zero=(False, True))
+    for modes, expected in ((False, 1), (True, 4)):
+        config = judge.trial_config(candidate, modes)
+        assert config.model.probe_modes == expected
+        assert list(config.data.transform.flip_about_zero) == [False, True]
+        assert (config.data.transform.transpose, config.data.transform.flip_y, config.data.transform.flip_x) == \
+            (False, True, True)
+
+
+SEARCHED_DEFOCUS = 170.0
+
+
+@pytest.fixture(scope="module")
+def wide_shift(grid_simulator, tmp_path_factory):
+    """A 16 x 16 raster, 170 A underfocus (the disk's edge pixels see the sample moved 9 steps: too far for the
+    parallax, whose defocus the Fourier regions' coherence then gives), a partly coherent beam (0.35 A source, 30 A
+    focal spread), 1e5 counts; the file's nominal defocus 200 A. Its orientation and rotation are given."""
+    path = tmp_path_factory.mktemp("focus") / "wide.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(
+        detector_px=48, scan_shape=(16, 16), scan_step_A=0.45, dose=1e5, defocus_A=SEARCHED_DEFOCUS, edge_mrad=50.0,
+        seed=2, source_size_A=0.35, focal_spread_A=30.0, nominal_defocus_A=200.0, transpose=True,
+        scan_rotation_deg=TRUE_ROTATION))
+    return path
+
+
+def wide_config(path, **transform) -> dict:
+    return {"data": {"path": str(path), "transform": {"orientation": "manual", "transpose": True, **transform}},
+            "experiment": {"scan_rotation_deg": TRUE_ROTATION, "defocus_A": "auto", "scan_step_A": 0.45},
+            "model": {"probe_modes": 4}, "optim": {"iterations": 6}, "runtime": {"progress": False, "threads": 1}}
+
+
+def searched_defocus_A(checks) -> float:
+    """The defocus the Fourier regions' coherence gave, from its line."""
+    import re
+
+    said = [line for line in checks if "A of the Fourier regions' coherence" in line]
+    return float(re.search(r"the defocus ([-0-9.]+) A of the Fourier regions' coherence", said[-1]).group(1))
+
+
+@pytest.mark.slow
+def test_a_defocus_the_coherence_measured_goes_to_the_judge_with_the_orientation_used(wide_shift):
+    """Where the parallax cannot tell the defocus and the coherence of the prepared patterns gives it, the judge
+    tries that defocus alone (no turn, the run's probe modes) in the orientation and rotation used, and its choice is
+    the run's, with a warning where it is unsettled; without a judge the line says what ``ptyacc run`` will do, or,
+    with the trials off, that the coherence's defocus is kept."""
+    asked = []
+
+    def judge(candidates, **how):
+        asked.append((candidates, how))
+        return Verdict(dataclasses.replace(candidates[0], defocus_A=171.0), "judged", None, None,
+                       (Unsettled("defocus", "171.0 A", "experiment.defocus_A"),))
+
+    data = load_data(load_config(wide_config(wide_shift)), judge=judge)
+    assert len(asked) == 1 and asked[0][1] == {"turn": False, "focus": True, "modes": True}
+    (candidate,) = asked[0][0]
+    assert candidate.flags == (True, False, False) and candidate.rotation_deg == TRUE_ROTATION
+    assert candidate.flip_about_zero == (False, False)
+    assert candidate.defocus_A == pytest.approx(searched_defocus_A(data.checks), abs=0.05)
+    assert -data.aberrations["C10"] == 171.0 and "judged" in data.checks
+    assert any(line.startswith("warning:") and "experiment.defocus_A" in line for line in data.checks)
+
+    alone = load_data(load_config(wide_config(wide_shift)))
+    assert -alone.aberrations["C10"] == pytest.approx(candidate.defocus_A)
+    assert any("ptyacc run tries it by short reconstructions" in line for line in alone.checks)
+    off = load_data(load_config(wide_config(wide_shift, orientation_trials=0)))
+    assert any("kept: data.transform.orientation_trials is 0" in line for line in off.checks)
+
+
+@pytest.mark.slow
+def test_the_trials_bring_the_coherence_s_low_defocus_to_the_truth(wide_shift):
+    """The coherence reads this partly coherent file's defocus low (0.87 of the truth measured); the trials with the
+    run's four probe modes take it within 3 % (0.998 measured; with one mode 1.013)."""
+    from accelerate import Accelerator
+
+    from ptyacc.reconstruction.engine import reconstruct
+
+    config = load_config(wide_config(wide_shift))
+    data = load_data(config, judge=OrientationTrials(config, Accelerator(cpu=True), reconstruct))
+    assert searched_defocus_A(data.checks) < 0.92 * SEARCHED_DEFOCUS
+    assert -data.aberrations["C10"] == pytest.approx(SEARCHED_DEFOCUS, rel=0.03)
+    assert any("its defocus scaled by" in line for line in data.checks)

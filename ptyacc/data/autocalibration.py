@@ -3,8 +3,9 @@
 its grid, the calibration (``calibration.calibrate``), the bad pixels, the scan rotation and the patterns'
 transpose/flip (centre of mass, ``orientation.py``; the bright-field parallax, ``parallax_orientation.py``;
 the Fourier regions' coherence, ``overlap_orientation.py``), the flips about the zero frequency, the
-preparation that follows, the descan, the defocus (parallax, ``parallax.py``, or coherence), and the
-checks of values given against the data (``trouble.py``, ``sanity.py``).
+preparation that follows, the descan, the defocus (parallax, ``parallax.py``, or coherence, which ``ptyacc run``'s
+trial reconstructions then try: ``_focus_tried``), and the checks of values given against the data
+(``trouble.py``, ``sanity.py``).
 
 What the autos found and decided is one record, ``AutoCalibration``: it gives results.h5's ``/detector``
 arrays, the run's config with the numbers in place of the autos (``in_config``) and the ``auto_values`` that
@@ -125,12 +126,14 @@ class MeasuredDescan:
 @dataclass(frozen=True)
 class MeasuredDefocus:
     """``experiment.defocus_A: auto``: the defocus used (Å, = -C10, at the model's entrance surface) with its
-    standard error (NaN where the Fourier regions' coherence gave it), and the ``parallax`` measurement it
-    came from (None for the coherence's)."""
+    standard error (NaN where the Fourier regions' coherence or trials gave it), the ``parallax`` measurement it
+    came from (None for the coherence's), and whether the coherence of the prepared patterns gave it
+    (``searched``: the parallax could not tell; ``_focus_tried`` then has trials try it)."""
 
     defocus_A: float
     error_A: float
     parallax: Parallax | None = None
+    searched: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,13 +142,15 @@ class OrientationCandidate:
     scan rotation ``rotation_deg`` and the defocus that goes with them, ``defocus_A`` (the Fourier regions'
     search's, or for the centre of mass's or parallax's guess the parallax's or the nominal one; None where none
     is known: then measured as for any other orientation); ``found_by`` names the measurement, ``defocus_by`` what
-    gave the defocus."""
+    gave the defocus; ``flip_about_zero`` (y, x) the flips that turn about the zero frequency where the centre's
+    place decided them already (the trials of a measured defocus, ``_focus_tried``)."""
 
     flags: Flags
     rotation_deg: float
     defocus_A: float | None
     found_by: str
     defocus_by: str | None = BY_SEARCH
+    flip_about_zero: tuple[bool, bool] = (False, False)
 
     def line(self) -> str:
         t, fy, fx = self.flags
@@ -493,6 +498,10 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
             data.transform.orientation == "auto")
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
+        if defocus is not None and defocus.searched:
+            calibration, defocus, lines = _focus_tried(judge, data.transform.orientation_trials == 0, experiment,
+                                                       calibration, prep, about, defocus)
+            defocus_said += lines
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
         defocus_said = _parallax_checked(calibration, read, rotation_auto, data.transform.orientation == "auto",
                                          flags_confirmed)
@@ -502,6 +511,36 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
                             descan=descan, defocus=defocus, asked=asked_autos(config),
                             descan_model="ramp" if descan_left_to_model(config) else "shift")
     return Calibrated(experiment, calibration, prep, prepare, mask, dx_A, read_from, reopen, found, said, defocus_said)
+
+
+def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration, prep: Preparation,
+                 about: tuple[bool, bool] | None, defocus: MeasuredDefocus
+                 ) -> tuple[Calibration, MeasuredDefocus, tuple[str, ...]]:
+    """The defocus the Fourier regions' coherence of the prepared patterns gave where the parallax could not tell
+    (``defocus``, ``searched``) tried by ``judge``'s short reconstructions, scaled FOCUS_STEP apart, in the orientation
+    and scan rotation used and with the run's probe modes (``reconstruction/trials.py``): the calibration with the
+    defocus the trials take, that defocus, and run.log's lines (a warning where the trials' loss still fell at the
+    last scale tried). The coherence reads low on small rasters, by 10-15 % with a partly coherent beam; a single
+    mode's trials take such a defocus 4-14 % high (the mode widens to stand in for the others). On the calibration
+    matrix's 55 files whose defocus the coherence gave: the defocus within 5 % of the truth on 45 against 31 (one mode
+    in the trials: 38), over 10 % off on 7 against 13; 50 pass against 48 (one mode: 48), none lost; the runs' CPU
+    time 55 % more (benchmarks/records/2026-12-04-search-defocus-tried.md). The trials prepare the patterns
+    as the run does, with the flips about the zero frequency ``about`` (y, x; None: none). Without a judge (``ptyacc
+    init``, or ``data.transform.orientation_trials: 0``: ``trials_off``) the coherence's defocus stands, and the line
+    says so."""
+    if judge is None:
+        kept = ("kept: data.transform.orientation_trials is 0" if trials_off else
+                "ptyacc run tries it by short reconstructions (data.transform.orientation_trials)")
+        return calibration, defocus, (f"the defocus {defocus.defocus_A:.1f} A of {BY_SEARCH}: {kept}",)
+    tried = OrientationCandidate((prep.transpose, prep.flip_y, prep.flip_x), float(experiment.scan_rotation_deg),
+                                 float(defocus.defocus_A), "the orientation used",
+                                 flip_about_zero=(False, False) if about is None else about)
+    verdict = judge([tried], turn=False, focus=True, modes=True)
+    taken = float(verdict.taken.defocus_A)
+    calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-taken),
+                                      values=dict(calibration.values, defocus_A=taken))
+    return (calibration, MeasuredDefocus(taken, np.nan),
+            (verdict.said, *(trials_unsettled_warning(one) for one in verdict.unsettled)))
 
 
 def _descanned_reopen(reopen: Callable[[], object], descan: MeasuredDescan, mask: np.ndarray | None
@@ -946,7 +985,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     if not usable and given is not None:
         defocus = given[0] + depth_A
         with_orientation = "" if given[1] == BY_SEARCH and searched_A is not None else " (with the orientation)"
-        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan), (
+        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched=not with_orientation), (
             f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
             f"{defocus:.1f} A of {given[1]}{with_orientation} is used"
             f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",

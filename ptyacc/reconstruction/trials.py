@@ -18,7 +18,10 @@ taken and the run warns (``Verdict.unsettled``): it is not a minimum. The search
 small rasters, the more so with a partly coherent beam (the images' finite field mixes each frequency
 with lower ones: 0.93 of the truth on 16 x 16 coherent positions of the independent simulator, 0.88 with
 a 0.35 Å source): where the defocus is auto and the search gave it, it is tried the same way at scales
-FOCUS_STEP apart (the trials then tend to take it a few percent high). Every process runs the same trials
+FOCUS_STEP apart (the trials then tend to take it a few percent high). So is the defocus the coherence of the
+prepared patterns gives where the parallax cannot tell (``autocalibration._focus_tried``: the orientation and
+rotation decided, one candidate), with the run's probe modes rather than one (``modes``): a single mode widens
+to stand in for a partly coherent beam's others, as a larger defocus does. Every process runs the same trials
 in the same order (the loss is the all-reduced one), so all take the same.
 
 Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
@@ -67,14 +70,15 @@ class OrientationTrials:
         # {flags: (the candidate read, its dataset)}: the best candidate's so far and the last one read
         self.read: dict[tuple, tuple] = {}
         self.reads = 0  # datasets read and calibrated (one per candidate orientation)
+        self.modes = False  # this call's trials with the run's probe modes (``__call__``)
 
-    def trial_config(self, candidate) -> Config:
+    def trial_config(self, candidate, modes: bool = False) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
-        auto) defocus given, ``iterations`` iterations, one probe mode (unless the probe comes from a file), nothing
-        written and no trials of its own."""
+        auto) defocus given, ``iterations`` iterations, one probe mode (unless the probe comes from a file, or
+        ``modes``: the run's), nothing written and no trials of its own."""
         t, fy, fx = (bool(flag) for flag in candidate.flags)
         values = {"data.transform.orientation": "manual", "data.transform.transpose": t, "data.transform.flip_y": fy,
-                  "data.transform.flip_x": fx, "data.transform.flip_about_zero": [False, False],
+                  "data.transform.flip_x": fx, "data.transform.flip_about_zero": list(candidate.flip_about_zero),
                   "data.transform.orientation_trials": 0,
                   "experiment.scan_rotation_deg": float(candidate.rotation_deg),
                   "optim.iterations": self.iterations, "optim.validation_fraction": 0.0, "output.figures": False,
@@ -82,7 +86,7 @@ class OrientationTrials:
                   "runtime.progress": False}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
-        if self.config.model.probe_init is None:  # further modes would absorb part of a wrong defocus or rotation
+        if self.config.model.probe_init is None and not modes:  # more modes absorb part of a wrong defocus or rotation
             values["model.probe_modes"] = 1
         return with_values(self.config, values)
 
@@ -108,15 +112,18 @@ class OrientationTrials:
         return dataclasses.replace(data, positions_A=positions_A, aberrations=aberrations)
 
     def loss(self, candidate) -> float:
-        """The data term after ``iterations`` iterations in ``candidate``'s orientation."""
-        config = self.trial_config(candidate)
+        """The data term after ``iterations`` iterations in ``candidate``'s orientation (with the run's probe modes
+        where the call asked for them, ``modes``)."""
+        config = self.trial_config(candidate, self.modes)
         run = self.reconstruct(config, self.accelerator, data=self.dataset(candidate, config), write=False, quiet=True)
         return float(run.loss[-1])
 
-    def __call__(self, candidates: list, turn: bool = True, focus: bool = True) -> Verdict:
+    def __call__(self, candidates: list, turn: bool = True, focus: bool = True, modes: bool = False) -> Verdict:
         """The candidate (``autocalibration.OrientationCandidate``) whose trial ends lowest; then, with ``turn``,
         its scan rotation refined by trials TURN_DEG apart, and with ``focus`` (where it has a defocus and the
-        defocus is auto) its defocus by trials FOCUS_STEP apart in scale; and run.log's line."""
+        defocus is auto) its defocus by trials FOCUS_STEP apart in scale; and run.log's line. ``modes``: every trial
+        with the run's probe modes, not one (a partly coherent beam's other modes then take their share of the
+        counts, which a single mode's defocus otherwise widens to take)."""
         from accelerate.utils import set_seed
 
         if self.accelerator.is_main_process:  # minutes may pass before the run's own lines: say why
@@ -124,7 +131,7 @@ class OrientationTrials:
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
             print(f"ptyacc: the data leave {what} uncertain: trying them by short reconstructions of "
                   f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
-        losses = []
+        losses, self.modes = [], modes
         for candidate in candidates:
             losses.append(self.loss(candidate))
             # the best one's dataset is what the rotation's and defocus's trials turn and refocus
@@ -159,7 +166,7 @@ class OrientationTrials:
             chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=BY_TRIALS)
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
             unsettled += [] if settled else [Unsettled("defocus", f"{chosen.defocus_A:.1f} A", "experiment.defocus_A")]
-        self.read = {}  # the run reads its own
+        self.read, self.modes = {}, False  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
                        tuple(unsettled))
