@@ -83,6 +83,15 @@ def test_the_record_gives_the_detector_arrays_in_their_dtypes():
     tried = dataclasses.replace(found, orientation=MeasuredOrientation((True, False, False), 9.5, -0.3, 104.0,
                                                                        BY_TRIALS, by_trials=True)).detector_arrays()
     assert "overlap_defocus_A" not in tried and float(tried["trials_defocus_A"]) == 104.0
+    # the coherence of the prepared patterns gave the defocus (the parallax could not) and the run's trials moved it:
+    # both kept, beside the defocus used
+    focused = dataclasses.replace(found, orientation=None, defocus=MeasuredDefocus(110.0, np.nan, searched_A=100.0,
+                                                                                  tried=True)).detector_arrays()
+    assert list(focused)[-3:] == ["parallax_defocus_A", "overlap_defocus_A", "trials_defocus_A"]
+    assert float(focused["overlap_defocus_A"]) == 100.0 and float(focused["trials_defocus_A"]) == 110.0
+    assert focused["parallax_defocus_A"][0] == 110.0 and np.isnan(focused["parallax_defocus_A"][1])
+    kept = dataclasses.replace(found, orientation=None, defocus=MeasuredDefocus(100.0, np.nan, searched_A=100.0))
+    assert "trials_defocus_A" not in kept.detector_arrays()
 
 
 def _record(asked: frozenset[str]) -> AutoCalibration:

@@ -31,10 +31,10 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
               "output": {"figures": False}}
     one, two = on_one_and_two(tmp_path, config)
     assert sorted(one[0]) == ["bad_pixels", "descan_in_model", "descan_per_position", "descan_plane", "descan_px",
-                              "descan_rms_px", "orientation_flags", "orientation_skew", "parallax_defocus_A",
-                              "scan_rotation_deg"]
+                              "descan_rms_px", "orientation_flags", "orientation_skew", "overlap_defocus_A",
+                              "parallax_defocus_A", "scan_rotation_deg", "trials_defocus_A"]
     for key in one[0]:
-        if key != "parallax_defocus_A":
+        if key not in ("parallax_defocus_A", "trials_defocus_A"):
             assert np.array_equal(one[0][key], two[0][key], equal_nan=True), key
     assert one[2] == two[2] and abs(one[2] - 7.0) < 2.0
     # the real-space parallax cannot tell this small defocus on a 12 x 12 raster; the bright-field pixels'
@@ -43,6 +43,7 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
     # agree to about 1e-7, which moves the parabola's lowest point by about 1e-5 of the defocus
     assert np.isnan(one[0]["parallax_defocus_A"][1]) and np.isnan(two[0]["parallax_defocus_A"][1])
     assert one[0]["parallax_defocus_A"][0] == pytest.approx(two[0]["parallax_defocus_A"][0], rel=1e-4)
+    assert float(one[0]["trials_defocus_A"]) == pytest.approx(float(two[0]["trials_defocus_A"]), rel=1e-4)
     assert one[3] == pytest.approx(two[3], rel=1e-4) and abs(one[3] - 40.0) < 6.0, one[3]
     assert np.abs(one[1] - two[1]).max() < 1e-4
 

@@ -523,11 +523,15 @@ def test_a_defocus_the_coherence_measured_goes_to_the_judge_with_the_orientation
     assert candidate.flip_about_zero == (False, False)
     assert candidate.defocus_A == pytest.approx(searched_defocus_A(data.checks), abs=0.05)
     assert -data.aberrations["C10"] == 171.0 and "judged" in data.checks
+    # results.h5's /detector keeps both: what the coherence read and what the trials took
+    assert float(data.detector["overlap_defocus_A"]) == candidate.defocus_A
+    assert float(data.detector["trials_defocus_A"]) == 171.0
     assert any(line.startswith("warning:") and "experiment.defocus_A" in line for line in data.checks)
 
     alone = load_data(load_config(wide_config(wide_shift)))
     assert -alone.aberrations["C10"] == pytest.approx(candidate.defocus_A)
     assert any("ptyacc run tries it by short reconstructions" in line for line in alone.checks)
+    assert "trials_defocus_A" not in alone.detector and float(alone.detector["overlap_defocus_A"]) == candidate.defocus_A
     off = load_data(load_config(wide_config(wide_shift, orientation_trials=0)))
     assert any("kept: data.transform.orientation_trials is 0" in line for line in off.checks)
 

@@ -33,8 +33,10 @@ class TransformConfig:
                 "Fourier regions' search finds no clear peak), ptyacc run tells the candidate orientations (with their "
                 "scan rotation and defocus) apart by a short reconstruction of each, this many iterations, and takes "
                 "the one whose data term ends lowest; then the same way its scan rotation (where the search's peak is "
-                "broad) and the search's defocus (with defocus_A: auto); run.log lists every trial. 0: none (the "
-                "guess, with a warning). auto: 6. ptyacc init and info only warn.")
+                "broad) and the search's defocus (with defocus_A: auto); run.log lists every trial. The same way, with "
+                "the run's probe modes, the defocus the Fourier regions' coherence gives where the parallax cannot "
+                "(shifts too large for the raster). 0: none (the guess, with a warning; the coherence's defocus kept). "
+                "auto: 6. ptyacc init and info only warn.")
     transpose: bool = _f(False, "Swap the ky and kx axes of each pattern.")
     flip_y: bool = _f(False, "Reverse the ky (row) axis of each pattern.")
     flip_x: bool = _f(False, "Reverse the kx (column) axis of each pattern.")

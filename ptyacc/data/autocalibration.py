@@ -127,13 +127,15 @@ class MeasuredDescan:
 class MeasuredDefocus:
     """``experiment.defocus_A: auto``: the defocus used (Å, = -C10, at the model's entrance surface) with its
     standard error (NaN where the Fourier regions' coherence or trials gave it), the ``parallax`` measurement it
-    came from (None for the coherence's), and whether the coherence of the prepared patterns gave it
-    (``searched``: the parallax could not tell; ``_focus_tried`` then has trials try it)."""
+    came from (None for the coherence's); ``searched_A`` the coherence of the prepared patterns' reading where it gave
+    the defocus (the parallax could not tell; ``_focus_tried`` then has trials try it), and ``tried`` whether trial
+    reconstructions chose ``defocus_A`` from it."""
 
     defocus_A: float
     error_A: float
     parallax: Parallax | None = None
-    searched: bool = False
+    searched_A: float | None = None
+    tried: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,10 @@ class AutoCalibration:
                 arrays["descan_in_model"] = np.bool_(True)
         if self.defocus is not None:
             arrays["parallax_defocus_A"] = np.array([self.defocus.defocus_A, self.defocus.error_A])
+            if self.defocus.searched_A is not None:  # the coherence gave it (no orientation's defocus was used then)
+                arrays["overlap_defocus_A"] = np.float64(self.defocus.searched_A)
+            if self.defocus.tried:
+                arrays["trials_defocus_A"] = np.float64(self.defocus.defocus_A)
             found = self.defocus.parallax
             if found is not None:
                 arrays.update(parallax_c12_A=np.array([found.c12a_A, found.c12b_A, found.c12_error_A]),
@@ -498,7 +504,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
             data.transform.orientation == "auto")
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
-        if defocus is not None and defocus.searched:
+        if defocus is not None and defocus.searched_A is not None:
             calibration, defocus, lines = _focus_tried(judge, data.transform.orientation_trials == 0, experiment,
                                                        calibration, prep, about, defocus)
             defocus_said += lines
@@ -517,7 +523,7 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
                  about: tuple[bool, bool] | None, defocus: MeasuredDefocus
                  ) -> tuple[Calibration, MeasuredDefocus, tuple[str, ...]]:
     """The defocus the Fourier regions' coherence of the prepared patterns gave where the parallax could not tell
-    (``defocus``, ``searched``) tried by ``judge``'s short reconstructions, scaled FOCUS_STEP apart, in the orientation
+    (``defocus``, its ``searched_A``) tried by ``judge``'s short reconstructions, scaled FOCUS_STEP apart, in the orientation
     and scan rotation used and with the run's probe modes (``reconstruction/trials.py``): the calibration with the
     defocus the trials take, that defocus, and run.log's lines (a warning where the trials' loss still fell at the
     last scale tried). The coherence reads low on small rasters, by 10-15 % with a partly coherent beam; a single
@@ -539,7 +545,7 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
     taken = float(verdict.taken.defocus_A)
     calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-taken),
                                       values=dict(calibration.values, defocus_A=taken))
-    return (calibration, MeasuredDefocus(taken, np.nan),
+    return (calibration, MeasuredDefocus(taken, np.nan, searched_A=defocus.searched_A, tried=True),
             (verdict.said, *(trials_unsettled_warning(one) for one in verdict.unsettled)))
 
 
@@ -985,7 +991,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     if not usable and given is not None:
         defocus = given[0] + depth_A
         with_orientation = "" if given[1] == BY_SEARCH and searched_A is not None else " (with the orientation)"
-        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched=not with_orientation), (
+        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched_A=None if with_orientation else defocus), (
             f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
             f"{defocus:.1f} A of {given[1]}{with_orientation} is used"
             f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
