@@ -351,9 +351,10 @@ def test_one_and_two_processes_take_the_same_orientation_by_trials(faint, tmp_pa
 
 
 @pytest.mark.parametrize("lowest_defocus_A", [-88.0, -100.0, -118.0])
-def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A):
+def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A, capsys):
     judge = _Bowl(2.0, lowest_defocus_A)
     verdict = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
+    assert "the data leave the defocus uncertain: trying it by short" in capsys.readouterr().err
     taken, said = verdict.taken, verdict.said
     assert taken.rotation_deg == 0.0 and taken.defocus_A == pytest.approx(lowest_defocus_A, rel=1e-9)
     assert "its scan rotation" not in said and f"{lowest_defocus_A:.1f} A is used" in said

@@ -129,7 +129,8 @@ class OrientationTrials:
         if self.accelerator.is_main_process:  # minutes may pass before the run's own lines: say why
             what = (f"{len(candidates)} candidate orientations" if len(candidates) > 1 else
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
-            print(f"ptyacc: the data leave {what} uncertain: trying them by short reconstructions of "
+            them = "them" if len(candidates) > 1 or turn and focus else "it"
+            print(f"ptyacc: the data leave {what} uncertain: trying {them} by short reconstructions of "
                   f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
         losses, self.modes = [], modes
         for candidate in candidates:
