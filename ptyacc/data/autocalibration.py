@@ -543,9 +543,8 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
                                  flip_about_zero=(False, False) if about is None else about)
     verdict = judge([tried], turn=False, focus=True, modes=True)
     taken = float(verdict.taken.defocus_A)
-    calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C10=-taken),
-                                      values=dict(calibration.values, defocus_A=taken))
-    return (calibration, MeasuredDefocus(taken, np.nan, searched_A=defocus.searched_A, tried=True),
+    return (_with_aberrations(calibration, {"C10": -taken}),
+            MeasuredDefocus(taken, np.nan, searched_A=defocus.searched_A, tried=True),
             (verdict.said, *(trials_unsettled_warning(one) for one in verdict.unsettled)))
 
 
@@ -937,10 +936,15 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
         calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
         calibration.sources["scan_rotation_deg"] = "fitted"
     if found:
-        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, **found),
-                                          values=dict(calibration.values, defocus_A=-found["C10"]),
-                                          sources=dict(calibration.sources, defocus_A="fitted"))
+        calibration = _with_aberrations(calibration, found)
     return experiment, calibration, defocus, said
+
+
+def _with_aberrations(calibration: Calibration, found: dict[str, float]) -> Calibration:
+    """``calibration`` with the aberrations ``found`` (C10 among them) measured from the data: the defocus fitted."""
+    return dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, **found),
+                               values=dict(calibration.values, defocus_A=-found["C10"]),
+                               sources=dict(calibration.sources, defocus_A="fitted"))
 
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
@@ -990,8 +994,9 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         given = None if searched_A is None else (searched_A, BY_SEARCH)
     if not usable and given is not None:
         defocus = given[0] + depth_A
-        with_orientation = "" if given[1] == BY_SEARCH and searched_A is not None else " (with the orientation)"
-        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched_A=None if with_orientation else defocus), (
+        searched = given[1] == BY_SEARCH and searched_A is not None  # the prepared patterns' coherence, just now
+        with_orientation = "" if searched else " (with the orientation)"
+        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched_A=defocus if searched else None), (
             f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
             f"{defocus:.1f} A of {given[1]}{with_orientation} is used"
             f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
