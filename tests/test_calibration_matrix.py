@@ -162,6 +162,29 @@ def test_the_table_takes_the_truth_as_reference_where_auto_found_the_mirror(tmp_
     assert "0.310 (mirrored: truth) | -0.010 | pass" in row
 
 
+def test_the_table_of_a_fresh_draw_without_truth_runs_counts_the_told_runs(tmp_path):
+    """``--runs auto told`` (how fresh draws are run): no truth run, so the told runs are the reference; a mirrored
+    auto run, which has no told run and no truth run to compare with, is a failure."""
+    import json
+
+    cases = matrix.cases(54)[:3]
+    (tmp_path / "results").mkdir()
+    runs = {(cases[0].name, "auto"): 0.30, (cases[0].name, "told"): None,
+            (cases[1].name, "auto"): 0.80, (cases[1].name, "told"): 0.81,
+            (cases[2].name, "auto"): 0.70, (cases[2].name, "told"): 0.75}
+    for (name, variant), value in runs.items():
+        record = {"case": name, "variant": variant, "warnings": [], "ncc": value, "seconds": 1.0}
+        if value is None:
+            record = {"case": name, "variant": variant, "warnings": [], "skipped": "the auto run found the mirror"}
+        (tmp_path / "results" / f"{name}__{variant}.json").write_text(json.dumps(record))
+    table = matrix.summary(tmp_path, cases)
+    assert "1 of 3 pass (33 %)" in table and "cases pass" not in table
+    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| h54-")}
+    assert "- (mirrored) | - | **fail**" in rows[cases[0].name]
+    assert "0.810 | -0.010 | pass" in rows[cases[1].name]
+    assert "0.750 | -0.050 | **fail**" in rows[cases[2].name]
+
+
 def test_another_seed_draws_fresh_cases_of_the_same_distribution(capsys):
     """The default seed keeps the matrix's 64 cases (c00 as it was drawn); another seed draws 64 cases that share
     no name and no simulation seed with them, each dimension taking its values as often as in the matrix (the

@@ -630,22 +630,27 @@ def summary(cache: Path, chosen: list[Case]) -> str:
         auto, truth, told = load(case, "auto"), load(case, "truth"), load(case, "told")
         for record in (auto, truth, told):
             seconds += (record or {}).get("seconds") or 0.0
-        if auto is None or truth is None:
+        if auto is None or (truth is None and told is None):
             continue
-        total += 1
         mirrored = told is not None and bool(told.get("skipped"))
         if mirrored:  # no frame of auto's flags holds the truth: the truth's own run is the reference
-            told = {**truth, "variant": "truth"}
+            told = {**truth, "variant": "truth"} if truth is not None else None
         ok, told_ok = within(auto, truth), within(auto, told)
-        passed += bool(ok)
-        if told is not None:
+        if mirrored and truth is None:  # a mirrored image, and no run of the truth ran to compare it with (--runs
+            told_ok = False  # auto told): a failure, as a mirrored image is whatever its NCC
+        if truth is not None:
+            total += 1
+            passed += bool(ok)
+        if told is not None or mirrored:
             told_total += 1
             told_passed += bool(told_ok)
         found = _found(case, auto, truth)
+        told_cell = (f"{ncc(told)} (mirrored: truth)" if told is not None else "- (mirrored)") if mirrored else ncc(told)
         rows.append(f"| {case.name} | {case.describe()} | {ncc(auto)} | {ncc(truth)} | {less(auto, truth)} | "
-                    f"{verdict(ok)} | {ncc(told)}{' (mirrored: truth)' if mirrored else ''} | {less(auto, told)} | "
+                    f"{verdict(ok)} | {told_cell} | {less(auto, told)} | "
                     f"{verdict(told_ok)} | {len(auto['warnings'])} | {found or auto.get('error', '')[:60]} |")
-    head = [f"{passed} of {total} cases pass ({100 * passed / max(total, 1):.0f} %): auto within {PASS_MARGIN} of truth.",
+    head = [f"{passed} of {total} cases pass ({100 * passed / max(total, 1):.0f} %): auto within {PASS_MARGIN} of truth."
+            if total else "No run of the truth (--runs without truth): the told runs are the reference.",
             f"{told_passed} of {told_total} pass ({100 * told_passed / max(told_total, 1):.0f} %) against the truth "
             "told in the frame auto chose (told; where auto found the mirror no frame of its flags holds the truth, and "
             "the truth's own run is the reference).", ""]
@@ -668,7 +673,7 @@ def summary(cache: Path, chosen: list[Case]) -> str:
     return "\n".join(head + rows + wrong_rows + tail) + "\n"
 
 
-def _found(case: Case, auto: dict, truth: dict) -> str:
+def _found(case: Case, auto: dict, truth: dict | None) -> str:
     """The calibration the auto run used against the truth: the angle its frame is turned by (after
     the quarter turns) at the start and, where the run refined its scan rotation, at the end, the defocus
     (measured, or the file's where nothing measured it), and any other auto (the loss, say) that came out
@@ -684,7 +689,7 @@ def _found(case: Case, auto: dict, truth: dict) -> str:
     said += (f", defocus {defocus:.0f} A" if isinstance(defocus, (int, float)) else
              f", defocus the file's {case.nominal_factor * case.defocus_A:.0f} A")
     said += f" (true {case.defocus_A:.0f})"
-    theirs = truth.get("auto_values") or {}
+    theirs = (truth or {}).get("auto_values") or {}
     for key in ("optim.loss", "optim.preconditioned_step"):
         if key in values and key in theirs and values[key] != theirs[key]:
             said += f", {key.split('.')[-1]} {_short(values[key])} (truth run {_short(theirs[key])})"
