@@ -142,20 +142,26 @@ def test_init_and_run_come_within_the_margin_of_the_truth(case, tmp_path):
     assert auto["ncc"] >= truth["ncc"] - matrix.PASS_MARGIN, (auto["ncc"], truth["ncc"], auto["auto_values"])
 
 
-def test_the_table_takes_the_truth_as_reference_where_auto_found_the_mirror(tmp_path):
-    """A mirrored auto run has no told run (``told_config`` gives None): its told column compares it with the
-    truth's own run; the others with their told run."""
+def _write_records(cache, runs: dict) -> None:
+    """The results JSON of each (case name, variant) in ``runs`` with its NCC; None: a told run skipped because
+    the auto run found the mirror."""
     import json
 
-    cases = matrix.cases()[:2]
-    (tmp_path / "results").mkdir()
-    runs = {(cases[0].name, "auto"): 0.30, (cases[0].name, "truth"): 0.31, (cases[0].name, "told"): None,
-            (cases[1].name, "auto"): 0.80, (cases[1].name, "truth"): 0.81, (cases[1].name, "told"): 0.85}
+    (cache / "results").mkdir()
     for (name, variant), value in runs.items():
         record = {"case": name, "variant": variant, "warnings": [], "ncc": value, "seconds": 1.0}
         if value is None:
             record = {"case": name, "variant": variant, "warnings": [], "skipped": "the auto run found the mirror"}
-        (tmp_path / "results" / f"{name}__{variant}.json").write_text(json.dumps(record))
+        (cache / "results" / f"{name}__{variant}.json").write_text(json.dumps(record))
+
+
+def test_the_table_takes_the_truth_as_reference_where_auto_found_the_mirror(tmp_path):
+    """A mirrored auto run has no told run (``told_config`` gives None): its told column compares it with the
+    truth's own run; the others with their told run."""
+    cases = matrix.cases()[:2]
+    runs = {(cases[0].name, "auto"): 0.30, (cases[0].name, "truth"): 0.31, (cases[0].name, "told"): None,
+            (cases[1].name, "auto"): 0.80, (cases[1].name, "truth"): 0.81, (cases[1].name, "told"): 0.85}
+    _write_records(tmp_path, runs)
     table = matrix.summary(tmp_path, cases)
     assert "2 of 2 cases pass" in table and "1 of 2 pass (50 %)" in table  # 0.80 is 0.05 below its told 0.85
     row = next(line for line in table.splitlines() if line.startswith(f"| {cases[0].name} "))
@@ -165,18 +171,11 @@ def test_the_table_takes_the_truth_as_reference_where_auto_found_the_mirror(tmp_
 def test_the_table_of_a_fresh_draw_without_truth_runs_counts_the_told_runs(tmp_path):
     """``--runs auto told`` (how fresh draws are run): no truth run, so the told runs are the reference; a mirrored
     auto run, which has no told run and no truth run to compare with, is a failure."""
-    import json
-
     cases = matrix.cases(54)[:3]
-    (tmp_path / "results").mkdir()
     runs = {(cases[0].name, "auto"): 0.30, (cases[0].name, "told"): None,
             (cases[1].name, "auto"): 0.80, (cases[1].name, "told"): 0.81,
             (cases[2].name, "auto"): 0.70, (cases[2].name, "told"): 0.75}
-    for (name, variant), value in runs.items():
-        record = {"case": name, "variant": variant, "warnings": [], "ncc": value, "seconds": 1.0}
-        if value is None:
-            record = {"case": name, "variant": variant, "warnings": [], "skipped": "the auto run found the mirror"}
-        (tmp_path / "results" / f"{name}__{variant}.json").write_text(json.dumps(record))
+    _write_records(tmp_path, runs)
     table = matrix.summary(tmp_path, cases)
     assert "1 of 3 pass (33 %)" in table and "cases pass" not in table
     rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| h54-")}
