@@ -261,18 +261,19 @@ class _Bowl(OrientationTrials):
     """Trials whose data term is a bowl in the scan rotation, lowest at ``lowest_deg``, and higher by 1 for the
     mirrored frame (no reconstruction)."""
 
-    def __init__(self, lowest_deg: float, lowest_defocus_A: float = 100.0) -> None:
+    def __init__(self, lowest_deg: float, lowest_defocus_A: float = 100.0, level: float = 0.0) -> None:
         from types import SimpleNamespace
 
         self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
-        self.read = {}
+        self.read, self.level, self.modes = {}, level, False
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
     def loss(self, candidate) -> float:
         self.asked.append(candidate.rotation_deg)
         focus = 0.0 if candidate.defocus_A is None else 20.0 * np.log(candidate.defocus_A / self.lowest_defocus_A) ** 2
-        return (candidate.rotation_deg - self.lowest_deg) ** 2 / 50.0 + (candidate.flags[0] is False) + focus
+        return (candidate.rotation_deg - self.lowest_deg) ** 2 / 50.0 + (candidate.flags[0] is False) + focus + \
+            self.level
 
 
 @pytest.mark.parametrize("lowest_deg", [1.0, -4.2, 10.0, -12.8])
@@ -364,6 +365,25 @@ def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A, ca
     assert "its scan rotation turned by" in said and "its defocus scaled by" in said
     taken = judge([OrientationCandidate((True, False, False), 0.0, None, "the centre of mass")], turn=False).taken
     assert taken.defocus_A is None  # no defocus of its own: measured later, not tried
+
+
+@pytest.mark.parametrize("level", [1e5, -1e5])
+def test_one_mode_s_trials_keep_the_measured_defocus_where_the_data_term_hardly_falls(level):
+    """A data term of about 1e5 that falls by 0.55 at the lowest defocus tried, x1.18 the measured one: under
+    FLAT_FOCUS of itself, so one mode's trials keep the measured defocus and say why; at a data term of 1e3 (the
+    same fall, 5e-4 of it) they take the lowest, and with the run's modes they take it at any level."""
+    from ptyacc.reconstruction.trials import FLAT_FOCUS
+
+    candidate = OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")
+    fall = 20.0 * np.log(100.0 / 118.0) ** 2
+    assert fall < FLAT_FOCUS * abs(level) and fall > FLAT_FOCUS * 1e3
+    verdict = _Bowl(0.0, -118.0, level)([candidate], turn=False)
+    assert verdict.taken.defocus_A == -100.0 and verdict.unsettled == ()
+    assert "(too flat to move the measured defocus)" in verdict.said and "-100.0 A is used" in verdict.said
+    verdict = _Bowl(0.0, -118.0, 1e3)([candidate], turn=False)
+    assert verdict.taken.defocus_A == pytest.approx(-118.0, rel=1e-9) and "flat" not in verdict.said
+    verdict = _Bowl(0.0, -118.0, level)([candidate], turn=False, modes=True)
+    assert verdict.taken.defocus_A == pytest.approx(-118.0, rel=1e-9) and "flat" not in verdict.said
 
 
 @pytest.mark.slow

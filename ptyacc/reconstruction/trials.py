@@ -18,7 +18,10 @@ taken and the run warns (``Verdict.unsettled``): it is not a minimum. The search
 small rasters, the more so with a partly coherent beam (the images' finite field mixes each frequency
 with lower ones: 0.93 of the truth on 16 x 16 coherent positions of the independent simulator, 0.88 with
 a 0.35 Å source): where the defocus is auto and the search gave it, it is tried the same way at scales
-FOCUS_STEP apart (the trials then tend to take it a few percent high). So is the defocus the coherence of the
+FOCUS_STEP apart (the trials then tend to take it a few percent high). Where those one-mode trials' data term
+falls by under FLAT_FOCUS of itself, the measured defocus is kept: on a weak scatterer a wider probe fills the object
+sooner in a few iterations, and on profiles that flat that lean took graphene's defocus 5-50 % high where the search
+had read it within 4 % (the calibration matrix's h84-01, h87-22). So is the defocus the coherence of the
 prepared patterns gives where the parallax cannot tell (``autocalibration._focus_tried``: the orientation and
 rotation decided, one candidate), with the run's probe modes rather than one (``modes``): a single mode widens
 to stand in for a partly coherent beam's others, as a larger defocus does. Every process runs the same trials
@@ -47,6 +50,8 @@ from ptyacc.data.trouble import Unsettled
 AUTO_ITERATIONS = 6
 TURN_DEG = 3.0  # the scan rotation tried at offsets of TURN_DEG, SIDE steps either side of the chosen one
 FOCUS_STEP = 0.04  # the defocus tried at scales exp(FOCUS_STEP k), k from -SIDE to SIDE
+FLAT_FOCUS = 2e-5  # one mode's trials: a defocus scale whose data term lies less than this share of it below the
+# measured defocus's is not taken
 SIDE, MORE = 2, 3  # steps either side; further steps past an end where the loss is lowest there
 # then strides of 2, 4, 8 steps: a search whose lowest point lay 11 steps out (x0.64 of a rival peak's defocus on
 # the calibration matrix's h62-13, 1e3 counts) is bracketed within ±19 steps (x0.47-2.1, ±57 degrees)
@@ -151,7 +156,7 @@ class OrientationTrials:
             said.append(f"{chosen.line()} reconstructed {self.iterations} iterations, final loss {losses[0]:.6g}")
         shift, unsettled = 0.0, []
         if turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
-            shift, text, settled = self.line_search(
+            shift, text, settled, _ = self.line_search(
                 lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), losses[best], TURN_DEG,
                 "{:+g} deg")
             chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
@@ -162,9 +167,15 @@ class OrientationTrials:
             # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
             # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
             start, base = self.loss(chosen) if shift else losses[best], chosen.defocus_A
-            step, text, settled = self.line_search(lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)),
-                                                   start, FOCUS_STEP, "x{:.3f}", math.exp)
-            chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=BY_TRIALS)
+            step, text, settled, lowest = self.line_search(
+                lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)), start, FOCUS_STEP, "x{:.3f}",
+                math.exp)
+            # one mode's few iterations favour a wider probe on a weak scatterer (it fills the object sooner): a
+            # fall of the data term under FLAT_FOCUS of it does not move the measured defocus
+            flat = not self.modes and start - lowest < FLAT_FOCUS * abs(lowest)
+            step, settled, by = (0.0, True, chosen.defocus_by) if flat else (step, settled, BY_TRIALS)
+            text += " (too flat to move the measured defocus)" if flat else ""
+            chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=by)
             said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
             unsettled += [] if settled else [Unsettled("defocus", f"{chosen.defocus_A:.1f} A", "experiment.defocus_A")]
         self.read, self.modes = {}, False  # the run reads its own
@@ -173,7 +184,7 @@ class OrientationTrials:
                        tuple(unsettled))
 
     def line_search(self, moved, at_zero: float, step: float, label: str,
-                    shown=lambda d: d) -> tuple[float, str, bool]:
+                    shown=lambda d: d) -> tuple[float, str, bool, float]:
         """The offset d (a multiple of ``step`` refined by a parabola) at which the trial of ``moved(d)`` ends
         lowest, tried at -2..2 steps (``at_zero`` the loss at 0) and on past an end that is lowest, MORE steps and
         then FAR strides that double; the offsets with their losses, each offset written by ``label`` of
@@ -202,7 +213,7 @@ class OrientationTrials:
         else:
             offset = offsets[at]
         return float(offset), ", ".join(f"{label.format(shown(d))} {loss:.6g}"
-                                        for d, loss in zip(offsets, found, strict=True)), settled
+                                        for d, loss in zip(offsets, found, strict=True)), settled, float(min(found))
 
 
 def _lowest(offsets: list[int], losses: list[float]) -> float:
