@@ -172,7 +172,7 @@ class OrientationTrials:
                 math.exp)
             # one mode's few iterations favour a wider probe on a weak scatterer (it fills the object sooner): a
             # fall of the data term under FLAT_FOCUS of it does not move the measured defocus
-            flat = not self.modes and start - lowest < FLAT_FOCUS * abs(lowest)
+            flat = not modes and start - lowest < FLAT_FOCUS * abs(lowest)
             step, settled, by = (0.0, True, chosen.defocus_by) if flat else (step, settled, BY_TRIALS)
             text += " (too flat to move the measured defocus)" if flat else ""
             chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=by)
