@@ -184,6 +184,35 @@ def test_the_table_of_a_fresh_draw_without_truth_runs_counts_the_told_runs(tmp_p
     assert "0.750 | -0.050 | **fail**" in rows[cases[2].name]
 
 
+def test_the_pooled_table_counts_each_draw_s_told_verdicts_by_sample_counts_and_coherence(tmp_path):
+    """``--pool``: the verdicts of several caches (a fresh draw run ``--runs auto told``, the matrix's own cases with
+    truth runs) in one table; each case in its sample's, its coherence's and the whole row at its counts, a mirrored
+    auto run judged against the truth where one ran and failed where none did, a case without a reference left out."""
+    fresh, own = matrix.cases(54)[:4], matrix.cases()[:2]
+    runs = {(fresh[0].name, "auto"): 0.80, (fresh[0].name, "told"): 0.81,  # pass
+            (fresh[1].name, "auto"): 0.70, (fresh[1].name, "told"): 0.75,  # fail
+            (fresh[2].name, "auto"): 0.30, (fresh[2].name, "told"): None,  # mirrored, no truth: fail
+            (fresh[3].name, "auto"): 0.50}  # no reference: not counted
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    _write_records(tmp_path / "a", runs)
+    _write_records(tmp_path / "b", {(own[0].name, "auto"): 0.30, (own[0].name, "truth"): 0.31,
+                                    (own[0].name, "told"): None,  # mirrored, judged against the truth: pass
+                                    (own[1].name, "auto"): 0.60, (own[1].name, "truth"): 0.90,
+                                    (own[1].name, "told"): 0.61})  # pass against told, fail against the truth
+    table = matrix.pooled([tmp_path / "a", tmp_path / "b"])
+    verdicts = [(fresh[0], 1), (fresh[1], 0), (fresh[2], 0), (own[0], 1), (own[1], 1)]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
+
+    def cell(row: str, dose: float) -> str:
+        chosen = [ok for case, ok in verdicts if case.dose == dose and row in (
+            case.sample, "partly coherent" if case.partial else "coherent", "all")]
+        return f"{sum(chosen)}/{len(chosen)}" if chosen else "-"
+
+    for row in {case.sample for case, _ in verdicts} | {"all", "coherent", "partly coherent"}:
+        assert rows[row][:5] == [cell(row, dose) for dose in matrix.COUNTS], (row, rows[row])
+    assert rows["all"][5].startswith("3/5 (60.0 %)")
+
+
 def test_another_seed_draws_fresh_cases_of_the_same_distribution(capsys):
     """The default seed keeps the matrix's 64 cases (c00 as it was drawn); another seed draws 64 cases that share
     no name and no simulation seed with them, each dimension taking its values as often as in the matrix (the

@@ -34,6 +34,7 @@ translation between its positions' frame and the truth's (the means of the posit
     python benchmarks/calibration_matrix/matrix.py --table                   # the table from the cache
     python benchmarks/calibration_matrix/matrix.py --measure --cases c06     # the autos' calibration, no run
     python benchmarks/calibration_matrix/matrix.py --checks --jobs 2         # the checks on right and wrong configs
+    python benchmarks/calibration_matrix/matrix.py --pool /tmp/m70 /tmp/m71  # several draws' verdicts by sample and counts
 
 ``--checks`` runs no reconstruction: it loads each case with the config a user who knows the truth writes
 (``given``: the nominal raster, the true rotation, transpose/flips and defocus) and with that config wrong
@@ -600,6 +601,60 @@ def rescore(cache: Path, chosen: list[Case]) -> None:
                 target.write_text(json.dumps(record, indent=1))
 
 
+def within(auto: dict, other: dict | None) -> bool | None:
+    """Whether ``auto``'s NCC is at most PASS_MARGIN below ``other``'s; None where ``other`` has none."""
+    if other is None or other.get("ncc") is None:
+        return None
+    return auto.get("ncc") is not None and auto["ncc"] >= other["ncc"] - PASS_MARGIN
+
+
+def told_verdict(auto: dict, truth: dict | None, told: dict | None) -> bool | None:
+    """The verdict against the truth told in auto's frame; where auto found the mirror (its told run skipped) the
+    truth's own run is the reference, and without one (``--runs auto told``) the mirrored image fails. None: no
+    reference was run."""
+    if told is not None and told.get("skipped"):
+        return within(auto, truth) if truth is not None else False
+    return within(auto, told)
+
+
+COUNTS = (1e3, 1e4, 3e4, 1e5, 1e6)
+
+
+def pooled(caches: list[Path]) -> str:
+    """The told verdicts of every case run in ``caches`` (each one draw's ``--cache``), pooled into tables by
+    sample and counts per pattern and by the beam's coherence and counts, each cell passed / run."""
+    drawn: dict[int, dict[str, Case]] = {}
+    tally: dict[tuple[str, float], list[int]] = {}
+    for cache in caches:
+        for path in sorted((cache / "results").glob("*__auto.json")):
+            name = path.name.split("__")[0]
+            seed = int(name[1:].split("-")[0]) if name.startswith("h") else MATRIX_SEED
+            if seed not in drawn:
+                drawn[seed] = {case.name: case for case in cases(seed)}
+            case = drawn[seed][name]
+            load = [json.loads(p.read_text()) if p.is_file() else None
+                    for p in (cache / "results" / f"{name}__{v}.json" for v in ("truth", "told"))]
+            ok = told_verdict(json.loads(path.read_text()), *load)
+            if ok is None:
+                continue
+            for row in (case.sample, "partly coherent" if case.partial else "coherent", "all"):
+                cell = tally.setdefault((row, case.dose), [0, 0])
+                cell[0], cell[1] = cell[0] + ok, cell[1] + 1
+
+    def line(row: str) -> str:
+        cells = [tally.get((row, dose), [0, 0]) for dose in COUNTS]
+        passed, total = sum(c[0] for c in cells), sum(c[1] for c in cells)
+        share = f" ({100 * passed / total:.1f} %)" if total else ""
+        return f"| {row} | " + " | ".join(f"{c[0]}/{c[1]}" if c[1] else "-" for c in cells) + f" | {passed}/{total}{share} |"
+
+    head = "| | " + " | ".join(f"{dose:.0e}" for dose in COUNTS) + " | all |"
+    rule = "|---" * (len(COUNTS) + 2) + "|"
+    samples = [s for s in (*ABTEM_SAMPLES, "atoms") if any(key[0] == s for key in tally)]
+    return "\n".join(["Passed / run against the truth told in auto's frame, by sample and counts per pattern:", "",
+                      head, rule, *map(line, samples), line("all"), "", "By the beam's coherence:", "", head, rule,
+                      line("coherent"), line("partly coherent")]) + "\n"
+
+
 def summary(cache: Path, chosen: list[Case]) -> str:
     """The Markdown table of the recorded runs of ``chosen``: per case auto and truth with their
     difference and the verdict, then the wrong configs with their warnings."""
@@ -609,11 +664,6 @@ def summary(cache: Path, chosen: list[Case]) -> str:
 
     def ncc(record: dict | None) -> str:
         return "-" if record is None or record.get("ncc") is None else f"{record['ncc']:.3f}"
-
-    def within(auto: dict, other: dict | None) -> bool | None:
-        if other is None or other.get("ncc") is None:
-            return None
-        return auto.get("ncc") is not None and auto["ncc"] >= other["ncc"] - PASS_MARGIN
 
     def verdict(ok: bool | None) -> str:
         return "-" if ok is None else "pass" if ok else "**fail**"
@@ -633,10 +683,9 @@ def summary(cache: Path, chosen: list[Case]) -> str:
         if auto is None or (truth is None and told is None):
             continue
         mirrored = told is not None and bool(told.get("skipped"))
+        ok, told_ok = within(auto, truth), told_verdict(auto, truth, told)
         if mirrored:  # no frame of auto's flags holds the truth: the truth's own run is the reference
             told = {**truth, "variant": "truth"} if truth is not None else None
-        # a mirrored image with no run of the truth to compare it with (--runs auto told) fails whatever its NCC
-        ok, told_ok = within(auto, truth), False if mirrored and truth is None else within(auto, told)
         if truth is not None:
             total += 1
             passed += bool(ok)
@@ -742,12 +791,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", action="store_true", help="write the table from the cache and stop")
     parser.add_argument("--rescore", action="store_true", help="with --table: score the cached results.h5 again first")
     parser.add_argument("--list", action="store_true", help="print the cases and stop")
+    parser.add_argument("--pool", type=Path, nargs="+", metavar="CACHE",
+                        help="pool the told verdicts of these caches (one draw each) by sample, counts and coherence, "
+                             "and stop")
     parser.add_argument("--measure", action="store_true",
                         help="the calibration the autos find on each case against the truth, no reconstruction")
     parser.add_argument("--checks", action="store_true",
                         help="load each case with the right config and wrong ones (CHECKED), no reconstruction, and "
                              "count the warnings")
     args = parser.parse_args(argv)
+    if args.pool:
+        print(pooled(args.pool))
+        return 0
     every = cases(args.seed)[:args.count]
     chosen = quick_cases(every) if args.quick else every
     if args.cases:
