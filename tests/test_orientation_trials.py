@@ -83,7 +83,8 @@ def faint_config(path, **optim) -> dict:
 @pytest.mark.parametrize("margin", [0.01, 0.001])
 def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choice(faint, monkeypatch, margin):
     """The judge's choice is used; one it made by a data term barely below the next candidate's (under
-    TRIALS_SURE) is said to be in doubt, with the keys that give the orientation."""
+    TRIALS_SURE) is said to be in doubt, with the keys that give the orientation; one made by a clearer margin is
+    said too, since nothing measured the frame clearly: a wrong frame often wins by such margins at few counts."""
     monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear
     seen = []
     chosen = OrientationCandidate((True, False, False), -3.0, TRUE_DEFOCUS, "the judge")
@@ -110,6 +111,11 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
     if doubt:
         assert "(a rival peak), ended 0.100% above the one taken" in doubt[0]
         assert "experiment.scan_rotation_deg" in doubt[0] and "data.transform.transpose" in doubt[0]
+    unmeasured = [line for line in data.checks if line.startswith("warning: nothing measured the scan's frame")]
+    assert len(unmeasured) == (margin >= TRIALS_SURE)  # one warning of the two, never both
+    if unmeasured:
+        assert f"among {len(seen)} candidates" in unmeasured[0] and f"({rival}) 1.00% above it" in unmeasured[0]
+        assert "experiment.scan_rotation_deg" in unmeasured[0] and "data.transform.transpose" in unmeasured[0]
     assert not any(line.startswith("warning:") and "mirrored against the truth" in line for line in data.checks)
 
 

@@ -58,6 +58,7 @@ from ptyacc.data.trouble import (
     tells_handedness,
     trials_doubt_warning,
     trials_unsettled_warning,
+    unmeasured_frame_warning,
     unsure_rotation_warning,
     weak_orientation_warning,
 )
@@ -686,7 +687,12 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
         state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
         guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
     if judge is not None and len(candidates) > 1:
-        _judged(state, judge, candidates)
+        verdict = _judged(state, judge, candidates)
+        # a margin the doubt does not call close still chose a wrong frame often: of the calibration matrix's
+        # fresh files that took this path (seeds 70-90, 1e3-1e4 counts), 14 without the doubt had the truth's frame on
+        # 8 and failed on 10, five of them with no warning (record 2026-12-05-few-counts-and-coherence.md)
+        if verdict.margin is None or verdict.margin >= TRIALS_SURE:
+            state.warnings.append(unmeasured_frame_warning(len(candidates), verdict.margin, verdict.rival))
         return
     state.warnings.append(weak_orientation_warning(found, chosen))
     if len(candidates) > 1:  # init and info: what the run will do
@@ -702,13 +708,14 @@ def _take(state: _Orienting, verdict: Verdict) -> None:
     state.warnings += [trials_unsettled_warning(one) for one in verdict.unsettled]
 
 
-def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate]) -> None:
+def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate]) -> Verdict:
     """``state`` takes the candidate ``judge`` chooses among ``candidates``, and the doubt where its data term
-    ended under TRIALS_SURE below the next one's."""
+    ended under TRIALS_SURE below the next one's; the judge's verdict."""
     verdict = judge(candidates)
     _take(state, verdict)
     if verdict.margin is not None and verdict.margin < TRIALS_SURE:
         state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
+    return verdict
 
 
 def _parallax_searched(state: _Orienting, searched, chosen, judge: Judge | None) -> None:

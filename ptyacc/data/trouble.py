@@ -217,6 +217,20 @@ def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
             "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in that orientation")
 
 
+def unmeasured_frame_warning(count: int, margin: float | None, rival: str | None) -> str:
+    """The warning for a frame (transpose, flips, scan rotation) that trial reconstructions chose among ``count``
+    candidates where nothing measured it clearly (the centre of mass mostly noise, no clear peak of the Fourier
+    regions' search, the parallax's pixel groups hardly aligned), by a margin (``margin``, next to ``rival``) that
+    ``trials_doubt_warning`` does not call close: at such counts a clear margin still chooses a wrong frame often."""
+    ahead = f", the next one ({rival}) {margin:.2%} above it" if margin is not None and rival else ""
+    return (f"warning: nothing measured the scan's frame against the detector clearly (the centre of mass is mostly "
+            f"noise and the Fourier regions' search found no clear peak), so trial reconstructions chose it among "
+            f"{count} candidates by their data terms{ahead}; at such counts that choice is often a wrong frame, and "
+            "the reconstruction may lie in a turned or mirrored frame; set experiment.scan_rotation_deg and "
+            "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in the next "
+            "candidate's frame")
+
+
 @dataclass(frozen=True)
 class Unsettled:
     """A quantity (``name``: "scan rotation", "defocus") that trial reconstructions took at ``value``, the last one
