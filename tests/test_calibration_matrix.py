@@ -193,7 +193,8 @@ def test_the_pooled_table_counts_each_draw_s_told_verdicts_by_sample_counts_and_
             (fresh[1].name, "auto"): 0.70, (fresh[1].name, "told"): 0.75,  # fail
             (fresh[2].name, "auto"): 0.30, (fresh[2].name, "told"): None,  # mirrored, no truth: fail
             (fresh[3].name, "auto"): 0.50}  # no reference: not counted
-    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    for cache in ("a", "b"):
+        (tmp_path / cache).mkdir()
     _write_records(tmp_path / "a", runs)
     _write_records(tmp_path / "b", {(own[0].name, "auto"): 0.30, (own[0].name, "truth"): 0.31,
                                     (own[0].name, "told"): None,  # mirrored, judged against the truth: pass
