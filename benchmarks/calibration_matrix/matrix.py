@@ -620,6 +620,17 @@ def told_verdict(auto: dict, truth: dict | None, told: dict | None) -> bool | No
 COUNTS = (1e3, 1e4, 3e4, 1e5, 1e6)
 
 
+def run_record(cache: Path, name: str, variant: str) -> dict | None:
+    """The results JSON of the run ``variant`` of the case ``name`` in ``cache``; None where it has not run."""
+    path = cache / "results" / f"{name}__{variant}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def drawn_seed(name: str) -> int:
+    """The seed that drew the case ``name`` (``cases``: h<seed>-NN for a fresh draw, cNN for the matrix's own)."""
+    return int(name[1:].split("-")[0]) if name.startswith("h") else MATRIX_SEED
+
+
 def pooled(caches: list[Path]) -> str:
     """The told verdicts of every case run in ``caches`` (each one draw's ``--cache``), pooled into tables by
     sample and counts per pattern and by the beam's coherence and counts, each cell passed / run."""
@@ -628,13 +639,11 @@ def pooled(caches: list[Path]) -> str:
     for cache in caches:
         for path in sorted((cache / "results").glob("*__auto.json")):
             name = path.name.split("__")[0]
-            seed = int(name[1:].split("-")[0]) if name.startswith("h") else MATRIX_SEED
+            seed = drawn_seed(name)
             if seed not in drawn:
                 drawn[seed] = {case.name: case for case in cases(seed)}
             case = drawn[seed][name]
-            load = [json.loads(p.read_text()) if p.is_file() else None
-                    for p in (cache / "results" / f"{name}__{v}.json" for v in ("truth", "told"))]
-            ok = told_verdict(json.loads(path.read_text()), *load)
+            ok = told_verdict(*(run_record(cache, name, variant) for variant in ("auto", "truth", "told")))
             if ok is None:
                 continue
             for row in (case.sample, "partly coherent" if case.partial else "coherent", "all"):
@@ -658,10 +667,6 @@ def pooled(caches: list[Path]) -> str:
 def summary(cache: Path, chosen: list[Case]) -> str:
     """The Markdown table of the recorded runs of ``chosen``: per case auto and truth with their
     difference and the verdict, then the wrong configs with their warnings."""
-    def load(case: Case, variant: str) -> dict | None:
-        path = cache / "results" / f"{case.name}__{variant}.json"
-        return json.loads(path.read_text()) if path.is_file() else None
-
     def ncc(record: dict | None) -> str:
         return "-" if record is None or record.get("ncc") is None else f"{record['ncc']:.3f}"
 
@@ -677,7 +682,7 @@ def summary(cache: Path, chosen: list[Case]) -> str:
     passed = total = told_passed = told_total = 0
     seconds = 0.0
     for case in chosen:
-        auto, truth, told = load(case, "auto"), load(case, "truth"), load(case, "told")
+        auto, truth, told = (run_record(cache, case.name, variant) for variant in ("auto", "truth", "told"))
         for record in (auto, truth, told):
             seconds += (record or {}).get("seconds") or 0.0
         if auto is None or (truth is None and told is None):
@@ -705,9 +710,9 @@ def summary(cache: Path, chosen: list[Case]) -> str:
     wrong_rows = ["", "| case | wrong config | NCC | NCC truth | warnings | first warning |", "|---|---|---|---|---|---|"]
     caught = wrong_total = 0
     for case in chosen:
-        truth = load(case, "truth")
+        truth = run_record(cache, case.name, "truth")
         for variant in case.wrong:
-            record = load(case, variant)
+            record = run_record(cache, case.name, variant)
             if record is None:
                 continue
             seconds += record.get("seconds") or 0.0

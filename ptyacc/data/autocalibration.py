@@ -687,12 +687,7 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
         state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
         guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
     if judge is not None and len(candidates) > 1:
-        verdict = _judged(state, judge, candidates)
-        # a margin the doubt does not call close still chose a wrong frame often: of the calibration matrix's
-        # fresh files that took this path (seeds 70-90, 1e3-1e4 counts), 14 without the doubt had the truth's frame on
-        # 8 and failed on 10, five of them with no warning (record 2026-12-05-few-counts-and-coherence.md)
-        if verdict.margin is None or verdict.margin >= TRIALS_SURE:
-            state.warnings.append(unmeasured_frame_warning(len(candidates), verdict.margin, verdict.rival))
+        _judged(state, judge, candidates, measured=False)
         return
     state.warnings.append(weak_orientation_warning(found, chosen))
     if len(candidates) > 1:  # init and info: what the run will do
@@ -708,14 +703,18 @@ def _take(state: _Orienting, verdict: Verdict) -> None:
     state.warnings += [trials_unsettled_warning(one) for one in verdict.unsettled]
 
 
-def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate]) -> Verdict:
+def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate], measured: bool = True) -> None:
     """``state`` takes the candidate ``judge`` chooses among ``candidates``, and the doubt where its data term
-    ended under TRIALS_SURE below the next one's; the judge's verdict."""
+    ended under TRIALS_SURE below the next one's. Where nothing ``measured`` the frame clearly, a wider margin is
+    said too: of the calibration matrix's fresh files that took that path (seeds 70-90, 1e3-1e4 counts), 14 without
+    the doubt had the truth's frame on 8 and failed on 10, five of them with no warning (record
+    2026-12-05-few-counts-and-coherence.md)."""
     verdict = judge(candidates)
     _take(state, verdict)
     if verdict.margin is not None and verdict.margin < TRIALS_SURE:
         state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))
-    return verdict
+    elif not measured:
+        state.warnings.append(unmeasured_frame_warning(len(candidates), verdict.margin, verdict.rival))
 
 
 def _parallax_searched(state: _Orienting, searched, chosen, judge: Judge | None) -> None:

@@ -213,8 +213,13 @@ def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
     reconstruction can end that close, or lower."""
     return (f"warning: the trial reconstructions barely told the candidate orientations apart (the next one, {rival}, "
             f"ended {margin:.3%} above the one taken, under {sure:.2%}): the data carry little of the orientation, and "
-            "the reconstruction may lie in a turned or mirrored frame; set experiment.scan_rotation_deg and "
-            "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in that orientation")
+            + frame_advice("that orientation"))
+
+
+def frame_advice(compare: str) -> str:
+    """What the trials' warnings advise where the frame they chose may be wrong, a run in ``compare`` beside."""
+    return ("the reconstruction may lie in a turned or mirrored frame; set experiment.scan_rotation_deg and "
+            f"data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in {compare}")
 
 
 def unmeasured_frame_warning(count: int, margin: float | None, rival: str | None) -> str:
@@ -226,9 +231,7 @@ def unmeasured_frame_warning(count: int, margin: float | None, rival: str | None
     return (f"warning: nothing measured the scan's frame against the detector clearly (the centre of mass is mostly "
             f"noise and the Fourier regions' search found no clear peak), so trial reconstructions chose it among "
             f"{count} candidates by their data terms{ahead}; at such counts that choice is often a wrong frame, and "
-            "the reconstruction may lie in a turned or mirrored frame; set experiment.scan_rotation_deg and "
-            "data.transform.transpose, flip_y, flip_x by hand if they are known, or compare a run in the next "
-            "candidate's frame")
+            + frame_advice("the next candidate's frame"))
 
 
 @dataclass(frozen=True)
