@@ -40,12 +40,16 @@ def test_autos_agree_on_one_and_two_processes(grid_simulator, tmp_path):
     # the real-space parallax cannot tell this small defocus on a 12 x 12 raster; the bright-field pixels'
     # coherence gives it (data/overlap_orientation.py), the same on both, and the run's trial reconstructions try it
     # (its error NaN: no standard error). Each process's trials see the all-reduced loss; 1 and 2 processes' losses
-    # agree to about 1e-7, which moves the parabola's lowest point by about 1e-5 of the defocus
+    # agree to about 1e-7 of it. This profile is nearly flat (its six scales' losses equal to six digits), so the
+    # parabola's lowest point, (L- - L+) / 2 (L- - 2 L0 + L+) steps of 4 %, moves by up to about 1e-3 of the defocus
+    # for such a difference (3.4e-4 measured on one machine, under 1e-4 on another), and the object after two
+    # iterations with it by about as much. A wrong exchange moves them by far more: a process's own loss is about
+    # half the all-reduced one, so trials that took it would choose on other numbers altogether.
     assert np.isnan(one[0]["parallax_defocus_A"][1]) and np.isnan(two[0]["parallax_defocus_A"][1])
-    assert one[0]["parallax_defocus_A"][0] == pytest.approx(two[0]["parallax_defocus_A"][0], rel=1e-4)
-    assert float(one[0]["trials_defocus_A"]) == pytest.approx(float(two[0]["trials_defocus_A"]), rel=1e-4)
-    assert one[3] == pytest.approx(two[3], rel=1e-4) and abs(one[3] - 40.0) < 6.0, one[3]
-    assert np.abs(one[1] - two[1]).max() < 1e-4
+    assert one[0]["parallax_defocus_A"][0] == pytest.approx(two[0]["parallax_defocus_A"][0], rel=2e-3)
+    assert float(one[0]["trials_defocus_A"]) == pytest.approx(float(two[0]["trials_defocus_A"]), rel=2e-3)
+    assert one[3] == pytest.approx(two[3], rel=2e-3) and abs(one[3] - 40.0) < 6.0, one[3]
+    assert np.abs(one[1] - two[1]).max() < 2e-3
 
 
 @pytest.mark.slow
