@@ -120,6 +120,31 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("turn_deg", [-8.0, 3.0])
+def test_trials_that_turn_a_broad_peak_far_are_said(faint, monkeypatch, turn_deg):
+    """A clear but broad Fourier regions' peak (every one broad here) has its rotation turned by the trials: a turn
+    over 5 degrees is two measures of one angle far apart, said with both angles and the key; a turn of 3 is not."""
+    from ptyacc.data import autocalibration
+
+    monkeypatch.setattr(autocalibration, "SEARCH_SURE", 1e9)  # every clear peak broad: the trials turn it
+    seen = []
+
+    def judge(candidates, turn=True, focus=True, modes=False):
+        (peak,) = candidates
+        seen.append((peak, turn))
+        return Verdict(dataclasses.replace(peak, rotation_deg=peak.rotation_deg + turn_deg), "judged")
+
+    data = load_data(load_config(faint_config(faint)), judge=judge)
+    (peak, turned), = seen
+    assert turned and peak.found_by == "the Fourier regions' peak"
+    warned = [line for line in data.checks if line.startswith("warning: the trial reconstructions turned the scan")]
+    assert len(warned) == (abs(turn_deg) > 5.0)
+    if warned:
+        assert f"{turn_deg:+.1f} deg from the Fourier regions' peak ({peak.rotation_deg:.2f} deg" in warned[0]
+        assert f"{peak.rotation_deg + turn_deg:.2f}" in warned[0] and "experiment.scan_rotation_deg" in warned[0]
+
+
+@pytest.mark.slow
 def test_a_verdict_taken_at_the_end_of_its_range_is_warned(faint, monkeypatch):
     """A judge whose defocus trials ended at the last value tried: the run says so, naming the key."""
     monkeypatch.setattr(overlap_orientation, "CLEAR", 1e9)  # every search unclear: the judge chooses
@@ -189,6 +214,61 @@ def test_a_sure_parallax_of_the_search_s_handedness_keeps_its_rotation(faint, mo
     assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 1.0  # the parallax's rotation (then the defocus's)
     assert any("the same handedness" in line for line in data.checks)
     assert not any(line.startswith("warning: the bright-field parallax (its handedness") for line in data.checks)
+
+
+def _measured_parallax(defocus_A: float):
+    """A parallax measurement that reads ``defocus_A`` and is trusted (made up: on the faint file the parallax's
+    shifts are too large for the raster, so it would not be used)."""
+    from ptyacc.data.parallax import Parallax
+
+    return Parallax(defocus_A=defocus_A, defocus_error_A=2.0, c12a_A=0.0, c12b_A=0.0, c12_error_A=2.0,
+                    rotation_left_deg=0.0, k_invA=np.zeros((8, 2)), shifts_A=np.zeros((8, 2)), errors_A=np.ones(8),
+                    used=np.ones(8, bool), image=np.zeros((4, 4)), misfit=0.1, positions=256, reliable=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share", [0.7, 0.95])
+@pytest.mark.parametrize("judged", [True, False])
+def test_a_parallax_defocus_far_from_a_clear_search_s_is_tried_against_it(faint, monkeypatch, share, judged):
+    """A sure parallax of the truth's frame beside a clear search of the same frame: where the parallax's defocus
+    lies over 15 % from the search's, the two are handed to the judge as candidates of one frame (the run's probe
+    modes, no turn), and the judge's choice is used; without trials (orientation_trials 0) the parallax's stands,
+    with a warning naming both. Within 15 % neither happens: the parallax's is used."""
+    from ptyacc.data import autocalibration
+    from ptyacc.data.parallax_orientation import ParallaxOrientation
+
+    right = ParallaxOrientation((True, False, False), TRUE_ROTATION, TRUE_DEFOCUS, 50.0)
+    monkeypatch.setattr(autocalibration, "_parallax_oriented", lambda *args: right)
+    monkeypatch.setattr(autocalibration, "measure_parallax",
+                        lambda *args: (_measured_parallax(share * TRUE_DEFOCUS), "", 0.0))
+    seen = []
+
+    def judge(candidates, turn=True, focus=True, modes=False):
+        seen.append((candidates, turn, focus, modes))
+        return Verdict(dataclasses.replace(candidates[-1], defocus_A=candidates[-1].defocus_A + 1.0), "judged")
+
+    config = faint_config(faint)
+    if not judged:
+        config["data"]["transform"]["orientation_trials"] = 0
+    data = load_data(load_config(config), judge=judge if judged else None)
+    used = data.autos["experiment.defocus_A"]
+    warned = [line for line in data.checks if line.startswith("warning: the bright-field parallax and the Fourier "
+                                                              "regions' search disagree on the defocus")]
+    searched = data.detector.get("overlap_defocus_A")
+    if share > 0.8:  # they agree: no trials, no warning, the parallax's defocus and no search's in results.h5
+        assert not seen and not warned and used == pytest.approx(share * TRUE_DEFOCUS) and searched is None
+        return
+    assert searched is not None and abs(float(searched) - TRUE_DEFOCUS) < 0.15 * TRUE_DEFOCUS  # the search near the truth
+    if judged:
+        (candidates, turn, focus, modes), = seen
+        assert [c.defocus_A for c in candidates] == pytest.approx([share * TRUE_DEFOCUS, float(searched)])
+        assert all(c.flags == right.flags for c in candidates) and candidates[0].rotation_deg == candidates[1].rotation_deg
+        assert not turn and focus and modes
+        assert used == pytest.approx(float(searched) + 1.0) and not warned  # the judge's choice, as it refined it
+        assert float(data.detector["trials_defocus_A"]) == pytest.approx(used)
+    else:
+        assert not seen and used == pytest.approx(share * TRUE_DEFOCUS)
+        assert len(warned) == 1 and "experiment.defocus_A" in warned[0] and f"{float(searched):.1f}" in warned[0]
 
 
 @pytest.mark.slow

@@ -52,11 +52,13 @@ from ptyacc.data.trouble import (
     far_defocus_warning,
     mirror_disagreement_warning,
     parallax_warnings,
+    rival_defocus_warning,
     rotations_apart_deg,
     rotations_apart_warning,
     search_warnings,
     tells_handedness,
     trials_doubt_warning,
+    trials_turn_warning,
     trials_unsettled_warning,
     unmeasured_frame_warning,
     unsure_rotation_warning,
@@ -105,6 +107,9 @@ class MeasuredOrientation:
     by_trials: bool = False  # trial reconstructions judged it (``reconstruction/trials.py``)
     tells_turn: bool = False
     blended: bool = False  # the rotation between the parallax's and a search's (``trouble.blended_rotation_deg``)
+    # a clear Fourier regions' search's defocus, in the frame used, where the orientation came from elsewhere (the
+    # parallax or the centre of mass): the parallax's defocus is checked against it (``_defocused``)
+    searched_defocus_A: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class MeasuredDefocus:
     parallax: Parallax | None = None
     searched_A: float | None = None
     tried: bool = False
+    rival_A: float | None = None  # a clear Fourier regions' search's defocus far from the parallax's: trials try both
 
 
 @dataclass(frozen=True)
@@ -239,8 +245,10 @@ class AutoCalibration:
                 arrays["descan_in_model"] = np.bool_(True)
         if self.defocus is not None:
             arrays["parallax_defocus_A"] = np.array([self.defocus.defocus_A, self.defocus.error_A])
-            if self.defocus.searched_A is not None:  # the coherence gave it (no orientation's defocus was used then)
-                arrays["overlap_defocus_A"] = np.float64(self.defocus.searched_A)
+            # the coherence gave it (no orientation's defocus was used then), or read one far from the parallax's
+            searched = self.defocus.searched_A if self.defocus.searched_A is not None else self.defocus.rival_A
+            if searched is not None:
+                arrays["overlap_defocus_A"] = np.float64(searched)
             if self.defocus.tried:
                 arrays["trials_defocus_A"] = np.float64(self.defocus.defocus_A)
             found = self.defocus.parallax
@@ -505,7 +513,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
             data.transform.orientation == "auto")
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
-        if defocus is not None and defocus.searched_A is not None:
+        if defocus is not None and (defocus.searched_A is not None or defocus.rival_A is not None):
             calibration, defocus, lines = _focus_tried(judge, data.transform.orientation_trials == 0, experiment,
                                                        calibration, prep, about, defocus)
             defocus_said += lines
@@ -534,18 +542,31 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
     time 55 % more (benchmarks/records/2026-12-04-search-defocus-tried.md). The trials prepare the patterns
     as the run does, with the flips about the zero frequency ``about`` (y, x; None: none). Without a judge (``ptyacc
     init``, or ``data.transform.orientation_trials: 0``: ``trials_off``) the coherence's defocus stands, and the line
-    says so."""
+    says so. Where the parallax told the defocus and a clear Fourier regions' search in the same frame read one over
+    DEFOCUS_OFF from it (``defocus.rival_A``), the two are the trials' candidates, the better one's defocus refined
+    the same way; without trials the parallax's stands, with a warning (``trouble.rival_defocus_warning``) where
+    ``trials_off``."""
+    rival = defocus.rival_A
     if judge is None:
-        kept = ("kept: data.transform.orientation_trials is 0" if trials_off else
-                "ptyacc run tries it by short reconstructions (data.transform.orientation_trials)")
-        return calibration, defocus, (f"the defocus {defocus.defocus_A:.1f} A of {BY_SEARCH}: {kept}",)
-    tried = OrientationCandidate((prep.transpose, prep.flip_y, prep.flip_x), float(experiment.scan_rotation_deg),
-                                 float(defocus.defocus_A), "the orientation used",
-                                 flip_about_zero=(False, False) if about is None else about)
-    verdict = judge([tried], turn=False, focus=True, modes=True)
+        if rival is None:
+            kept = ("kept: data.transform.orientation_trials is 0" if trials_off else
+                    "ptyacc run tries it by short reconstructions (data.transform.orientation_trials)")
+            return calibration, defocus, (f"the defocus {defocus.defocus_A:.1f} A of {BY_SEARCH}: {kept}",)
+        if not trials_off:
+            return calibration, defocus, (f"the defocus {rival:.1f} A of {BY_SEARCH} lies far from the parallax's "
+                                          f"{defocus.defocus_A:.1f} A: ptyacc run tries both by short reconstructions "
+                                          "(data.transform.orientation_trials)",)
+        return calibration, defocus, (rival_defocus_warning(defocus.defocus_A, rival),)
+    frame = ((prep.transpose, prep.flip_y, prep.flip_x), float(experiment.scan_rotation_deg))
+    about = (False, False) if about is None else about
+    tried = ([OrientationCandidate(*frame, float(defocus.defocus_A), "the orientation used", flip_about_zero=about)]
+             if rival is None else  # the parallax's first: on a tie it stays
+             [OrientationCandidate(*frame, float(defocus.defocus_A), "the parallax's defocus", BY_PARALLAX, about),
+              OrientationCandidate(*frame, float(rival), "the Fourier regions' defocus", BY_SEARCH, about)])
+    verdict = judge(tried, turn=False, focus=True, modes=True)
     taken = float(verdict.taken.defocus_A)
     return (_with_aberrations(calibration, {"C10": -taken}),
-            MeasuredDefocus(taken, np.nan, searched_A=defocus.searched_A, tried=True),
+            MeasuredDefocus(taken, np.nan, defocus.parallax, searched_A=defocus.searched_A, tried=True, rival_A=rival),
             (verdict.said, *(trials_unsettled_warning(one) for one in verdict.unsettled)))
 
 
@@ -658,8 +679,19 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     defocus_A, defocus_by = (None, None) if used is None or used.defocus_A is None else (used.defocus_A, used.defocus_by)
     return (experiment, transform,
             MeasuredOrientation(flags, state.rotation_deg, found.skew, defocus_A, defocus_by, state.by_trials,
-                                found.tells_turn, state.blended),
+                                found.tells_turn, state.blended,
+                                None if used is not None else _searched_defocus_A(searched, flags, state.rotation_deg)),
             (state.line, *state.warnings))
+
+
+def _searched_defocus_A(searched, flags: Flags, rotation_deg: float) -> float | None:
+    """The defocus of a clear Fourier regions' search ``searched`` whose frame is the one used (``flags``,
+    ``rotation_deg``: the same handedness, the rotation within a quarter turn, so its defocus has the same sign);
+    None where there is none."""
+    if searched is None or not searched.clear:
+        return None
+    mirrored, off_deg = frame_difference(flags, rotation_deg, searched.flags, searched.rotation_deg)
+    return None if mirrored or abs(off_deg) >= 90.0 else float(searched.defocus_A)
 
 
 def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration, judge: Judge | None,
@@ -679,6 +711,7 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
         # (NCC 0.667 -> 0.580), though they took c27's (1e6 counts) half a degree nearer the truth
         if judge is not None and (broad or defocus_auto):
             _take(state, judge([state.used], turn=broad, focus=defocus_auto))
+            state.warnings += trials_turn_warning(searched, state.rotation_deg) if broad else []
         return
     state.line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
     nominal = calibration.aberrations.get("C10")
@@ -935,7 +968,8 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
                 else None)
         given = None if orientation.defocus_A is None else (float(orientation.defocus_A), orientation.defocus_by)
     found, turn_deg, defocus, said = _defocused(calibration, *read, rotation_auto, unsure_skew, depth_A, flags_measured,
-                                                given, by_trials, kept)
+                                                given, by_trials, kept,
+                                                None if orientation is None else orientation.searched_defocus_A)
     if turn_deg:
         turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
@@ -955,7 +989,8 @@ def _with_aberrations(calibration: Calibration, found: dict[str, float]) -> Cali
 
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
                unsure_skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
-               given: tuple[float, str] | None = None, by_trials: bool = False, rotation_kept: str | None = None
+               given: tuple[float, str] | None = None, by_trials: bool = False, rotation_kept: str | None = None,
+               searched_A: float | None = None
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
@@ -970,7 +1005,10 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     parallax cannot tell or disagrees with it. An orientation judged ``by_trials`` (reconstructions) takes no C12:
     the parallax's groups hardly align at the counts that call for trials. ``rotation_kept``: why the orientation's
     rotation is kept, its rotation left not taken (trials judged it, or it lies between the parallax's and a
-    search's, where the correction would take it back to the parallax's); None: the rotation left is added."""
+    search's, where the correction would take it back to the parallax's); None: the rotation left is added.
+    ``searched_A``: a clear Fourier regions' search's defocus in the frame used (at the sample's middle); where it
+    lies over DEFOCUS_OFF from the parallax's, the two are measures that disagree, and the defocus carries it as a
+    rival for trial reconstructions (``_focus_tried``)."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -992,7 +1030,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         # 13 degree turn that undid the search's right rotation)
         usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {given[0]:.1f} A of {given[1]} "
                                  "that gave the orientation")
-    semiangle_rad, searched_A = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3, None
+    semiangle_rad, rival_A, searched_A = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3, searched_A, None
     if (not usable and given is None and nominal is not None and steps is not None
             and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
         # a nominal defocus too small for the parallax is too small for the coherence's scale search too
@@ -1043,8 +1081,15 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
                                          f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
+    rival = None
+    if (rival_A is not None and rival_A * middle > 0 and not opposite
+            and abs(rival_A - middle) > DEFOCUS_OFF * abs(middle)):
+        rival = rival_A + depth_A
+        notes += (f"; the Fourier regions' search reads {rival_A:.1f} A, "
+                  f"{(rival_A - middle) / abs(middle):+.0%} from it")
     line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
-    return found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found), (line, *warnings)
+    return (found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found, rival_A=rival),
+            (line, *warnings))
 
 
 def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np.ndarray | None, dx_A: float, k: int,

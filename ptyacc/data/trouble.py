@@ -207,6 +207,21 @@ def blended_rotation_deg(parallax: ParallaxOrientation, off_deg: float) -> float
     return parallax.rotation_deg - SEARCH_SHARE * off_deg
 
 
+def trials_turn_warning(searched: OverlapOrientation, rotation_deg: float) -> list[str]:
+    """The warning where trial reconstructions turned the scan rotation of a clear but broad Fourier regions' peak
+    ``searched`` to ``rotation_deg`` (the same flags), over ROTATION_OFF_DEG from it: two measures of one angle that
+    far apart, at counts where the trials' data term hardly tells angles apart (graphene at 1e3 counts: a peak 4
+    degrees off turned 8.5 degrees past the truth, the calibration matrix's h96-17)."""
+    off = (rotation_deg - searched.rotation_deg + 180.0) % 360.0 - 180.0
+    if not abs(off) > ROTATION_OFF_DEG:
+        return []
+    return [f"warning: the trial reconstructions turned the scan rotation {off:+.1f} deg from the Fourier regions' "
+            f"peak ({searched.rotation_deg:.2f} deg, its peak {searched.contrast:.1f} times the next: broad) to "
+            f"{rotation_deg:.2f} deg: two measures of one angle that far apart, so the image may be turned against the "
+            "truth by degrees; set experiment.scan_rotation_deg if it is known, or compare runs started at "
+            f"experiment.scan_rotation_deg {searched.rotation_deg:.2f} and {rotation_deg:.2f}"]
+
+
 def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
     """The warning for an orientation that trial reconstructions chose by a data term only ``margin`` (relative)
     below the next candidate's, ``rival`` (its line), under ``sure``: at few counts a wrong frame's short
@@ -267,6 +282,16 @@ def far_defocus_warning(defocus_A: float, nominal_A: float | None, by: str) -> l
             f"{nominal_A:g} A, and the bright-field parallax could not measure it: at few counts or a small defocus "
             "the data hardly tell it, and the orientation chosen with it may be wrong too; if the file's value is "
             f"near the truth set experiment.defocus_A: {nominal_A:g} (and compare a run at the defocus found)"]
+
+
+def rival_defocus_warning(parallax_A: float, searched_A: float) -> str:
+    """The warning where the bright-field parallax's defocus and a clear Fourier regions' search's lie over
+    DEFOCUS_OFF apart and no trial reconstruction decides between them (``data.transform.orientation_trials: 0``)."""
+    return (f"warning: the bright-field parallax and the Fourier regions' search disagree on the defocus "
+            f"({parallax_A:.1f} and {searched_A:.1f} A, {abs(searched_A - parallax_A) / abs(parallax_A):.0%} apart, where "
+            f"they mostly agree within a few percent): the parallax's is used, and no trial reconstruction chose "
+            f"between them (data.transform.orientation_trials is 0); set experiment.defocus_A if the microscope's focus "
+            f"is known, or compare runs at the two")
 
 
 def parallax_warnings(found: Parallax | None, defocus_A: float | None, rotation_deg: float | None,
