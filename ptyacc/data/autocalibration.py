@@ -107,8 +107,9 @@ class MeasuredOrientation:
     by_trials: bool = False  # trial reconstructions judged it (``reconstruction/trials.py``)
     tells_turn: bool = False
     blended: bool = False  # the rotation between the parallax's and a search's (``trouble.blended_rotation_deg``)
-    # a clear Fourier regions' search's defocus, in the frame used, where the orientation came from elsewhere (the
-    # parallax or the centre of mass): the parallax's defocus is checked against it (``_defocused``)
+    # a clear Fourier regions' search's defocus in the frame used, where the orientation came without a defocus of
+    # its own (the parallax's, or the centre of mass's or search's without trials): the parallax's defocus is checked
+    # against it (``_defocused``)
     searched_defocus_A: float | None = None
 
 
@@ -1082,7 +1083,8 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
                                          f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
     rival = None
-    if (rival_A is not None and rival_A * middle > 0 and not opposite
+    # (not where the parallax turned the scan by 180 degrees: the search's frame is then no longer the one used)
+    if (rival_A is not None and rival_A * middle > 0 and not opposite and abs(turn) < 90.0
             and abs(rival_A - middle) > DEFOCUS_OFF * abs(middle)):
         rival = rival_A + depth_A
         notes += (f"; the Fourier regions' search reads {rival_A:.1f} A, "
