@@ -272,6 +272,47 @@ def test_a_parallax_defocus_far_from_a_clear_search_s_is_tried_against_it(faint,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("apart_deg", [12.5, 4.0])
+@pytest.mark.parametrize("judged", [True, False])
+def test_a_clear_centre_of_mass_far_from_a_clear_search_is_judged_or_warned(faint, monkeypatch, apart_deg, judged):
+    """A centre of mass clear of curl, used alone (no parallax), apart_deg from the truth beside a clear search of the
+    truth's frame: within 10 degrees the search's rotation replaces it; further, the judge chooses between the two
+    (its choice used), or without one the centre of mass's stands with a warning naming both frames."""
+    from ptyacc.data import autocalibration
+    from ptyacc.data.orientation import Orientation
+
+    com = Orientation((True, False, False), TRUE_ROTATION + apart_deg, 0.1, 0.9, (TRUE_ROTATION + apart_deg,) * 2,
+                      -0.5, 256)
+    monkeypatch.setattr(autocalibration, "measure_orientation", lambda *args, **kwargs: (com, "centre of mass"))
+    monkeypatch.setattr(autocalibration, "_parallax_oriented", lambda *args: None)
+    seen = []
+
+    def judge(candidates, turn=True, focus=True, modes=False):
+        seen.append(candidates)
+        return Verdict(candidates[-1], "judged")
+
+    data = load_data(load_config(faint_config(faint)), judge=judge if judged else None)
+    autos = data.autos
+    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    angle, mirrored = off_deg(flags, autos["experiment.scan_rotation_deg"], (True, False, False), TRUE_ROTATION)
+    warned = [line for line in data.checks if line.startswith("warning: the centre of mass (scan rotation")]
+    orientation_trials = [c for c in seen if len(c) == 2 and c[0].found_by == "the centre of mass"]
+    if apart_deg < 10.0:  # the search's rotation replaces the centre of mass's: no trials between them, no warning
+        assert not orientation_trials and not warned
+        assert any("from the centre of mass's" in line for line in data.checks)
+        return
+    if judged:  # the judge's choice, the search's frame, is used
+        (candidates,) = orientation_trials
+        assert candidates[0].rotation_deg == com.rotation_deg and candidates[1].found_by == "the Fourier regions' peak"
+        assert not warned and any("judged" in line for line in data.checks)
+        assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 5.0
+    else:  # the centre of mass's stands, said
+        assert not seen and len(warned) == 1 and not mirrored and abs(abs(angle) - apart_deg) < 2.0
+        assert f"rotation {com.rotation_deg:.2f} deg" in warned[0] and "deg apart" in warned[0]
+        assert "experiment.scan_rotation_deg" in warned[0] and "data.transform.transpose" in warned[0]
+
+
+@pytest.mark.slow
 def test_a_given_rotation_keeps_the_trials_doubt(faint, monkeypatch):
     """The scan rotation given, the flags auto at few counts: the judge's doubt is said beside the checks of the
     given rotation, not replaced by them."""

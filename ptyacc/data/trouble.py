@@ -145,6 +145,21 @@ def mirror_disagreement_warning(ratio: float, contrast: float) -> str:
             "set data.transform.transpose, flip_y, flip_x and experiment.scan_rotation_deg by hand if they are known")
 
 
+def com_search_disagreement_warning(found: Orientation, searched: OverlapOrientation, mirrored: bool,
+                                    apart_deg: float) -> str:
+    """The warning for a centre of mass ``found`` used alone while a clear Fourier regions' search ``searched`` sees
+    its mirror or a frame ``apart_deg`` from it (over the 10 degrees within which the search replaces it), where no
+    trial reconstructions judge between them."""
+    how = "its mirror" if mirrored else f"a frame {abs(apart_deg):.1f} deg apart"
+    t, fy, fx = searched.flags
+    return (f"warning: the centre of mass (scan rotation {found.rotation_deg:.2f} deg) and the Fourier regions' search "
+            f"(its peak {searched.contrast:.1f} times the next: transpose {t}, flip_y {fy}, flip_x {fx}, rotation "
+            f"{searched.rotation_deg:.2f} deg) see {how}: the centre of mass's is used, and the reconstruction may lie "
+            "in the wrong frame; ptyacc run judges between them by short reconstructions "
+            "(data.transform.orientation_trials); set experiment.scan_rotation_deg and data.transform.transpose, "
+            "flip_y, flip_x by hand if they are known")
+
+
 UNSURE_BY = {"parallax": ("the bright-field parallax", "few counts, a small raster or little contrast"),
              "search": ("the Fourier regions' search", "the spread of its peak with each eighth of the disk's pixels "
                         "left out in turn; few counts, a small raster, or a crystal's lattice frequencies between the "
