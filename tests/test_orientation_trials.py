@@ -36,6 +36,13 @@ def off_deg(flags, rotation_deg, true_flags, true_rotation_deg) -> tuple[float, 
     return float(np.degrees(np.arctan2(difference[1, 0], difference[0, 0]))), bool(np.linalg.det(difference) < 0)
 
 
+def off_truth(data) -> tuple[float, bool]:
+    """``off_deg`` of the frame a load used (its autos) against the faint file's true one."""
+    autos = data.autos
+    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    return off_deg(flags, autos["experiment.scan_rotation_deg"], (True, False, False), TRUE_ROTATION)
+
+
 def test_the_parabola_is_lowest_where_it_should_be():
     for x0 in (-0.4, 0.0, 0.3):
         left, middle, right = ((x - x0) ** 2 for x in (-1.0, 0.0, 1.0))
@@ -177,9 +184,7 @@ def test_a_sure_parallax_that_the_search_mirrors_is_judged_or_warned(faint, monk
         return Verdict(candidates[-1], "judged")
 
     data = load_data(load_config(faint_config(faint)), judge=judge if judged else None)
-    autos = data.autos
-    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
-    angle, mirrored = off_deg(flags, autos["experiment.scan_rotation_deg"], (True, False, False), TRUE_ROTATION)
+    angle, mirrored = off_truth(data)
     warned = [line for line in data.checks if line.startswith("warning: the bright-field parallax (its handedness")]
     if judged:
         assert [c.found_by for c in seen] == ["the bright-field parallax", "the Fourier regions' peak"]
@@ -292,9 +297,7 @@ def test_a_clear_centre_of_mass_far_from_a_clear_search_is_judged_or_warned(fain
         return Verdict(candidates[-1], "judged")
 
     data = load_data(load_config(faint_config(faint)), judge=judge if judged else None)
-    autos = data.autos
-    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
-    angle, mirrored = off_deg(flags, autos["experiment.scan_rotation_deg"], (True, False, False), TRUE_ROTATION)
+    angle, mirrored = off_truth(data)
     warned = [line for line in data.checks if line.startswith("warning: the centre of mass (scan rotation")]
     orientation_trials = [c for c in seen if len(c) == 2 and c[0].found_by == "the centre of mass"]
     if apart_deg < 10.0:  # the search's rotation replaces the centre of mass's: no trials between them, no warning
