@@ -1004,7 +1004,7 @@ def _with_aberrations(calibration: Calibration, found: dict[str, float]) -> Cali
 def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: float, k: int, rotation_auto: bool,
                unsure_skew: float | None, depth_A: float = 0.0, flags_measured: bool = True,
                given: tuple[float, str] | None = None, by_trials: bool = False, rotation_kept: str | None = None,
-               searched_A: float | None = None
+               rival_A: float | None = None
                ) -> tuple[dict[str, float], float, MeasuredDefocus | None, tuple[str, ...]]:
     """``experiment.defocus_A: auto``: the aberrations measured from the parallax of the prepared
     patterns (``parallax.py``): C10, and C12a and C12b where the config gives neither and they lie
@@ -1020,9 +1020,9 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     the parallax's groups hardly align at the counts that call for trials. ``rotation_kept``: why the orientation's
     rotation is kept, its rotation left not taken (trials judged it, or it lies between the parallax's and a
     search's, where the correction would take it back to the parallax's); None: the rotation left is added.
-    ``searched_A``: a clear Fourier regions' search's defocus in the frame used (at the sample's middle); where it
-    lies over DEFOCUS_OFF from the parallax's, the two are measures that disagree, and the defocus carries it as a
-    rival for trial reconstructions (``_focus_tried``)."""
+    ``rival_A``: a clear Fourier regions' search's defocus in the frame used (at the sample's middle); where it
+    lies over DEFOCUS_OFF from the parallax's (``_disagreeing_A``), the defocus carries it as a rival for trial
+    reconstructions (``_focus_tried``)."""
     nominal = -calibration.aberrations["C10"] if "C10" in calibration.aberrations else None
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
@@ -1044,7 +1044,7 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         # 13 degree turn that undid the search's right rotation)
         usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {given[0]:.1f} A of {given[1]} "
                                  "that gave the orientation")
-    semiangle_rad, rival_A, searched_A = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3, searched_A, None
+    semiangle_rad, searched_A = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3, None
     if (not usable and given is None and nominal is not None and steps is not None
             and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
         # a nominal defocus too small for the parallax is too small for the coherence's scale search too
@@ -1095,16 +1095,22 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
                                          f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
-    rival = None
-    # (not where the parallax turned the scan by 180 degrees: the search's frame is then no longer the one used)
-    if (rival_A is not None and rival_A * middle > 0 and not opposite and abs(turn) < 90.0
-            and abs(rival_A - middle) > DEFOCUS_OFF * abs(middle)):
-        rival = rival_A + depth_A
-        notes += (f"; the Fourier regions' search reads {rival_A:.1f} A, "
-                  f"{(rival_A - middle) / abs(middle):+.0%} from it")
+    rival_A = _disagreeing_A(rival_A, middle, opposite or abs(turn) >= 90.0)
+    if rival_A is not None:
+        notes += f"; the Fourier regions' search reads {rival_A:.1f} A, {(rival_A - middle) / abs(middle):+.0%} from it"
     line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
+    rival = None if rival_A is None else rival_A + depth_A
     return (found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found, rival_A=rival),
             (line, *warnings))
+
+
+def _disagreeing_A(searched_A: float | None, parallax_A: float, turned: bool) -> float | None:
+    """A clear search's defocus ``searched_A`` where it disagrees with the parallax's ``parallax_A`` (both at the
+    sample's middle): of the same sign and over DEFOCUS_OFF from it, in the frame used (not where the parallax's
+    sign or a turn by 180 degrees ``turned`` it away from the search's frame); None otherwise."""
+    if searched_A is None or turned or searched_A * parallax_A <= 0:
+        return None
+    return searched_A if abs(searched_A - parallax_A) > DEFOCUS_OFF * abs(parallax_A) else None
 
 
 def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np.ndarray | None, dx_A: float, k: int,
