@@ -9,7 +9,18 @@ import pytest
 
 from ptyacc.config import load_config
 from ptyacc.data.bright_field import repaired
-from ptyacc.data.descan import STILL_PX, Descan, Descanned, any_moved, disk_centres, fit_plane, judged, shifted_back
+from ptyacc.data.descan import (
+    POOR,
+    POOR_PX,
+    STILL_PX,
+    Descan,
+    Descanned,
+    any_moved,
+    disk_centres,
+    fit_plane,
+    judged,
+    shifted_back,
+)
 from ptyacc.data.load import load_data
 
 PLANE = dict(descan_offset_px=(0.4, -0.7), descan_px_per_A=((0.08, -0.05), (0.03, 0.1)))
@@ -60,6 +71,26 @@ def test_a_plane_stays_a_plane(grid_simulator, seed, defocus):
     found, result = measured(grid_simulator, descanned(grid_simulator, seed, defocus_A=defocus))
     assert found.kept_px is None and found.noise_px > 0
     assert rms(found.applied_px(result["nominal_positions_A"]) - result["descan_px"]) < 0.1
+
+
+def test_a_small_pull_alike_over_neighbours_stays_a_plane():
+    """Centres on a plane plus a smooth 0.08 px rms ripple (the sample's pull, alike over neighbouring positions)
+    and 0.005 px of noise: the plane leaves over POOR times the noise, but under POOR_PX, so it is used and run.log
+    says why; the same ripple at 0.3 px rms is followed per position."""
+    rng = np.random.default_rng(3)
+    n = np.indices((32, 32)).reshape(2, -1).T.astype(float)
+    positions = n * 0.45
+    plane = 24.0 + 0.4 + positions @ np.array([[0.03, -0.02], [0.01, 0.04]])
+    ripple = np.column_stack([np.sin(n[:, 0] / 3.0) * np.cos(n[:, 1] / 4.0), np.cos(n[:, 0] / 4.0) * np.sin(n[:, 1] / 3.0)])
+    ripple /= np.sqrt((ripple ** 2).sum(1).mean())
+    for size, followed in ((0.08, False), (0.3, True)):
+        centres = plane + size * ripple + rng.normal(scale=0.005 / np.sqrt(2), size=plane.shape)
+        found = judged(fit_plane(positions, centres, 24, np.full((48, 48), 1 / 48 ** 2)), positions, positions, centres)
+        assert found.residual_px > POOR * found.noise_px
+        assert (found.kept_px is not None) == followed
+    small = judged(fit_plane(positions, plane + 0.08 * ripple, 24, np.full((48, 48), 1 / 48 ** 2)), positions,
+                   positions, plane + 0.08 * ripple)
+    assert f"under {POOR_PX:g} px: the sample's own pull" in small.line(small.applied_px(positions), positions, 0.1)
 
 
 def test_shifted_back_moves_a_pattern_exactly(grid_simulator):
