@@ -110,7 +110,7 @@ class Descan:
         elif self.noise_px > NOISY_PX:
             used = (f"the noise is over {NOISY_PX:g} px (the sample's own scattering moves the disk: a thick or "
                     "strongly scattering sample?): nothing kept per position")
-        elif self.residual_px > POOR * self.noise_px:
+        elif self.residual_px > max(POOR * self.noise_px, STILL_PX):  # said where the pull reaches a hundredth of a px
             used = (f"the plane is used (it leaves over {POOR:g} times the noise but under {POOR_PX:g} px: the sample's "
                     "own pull, not a descan to follow per position)")
         else:
