@@ -131,6 +131,8 @@ class MeasuredDescan:
         return not self.in_model and any_moved(self.shifts_px)
 
 
+DEFOCUS_HEAD = "defocus from the bright-field parallax (experiment.defocus_A: auto)"  # run.log's defocus line
+
 @dataclass(frozen=True)
 class MeasuredDefocus:
     """``experiment.defocus_A: auto``: the defocus used (Å, = -C10, at the model's entrance surface) with its
@@ -1027,7 +1029,6 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     where = {"file": "the file's defocus_A", "config": "aberrations.C10"}.get(calibration.sources.get("defocus_A", ""),
                                                                                "none given")
     said = "none" if nominal is None else f"{nominal:g} A ({where})"
-    head = "defocus from the bright-field parallax (experiment.defocus_A: auto)"
     steps = None if calibration.scan_shape is None else scan_grid_steps(calibration.positions_A, calibration.scan_shape)
     if steps is None:
         found, reason, seconds = None, ("it needs positions on a raster's grid (data.scan_shape and "
@@ -1044,27 +1045,36 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
         # 13 degree turn that undid the search's right rotation)
         usable, reason = False, (f"its defocus is over {DEFOCUS_OFF:.0%} from the {given[0]:.1f} A of {given[1]} "
                                  "that gave the orientation")
+    if usable:
+        return _parallax_defocus(calibration, found, seconds, nominal, said, depth_A, rotation_auto, rotation_kept,
+                                 unsure_skew, by_trials, rival_A, warnings)
     semiangle_rad, searched_A = (calibration.values.get("semiangle_mrad") or 0.0) * 1e-3, None
-    if (not usable and given is None and nominal is not None and steps is not None
+    if (given is None and nominal is not None and steps is not None
             and math.pi * abs(nominal) * semiangle_rad ** 2 / calibration.wavelength_A >= MIN_EDGE_PHASE):
         # a nominal defocus too small for the parallax is too small for the coherence's scale search too
         searched_A = _overlap_defocus(source, calibration, steps, prepare, mask, dx_A, k, nominal)
         given = None if searched_A is None else (searched_A, BY_SEARCH)
-    if not usable and given is not None:
-        defocus = given[0] + depth_A
-        searched = given[1] == BY_SEARCH and searched_A is not None  # the prepared patterns' coherence, just now
-        with_orientation = "" if searched else " (with the orientation)"
-        return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched_A=defocus if searched else None), (
-            f"{head}: {'' if found is None else f'measured {found.summary()}, '}not used: {reason}; the defocus "
-            f"{defocus:.1f} A of {given[1]}{with_orientation} is used"
-            f"{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
-            *warnings, *far_defocus_warning(defocus, nominal, given[1]))
-    if found is None or not found.reliable:
-        measured = "" if found is None else f"measured {found.summary()}, "
+    measured = "" if found is None else f"measured {found.summary()}, "
+    if given is None:
         kept = "no nominal defocus either: the probe starts in focus" if nominal is None else \
             f"the nominal defocus {said} is used"
-        return {}, 0.0, None, (f"{head}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",
+        return {}, 0.0, None, (f"{DEFOCUS_HEAD}: {measured}not used: {reason}; {kept} ({seconds:.2g} s)",
                                f"auto not applied: experiment.defocus_A: {reason}; {kept}", *warnings)
+    defocus = given[0] + depth_A
+    searched = given[1] == BY_SEARCH and searched_A is not None  # the prepared patterns' coherence, just now
+    with_orientation = "" if searched else " (with the orientation)"
+    return {"C10": -defocus}, 0.0, MeasuredDefocus(defocus, np.nan, searched_A=defocus if searched else None), (
+        f"{DEFOCUS_HEAD}: {measured}not used: {reason}; the defocus {defocus:.1f} A of {given[1]}{with_orientation} "
+        f"is used{'' if nominal is None else f', {defocus - nominal:+.1f} A from the nominal {said}'} ({seconds:.2g} s)",
+        *warnings, *far_defocus_warning(defocus, nominal, given[1]))
+
+
+def _parallax_defocus(calibration, found: Parallax, seconds: float, nominal: float | None, said: str, depth_A: float,
+                      rotation_auto: bool, rotation_kept: str | None, unsure_skew: float | None, by_trials: bool,
+                      rival_A: float | None, warnings: tuple[str, ...]
+                      ) -> tuple[dict[str, float], float, MeasuredDefocus, tuple[str, ...]]:
+    """``_defocused`` where the parallax's defocus is used (its arguments, ``found`` the reliable Parallax, ``said``
+    the nominal defocus as run.log names it): the aberrations, the turn, the MeasuredDefocus and the lines."""
     middle, turn, notes = found.defocus_A, 0.0, ""
     opposite = nominal is not None and nominal * (middle + depth_A) < 0
     if rotation_auto and rotation_kept:
@@ -1081,27 +1091,35 @@ def _defocused(calibration, source, prepare, mask: np.ndarray | None, dx_A: floa
     defocus = middle + depth_A
     if depth_A:
         notes = f"; {middle:.1f} A at the sample's middle, {depth_A:g} A below the entrance surface{notes}"
-    found_aberrations = {"C10": -defocus}
     c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
-    if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
-        notes += "; C12 as the config gives it"
-    elif math.hypot(*c12) > C12_SIGMAS * found.c12_error_A and by_trials:
-        # as its rotation: at such counts its C12 is the groups' noise (the calibration matrix's c14, 1e3 counts,
-        # none simulated: 54 A read at 4.2 sigma cost 0.21 in NCC)
-        notes += (f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A not used: trial reconstructions judged the "
-                  "orientation (give experiment.aberrations C12a and C12b if the beam is astigmatic)")
-    elif math.hypot(*c12) > C12_SIGMAS * found.c12_error_A:
-        found_aberrations.update(C12a=c12[0], C12b=c12[1])
-        notes += f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
+    c12_found, c12_note = _c12_taken(calibration, c12, found.c12_error_A, by_trials)
+    found_aberrations, notes = {"C10": -defocus, **c12_found}, notes + c12_note
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
                                          f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
     rival_A = _disagreeing_A(rival_A, middle, opposite or abs(turn) >= 90.0)
     if rival_A is not None:
         notes += f"; the Fourier regions' search reads {rival_A:.1f} A, {(rival_A - middle) / abs(middle):+.0%} from it"
-    line = f"{head}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} ({seconds:.2g} s)"
+    line = (f"{DEFOCUS_HEAD}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} "
+            f"({seconds:.2g} s)")
     rival = None if rival_A is None else rival_A + depth_A
     return (found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found, rival_A=rival),
             (line, *warnings))
+
+
+def _c12_taken(calibration, c12: tuple[float, float], error_A: float, by_trials: bool) -> tuple[dict[str, float], str]:
+    """The parallax's C12 (``c12`` (a, b) Å in the frame used, ``error_A`` its standard error) as aberrations to use,
+    and run.log's note: where the config gives none and it lies over C12_SIGMAS sigma from 0, unless trial
+    reconstructions judged the orientation."""
+    if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
+        return {}, "; C12 as the config gives it"
+    if math.hypot(*c12) <= C12_SIGMAS * error_A:
+        return {}, ""
+    if by_trials:
+        # as its rotation: at such counts its C12 is the groups' noise (the calibration matrix's c14, 1e3 counts,
+        # none simulated: 54 A read at 4.2 sigma cost 0.21 in NCC)
+        return {}, (f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A not used: trial reconstructions judged the "
+                    "orientation (give experiment.aberrations C12a and C12b if the beam is astigmatic)")
+    return {"C12a": c12[0], "C12b": c12[1]}, f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
 
 
 def _disagreeing_A(searched_A: float | None, parallax_A: float, turned: bool) -> float | None:
