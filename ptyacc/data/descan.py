@@ -55,9 +55,10 @@ POOR = 3.0  # the plane's rms residual over the centres' own noise beyond which 
 # independent simulator a plane reads 1.2-2.3 times the noise out of focus (the sample's pull, alike over neighbouring
 # positions, escapes the noise), 3.1 in focus; a jump of 1 px or a wave of 0.6 px 4-5 times
 POOR_PX = 0.15  # px: the least rms a plane must leave to be replaced per position. On the calibration matrix's fresh draws
-# (every descan a plane, 617 runs) the sample's pull left up to 0.091 px, 2.9-3.7 times the noise on 8 of them (and far
-# more where the noise was near 0 at 1e6 counts), and a 64 x 64 raster of random atoms followed per position scored
-# 0.72 against 0.84 with the plane; the independent simulator's jump of 1 px and wave of 0.6 px leave 0.25-0.28 px
+# (every descan a plane, 617 runs) a plane that left over twice the noise (the sample's pull) left at most 0.091 px,
+# 2.9-3.7 times the noise on 16 runs (far more where the noise was near 0 at 1e6 counts), and a 64 x 64 raster of random
+# atoms followed per position scored 0.72 against 0.84 with the plane; the independent simulator's jump of 1 px and
+# wave of 0.6 px leave 0.25-0.28 px
 NEAREST = 9  # measured centres (the position's own among them) whose median gives a position's centre
 NOISY_PX = 0.3  # the centres' noise beyond which the sample, not the descan, moves the disk (module docstring): on
 # the independent simulator's thin samples (the descan tests) 0.04-0.05 px; 40 A of SrTiO3 (abTEM) 1.1 px
