@@ -130,7 +130,8 @@ def test_an_unclear_search_hands_its_candidates_to_the_judge_and_takes_its_choic
 @pytest.mark.parametrize("turn_deg", [-8.0, 3.0])
 def test_trials_that_turn_a_broad_peak_far_are_said(faint, monkeypatch, turn_deg):
     """A clear but broad Fourier regions' peak (every one broad here) has its rotation turned by the trials: a turn
-    over 5 degrees is two measures of one angle far apart, said with both angles and the key; a turn of 3 is not."""
+    over 5 degrees is two measures of one angle far apart, said with both angles and the key, and the run starts
+    halfway between them; a turn of 3 is taken whole and not said."""
     from ptyacc.data import autocalibration
 
     monkeypatch.setattr(autocalibration, "SEARCH_SURE", 1e9)  # every clear peak broad: the trials turn it
@@ -145,10 +146,17 @@ def test_trials_that_turn_a_broad_peak_far_are_said(faint, monkeypatch, turn_deg
     (peak, turned), = seen
     assert turned and peak.found_by == "the Fourier regions' peak"
     warned = [line for line in data.checks if line.startswith("warning: the trial reconstructions turned the scan")]
-    assert len(warned) == (abs(turn_deg) > 5.0)
+    far = abs(turn_deg) > 5.0
+    assert len(warned) == far
+    start = peak.rotation_deg + (turn_deg / 2 if far else turn_deg)
+    angle, mirrored = off_deg((data.autos["data.transform.transpose"], data.autos["data.transform.flip_y"],
+                               data.autos["data.transform.flip_x"]), data.autos["experiment.scan_rotation_deg"],
+                              peak.flags, start)
+    assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 1e-6  # the start (up to the centring's quarter turns)
     if warned:
         assert f"{turn_deg:+.1f} deg from the Fourier regions' peak ({peak.rotation_deg:.2f} deg" in warned[0]
         assert f"{peak.rotation_deg + turn_deg:.2f}" in warned[0] and "experiment.scan_rotation_deg" in warned[0]
+        assert f"the run starts halfway, at {start:.2f} deg" in warned[0]
 
 
 @pytest.mark.slow
