@@ -159,6 +159,25 @@ def test_trials_that_turn_a_broad_peak_far_are_said(faint, monkeypatch, turn_deg
         assert f"the run starts halfway, at {start:.2f} deg" in warned[0]
 
 
+@pytest.mark.parametrize("turn_deg", [0.0, 3.0, -8.0])
+def test_the_search_s_spread_is_said_after_a_small_turn_by_the_trials(faint, monkeypatch, turn_deg):
+    """The Fourier regions' search's spread (every spread said here) stays the angle's uncertainty where the
+    trials turn its broad peak a little, as where they leave it; a far turn is said by its own warning alone."""
+    from ptyacc.data import autocalibration, trouble
+
+    monkeypatch.setattr(autocalibration, "SEARCH_SURE", 1e9)
+    monkeypatch.setattr(trouble, "ROTATION_UNSURE_DEG", 0.0)
+
+    def judge(candidates, turn=True, focus=True, modes=False):
+        (peak,) = candidates
+        return Verdict(dataclasses.replace(peak, rotation_deg=peak.rotation_deg + turn_deg), "judged")
+
+    checks = load_data(load_config(faint_config(faint)), judge=judge).checks
+    spread = [line for line in checks if line.startswith("warning: the Fourier regions' search fixes the scan rotation")]
+    far = [line for line in checks if line.startswith("warning: the trial reconstructions turned the scan")]
+    assert (len(spread), len(far)) == ((0, 1) if abs(turn_deg) > 5.0 else (1, 0))
+
+
 @pytest.mark.slow
 def test_a_verdict_taken_at_the_end_of_its_range_is_warned(faint, monkeypatch):
     """A judge whose defocus trials ended at the last value tried: the run says so, naming the key."""
