@@ -78,6 +78,7 @@ PARALLAX_SURE = 10.0  # the real-space parallax's handedness ratio above which i
 SEARCH_SURE = 2.5  # the Fourier regions' contrast below which ``ptyacc run`` tries the rotation by reconstructions
 TRIALS_SURE = 0.0025  # the trials' relative margin below which the orientation they chose is said to be in doubt
 SEARCH_APART_DEG = 10.0  # a clear search this near a centre of mass alone (or its turn by 180) gives the orientation
+DEFOCUS_HEAD = "defocus from the bright-field parallax (experiment.defocus_A: auto)"  # run.log's defocus line
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
 BY_PARALLAX = "the bright-field parallax"
@@ -130,8 +131,6 @@ class MeasuredDescan:
         does not take it."""
         return not self.in_model and any_moved(self.shifts_px)
 
-
-DEFOCUS_HEAD = "defocus from the bright-field parallax (experiment.defocus_A: auto)"  # run.log's defocus line
 
 @dataclass(frozen=True)
 class MeasuredDefocus:
@@ -760,7 +759,7 @@ def _far_turn_halved(state: _Orienting, searched) -> None:
         return
     state.rotation_deg, state.halved = (searched.rotation_deg + off / 2 + 180.0) % 360.0 - 180.0, True
     state.used = dataclasses.replace(state.used, rotation_deg=state.rotation_deg)
-    state.warnings += trials_turn_warning(searched, trials_deg, state.rotation_deg)
+    state.warnings.append(trials_turn_warning(searched, off, state.rotation_deg))
 
 
 def _take(state: _Orienting, verdict: Verdict) -> None:

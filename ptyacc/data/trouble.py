@@ -222,21 +222,19 @@ def blended_rotation_deg(parallax: ParallaxOrientation, off_deg: float) -> float
     return parallax.rotation_deg - SEARCH_SHARE * off_deg
 
 
-def trials_turn_warning(searched: OverlapOrientation, trials_deg: float, start_deg: float) -> list[str]:
+def trials_turn_warning(searched: OverlapOrientation, off_deg: float, start_deg: float) -> str:
     """The warning where trial reconstructions turned the scan rotation of a clear but broad Fourier regions' peak
-    ``searched`` to ``trials_deg`` (the same flags), over ROTATION_OFF_DEG from it, and the run starts at
-    ``start_deg`` between them: two measures of one angle that far apart, at counts where the trials' data term
-    hardly tells angles apart (graphene at 1e3 counts: a peak 4 degrees off turned 8.5 degrees past the truth, the
-    calibration matrix's h96-17)."""
-    off = (trials_deg - searched.rotation_deg + 180.0) % 360.0 - 180.0
-    if not abs(off) > ROTATION_OFF_DEG:
-        return []
-    return [f"warning: the trial reconstructions turned the scan rotation {off:+.1f} deg from the Fourier regions' "
+    ``searched`` by ``off_deg`` (the same flags), over ROTATION_OFF_DEG, and the run starts at ``start_deg`` between
+    the two: two measures of one angle that far apart, at counts where the trials' data term hardly tells angles
+    apart (graphene at 1e3 counts: a peak 4 degrees off turned 8.5 degrees past the truth, the calibration matrix's
+    h96-17)."""
+    trials_deg = (searched.rotation_deg + off_deg + 180.0) % 360.0 - 180.0
+    return (f"warning: the trial reconstructions turned the scan rotation {off_deg:+.1f} deg from the Fourier regions' "
             f"peak ({searched.rotation_deg:.2f} deg, its peak {searched.contrast:.1f} times the next: broad) to "
             f"{trials_deg:.2f} deg: two measures of one angle that far apart; the run starts halfway, at "
             f"{start_deg:.2f} deg, and the image may be turned against the truth by degrees; set "
             "experiment.scan_rotation_deg if it is known, or compare runs started at experiment.scan_rotation_deg "
-            f"{searched.rotation_deg:.2f} and {trials_deg:.2f}"]
+            f"{searched.rotation_deg:.2f} and {trials_deg:.2f}")
 
 
 def trials_doubt_warning(margin: float, rival: str | None, sure: float) -> str:
