@@ -14,7 +14,7 @@ from ptyacc.data import overlap_orientation
 from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, Verdict, orientation_candidates
 from ptyacc.data.load import load_data
 from ptyacc.data.overlap_orientation import OverlapOrientation
-from ptyacc.data.trouble import Unsettled
+from ptyacc.data.trouble import Unsettled, trials_unsettled_warning
 from ptyacc.reconstruction.trials import AUTO_ITERATIONS, OrientationTrials, _vertex
 
 TRUE_ROTATION, TRUE_DEFOCUS = 20.0, 120.0
@@ -472,11 +472,17 @@ def test_a_parabola_through_uneven_points_is_lowest_where_it_should_be():
     assert _lowest([-4, 0, 8], [1.0, 2.0, 1.0]) == 0.0  # no minimum between: the middle
 
 
-def test_a_defocus_whose_data_term_falls_past_the_range_tried_is_said_unsettled():
+def test_a_defocus_whose_data_term_falls_past_the_range_tried_keeps_the_measured_one():
+    """A data term that still falls at the last scale tried (x2.14) has no minimum there: the measured defocus is kept
+    and the warning names the end reached and what was kept; a minimum within reach is taken."""
     judge = _Bowl(0.0, -300.0)  # x3 of the candidate's: beyond x2.14, 19 steps of FOCUS_STEP
     verdict = judge([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
-    assert verdict.taken.defocus_A == pytest.approx(-100.0 * np.exp(19 * 0.04))
-    assert verdict.unsettled == (Unsettled("defocus", f"{verdict.taken.defocus_A:.1f} A", "experiment.defocus_A"),)
+    assert verdict.taken.defocus_A == -100.0 and verdict.taken.defocus_by == OrientationCandidate(
+        (True, False, False), 0.0, -100.0, "a peak").defocus_by
+    end = f"{-100.0 * np.exp(19 * 0.04):.1f} A"
+    assert verdict.unsettled == (Unsettled("defocus", end, "experiment.defocus_A", kept="the measured -100.0 A"),)
+    warning = trials_unsettled_warning(verdict.unsettled[0])
+    assert f"the last defocus they tried, {end}" in warning and "the measured -100.0 A is kept" in warning
     near = _Bowl(0.0, -60.0)  # x0.6: 13 steps below, bracketed by the strides
     verdict = near([OrientationCandidate((True, False, False), 0.0, -100.0, "a peak")], turn=False)
     assert verdict.taken.defocus_A == pytest.approx(-60.0, rel=0.02) and verdict.unsettled == ()

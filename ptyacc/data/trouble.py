@@ -266,18 +266,25 @@ def unmeasured_frame_warning(count: int, margin: float | None, rival: str | None
 
 @dataclass(frozen=True)
 class Unsettled:
-    """A quantity (``name``: "scan rotation", "defocus") that trial reconstructions took at ``value``, the last one
-    they tried, their data term still falling there; ``key``, the config key that sets it by hand."""
+    """A quantity (``name``: "scan rotation", "defocus") whose trial reconstructions' data term still fell at
+    ``value``, the last one they tried; ``key``, the config key that sets it by hand; ``kept``, what was used instead
+    (None: ``value`` was taken)."""
 
     name: str
     value: str
     key: str
+    kept: str | None = None
 
 
 def trials_unsettled_warning(unsettled: Unsettled) -> str:
     """The warning for a quantity that trial reconstructions took at the last value they tried, where their data
     term was still falling: the end of the range tried, not a minimum."""
     name, value, key = unsettled.name, unsettled.value, unsettled.key
+    if unsettled.kept is not None:
+        return (f"warning: the trial reconstructions' data term still fell at the last {name} they tried, {value}: the "
+                f"end of the range tried, not a minimum, so {unsettled.kept} is kept (a data term that falls on and on "
+                f"says the model lacks something the {name} stands in for, such as a partly coherent beam's modes or a "
+                f"detector blur); set {key} by hand if it is known")
     return (f"warning: the trial reconstructions' data term still fell at the last {name} they tried, {value}, "
             f"which is used: the end of the range tried, not a minimum, so the {name} may lie further out; set "
             f"{key} by hand if it is known")
