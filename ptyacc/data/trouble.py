@@ -277,8 +277,9 @@ class Unsettled:
 
 
 def trials_unsettled_warning(unsettled: Unsettled) -> str:
-    """The warning for a quantity that trial reconstructions took at the last value they tried, where their data
-    term was still falling: the end of the range tried, not a minimum."""
+    """The warning for a quantity whose trial reconstructions' data term still fell at the last value they tried (the
+    end of the range tried, not a minimum): that value taken, or, for the defocus, the measured one kept
+    (``Unsettled.kept``)."""
     name, value, key = unsettled.name, unsettled.value, unsettled.key
     if unsettled.kept is not None:
         return (f"warning: the trial reconstructions' data term still fell at the last {name} they tried, {value}: the "
