@@ -36,11 +36,26 @@ def off_deg(flags, rotation_deg, true_flags, true_rotation_deg) -> tuple[float, 
     return float(np.degrees(np.arctan2(difference[1, 0], difference[0, 0]))), bool(np.linalg.det(difference) < 0)
 
 
+def off_used(data, flags, rotation_deg) -> tuple[float, bool]:
+    """``off_deg`` of the frame a load used (its autos) against ``flags`` and ``rotation_deg``."""
+    autos = data.autos
+    used = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
+    return off_deg(used, autos["experiment.scan_rotation_deg"], flags, rotation_deg)
+
+
 def off_truth(data) -> tuple[float, bool]:
     """``off_deg`` of the frame a load used (its autos) against the faint file's true one."""
-    autos = data.autos
-    flags = (autos["data.transform.transpose"], autos["data.transform.flip_y"], autos["data.transform.flip_x"])
-    return off_deg(flags, autos["experiment.scan_rotation_deg"], (True, False, False), TRUE_ROTATION)
+    return off_used(data, (True, False, False), TRUE_ROTATION)
+
+
+def turning_judge(turn_deg: float, seen: list | None = None):
+    """A judge that turns its one candidate, a broad peak, by ``turn_deg``, noting (candidate, turn) in ``seen``."""
+    def judge(candidates, turn=True, focus=True, modes=False):
+        (peak,) = candidates
+        if seen is not None:
+            seen.append((peak, turn))
+        return Verdict(dataclasses.replace(peak, rotation_deg=peak.rotation_deg + turn_deg), "judged")
+    return judge
 
 
 def test_the_parabola_is_lowest_where_it_should_be():
@@ -136,22 +151,14 @@ def test_trials_that_turn_a_broad_peak_far_are_said(faint, monkeypatch, turn_deg
 
     monkeypatch.setattr(autocalibration, "SEARCH_SURE", 1e9)  # every clear peak broad: the trials turn it
     seen = []
-
-    def judge(candidates, turn=True, focus=True, modes=False):
-        (peak,) = candidates
-        seen.append((peak, turn))
-        return Verdict(dataclasses.replace(peak, rotation_deg=peak.rotation_deg + turn_deg), "judged")
-
-    data = load_data(load_config(faint_config(faint)), judge=judge)
+    data = load_data(load_config(faint_config(faint)), judge=turning_judge(turn_deg, seen))
     (peak, turned), = seen
     assert turned and peak.found_by == "the Fourier regions' peak"
     warned = [line for line in data.checks if line.startswith("warning: the trial reconstructions turned the scan")]
     far = abs(turn_deg) > 5.0
     assert len(warned) == far
     start = peak.rotation_deg + (turn_deg / 2 if far else turn_deg)
-    angle, mirrored = off_deg((data.autos["data.transform.transpose"], data.autos["data.transform.flip_y"],
-                               data.autos["data.transform.flip_x"]), data.autos["experiment.scan_rotation_deg"],
-                              peak.flags, start)
+    angle, mirrored = off_used(data, peak.flags, start)
     assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) < 1e-6  # the start (up to the centring's quarter turns)
     if warned:
         assert f"{turn_deg:+.1f} deg from the Fourier regions' peak ({peak.rotation_deg:.2f} deg" in warned[0]
@@ -167,12 +174,7 @@ def test_the_search_s_spread_is_said_after_a_small_turn_by_the_trials(faint, mon
 
     monkeypatch.setattr(autocalibration, "SEARCH_SURE", 1e9)
     monkeypatch.setattr(trouble, "ROTATION_UNSURE_DEG", 0.0)
-
-    def judge(candidates, turn=True, focus=True, modes=False):
-        (peak,) = candidates
-        return Verdict(dataclasses.replace(peak, rotation_deg=peak.rotation_deg + turn_deg), "judged")
-
-    checks = load_data(load_config(faint_config(faint)), judge=judge).checks
+    checks = load_data(load_config(faint_config(faint)), judge=turning_judge(turn_deg)).checks
     spread = [line for line in checks if line.startswith("warning: the Fourier regions' search fixes the scan rotation")]
     far = [line for line in checks if line.startswith("warning: the trial reconstructions turned the scan")]
     assert (len(spread), len(far)) == ((0, 1) if abs(turn_deg) > 5.0 else (1, 0))

@@ -34,6 +34,7 @@ from ptyacc.data.orientation import (
     measure_orientation,
     middle_block,
     rotation,
+    wrapped_deg,
 )
 from ptyacc.data.overlap_orientation import overlap_defocus, overlap_orientation
 from ptyacc.data.parallax import MIN_EDGE_PHASE, MIN_SIDE, Parallax, measure_parallax, stored_parallax
@@ -82,6 +83,7 @@ DEFOCUS_HEAD = "defocus from the bright-field parallax (experiment.defocus_A: au
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
 BY_PARALLAX = "the bright-field parallax"
+BY_PEAK = "the Fourier regions' peak"  # a candidate orientation's ``found_by``: the search's clear peak
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
 RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
 # reversal moves an axis by a whole pixel: a disk over half a pixel off along it comes back within half a pixel)
@@ -708,7 +710,7 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
     if searched is not None and searched.clear:
         state.flags, state.rotation_deg = searched.flags, searched.rotation_deg
         state.line += f"; {searched.line()}: these are used"
-        state.used = OrientationCandidate(state.flags, state.rotation_deg, searched.defocus_A, "the Fourier regions' peak")
+        state.used = OrientationCandidate(state.flags, state.rotation_deg, searched.defocus_A, BY_PEAK)
         broad = searched.contrast < SEARCH_SURE
         # a broad peak's rotation, the search's defocus tried. A sharp peak's rotation is not: 6 iterations' losses
         # turned the calibration matrix's c49 (graphene, 1e4 counts) 3.5 degrees the wrong way, alike over seeds
@@ -743,8 +745,8 @@ def _search_s_angle(state: _Orienting, searched) -> bool:
         return True
     if state.halved:
         return False
-    turned = (state.rotation_deg - searched.rotation_deg + 180.0) % 360.0 - 180.0
-    return (state.by_trials and state.used is not None and state.used.found_by == "the Fourier regions' peak"
+    turned = wrapped_deg(state.rotation_deg - searched.rotation_deg, 360.0)
+    return (state.by_trials and state.used is not None and state.used.found_by == BY_PEAK
             and abs(turned) <= ROTATION_OFF_DEG)
 
 
@@ -754,10 +756,10 @@ def _far_turn_halved(state: _Orienting, searched) -> None:
     matrix's fresh files (seeds 93-107) three went past the truth (the peak 2.7-4.0 degrees off, the trials 2.9-4.9
     the other side: h96-17, h105-10, h107-02) and one to it (h99-17, a peak 6.3 degrees off)."""
     trials_deg = state.rotation_deg
-    off = (trials_deg - searched.rotation_deg + 180.0) % 360.0 - 180.0
+    off = wrapped_deg(trials_deg - searched.rotation_deg, 360.0)
     if abs(off) <= ROTATION_OFF_DEG:
         return
-    state.rotation_deg, state.halved = (searched.rotation_deg + off / 2 + 180.0) % 360.0 - 180.0, True
+    state.rotation_deg, state.halved = wrapped_deg(searched.rotation_deg + off / 2, 360.0), True
     state.used = dataclasses.replace(state.used, rotation_deg=state.rotation_deg)
     state.warnings.append(trials_turn_warning(searched, off, state.rotation_deg))
 
@@ -799,7 +801,7 @@ def _parallax_searched(state: _Orienting, searched, chosen, judge: Judge | None)
         return
     candidates = [OrientationCandidate(chosen.flags, chosen.rotation_deg, chosen.defocus_A, BY_PARALLAX, BY_PARALLAX),
                   OrientationCandidate(searched.flags, searched.rotation_deg, searched.defocus_A,
-                                       "the Fourier regions' peak")]
+                                       BY_PEAK)]
     state.line += f"; {searched.line()}: its mirror"
     if judge is not None:
         _judged(state, judge, candidates)
@@ -828,7 +830,7 @@ def _com_searched(state: _Orienting, searched, found, judge: Judge | None = None
         if judge is not None:
             _judged(state, judge, [OrientationCandidate(found.flags, found.rotation_deg, None, "the centre of mass", None),
                                    OrientationCandidate(searched.flags, searched.rotation_deg, searched.defocus_A,
-                                                        "the Fourier regions' peak")])
+                                                        BY_PEAK)])
             return
         state.warnings.append(com_search_disagreement_warning(found, searched, mirrored, apart))
     elif searched is not None:
@@ -1017,7 +1019,7 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
                                                 given, by_trials, kept,
                                                 None if orientation is None else orientation.searched_defocus_A)
     if turn_deg:
-        turned_deg = (experiment.scan_rotation_deg + turn_deg + 180.0) % 360.0 - 180.0
+        turned_deg = wrapped_deg(experiment.scan_rotation_deg + turn_deg, 360.0)
         experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
         calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
         calibration.sources["scan_rotation_deg"] = "fitted"

@@ -77,7 +77,7 @@ def nearest_orientation(pairs: list[tuple[tuple[bool, bool, bool], float]], near
     nearest ``near_deg``."""
     best = pairs[0]
     for flags, theta in pairs[1:]:
-        if abs(_wrapped(theta - near_deg, 360.0)) < abs(_wrapped(best[1] - near_deg, 360.0)):
+        if abs(wrapped_deg(theta - near_deg, 360.0)) < abs(wrapped_deg(best[1] - near_deg, 360.0)):
             best = (flags, theta)
     return best
 
@@ -240,7 +240,7 @@ def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] |
     turn = (np.array([[0.0, 1.0], [1.0, 0.0]]) if transpose else np.eye(2)) @ rotation(angle)
     flags, theta = nearest_orientation(equivalent_orientations(turn, FLAGS if fixed_flags is None else (fixed_flags,)),
                                        near_deg)
-    halves = tuple(theta + _wrapped(part - angle % 180) for part in grid.halves(field))
+    halves = tuple(theta + wrapped_deg(part - angle % 180) for part in grid.halves(field))
     return Orientation(flags, theta, left, other, halves, skew(grid.divergence(turned(field, angle))),
                        math.prod(com.shape[:-1]), SKEW_SURE_SCATTERED if isinstance(grid, ScatteredGrid) else SKEW_SURE)
 
@@ -257,7 +257,7 @@ def without_plane(field: np.ndarray) -> np.ndarray:
     return (values - design @ solution).reshape(field.shape)
 
 
-def _wrapped(degrees: float, period: float = 180.0) -> float:
+def wrapped_deg(degrees: float, period: float = 180.0) -> float:
     """``degrees`` wrapped into [-period / 2, period / 2)."""
     return (degrees + period / 2) % period - period / 2
 
@@ -321,5 +321,5 @@ def frame_difference(flags: tuple[bool, bool, bool], rotation_deg: float, other_
     used = rotation(rotation_deg).T @ flag_matrix(*flags)
     other = rotation(other_rotation_deg).T @ flag_matrix(*other_flags)
     difference = used @ other.T
-    return bool(np.linalg.det(difference) < 0), _wrapped(math.degrees(math.atan2(difference[1, 0], difference[0, 0])),
+    return bool(np.linalg.det(difference) < 0), wrapped_deg(math.degrees(math.atan2(difference[1, 0], difference[0, 0])),
                                                           360.0)

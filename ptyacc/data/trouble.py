@@ -37,7 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ptyacc.data.orientation import Orientation, frame_difference
+from ptyacc.data.orientation import Orientation, frame_difference, wrapped_deg
 from ptyacc.data.overlap_orientation import OverlapOrientation
 from ptyacc.data.parallax import MAX_MISFIT, Parallax
 from ptyacc.data.parallax_orientation import SURE, ParallaxOrientation, conformal_parts
@@ -53,10 +53,6 @@ ROTATION_UNSURE_DEG = 1.25  # the parallax's rotation uncertain by more (one sta
 # the data term does not fix the rotation better, and two degrees cost the matrix's files 0.015-0.056 in NCC
 # (benchmarks/records/2026-12-04-rotation-at-few-counts.md)
 AUTO = "(auto measures it)"
-
-
-def _wrapped(degrees: float) -> float:
-    return (degrees + 180.0) % 360.0 - 180.0
 
 
 def tells_handedness(found: Orientation) -> bool:
@@ -84,7 +80,7 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
                         f"flip_x {fx})")
         return said
     if not found.tells_turn and abs(off) > 90:  # the centre of mass cannot tell a turn by 180 degrees
-        off = _wrapped(off + 180.0)
+        off = wrapped_deg(off + 180.0, 360.0)
     spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
     if not rotation_measured and abs(off) > max(ROTATION_OFF_DEG, 3 * spread):
         said.append(f"warning: the patterns' centre of mass says the scan is turned {rotation_deg - off:.1f} deg "
@@ -228,7 +224,7 @@ def trials_turn_warning(searched: OverlapOrientation, off_deg: float, start_deg:
     the two: two measures of one angle that far apart, at counts where the trials' data term hardly tells angles
     apart (graphene at 1e3 counts: a peak 4 degrees off turned 8.5 degrees past the truth, the calibration matrix's
     h96-17)."""
-    trials_deg = (searched.rotation_deg + off_deg + 180.0) % 360.0 - 180.0
+    trials_deg = wrapped_deg(searched.rotation_deg + off_deg, 360.0)
     return (f"warning: the trial reconstructions turned the scan rotation {off_deg:+.1f} deg from the Fourier regions' "
             f"peak ({searched.rotation_deg:.2f} deg, its peak {searched.contrast:.1f} times the next: broad) to "
             f"{trials_deg:.2f} deg: two measures of one angle that far apart; the run starts halfway, at "
