@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from ptyacc.commands.cli import cli
-from ptyacc.commands.init_config import ROTATION_START
+from ptyacc.commands.init_config import FOCUS_START, ROTATION_START
 
 DEMO = Path(__file__).parents[1] / "ptyacc" / "demo" / "demo_mos2.h5"
 
@@ -35,12 +35,15 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     # the measured rotation is refined, as one angle; electrons' partial coherence taken by four probe modes
     assert config["model"] == {"probe_modes": 4, "scan_affine": "rotation"}
     assert config["optim"]["start"]["scan_affine"] == ROTATION_START > 0  # once the object has taken shape
+    assert config["optim"]["start"]["probe_focus"] == FOCUS_START  # the measured defocus refined, with the probe
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", f"optim.iterations={ROTATION_START + 1}",
                                    "--set", "output.figures=false"])
     assert run.exit_code == 0, run.output
     with h5py.File(tmp_path / "results" / "scan" / "results.h5") as f:  # the demo's descan moves no pattern
         assert yaml.safe_load(f.attrs["auto_values"])["optim.batch_size"] == 72  # 576 // 8
         assert abs(f["fitted/scan_turn_deg"][()]) > 0
+        assert abs(f.attrs["probe_focus_change_A"]) > 0
+    assert "probe focus: the run changed the defocus by" in (tmp_path / "results" / "scan" / "run.log").read_text()
     again = CliRunner().invoke(cli, ["init", "scan.h5"])
     assert again.exit_code == 2 and "scan.yaml exists; pass --force" in again.output
 

@@ -27,6 +27,11 @@ ROTATION_START = 4  # the iteration from which init's config refines a measured 
 # started about a degree from the truth to 1-2.5 degrees from it, on calibration matrix files at few counts or with
 # a partly coherent beam)
 
+FOCUS_START = 1  # the iteration from which init's config refines the probe's focus where the defocus is measured
+# (optim.start.probe_focus), with the probe: the measured defocus can be 5-15 % off (a partly coherent beam's parallax
+# reads low, the trials on weak scatterers high), and the probe's own steps keep most of such an error; on ten
+# calibration matrix files it moved every one towards the truth (from iteration 1 a little further than from 4)
+
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
     "semiangle_mrad": ("probe-forming aperture semi-angle in mrad", True, False),
@@ -91,10 +96,12 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     lines += ["optim:", "  iterations: 20", "  batch_size: auto   # from the data: one step per iteration where the "
               f"descan shifted the patterns, else about {STEPS} ({steps_batch(n)} of {n} positions)"]
     if not xray:
-        start = f"{{detector_blur: 0, scan_affine: {ROTATION_START}}}" if turned else "{detector_blur: 0}"
-        lines.append(f"  start: {start}   # the detector's blur (model.detector_blur_px) refined from none"
+        start = ["detector_blur: 0"] + [f"scan_affine: {ROTATION_START}"] * turned + [f"probe_focus: {FOCUS_START}"] * parallax
+        lines.append(f"  start: {{{', '.join(start)}}}   # the detector's blur (model.detector_blur_px) refined from none"
                      + (f"; the scan rotation measured, refined from iteration {ROTATION_START}, once the object has "
-                        "taken shape (it is seldom within a degree where the counts are few)" if turned else ""))
+                        "taken shape (it is seldom within a degree where the counts are few)" if turned else "")
+                     + (f"; the measured defocus refined from iteration {FOCUS_START} (the probe's own steps keep most "
+                        "of its error; run.log ends with where it went)" if parallax else ""))
     lines += ["output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
 

@@ -41,10 +41,12 @@ class LearningRates:
                                    "defocus), in units of the change that alters the probe by its own norm (1 / (pi "
                                    "lambda rms(q^2)) over the probe's spectrum: 36 Å at 80 kV and 25 mrad). 0 freezes it.")
     detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
+    probe_focus: float = _f(1.0, "Adam's step size of the probe's change of focus (optim.start.probe_focus), in Å per "
+                                 "step.")
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_amplitude", "probe_variation", "probe_defocus", "detector_blur"):
+                     "probe_amplitude", "probe_variation", "probe_defocus", "detector_blur", "probe_focus"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -69,6 +71,10 @@ class StartIterations:
     detector_blur: int | None = _f(
         None, "First iteration that refines the detector blur (model.detector_blur_px, from its value there, 0 "
               "included); null = fixed at that value.")
+    probe_focus: int | None = _f(
+        None, "First iteration that refines one change of focus for every probe mode (a Fresnel propagation, put into "
+              "the probe after every iteration); run.log and results.h5 (probe_focus_change_A) say how far it moved "
+              "and the experiment.defocus_A that starts a run there. One scan only. null = off.")
 
     probe_variation: int | Literal["probe"] | None = _f(
         "probe", "First iteration that updates the eigen-probes, their weights and the main mode's amplitude per "
@@ -76,7 +82,7 @@ class StartIterations:
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_variation", "detector_blur"):
+                     "probe_variation", "detector_blur", "probe_focus"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")

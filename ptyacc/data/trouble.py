@@ -28,7 +28,8 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   right calibrations on abTEM files of 1e6 electrons per pattern at up to 4.2 (8 %); the detector's flips
   left out of the PETRA data leave 58 (23 %), the near field's sub-pixel image shift left out about 18 (13 %).
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
-  the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``).
+  the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
+  change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``).
 """
 
 from __future__ import annotations
@@ -381,6 +382,23 @@ def deviance_warning(deviance: float, counts: float | None = None, electron: boo
 # 0.8-3.8 degrees off: nearer the truth on 20, as near on one; benchmarks/records/2026-12-04-rotation-equilibrium-and-seed-76.md)
 AGAIN_NEARER = (" (a run started there comes nearer still: the object holds the scan near the angle it first formed "
                 "at)")
+
+
+FOCUS_TOLD_SHARE = 0.05  # a change of focus of this share of the defocus started at, or more, is said on the terminal too
+
+
+def refocused_probe_said(results) -> list[tuple[str, bool]]:
+    """run.log's line on the change of focus a run refined (``optim.start.probe_focus``): the change from the defocus
+    it started at and the ``experiment.defocus_A`` that starts a run there, for the terminal too from
+    FOCUS_TOLD_SHARE of it (``RunLog.say``'s pairs); none where it was not refined."""
+    change = (results.attrs or {}).get("probe_focus_change_A")
+    started = (results.calibration or {}).get("defocus_A")
+    if change is None or started is None:
+        return []
+    far = abs(float(change)) >= FOCUS_TOLD_SHARE * max(abs(float(started[0])), 1.0)
+    return [(f"probe focus: the run changed the defocus by {float(change):+.1f} A from the {started[0]:.1f} A it "
+             f"started at ({started[1]}); experiment.defocus_A: {started[0] + float(change):.1f} starts a run there",
+             far)]
 
 
 def turned_scan_said(results) -> list[tuple[str, bool]]:
