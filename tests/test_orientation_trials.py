@@ -735,3 +735,49 @@ def test_the_trials_bring_the_coherence_s_low_defocus_to_the_truth(wide_shift):
     assert searched_defocus_A(data.checks) < 0.92 * SEARCHED_DEFOCUS
     assert -data.aberrations["C10"] == pytest.approx(SEARCHED_DEFOCUS, rel=0.03)
     assert any("its defocus scaled by" in line for line in data.checks)
+
+
+@dataclasses.dataclass
+class _Calibrated:
+    """What ``_focus_tried`` reads and replaces of a calibration."""
+
+    aberrations: dict
+    values: dict
+    sources: dict
+
+
+@pytest.mark.parametrize("search_wins", [True, False])
+def test_a_parallax_reading_beaten_by_the_search_s_defocus_is_dropped_as_a_whole(search_wins):
+    """Trials between the parallax's defocus and a clear search's far from it: each is tried in its own scan rotation
+    (the parallax's with its rotation left added, the search's without); where the search's wins, the parallax's
+    rotation left and its C12 go with its defocus (fresh h113-08, WSe2 at 1e6 counts: the parallax read 84.9 A with a
+    C12 of 70 A and a rotation left of -3.5 degrees for a truth of 174 A; kept, they scored -0.117, dropped 0.966
+    against the told run's 0.971); where the parallax's wins, all of it stays."""
+    from types import SimpleNamespace
+
+    from ptyacc.data.autocalibration import MeasuredDefocus, _focus_tried
+
+    defocus = MeasuredDefocus(84.9, 8.5, None, rival_A=173.8, turn_deg=-3.51, c12_set=("C12a", "C12b"))
+    calibration = _Calibrated({"C10": -84.9, "C12a": 3.6, "C12b": 69.6}, {"defocus_A": 84.9}, {"defocus_A": "fitted"})
+    prep = SimpleNamespace(transpose=False, flip_y=True, flip_x=True)
+    seen = []
+
+    def judge(candidates, **kwargs):
+        seen.extend(candidates)
+        taken = candidates[1 if search_wins else 0]
+        return Verdict(dataclasses.replace(taken, defocus_A=1.02 * taken.defocus_A, defocus_by="trial reconstructions"),
+                       "judged")
+
+    found, measured, said, rotation = _focus_tried(judge, False, SimpleNamespace(scan_rotation_deg=18.99), calibration,
+                                                    prep, (True, True), defocus)
+    assert [c.rotation_deg for c in seen] == [18.99, pytest.approx(22.50)]
+    assert [c.defocus_A for c in seen] == [84.9, 173.8]
+    taken_A = 1.02 * (173.8 if search_wins else 84.9)
+    assert measured.defocus_A == pytest.approx(taken_A) and found.aberrations["C10"] == pytest.approx(-taken_A)
+    if search_wins:
+        assert rotation == pytest.approx(22.50) and "C12a" not in found.aberrations and "C12b" not in found.aberrations
+        assert said[1] == ("the parallax's reading dropped as a whole: its rotation left (-3.51 deg: the scan rotation "
+                           "22.50 deg) and its C12 not used")
+    else:
+        assert rotation == 18.99 and (found.aberrations["C12a"], found.aberrations["C12b"]) == (3.6, 69.6)
+        assert said == ("judged",)

@@ -83,6 +83,7 @@ DEFOCUS_HEAD = "defocus from the bright-field parallax (experiment.defocus_A: au
 BY_SEARCH = "the Fourier regions' coherence"  # what gave an orientation's defocus (``MeasuredOrientation.defocus_by``)
 BY_TRIALS = "trial reconstructions"
 BY_PARALLAX = "the bright-field parallax"
+SEARCH_READING = "the Fourier regions' defocus"  # the search's reading as a trials' candidate against the parallax's
 BY_PEAK = "the Fourier regions' peak"  # a candidate orientation's ``found_by``: the search's clear peak
 FLIP_SAMPLE = 64  # patterns whose mean tells where the bright-field disk lies
 RECENTRED_PX = 0.25  # how much nearer the zero frequency other flags must bring the disk to be taken instead (a
@@ -148,6 +149,8 @@ class MeasuredDefocus:
     searched_A: float | None = None
     tried: bool = False
     rival_A: float | None = None  # a clear Fourier regions' search's defocus far from the parallax's: trials try both
+    turn_deg: float = 0.0  # the parallax's rotation left, added to the scan rotation with its defocus
+    c12_set: tuple[str, ...] = ()  # the aberrations (C12a, C12b) that the parallax's reading set
 
 
 @dataclass(frozen=True)
@@ -519,9 +522,17 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
         if defocus is not None and (defocus.searched_A is not None or defocus.rival_A is not None):
-            calibration, defocus, lines = _focus_tried(judge, data.transform.orientation_trials == 0, experiment,
-                                                       calibration, prep, about, defocus)
+            calibration, defocus, lines, rotation_deg = _focus_tried(
+                judge, data.transform.orientation_trials == 0, experiment, calibration, prep, about, defocus)
             defocus_said += lines
+            if rotation_deg != experiment.scan_rotation_deg:  # the search's reading taken whole, without the parallax's
+                experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
+                taken = calibration.aberrations
+                calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
+                calibration.sources["scan_rotation_deg"] = "fitted"
+                calibration = _with_aberrations(calibration, taken)
+                if orientation is not None:
+                    orientation = dataclasses.replace(orientation, rotation_deg=rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
         defocus_said = _parallax_checked(calibration, read, rotation_auto, data.transform.orientation == "auto",
                                          flags_confirmed)
@@ -535,7 +546,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
 
 def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration, prep: Preparation,
                  about: tuple[bool, bool] | None, defocus: MeasuredDefocus
-                 ) -> tuple[Calibration, MeasuredDefocus, tuple[str, ...]]:
+                 ) -> tuple[Calibration, MeasuredDefocus, tuple[str, ...], float]:
     """The defocus the Fourier regions' coherence of the prepared patterns gave where the parallax could not tell
     (``defocus``, its ``searched_A``) tried by ``judge``'s short reconstructions, scaled FOCUS_STEP apart, in the orientation
     and scan rotation used and with the run's probe modes (``reconstruction/trials.py``): the calibration with the
@@ -549,30 +560,45 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
     init``, or ``data.transform.orientation_trials: 0``: ``trials_off``) the coherence's defocus stands, and the line
     says so. Where the parallax told the defocus and a clear Fourier regions' search in the same frame read one over
     DEFOCUS_OFF from it (``defocus.rival_A``), the two are the trials' candidates, the better one's defocus refined
-    the same way; without trials the parallax's stands, with a warning (``trouble.rival_defocus_warning``) where
-    ``trials_off``."""
-    rival = defocus.rival_A
+    the same way, each in its own scan rotation: the parallax's with its rotation left added
+    (``defocus.turn_deg``), the search's without; where the search's is taken, the parallax's reading is dropped as a whole
+    (its rotation left and its C12 too: a parallax whose defocus is that far off misread the rest with it). Without
+    trials the parallax's stands, with a warning (``trouble.rival_defocus_warning``) where ``trials_off``. The
+    calibration, the MeasuredDefocus, run.log's lines and the scan rotation taken."""
+    rival, rotation = defocus.rival_A, float(experiment.scan_rotation_deg)
     if judge is None:
         if rival is None:
             kept = ("kept: data.transform.orientation_trials is 0" if trials_off else
                     "ptyacc run tries it by short reconstructions (data.transform.orientation_trials)")
-            return calibration, defocus, (f"the defocus {defocus.defocus_A:.1f} A of {BY_SEARCH}: {kept}",)
+            return calibration, defocus, (f"the defocus {defocus.defocus_A:.1f} A of {BY_SEARCH}: {kept}",), rotation
         if not trials_off:
             return calibration, defocus, (f"the defocus {rival:.1f} A of {BY_SEARCH} lies far from the parallax's "
                                           f"{defocus.defocus_A:.1f} A: ptyacc run tries both by short reconstructions "
-                                          "(data.transform.orientation_trials)",)
-        return calibration, defocus, (rival_defocus_warning(defocus.defocus_A, rival),)
-    frame = ((prep.transpose, prep.flip_y, prep.flip_x), float(experiment.scan_rotation_deg))
+                                          "(data.transform.orientation_trials)",), rotation
+        return calibration, defocus, (rival_defocus_warning(defocus.defocus_A, rival),), rotation
+    flags = (prep.transpose, prep.flip_y, prep.flip_x)
     about = (False, False) if about is None else about
-    tried = ([OrientationCandidate(*frame, float(defocus.defocus_A), "the orientation used", flip_about_zero=about)]
+    unturned = wrapped_deg(rotation - defocus.turn_deg, 360.0)
+    tried = ([OrientationCandidate(flags, rotation, float(defocus.defocus_A), "the orientation used",
+                                   flip_about_zero=about)]
              if rival is None else  # the parallax's first: on a tie it stays
-             [OrientationCandidate(*frame, float(defocus.defocus_A), "the parallax's defocus", BY_PARALLAX, about),
-              OrientationCandidate(*frame, float(rival), "the Fourier regions' defocus", BY_SEARCH, about)])
+             [OrientationCandidate(flags, rotation, float(defocus.defocus_A), "the parallax's defocus", BY_PARALLAX,
+                                   about),
+              OrientationCandidate(flags, unturned, float(rival), SEARCH_READING, BY_SEARCH, about)])
     verdict = judge(tried, turn=False, focus=True, modes=True)
-    taken = float(verdict.taken.defocus_A)
-    return (_with_aberrations(calibration, {"C10": -taken}),
+    taken, aberrations, notes = float(verdict.taken.defocus_A), dict(calibration.aberrations), ()
+    if rival is not None and verdict.taken.found_by == SEARCH_READING:  # its defocus then refined by the trials
+        for name in defocus.c12_set:
+            del aberrations[name]
+        dropped = ([f"its rotation left ({defocus.turn_deg:+.2f} deg: the scan rotation {unturned:.2f} deg)"]
+                   * bool(defocus.turn_deg) + ["its C12"] * bool(defocus.c12_set))
+        notes = (f"the parallax's reading dropped as a whole: {' and '.join(dropped)} not used",) if dropped else ()
+    aberrations["C10"] = -taken
+    calibration = dataclasses.replace(calibration, aberrations={})
+    return (_with_aberrations(calibration, aberrations),
             MeasuredDefocus(taken, np.nan, defocus.parallax, searched_A=defocus.searched_A, tried=True, rival_A=rival),
-            (verdict.said, *(trials_unsettled_warning(one) for one in verdict.unsettled)))
+            (verdict.said, *notes, *(trials_unsettled_warning(one) for one in verdict.unsettled)),
+            float(verdict.taken.rotation_deg))
 
 
 def _descanned_reopen(reopen: Callable[[], object], descan: MeasuredDescan, mask: np.ndarray | None
@@ -1134,7 +1160,8 @@ def _parallax_defocus(calibration, found: Parallax, seconds: float, nominal: flo
     line = (f"{DEFOCUS_HEAD}: {found.summary()}{change}; the measured defocus {defocus:.1f} A is used{notes} "
             f"({seconds:.2g} s)")
     rival = None if rival_A is None else rival_A + depth_A
-    return (found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found, rival_A=rival),
+    return (found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found, rival_A=rival, turn_deg=turn,
+                                                     c12_set=tuple(c12_found)),
             (line, *warnings))
 
 
