@@ -144,10 +144,11 @@ def test_several_scans_are_refused():
 
 
 @pytest.mark.slow
-def test_two_processes_and_the_split_object_agree(tmp_path):
-    """1 and 2 processes give the same change of focus and losses; the split object gives shard_data's."""
+def test_two_processes_the_split_object_and_resume_agree(tmp_path):
+    """1 and 2 processes give the same change of focus and losses; the split object gives shard_data's; a run
+    resumed from a checkpoint ends where the uninterrupted run ends (the change and its total travel with it)."""
     settings = tiny_config(tmp_path, optim={"iterations": 5, "batch_size": 8, "start": {"probe_focus": 2}},
-                           output={"figures": False})
+                           output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
     settings["data"]["simulate"].update(scan_shape=[10, 10])
     settings["experiment"]["scan_step_A"] = 3.0
     outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
@@ -159,3 +160,9 @@ def test_two_processes_and_the_split_object_agree(tmp_path):
         np.testing.assert_allclose(runs[name].probe, runs[reference].probe, rtol=0,
                                    atol=1e-4 * np.abs(runs[reference].probe).max())
         np.testing.assert_allclose(runs[name].loss, runs[reference].loss, rtol=1e-4)
+    config = ptyacc.load_config({**settings, "output": {**settings["output"], "dir": str(tmp_path / "resume")}})
+    whole = ptyacc.reconstruct(config).results
+    sorted((tmp_path / "resume" / "checkpoints").iterdir())[-1].unlink()
+    resumed = ptyacc.reconstruct(config, resume=True).results
+    assert resumed.attrs["probe_focus_change_A"] == whole.attrs["probe_focus_change_A"]
+    np.testing.assert_array_equal(resumed.probe, whole.probe)
