@@ -396,9 +396,11 @@ def test_a_turn_and_a_defocus_of_the_loaded_data_are_what_a_reading_with_them_gi
         seed=2, scan_rotation_deg=TRUE_ROTATION, transpose=True, write_positions=stored))
     raw = faint_config(path, iterations=2, batch_size=32)
     raw["data"]["scan_shape"] = [16, 16]
+    raw["optim"]["start"] = {"probe_focus": 1}  # the run's; the trials compare the defoci they are given
     judge = OrientationTrials(load_config(raw), Accelerator(cpu=True), reconstruct)
     judge.iterations = 2
     first = OrientationCandidate((True, False, False), TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "a peak")
+    assert judge.trial_config(first).optim.start.probe_focus is None
     judge.dataset(first, judge.trial_config(first))
     moved = dataclasses.replace(first, rotation_deg=TRUE_ROTATION - 1.0, defocus_A=1.08 * TRUE_DEFOCUS)
     reused = judge.dataset(moved, judge.trial_config(moved))

@@ -2,9 +2,9 @@
 
 A probe started at a defocus some per cent off is refined pixel by pixel, and a change of focus, which moves
 every pixel of its spectrum together by a phase that grows with q^2, is one of the directions such steps
-take slowest: over a run of ordinary length the probe keeps most of the error it started with (on the
-calibration matrix's fresh files its focus moved from 0.92 to 0.96 of the truth in 30 iterations, and
-there the object is a few hundredths less like the truth than the run told the defocus). Here the
+take slowest: over a run of ordinary length the probe keeps most of the error it started with (on one of the
+calibration matrix's fresh files its focus moved from 0.92 to 0.96 of the truth in 30 iterations, and there the
+object was a few hundredths less like the truth than in the run told the defocus). Here the
 modes (P, K, K) are propagated by ``change_A`` Å before every step, a Fresnel propagation (exact at any
 change: ``probe_variation.refocused``), and the change is one number stepped by Adam (``optim.lr.probe_focus``
 Å per step). After every iteration the change is put into the probe modes themselves and starts again
