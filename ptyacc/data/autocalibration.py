@@ -519,20 +519,16 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         experiment, calibration, defocus, defocus_said = _with_parallax(
             experiment, calibration, facts, scan_shape, radius_px, read, rotation_auto, orientation, depth_A,
             data.transform.orientation == "auto")
-        if orientation is not None and rotation_auto:
-            orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
         if defocus is not None and (defocus.searched_A is not None or defocus.rival_A is not None):
             calibration, defocus, lines, rotation_deg = _focus_tried(
                 judge, data.transform.orientation_trials == 0, experiment, calibration, prep, about, defocus)
             defocus_said += lines
             if rotation_deg != experiment.scan_rotation_deg:  # the search's reading taken whole, without the parallax's
-                experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
                 taken = calibration.aberrations
-                calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
-                calibration.sources["scan_rotation_deg"] = "fitted"
+                experiment, calibration = _at_rotation(experiment, facts, scan_shape, radius_px, rotation_deg)
                 calibration = _with_aberrations(calibration, taken)
-                if orientation is not None:
-                    orientation = dataclasses.replace(orientation, rotation_deg=rotation_deg)
+        if orientation is not None and rotation_auto:
+            orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
         defocus_said = _parallax_checked(calibration, read, rotation_auto, data.transform.orientation == "auto",
                                          flags_confirmed)
@@ -593,9 +589,7 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
         dropped = ([f"its rotation left ({defocus.turn_deg:+.2f} deg: the scan rotation {unturned:.2f} deg)"]
                    * bool(defocus.turn_deg) + ["its C12"] * bool(defocus.c12_set))
         notes = (f"the parallax's reading dropped as a whole: {' and '.join(dropped)} not used",) if dropped else ()
-    aberrations["C10"] = -taken
-    calibration = dataclasses.replace(calibration, aberrations={})
-    return (_with_aberrations(calibration, aberrations),
+    return (_with_aberrations(dataclasses.replace(calibration, aberrations=aberrations), {"C10": -taken}),
             MeasuredDefocus(taken, np.nan, defocus.parallax, searched_A=defocus.searched_A, tried=True, rival_A=rival),
             (verdict.said, *notes, *(trials_unsettled_warning(one) for one in verdict.unsettled)),
             float(verdict.taken.rotation_deg))
@@ -1045,13 +1039,20 @@ def _with_parallax(experiment, calibration, facts, scan_shape, radius_px: float 
                                                 given, by_trials, kept,
                                                 None if orientation is None else orientation.searched_defocus_A)
     if turn_deg:
-        turned_deg = wrapped_deg(experiment.scan_rotation_deg + turn_deg, 360.0)
-        experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
-        calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
-        calibration.sources["scan_rotation_deg"] = "fitted"
+        experiment, calibration = _at_rotation(experiment, facts, scan_shape, radius_px,
+                                               wrapped_deg(experiment.scan_rotation_deg + turn_deg, 360.0))
     if found:
         calibration = _with_aberrations(calibration, found)
     return experiment, calibration, defocus, said
+
+
+def _at_rotation(experiment, facts, scan_shape, radius_px: float | None, rotation_deg: float):
+    """``experiment`` with the measured scan rotation ``rotation_deg`` and its calibration made anew (the rotation's
+    source ``fitted``; the aberrations the experiment's own)."""
+    experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
+    calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
+    calibration.sources["scan_rotation_deg"] = "fitted"
+    return experiment, calibration
 
 
 def _with_aberrations(calibration: Calibration, found: dict[str, float]) -> Calibration:
