@@ -102,14 +102,20 @@ class Case:
     iterations: int = 30
     seed: int = 0
     wrong: tuple[str, ...] = ()
+    c12_A: tuple[float, float] = (0.0, 0.0)  # the probe's two-fold astigmatism (C12a, C12b), not in the file
+    c30_A: float = 0.0                       # its spherical aberration, not in the file
 
     def describe(self) -> str:
         orientation = "".join(s for s, on in zip(("T", "Fy", "Fx"), (self.transpose, self.flip_y, self.flip_x)) if on)
+        optics = "" if (self.energy_eV, self.semiangle_mrad, self.edge_mrad) == (80e3, 25.0, 60.0) else \
+            f" {self.energy_eV / 1e3:g}kV {self.semiangle_mrad:g}/{self.edge_mrad:g}mrad step {self.step_A:g}"
+        if self.c12_A != (0.0, 0.0) or self.c30_A:
+            optics += f" C12 {math.hypot(*self.c12_A):.0f} C30 {self.c30_A / 1e4:+.1f}um"
         return (f"{self.sample} {self.scan}x{self.scan} {self.detector_px}px rot {self.rotation_deg:+.0f} "
                 f"{orientation or 'id'} df {self.defocus_A:+.0f} (file x{self.nominal_factor:g}) "
                 f"{'partial' if self.partial else 'coherent'}{' descan' if self.descan else ''}"
                 f"{f' blur {self.blur_px:g}' if self.blur_px else ''} {self.dose:.0e} e"
-                f"{' stored' if self.stored else ''}")
+                f"{' stored' if self.stored else ''}{optics}")
 
 
 MATRIX_SEED = 53  # the seed of the 64 cases c00 ... c63
@@ -156,6 +162,56 @@ def cases(seed: int = MATRIX_SEED) -> list[Case]:
                         partial=partial[i], descan=descan[i], blur_px=blur[i], dose=dose[i], stored=stored[i],
                         detector_px=pixels[i], seed=simulation_seed, iterations=20 if scan[i] == 64 else 30, wrong=wrong))
     return out
+
+
+WIDE_ENERGIES_EV = (60e3, 80e3, 200e3, 300e3)
+
+
+def wide_cases(seed: int) -> list[Case]:
+    """64 cases of a wider distribution, named ``w<seed>-00`` ...: the microscope drawn too. The beam's
+    energy (60, 80, 200 or 300 kV), its semi-angle (15-30 mrad) and the detector's edge (1.8-2.6 times it),
+    a defocus that makes the probe's disk 25-50 % of the window wide, a step of 10-30 % of that disk (the
+    matrix's own cases: 80 kV, 25 / 60 mrad, 0.45 Å, a far denser scan), and residual aberrations the
+    file does not name: two-fold astigmatism up to 30 Å at any angle and a spherical aberration within
+    5 µm either way. The rest as ``cases`` (no 64 x 64 scan): samples, orientations, positions stored,
+    the file's defocus 30 % off or right, coherence, descan, blur and counts, each balanced.
+
+    The told run is told the aberrations too (``truth_config``); ``ptyacc init`` is not."""
+    rng = np.random.default_rng([seed, 1])
+    n = 64
+
+    def balanced(values) -> list:
+        return [values[j] for j in rng.permutation(np.arange(n) % len(values))]
+
+    sample = balanced(("mos2", "wse2", "graphene", "amorphous", "mos2", "wse2", "amorphous", "atoms"))
+    orientation, stored = balanced(ORIENTATIONS), balanced((False, False, True))
+    factor, partial, descan = balanced((0.7, 1.0, 1.3)), balanced((False, False, True)), balanced((False, True))
+    blur, dose = balanced((0.0, 0.5, 0.8)), balanced((1e3, 1e4, 3e4, 1e5, 1e6))
+    pixels, sign = balanced((48, 48, 64)), balanced((1.0, -1.0))
+    scan, energy = balanced((16, 20, 24, 16, 20, 24, 32)), balanced(WIDE_ENERGIES_EV)
+    out = []
+    for i in range(n):
+        semiangle = round(float(rng.uniform(15.0, 30.0)), 1)
+        edge = round(semiangle * float(rng.uniform(1.8, 2.6)), 1)
+        window_A = float(pixels[i] / 2 * simulate.wavelength_A(energy[i]) / (edge * 1e-3))
+        disk_A = float(rng.uniform(0.25, 0.5)) * window_A
+        defocus = round(sign[i] * disk_A / (2e-3 * semiangle), 1)
+        step = round(float(rng.uniform(0.1, 0.3)) * disk_A, 2)
+        astigmatism, angle = float(rng.uniform(0.0, 30.0)), float(rng.uniform(0.0, 2 * np.pi))
+        out.append(Case(name=f"w{seed}-{i:02d}", sample=sample[i], scan=scan[i], step_A=step,
+                        rotation_deg=round(float(rng.uniform(-180, 180)), 1),
+                        transpose=orientation[i][0], flip_y=orientation[i][1], flip_x=orientation[i][2],
+                        defocus_A=defocus, nominal_factor=factor[i], partial=partial[i], descan=descan[i],
+                        blur_px=blur[i], dose=dose[i], stored=stored[i], detector_px=pixels[i], edge_mrad=edge,
+                        energy_eV=energy[i], semiangle_mrad=semiangle, seed=1000 * seed + 500 + i,
+                        c12_A=(round(astigmatism * math.cos(angle), 1), round(astigmatism * math.sin(angle), 1)),
+                        c30_A=round(float(rng.uniform(-5e4, 5e4)), -2)))
+    return out
+
+
+def drawn(seed: int, wide: bool = False) -> list[Case]:
+    """The cases a seed draws: ``wide_cases`` where ``wide``, else ``cases``."""
+    return wide_cases(seed) if wide else cases(seed)
 
 
 def quick_cases(every: list[Case]) -> list[Case]:
@@ -251,14 +307,15 @@ def write_case(case: Case, path: Path) -> None:
     size += size % 2
     phase = (abtem_phase(case, size, dx, rng) if case.sample in ABTEM_SAMPLES
              else simulate.random_atoms((size, size), dx, setting, rng))[None]
-    probe = simulate.probe_wave(n, dk, lam, case.semiangle_mrad, case.defocus_A)
+    probe = simulate.probe_wave(n, dk, lam, case.semiangle_mrad, case.defocus_A, case.c12_A, case.c30_A)
     nominal = simulate.scan_positions_A(setting, size * dx)
     positions = simulate.rotated(nominal, case.rotation_deg)
     kernel = simulate.fresnel_kernel(n, dx, lam, setting.slice_thickness_A)
     descan = simulate.descan_px(setting, positions)
     clean = np.zeros((len(positions), n, n))
     for shift, focus, weight in simulate.coherence_quadrature(setting):
-        variant = probe if focus == 0 else simulate.probe_wave(n, dk, lam, case.semiangle_mrad, case.defocus_A + focus)
+        variant = probe if focus == 0 else simulate.probe_wave(n, dk, lam, case.semiangle_mrad, case.defocus_A + focus,
+                                                               case.c12_A, case.c30_A)
         clean += weight * simulate.patterns_at(variant, np.exp(1j * phase), (positions + shift) / dx, kernel, descan)
     counts = rng.poisson(simulate.blurred(clean, case.blur_px) * case.dose).astype(np.float64)
     stored = simulate.read_out(counts, setting)
@@ -276,7 +333,8 @@ def write_case(case: Case, path: Path) -> None:
         truth = f.create_group("ground_truth")
         truth["positions_A"] = positions
         truth.create_dataset("phase", data=phase[0].astype(np.float32)).attrs["dx_A"] = dx
-        truth.attrs.update(defocus_A=case.defocus_A, scan_rotation_deg=case.rotation_deg, transpose=case.transpose,
+        truth.attrs.update(defocus_A=case.defocus_A, c12_A=np.asarray(case.c12_A), c30_A=case.c30_A,
+                           scan_rotation_deg=case.rotation_deg, transpose=case.transpose,
                            flip_y=case.flip_y, flip_x=case.flip_x, blur_px=case.blur_px, sample=case.sample)
         f.attrs.update(energy_eV=case.energy_eV, semiangle_mrad=case.semiangle_mrad,
                        defocus_A=setting.nominal_defocus_A, dk_invA=dk, scan_step_A=case.step_A,
@@ -298,16 +356,21 @@ def init_config(data: Path, config: Path) -> dict:
 
 
 def truth_config(data: Path, case: Case) -> dict:
-    """ptyacc told the truth: the true positions, orientation and defocus; bad pixels, descan, the probe
-    modes and the blur's refinement as ``init`` writes them; the same batch and iterations as the auto run."""
+    """ptyacc told the truth: the true positions, orientation, defocus and other aberrations; bad pixels, descan,
+    the probe modes and the blur's refinement as ``init`` writes them; the same batch and iterations as the auto
+    run."""
     from ptyacc.commands.init_config import ELECTRON_PROBE_MODES
 
-    return {"data": {"path": str(data), "bad_pixels": "auto",
+    aberrations = {name: value for name, value in zip(("C12a", "C12b", "C30"), (*case.c12_A, case.c30_A)) if value}
+    config = {"data": {"path": str(data), "bad_pixels": "auto",
                      "transform": {"descan": "auto", "transpose": case.transpose, "flip_y": case.flip_y,
                                    "flip_x": case.flip_x}},
             "experiment": {"defocus_A": case.defocus_A, "positions": {"key": "ground_truth/positions_A"}},
             "model": {"probe_modes": ELECTRON_PROBE_MODES},
             "optim": {"batch_size": "auto", "start": {"detector_blur": 0}}}
+    if aberrations:
+        config["experiment"]["aberrations"] = aberrations
+    return config
 
 
 def told_config(data: Path, case: Case, auto: dict) -> dict | None:
@@ -627,22 +690,23 @@ def run_record(cache: Path, name: str, variant: str) -> dict | None:
 
 
 def drawn_seed(name: str) -> int:
-    """The seed that drew the case ``name`` (``cases``: h<seed>-NN for a fresh draw, cNN for the matrix's own)."""
-    return int(name[1:].split("-")[0]) if name.startswith("h") else MATRIX_SEED
+    """The seed that drew the case ``name`` (``cases``: h<seed>-NN for a fresh draw, cNN for the matrix's own;
+    ``wide_cases``: w<seed>-NN)."""
+    return int(name[1:].split("-")[0]) if name.startswith(("h", "w")) else MATRIX_SEED
 
 
 def pooled(caches: list[Path]) -> str:
     """The told verdicts of every case run in ``caches`` (each one draw's ``--cache``), pooled into tables by
     sample and counts per pattern and by the beam's coherence and counts, each cell passed / run."""
-    drawn: dict[int, dict[str, Case]] = {}
+    known: dict[tuple[int, bool], dict[str, Case]] = {}
     tally: dict[tuple[str, float], list[int]] = {}
     for cache in caches:
         for path in sorted((cache / "results").glob("*__auto.json")):
             name = path.name.split("__")[0]
-            seed = drawn_seed(name)
-            if seed not in drawn:
-                drawn[seed] = {case.name: case for case in cases(seed)}
-            case = drawn[seed][name]
+            key = (drawn_seed(name), name.startswith("w"))
+            if key not in known:
+                known[key] = {case.name: case for case in drawn(*key)}
+            case = known[key][name]
             ok = told_verdict(*(run_record(cache, name, variant) for variant in ("auto", "truth", "told")))
             if ok is None:
                 continue
@@ -785,6 +849,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=MATRIX_SEED,
                         help=f"draw the cases with this seed: {MATRIX_SEED} (the default) gives c00 ... c63, any other "
                              "64 fresh cases h<seed>-00 ... h<seed>-63 of the same distribution")
+    parser.add_argument("--wide", action="store_true",
+                        help="draw from the wider distribution (wide_cases: the energy, semi-angle, detector edge, step "
+                             "and residual aberrations drawn too), cases w<seed>-00 ...")
     parser.add_argument("--count", type=int, help="only the first COUNT cases drawn (a random subset of the 64)")
     parser.add_argument("--quick", action="store_true", help="one small case per sample and positions stored or not")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (processes, one thread each)")
@@ -808,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pool:
         print(pooled(args.pool))
         return 0
-    every = cases(args.seed)[:args.count]
+    every = drawn(args.seed, args.wide)[:args.count]
     chosen = quick_cases(every) if args.quick else every
     if args.cases:
         chosen = [case for case in chosen if case.name in args.cases]

@@ -135,13 +135,15 @@ def centred_frequencies(n: int, dk_invA: float) -> tuple[np.ndarray, np.ndarray]
 
 
 def probe_wave(n: int, dk_invA: float, lam_A: float, semiangle_mrad: float, defocus_A: float,
-               c12_A: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+               c12_A: tuple[float, float] = (0.0, 0.0), c30_A: float = 0.0) -> np.ndarray:
     """(n, n) complex probe, centre at (n/2, n/2), sum |p|^2 = 1; ``c12_A`` the two-fold
-    astigmatism (C12a, C12b) in Å, Krivanek: chi += pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky)."""
+    astigmatism (C12a, C12b) in Å, Krivanek: chi += pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky);
+    ``c30_A`` the spherical aberration in Å: chi += pi / 2 lambda^3 C30 |k|^4."""
     ky, kx = centred_frequencies(n, dk_invA)
     k2 = ky ** 2 + kx ** 2
     aperture = np.sqrt(k2) <= semiangle_mrad * 1e-3 / lam_A
     chi = np.pi * lam_A * ((-defocus_A) * k2 + c12_A[0] * (kx ** 2 - ky ** 2) + 2 * c12_A[1] * kx * ky)
+    chi = chi + 0.5 * np.pi * lam_A ** 3 * c30_A * k2 ** 2
     probe = np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(aperture * np.exp(-1j * chi))))
     return probe / np.sqrt(np.sum(np.abs(probe) ** 2))
 
