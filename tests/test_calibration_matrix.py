@@ -266,3 +266,51 @@ def test_the_checks_table_counts_warnings_and_refusals_and_names_the_accused(tmp
     named = [line for line in table.splitlines() if line.startswith("| c0")]
     assert len(named) == 2 and named[0].startswith("| c00 |") and "warning: one" in named[0]
     assert named[1].startswith("| c00 | transposed |")  # not caught
+
+
+def test_the_wide_draw_draws_the_microscope_within_its_stated_bounds(capsys):
+    """``--wide``: 64 cases w<seed>-NN whose simulation seeds no other draw uses; the energy balanced over 60, 80,
+    200 and 300 kV; the semi-angle 15-30 mrad, the detector's edge 1.8-2.6 times it; the probe's disk (2 alpha
+    |defocus|) 25-50 % of the window (K / 2 lambda / edge) and the step 10-30 % of that disk; C12 up to 30 Å, C30
+    within 5 µm; the rest balanced as in the matrix. The description names the optics the matrix's cases leave out."""
+    import math
+    from collections import Counter
+
+    wide = matrix.wide_cases(117)
+    assert [case.name for case in wide] == [f"w117-{i:02d}" for i in range(64)]
+    assert not {case.seed for case in wide} & {case.seed for seed in (54, 117) for case in matrix.cases(seed)}
+    assert Counter(case.energy_eV for case in wide) == Counter({60e3: 16, 80e3: 16, 200e3: 16, 300e3: 16})
+    for case in wide:
+        lam = matrix.simulate.wavelength_A(case.energy_eV)
+        window_A = case.detector_px / 2 * lam / (case.edge_mrad * 1e-3)
+        disk_A = 2e-3 * case.semiangle_mrad * abs(case.defocus_A)
+        assert 15.0 <= case.semiangle_mrad <= 30.0 and 1.79 <= case.edge_mrad / case.semiangle_mrad <= 2.61
+        assert 0.249 <= disk_A / window_A <= 0.501 and 0.099 <= case.step_A / disk_A <= 0.301
+        assert math.hypot(*case.c12_A) <= 30.1 and abs(case.c30_A) <= 5e4 and case.scan in (16, 20, 24, 32)
+    for field in ("sample", "stored", "nominal_factor", "partial", "descan", "blur_px", "dose"):
+        assert Counter(getattr(case, field) for case in wide) == Counter(getattr(case, field) for case in matrix.cases())
+    assert wide[0].describe().endswith("300kV 16.3/30.8mrad step 1.32 C12 11 C30 +3.5um")
+    assert matrix.main(["--wide", "--seed", "117", "--count", "2", "--list"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["w117-00", "w117-01"]
+
+
+@pytest.mark.parametrize("flags", [(False, False, False), (True, True, False), (False, True, True), (True, False, True)])
+def test_the_told_run_s_astigmatism_is_turned_into_the_frame_auto_chose(tmp_path, flags):
+    """The told run is told C12 in the frame auto chose. Flags of the truth's handedness that are not the truth's
+    turn the told frame by quarter turns (the told rotation minus the truth's); a two-fold astigmatism in a frame
+    turned by theta reads C12a cos 2(phi + theta) + C12b sin 2(phi + theta) (NumPy, here): negated by an odd number of
+    quarter turns, kept by a half turn. C30 is kept."""
+    import dataclasses
+
+    case = dataclasses.replace(matrix.wide_cases(117)[11], transpose=False, flip_y=False, flip_x=False,
+                               rotation_deg=10.0, c12_A=(-15.1, -8.8), c30_A=-16200.0)
+    auto = {"auto_values": {"data.transform.transpose": flags[0], "data.transform.flip_y": flags[1],
+                            "data.transform.flip_x": flags[2]}}
+    told = matrix.told_config(tmp_path / "x.h5", case, auto)
+    turned = np.radians(told["experiment"]["scan_rotation_deg"] - case.rotation_deg)
+    assert round(np.degrees(turned)) % 90 == 0 and round(np.degrees(turned)) % 360 != 0 or flags == (False,) * 3
+    phi = np.linspace(0.0, 2 * np.pi, 7)
+    expected = -15.1 * np.cos(2 * (phi + turned)) - 8.8 * np.sin(2 * (phi + turned))
+    given = told["experiment"]["aberrations"]
+    assert given["C12a"] * np.cos(2 * phi) + given["C12b"] * np.sin(2 * phi) == pytest.approx(expected, abs=1e-9)
+    assert given["C30"] == -16200.0

@@ -377,7 +377,8 @@ def told_config(data: Path, case: Case, auto: dict) -> dict | None:
     """The truth told in the frame the ``auto`` run (its JSON record) chose: its transpose/flips (and which
     flips turn about the zero frequency), the scan rotation that with them gives the true map from the
     stored patterns to the scan, R(theta)^T F (the same physics, the object turned by quarter turns), the
-    true defocus, the raster positions; the rest as ``truth_config``. None where the auto run found the
+    true defocus and other aberrations (the two-fold C12 in the frame used: negated where it is turned by an odd number
+    of quarter turns), the raster positions; the rest as ``truth_config``. None where the auto run found the
     mirror (no rotation makes its flags the truth's). Its object lies on the auto run's grid (the same
     positions up to the rotation's error), so that the two differ by the calibration alone: on the
     truth's own grid (``truth``) a run's NCC moves by up to a few hundredths with the grid's sub-pixel
@@ -393,6 +394,11 @@ def told_config(data: Path, case: Case, auto: dict) -> dict | None:
     if mirrored:
         return None
     config = truth_config(data, case)
+    # the frame differs from the truth's by quarter turns (the positions' angle): an odd number negates the two-fold C12
+    quarter_turns = round(((-off_deg - case.rotation_deg) % 360.0) / 90.0) % 4
+    if quarter_turns % 2 and "aberrations" in config["experiment"]:
+        config["experiment"]["aberrations"] = {name: -value if name.startswith("C12") else value
+                                               for name, value in config["experiment"]["aberrations"].items()}
     config["data"]["transform"].update(transpose=flags[0], flip_y=flags[1], flip_x=flags[2],
                                        flip_about_zero=[bool(v) for v in values.get("data.transform.flip_about_zero",
                                                                                     [False, False])])
