@@ -5,6 +5,7 @@ answer, and the trials on a few-count file of the independent simulator (benchma
 true frame is the check."""
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -554,10 +555,11 @@ def test_one_mode_s_trials_keep_the_measured_defocus_where_the_data_term_hardly_
 
 
 @pytest.mark.slow
-def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, tmp_path, monkeypatch):
+@pytest.mark.parametrize("c12_wins", [False, True])
+def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, tmp_path, monkeypatch, c12_wins):
     """3e4 counts: the parallax is clear and would correct a rotation 4 degrees off. Where the trials chose the
-    rotation (here a judge that returns it), the run keeps theirs, takes no C12 of the parallax's and says what the
-    parallax saw."""
+    rotation (here a judge that returns it), the run keeps theirs, says what the parallax saw, and takes the
+    parallax's C12 only where the trials of it (the judge's second call) take it."""
     from ptyacc.data import autocalibration
 
     path = tmp_path / "clear.h5"
@@ -569,7 +571,15 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     monkeypatch.setattr(autocalibration, "PARALLAX_SURE", 1e9)
     monkeypatch.setattr(autocalibration, "C12_SIGMAS", 0.0)  # any C12 it reads would be taken
     judged = OrientationCandidate((True, False, False), TRUE_ROTATION + 4.0, TRUE_DEFOCUS, "the judge")
-    data = load_data(load_config(faint_config(path)), judge=lambda candidates: Verdict(judged, "judged"))
+    astigmatism = []
+
+    def judge(candidates, **how):
+        if how.get("subject") is None:
+            return Verdict(judged, "judged")
+        astigmatism.extend(candidates)
+        return Verdict(candidates[1 if c12_wins else 0], "the C12 judged")
+
+    data = load_data(load_config(faint_config(path)), judge=judge)
     autos = data.autos
     angle, mirrored = off_deg((autos["data.transform.transpose"], autos["data.transform.flip_y"],
                                autos["data.transform.flip_x"]), autos["experiment.scan_rotation_deg"],
@@ -577,10 +587,20 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     assert not mirrored and abs((angle + 45.0) % 90.0 - 45.0) == pytest.approx(4.0, abs=1e-6)  # kept, not turned
     said = next(line for line in data.checks if line.startswith("defocus from the bright-field parallax"))
     assert "not taken: trial reconstructions judged the orientation" in said
-    assert "C12b" in said and "not used: trial reconstructions judged" in said  # nor its C12,
-    assert not any(key.startswith("experiment.aberrations.C12") for key in autos)
-    plain = load_data(load_config(faint_config(path)))  # which a load without trials takes
+    assert "C12b" in said and "not taken as read: trial reconstructions judged" in said  # nor its C12 as read:
+    plain = load_data(load_config(faint_config(path)))  # a load without trials takes it (in its own frame)
     assert "experiment.aberrations.C12a" in plain.autos
+    read = tuple(float(v) for v in re.search(r"C12a (\S+) A and C12b (\S+) A not taken as read", said).groups())
+    # the trials try it: without and with, in the frame, rotation and defocus the run keeps
+    assert [c.c12_A for c in astigmatism] == [(0.0, 0.0), pytest.approx(read, abs=0.051)]
+    assert all(c.rotation_deg == autos["experiment.scan_rotation_deg"] and c.flags == judged.flags for c in astigmatism)
+    assert astigmatism[0].defocus_A == astigmatism[1].defocus_A == pytest.approx(autos["experiment.defocus_A"])
+    if c12_wins:
+        assert (autos["experiment.aberrations.C12a"], autos["experiment.aberrations.C12b"]) == astigmatism[1].c12_A
+    else:
+        assert not any(key.startswith("experiment.aberrations.C12") for key in autos)
+    tried = next(line for line in data.checks if line.startswith("the parallax's C12a"))
+    assert tried.endswith(f"{'used' if c12_wins else 'not used'}: the C12 judged")
     left = float(said.split("its rotation left (")[1].split(" deg")[0])
     assert left == pytest.approx(-4.0, abs=1.5)  # what the parallax saw: the truth, 4 degrees back (ptyacc's sense)
 
@@ -623,6 +643,69 @@ def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkey
     assert read_flags == [(True, False, False), (False, True, False)]  # no third reading for the trials after
     assert chosen.flags == (True, False, False) and abs(chosen.rotation_deg - 2.0) < 0.5
     assert abs(chosen.defocus_A - 100.0) < 3.0 and judge.read == {}
+
+
+def test_a_candidate_s_c12_reaches_its_trial(monkeypatch):
+    """A candidate's two-fold astigmatism (``c12_A``) is its trial's: in the trial's config and in the dataset of a
+    frame already read; a candidate without one keeps the run's aberrations."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from ptyacc.reconstruction import trials
+
+    @dataclasses.dataclass
+    class Read:
+        positions_A: np.ndarray
+        aberrations: dict
+
+    monkeypatch.setattr(trials, "load_data", lambda config, judge, device: Read(
+        np.zeros((4, 2)), {"C10": -config.experiment.defocus_A, **config.experiment.aberrations}))
+    judge = OrientationTrials(load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto",
+                                                                                      "aberrations": {"C30": 1e4}}}),
+                              SimpleNamespace(is_main_process=True, device="cpu"), None)
+    plain = OrientationCandidate((True, False, False), 0.0, 95.0, "none", c12_A=(0.0, 0.0))
+    astigmatic = dataclasses.replace(plain, c12_A=(12.0, -7.0))
+    config = judge.trial_config(astigmatic)
+    assert config.experiment.aberrations == {"C30": 1e4, "C12a": 12.0, "C12b": -7.0}
+    assert judge.dataset(plain, judge.trial_config(plain)).aberrations == {"C10": -95.0, "C30": 1e4, "C12a": 0.0,
+                                                                          "C12b": 0.0}
+    assert judge.dataset(astigmatic, config).aberrations == {"C10": -95.0, "C30": 1e4, "C12a": 12.0, "C12b": -7.0}
+    unsaid = OrientationCandidate((True, False, False), 0.0, 95.0, "as the run's")
+    assert judge.trial_config(unsaid).experiment.aberrations == {"C30": 1e4}
+    assert "C12a +12.0 A, C12b -7.0 A" in astigmatic.line() and "C12" not in unsaid.line()
+
+
+@pytest.mark.parametrize("with_wins", [True, False])
+def test_a_c12_withheld_from_a_judged_orientation_is_tried(with_wins):
+    """Where trials judged the orientation, the parallax's C12 is withheld, then tried: two candidates in the frame,
+    rotation and defocus used, without a C12 and with the parallax's, with the run's probe modes; the one taken goes
+    into the calibration (the wide draw's w117-11, 1e6 counts, 17 A of astigmatism simulated: withheld 0.904 against
+    the told run's 0.962, taken 0.950)."""
+    from types import SimpleNamespace
+
+    from ptyacc.data.autocalibration import MeasuredDefocus, _c12_tried
+
+    defocus = MeasuredDefocus(-86.0, 3.8, None, c12_withheld=(-8.0, -10.8))
+    calibration = _Calibrated({"C10": 86.0}, {"defocus_A": -86.0}, {"defocus_A": "fitted"})
+    seen, asked = [], {}
+
+    def judge(candidates, **how):
+        seen.extend(candidates)
+        asked.update(how)
+        return Verdict(candidates[1 if with_wins else 0], "judged")
+
+    found, measured, said = _c12_tried(judge, SimpleNamespace(scan_rotation_deg=-40.15), calibration,
+                                       SimpleNamespace(transpose=False, flip_y=True, flip_x=True), (True, True), defocus)
+    assert [c.c12_A for c in seen] == [(0.0, 0.0), (-8.0, -10.8)]
+    assert {(c.flags, c.rotation_deg, c.defocus_A, c.flip_about_zero) for c in seen} == \
+        {((False, True, True), -40.15, -86.0, (True, True))}
+    assert asked["turn"] is False and asked["focus"] is False and asked["modes"] is True
+    if with_wins:
+        assert found.aberrations == {"C10": 86.0, "C12a": -8.0, "C12b": -10.8}
+        assert measured.c12_set == ("C12a", "C12b") and measured.c12_withheld is None
+    else:
+        assert found.aberrations == {"C10": 86.0} and measured.c12_set == ()
+    assert said == (f"the parallax's C12a -8.0 A and C12b -10.8 A {'used' if with_wins else 'not used'}: judged",)
 
 
 @pytest.mark.parametrize("from_file", [False, True])
@@ -783,3 +866,59 @@ def test_a_parallax_reading_beaten_by_the_search_s_defocus_is_dropped_as_a_whole
     else:
         assert rotation == 18.99 and (found.aberrations["C12a"], found.aberrations["C12b"]) == (3.6, 69.6)
         assert said == ("judged",)
+
+
+def test_a_step_is_aliased_beyond_lambda_over_two_alpha():
+    """``aliased_step``: a raster whose step exceeds lambda / (2 alpha) (the central bright-field pixel's finest
+    detail sampled at under two points a period) is said, with the step and that length; a finer one is not."""
+    from types import SimpleNamespace
+
+    from ptyacc.data.autocalibration import aliased_step
+    from ptyacc.data.positions import raster_positions_A
+
+    calibration = SimpleNamespace(values={"semiangle_mrad": 20.7}, wavelength_A=0.0250793)  # 200 kV
+    finest = 0.0250793 / (2 * 20.7e-3)  # 0.606 A, by hand
+    coarse = aliased_step(calibration, raster_positions_A((8, 8), 0.9, 0.0), (8, 8))
+    assert coarse == pytest.approx((0.9, finest))
+    assert aliased_step(calibration, raster_positions_A((8, 8), 0.55, 0.0), (8, 8)) is None
+    assert aliased_step(SimpleNamespace(values={}, wavelength_A=0.025), raster_positions_A((8, 8), 0.9, 0.0),
+                        (8, 8)) is None  # no semi-angle: nothing said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pick", ["mirror", None])
+def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simulator, tmp_path, pick):
+    """A scan whose step (1.2 A) exceeds lambda / (2 alpha) (0.84 A at 80 kV, 25 mrad): whatever the measures say,
+    the frame used, the Fourier regions' peak and its rivals, among them a frame of the other handedness, go to the
+    judge, and the load takes its choice (here the other handedness's). Without a judge, a warning names the step
+    and what it does."""
+    path = tmp_path / "coarse.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(
+        detector_px=48, scan_shape=(16, 16), scan_step_A=1.2, dose=1e5, defocus_A=150.0, edge_mrad=60.0, seed=3,
+        scan_rotation_deg=TRUE_ROTATION, transpose=True))
+    config = faint_config(path)
+    config["experiment"]["scan_step_A"] = 1.2
+    seen = []
+
+    def handed(candidate) -> bool:
+        return bool(np.linalg.det(frame(candidate.flags, candidate.rotation_deg)) > 0)
+
+    def judge(candidates, **how):
+        if how.get("subject") is not None:  # a C12's trials, not the frame's
+            return Verdict(candidates[0], "the C12 judged")
+        seen.extend(candidates)  # the last: the frame the measures gave
+        taken = next(c for c in candidates if handed(c) != handed(candidates[-1]))
+        return Verdict(taken, "data.transform.orientation_trials: judged is used")
+
+    data = load_data(load_config(config), judge=judge if pick else None)
+    line = next(line for line in data.checks if line.startswith("scan rotation from the centre of mass"))
+    assert "the scan's step 1.20 A is coarser than lambda / (2 alpha) = 0.84 A" in line
+    if pick:
+        assert len(seen) >= 2 and {handed(c) for c in seen} == {True, False}
+        taken = next(c for c in seen if handed(c) != handed(seen[-1]))
+        assert off_used(data, taken.flags, taken.rotation_deg) == (pytest.approx(0.0, abs=1e-6), False)
+        assert line.endswith("data.transform.orientation_trials: judged is used")
+        assert not any("coarser than lambda" in line for line in data.checks if line.startswith("warning:"))
+    else:
+        warning = next(line for line in data.checks if line.startswith("warning: the scan's step 1.20 A"))
+        assert "mirrored or turned" in warning and "data.transform.orientation_trials" in warning

@@ -48,6 +48,7 @@ from ptyacc.data.trouble import (
     DEFOCUS_OFF,
     ROTATION_OFF_DEG,
     Unsettled,
+    aliased_frame_warning,
     blended_rotation_deg,
     com_search_disagreement_warning,
     com_warnings,
@@ -151,6 +152,8 @@ class MeasuredDefocus:
     rival_A: float | None = None  # a clear Fourier regions' search's defocus far from the parallax's: trials try both
     turn_deg: float = 0.0  # the parallax's rotation left, added to the scan rotation with its defocus
     c12_set: tuple[str, ...] = ()  # the aberrations (C12a, C12b) that the parallax's reading set
+    # the parallax's C12 (a, b) Å not set because trial reconstructions judged the orientation: they try it (``_c12_tried``)
+    c12_withheld: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,11 +171,14 @@ class OrientationCandidate:
     found_by: str
     defocus_by: str | None = BY_SEARCH
     flip_about_zero: tuple[bool, bool] = (False, False)
+    c12_A: tuple[float, float] | None = None  # the two-fold astigmatism (C12a, C12b) it takes; None: as the run's
 
     def line(self) -> str:
         t, fy, fx = self.flags
         defocus = "" if self.defocus_A is None else f", defocus {self.defocus_A:.1f} A"
-        return f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus} ({self.found_by})"
+        c12 = "" if self.c12_A is None else f", C12a {self.c12_A[0]:+.1f} A, C12b {self.c12_A[1]:+.1f} A"
+        return (f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus}{c12} "
+                f"({self.found_by})")
 
 
 @dataclass(frozen=True)
@@ -527,6 +533,9 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
                 taken = calibration.aberrations
                 experiment, calibration = _at_rotation(experiment, facts, scan_shape, radius_px, rotation_deg)
                 calibration = _with_aberrations(calibration, taken)
+        if defocus is not None and defocus.c12_withheld is not None and judge is not None:
+            calibration, defocus, lines = _c12_tried(judge, experiment, calibration, prep, about, defocus)
+            defocus_said += lines
         if orientation is not None and rotation_auto:
             orientation = dataclasses.replace(orientation, rotation_deg=experiment.scan_rotation_deg)
     elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
@@ -589,10 +598,35 @@ def _focus_tried(judge: Judge | None, trials_off: bool, experiment, calibration,
         dropped = ([f"its rotation left ({defocus.turn_deg:+.2f} deg: the scan rotation {unturned:.2f} deg)"]
                    * bool(defocus.turn_deg) + ["its C12"] * bool(defocus.c12_set))
         notes = (f"the parallax's reading dropped as a whole: {' and '.join(dropped)} not used",) if dropped else ()
+    withheld = None if rival is not None and verdict.taken.found_by == SEARCH_READING else defocus.c12_withheld
     return (_with_aberrations(dataclasses.replace(calibration, aberrations=aberrations), {"C10": -taken}),
-            MeasuredDefocus(taken, np.nan, defocus.parallax, searched_A=defocus.searched_A, tried=True, rival_A=rival),
+            MeasuredDefocus(taken, np.nan, defocus.parallax, searched_A=defocus.searched_A, tried=True, rival_A=rival,
+                            c12_withheld=withheld),
             (verdict.said, *notes, *(trials_unsettled_warning(one) for one in verdict.unsettled)),
             float(verdict.taken.rotation_deg))
+
+
+def _c12_tried(judge: Judge, experiment, calibration, prep: Preparation, about: tuple[bool, bool] | None,
+               defocus: MeasuredDefocus) -> tuple[Calibration, MeasuredDefocus, tuple[str, ...]]:
+    """The parallax's C12 that was withheld because trial reconstructions judged the orientation
+    (``defocus.c12_withheld``) tried by ``judge``'s short reconstructions with the run's probe modes: the orientation,
+    scan rotation and defocus used, without a two-fold astigmatism and with the parallax's; the calibration with the one
+    whose data term ends lower, the MeasuredDefocus and run.log's line. Where trials judge the orientation the counts are
+    often few and the parallax's groups hardly align: a C12 read there can be their noise (the calibration matrix's
+    c14, 1e3 counts and none simulated: 54 A read at 4.2 sigma cost 0.21 in NCC), or the beam's own (the wide draw's
+    w117-11, 1e6 counts, 17 A simulated: dropped, 0.904 against the told run's 0.962; taken, 0.950)."""
+    c12 = defocus.c12_withheld
+    flags, about = (prep.transpose, prep.flip_y, prep.flip_x), (False, False) if about is None else about
+    rotation, defocus_A = float(experiment.scan_rotation_deg), float(defocus.defocus_A)
+    tried = [OrientationCandidate(flags, rotation, defocus_A, "without a C12", flip_about_zero=about, c12_A=(0.0, 0.0)),
+             OrientationCandidate(flags, rotation, defocus_A, "the parallax's C12", flip_about_zero=about, c12_A=c12)]
+    verdict = judge(tried, turn=False, focus=False, modes=True, subject="the beam's astigmatism (the parallax's C12)")
+    used = verdict.taken.c12_A is not None and verdict.taken.c12_A != (0.0, 0.0)
+    if used:
+        calibration = dataclasses.replace(calibration, aberrations=dict(calibration.aberrations, C12a=c12[0], C12b=c12[1]))
+        defocus = dataclasses.replace(defocus, c12_set=("C12a", "C12b"), c12_withheld=None)
+    return calibration, defocus, (f"the parallax's C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A "
+                                  f"{'used' if used else 'not used'}: {verdict.said}",)
 
 
 def _descanned_reopen(reopen: Callable[[], object], descan: MeasuredDescan, mask: np.ndarray | None
@@ -662,10 +696,14 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     few_counts = weak and (chosen is None or chosen.ratio < PARALLAX_SURE)
     # a clear parallax beside a centre of mass that is noise: the search checks its handedness
     checked = weak and chosen is not None and not few_counts
+    # a scan too coarse for the bright-field images' detail: every measure of the frame sees it folded
+    coarse = fixed is None and grid is not None and aliased_step(calibration, base, grid) is not None
     searched = None
-    if fixed is None and grid is not None and (few_counts or checked or chosen is None and rotation_auto):
-        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given)
-        if few_counts:
+    if fixed is None and grid is not None and (few_counts or checked or coarse or chosen is None and rotation_auto):
+        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given, rivals=coarse)
+        if coarse:
+            _coarse_oriented(state, searched, chosen, calibration, base, grid, judge)
+        elif few_counts:
             _few_counts_oriented(state, searched, found, chosen, calibration, judge, defocus_auto)
         elif checked:
             _parallax_searched(state, searched, chosen, judge)
@@ -750,6 +788,55 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
         _judged(state, judge, candidates, measured=False)
         return
     state.warnings.append(weak_orientation_warning(found, chosen))
+    if len(candidates) > 1:  # init and info: what the run will do
+        state.line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
+                       "(data.transform.orientation_trials)")
+
+
+def aliased_step(calibration, base_A: np.ndarray, shape) -> tuple[float, float] | None:
+    """The scan's longer step (Å) and lambda / (2 alpha) (Å) where the step is the longer (the raster ``shape`` of the
+    scan's own positions ``base_A``); None where it is not, or the semi-angle or a raster grid is not known. A bright-
+    field pixel's image holds the sample's detail out to alpha / lambda and beyond; a scan whose step exceeds
+    lambda / (2 alpha) samples even the central pixel's image below its detail, so that the finer detail folds
+    onto coarser (aliasing), and moves the wrong way as the pixels' images shift: the centre of mass, the parallax
+    and the Fourier regions' search can then give the frame mirrored or turned. On the wide draw of the calibration
+    matrix (seed 117, steps 1.8-5.4 times lambda / (4 alpha)) four crystals at 1e4-1e6 counts ended mirrored
+    (NCC 0.01 against 0.80 told the truth on one of them), every measure but one agreeing on the mirror."""
+    semiangle = calibration.values.get("semiangle_mrad")
+    steps = scan_grid_steps(base_A, shape)
+    if not semiangle or steps is None:
+        return None
+    step_A, finest_A = float(np.max(np.linalg.norm(steps, axis=0))), calibration.wavelength_A / (2e-3 * semiangle)
+    return (step_A, finest_A) if step_A > finest_A else None
+
+
+def _coarse_oriented(state: _Orienting, searched, chosen, calibration, base_A: np.ndarray, shape,
+                     judge: Judge | None) -> None:
+    """A scan too coarse for the bright-field images' detail (``aliased_step``): the frame used so far (the
+    parallax's ``chosen`` or the centre of mass's, in ``state``), the Fourier regions' best peak ``searched`` and its
+    rivals (the other handedness's best among them) are the candidates, and ``judge`` chooses among them by short
+    reconstructions, which model the sample on the object's own pixel and see nothing folded, and refine the taken
+    one's rotation (the search's peaks lie a few degrees off there, as the measured frame can); without one, a
+    warning. ``state`` takes the result. Measured, on the wide draw of seed 117: 12 of 24 within 0.02 of the told
+    runs against 7 before; with the candidates' rotations kept as measured and the measured frame kept where the
+    trials took it, 6 (``benchmarks/records/2026-12-05-wide-draw-coarse-scans.md``)."""
+    step_A, finest_A = aliased_step(calibration, base_A, shape)
+    said = (f"the scan's step {step_A:.2f} A is coarser than lambda / (2 alpha) = {finest_A:.2f} A, the bright-field "
+            "images' detail folds (aliasing) and the frame's measures can be mirrored or turned")
+    if searched is None:
+        state.line += f"; {said}"
+        state.warnings.append(aliased_frame_warning(step_A, finest_A, 1))
+        return
+    nominal = calibration.aberrations.get("C10")
+    guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
+    candidates = orientation_candidates(
+        state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
+        guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
+    state.line += f"; {searched.line()}; {said}"
+    if judge is not None and len(candidates) > 1:
+        _judged(state, judge, candidates)
+        return
+    state.warnings.append(aliased_frame_warning(step_A, finest_A, len(candidates)))
     if len(candidates) > 1:  # init and info: what the run will do
         state.line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
                        "(data.transform.orientation_trials)")
@@ -903,15 +990,17 @@ def _stored_middle(source, calibration, base_A: np.ndarray, shape, background: n
 
 
 def _overlap_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
-                      background: np.ndarray | None, near_deg: float):
+                      background: np.ndarray | None, near_deg: float, rivals: bool = False):
     """The orientation and defocus the Fourier regions' coherence of the stored patterns gives on the scan's
     own positions ``base_A`` (N, 2) Å near the raster ``shape`` (``overlap_orientation.py``), the rotation
-    nearest ``near_deg``; None without a nominal defocus or a raster grid."""
+    nearest ``near_deg``, with its rival peaks where ``rivals`` (or the peak is not clear); None without a nominal
+    defocus or a raster grid."""
     read = _stored_middle(source, calibration, base_A, shape, background)
     if read is None:
         return None
     patterns, block, steps, dk_invA, nominal = read
-    return overlap_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, file_mask, near_deg)
+    return overlap_orientation(patterns, block, steps, calibration.wavelength_A, dk_invA, nominal, file_mask, near_deg,
+                               rivals)
 
 
 def _parallax_oriented(source, calibration, base_A: np.ndarray, shape, file_mask: np.ndarray | None,
@@ -1151,7 +1240,7 @@ def _parallax_defocus(calibration, found: Parallax, seconds: float, nominal: flo
     if depth_A:
         notes = f"; {middle:.1f} A at the sample's middle, {depth_A:g} A below the entrance surface{notes}"
     c12 = (found.c12a_A, found.c12b_A) if middle == found.defocus_A else (-found.c12a_A, -found.c12b_A)
-    c12_found, c12_note = _c12_taken(calibration, c12, found.c12_error_A, by_trials)
+    c12_found, c12_note, withheld = _c12_taken(calibration, c12, found.c12_error_A, by_trials)
     found_aberrations, notes = {"C10": -defocus, **c12_found}, notes + c12_note
     change = "" if nominal is None else (f", {defocus - nominal:+.1f} A from the nominal {said}"
                                          f"{f' ({(defocus - nominal) / abs(nominal):+.0%})' if nominal else ''}")
@@ -1162,24 +1251,25 @@ def _parallax_defocus(calibration, found: Parallax, seconds: float, nominal: flo
             f"({seconds:.2g} s)")
     rival = None if rival_A is None else rival_A + depth_A
     return (found_aberrations, turn, MeasuredDefocus(defocus, found.defocus_error_A, found, rival_A=rival, turn_deg=turn,
-                                                     c12_set=tuple(c12_found)),
+                                                     c12_set=tuple(c12_found), c12_withheld=withheld),
             (line, *warnings))
 
 
-def _c12_taken(calibration, c12: tuple[float, float], error_A: float, by_trials: bool) -> tuple[dict[str, float], str]:
+def _c12_taken(calibration, c12: tuple[float, float], error_A: float, by_trials: bool
+               ) -> tuple[dict[str, float], str, tuple[float, float] | None]:
     """The parallax's C12 (``c12`` (a, b) Å in the frame used, ``error_A`` its standard error) as aberrations to use,
-    and run.log's note: where the config gives none and it lies over C12_SIGMAS sigma from 0, unless trial
-    reconstructions judged the orientation."""
+    run.log's note and the C12 withheld for trials: used where the config gives none and it lies over C12_SIGMAS sigma
+    from 0, unless trial reconstructions judged the orientation; then withheld, for trials to try (``_c12_tried``)."""
     if "C12a" in calibration.aberrations or "C12b" in calibration.aberrations:
-        return {}, "; C12 as the config gives it"
+        return {}, "; C12 as the config gives it", None
     if math.hypot(*c12) <= C12_SIGMAS * error_A:
-        return {}, ""
+        return {}, "", None
     if by_trials:
-        # as its rotation: at such counts its C12 is the groups' noise (the calibration matrix's c14, 1e3 counts,
-        # none simulated: 54 A read at 4.2 sigma cost 0.21 in NCC)
-        return {}, (f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A not used: trial reconstructions judged the "
-                    "orientation (give experiment.aberrations C12a and C12b if the beam is astigmatic)")
-    return {"C12a": c12[0], "C12b": c12[1]}, f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used"
+        # as its rotation, not taken as read: at such counts it can be the groups' noise (``_c12_tried``)
+        return {}, (f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A not taken as read: trial reconstructions "
+                    "judged the orientation (ptyacc run tries it the same way; give experiment.aberrations C12a and "
+                    "C12b if the beam's astigmatism is known)"), c12
+    return {"C12a": c12[0], "C12b": c12[1]}, f"; C12a {c12[0]:+.1f} A and C12b {c12[1]:+.1f} A are used", None
 
 
 def _disagreeing_A(searched_A: float | None, parallax_A: float, turned: bool) -> float | None:

@@ -172,11 +172,13 @@ def candidate(angle_deg: float, handed: int) -> np.ndarray:
 
 def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nominal_steps_A: np.ndarray,
                         wavelength_A: float, dk_invA: float, nominal_defocus_A: float, good: np.ndarray | None = None,
-                        near_deg: float = 0.0) -> OverlapOrientation | None:
+                        near_deg: float = 0.0, rivals: bool = False) -> OverlapOrientation | None:
     """The orientation and defocus of (ny * nx, K, K) stored patterns (centred, as read) of a raster
     ``scan_shape`` (rows the slow axis) with the nominal step vectors ``nominal_steps_A`` (columns,
     rows y, x in Å), ``good`` (K, K) the stored detector mask; the rotation the one of the four flags of
-    the found handedness nearest ``near_deg``. None without a nominal defocus or a disk to find."""
+    the found handedness nearest ``near_deg``. None without a nominal defocus or a disk to find. The rivals (the
+    other handedness's best peak and the best one APART_DEG away) come with a peak that is not clear, or where
+    ``rivals`` asks for them."""
     coarse = _frequencies(patterns, scan_shape, nominal_steps_A, dk_invA, good, nominal_defocus_A, COARSE_PIXELS,
                           COARSE_FREQUENCIES)
     if coarse is None:
@@ -208,13 +210,13 @@ def overlap_orientation(patterns: np.ndarray, scan_shape: tuple[int, int], nomin
         return OverlapOrientation(flags, theta, c / wavelength_A, float(contrast_at), error=error)
 
     found = refined(int(handed), int(at), float(contrast))
-    if contrast >= CLEAR:
+    if contrast >= CLEAR and not rivals:
         return found
-    # not clear: the rivals too, for a choice by trial reconstructions (``reconstruction/trials.py``)
+    # not clear (or asked): the rivals too, for a choice by trial reconstructions (``reconstruction/trials.py``)
     away = np.where(gap >= APART_DEG, best[handed], -np.inf)
-    rivals = [refined(1 - int(handed), int(np.argmax(best[1 - handed])), 0.0),
-              refined(int(handed), int(np.argmax(away)), 0.0)]
-    return dataclasses.replace(found, rivals=tuple(rivals))
+    peaks = [refined(1 - int(handed), int(np.argmax(best[1 - handed])), 0.0),
+             refined(int(handed), int(np.argmax(away)), 0.0)]
+    return dataclasses.replace(found, rivals=tuple(peaks))
 
 
 @dataclass

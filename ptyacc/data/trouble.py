@@ -131,6 +131,18 @@ def weak_orientation_warning(found: Orientation, parallax: ParallaxOrientation |
             "flip_x by hand if they are known, or check the result against a second orientation")
 
 
+def aliased_frame_warning(step_A: float, finest_A: float, candidates: int) -> str:
+    """The warning for a scan whose step ``step_A`` exceeds lambda / (2 alpha) ``finest_A`` where no trial
+    reconstructions judge among the ``candidates`` frames the measures left (``autocalibration.aliased_step``)."""
+    tried = (f"ptyacc run tries the {candidates} candidate frames by short reconstructions "
+             "(data.transform.orientation_trials)" if candidates > 1 else "no second frame was found to try")
+    return (f"warning: the scan's step {step_A:.2f} A is coarser than lambda / (2 alpha) = {finest_A:.2f} A: the "
+            "bright-field images' detail folds (aliasing), and the centre of mass, the parallax and the Fourier "
+            f"regions' search can give the frame mirrored or turned; {tried}; set data.transform.transpose, flip_y, "
+            "flip_x and experiment.scan_rotation_deg by hand if they are known, or scan with a step under "
+            f"{finest_A:.2f} A")
+
+
 def mirror_disagreement_warning(ratio: float, contrast: float) -> str:
     """The warning for a bright-field parallax whose handedness looked clear (``ratio`` times the other's) and a
     clear Fourier regions' search (its peak ``contrast`` times the next) that see mirrored frames, beside a centre of

@@ -95,6 +95,9 @@ class OrientationTrials:
                   "runtime.progress": False, "optim.start.probe_focus": None}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
+        if candidate.c12_A is not None:
+            values["experiment.aberrations"] = {**self.config.experiment.aberrations, "C12a": float(candidate.c12_A[0]),
+                                                "C12b": float(candidate.c12_A[1])}
         if self.config.model.probe_init is None and not modes:  # more modes absorb part of a wrong defocus or rotation
             values["model.probe_modes"] = 1
         return with_values(self.config, values)
@@ -118,6 +121,8 @@ class OrientationTrials:
         aberrations = dict(data.aberrations)
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             aberrations["C10"] = -defocus_A
+        if candidate.c12_A is not None:
+            aberrations.update(C12a=float(candidate.c12_A[0]), C12b=float(candidate.c12_A[1]))
         return dataclasses.replace(data, positions_A=positions_A, aberrations=aberrations)
 
     def loss(self, candidate) -> float:
@@ -127,16 +132,18 @@ class OrientationTrials:
         run = self.reconstruct(config, self.accelerator, data=self.dataset(candidate, config), write=False, quiet=True)
         return float(run.loss[-1])
 
-    def __call__(self, candidates: list, turn: bool = True, focus: bool = True, modes: bool = False) -> Verdict:
+    def __call__(self, candidates: list, turn: bool = True, focus: bool = True, modes: bool = False,
+                 subject: str | None = None) -> Verdict:
         """The candidate (``autocalibration.OrientationCandidate``) whose trial ends lowest; then, with ``turn``,
         its scan rotation refined by trials TURN_DEG apart, and with ``focus`` (where it has a defocus and the
         defocus is auto) its defocus by trials FOCUS_STEP apart in scale; and run.log's line. ``modes``: every trial
         with the run's probe modes, not one (a partly coherent beam's other modes then take their share of the
-        counts, which a single mode's defocus otherwise widens to take)."""
+        counts, which a single mode's defocus otherwise widens to take). ``subject``: what the candidates differ in, for
+        the terminal's line (None: the orientation)."""
         from accelerate.utils import set_seed
 
         if self.accelerator.is_main_process:  # minutes may pass before the run's own lines: say why
-            what = (f"{len(candidates)} candidate orientations" if len(candidates) > 1 else
+            what = (subject if subject else f"{len(candidates)} candidate orientations" if len(candidates) > 1 else
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
             them = "them" if len(candidates) > 1 or turn and focus else "it"
             print(f"ptyacc: the data leave {what} uncertain: trying {them} by short reconstructions of "
