@@ -153,7 +153,7 @@ def test_a_search_far_from_the_parallax_rotation_moves_the_start_towards_it_and_
     parallax_oriented = autocalibration._parallax_oriented
     monkeypatch.setattr(autocalibration, "_parallax_oriented",
                         lambda *args: measured.append(parallax_oriented(*args)) or measured[-1])
-    monkeypatch.setattr(autocalibration, "_overlap_oriented", lambda *args: OverlapOrientation(
+    monkeypatch.setattr(autocalibration, "_overlap_oriented", lambda *args, **how: OverlapOrientation(
         measured[-1].flags, measured[-1].rotation_deg + apart_deg, 120.0, contrast=3.0))
     data = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "auto"}},
                                   "experiment": {"scan_rotation_deg": "auto", "defocus_A": "auto"}}))
