@@ -121,6 +121,21 @@ class Case:
 MATRIX_SEED = 53  # the seed of the 64 cases c00 ... c63
 
 
+def _balanced(rng: np.random.Generator, n: int, values) -> list:
+    """``n`` values, each of ``values`` equally often, shuffled by ``rng``."""
+    return [values[j] for j in rng.permutation(np.arange(n) % len(values))]
+
+
+def _drawn_alike(rng: np.random.Generator, n: int) -> tuple[list, ...]:
+    """The dimensions ``cases`` and ``wide_cases`` draw alike, balanced over ``n`` cases, in this order from ``rng``:
+    the sample, the orientation (transpose, flip_y, flip_x), positions stored, the file's defocus factor, partial
+    coherence, descan, blur and counts."""
+    return (_balanced(rng, n, ("mos2", "wse2", "graphene", "amorphous", "mos2", "wse2", "amorphous", "atoms")),
+            _balanced(rng, n, ORIENTATIONS), _balanced(rng, n, (False, False, True)), _balanced(rng, n, (0.7, 1.0, 1.3)),
+            _balanced(rng, n, (False, False, True)), _balanced(rng, n, (False, True)),
+            _balanced(rng, n, (0.0, 0.5, 0.8)), _balanced(rng, n, (1e3, 1e4, 3e4, 1e5, 1e6)))
+
+
 def cases(seed: int = MATRIX_SEED) -> list[Case]:
     """The matrix: 64 cases. Each dimension takes each of its values equally often, shuffled apart
     (seeded) so that the combinations mix; the scan rotation and the defocus's size are drawn at
@@ -134,15 +149,9 @@ def cases(seed: int = MATRIX_SEED) -> list[Case]:
     n = 64
     fresh = seed != MATRIX_SEED
 
-    def balanced(values) -> list:
-        return [values[j] for j in rng.permutation(np.arange(n) % len(values))]
-
-    sample = balanced(("mos2", "wse2", "graphene", "amorphous", "mos2", "wse2", "amorphous", "atoms"))
-    orientation, stored = balanced(ORIENTATIONS), balanced((False, False, True))
-    factor, partial, descan = balanced((0.7, 1.0, 1.3)), balanced((False, False, True)), balanced((False, True))
-    blur, dose = balanced((0.0, 0.5, 0.8)), balanced((1e3, 1e4, 3e4, 1e5, 1e6))
-    pixels, sign = balanced((48, 48, 48, 48, 48, 64)), balanced((1.0, -1.0))
-    scan = balanced((16, 20, 24, 16, 20, 24, 32))
+    sample, orientation, stored, factor, partial, descan, blur, dose = _drawn_alike(rng, n)
+    pixels, sign = _balanced(rng, n, (48, 48, 48, 48, 48, 64)), _balanced(rng, n, (1.0, -1.0))
+    scan = _balanced(rng, n, (16, 20, 24, 16, 20, 24, 32))
     # the fresh draws place their two 64 x 64 scans with a generator of their own: the matrix's stream stays as it was
     big = np.random.default_rng([seed, 64]).choice(n, 2, replace=False) if fresh else (5, 55)
     for i in big:
@@ -180,15 +189,9 @@ def wide_cases(seed: int) -> list[Case]:
     rng = np.random.default_rng([seed, 1])
     n = 64
 
-    def balanced(values) -> list:
-        return [values[j] for j in rng.permutation(np.arange(n) % len(values))]
-
-    sample = balanced(("mos2", "wse2", "graphene", "amorphous", "mos2", "wse2", "amorphous", "atoms"))
-    orientation, stored = balanced(ORIENTATIONS), balanced((False, False, True))
-    factor, partial, descan = balanced((0.7, 1.0, 1.3)), balanced((False, False, True)), balanced((False, True))
-    blur, dose = balanced((0.0, 0.5, 0.8)), balanced((1e3, 1e4, 3e4, 1e5, 1e6))
-    pixels, sign = balanced((48, 48, 64)), balanced((1.0, -1.0))
-    scan, energy = balanced((16, 20, 24, 16, 20, 24, 32)), balanced(WIDE_ENERGIES_EV)
+    sample, orientation, stored, factor, partial, descan, blur, dose = _drawn_alike(rng, n)
+    pixels, sign = _balanced(rng, n, (48, 48, 64)), _balanced(rng, n, (1.0, -1.0))
+    scan, energy = _balanced(rng, n, (16, 20, 24, 16, 20, 24, 32)), _balanced(rng, n, WIDE_ENERGIES_EV)
     out = []
     for i in range(n):
         semiangle = round(float(rng.uniform(15.0, 30.0)), 1)

@@ -697,12 +697,13 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
     # a clear parallax beside a centre of mass that is noise: the search checks its handedness
     checked = weak and chosen is not None and not few_counts
     # a scan too coarse for the bright-field images' detail: every measure of the frame sees it folded
-    coarse = fixed is None and grid is not None and aliased_step(calibration, base, grid) is not None
+    coarse = None if fixed is not None or grid is None else aliased_step(calibration, base, grid)
     searched = None
     if fixed is None and grid is not None and (few_counts or checked or coarse or chosen is None and rotation_auto):
-        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given, rivals=coarse)
+        searched = _overlap_oriented(source, calibration, base, grid, file_mask, background, given,
+                                     rivals=coarse is not None)
         if coarse:
-            _coarse_oriented(state, searched, chosen, calibration, base, grid, judge)
+            _coarse_oriented(state, searched, chosen, calibration, coarse, judge)
         elif few_counts:
             _few_counts_oriented(state, searched, found, chosen, calibration, judge, defocus_auto)
         elif checked:
@@ -779,11 +780,7 @@ def _few_counts_oriented(state: _Orienting, searched, found, chosen, calibration
                 _far_turn_halved(state, searched)
         return
     state.line += "" if searched is None else f"; {searched.line()}: not clear enough to use"
-    nominal = calibration.aberrations.get("C10")
-    guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
-    candidates = [] if searched is None else orientation_candidates(
-        state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
-        guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
+    candidates = [] if searched is None else _beside_search(state, searched, chosen, calibration)
     if judge is not None and len(candidates) > 1:
         _judged(state, judge, candidates, measured=False)
         return
@@ -811,9 +808,10 @@ def aliased_step(calibration, base_A: np.ndarray, shape) -> tuple[float, float] 
     return (step_A, finest_A) if step_A > finest_A else None
 
 
-def _coarse_oriented(state: _Orienting, searched, chosen, calibration, base_A: np.ndarray, shape,
+def _coarse_oriented(state: _Orienting, searched, chosen, calibration, aliased: tuple[float, float],
                      judge: Judge | None) -> None:
-    """A scan too coarse for the bright-field images' detail (``aliased_step``): the frame used so far (the
+    """A scan too coarse for the bright-field images' detail (``aliased``: ``aliased_step``'s step and lambda /
+    (2 alpha)): the frame used so far (the
     parallax's ``chosen`` or the centre of mass's, in ``state``), the Fourier regions' best peak ``searched`` and its
     rivals (the other handedness's best among them) are the candidates, and ``judge`` chooses among them by short
     reconstructions, which model the sample on the object's own pixel and see nothing folded, and refine the taken
@@ -821,18 +819,14 @@ def _coarse_oriented(state: _Orienting, searched, chosen, calibration, base_A: n
     warning. ``state`` takes the result. Measured, on the wide draw of seed 117: 12 of 24 within 0.02 of the told
     runs against 7 before; with the candidates' rotations kept as measured and the measured frame kept where the
     trials took it, 6 (``benchmarks/records/2026-12-05-wide-draw-coarse-scans.md``)."""
-    step_A, finest_A = aliased_step(calibration, base_A, shape)
+    step_A, finest_A = aliased
     said = (f"the scan's step {step_A:.2f} A is coarser than lambda / (2 alpha) = {finest_A:.2f} A, the bright-field "
             "images' detail folds (aliasing) and the frame's measures can be mirrored or turned")
     if searched is None:
         state.line += f"; {said}"
         state.warnings.append(aliased_frame_warning(step_A, finest_A, 1))
         return
-    nominal = calibration.aberrations.get("C10")
-    guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
-    candidates = orientation_candidates(
-        state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
-        guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
+    candidates = _beside_search(state, searched, chosen, calibration)
     state.line += f"; {searched.line()}; {said}"
     if judge is not None and len(candidates) > 1:
         _judged(state, judge, candidates)
@@ -841,6 +835,16 @@ def _coarse_oriented(state: _Orienting, searched, chosen, calibration, base_A: n
     if len(candidates) > 1:  # init and info: what the run will do
         state.line += (f"; ptyacc run chooses among {len(candidates)} candidates by short reconstructions "
                        "(data.transform.orientation_trials)")
+
+
+def _beside_search(state: _Orienting, searched, chosen, calibration) -> list[OrientationCandidate]:
+    """``orientation_candidates`` of the Fourier regions' search ``searched`` beside the frame used so far (in
+    ``state``: the parallax's ``chosen``, with its defocus, or the centre of mass's, with the nominal one)."""
+    nominal = calibration.aberrations.get("C10")
+    guessed_A = chosen.defocus_A if chosen is not None else None if nominal is None else -nominal
+    return orientation_candidates(
+        state.flags, state.rotation_deg, BY_PARALLAX if chosen is not None else "the centre of mass", searched,
+        guessed_A, BY_PARALLAX if chosen is not None else "the nominal defocus")
 
 
 def _search_s_angle(state: _Orienting, searched) -> bool:
