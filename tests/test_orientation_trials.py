@@ -890,7 +890,8 @@ def test_a_step_is_aliased_beyond_lambda_over_two_alpha():
 def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simulator, tmp_path, pick):
     """A scan whose step (1.2 A) exceeds lambda / (2 alpha) (0.84 A at 80 kV, 25 mrad): whatever the measures say,
     the frame used, the Fourier regions' peak and its rivals, among them a frame of the other handedness, go to the
-    judge, and the load takes its choice (here the other handedness's). Without a judge, a warning names the step
+    judge, asked to try every frame around the circle too (``grid``), and the load takes its choice (here the other
+    handedness's). Without a judge, a warning names the step
     and what it does."""
     path = tmp_path / "coarse.h5"
     grid_simulator.write(str(path), grid_simulator.Setting(
@@ -898,7 +899,7 @@ def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simula
         scan_rotation_deg=TRUE_ROTATION, transpose=True))
     config = faint_config(path)
     config["experiment"]["scan_step_A"] = 1.2
-    seen = []
+    seen, grids = [], []
 
     def handed(candidate) -> bool:
         return bool(np.linalg.det(frame(candidate.flags, candidate.rotation_deg)) > 0)
@@ -907,6 +908,7 @@ def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simula
         if how.get("subject") is not None:  # a C12's trials, not the frame's
             return Verdict(candidates[0], "the C12 judged")
         seen.extend(candidates)  # the last: the frame the measures gave
+        grids.append(how.get("grid", False))  # every frame around the circle tried too
         taken = next(c for c in candidates if handed(c) != handed(candidates[-1]))
         return Verdict(taken, "data.transform.orientation_trials: judged is used")
 
@@ -914,7 +916,7 @@ def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simula
     line = next(line for line in data.checks if line.startswith("scan rotation from the centre of mass"))
     assert "the scan's step 1.20 A is coarser than lambda / (2 alpha) = 0.84 A" in line
     if pick:
-        assert len(seen) >= 2 and {handed(c) for c in seen} == {True, False}
+        assert len(seen) >= 2 and {handed(c) for c in seen} == {True, False} and grids == [True]
         taken = next(c for c in seen if handed(c) != handed(seen[-1]))
         assert off_used(data, taken.flags, taken.rotation_deg) == (pytest.approx(0.0, abs=1e-6), False)
         assert line.endswith("data.transform.orientation_trials: judged is used")
@@ -922,3 +924,64 @@ def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simula
     else:
         warning = next(line for line in data.checks if line.startswith("warning: the scan's step 1.20 A"))
         assert "mirrored or turned" in warning and "data.transform.orientation_trials" in warning
+
+
+def test_the_frames_around_the_circle_leave_no_frame_far():
+    """``frames_around``: the best candidate's frame turned GRID_DEG at a time, then mirrored and turned likewise,
+    at its defocus; every frame of either handedness (NumPy's R(theta)^T F, drawn at random) lies within GRID_DEG / 2
+    of one of them or of the candidate itself."""
+    from ptyacc.reconstruction.trials import GRID_DEG, frames_around
+
+    best = OrientationCandidate((True, False, True), 33.0, 140.0, "the Fourier regions' best peak")
+    around = frames_around(best)
+    assert len(around) == 2 * round(360.0 / GRID_DEG) - 1 and best not in around
+    assert {c.defocus_A for c in around} == {140.0} and {c.found_by for c in around} == {"the frames around the circle"}
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        flags, rotation = tuple(bool(b) for b in rng.integers(0, 2, 3)), float(rng.uniform(-180.0, 180.0))
+        nearest = min(abs(off) for off, mirrored in (off_deg(c.flags, c.rotation_deg, flags, rotation)
+                                                     for c in [best, *around]) if not mirrored)
+        assert nearest <= GRID_DEG / 2 + 1e-9
+
+
+@pytest.mark.parametrize("grid", [True, False])
+def test_a_coarse_scan_s_true_frame_is_found_beside_the_candidates_and_compared_longer(grid):
+    """A data term (made up here, not a reconstruction) with two bowls: a mirrored decoy at the measured candidates'
+    own frame, lowest after the short trials, and the true frame, 37 degrees away from any candidate and lowest only
+    after longer ones, each lowest at 100 A. With ``grid`` the frames around the circle find the true bowl, both
+    bowls' rotations and defoci are refined, and the longer trials take the truth, its margin theirs; the candidates
+    alone take the decoy."""
+    from types import SimpleNamespace
+
+    from ptyacc.reconstruction.trials import LONGER
+
+    true_flags, true_deg, decoy_flags, decoy_deg = (False, False, False), 37.0, (True, False, False), 5.0
+    calls = []
+
+    class Judge(OrientationTrials):
+        def loss(self, candidate, iterations=None) -> float:
+            longer = (iterations or self.iterations) > self.iterations
+            calls.append(longer)
+            focus = 20.0 * np.log(candidate.defocus_A / 100.0) ** 2
+            bowls = []
+            for flags, rotation, bottom in ((true_flags, true_deg, 0.0 if longer else 0.5),
+                                            (decoy_flags, decoy_deg, 0.3 if longer else 0.0)):
+                off, mirrored = off_deg(candidate.flags, candidate.rotation_deg, flags, rotation)
+                bowls.append(np.inf if mirrored else bottom + (off / 8.0) ** 2)
+            return 100.0 + min(*bowls, 4.0) + focus
+
+    judge = Judge(load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}}),
+                  SimpleNamespace(is_main_process=True, device="cpu"), None)
+    judge.iterations = 6
+    candidates = [OrientationCandidate(decoy_flags, decoy_deg + 1.0, 95.0, "the Fourier regions' best peak"),
+                  OrientationCandidate((False, True, False), 70.0, 95.0, "a rival peak")]
+    verdict = judge(candidates, grid=grid)
+    off, mirrored = off_deg(verdict.taken.flags, verdict.taken.rotation_deg, true_flags, true_deg)
+    if grid:
+        assert not mirrored and abs(off) < 0.5 and verdict.taken.defocus_A == pytest.approx(100.0, abs=3.0)
+        assert calls.count(True) == 2  # the two bowls' lowest, reconstructed LONGER times as long
+        assert verdict.margin == pytest.approx(0.3 / 100.0, rel=0.05)
+        assert "frames around the circle: 47 more" in verdict.said
+        assert f"reconstructed {LONGER * 6} iterations each" in verdict.said
+    else:
+        assert mirrored and not any(calls)

@@ -829,7 +829,7 @@ def _coarse_oriented(state: _Orienting, searched, chosen, calibration, aliased: 
     candidates = _beside_search(state, searched, chosen, calibration)
     state.line += f"; {searched.line()}; {said}"
     if judge is not None and len(candidates) > 1:
-        _judged(state, judge, candidates)
+        _judged(state, judge, candidates, grid=True)
         return
     state.warnings.append(aliased_frame_warning(step_A, finest_A, len(candidates)))
     if len(candidates) > 1:  # init and info: what the run will do
@@ -884,13 +884,15 @@ def _take(state: _Orienting, verdict: Verdict) -> None:
     state.warnings += [trials_unsettled_warning(one) for one in verdict.unsettled]
 
 
-def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate], measured: bool = True) -> None:
-    """``state`` takes the candidate ``judge`` chooses among ``candidates``, and the doubt where its data term
-    ended under TRIALS_SURE below the next one's. Where nothing ``measured`` the frame clearly, a wider margin is
+def _judged(state: _Orienting, judge: Judge, candidates: list[OrientationCandidate], measured: bool = True,
+            grid: bool = False) -> None:
+    """``state`` takes the candidate ``judge`` chooses among ``candidates`` (with ``grid``, among every frame around
+    the circle too: ``trials.OrientationTrials.frames_tried``), and the doubt where its data term ended under
+    TRIALS_SURE below the next one's. Where nothing ``measured`` the frame clearly, a wider margin is
     said too: of the calibration matrix's fresh files that took that path (seeds 70-90, 1e3-1e4 counts), 14 without
     the doubt had the truth's frame on 8 and failed on 10, five of them with no warning (record
     2026-12-05-few-counts-and-coherence.md)."""
-    verdict = judge(candidates)
+    verdict = judge(candidates, grid=True) if grid else judge(candidates)
     _take(state, verdict)
     if verdict.margin is not None and verdict.margin < TRIALS_SURE:
         state.warnings.append(trials_doubt_warning(verdict.margin, verdict.rival, TRIALS_SURE))

@@ -33,7 +33,17 @@ in the same order (the loss is the all-reduced one), so all take the same.
 Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
 patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
 about their centre and the probe's defocus changed, which is all that a reading with them would change
-(the object's canvas is placed around the positions, so the centre a turn is about does not matter)."""
+(the object's canvas is placed around the positions, so the centre a turn is about does not matter).
+
+Where the scan is coarser than the bright-field images' detail (``autocalibration._coarse_oriented``) the measures
+can agree on a mirrored or turned frame, and the candidates they give then need not hold the truth at all: on the
+seven files of the calibration matrix's wide draw of seed 118 that ended mirrored or turned (steps 2.0-2.9 times
+lambda / (2 alpha)), every candidate of the true handedness lay 60-120 degrees from the truth. There (``grid``) the
+frames GRID_DEG apart around the circle in both handednesses are tried too, at the best candidate's defocus; the two
+lowest frames that are not neighbours each have their rotation and defocus refined, and the two are compared by
+trials LONGER times as long, where the true frame's lead shows: on w118-14 (WSe2, 1e3 counts) its 6-iteration data
+term lay 0.004 % above the mirror's at the search's defocus, and 0.6 % below it after 30 iterations at each one's
+refined defocus."""
 
 from __future__ import annotations
 
@@ -47,6 +57,7 @@ from ptyacc.config import Config, with_values
 from ptyacc.data.autocalibration import BY_TRIALS, Verdict
 from ptyacc.data.dataset import PtychoData
 from ptyacc.data.load import load_data
+from ptyacc.data.orientation import frame_difference, wrapped_deg
 from ptyacc.data.positions import turned_positions_A
 from ptyacc.data.trouble import Unsettled
 
@@ -59,6 +70,10 @@ SIDE, MORE = 2, 3  # steps either side; further steps past an end where the loss
 # then strides of 2, 4, 8 steps: a search whose lowest point lay 11 steps out (x0.64 of a rival peak's defocus on
 # the calibration matrix's h62-13, 1e3 counts) is bracketed within ±19 steps (x0.47-2.1, ±57 degrees)
 FAR = 3
+GRID_DEG = 15.0  # a coarse scan's frames tried around the circle, both handednesses, this far apart (``grid``)
+# the true frame's data term beat every other one's after 6 iterations from within 6 degrees of it on the calibration
+# matrix's w118-08 (15 degrees off: barely below the best mirrored frame's)
+LONGER = 5  # the two lowest frames of such a grid are compared by trials this many times as long
 
 
 def trial_iterations(config: Config) -> int:
@@ -80,17 +95,18 @@ class OrientationTrials:
         self.reads = 0  # datasets read and calibrated (one per candidate orientation)
         self.modes = False  # this call's trials with the run's probe modes (``__call__``)
 
-    def trial_config(self, candidate, modes: bool = False) -> Config:
+    def trial_config(self, candidate, modes: bool = False, iterations: int | None = None) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
-        auto) defocus given, ``iterations`` iterations, one probe mode (unless the probe comes from a file, or
-        ``modes``: the run's), nothing written, no trials of its own and the probe's focus not refined (the trials
-        compare the defoci they are given)."""
+        auto) defocus given, ``iterations`` iterations (None: the trials'), one probe mode (unless the probe comes from
+        a file, or ``modes``: the run's), nothing written, no trials of its own and the probe's focus not refined (the
+        trials compare the defoci they are given)."""
         t, fy, fx = (bool(flag) for flag in candidate.flags)
         values = {"data.transform.orientation": "manual", "data.transform.transpose": t, "data.transform.flip_y": fy,
                   "data.transform.flip_x": fx, "data.transform.flip_about_zero": list(candidate.flip_about_zero),
                   "data.transform.orientation_trials": 0,
                   "experiment.scan_rotation_deg": float(candidate.rotation_deg),
-                  "optim.iterations": self.iterations, "optim.validation_fraction": 0.0, "output.figures": False,
+                  "optim.iterations": iterations or self.iterations, "optim.validation_fraction": 0.0,
+                  "output.figures": False,
                   "output.checkpoint_every": 0, "output.checkpoint_minutes": 0, "output.trackers": [],
                   "runtime.progress": False, "optim.start.probe_focus": None}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
@@ -125,35 +141,34 @@ class OrientationTrials:
             aberrations.update(C12a=float(candidate.c12_A[0]), C12b=float(candidate.c12_A[1]))
         return dataclasses.replace(data, positions_A=positions_A, aberrations=aberrations)
 
-    def loss(self, candidate) -> float:
-        """The data term after ``iterations`` iterations in ``candidate``'s orientation (with the run's probe modes
-        where the call asked for them, ``modes``)."""
-        config = self.trial_config(candidate, self.modes)
+    def loss(self, candidate, iterations: int | None = None) -> float:
+        """The data term after ``iterations`` iterations (None: the trials') in ``candidate``'s orientation (with the
+        run's probe modes where the call asked for them, ``modes``)."""
+        config = self.trial_config(candidate, self.modes, iterations)
         run = self.reconstruct(config, self.accelerator, data=self.dataset(candidate, config), write=False, quiet=True)
         return float(run.loss[-1])
 
     def __call__(self, candidates: list, turn: bool = True, focus: bool = True, modes: bool = False,
-                 subject: str | None = None) -> Verdict:
+                 subject: str | None = None, grid: bool = False) -> Verdict:
         """The candidate (``autocalibration.OrientationCandidate``) whose trial ends lowest; then, with ``turn``,
         its scan rotation refined by trials TURN_DEG apart, and with ``focus`` (where it has a defocus and the
         defocus is auto) its defocus by trials FOCUS_STEP apart in scale; and run.log's line. ``modes``: every trial
         with the run's probe modes, not one (a partly coherent beam's other modes then take their share of the
         counts, which a single mode's defocus otherwise widens to take). ``subject``: what the candidates differ in, for
-        the terminal's line (None: the orientation)."""
+        the terminal's line (None: the orientation). ``grid``: the frames around the circle tried too, and the two
+        lowest apart compared by longer trials (``frames_tried``: their rotation and defocus refined there)."""
         from accelerate.utils import set_seed
 
         if self.accelerator.is_main_process:  # minutes may pass before the run's own lines: say why
             what = (subject if subject else f"{len(candidates)} candidate orientations" if len(candidates) > 1 else
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
             them = "them" if len(candidates) > 1 or turn and focus else "it"
-            print(f"ptyacc: the data leave {what} uncertain: trying {them} by short reconstructions of "
+            around = (f", then {2 * round(360.0 / GRID_DEG)} frames around the circle in both handednesses"
+                      if grid else "")
+            print(f"ptyacc: the data leave {what} uncertain: trying {them}{around} by short reconstructions of "
                   f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
-        losses, self.modes = [], modes
-        for candidate in candidates:
-            losses.append(self.loss(candidate))
-            # the best one's dataset is what the rotation's and defocus's trials turn and refocus
-            best_flags = candidates[losses.index(min(losses))].flags
-            self.read = {flags: read for flags, read in self.read.items() if flags == best_flags}
+        self.modes = modes
+        losses = self.losses(candidates)
         best = min(range(len(candidates)), key=lambda i: losses[i])
         chosen, said, margin, rival = candidates[best], [], None, None
         if len(candidates) > 1:  # how clearly: the next one's data term above the taken one's
@@ -166,7 +181,11 @@ class OrientationTrials:
         else:
             said.append(f"{chosen.line()} reconstructed {self.iterations} iterations, final loss {losses[0]:.6g}")
         shift, unsettled = 0.0, []
-        if turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
+        if grid:  # the candidates need not hold the truth: every frame, then the two lowest apart compared longer
+            chosen, margin, rival, text, more = self.frames_tried(chosen, losses[best], focus)
+            said.append(text)
+            unsettled += more
+        elif turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
             shift, text, settled, _ = self.line_search(
                 lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), losses[best], TURN_DEG,
                 "{:+g} deg")
@@ -174,32 +193,95 @@ class OrientationTrials:
             said.append(f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg")
             unsettled += [] if settled else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
                                                          "experiment.scan_rotation_deg")]
-        if focus and self.given_defocus_A(chosen) is not None:
-            # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
+        if focus and not grid and self.given_defocus_A(chosen) is not None:
             # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
-            start, base = self.loss(chosen) if shift else losses[best], chosen.defocus_A
-            step, text, settled, lowest = self.line_search(
-                lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)), start, FOCUS_STEP, "x{:.3f}",
-                math.exp)
-            # one mode's few iterations favour a wider probe on a weak scatterer (it fills the object sooner): a
-            # fall of the data term under FLAT_FOCUS of it does not move the measured defocus
-            flat = not modes and start - lowest < FLAT_FOCUS * abs(lowest)
-            if flat:
-                text += " (too flat to move the measured defocus)"
-            elif not settled:
-                # no minimum: a data term that falls to the end of the range says the model lacks something a wider
-                # probe stands in for (h109-09, graphene at 1e6 counts, a partly coherent beam and a detector blur:
-                # the search's 0.95 of the truth taken to 2.0 and NCC 0.04 against the told run's 0.65)
-                unsettled.append(Unsettled("defocus", f"{base * math.exp(step):.1f} A", "experiment.defocus_A",
-                                           kept=f"the measured {base:.1f} A"))
-                text += " (no minimum: the measured defocus kept)"
-            step, by = (0.0, chosen.defocus_by) if flat or not settled else (step, BY_TRIALS)
-            chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=by)
-            said.append(f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A")
+            chosen, text, more = self.refocused(chosen, self.loss(chosen) if shift else losses[best])
+            said.append(text)
+            unsettled += more
         self.read, self.modes = {}, False  # the run reads its own
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
                        tuple(unsettled))
+
+    def refocused(self, chosen, start: float) -> tuple:
+        """``chosen`` with its defocus scaled by trials FOCUS_STEP apart in scale (``start``: its own trial's data
+        term), run.log's words and the unsettled quantities (the defocus, where its data term still fell at the last
+        scale tried: then, as where one mode's data term hardly falls, the measured defocus is kept)."""
+        # the coherence's defocus reads low on small rasters, more so with a partly coherent beam
+        base = chosen.defocus_A
+        step, text, settled, lowest = self.line_search(
+            lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)), start, FOCUS_STEP, "x{:.3f}",
+            math.exp)
+        # one mode's few iterations favour a wider probe on a weak scatterer (it fills the object sooner): a
+        # fall of the data term under FLAT_FOCUS of it does not move the measured defocus
+        flat, unsettled = not self.modes and start - lowest < FLAT_FOCUS * abs(lowest), []
+        if flat:
+            text += " (too flat to move the measured defocus)"
+        elif not settled:
+            # no minimum: a data term that falls to the end of the range says the model lacks something a wider
+            # probe stands in for (h109-09, graphene at 1e6 counts, a partly coherent beam and a detector blur:
+            # the search's 0.95 of the truth taken to 2.0 and NCC 0.04 against the told run's 0.65)
+            unsettled.append(Unsettled("defocus", f"{base * math.exp(step):.1f} A", "experiment.defocus_A",
+                                       kept=f"the measured {base:.1f} A"))
+            text += " (no minimum: the measured defocus kept)"
+        step, by = (0.0, chosen.defocus_by) if flat or not settled else (step, BY_TRIALS)
+        chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=by)
+        return chosen, f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A", unsettled
+
+    def losses(self, candidates: list) -> list[float]:
+        """Each candidate's trial's data term, in order; the lowest one's dataset is kept for the trials after."""
+        losses: list[float] = []
+        for candidate in candidates:
+            losses.append(self.loss(candidate))
+            # the best one's dataset is what the rotation's and defocus's trials turn and refocus
+            best_flags = candidates[losses.index(min(losses))].flags
+            self.read = {flags: read for flags, read in self.read.items() if flags == best_flags}
+        return losses
+
+    def frames_tried(self, best, best_loss: float, focus: bool) -> tuple:
+        """From the lowest candidate ``best`` (its trial's data term ``best_loss``): its frame turned by GRID_DEG at a
+        time around the circle, and mirrored (transposed) likewise, each tried at its defocus (``frames_around``); the
+        lowest of all and the lowest not within 1.5 GRID_DEG of it (a neighbour lies in its bowl) each have their
+        rotation refined (``line_search``) and, with ``focus`` where the defocus is auto, their defocus
+        (``refocused``: the frames compare fairly only at their own), and are reconstructed LONGER times as long;
+        the lower one is taken. Returns (the one taken, the other's data term above it relative to it or None, its
+        line or None, run.log's words, the taken one's unsettled quantities)."""
+        frames = [best, *frames_around(best)]
+        losses = [best_loss, *self.losses(frames[1:])]
+        order = sorted(range(len(frames)), key=lambda i: losses[i])
+        lowest = [order[0], *[i for i in order[1:] if _apart(frames[i], frames[order[0]])][:1]]
+        words = [f"the frames around the circle: {len(frames) - 1} more, {GRID_DEG:g} deg apart in both handednesses "
+                 f"at its defocus, the lowest " + ", the lowest apart from it ".join(
+                     f"{frames[i].line()} {losses[i]:.6g}" for i in lowest)]
+        finals, longer, unsettled = [], [], []
+        for i in lowest:
+            final = frames[i]
+            self.read = {flags: read for flags, read in self.read.items() if flags == final.flags}
+            shift, text, settled, _ = self.line_search(
+                lambda d, f=final: dataclasses.replace(f, rotation_deg=f.rotation_deg + d), losses[i], TURN_DEG,
+                "{:+g} deg")
+            final = dataclasses.replace(final, rotation_deg=float(final.rotation_deg + shift))
+            words.append(f"its rotation turned by {text}: {final.rotation_deg:.2f} deg")
+            more = [] if settled else [Unsettled("scan rotation", f"{final.rotation_deg:.2f} deg",
+                                                 "experiment.scan_rotation_deg")]
+            if focus and self.given_defocus_A(final) is not None:
+                final, text, unsure = self.refocused(final, self.loss(final) if shift else losses[i])
+                words.append(text)
+                more += unsure
+            finals.append(final)
+            unsettled.append(more)
+            longer.append(self.loss(final, LONGER * self.iterations))
+        taken = min(range(len(finals)), key=lambda k: longer[k])
+        self.read = {flags: read for flags, read in self.read.items() if flags == finals[taken].flags}
+        chosen = finals[taken]
+        words.append(f"reconstructed {LONGER * self.iterations} iterations each, final loss " + "; ".join(
+            f"{final.line()}: {loss:.6g}" for final, loss in zip(finals, longer, strict=True)) + f": the lowest, "
+            f"{chosen.line()}")
+        margin = rival = None
+        if len(finals) > 1:
+            margin = (longer[1 - taken] - longer[taken]) / max(abs(longer[taken]), 1e-30)
+            rival = finals[1 - taken].line()
+        return chosen, margin, rival, "; ".join(words), unsettled[taken]
 
     def line_search(self, moved, at_zero: float, step: float, label: str,
                     shown=lambda d: d) -> tuple[float, str, bool, float]:
@@ -232,6 +314,22 @@ class OrientationTrials:
             offset = offsets[at]
         return float(offset), ", ".join(f"{label.format(shown(d))} {loss:.6g}"
                                         for d, loss in zip(offsets, found, strict=True)), settled, float(min(found))
+
+
+def frames_around(best) -> list:
+    """``best``'s frame (an ``OrientationCandidate``) turned by GRID_DEG at a time around the circle, then mirrored
+    (transposed) and turned likewise, at its defocus, without ``best`` itself: every frame lies within GRID_DEG / 2 of
+    one of them or of ``best``."""
+    mirrored = (not best.flags[0], best.flags[1], best.flags[2])
+    return [dataclasses.replace(best, flags=flags, rotation_deg=wrapped_deg(best.rotation_deg + k * GRID_DEG, 360.0),
+                                found_by="the frames around the circle")
+            for flags in (best.flags, mirrored) for k in range(round(360.0 / GRID_DEG)) if k or flags != best.flags]
+
+
+def _apart(one, other) -> bool:
+    """Whether two candidates' frames are mirrored or turned by more than 1.5 GRID_DEG: not in one bowl."""
+    mirrored, off_deg = frame_difference(one.flags, one.rotation_deg, other.flags, other.rotation_deg)
+    return mirrored or abs(off_deg) > 1.5 * GRID_DEG
 
 
 def _lowest(offsets: list[int], losses: list[float]) -> float:
