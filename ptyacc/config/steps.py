@@ -43,10 +43,13 @@ class LearningRates:
     detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
     probe_focus: float = _f(1.0, "Adam's step size of the probe's change of focus (optim.start.probe_focus), in Å per "
                                  "step.")
+    probe_astigmatism: float = _f(1.0, "Adam's step size of the probe's change of two-fold astigmatism, C12a and C12b "
+                                       "(optim.start.probe_astigmatism), in Å per step.")
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_amplitude", "probe_variation", "probe_defocus", "detector_blur", "probe_focus"):
+                     "probe_amplitude", "probe_variation", "probe_defocus", "detector_blur", "probe_focus",
+                     "probe_astigmatism"):
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 
@@ -75,6 +78,10 @@ class StartIterations:
         None, "First iteration that refines one change of focus for every probe mode (a Fresnel propagation, put into "
               "the probe after every iteration); run.log and results.h5 (probe_focus_change_A) say how far it moved "
               "and the experiment.defocus_A that starts a run there. One scan only. null = off.")
+    probe_astigmatism: int | None = _f(
+        None, "First iteration that refines one change of two-fold astigmatism (C12a, C12b) for every probe mode (put "
+              "into the probe after every iteration); run.log and results.h5 (probe_c12a_change_A, probe_c12b_change_A) "
+              "say how far it moved and the experiment.aberrations that start a run there. One scan only. null = off.")
 
     probe_variation: int | Literal["probe"] | None = _f(
         "probe", "First iteration that updates the eigen-probes, their weights and the main mode's amplitude per "
@@ -82,7 +89,7 @@ class StartIterations:
 
     def _check(self, path: str) -> None:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
-                     "probe_variation", "detector_blur", "probe_focus"):
+                     "probe_variation", "detector_blur", "probe_focus", "probe_astigmatism"):
             value = getattr(self, name)
             _require(value is None or value == "probe" or value >= 0, f"{path}.{name}",
                      f"must be >= 0 or null, got {value}")

@@ -29,7 +29,9 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   left out of the PETRA data leave 58 (23 %), the near field's sub-pixel image shift left out about 18 (13 %).
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
-  change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``).
+  change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``);
+  the change of astigmatism (``optim.start.probe_astigmatism``) and the C12 that starts a run there
+  (``astigmatism_said``).
 """
 
 from __future__ import annotations
@@ -411,6 +413,24 @@ def refocused_probe_said(results) -> list[tuple[str, bool]]:
     return [(f"probe focus: the run changed the defocus by {float(change):+.1f} A from the {started[0]:.1f} A it "
              f"started at ({started[1]}); experiment.defocus_A: {started[0] + float(change):.1f} starts a run there",
              far)]
+
+
+ASTIGMATISM_TOLD_A = 5.0  # a change of C12 this large (Å, either part), or more, is said on the terminal too
+
+
+def astigmatism_said(results) -> list[tuple[str, bool]]:
+    """run.log's line on the change of two-fold astigmatism a run refined (``optim.start.probe_astigmatism``): the
+    change from the C12 it started at and the ``experiment.aberrations`` that start a run there, for the terminal too
+    from ASTIGMATISM_TOLD_A (``RunLog.say``'s pairs); none where it was not refined."""
+    attrs = results.attrs or {}
+    if "probe_c12a_change_A" not in attrs:
+        return []
+    change = (float(attrs["probe_c12a_change_A"]), float(attrs["probe_c12b_change_A"]))
+    start = (float(attrs.get("probe_c12a_start_A", 0.0)), float(attrs.get("probe_c12b_start_A", 0.0)))
+    far = max(abs(part) for part in change) >= ASTIGMATISM_TOLD_A
+    return [(f"probe astigmatism: the run changed C12a by {change[0]:+.1f} A and C12b by {change[1]:+.1f} A from the "
+             f"({start[0]:.1f}, {start[1]:.1f}) A it started at; experiment.aberrations: {{C12a: "
+             f"{start[0] + change[0]:.1f}, C12b: {start[1] + change[1]:.1f}}} starts a run there", far)]
 
 
 def turned_scan_said(results) -> list[tuple[str, bool]]:

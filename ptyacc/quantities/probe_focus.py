@@ -13,15 +13,24 @@ sum, which results.h5 keeps as the attribute ``probe_focus_change_A`` and run.lo
 ``experiment.defocus_A`` that starts a run there (``reconstruction.engine``).
 
 One scan only: the probes of several scans (``scans.py``) are not refocused.
+
+The two-fold astigmatism (C12a, C12b) is refined the same way (``optim.start.probe_astigmatism``,
+``ProbeAstigmatism``): two numbers that multiply every mode's spectrum by exp(-i pi lambda (C12a (kx^2 - ky^2)
++ 2 C12b kx ky)) (``physics.probe.aberration_phase``'s C12 terms), folded after every iteration. A probe's pixels
+pick a C12 up as slowly as a focus: on the calibration matrix's wide draw the parallax, which measures it, cannot
+read it at steps coarser than the bright-field images' detail, and runs told it came 0.02-0.05 nearer the truth.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from ptyacc.errors import ConfigError
 from ptyacc.optim.groups import ParameterGroup
+from ptyacc.physics.propagation import spatial_frequencies
 from ptyacc.quantities.probe_variation import refocused
 from ptyacc.quantities.registry import BuildContext, Quantity, register
 
@@ -73,3 +82,69 @@ def probe_focus(config, model, context: BuildContext) -> ProbeFocus | None:
         raise ConfigError("optim.start.probe_focus: one scan only; the probes of several scans (scans:) are not "
                           "refocused: set it to null")
     return ProbeFocus(context.geometry.dx_A, context.data.wavelength_A)
+
+
+def astigmatic(wave: torch.Tensor, c12_A: torch.Tensor, dx_A: float, wavelength_A: float) -> torch.Tensor:
+    """(..., K, K) complex: the modes ``wave`` (pixel ``dx_A``) with (C12a, C12b) = ``c12_A`` (2,) Å more two-fold
+    astigmatism: their spectra times exp(-i pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky)), as ``stem_probe`` makes
+    a probe's (exact at any change)."""
+    k = spatial_frequencies(wave.shape[-1], dx_A, device=wave.device).to(wave.real.dtype)
+    ky, kx = k[:, None], k[None, :]
+    c12 = c12_A.to(k.dtype)
+    phase = -math.pi * wavelength_A * (c12[0] * (kx ** 2 - ky ** 2) + 2.0 * c12[1] * kx * ky)
+    return torch.fft.ifft2(torch.fft.fft2(wave) * torch.polar(torch.ones_like(phase), phase))
+
+
+class ProbeAstigmatism(Quantity):
+    """A change of two-fold astigmatism shared by every probe mode (module docstring).
+
+    Parameter: change_A (2,) float32, (C12a, C12b) Å since the last ``fold``. Buffers: total_A (2,) float64, Å
+    folded so far; start_A (2,) float64, the C12 the run's probe was made with."""
+
+    name = "probe_astigmatism"
+
+    def __init__(self, dx_A: float, wavelength_A: float, start_A: tuple[float, float] = (0.0, 0.0)) -> None:
+        super().__init__()
+        self.change_A = nn.Parameter(torch.zeros(2))
+        self.register_buffer("total_A", torch.zeros(2, dtype=torch.float64))
+        self.register_buffer("start_A", torch.tensor(start_A, dtype=torch.float64))
+        self.dx_A, self.wavelength_A = float(dx_A), float(wavelength_A)
+
+    def probes(self, probe: torch.Tensor, indices: torch.Tensor, probe_scale: torch.Tensor) -> torch.Tensor:
+        """The probe modes (P, K, K) complex, each with ``change_A`` more astigmatism."""
+        return astigmatic(probe, self.change_A, self.dx_A, self.wavelength_A)
+
+    @torch.no_grad()
+    def fold(self, modes: torch.Tensor) -> None:
+        """Put the change into ``modes`` (P, K, K, 2), the model's probe parameter, and start it again from zero."""
+        if not bool(self.change_A.any()):
+            return
+        waves = torch.view_as_complex(modes.double().contiguous())
+        waves = astigmatic(waves, self.change_A.double(), self.dx_A, self.wavelength_A)
+        modes.copy_(torch.view_as_real(waves).to(modes.dtype))
+        self.total_A.add_(self.change_A.double())
+        self.change_A.zero_()
+
+    def groups(self, config, model, priors) -> list[ParameterGroup]:
+        return [ParameterGroup("probe_astigmatism", [self.change_A], config.optim.lr.probe_astigmatism,
+                               config.optim.start.probe_astigmatism, after_iteration=lambda: self.fold(model.probe))]
+
+    def attributes(self, model) -> dict[str, float]:
+        """results.h5's attributes ``probe_c12a_change_A``, ``probe_c12b_change_A`` (the change the run made, folded
+        or not) and ``probe_c12a_start_A``, ``probe_c12b_start_A`` (the C12 it started at)."""
+        change = self.total_A + self.change_A.detach().double()
+        return {"probe_c12a_change_A": float(change[0]), "probe_c12b_change_A": float(change[1]),
+                "probe_c12a_start_A": float(self.start_A[0]), "probe_c12b_start_A": float(self.start_A[1])}
+
+
+@register
+def probe_astigmatism(config, model, context: BuildContext) -> ProbeAstigmatism | None:
+    """The refined change of two-fold astigmatism, where ``optim.start.probe_astigmatism`` is set."""
+    if config.optim.start.probe_astigmatism is None:
+        return None
+    if context.scans:
+        raise ConfigError("optim.start.probe_astigmatism: one scan only; the probes of several scans (scans:) are not "
+                          "refined: set it to null")
+    aberrations = getattr(context.data, "aberrations", None) or {}
+    return ProbeAstigmatism(context.geometry.dx_A, context.data.wavelength_A,
+                            (float(aberrations.get("C12a", 0.0)), float(aberrations.get("C12b", 0.0))))

@@ -27,7 +27,7 @@ from ptyacc.data import PtychoData
 from ptyacc.data.aperture_edge import may_read_edge
 from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
-from ptyacc.data.trouble import deviance_warning, refocused_probe_said, turned_scan_said, warnings_said
+from ptyacc.data.trouble import astigmatism_said, deviance_warning, refocused_probe_said, turned_scan_said, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.optim.groups import lr_factor
 from ptyacc.physics.chain import AMPLITUDE_FLOOR_SHARE, EPS
@@ -353,7 +353,7 @@ class Reconstructor:
                         "results saved (the deviance, results.h5, figures)")
         for text in said + peak_memory_lines(self.accelerator):
             self.log.line(text)
-        self.log.say(turned_scan_said(results) + refocused_probe_said(results))
+        self.log.say(turned_scan_said(results) + refocused_probe_said(results) + astigmatism_said(results))
         for text in late + warnings_said(self.warnings):
             self.log.tell(text)
         wall = time.perf_counter() - self.started

@@ -98,8 +98,8 @@ class OrientationTrials:
     def trial_config(self, candidate, modes: bool = False, iterations: int | None = None) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
         auto) defocus given, ``iterations`` iterations (None: the trials'), one probe mode (unless the probe comes from
-        a file, or ``modes``: the run's), nothing written, no trials of its own and the probe's focus not refined (the
-        trials compare the defoci they are given)."""
+        a file, or ``modes``: the run's), nothing written, no trials of its own and the probe's focus and astigmatism
+        not refined (the trials compare the defoci and C12 they are given)."""
         t, fy, fx = (bool(flag) for flag in candidate.flags)
         values = {"data.transform.orientation": "manual", "data.transform.transpose": t, "data.transform.flip_y": fy,
                   "data.transform.flip_x": fx, "data.transform.flip_about_zero": list(candidate.flip_about_zero),
@@ -108,7 +108,8 @@ class OrientationTrials:
                   "optim.iterations": iterations or self.iterations, "optim.validation_fraction": 0.0,
                   "output.figures": False,
                   "output.checkpoint_every": 0, "output.checkpoint_minutes": 0, "output.trackers": [],
-                  "runtime.progress": False, "optim.start.probe_focus": None}
+                  "runtime.progress": False, "optim.start.probe_focus": None,
+                  "optim.start.probe_astigmatism": None}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
         if candidate.c12_A is not None:
