@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from ptyacc.commands.cli import cli
-from ptyacc.commands.init_config import FOCUS_START, ROTATION_START
+from ptyacc.commands.init_config import ASTIGMATISM_START, FOCUS_START, ROTATION_START
 
 DEMO = Path(__file__).parents[1] / "ptyacc" / "demo" / "demo_mos2.h5"
 
@@ -36,6 +36,7 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     assert config["model"] == {"probe_modes": 4, "scan_affine": "rotation"}
     assert config["optim"]["start"]["scan_affine"] == ROTATION_START > 0  # once the object has taken shape
     assert config["optim"]["start"]["probe_focus"] == FOCUS_START  # the measured defocus refined, with the probe
+    assert config["optim"]["start"]["probe_astigmatism"] == ASTIGMATISM_START  # the beam's C12 refined, with the probe
     run = CliRunner().invoke(cli, ["run", "scan.yaml", "--quiet", "--set", f"optim.iterations={ROTATION_START + 1}",
                                    "--set", "output.figures=false"])
     assert run.exit_code == 0, run.output
@@ -43,6 +44,7 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
         assert yaml.safe_load(f.attrs["auto_values"])["optim.batch_size"] == 72  # 576 // 8
         assert abs(f["fitted/scan_turn_deg"][()]) > 0
         assert abs(f.attrs["probe_focus_change_A"]) > 0
+        assert abs(f.attrs["probe_c12a_change_A"]) + abs(f.attrs["probe_c12b_change_A"]) > 0
     assert "probe focus: the run changed the defocus by" in (tmp_path / "results" / "scan" / "run.log").read_text()
     again = CliRunner().invoke(cli, ["init", "scan.h5"])
     assert again.exit_code == 2 and "scan.yaml exists; pass --force" in again.output

@@ -31,6 +31,11 @@ FOCUS_START = 1  # the iteration from which init's config refines the probe's fo
 # (optim.start.probe_focus), with the probe: the measured defocus can be 5-15 % off (a partly coherent beam's parallax
 # reads low, the trials on weak scatterers high), and the probe's own steps keep most of such an error; on ten
 # calibration matrix files it moved every one towards the truth (from iteration 1 a little further than from 4)
+ASTIGMATISM_START = 1  # the iteration from which init's config refines the probe's two-fold astigmatism, with the
+# probe (optim.start.probe_astigmatism): the parallax cannot read C12 at steps coarser than the bright-field images'
+# detail, and on the calibration matrix's wide draw of seed 119 runs told the truth but C12 came 0.004-0.44 below the
+# runs told it too; refined from zero they came within 0.005 of those on 14 of 15 files (on the standard draw,
+# with no astigmatism, it changed nothing)
 
 CALIBRATION = {  # key: (what it is, needed by electrons, needed by X-rays)
     "energy_eV": ("beam energy in eV (80 keV = 80000)", True, False),
@@ -96,12 +101,14 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     lines += ["optim:", "  iterations: 20", "  batch_size: auto   # from the data: one step per iteration where the "
               f"descan shifted the patterns, else about {STEPS} ({steps_batch(n)} of {n} positions)"]
     if not xray:
-        start = ["detector_blur: 0"] + [f"scan_affine: {ROTATION_START}"] * turned + [f"probe_focus: {FOCUS_START}"] * parallax
+        start = (["detector_blur: 0"] + [f"scan_affine: {ROTATION_START}"] * turned + [f"probe_focus: {FOCUS_START}"] *
+                 parallax + [f"probe_astigmatism: {ASTIGMATISM_START}"])
         lines.append(f"  start: {{{', '.join(start)}}}   # the detector's blur (model.detector_blur_px) refined from none"
                      + (f"; the scan rotation measured, refined from iteration {ROTATION_START}, once the object has "
                         "taken shape (it is seldom within a degree where the counts are few)" if turned else "")
                      + (f"; the measured defocus refined from iteration {FOCUS_START} (the probe's own steps keep most "
-                        "of its error; run.log ends with where it went)" if parallax else ""))
+                        "of its error; run.log ends with where it went)" if parallax else "")
+                     + f"; the beam's two-fold astigmatism (C12) refined from iteration {ASTIGMATISM_START}")
     lines += ["output:", f"  dir: results/{data_path.stem}"]
     return "\n".join(lines) + "\n"
 
