@@ -102,10 +102,11 @@ def test_run_s_end_says_the_change_and_the_c12_that_starts_a_run_there():
                                      "probe_c12a_start_A": 2.0, "probe_c12b_start_A": 0.0})
     [(line, told)] = astigmatism_said(results)
     assert "changed C12a by +9.8 A and C12b by -1.2 A from the (2.0, 0.0) A it started at" in line
-    assert "experiment.aberrations: {C12a: 11.8, C12b: -1.2} starts a run there" in line and told
+    assert "experiment.aberrations with C12a: 11.8, C12b: -1.2 (the others as they were) starts a run there" in line
+    assert told
     small = SimpleNamespace(attrs={"probe_c12a_change_A": -3.0, "probe_c12b_change_A": 4.0})
     [(line, told)] = astigmatism_said(small)
-    assert "{C12a: -3.0, C12b: 4.0}" in line and not told
+    assert "C12a: -3.0, C12b: 4.0 (the others" in line and not told
     assert astigmatism_said(SimpleNamespace(attrs={"probe_focus_change_A": 2.0})) == []
 
 

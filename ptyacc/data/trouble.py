@@ -429,8 +429,9 @@ def astigmatism_said(results) -> list[tuple[str, bool]]:
     start = (float(attrs.get("probe_c12a_start_A", 0.0)), float(attrs.get("probe_c12b_start_A", 0.0)))
     far = max(abs(part) for part in change) >= ASTIGMATISM_TOLD_A
     return [(f"probe astigmatism: the run changed C12a by {change[0]:+.1f} A and C12b by {change[1]:+.1f} A from the "
-             f"({start[0]:.1f}, {start[1]:.1f}) A it started at; experiment.aberrations: {{C12a: "
-             f"{start[0] + change[0]:.1f}, C12b: {start[1] + change[1]:.1f}}} starts a run there", far)]
+             f"({start[0]:.1f}, {start[1]:.1f}) A it started at; experiment.aberrations with C12a: "
+             f"{start[0] + change[0]:.1f}, C12b: {start[1] + change[1]:.1f} (the others as they were) starts a run "
+             "there", far)]
 
 
 def turned_scan_said(results) -> list[tuple[str, bool]]:
