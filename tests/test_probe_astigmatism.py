@@ -156,10 +156,11 @@ def test_an_astigmatism_the_run_is_not_told_is_found(grid_simulator, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_and_the_split_object_agree(tmp_path):
-    """1 and 2 processes give the same change of astigmatism and losses; the split object gives shard_data's."""
+def test_two_processes_the_split_object_and_resume_agree(tmp_path):
+    """1 and 2 processes give the same change of astigmatism and losses; the split object gives shard_data's; a run
+    resumed from a checkpoint ends where the uninterrupted run ends (the change, its total and start travel with it)."""
     settings = tiny_config(tmp_path, optim={"iterations": 5, "batch_size": 8, "start": {"probe_astigmatism": 2}},
-                           output={"figures": False})
+                           output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
     settings["data"]["simulate"].update(scan_shape=[10, 10])
     settings["experiment"]["scan_step_A"] = 3.0
     outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
@@ -172,3 +173,10 @@ def test_two_processes_and_the_split_object_agree(tmp_path):
         np.testing.assert_allclose(runs[name].probe, runs[reference].probe, rtol=0,
                                    atol=1e-4 * np.abs(runs[reference].probe).max())
         np.testing.assert_allclose(runs[name].loss, runs[reference].loss, rtol=1e-4)
+    config = ptyacc.load_config({**settings, "output": {**settings["output"], "dir": str(tmp_path / "resume")}})
+    whole = ptyacc.reconstruct(config).results
+    sorted((tmp_path / "resume" / "checkpoints").iterdir())[-1].unlink()
+    resumed = ptyacc.reconstruct(config, resume=True).results
+    for name in ("probe_c12a_change_A", "probe_c12b_change_A", "probe_c12a_start_A", "probe_c12b_start_A"):
+        assert resumed.attrs[name] == whole.attrs[name]
+    np.testing.assert_array_equal(resumed.probe, whole.probe)
