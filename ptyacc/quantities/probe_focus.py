@@ -23,6 +23,7 @@ read it at steps coarser than the bright-field images' detail, and runs told it 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -55,13 +56,8 @@ class ProbeFocus(Quantity):
     @torch.no_grad()
     def fold(self, modes: torch.Tensor) -> None:
         """Put the change into ``modes`` (P, K, K, 2), the model's probe parameter, and start it again from zero."""
-        if float(self.change_A) == 0.0:
-            return
-        waves = torch.view_as_complex(modes.double().contiguous())
-        waves = refocused(waves, self.change_A.double()[None], self.dx_A, self.wavelength_A)[0]
-        modes.copy_(torch.view_as_real(waves).to(modes.dtype))
-        self.total_A.add_(self.change_A.double())
-        self.change_A.zero_()
+        fold_change(modes, self.change_A, self.total_A,
+                    lambda waves, change: refocused(waves, change[None], self.dx_A, self.wavelength_A)[0])
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
         return [ParameterGroup("probe_focus", [self.change_A], config.optim.lr.probe_focus,
@@ -84,14 +80,34 @@ def probe_focus(config, model, context: BuildContext) -> ProbeFocus | None:
     return ProbeFocus(context.geometry.dx_A, context.data.wavelength_A)
 
 
+def fold_change(modes: torch.Tensor, change: torch.Tensor, total: torch.Tensor, moved) -> None:
+    """Put ``change`` (a parameter) into ``modes`` (P, K, K, 2), the model's probe parameter, by ``moved(waves,
+    change)`` in float64, add it to ``total`` and start it again from zero; nothing where it is zero."""
+    if not bool(change.any()):
+        return
+    waves = moved(torch.view_as_complex(modes.double().contiguous()), change.detach().double())
+    modes.copy_(torch.view_as_real(waves).to(modes.dtype))
+    total.add_(change.detach().double())
+    change.detach().zero_()
+
+
+@functools.lru_cache(maxsize=16)
+def _astigmatism_terms(n: int, dx_A: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kx^2 - ky^2, 2 kx ky) (n, n) float64 on the unshifted grid of pixel ``dx_A``, made once per grid and shared
+    (callers must not write into them)."""
+    k = spatial_frequencies(n, dx_A, device=device)
+    ky, kx = k[:, None], k[None, :]
+    return kx ** 2 - ky ** 2, 2.0 * kx * ky
+
+
 def astigmatic(wave: torch.Tensor, c12_A: torch.Tensor, dx_A: float, wavelength_A: float) -> torch.Tensor:
     """(..., K, K) complex: the modes ``wave`` (pixel ``dx_A``) with (C12a, C12b) = ``c12_A`` (2,) Å more two-fold
     astigmatism: their spectra times exp(-i pi lambda (C12a (kx^2 - ky^2) + 2 C12b kx ky)), as ``stem_probe`` makes
     a probe's (exact at any change)."""
-    k = spatial_frequencies(wave.shape[-1], dx_A, device=wave.device).to(wave.real.dtype)
-    ky, kx = k[:, None], k[None, :]
-    c12 = c12_A.to(k.dtype)
-    phase = -math.pi * wavelength_A * (c12[0] * (kx ** 2 - ky ** 2) + 2.0 * c12[1] * kx * ky)
+    cos_term, sin_term = (term.to(wave.real.dtype) for term in _astigmatism_terms(wave.shape[-1], float(dx_A),
+                                                                                   wave.device))
+    c12 = c12_A.to(cos_term.dtype)
+    phase = -math.pi * wavelength_A * (c12[0] * cos_term + c12[1] * sin_term)
     return torch.fft.ifft2(torch.fft.fft2(wave) * torch.polar(torch.ones_like(phase), phase))
 
 
@@ -117,13 +133,8 @@ class ProbeAstigmatism(Quantity):
     @torch.no_grad()
     def fold(self, modes: torch.Tensor) -> None:
         """Put the change into ``modes`` (P, K, K, 2), the model's probe parameter, and start it again from zero."""
-        if not bool(self.change_A.any()):
-            return
-        waves = torch.view_as_complex(modes.double().contiguous())
-        waves = astigmatic(waves, self.change_A.double(), self.dx_A, self.wavelength_A)
-        modes.copy_(torch.view_as_real(waves).to(modes.dtype))
-        self.total_A.add_(self.change_A.double())
-        self.change_A.zero_()
+        fold_change(modes, self.change_A, self.total_A,
+                    lambda waves, change: astigmatic(waves, change, self.dx_A, self.wavelength_A))
 
     def groups(self, config, model, priors) -> list[ParameterGroup]:
         return [ParameterGroup("probe_astigmatism", [self.change_A], config.optim.lr.probe_astigmatism,
