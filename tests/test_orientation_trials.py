@@ -605,26 +605,34 @@ def test_the_parallax_does_not_turn_a_rotation_the_trials_chose(grid_simulator, 
     assert left == pytest.approx(-4.0, abs=1.5)  # what the parallax saw: the truth, 4 degrees back (ptyacc's sense)
 
 
+@dataclasses.dataclass
+class _Read:
+    """What the trials use of a dataset: its flags (to check a candidate gets its own), positions and aberrations."""
+    flags: tuple
+    positions_A: np.ndarray
+    aberrations: dict
+
+
+def _counted_load(read_flags: list):
+    """A stand-in for ``load_data`` in the trials: notes each reading's flags in ``read_flags`` and checks that the
+    trial's config leaves out the calibration's checks."""
+    def load(config, judge, device):
+        assert config.experiment.check_calibration is False
+        flags = (config.data.transform.transpose, config.data.transform.flip_y, config.data.transform.flip_x)
+        read_flags.append(flags)
+        return _Read(flags, np.zeros((4, 2)), {"C10": -config.experiment.defocus_A})
+    return load
+
+
 def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkeypatch):
     """Each candidate orientation is read once; the scan rotation's and the defocus's trials that follow reuse the
     dataset of the candidate with the lowest loss, not the one read last, and none is kept after the trials."""
-    import dataclasses
     from types import SimpleNamespace
 
     from ptyacc.reconstruction import trials
 
-    @dataclasses.dataclass
-    class Read:
-        flags: tuple
-        positions_A: np.ndarray
-        aberrations: dict
-
     read_flags = []
-
-    def fake_load(config, judge, device):
-        flags = (config.data.transform.transpose, config.data.transform.flip_y, config.data.transform.flip_x)
-        read_flags.append(flags)
-        return Read(flags, np.zeros((4, 2)), {"C10": -config.experiment.defocus_A})
+    fake_load = _counted_load(read_flags)
 
     class Judge(OrientationTrials):
         def loss(self, candidate) -> float:
@@ -643,6 +651,45 @@ def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkey
     assert read_flags == [(True, False, False), (False, True, False)]  # no third reading for the trials after
     assert chosen.flags == (True, False, False) and abs(chosen.rotation_deg - 2.0) < 0.5
     assert abs(chosen.defocus_A - 100.0) < 3.0 and judge.read == {}
+
+
+def test_the_frames_around_the_circle_read_each_flag_set_once_and_skip_the_calibration_s_checks(monkeypatch):
+    """A coarse scan's grid tries 47 frames in two flag sets after the candidates: each flag set is read and
+    calibrated once, not once per frame (the best candidate's dataset and the last one read are both kept), the two
+    finalists reuse what the grid read, and no trial's reading runs the calibration's checks (the centre of mass's or
+    the Fourier regions' search's test of the frame under trial: the trials' own question)."""
+    from types import SimpleNamespace
+
+    from ptyacc.reconstruction import trials
+
+    read_flags = []
+    fake_load = _counted_load(read_flags)
+
+    best_flags, rival_flags, mirrored = (True, False, False), (False, True, False), (False, False, False)
+
+    class Judge(OrientationTrials):
+        def loss(self, candidate, iterations=None) -> float:
+            data = self.dataset(candidate, self.trial_config(candidate))
+            assert data.flags == candidate.flags  # a dataset of the candidate's own flags
+            # two bowls: the best candidate's frame, and its mirror (turned 90 degrees) a little higher
+            bowls = [bottom + (off / 8.0) ** 2 for flags, rotation, bottom in ((best_flags, 2.0, 0.0),
+                                                                                (mirrored, 92.0, 0.2))
+                     for off, flipped in [off_deg(candidate.flags, candidate.rotation_deg, flags, rotation)]
+                     if not flipped]
+            return 100.0 + min(*bowls, 4.0) + 20.0 * np.log(candidate.defocus_A / 100.0) ** 2
+
+    monkeypatch.setattr(trials, "load_data", fake_load)
+    judge = Judge(load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}}),
+                  SimpleNamespace(is_main_process=True, device="cpu"), None)
+    judge.iterations = 6
+    candidates = [OrientationCandidate(best_flags, 0.0, 95.0, "the Fourier regions' best peak"),
+                  OrientationCandidate(rival_flags, 40.0, 95.0, "a rival peak")]
+    verdict = judge(candidates, grid=True)
+    assert "frames around the circle: 47 more" in verdict.said
+    assert read_flags == [best_flags, rival_flags, mirrored]  # the grid's 24 mirrored frames: one reading
+    assert verdict.taken.flags == best_flags and abs(verdict.taken.rotation_deg - 2.0) < 0.5
+    assert verdict.rival is not None and "transpose False" in verdict.rival  # the mirror's bowl, tried longer
+    assert judge.read == {}
 
 
 def test_a_candidate_s_c12_reaches_its_trial(monkeypatch):

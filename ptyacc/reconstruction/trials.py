@@ -98,8 +98,10 @@ class OrientationTrials:
     def trial_config(self, candidate, modes: bool = False, iterations: int | None = None) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
         auto) defocus given, ``iterations`` iterations (None: the trials'), one probe mode (unless the probe comes from
-        a file, or ``modes``: the run's), nothing written, no trials of its own and the probe's focus and astigmatism
-        not refined (the trials compare the defoci and C12 they are given)."""
+        a file, or ``modes``: the run's), nothing written, no trials of its own, the probe's focus and astigmatism
+        not refined (the trials compare the defoci and C12 they are given) and the calibration's checks left out: each
+        would test the frame under trial against the centre of mass or the Fourier regions' search again, which is
+        the trials' own question (on a 16 x 16 coarse scan those checks took 347 of the trials' 417 s)."""
         t, fy, fx = (bool(flag) for flag in candidate.flags)
         values = {"data.transform.orientation": "manual", "data.transform.transpose": t, "data.transform.flip_y": fy,
                   "data.transform.flip_x": fx, "data.transform.flip_about_zero": list(candidate.flip_about_zero),
@@ -109,7 +111,7 @@ class OrientationTrials:
                   "output.figures": False,
                   "output.checkpoint_every": 0, "output.checkpoint_minutes": 0, "output.trackers": [],
                   "runtime.progress": False, "optim.start.probe_focus": None,
-                  "optim.start.probe_astigmatism": None}
+                  "optim.start.probe_astigmatism": None, "experiment.check_calibration": False}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
         if candidate.c12_A is not None:
@@ -229,14 +231,16 @@ class OrientationTrials:
         chosen = dataclasses.replace(chosen, defocus_A=float(base * math.exp(step)), defocus_by=by)
         return chosen, f"its defocus scaled by {text}: {chosen.defocus_A:.1f} A", unsettled
 
-    def losses(self, candidates: list) -> list[float]:
-        """Each candidate's trial's data term, in order; the lowest one's dataset is kept for the trials after."""
+    def losses(self, candidates: list, keep: tuple = ()) -> list[float]:
+        """Each candidate's trial's data term, in order; the lowest one's dataset is kept for the trials after, and
+        the last one read for the next candidates of its flags (the frames around the circle come in two runs of
+        one flag set each: each set is read once), and any of the flags ``keep``."""
         losses: list[float] = []
         for candidate in candidates:
             losses.append(self.loss(candidate))
             # the best one's dataset is what the rotation's and defocus's trials turn and refocus
-            best_flags = candidates[losses.index(min(losses))].flags
-            self.read = {flags: read for flags, read in self.read.items() if flags == best_flags}
+            kept = (candidates[losses.index(min(losses))].flags, candidate.flags, *keep)
+            self.read = {flags: read for flags, read in self.read.items() if flags in kept}
         return losses
 
     def frames_tried(self, best, best_loss: float, focus: bool) -> tuple:
@@ -248,16 +252,17 @@ class OrientationTrials:
         the lower one is taken. Returns (the one taken, the other's data term above it relative to it or None, its
         line or None, run.log's words, the taken one's unsettled quantities)."""
         frames = [best, *frames_around(best)]
-        losses = [best_loss, *self.losses(frames[1:])]
+        losses = [best_loss, *self.losses(frames[1:], keep=(best.flags,))]  # two flag sets, each read once
         order = sorted(range(len(frames)), key=lambda i: losses[i])
         lowest = [order[0], *[i for i in order[1:] if _apart(frames[i], frames[order[0]])][:1]]
         words = [f"the frames around the circle: {len(frames) - 1} more, {GRID_DEG:g} deg apart in both handednesses "
                  f"at its defocus, the lowest " + ", the lowest apart from it ".join(
                      f"{frames[i].line()} {losses[i]:.6g}" for i in lowest)]
         finals, longer, unsettled = [], [], []
+        # the two frames' datasets (read by the grid already where it read their flags last) serve their trials
+        self.read = {flags: read for flags, read in self.read.items() if flags in {frames[i].flags for i in lowest}}
         for i in lowest:
             final = frames[i]
-            self.read = {flags: read for flags, read in self.read.items() if flags == final.flags}
             shift, text, settled, _ = self.line_search(
                 lambda d, f=final: dataclasses.replace(f, rotation_deg=f.rotation_deg + d), losses[i], TURN_DEG,
                 "{:+g} deg")
