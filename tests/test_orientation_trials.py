@@ -519,6 +519,47 @@ def test_one_and_two_processes_take_the_same_orientation_by_trials(faint, tmp_pa
     assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
 
 
+def coarse_config(grid_simulator, tmp_path) -> dict:
+    """The config of a file written here whose scan step (1.2 A) exceeds lambda / (2 alpha) (0.84 A at 80 kV, 25
+    mrad), its true frame transposed and turned TRUE_ROTATION, 1e5 counts."""
+    path = tmp_path / "coarse.h5"
+    grid_simulator.write(str(path), grid_simulator.Setting(
+        detector_px=48, scan_shape=(16, 16), scan_step_A=1.2, dose=1e5, defocus_A=150.0, edge_mrad=60.0, seed=3,
+        scan_rotation_deg=TRUE_ROTATION, transpose=True))
+    config = faint_config(path)
+    config["experiment"]["scan_step_A"] = 1.2
+    return config
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_one_and_two_processes_try_a_coarse_scan_s_frames_down_the_same_ladder(grid_simulator, tmp_path):
+    """A scan coarser than lambda / (2 alpha): the frames around the circle at the rungs of defoci, the two bowls and
+    the longer trials decide alike on 1 and 2 processes (each sees the all-reduced loss), and the runs agree."""
+    import h5py
+    import yaml
+    from test_distributed import launch_configs
+
+    config = coarse_config(grid_simulator, tmp_path)  # its defocus auto: the rungs of defoci tried
+    config["data"]["transform"]["orientation_trials"] = 1
+    config.update(optim={"iterations": 2, "batch_size": 32}, output={"figures": False})
+    outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
+    found, ladders = [], []
+    for out in outs.values():
+        log = (out / "results" / "run.log").read_text()
+        ladders.append(re.search(r"at defoci 1.3x apart \((.*?)\), the clearest's ([-\d.]+) A", log).groups())
+        with h5py.File(out / "results" / "results.h5") as f:
+            found.append((yaml.safe_load(f.attrs["auto_values"]), f["object"][()]))
+    rungs = [[float(v) for v in re.findall(r"([-\d.]+) A", ladder[0])] for ladder in ladders]
+    assert len(rungs[0]) >= 3 and rungs[0] == pytest.approx(rungs[1], rel=1e-6) and ladders[0][1] == ladders[1][1]
+    autos = [f[0] for f in found]
+    for key in ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x"):
+        assert autos[0][key] == autos[1][key]
+    assert autos[0]["experiment.scan_rotation_deg"] == pytest.approx(autos[1]["experiment.scan_rotation_deg"], abs=1e-3)
+    assert autos[0]["experiment.defocus_A"] == pytest.approx(autos[1]["experiment.defocus_A"], rel=1e-4)
+    assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
+
+
 @pytest.mark.parametrize("lowest_defocus_A", [-88.0, -100.0, -118.0])
 def test_the_searched_defocus_walks_to_the_lowest_data_term(lowest_defocus_A, capsys):
     judge = _Bowl(2.0, lowest_defocus_A)
@@ -940,12 +981,7 @@ def test_a_coarse_scan_s_frame_is_tried_against_the_other_handedness(grid_simula
     judge, asked to try every frame around the circle too (``grid``), and the load takes its choice (here the other
     handedness's). Without a judge, a warning names the step
     and what it does."""
-    path = tmp_path / "coarse.h5"
-    grid_simulator.write(str(path), grid_simulator.Setting(
-        detector_px=48, scan_shape=(16, 16), scan_step_A=1.2, dose=1e5, defocus_A=150.0, edge_mrad=60.0, seed=3,
-        scan_rotation_deg=TRUE_ROTATION, transpose=True))
-    config = faint_config(path)
-    config["experiment"]["scan_step_A"] = 1.2
+    config = coarse_config(grid_simulator, tmp_path)
     seen, grids = [], []
 
     def handed(candidate) -> bool:
@@ -1032,3 +1068,45 @@ def test_a_coarse_scan_s_true_frame_is_found_beside_the_candidates_and_compared_
         assert f"reconstructed {LONGER * 6} iterations each" in verdict.said
     else:
         assert mirrored and not any(calls)
+
+
+@pytest.mark.parametrize("more", [3, 0])
+def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s(monkeypatch, more):
+    """A made-up data term (no reconstruction): the true frame's bowl lies below two mirrored decoys' only near the
+    true 100 A, every frame's bowl grows shallower away from it, and the level falls as the defocus grows (as a wider
+    probe's few iterations fit few counts better). The best candidate lies at a decoy and 1.7 times the true defocus
+    (as the search read the coarse scans that ended turned). The grids at defoci 1.3 times apart walk down, past the
+    end where the lowest frame stands out most, to the rung nearest 100 A, and take the true frame; stopped after the
+    first three rungs (``RUNGS_MORE`` 0) a decoy is taken."""
+    from types import SimpleNamespace
+
+    from ptyacc.reconstruction import trials
+
+    true_flags, true_deg, decoy_flags, decoy_deg = (False, False, False), 37.0, (True, False, False), 5.0
+    defoci = set()
+
+    class Judge(OrientationTrials):
+        def loss(self, candidate, iterations=None) -> float:
+            defoci.add(round(candidate.defocus_A, 1))
+            focus = np.log(candidate.defocus_A / 100.0) ** 2
+            bowls = []
+            for flags, rotation, bottom in ((true_flags, true_deg, 5.0 * focus), (decoy_flags, decoy_deg, 0.3),
+                                            (decoy_flags, decoy_deg + 90.0, 0.32)):
+                off, flipped = off_deg(candidate.flags, candidate.rotation_deg, flags, rotation)
+                bowls.append(np.inf if flipped else bottom + (off / 8.0) ** 2)
+            return 100.0 - 2.0 * np.log(candidate.defocus_A / 100.0) + min(*bowls, 4.0) / (1.0 + 10.0 * focus)
+
+    monkeypatch.setattr(trials, "RUNGS_MORE", more)
+    judge = Judge(load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}}),
+                  SimpleNamespace(is_main_process=True, device="cpu"), None)
+    judge.iterations = 6
+    verdict = judge([OrientationCandidate(decoy_flags, decoy_deg + 1.0, 170.0, "the Fourier regions' best peak")],
+                    grid=True)
+    off, flipped = off_deg(verdict.taken.flags, verdict.taken.rotation_deg, true_flags, true_deg)
+    rungs = sorted(d for d in defoci if any(abs(d - 170.0 * trials.RUNG ** k) < 0.05 for k in range(-5, 5)))
+    if more:
+        assert not flipped and abs(off) < 0.5 and abs(np.log(verdict.taken.defocus_A / 100.0)) < np.log(trials.RUNG)
+        assert rungs == pytest.approx([170.0 * trials.RUNG ** k for k in (-3, -2, -1, 0, 1)], abs=0.05)
+        assert "defoci 1.3x apart" in verdict.said and "the clearest's 100.6 A" in verdict.said
+    else:
+        assert flipped and rungs == pytest.approx([170.0 * trials.RUNG ** k for k in (-1, 0, 1)], abs=0.05)
