@@ -1070,14 +1070,15 @@ def test_a_coarse_scan_s_true_frame_is_found_beside_the_candidates_and_compared_
         assert mirrored and not any(calls)
 
 
-@pytest.mark.parametrize("more", [3, 0])
-def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s(monkeypatch, more):
+@pytest.mark.parametrize(("more", "seeded"), [(3, False), (0, False), (0, True)])
+def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s(monkeypatch, more, seeded):
     """A made-up data term (no reconstruction): the true frame's bowl lies below two mirrored decoys' only near the
     true 100 A, every frame's bowl grows shallower away from it, and the level falls as the defocus grows (as a wider
     probe's few iterations fit few counts better). The best candidate lies at a decoy and 1.7 times the true defocus
     (as the search read the coarse scans that ended turned). The grids at defoci 1.3 times apart walk down, past the
     end where the lowest frame stands out most, to the rung nearest 100 A, and take the true frame; stopped after the
-    first three rungs (``RUNGS_MORE`` 0) a decoy is taken."""
+    first three rungs (``RUNGS_MORE`` 0) a decoy is taken, unless another candidate's defocus (``seeded``: 98 A)
+    puts a rung near the truth."""
     from types import SimpleNamespace
 
     from ptyacc.reconstruction import trials
@@ -1100,13 +1101,16 @@ def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s
     judge = Judge(load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}}),
                   SimpleNamespace(is_main_process=True, device="cpu"), None)
     judge.iterations = 6
-    verdict = judge([OrientationCandidate(decoy_flags, decoy_deg + 1.0, 170.0, "the Fourier regions' best peak")],
-                    grid=True)
+    candidates = [OrientationCandidate(decoy_flags, decoy_deg + 1.0, 170.0, "the Fourier regions' best peak")]
+    if seeded:  # a candidate whose trial ends higher (its frame far from every bowl), at a defocus near the truth
+        candidates.append(OrientationCandidate(decoy_flags, decoy_deg + 45.0, 98.0, "the centre of mass"))
+    verdict = judge(candidates, grid=True)
     off, flipped = off_deg(verdict.taken.flags, verdict.taken.rotation_deg, true_flags, true_deg)
     rungs = sorted(d for d in defoci if any(abs(d - 170.0 * trials.RUNG ** k) < 0.05 for k in range(-5, 5)))
-    if more:
+    if more or seeded:
         assert not flipped and abs(off) < 0.5 and abs(np.log(verdict.taken.defocus_A / 100.0)) < np.log(trials.RUNG)
-        assert rungs == pytest.approx([170.0 * trials.RUNG ** k for k in (-3, -2, -1, 0, 1)], abs=0.05)
+        assert rungs == pytest.approx([170.0 * trials.RUNG ** k for k in ((-2, -1, 0, 1) if seeded else
+                                                                           (-3, -2, -1, 0, 1))], abs=0.05)
         assert "defoci 1.3x apart" in verdict.said and "the clearest's 100.6 A" in verdict.said
     else:
         assert flipped and rungs == pytest.approx([170.0 * trials.RUNG ** k for k in (-1, 0, 1)], abs=0.05)

@@ -75,7 +75,8 @@ GRID_DEG = 15.0  # a coarse scan's frames tried around the circle, both handedne
 # matrix's w118-08 (15 degrees off: barely below the best mirrored frame's)
 LONGER = 5  # the two lowest frames of such a grid are compared by trials this many times as long
 RUNG = 1.3  # where the defocus is auto, such grids are tried at defoci RUNG^k times the best candidate's, k = -1, 0, 1
-RUNGS_MORE = 3  # and on past an end whose grid is clearest, up to this many rungs more: on the wide draw's coarse scans
+RUNGS_MORE = 3  # and the rungs nearest the other candidates' defoci, then the clearest one's neighbours while it has
+# untried ones, up to this many times: on the wide draw's coarse scans
 # that ended turned the search's defocus read 1.3-2.8 times the truth, and at 1.5 (w120-01) the true frame ranked 11th
 # of 48 where within 0.84-1.19 it ranked first
 
@@ -189,7 +190,8 @@ class OrientationTrials:
             said.append(f"{chosen.line()} reconstructed {self.iterations} iterations, final loss {losses[0]:.6g}")
         shift, unsettled = 0.0, []
         if grid:  # the candidates need not hold the truth: every frame, then the two lowest apart compared longer
-            chosen, margin, rival, text, more = self.frames_tried(chosen, losses[best], focus)
+            chosen, margin, rival, text, more = self.frames_tried(
+                chosen, losses[best], focus, [c.defocus_A for c in candidates if c.defocus_A is not None])
             said.append(text)
             unsettled += more
         elif turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
@@ -247,7 +249,7 @@ class OrientationTrials:
             self.read = {flags: read for flags, read in self.read.items() if flags in kept}
         return losses
 
-    def frames_tried(self, best, best_loss: float, focus: bool) -> tuple:
+    def frames_tried(self, best, best_loss: float, focus: bool, defoci: tuple = ()) -> tuple:
         """From the lowest candidate ``best`` (its trial's data term ``best_loss``): its frame turned by GRID_DEG at a
         time around the circle, and mirrored (transposed) likewise, each tried at its defocus (``frames_around``); the
         lowest of all and the lowest not within 1.5 GRID_DEG of it (a neighbour lies in its bowl) each have their
@@ -255,7 +257,7 @@ class OrientationTrials:
         (``refocused``: the frames compare fairly only at their own), and are reconstructed LONGER times as long;
         the lower one is taken. Returns (the one taken, the other's data term above it relative to it or None, its
         line or None, run.log's words, the taken one's unsettled quantities)."""
-        frames, losses, ladder = self.rungs_tried(best, best_loss, focus)
+        frames, losses, ladder = self.rungs_tried(best, best_loss, focus, defoci)
         order = sorted(range(len(frames)), key=lambda i: losses[i])
         lowest = [order[0], *[i for i in order[1:] if _apart(frames[i], frames[order[0]])][:1]]
         words = [f"the frames around the circle: {len(frames) - 1} more, {GRID_DEG:g} deg apart in both handednesses "
@@ -292,15 +294,17 @@ class OrientationTrials:
             rival = finals[1 - taken].line()
         return chosen, margin, rival, "; ".join(words), unsettled[taken]
 
-    def rungs_tried(self, best, best_loss: float, focus: bool) -> tuple[list, list[float], str]:
+    def rungs_tried(self, best, best_loss: float, focus: bool, defoci: tuple = ()) -> tuple[list, list[float], str]:
         """The frames around the circle (``frames_around``) with ``best`` first, and their data terms, at ``best``'s
         defocus, or, with ``focus`` where the defocus is auto, at the rung of defoci RUNG^k times it whose lowest frame
-        stands out most (k = -1, 0, 1, and on past an end that stands out most, RUNGS_MORE rungs more): a frame is told
-        from its mirror and its turns only near its own defocus, and the search's defocus can be far off on such
-        scans. How far a rung's lowest frame stands out is the median frame's data term above it, relative to it: the
-        data term's own level is no guide, as a wider probe fills the object sooner at few counts (on w120-12 it fell
-        with the defocus from the truth's to four times it, where the true frame's margin was three times any other
-        rung's). Also run.log's words for the defoci tried."""
+        stands out most: k = -1, 0, 1 and the rung nearest each of the other candidates' ``defoci`` (of its sign), then
+        the clearest rung's neighbours while one of them is untried (RUNGS_MORE times at most). A frame is told from its
+        mirror and its turns only near its own defocus, and on such scans the lowest candidate's defocus can be far off
+        where another candidate's is near (the trials' few iterations favour a wider probe). How far a rung's lowest
+        frame stands out is the median frame's data term above it, relative to it: the data term's own level is no
+        guide, as a wider probe fills the object sooner at few counts (on w120-12 it fell with the defocus from the
+        truth's to four times it, where the true frame's margin was three times any other rung's). Also run.log's
+        words for the defoci tried."""
         both = (best.flags, mirrored(best.flags))  # the two flag sets of every rung: each read once
         if not focus or self.given_defocus_A(best) is None:
             frames = [best, *frames_around(best)]
@@ -314,13 +318,14 @@ class OrientationTrials:
             rungs[k] = frames, [*head, *self.losses(frames[1:], keep=both)]
             return standing_out(rungs[k][1])
 
-        clear = {k: rung(k) for k in (-1, 0, 1)}
-        for _ in range(RUNGS_MORE):  # the clearest at an end: on past it, until a rung stands out less
+        seeds = {round(math.log(d / best.defocus_A) / math.log(RUNG)) for d in defoci if d * best.defocus_A > 0}
+        clear = {k: rung(k) for k in sorted({-1, 0, 1} | seeds)}
+        for _ in range(RUNGS_MORE):  # the clearest rung's untried neighbours, until it has none
             k = max(clear, key=clear.get)
-            if min(clear) < k < max(clear):
+            untried = [n for n in (k - 1, k + 1) if n not in clear]
+            if not untried:
                 break
-            further = k + (1 if k == max(clear) else -1)
-            clear[further] = rung(further)
+            clear.update({n: rung(n) for n in untried})
         k = max(clear, key=clear.get)
         tried = ", ".join(f"{best.defocus_A * RUNG ** j:.1f} A {clear[j]:.2e}" for j in sorted(clear))
         return (*rungs[k], f"defoci {RUNG:g}x apart (how far each one's lowest frame stands below its median: {tried}), "
