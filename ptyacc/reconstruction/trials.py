@@ -43,7 +43,9 @@ frames GRID_DEG apart around the circle in both handednesses are tried too, at t
 lowest frames that are not neighbours each have their rotation and defocus refined, and the two are compared by
 trials LONGER times as long, where the true frame's lead shows: on w118-14 (WSe2, 1e3 counts) its 6-iteration data
 term lay 0.004 % above the mirror's at the search's defocus, and 0.6 % below it after 30 iterations at each one's
-refined defocus."""
+refined defocus. A frame is told from its mirror only near its own defocus, and the lowest candidate's can be far off
+(the short trials favour a wider probe): where the defocus is auto the frames are tried at a ladder of defoci RUNG
+apart, and the rung whose lowest frame stands furthest below its median frame is used (``rungs_tried``)."""
 
 from __future__ import annotations
 
@@ -76,9 +78,8 @@ GRID_DEG = 15.0  # a coarse scan's frames tried around the circle, both handedne
 LONGER = 5  # the two lowest frames of such a grid are compared by trials this many times as long
 RUNG = 1.3  # where the defocus is auto, such grids are tried at defoci RUNG^k times the best candidate's, k = -1, 0, 1
 RUNGS_MORE = 3  # and the rungs nearest the other candidates' defoci, then the clearest one's neighbours while it has
-# untried ones, up to this many times: on the wide draw's coarse scans
-# that ended turned the search's defocus read 1.3-2.8 times the truth, and at 1.5 (w120-01) the true frame ranked 11th
-# of 48 where within 0.84-1.19 it ranked first
+# untried ones, up to this many times: on the wide draw's coarse scans that ended turned the search's defocus read
+# 1.3-2.8 times the truth, and at 1.5 (w120-01) the true frame ranked 11th of 48 where within 0.84-1.19 it ranked first
 
 
 def trial_iterations(config: Config) -> int:
