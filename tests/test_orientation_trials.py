@@ -1071,7 +1071,7 @@ def test_a_coarse_scan_s_true_frame_is_found_beside_the_candidates_and_compared_
 
 
 @pytest.mark.parametrize(("more", "seeded"), [(3, False), (0, False), (0, True)])
-def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s(monkeypatch, more, seeded):
+def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s(monkeypatch, capsys, more, seeded):
     """A made-up data term (no reconstruction): the true frame's bowl lies below two mirrored decoys' only near the
     true 100 A, every frame's bowl grows shallower away from it, and the level falls as the defocus grows (as a wider
     probe's few iterations fit few counts better). The best candidate lies at a decoy and 1.7 times the true defocus
@@ -1106,6 +1106,8 @@ def test_a_coarse_scan_s_frames_are_tried_down_a_ladder_of_defoci_to_the_truth_s
         candidates.append(OrientationCandidate(decoy_flags, decoy_deg + 45.0, 98.0, "the centre of mass"))
     verdict = judge(candidates, grid=True)
     off, flipped = off_deg(verdict.taken.flags, verdict.taken.rotation_deg, true_flags, true_deg)
+    # the terminal says, before the minutes they take, that the frames go round at several defoci
+    assert "48 frames around the circle in both handednesses at several defoci 1.3x apart" in capsys.readouterr().err
     rungs = sorted(d for d in defoci if any(abs(d - 170.0 * trials.RUNG ** k) < 0.05 for k in range(-5, 5)))
     if more or seeded:
         assert not flipped and abs(off) < 0.5 and abs(np.log(verdict.taken.defocus_A / 100.0)) < np.log(trials.RUNG)

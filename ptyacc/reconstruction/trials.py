@@ -173,7 +173,8 @@ class OrientationTrials:
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
             them = "them" if len(candidates) > 1 or turn and focus else "it"
             around = (f", then {2 * round(360.0 / GRID_DEG)} frames around the circle in both handednesses"
-                      if grid else "")
+                      + (f" at several defoci {RUNG:g}x apart" if focus and self.config.experiment.defocus_A == "auto"
+                         and any(c.defocus_A is not None for c in candidates) else "") if grid else "")
             print(f"ptyacc: the data leave {what} uncertain: trying {them}{around} by short reconstructions of "
                   f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
         self.modes = modes
@@ -252,8 +253,9 @@ class OrientationTrials:
 
     def frames_tried(self, best, best_loss: float, focus: bool, defoci: tuple = ()) -> tuple:
         """From the lowest candidate ``best`` (its trial's data term ``best_loss``): its frame turned by GRID_DEG at a
-        time around the circle, and mirrored (transposed) likewise, each tried at its defocus (``frames_around``); the
-        lowest of all and the lowest not within 1.5 GRID_DEG of it (a neighbour lies in its bowl) each have their
+        time around the circle, and mirrored (transposed) likewise, each tried at its defocus (``frames_around``) or
+        at the clearest rung of a ladder of defoci (``rungs_tried``); the lowest of all and the lowest not within 1.5
+        GRID_DEG of it (a neighbour lies in its bowl) each have their
         rotation refined (``line_search``) and, with ``focus`` where the defocus is auto, their defocus
         (``refocused``: the frames compare fairly only at their own), and are reconstructed LONGER times as long;
         the lower one is taken. Returns (the one taken, the other's data term above it relative to it or None, its
