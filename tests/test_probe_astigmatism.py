@@ -10,8 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
-from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
+from test_probe_focus import processes_split_and_resume_agree
 from varying_probe import phase_ncc
 
 import ptyacc
@@ -159,24 +158,6 @@ def test_an_astigmatism_the_run_is_not_told_is_found(grid_simulator, tmp_path):
 def test_two_processes_the_split_object_and_resume_agree(tmp_path):
     """1 and 2 processes give the same change of astigmatism and losses; the split object gives shard_data's; a run
     resumed from a checkpoint ends where the uninterrupted run ends (the change, its total and start travel with it)."""
-    settings = tiny_config(tmp_path, optim={"iterations": 5, "batch_size": 8, "start": {"probe_astigmatism": 2}},
-                           output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
-    settings["data"]["simulate"].update(scan_shape=[10, 10])
-    settings["experiment"]["scan_step_A"] = 3.0
-    outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
-    runs = {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
-    for reference, name in (("one", "two"), ("data", "split")):
-        for part in ("a", "b"):
-            change = [runs[n].attrs[f"probe_c12{part}_change_A"] for n in (reference, name)]
-            assert abs(change[0]) > 1e-3  # it moved
-            assert change[1] == pytest.approx(change[0], rel=1e-4, abs=1e-5)
-        np.testing.assert_allclose(runs[name].probe, runs[reference].probe, rtol=0,
-                                   atol=1e-4 * np.abs(runs[reference].probe).max())
-        np.testing.assert_allclose(runs[name].loss, runs[reference].loss, rtol=1e-4)
-    config = ptyacc.load_config({**settings, "output": {**settings["output"], "dir": str(tmp_path / "resume")}})
-    whole = ptyacc.reconstruct(config).results
-    sorted((tmp_path / "resume" / "checkpoints").iterdir())[-1].unlink()
-    resumed = ptyacc.reconstruct(config, resume=True).results
-    for name in ("probe_c12a_change_A", "probe_c12b_change_A", "probe_c12a_start_A", "probe_c12b_start_A"):
-        assert resumed.attrs[name] == whole.attrs[name]
-    np.testing.assert_array_equal(resumed.probe, whole.probe)
+    changes = ("probe_c12a_change_A", "probe_c12b_change_A")
+    processes_split_and_resume_agree(tmp_path, "probe_astigmatism", changes,
+                                     (*changes, "probe_c12a_start_A", "probe_c12b_start_A"))

@@ -143,26 +143,36 @@ def test_several_scans_are_refused():
     assert probe_focus(config, None, SimpleNamespace(scans=None, geometry=geometry, data=data)) is None
 
 
-@pytest.mark.slow
-def test_two_processes_the_split_object_and_resume_agree(tmp_path):
-    """1 and 2 processes give the same change of focus and losses; the split object gives shard_data's; a run
-    resumed from a checkpoint ends where the uninterrupted run ends (the change and its total travel with it)."""
-    settings = tiny_config(tmp_path, optim={"iterations": 5, "batch_size": 8, "start": {"probe_focus": 2}},
+def processes_split_and_resume_agree(tmp_path: Path, start: str, changes: tuple[str, ...],
+                                     resumed: tuple[str, ...]) -> None:
+    """A probe quantity refined from iteration 2 (``optim.start.<start>``): 1 and 2 processes give the same
+    ``changes`` (results.h5 attributes: each moved) and losses; the split object gives shard_data's; a run resumed
+    from a checkpoint ends where the uninterrupted run ends, with the same ``resumed`` attributes."""
+    settings = tiny_config(tmp_path, optim={"iterations": 5, "batch_size": 8, "start": {start: 2}},
                            output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
     settings["data"]["simulate"].update(scan_shape=[10, 10])
     settings["experiment"]["scan_step_A"] = 3.0
     outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
     runs = {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
     for reference, name in (("one", "two"), ("data", "split")):
-        change = [runs[n].attrs["probe_focus_change_A"] for n in (reference, name)]
-        assert abs(change[0]) > 1e-3  # it moved
-        assert change[1] == pytest.approx(change[0], rel=1e-4, abs=1e-5)
+        for attr in changes:
+            change = [runs[n].attrs[attr] for n in (reference, name)]
+            assert abs(change[0]) > 1e-3  # it moved
+            assert change[1] == pytest.approx(change[0], rel=1e-4, abs=1e-5)
         np.testing.assert_allclose(runs[name].probe, runs[reference].probe, rtol=0,
                                    atol=1e-4 * np.abs(runs[reference].probe).max())
         np.testing.assert_allclose(runs[name].loss, runs[reference].loss, rtol=1e-4)
     config = ptyacc.load_config({**settings, "output": {**settings["output"], "dir": str(tmp_path / "resume")}})
     whole = ptyacc.reconstruct(config).results
     sorted((tmp_path / "resume" / "checkpoints").iterdir())[-1].unlink()
-    resumed = ptyacc.reconstruct(config, resume=True).results
-    assert resumed.attrs["probe_focus_change_A"] == whole.attrs["probe_focus_change_A"]
-    np.testing.assert_array_equal(resumed.probe, whole.probe)
+    again = ptyacc.reconstruct(config, resume=True).results
+    for attr in resumed:
+        assert again.attrs[attr] == whole.attrs[attr]
+    np.testing.assert_array_equal(again.probe, whole.probe)
+
+
+@pytest.mark.slow
+def test_two_processes_the_split_object_and_resume_agree(tmp_path):
+    """1 and 2 processes give the same change of focus and losses; the split object gives shard_data's; a run
+    resumed from a checkpoint ends where the uninterrupted run ends (the change and its total travel with it)."""
+    processes_split_and_resume_agree(tmp_path, "probe_focus", ("probe_focus_change_A",), ("probe_focus_change_A",))

@@ -197,22 +197,30 @@ class OrientationTrials:
             said.append(text)
             unsettled += more
         elif turn:  # at few counts the search's peak is broad, and a few degrees off turn the object as much
-            shift, text, settled, _ = self.line_search(
-                lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), losses[best], TURN_DEG,
-                "{:+g} deg")
-            chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
-            said.append(f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg")
-            unsettled += [] if settled else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
-                                                         "experiment.scan_rotation_deg")]
+            chosen, shift, text, more = self.turned(chosen, losses[best])
+            said.append(text)
+            unsettled += more
         if focus and not grid and self.given_defocus_A(chosen) is not None:
             # the loss where the rotation stayed is known; a moved one is reconstructed for the zero point
             chosen, text, more = self.refocused(chosen, self.loss(chosen) if shift else losses[best])
             said.append(text)
             unsettled += more
-        self.read, self.modes = {}, False  # the run reads its own
+        self.keep()  # the run reads its own
+        self.modes = False
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
                        tuple(unsettled))
+
+    def turned(self, chosen, start: float) -> tuple:
+        """``chosen`` with its scan rotation refined by trials TURN_DEG apart (``start``: its own trial's data term),
+        the turn, run.log's words and the unsettled quantities (the rotation, where the data term still fell at the
+        last turn tried)."""
+        shift, text, settled, _ = self.line_search(
+            lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), start, TURN_DEG, "{:+g} deg")
+        chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
+        unsettled = [] if settled else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
+                                                  "experiment.scan_rotation_deg")]
+        return chosen, shift, f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg", unsettled
 
     def refocused(self, chosen, start: float) -> tuple:
         """``chosen`` with its defocus scaled by trials FOCUS_STEP apart in scale (``start``: its own trial's data
@@ -247,9 +255,14 @@ class OrientationTrials:
         for candidate in candidates:
             losses.append(self.loss(candidate))
             # the best one's dataset is what the rotation's and defocus's trials turn and refocus
-            kept = (candidates[losses.index(min(losses))].flags, candidate.flags, *keep)
-            self.read = {flags: read for flags, read in self.read.items() if flags in kept}
+            self.keep(candidates[losses.index(min(losses))].flags, candidate.flags, *keep)
         return losses
+
+    def keep(self, *flags: tuple) -> None:
+        """Let go of every dataset read but those of ``flags`` (none: all of them). Each is the whole scan's
+        patterns: the trials hold two at most (the best candidate's and the last one read, or the grid's two flag
+        sets), three for a moment while ``losses`` reads a third."""
+        self.read = {kept: read for kept, read in self.read.items() if kept in flags}
 
     def frames_tried(self, best, best_loss: float, focus: bool, defoci: tuple = ()) -> tuple:
         """From the lowest candidate ``best`` (its trial's data term ``best_loss``): its frame turned by GRID_DEG at a
@@ -268,16 +281,10 @@ class OrientationTrials:
                      f"{frames[i].line()} {losses[i]:.6g}" for i in lowest)]
         finals, longer, unsettled = [], [], []
         # the two frames' datasets (read by the grid already where it read their flags last) serve their trials
-        self.read = {flags: read for flags, read in self.read.items() if flags in {frames[i].flags for i in lowest}}
+        self.keep(*{frames[i].flags for i in lowest})
         for i in lowest:
-            final = frames[i]
-            shift, text, settled, _ = self.line_search(
-                lambda d, f=final: dataclasses.replace(f, rotation_deg=f.rotation_deg + d), losses[i], TURN_DEG,
-                "{:+g} deg")
-            final = dataclasses.replace(final, rotation_deg=float(final.rotation_deg + shift))
-            words.append(f"its rotation turned by {text}: {final.rotation_deg:.2f} deg")
-            more = [] if settled else [Unsettled("scan rotation", f"{final.rotation_deg:.2f} deg",
-                                                 "experiment.scan_rotation_deg")]
+            final, shift, text, more = self.turned(frames[i], losses[i])
+            words.append(text)
             if focus and self.given_defocus_A(final) is not None:
                 final, text, unsure = self.refocused(final, self.loss(final) if shift else losses[i])
                 words.append(text)
@@ -286,7 +293,7 @@ class OrientationTrials:
             unsettled.append(more)
             longer.append(self.loss(final, LONGER * self.iterations))
         taken = min(range(len(finals)), key=lambda k: longer[k])
-        self.read = {flags: read for flags, read in self.read.items() if flags == finals[taken].flags}
+        self.keep(finals[taken].flags)
         chosen = finals[taken]
         words.append(f"reconstructed {LONGER * self.iterations} iterations each, final loss " + "; ".join(
             f"{final.line()}: {loss:.6g}" for final, loss in zip(finals, longer, strict=True)) + f": the lowest, "
@@ -309,16 +316,21 @@ class OrientationTrials:
         truth's to four times it, where the true frame's margin was three times any other rung's). Also run.log's
         words for the defoci tried."""
         both = (best.flags, mirrored(best.flags))  # the two flag sets of every rung: each read once
+
+        def around(at, loss: float | None = None) -> tuple[list, list[float]]:
+            """``at`` and the frames around it, with their data terms (``at``'s is ``loss`` where known)."""
+            frames = [at, *frames_around(at)]
+            if loss is None:
+                return frames, self.losses(frames, keep=both)
+            return frames, [loss, *self.losses(frames[1:], keep=both)]
+
         if not focus or self.given_defocus_A(best) is None:
-            frames = [best, *frames_around(best)]
-            return frames, [best_loss, *self.losses(frames[1:], keep=both)], "its defocus"
+            return (*around(best, best_loss), "its defocus")
         rungs: dict[int, tuple[list, list[float]]] = {}
 
         def rung(k: int) -> float:
-            at = dataclasses.replace(best, defocus_A=float(best.defocus_A * RUNG ** k))
-            frames = [at, *frames_around(at)]
-            head = [best_loss] if k == 0 else self.losses(frames[:1], keep=both)
-            rungs[k] = frames, [*head, *self.losses(frames[1:], keep=both)]
+            rungs[k] = around(dataclasses.replace(best, defocus_A=float(best.defocus_A * RUNG ** k)),
+                              best_loss if k == 0 else None)
             return standing_out(rungs[k][1])
 
         seeds = {round(math.log(d / best.defocus_A) / math.log(RUNG)) for d in defoci if d * best.defocus_A > 0}
