@@ -16,7 +16,7 @@ from ptyacc.data.autocalibration import TRIALS_SURE, OrientationCandidate, Verdi
 from ptyacc.data.load import load_data
 from ptyacc.data.overlap_orientation import OverlapOrientation
 from ptyacc.data.trouble import Unsettled, trials_unsettled_warning
-from ptyacc.reconstruction.trials import AUTO_ITERATIONS, OrientationTrials, _vertex
+from ptyacc.reconstruction.trials import AUTO_ITERATIONS, FINE, FINE_DEG, SIDE, OrientationTrials, _vertex
 
 TRUE_ROTATION, TRUE_DEFOCUS = 20.0, 120.0
 
@@ -397,11 +397,13 @@ def test_a_turn_and_a_defocus_of_the_loaded_data_are_what_a_reading_with_them_gi
         seed=2, scan_rotation_deg=TRUE_ROTATION, transpose=True, write_positions=stored))
     raw = faint_config(path, iterations=2, batch_size=32)
     raw["data"]["scan_shape"] = [16, 16]
-    raw["optim"]["start"] = {"probe_focus": 1}  # the run's; the trials compare the defoci they are given
+    raw["optim"]["start"] = {"probe_focus": 1, "scan_affine": 4}  # the run's; the trials compare the defoci and
+    raw["model"] = {**raw.get("model", {}), "scan_affine": "rotation"}  # rotations they are given
     judge = OrientationTrials(load_config(raw), Accelerator(cpu=True), reconstruct)
     judge.iterations = 2
     first = OrientationCandidate((True, False, False), TRUE_ROTATION + 5.0, TRUE_DEFOCUS, "a peak")
     assert judge.trial_config(first).optim.start.probe_focus is None
+    assert judge.trial_config(first).optim.start.scan_affine is None
     judge.dataset(first, judge.trial_config(first))
     moved = dataclasses.replace(first, rotation_deg=TRUE_ROTATION - 1.0, defocus_A=1.08 * TRUE_DEFOCUS)
     reused = judge.dataset(moved, judge.trial_config(moved))
@@ -431,7 +433,7 @@ class _Bowl(OrientationTrials):
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
-    def loss(self, candidate) -> float:
+    def loss(self, candidate, iterations=None) -> float:
         self.asked.append(candidate.rotation_deg)
         focus = 0.0 if candidate.defocus_A is None else 20.0 * np.log(candidate.defocus_A / self.lowest_defocus_A) ** 2
         return (candidate.rotation_deg - self.lowest_deg) ** 2 / 50.0 + (candidate.flags[0] is False) + focus + \
@@ -447,7 +449,8 @@ def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     assert f"trying them by short reconstructions of {AUTO_ITERATIONS} iterations" in capsys.readouterr().err  # before
     assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
     assert f"{lowest_deg:.2f} deg is used" in said
-    assert len(judge.asked) <= 2 + 2 * 2 + 3  # the candidates, the four turns, at most three more
+    # the candidates, the four turns, at most three more, the five finer turns of longer trials
+    assert len(judge.asked) <= 2 + 2 * 2 + 3 + 2 * SIDE + 1
     best, mirror = (lowest_deg ** 2 / 50.0, lowest_deg ** 2 / 50.0 + 1.0)  # the bowl's data terms at 0 degrees
     assert verdict.margin == pytest.approx((mirror - best) / best) and verdict.rival.endswith("(its mirror)")
     alone = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
@@ -460,11 +463,48 @@ def test_the_rotation_walks_on_in_strides_that_double_until_the_data_term_rises(
     judge = _Bowl(-40.0)
     verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
     assert verdict.taken.rotation_deg == pytest.approx(-40.0, abs=1e-9) and verdict.unsettled == ()
-    assert sorted(judge.asked)[:4] == [-57.0, -33.0, -21.0, -15.0]
+    assert sorted(set(judge.asked) - set(np.arange(-42.0, -37.5))) == [-57.0, -33.0, -21.0, -15.0, -12.0, -9.0, -6.0,
+                                                                       -3.0, 0.0, 3.0, 6.0]  # and -42 ... -38: finer
     judge = _Bowl(-80.0)
     verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
-    assert verdict.taken.rotation_deg == -57.0 and min(judge.asked) == -57.0
+    assert verdict.taken.rotation_deg == -57.0 and min(judge.asked) == -57.0  # no finer turns past an unsettled end
     assert verdict.unsettled == (Unsettled("scan rotation", "-57.00 deg", "experiment.scan_rotation_deg"),)
+
+
+class _Blurred(_Bowl):
+    """A bowl whose short trials' lowest point lies ``short_off`` degrees from the longer trials' (``lowest_deg``), as
+    the 6-iteration trials' lay a degree or two from the 12-iteration ones' on the calibration matrix's w121-19; the
+    longer trials' data terms jittered by ``jitter`` (of 1 at one degree off) and their bowl ``longer_shape`` ("bowl";
+    "flat": no lowest point, falling the whole way)."""
+
+    def __init__(self, lowest_deg: float, short_off: float, jitter: float, longer_shape: str = "bowl") -> None:
+        super().__init__(lowest_deg)
+        self.short_off, self.jitter, self.longer_shape, self.longer = short_off, jitter, longer_shape, []
+
+    def loss(self, candidate, iterations=None) -> float:
+        if iterations is None:  # the trials' own: a bowl lowest short_off away
+            return (candidate.rotation_deg - self.lowest_deg - self.short_off) ** 2 / 50.0
+        assert iterations == FINE * self.iterations
+        self.longer.append(candidate.rotation_deg)
+        off = candidate.rotation_deg - self.lowest_deg
+        wobble = self.jitter * np.sin(7.3 * candidate.rotation_deg)  # a deterministic jitter
+        return (off ** 2 if self.longer_shape == "bowl" else -off) + wobble
+
+
+@pytest.mark.parametrize("lowest_deg, short_off", [(3.0, 1.5), (-7.4, -1.2), (0.6, 0.0)])
+def test_the_rotation_is_then_turned_by_longer_trials_a_degree_apart(lowest_deg, short_off):
+    """The short trials' rotation a degree or two off is turned to within 0.15 degrees of the longer trials'
+    lowest point, through their jitter, by the least-squares parabola over the five; where their data term has no
+    lowest point the short trials' rotation is kept."""
+    judge = _Blurred(lowest_deg, short_off, jitter=0.2)
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    start = lowest_deg + short_off  # where the short trials' parabola lands
+    assert judge.longer == pytest.approx([start + k * FINE_DEG for k in range(-SIDE, SIDE + 1)], abs=1e-9)
+    assert abs(verdict.taken.rotation_deg - lowest_deg) < 0.15
+    assert f"then tried {FINE_DEG:g} deg apart by trials of {FINE * AUTO_ITERATIONS} iterations" in verdict.said
+    flat = _Blurred(lowest_deg, short_off, jitter=0.0, longer_shape="flat")
+    verdict = flat([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert verdict.taken.rotation_deg == pytest.approx(start, abs=1e-9) and "no lowest point" in verdict.said
 
 
 def test_a_parabola_through_uneven_points_is_lowest_where_it_should_be():
@@ -676,7 +716,7 @@ def test_the_rotation_and_defocus_trials_turn_the_best_candidates_dataset(monkey
     fake_load = _counted_load(read_flags)
 
     class Judge(OrientationTrials):
-        def loss(self, candidate) -> float:
+        def loss(self, candidate, iterations=None) -> float:
             data = self.dataset(candidate, self.trial_config(candidate))
             # the best frame is the first candidate's; its bowl is lowest at 2 degrees and 100 A
             frame = 0.0 if data.flags == (True, False, False) else 10.0
@@ -1044,7 +1084,7 @@ def test_a_coarse_scan_s_true_frame_is_found_beside_the_candidates_and_compared_
     class Judge(OrientationTrials):
         def loss(self, candidate, iterations=None) -> float:
             longer = (iterations or self.iterations) > self.iterations
-            calls.append(longer)
+            calls.append(iterations or self.iterations)
             focus = 20.0 * np.log(candidate.defocus_A / 100.0) ** 2
             bowls = []
             for flags, rotation, bottom in ((true_flags, true_deg, 0.0 if longer else 0.5),
@@ -1062,12 +1102,13 @@ def test_a_coarse_scan_s_true_frame_is_found_beside_the_candidates_and_compared_
     off, mirrored = off_deg(verdict.taken.flags, verdict.taken.rotation_deg, true_flags, true_deg)
     if grid:
         assert not mirrored and abs(off) < 0.5 and verdict.taken.defocus_A == pytest.approx(100.0, abs=3.0)
-        assert calls.count(True) == 2  # the two bowls' lowest, reconstructed LONGER times as long
+        assert calls.count(LONGER * 6) == 2  # the two bowls' lowest, reconstructed LONGER times as long
+        assert calls.count(FINE * 6) == 2 * SIDE + 1  # then the taken one's finer turns
         assert verdict.margin == pytest.approx(0.3 / 100.0, rel=0.05)
         assert "frames around the circle: 47 more" in verdict.said
         assert f"reconstructed {LONGER * 6} iterations each" in verdict.said
     else:
-        assert mirrored and not any(calls)
+        assert mirrored and calls.count(6) == len(calls) - 2 * SIDE - 1  # short trials but the finer turns
 
 
 @pytest.mark.parametrize(("more", "seeded"), [(3, False), (0, False), (0, True)])

@@ -9,26 +9,30 @@ iterations. So each candidate is reconstructed for ``orientation_trials`` iterat
 the candidate's orientation, rotation and defocus given, nothing written) and the one whose data term
 (the last iteration's mean loss) ends lowest is taken; run.log lists every candidate's.
 
-The search's peak is broad at few counts, and a scan rotation a few degrees off turns the object as much
-(on the calibration matrix's amorphous 16 x 16 scans at 1e3 counts, 7 degrees off scored as badly as a
-wrong frame): the taken candidate's rotation is then tried TURN_DEG and twice that either side (and on
-past an end that is lowest, MORE steps, then FAR strides doubling each time), and set at the parabola's
-lowest point through the lowest three. Where the data term still falls at the last one tried, that end is
-taken and the run warns (``Verdict.unsettled``): it is not a minimum. The search's defocus reads low on
-small rasters, the more so with a partly coherent beam (the images' finite field mixes each frequency
-with lower ones: 0.93 of the truth on 16 x 16 coherent positions of the independent simulator, 0.88 with
-a 0.35 Å source): where the defocus is auto and the search gave it, it is tried the same way at scales
-FOCUS_STEP apart (the trials then tend to take it a few percent high). Where those one-mode trials' data term
-falls by under FLAT_FOCUS of itself, the measured defocus is kept: on a weak scatterer a wider probe fills the object
-sooner in a few iterations, and on profiles that flat that lean took graphene's defocus 5-50 % high where the search
-had read it within 4 % (the calibration matrix's h84-01, h87-22). Where the defocus's data term still falls at
-the last scale tried, the measured defocus is kept too (and the run warns): a fall with no minimum says the model
-lacks something a wider probe stands in for (a partly coherent beam with a detector blur took graphene's defocus
-from 0.95 of the truth to 2.0 at 1e6 counts, h109-09). So is the defocus the coherence of the
-prepared patterns gives where the parallax cannot tell (``autocalibration._focus_tried``: the orientation and
-rotation decided, one candidate), with the run's probe modes rather than one (``modes``): a single mode widens
-to stand in for a partly coherent beam's others, as a larger defocus does. Every process runs the same trials
-in the same order (the loss is the all-reduced one), so all take the same.
+The search's peak is broad at few counts, and a scan rotation a few degrees off turns the object as much (on the
+calibration matrix's amorphous 16 x 16 scans at 1e3 counts, 7 degrees off scored as badly as a wrong frame): the taken
+candidate's rotation is then tried TURN_DEG and twice that either side (and on past an end that is lowest, MORE steps,
+then FAR strides doubling each time), and set at the parabola's lowest point through the lowest three. Where the data
+term still falls at the last one tried, that end is taken and the run warns (``Verdict.unsettled``): it is not a
+minimum. Six iterations' data terms jitter from one rotation to the next by as much as two degrees change them, so the
+rotation taken last (after the defocus, or the grid's winner) is tried FINE_DEG apart by trials FINE times as long and
+turned to the lowest point of the least-squares parabola through the five (``fine_turned``): on the calibration
+matrix's w121-09 (1e6 counts) 0.21 degrees off cost 0.05 of NCC, and these trials took it to 0.03 off; at 1e3 counts
+their profile is smooth but can lie a degree from the truth, and the turn took one of four such files away from it
+(w122-13) and two towards it. The search's defocus reads low on small rasters, the more so with a partly coherent beam
+(the images' finite field mixes each frequency with lower ones: 0.93 of the truth on 16 x 16 coherent positions of the
+independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the search gave it, it is tried the
+same way at scales FOCUS_STEP apart (the trials then tend to take it a few percent high). Where those one-mode trials'
+data term falls by under FLAT_FOCUS of itself, the measured defocus is kept: on a weak scatterer a wider probe fills
+the object sooner in a few iterations, and on profiles that flat that lean took graphene's defocus 5-50 % high where
+the search had read it within 4 % (the calibration matrix's h84-01, h87-22). Where the defocus's data term still falls
+at the last scale tried, the measured defocus is kept too (and the run warns): a fall with no minimum says the model
+lacks something a wider probe stands in for (a partly coherent beam with a detector blur took graphene's defocus from
+0.95 of the truth to 2.0 at 1e6 counts, h109-09). So is the defocus the coherence of the prepared patterns gives where
+the parallax cannot tell (``autocalibration._focus_tried``: the orientation and rotation decided, one candidate), with
+the run's probe modes rather than one (``modes``): a single mode widens to stand in for a partly coherent beam's
+others, as a larger defocus does. Every process runs the same trials in the same order (the loss is the all-reduced
+one), so all take the same.
 
 Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
 patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
@@ -72,6 +76,8 @@ SIDE, MORE = 2, 3  # steps either side; further steps past an end where the loss
 # then strides of 2, 4, 8 steps: a search whose lowest point lay 11 steps out (x0.64 of a rival peak's defocus on
 # the calibration matrix's h62-13, 1e3 counts) is bracketed within ±19 steps (x0.47-2.1, ±57 degrees)
 FAR = 3
+FINE_DEG = 1.0  # the rotation taken then tried FINE_DEG apart, SIDE steps either side, by trials FINE times as long,
+FINE = 2  # and turned to the lowest point of the least-squares parabola through all of them (``fine_turned``)
 GRID_DEG = 15.0  # a coarse scan's frames tried around the circle, both handednesses, this far apart (``grid``)
 # the true frame's data term beat every other one's after 6 iterations from within 6 degrees of it on the calibration
 # matrix's w118-08 (15 degrees off: barely below the best mirrored frame's)
@@ -105,7 +111,9 @@ class OrientationTrials:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
         auto) defocus given, ``iterations`` iterations (None: the trials'), one probe mode (unless the probe comes from
         a file, or ``modes``: the run's), nothing written, no trials of its own, the probe's focus and astigmatism
-        not refined (the trials compare the defoci and C12 they are given) and the calibration's checks left out: each
+        and the scan's shape not refined (the trials compare the defoci, C12 and rotations they are given: refined
+        from the fifth iteration, the rotation of the finer turns' 12-iteration trials moved towards the one the run
+        settles on) and the calibration's checks left out: each
         would test the frame under trial against the centre of mass or the Fourier regions' search again, which is
         the trials' own question (on a 16 x 16 coarse scan those checks took 347 of the trials' 417 s)."""
         t, fy, fx = (bool(flag) for flag in candidate.flags)
@@ -117,7 +125,8 @@ class OrientationTrials:
                   "output.figures": False,
                   "output.checkpoint_every": 0, "output.checkpoint_minutes": 0, "output.trackers": [],
                   "runtime.progress": False, "optim.start.probe_focus": None,
-                  "optim.start.probe_astigmatism": None, "experiment.check_calibration": False}
+                  "optim.start.probe_astigmatism": None, "optim.start.scan_affine": None,
+                  "experiment.check_calibration": False}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
         if candidate.c12_A is not None:
@@ -205,6 +214,10 @@ class OrientationTrials:
             chosen, text, more = self.refocused(chosen, self.loss(chosen) if shift else losses[best])
             said.append(text)
             unsettled += more
+        if (grid or turn) and not any(u.name == "scan rotation" for u in unsettled):
+            # the trials' few iterations leave the rotation a degree or two off: longer ones, finer
+            chosen, text = self.fine_turned(chosen)
+            said.append(text)
         self.keep()  # the run reads its own
         self.modes = False
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
@@ -221,6 +234,22 @@ class OrientationTrials:
         unsettled = [] if settled else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
                                                   "experiment.scan_rotation_deg")]
         return chosen, shift, f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg", unsettled
+
+    def fine_turned(self, chosen) -> tuple:
+        """``chosen`` with its scan rotation turned to the lowest point of the least-squares parabola through the data
+        terms of trials FINE times as long at FINE_DEG apart (SIDE either side; kept where the parabola has no
+        lowest point, and not turned past the last one tried), and run.log's words."""
+        offsets = np.arange(-SIDE, SIDE + 1) * FINE_DEG
+        found = [self.loss(dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), FINE * self.iterations)
+                 for d in offsets]
+        curvature, slope, _ = np.polyfit(offsets, np.asarray(found) - min(found), 2)
+        shift = float(np.clip(-slope / (2 * curvature), offsets[0], offsets[-1])) if curvature > 0 else 0.0
+        chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
+        tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
+        return chosen, (f"its scan rotation then tried {FINE_DEG:g} deg apart by trials of {FINE * self.iterations} "
+                        f"iterations, {tried}: the parabola through them "
+                        f"{'lowest at' if curvature > 0 else 'has no lowest point, kept at'} {shift:+.2f} deg, "
+                        f"{chosen.rotation_deg:.2f} deg")
 
     def refocused(self, chosen, start: float) -> tuple:
         """``chosen`` with its defocus scaled by trials FOCUS_STEP apart in scale (``start``: its own trial's data
