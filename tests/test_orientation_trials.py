@@ -446,7 +446,9 @@ def test_the_rotation_walks_to_the_lowest_data_term(lowest_deg, capsys):
     verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak"),
                      OrientationCandidate((False, False, False), 0.0, None, "its mirror")])
     taken, said = verdict.taken, verdict.said
-    assert f"trying them by short reconstructions of {AUTO_ITERATIONS} iterations" in capsys.readouterr().err  # before
+    told = capsys.readouterr().err  # before the trials: both kinds of trial named
+    assert f"trying them by short reconstructions of {AUTO_ITERATIONS} iterations, then the rotation taken " \
+           f"{FINE_DEG:g} deg apart by {2 * SIDE + 1} of {FINE * AUTO_ITERATIONS}" in told
     assert taken.flags == (True, False, False) and taken.rotation_deg == pytest.approx(lowest_deg, abs=1e-9)
     assert f"{lowest_deg:.2f} deg is used" in said
     # the candidates, the four turns, at most three more, the five finer turns of longer trials
@@ -502,9 +504,27 @@ def test_the_rotation_is_then_turned_by_longer_trials_a_degree_apart(lowest_deg,
     assert judge.longer == pytest.approx([start + k * FINE_DEG for k in range(-SIDE, SIDE + 1)], abs=1e-9)
     assert abs(verdict.taken.rotation_deg - lowest_deg) < 0.15
     assert f"then tried {FINE_DEG:g} deg apart by trials of {FINE * AUTO_ITERATIONS} iterations" in verdict.said
+    assert verdict.unsettled == () and "lowest at" in verdict.said
     flat = _Blurred(lowest_deg, short_off, jitter=0.0, longer_shape="flat")
     verdict = flat([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
     assert verdict.taken.rotation_deg == pytest.approx(start, abs=1e-9) and "no lowest point" in verdict.said
+    assert verdict.unsettled == ()
+
+
+@pytest.mark.parametrize("short_off", [-3.5, 4.0])
+def test_a_longer_trials_lowest_point_past_the_range_tried_stops_at_its_end_and_warns(short_off):
+    """Where the longer trials' parabola is lowest further from the short trials' rotation than the finer turns reach,
+    the rotation stops at the last one tried, run.log says where the lowest point lay, and the run warns that the
+    rotation is unsettled (it does not say "lowest at" the end, as though that were a minimum)."""
+    judge = _Blurred(5.0, short_off, jitter=0.0)
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    start, end = 5.0 + short_off, 5.0 + short_off - np.sign(short_off) * SIDE * FINE_DEG
+    assert verdict.taken.rotation_deg == pytest.approx(end, abs=1e-9)
+    assert f"lowest past the last one tried ({-short_off:+.2f} deg), stopped at" in verdict.said
+    assert f"lowest at {end - start:+.2f}" not in verdict.said
+    assert verdict.unsettled == (Unsettled("scan rotation", f"{end:.2f} deg", "experiment.scan_rotation_deg"),)
+    warning = trials_unsettled_warning(verdict.unsettled[0])
+    assert warning.startswith("warning:") and "experiment.scan_rotation_deg" in warning
 
 
 def test_a_parabola_through_uneven_points_is_lowest_where_it_should_be():

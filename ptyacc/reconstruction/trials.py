@@ -184,8 +184,10 @@ class OrientationTrials:
             around = (f", then {2 * round(360.0 / GRID_DEG)} frames around the circle in both handednesses"
                       + (f" at several defoci {RUNG:g}x apart" if focus and self.config.experiment.defocus_A == "auto"
                          and any(c.defocus_A is not None for c in candidates) else "") if grid else "")
+            finer = (f", then the rotation taken {FINE_DEG:g} deg apart by {2 * SIDE + 1} of {FINE * self.iterations}"
+                     if grid or turn else "")
             print(f"ptyacc: the data leave {what} uncertain: trying {them}{around} by short reconstructions of "
-                  f"{self.iterations} iterations (data.transform.orientation_trials)", file=sys.stderr, flush=True)
+                  f"{self.iterations} iterations{finer} (data.transform.orientation_trials)", file=sys.stderr, flush=True)
         self.modes = modes
         losses = self.losses(candidates)
         best = min(range(len(candidates)), key=lambda i: losses[i])
@@ -216,8 +218,9 @@ class OrientationTrials:
             unsettled += more
         if (grid or turn) and not any(u.name == "scan rotation" for u in unsettled):
             # the trials' few iterations leave the rotation a degree or two off: longer ones, finer
-            chosen, text = self.fine_turned(chosen)
+            chosen, text, more = self.fine_turned(chosen)
             said.append(text)
+            unsettled += more
         self.keep()  # the run reads its own
         self.modes = False
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
@@ -238,18 +241,24 @@ class OrientationTrials:
     def fine_turned(self, chosen) -> tuple:
         """``chosen`` with its scan rotation turned to the lowest point of the least-squares parabola through the data
         terms of trials FINE times as long at FINE_DEG apart (SIDE either side; kept where the parabola has no
-        lowest point, and not turned past the last one tried), and run.log's words."""
+        lowest point), run.log's words and the unsettled quantities: the rotation, stopped at the last one tried,
+        where the lowest point lies past it (the longer trials then disagree with the short ones by more than the
+        range tried)."""
         offsets = np.arange(-SIDE, SIDE + 1) * FINE_DEG
         found = [self.loss(dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), FINE * self.iterations)
                  for d in offsets]
         curvature, slope, _ = np.polyfit(offsets, np.asarray(found) - min(found), 2)
-        shift = float(np.clip(-slope / (2 * curvature), offsets[0], offsets[-1])) if curvature > 0 else 0.0
+        vertex = float(-slope / (2 * curvature)) if curvature > 0 else 0.0
+        shift = float(np.clip(vertex, offsets[0], offsets[-1]))
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
         tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
+        where = ("has no lowest point, kept at" if curvature <= 0 else "lowest at" if shift == vertex else
+                 f"lowest past the last one tried ({vertex:+.2f} deg), stopped at")
+        unsettled = [] if shift == vertex else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
+                                                          "experiment.scan_rotation_deg")]
         return chosen, (f"its scan rotation then tried {FINE_DEG:g} deg apart by trials of {FINE * self.iterations} "
-                        f"iterations, {tried}: the parabola through them "
-                        f"{'lowest at' if curvature > 0 else 'has no lowest point, kept at'} {shift:+.2f} deg, "
-                        f"{chosen.rotation_deg:.2f} deg")
+                        f"iterations, {tried}: the parabola through them {where} {shift:+.2f} deg, "
+                        f"{chosen.rotation_deg:.2f} deg"), unsettled
 
     def refocused(self, chosen, start: float) -> tuple:
         """``chosen`` with its defocus scaled by trials FOCUS_STEP apart in scale (``start``: its own trial's data
