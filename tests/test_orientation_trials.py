@@ -525,6 +525,10 @@ def test_a_longer_trials_lowest_point_past_the_range_tried_stops_at_its_end_and_
     assert verdict.unsettled == (Unsettled("scan rotation", f"{end:.2f} deg", "experiment.scan_rotation_deg"),)
     warning = trials_unsettled_warning(verdict.unsettled[0])
     assert warning.startswith("warning:") and "experiment.scan_rotation_deg" in warning
+    at_end = _Blurred(5.0, -np.sign(short_off) * SIDE * FINE_DEG, jitter=0.0)  # lowest at the last one tried: a minimum
+    verdict = at_end([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert verdict.taken.rotation_deg == pytest.approx(5.0, abs=1e-6) and verdict.unsettled == ()
+    assert "lowest at" in verdict.said and "past" not in verdict.said
 
 
 def test_a_parabola_through_uneven_points_is_lowest_where_it_should_be():

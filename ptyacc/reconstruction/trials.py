@@ -250,11 +250,12 @@ class OrientationTrials:
         curvature, slope, _ = np.polyfit(offsets, np.asarray(found) - min(found), 2)
         vertex = float(-slope / (2 * curvature)) if curvature > 0 else 0.0
         shift = float(np.clip(vertex, offsets[0], offsets[-1]))
+        past = abs(vertex - shift) > 1e-6  # the lowest point past the last one tried (not a rounding at the end)
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
         tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
-        where = ("has no lowest point, kept at" if curvature <= 0 else "lowest at" if shift == vertex else
-                 f"lowest past the last one tried ({vertex:+.2f} deg), stopped at")
-        unsettled = [] if shift == vertex else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
+        where = ("has no lowest point, kept at" if curvature <= 0 else
+                 f"lowest past the last one tried ({vertex:+.2f} deg), stopped at" if past else "lowest at")
+        unsettled = [] if not past else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
                                                           "experiment.scan_rotation_deg")]
         return chosen, (f"its scan rotation then tried {FINE_DEG:g} deg apart by trials of {FINE * self.iterations} "
                         f"iterations, {tried}: the parabola through them {where} {shift:+.2f} deg, "
