@@ -314,3 +314,38 @@ def test_the_told_run_s_astigmatism_is_turned_into_the_frame_auto_chose(tmp_path
     given = told["experiment"]["aberrations"]
     assert given["C12a"] * np.cos(2 * phi) + given["C12b"] * np.sin(2 * phi) == pytest.approx(expected, abs=1e-9)
     assert given["C30"] == -16200.0
+
+
+def test_a_varied_run_takes_the_base_config_with_the_changes_after_the_matrix_s_own(tmp_path, monkeypatch, capsys):
+    """``--vary told rot --set ...``: the cached told config, copied as it was, run with the matrix's settings and then
+    the changes (a set iteration count after the case's, so it wins), scored, printed beside the told run's NCC and
+    kept apart from the table's records; a base that has not run is refused by name."""
+    case = matrix.cases(54)[0]
+    told = tmp_path / "runs" / f"{case.name}__told"
+    told.mkdir(parents=True)
+    (told / "config.yaml").write_text("experiment: {scan_rotation_deg: 12.5}\n")
+    _write_records(tmp_path, {(case.name, "auto"): 0.79, (case.name, "told"): 0.80})
+    ran = []
+
+    def fake_run(command, **kwargs):
+        ran.append(command)
+        return type("Done", (), {"returncode": 0, "stdout": "", "stderr": ""})()
+
+    monkeypatch.setattr(matrix.subprocess, "run", fake_run)
+    monkeypatch.setattr(matrix, "score_run", lambda results, data: {
+        "ncc": 0.845, "frame_angle_deg": 0.43, "final_frame_angle_deg": 0.43, "final_loss": -373378.4})
+    assert matrix.main(["--seed", "54", "--cases", case.name, "--cache", str(tmp_path), "--vary", "told", "rot",
+                        "--set", "experiment.scan_rotation_deg=13.0", "--set", "optim.iterations=12"]) == 0
+    command = ran[0]
+    sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+    assert sets[0] == f"optim.iterations={case.iterations}" and sets[-2:] == ["experiment.scan_rotation_deg=13.0",
+                                                                             "optim.iterations=12"]
+    folder = tmp_path / "runs" / f"{case.name}__told+rot"
+    assert command[command.index("run") + 1] == str(folder / "config.yaml")
+    assert (folder / "config.yaml").read_text() == (told / "config.yaml").read_text()
+    line = capsys.readouterr().out
+    assert f"{case.name} told+rot: NCC 0.845 (told 0.800), frame +0.43 -> +0.43 deg" in line
+    assert matrix.run_record(tmp_path, case.name, "told+rot")["ncc"] == 0.845
+    assert "1 of 1 pass" in matrix.summary(tmp_path, [case])  # the varied run is not a verdict
+    with pytest.raises(SystemExit, match="no truth run"):
+        matrix.main(["--seed", "54", "--cases", case.name, "--cache", str(tmp_path), "--vary", "truth", "x"])

@@ -537,11 +537,37 @@ def run_variant(case: Case, variant: str, cache: Path) -> dict:
     else:
         config = truth_config(data, case) if variant == "truth" else wrong_config(data, case, variant)
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return _ran(case, variant, config_path, data)
+
+
+def varied(case: Case, cache: Path, base: str, tag: str, sets: list[str]) -> dict:
+    """The cached ``base`` run's config (auto's or told's, as written) run again with ``sets`` (KEY=VALUE, as
+    ``ptyacc run --set`` takes them, after the matrix's own: a set ``optim.iterations`` replaces the case's) in
+    runs/CASE__BASE+TAG, scored; the JSON record, also written to results/CASE__BASE+TAG.json, which the tables leave
+    out. How one value of a config moves a case: the told config at the auto run's rotation, an auto config without
+    one refinement."""
+    source = cache / "runs" / f"{case.name}__{base}" / "config.yaml"
+    if not source.is_file():
+        raise SystemExit(f"{case.name}: no {base} run in {cache}: run it first (--runs {base})")
+    variant = f"{base}+{tag}"
+    folder = cache / "runs" / f"{case.name}__{variant}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "config.yaml"
+    config_path.write_text(source.read_text())
+    record = _ran(case, variant, config_path, cache / "data" / f"{case.name}.h5", sets)
+    (cache / "results" / f"{case.name}__{variant}.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _ran(case: Case, variant: str, config_path: Path, data: Path, sets: list[str] = ()) -> dict:
+    """``ptyacc run`` on ``config_path`` (the case's iterations, one thread, no figures, then ``sets``) in the
+    config's folder's ``out``, scored; the JSON record."""
+    folder = config_path.parent
     started = time.time()
     done = subprocess.run([*ptyacc_command(), "run", str(config_path), "--overwrite",
                            "--set", f"optim.iterations={case.iterations}", "--set", f"output.dir={folder / 'out'}",
                            "--set", "runtime.progress=false", "--set", "runtime.threads=1",
-                           "--set", "output.figures=false"],
+                           "--set", "output.figures=false", *(arg for one in sets for arg in ("--set", one))],
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     record = {"case": case.name, "variant": variant, "returncode": done.returncode, "seconds": round(time.time() - started, 1),
               "loadavg": [round(v, 2) for v in os.getloadavg()], "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -553,6 +579,16 @@ def run_variant(case: Case, variant: str, cache: Path) -> dict:
         return record
     record.update(score_run(folder / "out" / "results.h5", data))
     return record
+
+
+def vary_line(case: Case, base: str, record: dict, before: dict | None) -> str:
+    """One line for a ``--vary`` run: its NCC and frame beside the base run's, or its error."""
+    if "ncc" not in record:
+        return f"{case.name} {record['variant']}: failed: {record.get('error', '')[-300:]}"
+    was = f"{before['ncc']:.3f}" if before and "ncc" in before else "-"
+    return (f"{case.name} {record['variant']}: NCC {record['ncc']:.3f} ({base} {was}), frame "
+            f"{record['frame_angle_deg']:+.2f} -> {record['final_frame_angle_deg']:+.2f} deg, final loss "
+            f"{record['final_loss']:.6g}, {record['seconds']:.0f} s")
 
 
 def score_run(results_path: Path, data: Path) -> dict:
@@ -877,6 +913,11 @@ def main(argv: list[str] | None = None) -> int:
                              "and stop")
     parser.add_argument("--measure", action="store_true",
                         help="the calibration the autos find on each case against the truth, no reconstruction")
+    parser.add_argument("--vary", nargs=2, metavar=("BASE", "TAG"),
+                        help="run each chosen case's cached BASE config (auto or told) again with --set's changes, as "
+                             "variant BASE+TAG, and print its score beside BASE's")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                        help="with --vary: a config change, as ptyacc run --set takes it (repeatable)")
     parser.add_argument("--checks", action="store_true",
                         help="load each case with the right config and wrong ones (CHECKED), no reconstruction, and "
                              "count the warnings")
@@ -891,6 +932,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for case in chosen:
             print(case.name, case.describe(), "wrong: " + " ".join(case.wrong) if case.wrong else "")
+        return 0
+    if args.vary:
+        base, tag = args.vary
+        for case in chosen:
+            print(vary_line(case, base, varied(case, args.cache, base, tag, args.sets),
+                            run_record(args.cache, case.name, base)), flush=True)
         return 0
     if args.measure:
         for case in chosen:
