@@ -349,3 +349,18 @@ def test_a_varied_run_takes_the_base_config_with_the_changes_after_the_matrix_s_
     assert "1 of 1 pass" in matrix.summary(tmp_path, [case])  # the varied run is not a verdict
     with pytest.raises(SystemExit, match="no truth run"):
         matrix.main(["--seed", "54", "--cases", case.name, "--cache", str(tmp_path), "--vary", "truth", "x"])
+
+
+def test_the_measures_are_each_said_against_the_truth_in_its_frame():
+    """``--measure``'s words for the centre of mass and the parallax: each line's angle against the truth's frame
+    (``frame_difference``; the other handedness is "mirrored"), with the spread or error its line gives; a measure
+    whose line is not there is left out."""
+    case = dataclasses.replace(matrix.cases(54)[0], transpose=True, flip_y=False, flip_x=True, rotation_deg=40.0)
+    checks = ["scan rotation from the centre of mass: 41.50 deg (halves of the scan 41.00 and 42.00, +-0.50), transpose "
+              "True, flip_y False, flip_x True; curl left 0.100 of the worst angle's",
+              "the bright-field parallax gives transpose True, flip_y True, flip_x True and a scan rotation of 40.00 "
+              "+- 0.31 deg (defocus 90.0 A, handedness 9.0 times the other's): these are used"]
+    assert matrix.measures_said(checks, case) == "; centre of mass +1.50 deg +-0.50, parallax mirrored +-0.31"
+    turned = checks[1].replace("flip_y True", "flip_y False").replace("of 40.00", "of 39.20")
+    assert matrix.measures_said([turned], case) == "; parallax -0.80 deg +-0.31"
+    assert matrix.measures_said([], case) == ""

@@ -54,6 +54,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -559,7 +560,7 @@ def varied(case: Case, cache: Path, base: str, tag: str, sets: list[str]) -> dic
     return record
 
 
-def _ran(case: Case, variant: str, config_path: Path, data: Path, sets: list[str] = ()) -> dict:
+def _ran(case: Case, variant: str, config_path: Path, data: Path, sets: tuple[str, ...] | list[str] = ()) -> dict:
     """``ptyacc run`` on ``config_path`` (the case's iterations, one thread, no figures, then ``sets``) in the
     config's folder's ``out``, scored; the JSON record."""
     folder = config_path.parent
@@ -884,7 +885,33 @@ def measured(case: Case, cache: Path) -> str:
     warnings = sum(line.startswith("warning:") for line in loaded.checks)
     return (f"{case.name} frame {angle:+7.2f} deg{' mirrored' if mirrored else ''} defocus "
             f"{defocus:7.1f} A (true {case.defocus_A:.1f}, {(defocus - case.defocus_A) / abs(case.defocus_A):+.0%}) "
-            f"warnings {warnings}  [{case.describe()}]")
+            f"warnings {warnings}{measures_said(loaded.checks, case)}  [{case.describe()}]")
+
+
+COM_READ = re.compile(r"scan rotation from the centre of mass: ([-\d.]+) deg \(halves of the scan [-\d.]+ and [-\d.]+, "
+                      r"\+-([\d.]+)\), transpose (\w+), flip_y (\w+), flip_x (\w+)")
+PARALLAX_READ = re.compile(r"the bright-field parallax gives transpose (\w+), flip_y (\w+), flip_x (\w+) and a scan "
+                           r"rotation of ([-\d.]+)(?: \+- ([\d.]+))? deg")
+
+
+def measures_said(checks, case: Case) -> str:
+    """Each measure's own frame against the truth, as the calibration's lines (``checks``) give it: the centre of
+    mass's angle (with its halves' spread) and the bright-field parallax's (with its standard error), each turned
+    into the truth's frame by ``frame_difference``; "mirrored" where its handedness is the other one."""
+    from ptyacc.data.orientation import frame_difference
+
+    text, said = "\n".join(checks), []
+    truth = ((case.transpose, case.flip_y, case.flip_x), case.rotation_deg)
+    for name, pattern, flags_at, angle_at, error_at in (("centre of mass", COM_READ, (3, 4, 5), 1, 2),
+                                                         ("parallax", PARALLAX_READ, (1, 2, 3), 4, 5)):
+        read = pattern.search(text)
+        if read is None:
+            continue
+        mirrored, off = frame_difference(tuple(read.group(i) == "True" for i in flags_at), float(read.group(angle_at)),
+                                         *truth)
+        error = f" +-{float(read.group(error_at)):.2f}" if read.group(error_at) else ""
+        said.append(f"{name} {'mirrored' if mirrored else f'{off:+.2f} deg'}{error}")
+    return "; " + ", ".join(said) if said else ""
 
 
 def main(argv: list[str] | None = None) -> int:
