@@ -349,6 +349,9 @@ def test_a_varied_run_takes_the_base_config_with_the_changes_after_the_matrix_s_
     assert "1 of 1 pass" in matrix.summary(tmp_path, [case])  # the varied run is not a verdict
     with pytest.raises(SystemExit, match="no truth run"):
         matrix.main(["--seed", "54", "--cases", case.name, "--cache", str(tmp_path), "--vary", "truth", "x"])
+    with pytest.raises(SystemExit):  # a change with no run to change: said, not ignored
+        matrix.main(["--seed", "54", "--cases", case.name, "--cache", str(tmp_path), "--set", "optim.iterations=12"])
+    assert "--set changes the config of a --vary run" in capsys.readouterr().err
 
 
 def test_the_measures_are_each_said_against_the_truth_in_its_frame():

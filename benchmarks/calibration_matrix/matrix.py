@@ -949,6 +949,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="load each case with the right config and wrong ones (CHECKED), no reconstruction, and "
                              "count the warnings")
     args = parser.parse_args(argv)
+    if args.sets and not args.vary:
+        parser.error("--set changes the config of a --vary run: give --vary BASE TAG with it")
     if args.pool:
         print(pooled(args.pool))
         return 0
