@@ -16,23 +16,23 @@ then FAR strides doubling each time), and set at the parabola's lowest point thr
 term still falls at the last one tried, that end is taken and the run warns (``Verdict.unsettled``): it is not a
 minimum. Six iterations' data terms jitter from one rotation to the next by as much as two degrees change them, so the
 rotation taken last (after the defocus, or the grid's winner) is tried FINE_DEG apart by trials FINE times as long and
-turned to the lowest point of the least-squares parabola through the five (``fine_turned``): on the calibration
-matrix's w121-09 (1e6 counts) 0.21 degrees off cost 0.05 of NCC, and these trials took it to 0.03 off; at 1e3 counts
-their profile is smooth but can lie a degree from the truth, and the turn took one of four such files away from it
-(w122-13) and two towards it. The search's defocus reads low on small rasters, the more so with a partly coherent beam
-(the images' finite field mixes each frequency with lower ones: 0.93 of the truth on 16 x 16 coherent positions of the
-independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the search gave it, it is tried the
-same way at scales FOCUS_STEP apart (the trials then tend to take it a few percent high). Where those one-mode trials'
-data term falls by under FLAT_FOCUS of itself, the measured defocus is kept: on a weak scatterer a wider probe fills
-the object sooner in a few iterations, and on profiles that flat that lean took graphene's defocus 5-50 % high where
-the search had read it within 4 % (the calibration matrix's h84-01, h87-22). Where the defocus's data term still falls
-at the last scale tried, the measured defocus is kept too (and the run warns): a fall with no minimum says the model
-lacks something a wider probe stands in for (a partly coherent beam with a detector blur took graphene's defocus from
-0.95 of the truth to 2.0 at 1e6 counts, h109-09). So is the defocus the coherence of the prepared patterns gives where
-the parallax cannot tell (``autocalibration._focus_tried``: the orientation and rotation decided, one candidate), with
-the run's probe modes rather than one (``modes``): a single mode widens to stand in for a partly coherent beam's
-others, as a larger defocus does. Every process runs the same trials in the same order (the loss is the all-reduced
-one), so all take the same.
+turned to the lowest point of the least-squares parabola through the five (``fine_turned``; where that point lies past
+the last one tried, the rotation stops there and the run warns): on the calibration matrix's w121-09 (1e6 counts) 0.21
+degrees off cost 0.05 of NCC, and these trials took it to 0.03 off; over 30 files of two later draws they turned the
+rotation nearer the truth on 13 and further on 8. The search's defocus reads low on small rasters, the more so with a
+partly coherent beam (the images' finite field mixes each frequency with lower ones: 0.93 of the truth on 16 x 16
+coherent positions of the independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the search
+gave it, it is tried the same way at scales FOCUS_STEP apart (the trials then tend to take it a few percent high).
+Where those one-mode trials' data term falls by under FLAT_FOCUS of itself, the measured defocus is kept: on a weak
+scatterer a wider probe fills the object sooner in a few iterations, and on profiles that flat that lean took
+graphene's defocus 5-50 % high where the search had read it within 4 % (the calibration matrix's h84-01, h87-22).
+Where the defocus's data term still falls at the last scale tried, the measured defocus is kept too (and the run
+warns): a fall with no minimum says the model lacks something a wider probe stands in for (a partly coherent beam with
+a detector blur took graphene's defocus from 0.95 of the truth to 2.0 at 1e6 counts, h109-09). So is the defocus the
+coherence of the prepared patterns gives where the parallax cannot tell (``autocalibration._focus_tried``: the
+orientation and rotation decided, one candidate), with the run's probe modes rather than one (``modes``): a single
+mode widens to stand in for a partly coherent beam's others, as a larger defocus does. Every process runs the same
+trials in the same order (the loss is the all-reduced one), so all take the same.
 
 Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
 patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
@@ -177,6 +177,7 @@ class OrientationTrials:
         lowest apart compared by longer trials (``frames_tried``: their rotation and defocus refined there)."""
         from accelerate.utils import set_seed
 
+        finer_turns = grid or turn  # the rotation taken then tried finer by longer trials (``fine_turned``)
         if self.accelerator.is_main_process:  # minutes may pass before the run's own lines: say why
             what = (subject if subject else f"{len(candidates)} candidate orientations" if len(candidates) > 1 else
                     "the scan rotation and defocus" if turn and focus else "the scan rotation" if turn else "the defocus")
@@ -185,7 +186,7 @@ class OrientationTrials:
                       + (f" at several defoci {RUNG:g}x apart" if focus and self.config.experiment.defocus_A == "auto"
                          and any(c.defocus_A is not None for c in candidates) else "") if grid else "")
             finer = (f", then the rotation taken {FINE_DEG:g} deg apart by {2 * SIDE + 1} of {FINE * self.iterations}"
-                     if grid or turn else "")
+                     if finer_turns else "")
             print(f"ptyacc: the data leave {what} uncertain: trying {them}{around} by short reconstructions of "
                   f"{self.iterations} iterations{finer} (data.transform.orientation_trials)", file=sys.stderr, flush=True)
         self.modes = modes
@@ -216,7 +217,7 @@ class OrientationTrials:
             chosen, text, more = self.refocused(chosen, self.loss(chosen) if shift else losses[best])
             said.append(text)
             unsettled += more
-        if (grid or turn) and not any(u.name == "scan rotation" for u in unsettled):
+        if finer_turns and not any(u.name == "scan rotation" for u in unsettled):
             # the trials' few iterations leave the rotation a degree or two off: longer ones, finer
             chosen, text, more = self.fine_turned(chosen)
             said.append(text)
@@ -234,8 +235,7 @@ class OrientationTrials:
         shift, text, settled, _ = self.line_search(
             lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), start, TURN_DEG, "{:+g} deg")
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
-        unsettled = [] if settled else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
-                                                  "experiment.scan_rotation_deg")]
+        unsettled = [] if settled else [_rotation_unsettled(chosen)]
         return chosen, shift, f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg", unsettled
 
     def fine_turned(self, chosen) -> tuple:
@@ -255,8 +255,7 @@ class OrientationTrials:
         tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
         where = ("has no lowest point, kept at" if curvature <= 0 else
                  f"lowest past the last one tried ({vertex:+.2f} deg), stopped at" if past else "lowest at")
-        unsettled = [] if not past else [Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg",
-                                                          "experiment.scan_rotation_deg")]
+        unsettled = [_rotation_unsettled(chosen)] if past else []
         return chosen, (f"its scan rotation then tried {FINE_DEG:g} deg apart by trials of {FINE * self.iterations} "
                         f"iterations, {tried}: the parabola through them {where} {shift:+.2f} deg, "
                         f"{chosen.rotation_deg:.2f} deg"), unsettled
@@ -437,6 +436,11 @@ def standing_out(losses: list[float]) -> float:
     """How far the lowest of a grid's data terms stands below their median, relative to it."""
     lowest = min(losses)
     return float((np.median(losses) - lowest) / max(abs(lowest), 1e-30))
+
+
+def _rotation_unsettled(chosen) -> Unsettled:
+    """The scan rotation of ``chosen``, taken at the last turn its trials tried (not a minimum): the run warns."""
+    return Unsettled("scan rotation", f"{chosen.rotation_deg:.2f} deg", "experiment.scan_rotation_deg")
 
 
 def _apart(one, other) -> bool:
