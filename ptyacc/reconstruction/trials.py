@@ -32,7 +32,9 @@ a detector blur took graphene's defocus from 0.95 of the truth to 2.0 at 1e6 cou
 coherence of the prepared patterns gives where the parallax cannot tell (``autocalibration._focus_tried``: the
 orientation and rotation decided, one candidate), with the run's probe modes rather than one (``modes``): a single
 mode widens to stand in for a partly coherent beam's others, as a larger defocus does. Every process runs the same
-trials in the same order (the loss is the all-reduced one), so all take the same.
+trials in the same order (the loss is the all-reduced one), so all take the same; and each parabola's lowest point is
+set on a grain (GRAIN_DEG, FOCUS_GRAIN) that another number of processes, summing the loss in another order, does
+not move.
 
 Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
 patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
@@ -78,6 +80,11 @@ SIDE, MORE = 2, 3  # steps either side; further steps past an end where the loss
 FAR = 3
 FINE_DEG = 1.0  # the rotation taken then tried FINE_DEG apart, SIDE steps either side, by trials FINE times as long,
 FINE = 2  # and turned to the lowest point of the least-squares parabola through all of them (``fine_turned``)
+GRAIN_DEG, FOCUS_GRAIN = 0.005, 1e-4  # a parabola's lowest point is set on a grain of 0.005 degrees (a rotation) or
+# of 1e-4 in the defocus's log-scale: far finer than trials tell rotations or defoci apart (their data terms jitter by
+# tenths of a degree), far coarser than what the all-reduce's order moves it by (1 and 2 processes' data terms differ
+# by ~1e-7 of themselves: lowest points ~1e-4 degrees apart), so every number of processes takes the same rotation and
+# defocus, but where a lowest point falls within that of a grain's edge
 GRID_DEG = 15.0  # a coarse scan's frames tried around the circle, both handednesses, this far apart (``grid``)
 # the true frame's data term beat every other one's after 6 iterations from within 6 degrees of it on the calibration
 # matrix's w118-08 (15 degrees off: barely below the best mirrored frame's)
@@ -233,7 +240,8 @@ class OrientationTrials:
         the turn, run.log's words and the unsettled quantities (the rotation, where the data term still fell at the
         last turn tried)."""
         shift, text, settled, _ = self.line_search(
-            lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), start, TURN_DEG, "{:+g} deg")
+            lambda d: dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), start, TURN_DEG, "{:+g} deg",
+            GRAIN_DEG)
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
         unsettled = [] if settled else [_rotation_unsettled(chosen)]
         return chosen, shift, f"its scan rotation turned by {text}: {chosen.rotation_deg:.2f} deg", unsettled
@@ -251,6 +259,7 @@ class OrientationTrials:
         vertex = float(-slope / (2 * curvature)) if curvature > 0 else 0.0
         shift = float(np.clip(vertex, offsets[0], offsets[-1]))
         past = abs(vertex - shift) > 1e-6  # the lowest point past the last one tried (not a rounding at the end)
+        shift = _grained(shift, GRAIN_DEG)
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
         tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
         where = ("has no lowest point, kept at" if curvature <= 0 else
@@ -268,7 +277,7 @@ class OrientationTrials:
         base = chosen.defocus_A
         step, text, settled, lowest = self.line_search(
             lambda d: dataclasses.replace(chosen, defocus_A=base * math.exp(d)), start, FOCUS_STEP, "x{:.3f}",
-            math.exp)
+            FOCUS_GRAIN, math.exp)
         # one mode's few iterations favour a wider probe on a weak scatterer (it fills the object sooner): a
         # fall of the data term under FLAT_FOCUS of it does not move the measured defocus
         flat, unsettled = not self.modes and start - lowest < FLAT_FOCUS * abs(lowest), []
@@ -384,11 +393,11 @@ class OrientationTrials:
         return (*rungs[k], f"defoci {RUNG:g}x apart (how far each one's lowest frame stands below its median: {tried}), "
                            f"the clearest's {best.defocus_A * RUNG ** k:.1f} A")
 
-    def line_search(self, moved, at_zero: float, step: float, label: str,
+    def line_search(self, moved, at_zero: float, step: float, label: str, grain: float,
                     shown=lambda d: d) -> tuple[float, str, bool, float]:
-        """The offset d (a multiple of ``step`` refined by a parabola) at which the trial of ``moved(d)`` ends
-        lowest, tried at -2..2 steps (``at_zero`` the loss at 0) and on past an end that is lowest, MORE steps and
-        then FAR strides that double; the offsets with their losses, each offset written by ``label`` of
+        """The offset d (a multiple of ``step`` refined by a parabola, set on a multiple of ``grain``) at which the
+        trial of ``moved(d)`` ends lowest, tried at -2..2 steps (``at_zero`` the loss at 0) and on past an end that is
+        lowest, MORE steps and then FAR strides that double; the offsets with their losses, each offset written by ``label`` of
         ``shown(d)``; and whether the lowest lies between two offsets tried (False: at the last one, the loss still
         falling there)."""
         offsets = list(np.arange(-SIDE, SIDE + 1) * step)
@@ -413,7 +422,7 @@ class OrientationTrials:
             offset = offsets[at] + step * _lowest(steps[at - 1:at + 2], found[at - 1:at + 2])
         else:
             offset = offsets[at]
-        return float(offset), ", ".join(f"{label.format(shown(d))} {loss:.6g}"
+        return _grained(float(offset), grain), ", ".join(f"{label.format(shown(d))} {loss:.6g}"
                                         for d, loss in zip(offsets, found, strict=True)), settled, float(min(found))
 
 
@@ -459,6 +468,11 @@ def _lowest(offsets: list[int], losses: list[float]) -> float:
         return 0.0
     slope = rise_below - curvature * below
     return float(np.clip(-slope / (2.0 * curvature), 0.5 * below, 0.5 * above))
+
+
+def _grained(offset: float, grain: float) -> float:
+    """``offset`` on the nearest multiple of ``grain`` (GRAIN_DEG, FOCUS_GRAIN: what no process count's rounding moves)."""
+    return float(round(offset / grain) * grain)
 
 
 def _vertex(left: float, middle: float, right: float) -> float:
