@@ -129,8 +129,10 @@ CASE = matrix.Case(name="slice", sample="atoms", scan=16, step_A=0.45, rotation_
     # flip_y, the detector read out backwards along y): those flags are taken only with the flips that leave the
     # bright-field disk where it lies, else descan: auto takes a pixel for a descan (auto 0.925 against 0.990)
     dataclasses.replace(CASE, name="slice_flipped", rotation_deg=121.0, transpose=False, flip_y=True, flip_x=False,
-                        defocus_A=90.0, nominal_factor=1.3, descan=False, blur_px=0.0, dose=3e4, seed=4)],
-    ids=["transposed", "flipped"])
+                        defocus_A=90.0, nominal_factor=1.3, descan=False, blur_px=0.0, dose=3e4, seed=4),
+    # a raster that is not square: its rows and columns apart in every measure of the scan (``--oblong``)
+    dataclasses.replace(CASE, name="slice_oblong", scan_x=24, rotation_deg=62.0, transpose=False, flip_y=True, seed=5)],
+    ids=["transposed", "flipped", "oblong"])
 @pytest.mark.processes
 def test_init_and_run_come_within_the_margin_of_the_truth(case, tmp_path):
     """Files that say nothing of their scan rotation or orientation and read the defocus 30 % off:
@@ -292,6 +294,30 @@ def test_the_wide_draw_draws_the_microscope_within_its_stated_bounds(capsys):
     assert wide[0].describe().endswith("300kV 16.3/30.8mrad step 1.32 C12 11 C30 +3.5um")
     assert matrix.main(["--wide", "--seed", "117", "--count", "2", "--list"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["w117-00", "w117-01"]
+
+
+def test_an_oblong_draw_is_the_draw_on_rasters_that_are_not_square(tmp_path):
+    """``--oblong``: each case of the draw with its columns drawn apart from its rows (OBLONG_COLUMNS), named o + its
+    name, otherwise the same case; its file's patterns, positions and scan shape are rows x columns, the rows of the
+    raster along y."""
+    import h5py
+
+    for seed, wide in ((54, False), (117, True)):
+        plain, oblong = matrix.drawn(seed, wide), matrix.drawn(seed, wide, oblong_scans=True)
+        assert [case.name for case in oblong] == [f"o{case.name}" for case in plain]
+        assert all(case.columns != case.scan and case.columns in matrix.OBLONG_COLUMNS for case in oblong)
+        assert [dataclasses.replace(case, name=case.name[1:], scan_x=0) for case in oblong] == plain
+        assert matrix.drawn_seed(oblong[3].name) == seed
+    assert len({case.columns for case in matrix.drawn(54, oblong_scans=True)}) == len(matrix.OBLONG_COLUMNS)
+    case = dataclasses.replace(CASE, name="oblong", scan=8, scan_x=12, rotation_deg=0.0, transpose=False, flip_x=False,
+                               descan=False)
+    assert " 8x12 " in case.describe()
+    matrix.write_case(case, tmp_path / "oblong.h5")
+    with h5py.File(tmp_path / "oblong.h5") as f:
+        assert f["patterns"].shape[:2] == (8, 12) and list(f.attrs["scan_shape"]) == [8, 12]
+        positions = f["ground_truth/positions_A"][()].reshape(8, 12, 2)
+    assert np.diff(positions[:, :, 1], axis=1) == pytest.approx(case.step_A)  # along a row: x
+    assert np.diff(positions[:, :, 0], axis=0) == pytest.approx(case.step_A)  # down a column: y
 
 
 @pytest.mark.parametrize("flags", [(False, False, False), (True, True, False), (False, True, True), (True, False, True)])

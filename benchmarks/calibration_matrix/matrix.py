@@ -105,6 +105,12 @@ class Case:
     wrong: tuple[str, ...] = ()
     c12_A: tuple[float, float] = (0.0, 0.0)  # the probe's two-fold astigmatism (C12a, C12b), not in the file
     c30_A: float = 0.0                       # its spherical aberration, not in the file
+    scan_x: int = 0                          # the raster's columns where they differ from its rows (``oblong``)
+
+    @property
+    def columns(self) -> int:
+        """The raster's columns: ``scan_x``, or ``scan`` for a square raster."""
+        return self.scan_x or self.scan
 
     def describe(self) -> str:
         orientation = "".join(s for s, on in zip(("T", "Fy", "Fx"), (self.transpose, self.flip_y, self.flip_x)) if on)
@@ -112,7 +118,7 @@ class Case:
             f" {self.energy_eV / 1e3:g}kV {self.semiangle_mrad:g}/{self.edge_mrad:g}mrad step {self.step_A:g}"
         if self.c12_A != (0.0, 0.0) or self.c30_A:
             optics += f" C12 {math.hypot(*self.c12_A):.0f} C30 {self.c30_A / 1e4:+.1f}um"
-        return (f"{self.sample} {self.scan}x{self.scan} {self.detector_px}px rot {self.rotation_deg:+.0f} "
+        return (f"{self.sample} {self.scan}x{self.columns} {self.detector_px}px rot {self.rotation_deg:+.0f} "
                 f"{orientation or 'id'} df {self.defocus_A:+.0f} (file x{self.nominal_factor:g}) "
                 f"{'partial' if self.partial else 'coherent'}{' descan' if self.descan else ''}"
                 f"{f' blur {self.blur_px:g}' if self.blur_px else ''} {self.dose:.0e} e"
@@ -213,9 +219,23 @@ def wide_cases(seed: int) -> list[Case]:
     return out
 
 
-def drawn(seed: int, wide: bool = False) -> list[Case]:
-    """The cases a seed draws: ``wide_cases`` where ``wide``, else ``cases``."""
-    return wide_cases(seed) if wide else cases(seed)
+OBLONG_COLUMNS = (16, 20, 24, 32, 40, 48)
+
+
+def oblong(drawn_cases: list[Case], seed: int) -> list[Case]:
+    """``drawn_cases`` on rasters that are not square: each case's columns drawn from OBLONG_COLUMNS other than its
+    rows (a generator of its own, so the cases are otherwise those drawn), named ``o`` + its name (``oh135-00``,
+    ``ow124-00``). Instruments scan rectangles as often as squares; the autos were tuned on squares."""
+    rng = np.random.default_rng([seed, 2])
+    return [dataclasses.replace(case, name=f"o{case.name}",
+                                scan_x=int(rng.choice([c for c in OBLONG_COLUMNS if c != case.scan])))
+            for case in drawn_cases]
+
+
+def drawn(seed: int, wide: bool = False, oblong_scans: bool = False) -> list[Case]:
+    """The cases a seed draws: ``wide_cases`` where ``wide``, else ``cases``; ``oblong`` where ``oblong_scans``."""
+    every = wide_cases(seed) if wide else cases(seed)
+    return oblong(every, seed) if oblong_scans else every
 
 
 def quick_cases(every: list[Case]) -> list[Case]:
@@ -294,7 +314,7 @@ def write_case(case: Case, path: Path) -> None:
     rng = np.random.default_rng(case.seed)
     setting = simulate.Setting(
         defocus_A=case.defocus_A, edge_mrad=case.edge_mrad, dose=case.dose, energy_eV=case.energy_eV,
-        semiangle_mrad=case.semiangle_mrad, detector_px=case.detector_px, scan_shape=(case.scan, case.scan),
+        semiangle_mrad=case.semiangle_mrad, detector_px=case.detector_px, scan_shape=(case.scan, case.columns),
         scan_step_A=case.step_A, seed=case.seed, scan_rotation_deg=case.rotation_deg, transpose=case.transpose,
         flip_y=case.flip_y, flip_x=case.flip_x, blur_px=case.blur_px,
         descan_offset_px=(0.4, -0.3) if case.descan else (0.0, 0.0),
@@ -306,7 +326,7 @@ def write_case(case: Case, path: Path) -> None:
     n = case.detector_px
     dk = case.edge_mrad * 1e-3 / lam / (n // 2)
     dx = 1.0 / (n * dk)
-    span_A = (case.scan - 1) * case.step_A * math.sqrt(2.0)  # a turned raster's diagonal
+    span_A = math.hypot(case.scan - 1, case.columns - 1) * case.step_A  # a turned raster's diagonal
     size = int(math.ceil(span_A / dx)) + n + 16
     size += size % 2
     phase = (abtem_phase(case, size, dx, rng) if case.sample in ABTEM_SAMPLES
@@ -331,7 +351,7 @@ def write_case(case: Case, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".part")
     with h5py.File(partial, "w") as f:
-        f.create_dataset("patterns", data=stored.reshape(case.scan, case.scan, n, n).astype(np.float32))
+        f.create_dataset("patterns", data=stored.reshape(case.scan, case.columns, n, n).astype(np.float32))
         if case.stored:
             f["positions_A"] = nominal
         truth = f.create_group("ground_truth")
@@ -342,7 +362,7 @@ def write_case(case: Case, path: Path) -> None:
                            flip_y=case.flip_y, flip_x=case.flip_x, blur_px=case.blur_px, sample=case.sample)
         f.attrs.update(energy_eV=case.energy_eV, semiangle_mrad=case.semiangle_mrad,
                        defocus_A=setting.nominal_defocus_A, dk_invA=dk, scan_step_A=case.step_A,
-                       scan_shape=np.array([case.scan, case.scan]), dose_per_pattern=case.dose,
+                       scan_shape=np.array([case.scan, case.columns]), dose_per_pattern=case.dose,
                        simulator=("abTEM potential, " if case.sample in ABTEM_SAMPLES else "")
                        + "benchmarks/calibration_matrix/matrix.py")
     partial.rename(path)
@@ -737,19 +757,20 @@ def run_record(cache: Path, name: str, variant: str) -> dict | None:
 
 def drawn_seed(name: str) -> int:
     """The seed that drew the case ``name`` (``cases``: h<seed>-NN for a fresh draw, cNN for the matrix's own;
-    ``wide_cases``: w<seed>-NN)."""
+    ``wide_cases``: w<seed>-NN; ``oblong``: o before either)."""
+    name = name.removeprefix("o")
     return int(name[1:].split("-")[0]) if name.startswith(("h", "w")) else MATRIX_SEED
 
 
 def pooled(caches: list[Path]) -> str:
     """The told verdicts of every case run in ``caches`` (each one draw's ``--cache``), pooled into tables by
     sample and counts per pattern and by the beam's coherence and counts, each cell passed / run."""
-    known: dict[tuple[int, bool], dict[str, Case]] = {}
+    known: dict[tuple[int, bool, bool], dict[str, Case]] = {}
     tally: dict[tuple[str, float], list[int]] = {}
     for cache in caches:
         for path in sorted((cache / "results").glob("*__auto.json")):
             name = path.name.split("__")[0]
-            key = (drawn_seed(name), name.startswith("w"))
+            key = (drawn_seed(name), name.removeprefix("o").startswith("w"), name.startswith("o"))
             if key not in known:
                 known[key] = {case.name: case for case in drawn(*key)}
             case = known[key][name]
@@ -924,6 +945,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide", action="store_true",
                         help="draw from the wider distribution (wide_cases: the energy, semi-angle, detector edge, step "
                              "and residual aberrations drawn too), cases w<seed>-00 ...")
+    parser.add_argument("--oblong", action="store_true",
+                        help="the same draw on rasters that are not square (their columns drawn apart; names o...)")
     parser.add_argument("--count", type=int, help="only the first COUNT cases drawn (a random subset of the 64)")
     parser.add_argument("--quick", action="store_true", help="one small case per sample and positions stored or not")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (processes, one thread each)")
@@ -954,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pool:
         print(pooled(args.pool))
         return 0
-    every = drawn(args.seed, args.wide)[:args.count]
+    every = drawn(args.seed, args.wide, args.oblong)[:args.count]
     chosen = quick_cases(every) if args.quick else every
     if args.cases:
         chosen = [case for case in chosen if case.name in args.cases]
@@ -984,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table:
         os.environ["OMP_NUM_THREADS"] = "1"
         # cheapest first: a matrix cut short holds the most cases
-        cheap_first = sorted(chosen, key=lambda case: case.scan ** 2 * case.iterations * len(variants(case)))
+        cheap_first = sorted(chosen, key=lambda case: case.scan * case.columns * case.iterations * len(variants(case)))
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             list(pool.map(do_case, cheap_first, [args.cache] * len(chosen), [args.rerun] * len(chosen),
                           [tuple(args.runs)] * len(chosen)))
