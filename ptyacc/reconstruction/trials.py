@@ -1,57 +1,42 @@
-"""``data.transform.orientation_trials``: the detector's orientation chosen by short reconstructions where
-the data cannot tell it otherwise.
+"""``data.transform.orientation_trials``: the detector's orientation, the scan rotation and the defocus chosen by
+short reconstructions where the data's measures cannot tell them (the reasons and the figures behind each rule:
+docs/explanation/autos.md).
 
-At few counts the centre of mass is noise and the Fourier regions' search may find two or three peaks of
-about one height (``data/overlap_orientation.py``). Each peak, and the centre of mass's or parallax's guess,
-is an orientation (transpose/flip and scan rotation, with the search's defocus): a reconstruction in the
-right one explains the counts better than one in a turned or mirrored frame, and this shows after a few
-iterations. So each candidate is reconstructed for ``orientation_trials`` iterations (the run's config with
-the candidate's orientation, rotation and defocus given, nothing written) and the one whose data term
+Candidates. At few counts the centre of mass is noise and the Fourier regions' search may find two or three peaks of
+about one height (``data/overlap_orientation.py``). Each peak, and the centre of mass's or the parallax's guess, is an
+orientation (transpose/flips and scan rotation, with a defocus): each is reconstructed for ``orientation_trials``
+iterations (the run's config with the candidate given, one probe mode, nothing written) and the one whose data term
 (the last iteration's mean loss) ends lowest is taken; run.log lists every candidate's.
 
-The search's peak is broad at few counts, and a scan rotation a few degrees off turns the object as much (on the
-calibration matrix's amorphous 16 x 16 scans at 1e3 counts, 7 degrees off scored as badly as a wrong frame): the taken
-candidate's rotation is then tried TURN_DEG and twice that either side (and on past an end that is lowest, MORE steps,
-then FAR strides doubling each time), and set at the parabola's lowest point through the lowest three. Where the data
-term still falls at the last one tried, that end is taken and the run warns (``Verdict.unsettled``): it is not a
-minimum. Six iterations' data terms jitter from one rotation to the next by as much as two degrees change them, so the
-rotation taken last (after the defocus, or the grid's winner) is tried FINE_DEG apart by trials FINE times as long and
-turned to the lowest point of the least-squares parabola through the five (``fine_turned``; where that point lies past
-the last one tried, the rotation stops there and the run warns): on the calibration matrix's w121-09 (1e6 counts) 0.21
-degrees off cost 0.05 of NCC, and these trials took it to 0.03 off; over 30 files of two later draws they turned the
-rotation nearer the truth on 13 and further on 8. The search's defocus reads low on small rasters, the more so with a
-partly coherent beam (the images' finite field mixes each frequency with lower ones: 0.93 of the truth on 16 x 16
-coherent positions of the independent simulator, 0.88 with a 0.35 Å source): where the defocus is auto and the search
-gave it, it is tried the same way at scales FOCUS_STEP apart (the trials then tend to take it a few percent high).
-Where those one-mode trials' data term falls by under FLAT_FOCUS of itself, the measured defocus is kept: on a weak
-scatterer a wider probe fills the object sooner in a few iterations, and on profiles that flat that lean took
-graphene's defocus 5-50 % high where the search had read it within 4 % (the calibration matrix's h84-01, h87-22).
-Where the defocus's data term still falls at the last scale tried, the measured defocus is kept too (and the run
-warns): a fall with no minimum says the model lacks something a wider probe stands in for (a partly coherent beam with
-a detector blur took graphene's defocus from 0.95 of the truth to 2.0 at 1e6 counts, h109-09). So is the defocus the
-coherence of the prepared patterns gives where the parallax cannot tell (``autocalibration._focus_tried``: the
-orientation and rotation decided, one candidate), with the run's probe modes rather than one (``modes``): a single
-mode widens to stand in for a partly coherent beam's others, as a larger defocus does. Every process runs the same
-trials in the same order (the loss is the all-reduced one), so all take the same; and each parabola's lowest point is
-set on a grain (GRAIN_DEG, FOCUS_GRAIN) that another number of processes, summing the loss in another order, does
-not move.
+The rotation and the defocus. The taken candidate's rotation is tried TURN_DEG and twice that either side (on past an
+end that is lowest, MORE steps, then FAR strides doubling each time) and set at the parabola's lowest point through
+the lowest three; where the data term still falls at the last one tried, that end is taken and the run warns
+(``Verdict.unsettled``). A defocus the search gave is tried the same way at scales FOCUS_STEP apart, but kept where
+one mode's data term falls by under FLAT_FOCUS of itself (on weak scatterers a wider probe fills the object sooner,
+whatever the truth) or still falls at the last scale (the model lacks something a wider probe stands in for). Short
+trials' data terms jitter from one rotation to the next by as much as two degrees change them, so the rotation taken
+last is tried FINE_DEG apart by trials FINE times as long and turned to the lowest point of the least-squares
+parabola through the five (``fine_turned``; past the last one tried, it stops there and the run warns). The
+coherence's defocus (``autocalibration._focus_tried``: one candidate, the orientation decided) is tried with the
+run's probe modes (``modes``): a single mode widens to stand in for a partly coherent beam's others, as a larger
+defocus does.
 
-Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
-patterns are prepared); its rotation's and defocus's trials reuse that dataset with the positions turned
-about their centre and the probe's defocus changed, which is all that a reading with them would change
-(the object's canvas is placed around the positions, so the centre a turn is about does not matter).
+Processes. Every process runs the same trials in the same order on the all-reduced loss, so all take the same; each
+parabola's lowest point is set on a grain (GRAIN_DEG, FOCUS_GRAIN) that another number of processes, summing the loss
+in another order, does not move.
 
-Where the scan is coarser than the bright-field images' detail (``autocalibration._coarse_oriented``) the measures
-can agree on a mirrored or turned frame, and the candidates they give then need not hold the truth at all: on the
-seven files of the calibration matrix's wide draw of seed 118 that ended mirrored or turned (steps 2.0-2.9 times
-lambda / (2 alpha)), every candidate of the true handedness lay 60-120 degrees from the truth. There (``grid``) the
-frames GRID_DEG apart around the circle in both handednesses are tried too, at the best candidate's defocus; the two
-lowest frames that are not neighbours each have their rotation and defocus refined, and the two are compared by
-trials LONGER times as long, where the true frame's lead shows: on w118-14 (WSe2, 1e3 counts) its 6-iteration data
-term lay 0.004 % above the mirror's at the search's defocus, and 0.6 % below it after 30 iterations at each one's
-refined defocus. A frame is told from its mirror only near its own defocus, and the lowest candidate's can be far off
-(the short trials favour a wider probe): where the defocus is auto the frames are tried at a ladder of defoci RUNG
-apart, and the rung whose lowest frame stands furthest below its median frame is used (``rungs_tried``)."""
+Reading. Each candidate orientation is read and calibrated once, whole on every process (its flags change how the
+patterns are prepared), without the calibration's checks (they would ask the trials' own question again); its
+rotation's and defocus's trials reuse that dataset with the positions turned about their centre and the probe
+refocused, which is all that a reading with them would change.
+
+Coarse scans. Where the step exceeds lambda / (2 alpha) (``autocalibration._coarse_oriented``) the measures can agree on
+a mirrored or turned frame, and their candidates need not hold the truth. There (``grid``) the frames GRID_DEG apart
+around the circle in both handednesses are tried too; the two lowest frames that are not neighbours each have their
+rotation and defocus refined and are compared by trials LONGER times as long, where the true frame's lead shows. A
+frame is told from its mirror only near its own defocus, so where the defocus is auto the frames are tried at a
+ladder of defoci RUNG apart, and the rung whose lowest frame stands furthest below its median frame is used
+(``rungs_tried``)."""
 
 from __future__ import annotations
 
