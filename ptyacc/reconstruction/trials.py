@@ -1,6 +1,6 @@
 """``data.transform.orientation_trials``: the detector's orientation, the scan rotation and the defocus chosen by
-short reconstructions where the data's measures cannot tell them (the reasons and the figures behind each rule:
-docs/explanation/autos.md).
+short reconstructions where the data's measures cannot tell them (the reasons behind each rule:
+docs/explanation/autos.md; the figures: the benchmark records it names).
 
 Candidates. At few counts the centre of mass is noise and the Fourier regions' search may find two or three peaks of
 about one height (``data/overlap_orientation.py``). Each peak, and the centre of mass's or the parallax's guess, is an
