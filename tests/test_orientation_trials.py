@@ -544,7 +544,7 @@ class _Redigited(_Blurred):
 
 
 def test_the_trials_rotation_is_set_on_a_grain_that_the_data_terms_last_digits_do_not_move():
-    """The parabolas' lowest points are set on a grain (GRAIN_DEG, 0.005 degrees): data terms 1e-7 of themselves
+    """The parabolas' lowest points are set on a grain (GRAIN_DEG, 0.02 degrees): data terms 1e-7 of themselves
     apart give the same rotation to the last bit, within half a grain of the bowl's lowest."""
     taken = [_Redigited(0.4321, digits)([OrientationCandidate((True, False, False), 0.0, None, "a peak")]).taken
              for digits in (0.0, 1e-7, -1e-7)]
@@ -599,7 +599,7 @@ def test_one_and_two_processes_take_the_same_orientation_by_trials(faint, tmp_pa
         with h5py.File(out / "results" / "results.h5") as f:
             found.append((yaml.safe_load(f.attrs["auto_values"]), f["object"][()]))
     # each process's trials see the all-reduced loss: one choice per run; 1 and 2 processes' losses agree to
-    # about 1e-7, which moves a parabola's lowest point by about 1e-4 degrees, under the grain it is set on (GRAIN_DEG)
+    # about 1e-7, which moves a parabola's lowest point by up to 6e-4 degrees, under the grain it is set on (GRAIN_DEG)
     assert found[0][0]["experiment.scan_rotation_deg"] == found[1][0]["experiment.scan_rotation_deg"]
     assert np.abs(found[0][1] - found[1][1]).max() < 1e-4
 

@@ -16,10 +16,10 @@ one mode's data term falls by under FLAT_FOCUS of itself (on weak scatterers a w
 whatever the truth) or still falls at the last scale (the model lacks something a wider probe stands in for). Short
 trials' data terms jitter from one rotation to the next by as much as two degrees change them, so the rotation taken
 last is tried FINE_DEG apart by trials FINE times as long and turned to the lowest point of the least-squares
-parabola through the five (``fine_turned``; past the last one tried, it stops there and the run warns). The
-coherence's defocus (``autocalibration._focus_tried``: one candidate, the orientation decided) is tried with the
-run's probe modes (``modes``): a single mode widens to stand in for a partly coherent beam's others, as a larger
-defocus does.
+parabola through the five (``fine_turned``; past the last one tried, it stops there and the run warns). What is
+judged in an orientation already decided (the coherence's defocus, two defocus readings far apart, the parallax's
+C12: ``autocalibration``) is tried with the run's probe modes (``modes``): a single mode widens to stand in for a
+partly coherent beam's others, as a larger defocus does.
 
 Processes. Every process runs the same trials in the same order on the all-reduced loss, so all take the same; each
 parabola's lowest point is set on a grain (GRAIN_DEG, FOCUS_GRAIN) that another number of processes, summing the loss
@@ -65,11 +65,11 @@ SIDE, MORE = 2, 3  # steps either side; further steps past an end where the loss
 FAR = 3
 FINE_DEG = 1.0  # the rotation taken then tried FINE_DEG apart, SIDE steps either side, by trials FINE times as long,
 FINE = 2  # and turned to the lowest point of the least-squares parabola through all of them (``fine_turned``)
-GRAIN_DEG, FOCUS_GRAIN = 0.005, 1e-4  # a parabola's lowest point is set on a grain of 0.005 degrees (a rotation) or
+GRAIN_DEG, FOCUS_GRAIN = 0.02, 1e-4  # a parabola's lowest point is set on a grain of 0.02 degrees (a rotation) or
 # of 1e-4 in the defocus's log-scale: far finer than trials tell rotations or defoci apart (their data terms jitter by
 # tenths of a degree), far coarser than what the all-reduce's order moves it by (1 and 2 processes' data terms differ
-# by ~1e-7 of themselves: lowest points ~1e-4 degrees apart), so every number of processes takes the same rotation and
-# defocus, but where a lowest point falls within that of a grain's edge
+# by ~1e-7 of themselves: lowest points up to 6e-4 degrees apart, measured), so every number of processes takes the
+# same rotation and defocus, but where a lowest point falls within that of a grain's edge (a few percent of them)
 GRID_DEG = 15.0  # a coarse scan's frames tried around the circle, both handednesses, this far apart (``grid``)
 # the true frame's data term beat every other one's after 6 iterations from within 6 degrees of it on the calibration
 # matrix's w118-08 (15 degrees off: barely below the best mirrored frame's)
