@@ -382,9 +382,9 @@ class OrientationTrials:
                     shown=lambda d: d) -> tuple[float, str, bool, float]:
         """The offset d (a multiple of ``step`` refined by a parabola, set on a multiple of ``grain``) at which the
         trial of ``moved(d)`` ends lowest, tried at -2..2 steps (``at_zero`` the loss at 0) and on past an end that is
-        lowest, MORE steps and then FAR strides that double; the offsets with their losses, each offset written by ``label`` of
-        ``shown(d)``; and whether the lowest lies between two offsets tried (False: at the last one, the loss still
-        falling there)."""
+        lowest, MORE steps and then FAR strides that double; the offsets with their losses, each offset written by
+        ``label`` of ``shown(d)``; and whether the lowest lies between two offsets tried (False: at the last one, the
+        loss still falling there)."""
         offsets = list(np.arange(-SIDE, SIDE + 1) * step)
         steps = list(range(-SIDE, SIDE + 1))  # the offsets in steps
         found = [at_zero if d == 0 else self.loss(moved(d)) for d in offsets]
