@@ -272,6 +272,33 @@ def test_a_process_leaves_the_launchers_group_and_takes_its_gpu(monkeypatch):
     assert detach_from_launcher({}) == TuneProcess(0, 1, None)
 
 
+def test_two_processes_that_count_at_the_same_moment_ask_no_trial_too_many(tmp_path):
+    """Two processes' studies on one journal ask for trials at the same moment, each ask slowed by
+    0.2 s: the study ends with its budget of trials, not one more."""
+    import threading
+
+    from ptyacc.tune.study import ask_within_budget, open_study
+
+    config = ptyacc.load_config(tune_config(tmp_path, tmp_path / "unread.h5", trials=3))
+    studies = [open_study(config, TuneProcess(rank, 2, None), tmp_path) for rank in (0, 1)]
+    for study in studies:
+        ask = study.ask
+        study.ask = lambda ask=ask: (time.sleep(0.2), ask())[1]
+    start, asked = threading.Barrier(2), []
+
+    def asking(study):
+        start.wait()
+        while (trial := ask_within_budget(study, 3, tmp_path)) is not None:
+            asked.append(trial.number)
+
+    threads = [threading.Thread(target=asking, args=(study,)) for study in studies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(asked) == [0, 1, 2] and len(studies[0].trials) == 3
+
+
 @pytest.mark.slow
 def test_two_launched_processes_share_one_study(tmp_path):
     """`accelerate launch -m ptyacc.tune` with 2 processes: both run trials at the same time, and

@@ -3,11 +3,13 @@
 The study lives in a journal file (``output.dir/tune/study.journal``) written under a file
 lock: Optuna's own advice for several processes on one machine or a shared file system, where
 SQLite's locking is not safe. Trial numbers are handed out under that lock, so no trial runs
-twice. A running trial stamps a heartbeat into the study every ``tune.heartbeat_s``; a trial
-whose stamps stopped for twice that long (its process died) is marked FAIL by any other
-process, and failed trials do not count towards ``tune.trials``: the study goes on. Running the
-same command again continues the study; Ctrl-C fails the running trial and keeps the rest (between
-trials, or after a trial's last step, it ends the study where its journal is whole).
+twice; a process counts the study's trials and asks for a new one under a second lock, so the
+study never runs more than ``tune.trials``. A running trial stamps a heartbeat into the study
+every ``tune.heartbeat_s``; a trial whose stamps stopped for twice that long (its process died) is
+marked FAIL by any other process, and failed trials do not count towards ``tune.trials``: the
+study goes on. Running the same command again continues the study; Ctrl-C fails the running trial
+and keeps the rest (between trials, or after a trial's last step, it ends the study where its
+journal is whole).
 """
 
 from __future__ import annotations
@@ -98,22 +100,32 @@ def run_trials(study, config: Config, process: TuneProcess, tune_dir: Path, load
                stop: Interrupt | None = None) -> None:
     """Ask for trials and run them until the study holds its ``tune.trials`` (or the grid's size),
     or until ``stop`` has heard a signal (then Interrupted)."""
-    import optuna
-
     while True:
         stopped(stop)
         fail_stale(study, config.tune.heartbeat_s)
-        if _count(study, optuna) >= budget(config):
-            return
-        trial = study.ask()
-        if _count(study, optuna, before=trial.number) >= budget(config):  # another process asked at the same moment
-            trial.set_user_attr("error", "not run: the study already had its trials")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        trial = ask_within_budget(study, budget(config), tune_dir)
+        if trial is None:
             return
         state, value = run_one(study, trial, config, process, tune_dir, loaded)
         shown = f", validation error {value:.6g}" if value is not None else ""
         _say(process, f"trial {trial.number} {state.name.lower()}{shown} "
                       f"({trial.user_attrs.get('seconds', 0):.1f} s); {_progress(study, config)}")
+
+
+def ask_within_budget(study, budget: int, tune_dir: Path):
+    """A new trial of ``study``, or None when it already holds ``budget`` trials. Counting and asking
+    happen under a lock file (``tune_dir/ask.lock``, Optuna's own lock class): two processes that
+    counted at the same moment would otherwise both ask, and the study would end with a trial too
+    many."""
+    import optuna
+    from optuna.storages.journal import JournalFileOpenLock
+
+    lock = JournalFileOpenLock(str(tune_dir / "ask"))  # a lock left by a killed process is broken after 30 s
+    lock.acquire()
+    try:
+        return study.ask() if _count(study, optuna) < budget else None
+    finally:
+        lock.release()
 
 
 def budget(config: Config) -> int:
@@ -223,11 +235,10 @@ def stopped(stop: Interrupt | None) -> None:
         raise Interrupted(f"{signal.Signals(signum).name} received", signum)
 
 
-def _count(study, optuna, before: int | None = None) -> int:
-    """Trials that count towards tune.trials (finished, pruned or running; of numbers < ``before``)."""
+def _count(study, optuna) -> int:
+    """Trials that count towards tune.trials: finished, pruned or running."""
     State = optuna.trial.TrialState
-    trials = study.get_trials(deepcopy=False, states=(State.COMPLETE, State.PRUNED, State.RUNNING))
-    return sum(1 for t in trials if before is None or t.number < before)
+    return len(study.get_trials(deepcopy=False, states=(State.COMPLETE, State.PRUNED, State.RUNNING)))
 
 
 def _progress(study, config: Config) -> str:
