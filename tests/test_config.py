@@ -47,6 +47,16 @@ def test_set_overrides_parse_yaml_values():
     assert config.data.simulate.scan_shape == [3, 2]
 
 
+def test_a_bare_off_is_the_choice_off_not_yamls_false(tmp_path):
+    """YAML 1.1 reads an unquoted ``off`` as false; a key whose choices include "off" takes it as that
+    choice, in a file and in --set; true is still refused."""
+    config = load_config(write(tmp_path, "data: {path: d.h5, bad_pixels: off, transform: {descan: off}}"))
+    assert config.data.bad_pixels == "off" and config.data.transform.descan == "off"
+    assert load_config(None, ["data.path=d.h5", "data.transform.descan=off"]).data.transform.descan == "off"
+    with pytest.raises(ConfigError, match="data.transform.descan: must be one of off, auto, got True"):
+        load_config(None, ["data.path=d.h5", "data.transform.descan=on"])
+
+
 @pytest.mark.parametrize("text, expected", [
     ("optim: {iteratons: 5}", "optim.iteratons: unknown key (did you mean 'iterations'?)"),
     ("bogus: {}", "bogus: unknown key"),

@@ -231,6 +231,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
                 errors.append(str(exc).split(": ", 1)[-1])
         raise ConfigError(f"{path}: {' or '.join(errors)}")
     if origin is Literal:
+        if value is False and "off" in args:  # YAML 1.1 reads a bare off as false
+            return "off"
         if value in args:
             return value
         hint = _suggest(str(value), [str(a) for a in args])
