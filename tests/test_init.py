@@ -6,6 +6,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -48,6 +49,32 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     assert "probe focus: the run changed the defocus by" in (tmp_path / "results" / "scan" / "run.log").read_text()
     again = CliRunner().invoke(cli, ["init", "scan.h5"])
     assert again.exit_code == 2 and "scan.yaml exists; pass --force" in again.output
+
+
+@pytest.mark.parametrize("pad", [((0, 0), (11, 5)), ((3, 13), (0, 0))])
+def test_init_crops_patterns_that_are_not_square_to_the_square_the_beam_is_centred_in(tmp_path, monkeypatch, pad):
+    """The demo's 64 x 64 patterns written into a wider (or taller) dark detector, off its centre:
+    init's crop takes back exactly the demo's patterns, and the config is ready to run."""
+    monkeypatch.chdir(tmp_path)
+    with h5py.File(DEMO) as demo, h5py.File(tmp_path / "wide.h5", "w") as f:
+        f.attrs.update(demo.attrs)
+        original = demo["patterns"][()]
+        f["patterns"] = np.pad(original, ((0, 0), (0, 0), *pad))
+        f["positions_A"] = demo["positions_A"][()]
+    result = CliRunner().invoke(cli, ["init", "wide.h5"])
+    assert result.exit_code == 0, result.output
+    assert "wide.yaml: ready" in result.output, result.output
+    config = yaml.safe_load((tmp_path / "wide.yaml").read_text())
+    transform = config["data"]["transform"]
+    assert transform["crop"] == 64 and transform["crop_offset"] == [pad[0][0], pad[1][0]]
+    assert transform["orientation"] == "auto" and transform["descan"] == "auto"  # the other entries kept
+    from ptyacc.config import load_config
+    from ptyacc.data import load_data
+
+    prepared = load_config("wide.yaml", overrides=["data.bad_pixels=off", "data.transform.descan=off",
+                                                   "data.transform.orientation=manual"])
+    held = np.fft.fftshift(load_data(prepared).patterns.numpy(), axes=(-2, -1))  # zero frequency back at the centre
+    np.testing.assert_array_equal(held, original.reshape(576, 64, 64))
 
 
 def test_init_names_what_a_bare_file_lacks(tmp_path, monkeypatch):

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.data.autocalibration import MIN_RASTER
+from ptyacc.data.bright_field import DARK_PERCENTILE, repaired, sample_rows
 from ptyacc.data.parallax import MIN_SIDE
 from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe
-from ptyacc.data.readers import PatternsInfo, inspect_patterns
+from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_patterns
 from ptyacc.errors import ConfigError, PtyaccError
 from ptyacc.reconstruction.batch_auto import STEPS, steps_batch
 
@@ -64,8 +65,10 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
         lines.append(f"  key: {info.key.lstrip('/')}")
     if len(info.shape) == 3 and info.scan_shape is None and "scan_shape" not in info.attrs and info.positions_A is None:
         lines.append("  scan_shape: null   # NEEDED: [slow, fast] of the raster scan")
-    if kx > 256:
-        lines.append(f"  # transform: {{bin: 2}}   # {kx} px patterns: binning halves the window and quarters the time")
+    crop = square_crop_lines(data_path, info) if ky != kx else []
+    if min(ky, kx) > 256:
+        lines.append(f"  # transform: {{bin: 2}}   # {min(ky, kx)} px patterns: binning halves the window and quarters "
+                     "the time")
     fit = None if xray or info.positions_A is None else raster_fit(np.asarray(info.positions_A), info.scan_shape)
     raster = info.positions_A is None or (fit is not None and fit.exact)
     if fit is not None and fit.exact and info.scan_shape is None and "scan_step_A" in info.attrs:
@@ -74,8 +77,7 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     turned = not xray and (side >= MIN_RASTER or not raster and n >= MIN_RASTER * MIN_RASTER)
     parallax = not xray and side >= MIN_SIDE
     measured = not raster and "scan_step_A" in info.attrs
-    if not xray:
-        lines += _found_in_data_lines(turned)
+    lines += _found_in_data_lines(turned, crop) if not xray else (["  transform:"] + crop if crop else [])
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
     lines += _calibration_lines(info, xray, parallax)
     if turned:
@@ -113,6 +115,25 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
+def square_crop_lines(data_path: Path, info: PatternsInfo) -> list[str]:
+    """``data.transform`` lines for patterns that are not square: the largest square block, placed
+    along the longer side so that the beam's bright region (the centre of the pixels above half way
+    from the dark level to the brightest, in the mean of an evenly spread sample of patterns, hot
+    and dead pixels repaired) sits at its centre pixel, where zero frequency belongs."""
+    shape = info.shape[-2:]
+    side, long_axis = min(shape), int(np.argmax(shape))
+    sample = read_patterns(data_path, info.key, rows=sample_rows(info.n_patterns)).patterns
+    mean = repaired(sample.mean(axis=0, dtype=np.float64))
+    dark = float(np.percentile(mean, DARK_PERCENTILE))
+    bright = mean > dark + (float(mean.max()) - dark) / 2
+    centre = [float(c.mean()) for c in np.nonzero(bright)] if bright.any() else [(k - 1) / 2 for k in shape]
+    offset = [0, 0]
+    offset[long_axis] = int(np.clip(round(centre[long_axis]) - side // 2, 0, shape[long_axis] - side))
+    return [f"    crop: {side}   # the stored {shape[0]} x {shape[1]} px patterns are not square: the largest square",
+            f"    crop_offset: {offset}   # its first pixel [row, col]: the beam's bright region, centred at pixel "
+            f"[{centre[0]:.1f}, {centre[1]:.1f}] of the stored patterns, at the block's centre pixel"]
+
+
 def _dropped_lines(info: PatternsInfo, fit: RasterFit | None, raster: bool, turned: bool, parallax: bool) -> list[str]:
     """Comments saying how the file's positions are read and which scan autos are left out, and why."""
     lines = []
@@ -140,13 +161,18 @@ def terminal_notes(text: str) -> list[str]:
     return notes
 
 
-def _found_in_data_lines(turned: bool) -> list[str]:
+def _found_in_data_lines(turned: bool, crop: list[str]) -> list[str]:
     """What an electron dataset's own patterns say better than its attributes: bad pixels, descan and
-    (a raster scan) the patterns' transpose/flip against the scan (README: "Real data")."""
+    (a raster scan) the patterns' transpose/flip against the scan (README: "Real data"); ``crop``: the
+    transform's crop lines for patterns that are not square, first."""
+    lines = ["  bad_pixels: auto   # dead and hot pixels, dead rows and columns found in the data"]
+    if crop:
+        return lines + ["  transform:", *crop] + (["    orientation: auto   # transpose/flip from the centre of mass"]
+                                                  if turned else []) + [
+            "    descan: auto   # the disk's wandering centre taken out"]
     orientation = "orientation: auto, " if turned else ""
-    return ["  bad_pixels: auto   # dead and hot pixels, dead rows and columns found in the data",
-            f"  transform: {{{orientation}descan: auto}}   # "
-            + ("transpose/flip from the centre of mass; " if turned else "") + "the disk's wandering centre taken out"]
+    return lines + [f"  transform: {{{orientation}descan: auto}}   # "
+                    + ("transpose/flip from the centre of mass; " if turned else "") + "the disk's wandering centre taken out"]
 
 
 def from_ptyrad(params_path: Path, config_path: Path, adam_steps: bool = False) -> str:
