@@ -54,8 +54,9 @@ class RuntimeConfig:
     backend: Literal["auto", "nccl", "gloo"] = _f("auto", "Process-group backend; auto: NCCL with CUDA on Linux, else gloo.")
     timeout_s: float = _f(600.0, "Seconds a collective may wait before the run stops.")
     threads: int | Literal["auto"] | None = _f(
-        "auto", "torch CPU threads per process; auto: the process's usable cores less the machine's load average "
-                "(at least 1; OMP_NUM_THREADS, when set, is kept); null = torch's default (one per core).")
+        "auto", "torch CPU threads per process; auto: the process's usable cores less the machine's load average, "
+                "or the cores busy now where fewer (at least 1; OMP_NUM_THREADS, when set, is kept); null = torch's "
+                "default (one per core).")
     check_sync_every: int = _f(0, "Check every K iterations that all processes hold identical parameters; 0 = only at the end.")
     progress: bool = _f(True, "Show a progress bar (main process, terminals only).")
     shard_data: bool = _f(False, "Each process holds only the patterns of its own spatial region (memory ~N/W); "
