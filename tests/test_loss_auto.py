@@ -281,8 +281,8 @@ def test_info_says_how_strongly_the_sample_scatters():
 
     demo = yaml.safe_load(DEMO.read_text())
     demo["data"]["path"] = str((DEMO.parent / demo["data"]["path"]).resolve())
-    thick = next(line for line in data_report(ptyacc.load_config(case_config("untilted"))) if "scattering" in line)
-    thin = next(line for line in data_report(ptyacc.load_config(demo)) if "scattering" in line)
+    thick = next(line for line in data_report(ptyacc.load_config(case_config("untilted"))) if line.startswith("scattering:"))
+    thin = next(line for line in data_report(ptyacc.load_config(demo)) if line.startswith("scattering:"))
     share = lambda line: float(line.split("scattering: ")[1].split("%")[0])  # noqa: E731
     assert share(thick) > 100 * STRONG_SCATTERING > share(thin) > 0.5
     assert "strong" in thick and "model.slices" in thick and "upsample" in thick and "strong" not in thin

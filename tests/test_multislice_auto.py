@@ -47,6 +47,7 @@ def machine_autos() -> dict:
 
 # the aperture edge a tiny_config run decides from auto: its 16 px patterns show no even bright-field disk
 TINY_EDGE = {"model.probe_aperture_edge": "soft"}
+TINY_FLOOR = {"model.background": False}  # its dark field falls away from the disk: no offset fitted
 
 
 def config(slices: int, *overrides: str):
@@ -120,7 +121,7 @@ def test_auto_reaches_a_multislice_run_as_its_numbers_and_is_said_and_recorded(t
                                                           "optim.regularize.depth_blur_slices": 0.0,
                                                           "optim.adam_beta2": 0.999,
                                                           "optim.lr_final_fraction": 0.1,
-                                                          "optim.loss": "amplitude", **TINY_EDGE,
+                                                          "optim.loss": "amplitude", **TINY_EDGE, **TINY_FLOOR,
                                                           **machine_autos()}
         assert yaml.safe_load(f.attrs["config"])["optim"]["regularize"]["tv_phase"] == "auto"
     numbers = ("optim.regularize.tv_phase={}", "optim.regularize.lateral_blur_px={}",
@@ -223,7 +224,7 @@ def test_every_auto_a_run_resolves_is_named_and_the_varying_probe_takes_its_smoo
                       "optim.probe_optimizer": "preconditioned", "optim.preconditioned_step": 0.4,
                       "optim.preconditioner_batch_floor": 0.0, "optim.regularize.tv_phase_smoothing": 0.0,
                       "optim.adam_beta2": 0.95, "optim.lr_final_fraction": 0.1, "model.probe_mode_power": 0.02,
-                      **TINY_EDGE, **machine_autos()}
+                      **TINY_EDGE, **TINY_FLOOR, **machine_autos()}
     lines = [line.split(" ", 1)[1] for line in (tmp_path / "out" / "run.log").read_text().splitlines()]
     said = [line.removeprefix("auto: ") for line in lines if line.startswith("auto: ")]
     named = [item.split()[0] for item in said[0].split(", ")]

@@ -177,18 +177,25 @@ def _overlap_lines(config, data, geometry) -> list[str]:
             footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None)]
 
 
-def _scattering_line(data) -> str:
-    """How much of the sampled patterns' counts lies beyond the bright-field disk, and what a strong share means."""
-    from ptyacc.optim.autos import STRONG_SCATTERING, dark_field_fraction
+def _scattering_lines(data) -> list[str]:
+    """The dark field's floor (a dark offset left in the counts, where flat), and how much of the sampled patterns'
+    counts, that floor taken off, lies beyond the bright-field disk, and what a strong share means."""
+    from ptyacc.optim.autos import STRONG_SCATTERING, dark_field_fraction, detector_floor
 
-    share = dark_field_fraction(data.patterns.mean(0), data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
-    line = f"scattering: {100 * share:.1f}% of the counts beyond the bright-field disk"
+    mean = data.patterns.mean(0)
+    floor = detector_floor(mean, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
+    flat = floor is not None and floor.flat
+    share = dark_field_fraction(mean, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask,
+                                floor.outer if flat else 0.0)
+    lines = [] if floor is None else [floor.line() + ("; model.background: auto fits it" if flat else "")]
+    line = (f"scattering: {100 * share:.1f}% of the counts beyond the bright-field disk"
+            + (" (the floor taken off)" if flat else ""))
     if share <= STRONG_SCATTERING:
-        return line
-    return (line + f" (over {100 * STRONG_SCATTERING:g}%: strong; a thick sample? give it model.slices and "
+        return [*lines, line]
+    return [*lines, line + f" (over {100 * STRONG_SCATTERING:g}%: strong; a thick sample? give it model.slices and "
             "model.slice_thickness_A; on several slices the defaults then take the amplitude loss, a depth blur of one "
             "slice and a longer step, and a tilt the object's finer pixel (data.transform.upsample: auto); "
-            "docs/how-to/tilt-and-sampling.md)")
+            "docs/how-to/tilt-and-sampling.md)"]
 
 
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:
@@ -213,7 +220,7 @@ def _electron_probe_report(data) -> tuple[list[str], list[str]]:
     c = np.arange(k) - k // 2
     outside = float((np.abs(probe) ** 2)[np.hypot(c[:, None], c[None, :]) > 0.45 * k].sum())
     lines.append(f"probe: {100 * outside:.1f}% of its intensity lies near the window edge (r > 0.45 K)")
-    lines.append(_scattering_line(data))
+    lines += _scattering_lines(data)
     if diameter_A > k * dx:
         warnings.append(f"the defocused probe ({diameter_A:.4g} A across) is wider than the {k} x {k} px window "
                         f"({k * dx:.4g} A): less defocus, a larger crop, or padding (data.transform.pad)")

@@ -212,7 +212,14 @@ class ModelConfig:
                                      "window, slices and modes (docs/how-to/coming-from-other-packages.md, 'Starting from').")
     probe_init: ProbeFileConfig | None = _f(None, "{path, key, pixel_m} of a probe file that starts the run "
                                                   "(docs/tutorials/xray-near-field.md, 'Far field').")
-    background: bool = _f(False, "Fit a detector background (K x K, >= 0) added to every predicted pattern.")
+    background: bool | Literal["auto"] = _f(
+        "auto", "Fit a detector background (K x K, >= 0) added to every predicted pattern. auto: on electron data whose "
+                "dark field has a flat floor (a dark offset left in the counts, which a sample's scattering, falling away "
+                "from the bright-field disk, is not), started at that floor; off elsewhere (docs/explanation/autos.md, "
+                "'A dark offset').")
+    background_start_counts: float | Literal["auto"] = _f(
+        "auto", "Counts per pixel the fitted background starts at on every pixel (model.background); auto: the dark "
+                "field's flat floor where the data show one (electrons), else 0.")
     intensity_weights: bool = _f(False, "Fit one intensity factor per pattern (beam-current or exposure drifts).")
     probe_variation: int = _f(
         0, "A probe that varies across the scan (orthogonal probe relaxation): the number of eigen-probes by which "

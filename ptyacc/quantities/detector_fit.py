@@ -7,7 +7,8 @@
 - intensity weights: (N,) a factor of each position's predicted pattern (a beam current that
   varies, a scan whose dwell times differ).
 
-Both start at no effect (zero background, weights 1), are stepped by one Adam (``optim.lr.detector``,
+Both start at no effect (weights 1; the background at ``model.background_start_counts``, zero by
+default, the dark field's flat floor where ``model.background: auto`` found one), are stepped by one Adam (``optim.lr.detector``,
 from ``optim.start.detector``, which may say ``probe``: with the probe) and are kept >= 0 after every
 step: a negative background or weight could make an intensity negative (the Poisson loss undefined).
 """
@@ -28,10 +29,11 @@ class DetectorFit(Quantity):
     name = "fitted"
 
     def __init__(self, window: int, positions: int, background: bool, weights: bool,
-                 background_scale: float = 1.0) -> None:
+                 background_scale: float = 1.0, background_start: float = 0.0) -> None:
         super().__init__()
         self.register_buffer("background_scale", torch.tensor(float(background_scale)))
-        self.background = nn.Parameter(torch.zeros(window, window)) if background else None
+        self.background = (nn.Parameter(torch.full((window, window), background_start / background_scale))
+                           if background else None)
         self.intensity_weights = nn.Parameter(torch.ones(positions)) if weights else None
 
     def intensity_factor(self, indices: torch.Tensor) -> torch.Tensor | None:
@@ -60,9 +62,12 @@ class DetectorFit(Quantity):
 
 @register
 def detector_fit(config, model, context: BuildContext) -> DetectorFit | None:
-    """``model.background`` and ``model.intensity_weights``, when either is asked for."""
-    if not (config.model.background or config.model.intensity_weights):
+    """``model.background`` and ``model.intensity_weights``, when either is asked for (a background left auto, not
+    resolved from the data, is not)."""
+    background = config.model.background is True
+    if not (background or config.model.intensity_weights):
         return None
     pixel_mean = context.mean_intensity / model.window ** 2 if context.mean_intensity else 1.0
-    return DetectorFit(model.window, len(model.positions_px), config.model.background, config.model.intensity_weights,
-                       pixel_mean)
+    start = config.model.background_start_counts
+    return DetectorFit(model.window, len(model.positions_px), background, config.model.intensity_weights,
+                       pixel_mean, 0.0 if start == "auto" else float(start))

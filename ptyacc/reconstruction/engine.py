@@ -29,6 +29,7 @@ from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
 from ptyacc.data.trouble import astigmatism_said, deviance_warning, refocused_probe_said, turned_scan_said, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
+from ptyacc.optim.autos import floor_measured
 from ptyacc.optim.groups import lr_factor
 from ptyacc.physics.chain import AMPLITUDE_FLOOR_SHARE, EPS
 from ptyacc.physics.fused import CompiledTerms, compile_wanted
@@ -174,7 +175,7 @@ class Reconstructor:
         # its own share)
         mean_counts, not_counts, peak, mean_pattern = over_processes(
             self.data, sample_statistics(self.store, self.data.mask), self.plan.shards is not None, accelerator,
-            with_pattern=may_read_edge(config, self.data))
+            with_pattern=may_read_edge(config, self.data) or floor_measured(config, self.data))
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
         # every auto key, resolved once before the model is built (reconstruction/autos.py; the batch, which the
@@ -228,7 +229,7 @@ class Reconstructor:
         if len(self.left_out):  # first, so that the run.log line and the other hooks see it
             self.hooks.insert(0, ValidationHook(self.model, self.store, self.plan, self.left_out, config.optim.loss,
                                                 accelerator))
-        self.warnings = [text for text in (*self.data.checks, *built_said) if text.startswith("warning:")]
+        self.warnings = [text for text in (*self.data.checks, *autos.notes, *built_said) if text.startswith("warning:")]
         self.texts["warnings"] = yaml.safe_dump(self.warnings)  # results.h5's list, the deviance's added at the end
         self.log.say([self.threads_said, *((text, False) for text in tiles_said),
                       *data_lines(self.data, self.geometry.shape), *held,
