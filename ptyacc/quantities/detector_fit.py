@@ -7,10 +7,11 @@
 - intensity weights: (N,) a factor of each position's predicted pattern (a beam current that
   varies, a scan whose dwell times differ).
 
-Both start at no effect (weights 1; the background at ``model.background_start_counts``, zero by
-default, the dark field's flat floor where ``model.background: auto`` found one), are stepped by one Adam (``optim.lr.detector``,
-from ``optim.start.detector``, which may say ``probe``: with the probe) and are kept >= 0 after every
-step: a negative background or weight could make an intensity negative (the Poisson loss undefined).
+The weights start at 1, the background at ``model.background_start_counts`` on every pixel (0, or the
+dark field's flat floor that ``model.background: auto`` found); both are stepped by one Adam
+(``optim.lr.detector``, from ``optim.start.detector``, which may say ``probe``: with the probe) and are
+kept >= 0 after every step: a negative background or weight could make an intensity negative (the
+Poisson loss undefined).
 """
 
 from __future__ import annotations
