@@ -102,3 +102,32 @@ def test_an_offset_of_three_counts_is_fitted_from_its_floor_and_a_run_without_it
         assert any("flat floor" in text for text in yaml.safe_load(f.attrs["warnings"]))
     print(f"NCC fitted {fitted:.3f}, left out {left_out:.3f}")
     assert fitted > 0.93 and fitted > left_out + 0.1, (fitted, left_out)
+
+
+@pytest.mark.processes
+def test_one_and_two_processes_fit_the_same_background_and_split_data_reads_the_same_floor(tmp_path):
+    """The demo with 3 counts added, 3 iterations: 1 and 2 processes fit the same background and object. With the
+    data split between the processes (``runtime.shard_data``, whose batches differ from one process's: its own
+    reference) each process reads its share of one sample of positions, the same on any number of processes, so
+    the floor measured is the one process's (it was 3.0273 against 3.0234 when each process sampled its own share)."""
+    from test_distributed import ONE_TWO_DATA_SPLIT, launch_configs
+
+    settings = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    settings["data"]["path"] = str(offset_demo(tmp_path, 3.0))
+    settings["optim"] = {"iterations": 3}
+    settings["output"] = {"figures": False}
+    settings["runtime"] = {"progress": False, "threads": 1}
+    outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT
+                                     if name in ("one", "two", "data")])
+    runs = {}
+    for name, out in outs.items():
+        with h5py.File(out / "results" / "results.h5") as f:
+            values = yaml.safe_load(f.attrs["auto_values"])
+            runs[name] = (values["model.background_start_counts"], f["fitted/background"][()], f["object"][()], f["loss"][()])
+        assert values["model.background"] is True
+    start, background, obj, loss = runs["one"]
+    assert start == pytest.approx(3.0, abs=0.1) and abs(np.median(background) - start) > 1e-4  # fitted: it moved
+    assert runs["two"][0] == start and runs["data"][0] == pytest.approx(start, rel=1e-12)
+    np.testing.assert_allclose(runs["two"][1], background, rtol=0, atol=1e-4 * np.abs(background).max())
+    np.testing.assert_allclose(runs["two"][2], obj, rtol=0, atol=1e-4 * np.abs(obj).max())
+    np.testing.assert_allclose(runs["two"][3], loss, rtol=1e-6)

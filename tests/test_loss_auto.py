@@ -72,8 +72,8 @@ def test_sample_statistics_sees_whole_numbers_the_brightest_mean_pixel_and_the_m
     assert sample_statistics(PatternStore(negative, None, 300, "cpu"), most=300)[0] is False
     mask = torch.ones(8, 8, dtype=torch.bool)
     mask[0, 0] = False  # that pixel is bad: what it holds does not count
-    counted, peak, mean_pattern = sample_statistics(PatternStore(negative, None, 300, "cpu"), mask, most=300)
-    assert (counted, peak) == (True, 40.0)
+    counted, peak, mean_pattern, sampled = sample_statistics(PatternStore(negative, None, 300, "cpu"), mask, most=300)
+    assert (counted, peak, sampled) == (True, 40.0, 300)
     # the mean pattern has every pixel, the bad one too, over the whole sample (here all 300)
     torch.testing.assert_close(mean_pattern, negative.double().mean(0), rtol=1e-12, atol=0)
     # a sample of 128 of the held patterns, the same on every call

@@ -311,41 +311,51 @@ def queued_copy(values: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def sample_statistics(store: PatternStore | StreamedStore, mask: torch.Tensor | None = None,
-                      most: int = 128) -> tuple[bool, float, torch.Tensor | None]:
-    """From a seeded random sample of up to ``most`` of the patterns ``store`` holds: whether they
-    are counts (every value a whole number, none negative) and the brightest pixel of their mean
-    pattern, both on the pixels of the detector ``mask`` (K, K) bool, if any; and their mean
-    pattern (K, K) float64, every pixel, from which the initial probe's aperture edge is read.
-    (True, 0.0, None) when ``store`` holds no pattern."""
-    if not len(store.held):
-        return True, 0.0, None
-    sample = np.random.default_rng(0).choice(len(store.held), size=min(most, len(store.held)), replace=False)
-    patterns = store.measured(torch.as_tensor(store.held[np.sort(sample)], device=store.device))
+                      most: int = 128, n_positions: int | None = None) -> tuple[bool, float, torch.Tensor | None, int]:
+    """From a seeded random sample of up to ``most`` of the scan's ``n_positions`` patterns (None: the
+    ones ``store`` holds, all of them on one process), the same positions on any number of processes,
+    those that ``store`` holds: whether they are counts (every value a whole number, none negative) and
+    the brightest pixel of their mean pattern, both on the pixels of the detector ``mask`` (K, K) bool,
+    if any; their mean pattern (K, K) float64, every pixel, from which the initial probe's aperture edge
+    and the dark field's floor are read; and how many they are (``over_processes`` weighs each
+    process's mean by it). (True, 0.0, None, 0) when ``store`` holds none of them."""
+    held = np.asarray(store.held)
+    n = len(held) if n_positions is None else n_positions
+    chosen = np.sort(np.random.default_rng(0).choice(n, size=min(most, n), replace=False))
+    mine = held[chosen] if n_positions is None else chosen[np.isin(chosen, held)]
+    if not len(mine):
+        return True, 0.0, None, 0
+    patterns = store.measured(torch.as_tensor(mine, device=store.device))
     mean_pattern = patterns.mean(0, dtype=torch.float64)
     if mask is not None:  # a bad pixel's value may be anything
         patterns = patterns[:, mask.to(patterns.device)]
     counts = bool(torch.equal(patterns, patterns.round())) and bool(patterns.min() >= 0)
     counted = mean_pattern if mask is None else mean_pattern[mask.to(mean_pattern.device)]
-    return counts, float(counted.max()), mean_pattern
+    return counts, float(counted.max()), mean_pattern, len(mine)
 
 
-def over_processes(data: PtychoData, statistics: tuple[bool, float, torch.Tensor | None], sharded: bool,
+def over_processes(data: PtychoData, statistics: tuple[bool, float, torch.Tensor | None, int], sharded: bool,
                    accelerator, with_pattern: bool) -> tuple[float, float, float, torch.Tensor | None]:
     """What every process must agree on, from its own patterns and ``sample_statistics``, summed in
     one collective where each holds its own share (``sharded``): (mean counts per pattern, the
-    probe's scale; how many processes' samples are not counts, 0 if all are; the mean of the
-    samples' brightest mean pixels; where ``with_pattern``, the mean of their mean patterns, from
-    which the initial probe's aperture edge is read, else None)."""
-    counts, peak, mean_pattern = statistics
+    probe's scale; how many processes' samples are not counts, 0 if all are; the brightest pixel of
+    the sample's mean pattern on the detector mask's pixels; where ``with_pattern``, that mean pattern,
+    from which the initial probe's aperture edge and the dark field's floor are read, else None). The
+    sample is the same positions on any number of processes, so the mean pattern and what is read from
+    it are the one process's, to the order of a float64 sum."""
+    counts, peak, mean_pattern, sampled = statistics
     shards = accelerator.num_processes if sharded else 1
+    if shards == 1:
+        return data.counts_total / data.n_patterns, float(not counts), peak, mean_pattern if with_pattern else None
     k = data.detector_px
-    edge = (mean_pattern if mean_pattern is not None else torch.zeros(k, k, dtype=torch.float64)) / shards
-    sums = torch.cat([torch.tensor([float(data.counts_total), float(not counts), peak / shards], dtype=torch.float64),
-                      edge.cpu().flatten() if with_pattern else edge.new_zeros(0).cpu()])
-    if shards > 1:
-        sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
-    counts_total, not_counts, peak = (float(value) for value in sums[:3])
-    return counts_total / data.n_patterns, not_counts, peak, sums[3:].reshape(k, k) if with_pattern else None
+    summed = mean_pattern * sampled if mean_pattern is not None else torch.zeros(k, k, dtype=torch.float64)
+    sums = torch.cat([torch.tensor([float(data.counts_total), float(not counts), float(sampled)], dtype=torch.float64),
+                      summed.cpu().flatten()])
+    sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
+    counts_total, not_counts, sampled = (float(value) for value in sums[:3])
+    mean = sums[3:].reshape(k, k) / max(sampled, 1.0)
+    counted = mean if data.mask is None else mean[data.mask.to(mean.device)]
+    return counts_total / data.n_patterns, not_counts, float(counted.max()), mean if with_pattern else None
 
 
 @torch.no_grad()

@@ -174,7 +174,8 @@ class Reconstructor:
         # data/aperture_edge.py's rule), from a sample agreed by all processes (one collective where each holds
         # its own share)
         mean_counts, not_counts, peak, mean_pattern = over_processes(
-            self.data, sample_statistics(self.store, self.data.mask), self.plan.shards is not None, accelerator,
+            self.data, sample_statistics(self.store, self.data.mask, n_positions=self.data.n_patterns),
+            self.plan.shards is not None, accelerator,
             with_pattern=may_read_edge(config, self.data) or floor_measured(config, self.data))
         self.tiles, tiles_said = object_tiles(config, self.plan, self.geometry, self.data.detector_px,
                                               batches.n_steps, accelerator.process_index, self.world)
