@@ -346,7 +346,8 @@ def over_processes(data: PtychoData, statistics: tuple[bool, float, torch.Tensor
     counts, peak, mean_pattern, sampled = statistics
     shards = accelerator.num_processes if sharded else 1
     if shards == 1:
-        return data.counts_total / data.n_patterns, float(not counts), peak, mean_pattern if with_pattern else None
+        return (data.counts_total / data.n_patterns, float(not counts), peak,
+                mean_pattern.cpu() if with_pattern and mean_pattern is not None else None)
     k = data.detector_px
     summed = mean_pattern * sampled if mean_pattern is not None else torch.zeros(k, k, dtype=torch.float64)
     sums = torch.cat([torch.tensor([float(data.counts_total), float(not counts), float(sampled)], dtype=torch.float64),
