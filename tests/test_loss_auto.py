@@ -81,6 +81,43 @@ def test_sample_statistics_sees_whole_numbers_the_brightest_mean_pixel_and_the_m
     assert 40.0 + 100 < picked < 40.0 + 200
 
 
+def test_the_sample_is_the_same_positions_when_the_patterns_are_split_between_processes():
+    """Two processes holding the two halves of a scan (``runtime.shard_data``) read their parts of one sample and
+    sum them: the mean pattern and its brightest pixel are one process's, to float64 rounding (each process
+    sampling its own half gave another mean)."""
+    from types import SimpleNamespace
+
+    from ptyacc.data.store import over_processes
+
+    rng = np.random.default_rng(1)
+    patterns = torch.as_tensor(rng.poisson(3.0, (300, 8, 8)) + np.arange(300)[:, None, None], dtype=torch.float32)
+    halves = [np.arange(300)[:150], np.arange(300)[150:]]
+    data = [SimpleNamespace(detector_px=8, n_patterns=300, mask=None, counts_total=float(patterns[held].sum()))
+            for held in halves]  # each process's counts are those of the patterns it holds
+    one = sample_statistics(PatternStore(patterns, None, 300, "cpu"), n_positions=300)
+    stats = [sample_statistics(PatternStore(patterns[held], held, 300, "cpu"), n_positions=300) for held in halves]
+    assert stats[0][3] + stats[1][3] == one[3] == 128 and 0 < stats[0][3] < 128
+
+    class Summed:  # each process's vector summed with the other's, as the all-reduce would
+        num_processes, device = 2, torch.device("cpu")
+
+        def __init__(self, other=None):
+            self.other, self.sent = other, None
+
+        def reduce(self, sums, reduction):
+            self.sent = sums
+            return sums + self.other if self.other is not None else sums
+
+    second = Summed()
+    over_processes(data[1], stats[1], True, second, with_pattern=True)
+    mean_counts, not_counts, peak, mean = over_processes(data[0], stats[0], True, Summed(second.sent), with_pattern=True)
+    torch.testing.assert_close(mean, one[2], rtol=1e-12, atol=0)
+    assert peak == pytest.approx(one[1], rel=1e-12) and not_counts == 0
+    assert mean_counts == pytest.approx(float(patterns.sum()) / 300, rel=1e-12)
+    own_halves = [sample_statistics(PatternStore(patterns[held], held, 300, "cpu"))[2] for held in halves]
+    assert (0.5 * (own_halves[0] + own_halves[1]) - one[2]).abs().max() > 1.0  # the old way: another sample
+
+
 @pytest.mark.slow
 def test_a_run_records_what_auto_chose(tmp_path):
     counted = tiny_config(tmp_path, data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
