@@ -180,13 +180,10 @@ def _overlap_lines(config, data, geometry) -> list[str]:
 def _scattering_lines(data) -> list[str]:
     """The dark field's floor (a dark offset left in the counts, where flat), and how much of the sampled patterns'
     counts, that floor taken off, lies beyond the bright-field disk, and what a strong share means."""
-    from ptyacc.optim.autos import STRONG_SCATTERING, dark_field_fraction, detector_floor
+    from ptyacc.optim.autos import STRONG_SCATTERING, read_dark_field
 
-    mean = data.patterns.mean(0)
-    floor = detector_floor(mean, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
+    floor, share = read_dark_field(data.patterns.mean(0), data)
     flat = floor is not None and floor.flat
-    share = dark_field_fraction(mean, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask,
-                                floor.outer if flat else 0.0)
     lines = [] if floor is None else [floor.line() + ("; model.background: auto fits it" if flat else "")]
     line = (f"scattering: {100 * share:.1f}% of the counts beyond the bright-field disk"
             + (" (the floor taken off)" if flat else ""))

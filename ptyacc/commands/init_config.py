@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ptyacc.data.autocalibration import MIN_RASTER
-from ptyacc.data.bright_field import DARK_PERCENTILE, repaired, sample_rows
+from ptyacc.data.bright_field import half_way_bright, repaired, sample_rows
 from ptyacc.data.parallax import MIN_SIDE
 from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe
@@ -123,9 +123,7 @@ def square_crop_lines(data_path: Path, info: PatternsInfo) -> list[str]:
     shape = info.shape[-2:]
     side, long_axis = min(shape), int(np.argmax(shape))
     sample = read_patterns(data_path, info.key, rows=sample_rows(info.n_patterns)).patterns
-    mean = repaired(sample.mean(axis=0, dtype=np.float64))
-    dark = float(np.percentile(mean, DARK_PERCENTILE))
-    bright = mean > dark + (float(mean.max()) - dark) / 2
+    _, _, bright = half_way_bright(repaired(sample.mean(axis=0, dtype=np.float64)))
     centre = [float(c.mean()) for c in np.nonzero(bright)] if bright.any() else [(k - 1) / 2 for k in shape]
     offset = [0, 0]
     offset[long_axis] = int(np.clip(round(centre[long_axis]) - side // 2, 0, shape[long_axis] - side))

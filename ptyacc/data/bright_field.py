@@ -23,6 +23,14 @@ MIN_RADIUS_PX = 1.5
 STRAY_FRACTION = 0.1  # bright pixels away from the disk, as a fraction of the disk's, before it is not one disk
 
 
+def half_way_bright(image: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """(the dark level: the image's DARK_PERCENTILE-th percentile; its brightest value; the pixels above half
+    way from the one to the other) of a (K, K) image, a mean pattern whose bad pixels are ``repaired``: the
+    bright-field disk, or a beam's bright region."""
+    dark, peak = float(np.percentile(image, DARK_PERCENTILE)), float(image.max())
+    return dark, peak, image > dark + (peak - dark) / 2
+
+
 def bright_field_radius_px(mean_pattern: np.ndarray, source: str) -> float:
     """Radius in pixels of the bright-field disk of a (K, K) mean pattern (zero frequency
     anywhere inside the detector).
@@ -35,11 +43,10 @@ def bright_field_radius_px(mean_pattern: np.ndarray, source: str) -> float:
     Raises DataError naming ``source`` when no single disk inside the detector is found."""
     m = repaired(np.asarray(mean_pattern, dtype=np.float64))
     hint = "set experiment.dk_invA (or dx_A) instead of experiment.dk_from_bright_field"
-    dark, peak = float(np.percentile(m, DARK_PERCENTILE)), float(m.max())
+    dark, peak, bright = half_way_bright(m)
     if not (math.isfinite(peak) and math.isfinite(dark)) or peak <= dark:
         raise DataError(f"{source}: no bright-field disk in the mean pattern: it is flat or the disk fills the "
                         f"detector (maximum {peak:g}, {DARK_PERCENTILE}th percentile {dark:g}); {hint}")
-    bright = m > dark + (peak - dark) / 2
     rough_radius = math.sqrt(bright.sum() / math.pi)
     if rough_radius < MIN_RADIUS_PX:
         raise DataError(f"{source}: no bright-field disk in the mean pattern: expected a disk of radius >= "

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ptyacc.data.bright_field import DARK_PERCENTILE, repaired, sample_rows
+from ptyacc.data.bright_field import half_way_bright, repaired, sample_rows
 
 SAMPLE = 1024
 MARGIN_PX = 4  # how far beyond the mean disk's half-maximum radius a pattern's disk may wander
@@ -135,8 +135,7 @@ def any_moved(shifts_px: np.ndarray) -> bool:
 def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray) -> np.ndarray:
     """(n, 2) (y, x) disk centres in px of (n, K, K) centred patterns (module docstring); ``good``
     (K, K) bool centred, True = pixel counts; ``mean`` their mean pattern, bad pixels repaired."""
-    dark, peak = float(np.percentile(mean, DARK_PERCENTILE)), float(mean.max())
-    bright = mean > dark + (peak - dark) / 2
+    dark, _, bright = half_way_bright(mean)
     plateau = float(np.median(mean[bright]))
     y, x = np.indices(mean.shape)
     rows, cols = np.nonzero(bright)

@@ -182,11 +182,7 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     (``STRONG_DEPTH_BLUR`` on several slices of a strongly scattering sample, else 0) and there
     ``optim.preconditioned_step`` (``STRONG_STEP`` with the amplitude loss); {key: value} of those, and
     the lines saying why: for the terminal, and for run.log only."""
-    floor = (detector_floor(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
-             if mean_pattern is not None and data.semiangle_mrad and data.radiation == "electron" else None)
-    pedestal = floor.outer if floor is not None and floor.flat else 0.0
-    dark_field = (dark_field_fraction(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask,
-                                      pedestal) if mean_pattern is not None and data.semiangle_mrad else None)
+    floor, dark_field = read_dark_field(mean_pattern, data) if mean_pattern is not None else (None, None)
     loss, log_notes = resolved_loss(config, counts, peak_counts, dark_field)
     chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
     config, background, notes = resolved_background(config, floor)
@@ -223,6 +219,19 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
         config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, loss=loss, regularize=regularize,
                                                                        preconditioned_step=step))
     return config, chosen, notes, log_notes
+
+
+def read_dark_field(mean_pattern: torch.Tensor, data: PtychoData) -> tuple[DetectorFloor | None, float | None]:
+    """What ``mean_pattern`` (K, K, unshifted) of ``data`` says beyond the bright-field disk: its floor
+    (``detector_floor``; electrons only, None for X-rays) and the scattering share with a flat floor taken off
+    (``dark_field_fraction``); (None, None) without a semi-angle."""
+    if not data.semiangle_mrad:
+        return None, None
+    floor = (detector_floor(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask)
+             if data.radiation == "electron" else None)
+    pedestal = floor.outer if floor is not None and floor.flat else 0.0
+    return floor, dark_field_fraction(mean_pattern, data.wavelength_A, data.semiangle_mrad, data.dk_invA, data.mask,
+                                      pedestal)
 
 
 def floor_measured(config: Config, data: PtychoData) -> bool:
