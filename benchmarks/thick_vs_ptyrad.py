@@ -92,8 +92,12 @@ def run_ptyacc(path: Path, out: Path, overrides: list[str]) -> dict:
     config.pop("output", None)
     rec = ptyacc.reconstruct(ptyacc.load_config(config, overrides), write=False)
     with h5py.File(path) as f:
-        truth = f["ground_truth/phase"][()]
-    ncc = placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A), rec.results.dx_A, rec.data.positions_A, truth)
+        truth, file_positions_A = f["ground_truth/phase"][()], f["positions_A"][()].reshape(-1, 2)
+    # init reads the file's positions as the raster they form, which starts at zero: the frame's translation
+    # shared with the positions is taken out (the truth lies in the file's frame)
+    frame_A = file_positions_A.mean(0) - rec.data.positions_A.mean(0)
+    ncc = placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) + frame_A, rec.results.dx_A,
+                     rec.data.positions_A + frame_A, truth)
     times = rec.iteration_times_s
     return {"ncc": ncc, "s_per_iteration": float(np.median(times[1:] or times)), "overrides": overrides,
             "loss": float(np.asarray(rec.results.loss)[-1]), "auto": rec.results.attrs.get("auto_values", "")}

@@ -323,3 +323,43 @@ def test_info_says_how_strongly_the_sample_scatters():
     share = lambda line: float(line.split("scattering: ")[1].split("%")[0])  # noqa: E731
     assert share(thick) > 100 * STRONG_SCATTERING > share(thin) > 0.5
     assert "strong" in thick and "model.slices" in thick and "upsample" in thick and "strong" not in thin
+
+
+@pytest.mark.slow
+def test_a_run_on_counts_with_the_amplitude_loss_gets_the_deviance_and_its_warning(tmp_path):
+    """Counts fitted with the amplitude loss (Adam's object) get the final Poisson deviance, the same sum
+    NumPy makes of the model's patterns; results.h5 keeps it without the terms that would read the amplitude
+    loss's history as deviances. abTEM's thick crystal with its patterns transposed: the warning, naming the
+    multislice model's keys."""
+    from ptyacc.results.figures import poisson_deviance_history
+
+    counted = tiny_config(tmp_path, data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
+                                                       "dose": 2000.0}}, optim={"object_optimizer": "adam"})
+    run = Reconstructor(ptyacc.load_config(counted), write=True)
+    run.build()
+    run.run()
+    rec = run.finish()
+    assert rec.config.optim.loss == "amplitude"
+    model = rec.model
+    with torch.no_grad():
+        predicted = model(torch.arange(rec.data.n_patterns)).double().cpu().numpy()
+    measured = rec.data.patterns.double().cpu().numpy()
+    mask = np.ones(measured.shape[-2:], bool) if model.detector_mask is None else model.detector_mask.cpu().numpy() > 0
+    m, d = predicted[:, mask], measured[:, mask]
+    terms = np.where(d > 0, d * np.log(np.where(d > 0, d, 1) / m), 0.0) - (d - m)
+    assert rec.poisson_deviance == pytest.approx(2 * terms.sum() / (d >= 1).sum(), rel=1e-3)
+    results = ptyacc.load_results(tmp_path / "out" / "results.h5")
+    assert results.attrs["poisson_deviance"] == pytest.approx(rec.poisson_deviance)
+    assert results.attrs["counts_per_counted_pixel"] == pytest.approx(d.sum() / (d >= 1).sum(), rel=1e-6)
+    assert poisson_deviance_history(results) is None and "poisson_data_nll_per_pattern" not in results.attrs
+
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from abtem_cases import case_config
+
+    wrong = ptyacc.load_config(case_config("untilted", data={"transform": {"transpose": True}},
+                                           optim={"iterations": 10}), [f"output.dir={tmp_path / 'thick'}"])
+    thick = ptyacc.reconstruct(wrong, write=False)
+    assert thick.config.optim.loss == "amplitude" and thick.poisson_deviance > 30
+    said = [text for text in yaml.safe_load(thick.results.attrs["warnings"]) if "final Poisson deviance" in text]
+    assert len(said) == 1 and "model.slices" in said[0]

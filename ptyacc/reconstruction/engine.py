@@ -75,7 +75,7 @@ class Reconstruction:
     wall_time_s: float = 0.0
     output_dir: Path | None = None
     world_size: int = 1
-    poisson_deviance: float | None = None  # per counted pixel, for Poisson runs
+    poisson_deviance: float | None = None  # per counted pixel, for Poisson runs and runs on counts
     # multi-process runs, per iteration of this launch: bytes this process exchanged and the
     # seconds spent in those exchanges (``traffic`` splits them by kind of parameter)
     comm_bytes: list[int] = field(default_factory=list)
@@ -184,6 +184,7 @@ class Reconstructor:
         autos = resolve_autos(config, self.data, self.geometry.positions_px,
                               runtime_values(config, accelerator, self.data, self.store), sized,
                               not_counts == 0, peak, mean_counts, mean_pattern)
+        self.counts = not_counts == 0  # the patterns are counts: the final deviance is computed whatever the loss
         self.config = config = autos.config
         self.texts["auto_values"] = autos.values_text()
         built_said: list[str] = []
@@ -333,15 +334,16 @@ class Reconstructor:
 
     # ------------------------------------------------------------------ finish
     def finish(self) -> Reconstruction:
-        """Compute the deviance (Poisson runs), save, hand over the results; or, where a signal
+        """Compute the deviance (Poisson runs and any run on counts), save, hand over the results; or, where a signal
         came after the last step asked, raise Interrupted once saved, so that no caller (``reconstruct``,
         a tune trial) drops it. (That the processes agree was checked after the last iteration,
         ``hooks.SyncCheck``; run.log's summary was written then too, ``runlog.LogLine``.)"""
         config, history = self.config, self.history
-        self.saver.deviance = self._deviance() if config.optim.loss == "poisson" else None
+        poisson = config.optim.loss == "poisson"
+        self.saver.deviance = self._deviance(poisson) if poisson or self.counts else None
         late = [] if self.saver.deviance is None else deviance_warning(
             self.saver.deviance, self.saver.deviance_scale.get("counts_per_counted_pixel"),
-            electron=self.data.radiation == "electron")
+            electron=self.data.radiation == "electron", slices=config.model.slices)
         self.warnings += late
         self.texts["warnings"] = yaml.safe_dump(self.warnings)
         results = self.saver.save(history, figures=config.output.figures)
@@ -370,8 +372,10 @@ class Reconstructor:
                               poisson_deviance=self.saver.deviance, comm_bytes=[t.total_bytes for t in traffic],
                               comm_time_s=[t.wait_s for t in traffic], traffic=traffic, config=self.config)
 
-    def _deviance(self) -> float:
-        """Poisson deviance per counted pixel over all positions, each evaluated by one process."""
+    def _deviance(self, poisson: bool = True) -> float:
+        """Poisson deviance per counted pixel over all positions, each evaluated by one process; with the
+        terms that turn a ``poisson`` run's loss history into deviances (results.h5), the counts per pixel alone
+        for another loss on counts."""
         mine = torch.as_tensor(self.plan.evaluation_share(self.data.n_patterns), device=self.accelerator.device)
         # in chunks of a step's patterns on this process (at least 64): memory a step already takes
         sums = poisson_deviance_sums(self.model, self.store, mine, max(64, -(-self.config.optim.batch_size
@@ -380,9 +384,10 @@ class Reconstructor:
             sums = self.accelerator.reduce(sums, reduction="sum")
         deviance = float(sums[0] / (0.5 * sums[1]))
         # what turns the loss history into the deviance per counted pixel (ptyacc.results.figures.plot_loss)
+        counts = {"counts_per_counted_pixel": float(sums[3] / sums[1]) if sums[1] > 0 else 0.0}
         self.saver.deviance_scale = {"poisson_data_nll_per_pattern": float(sums[2]) / self.data.n_patterns,
                                      "counted_pixel_values_per_pattern": float(sums[1]) / self.data.n_patterns,
-                                     "counts_per_counted_pixel": float(sums[3] / sums[1]) if sums[1] > 0 else 0.0}
+                                     **counts} if poisson else counts
         return deviance
 
 
