@@ -100,7 +100,8 @@ def run_ptyacc(path: Path, out: Path, overrides: list[str]) -> dict:
                      rec.data.positions_A + frame_A, truth)
     times = rec.iteration_times_s
     return {"ncc": ncc, "s_per_iteration": float(np.median(times[1:] or times)), "overrides": overrides,
-            "loss": float(np.asarray(rec.results.loss)[-1]), "auto": rec.results.attrs.get("auto_values", "")}
+            "loss": float(np.asarray(rec.results.loss)[-1]), "auto": rec.results.attrs.get("auto_values", ""),
+            "deviance": rec.poisson_deviance, "counts_per_counted_pixel": rec.results.attrs.get("counts_per_counted_pixel")}
 
 
 def run_ptyrad(path: Path, out: Path, variant: str) -> dict:

@@ -158,12 +158,12 @@ def test_the_deviance_and_the_end_of_run_line():
     assert "scan_rotation" not in flips[0]
     assert len(deviance_warning(18.0, counts=1093, electron=False)) == 1  # the near field's image shift left out
     assert len(deviance_warning(3.5, counts=2.0)) == 1  # few counts: 3.5 is far off the noise (112 %)
-    # abTEM's SrTiO3 10 cells thick, 1e6 electrons (345 per counted pixel), 10 slices: right after 100 iterations 4.28
-    # (10 %, no warning); a scan turned 10 degrees 28.0 (28 %): the warning names the multislice model's keys too
-    assert deviance_warning(4.28, counts=345, slices=10) == []
-    thick = deviance_warning(28.0, counts=345, slices=10)
-    assert len(thick) == 1 and "model.slices" in thick[0] and "experiment.tilt_mrad" in thick[0]
-    assert "model.slices" not in deviance_warning(28.0, counts=345)[0]
+    # abTEM's SrTiO3 10 cells thick, 1e6 electrons (357 per counted pixel), 10 slices: right after 100 iterations 4.28
+    # (10 %, no warning); a scan turned 10 degrees 13.4 (19 %): the warning names the multislice model's keys too
+    assert deviance_warning(4.28, counts=357, slices=10) == []
+    thick = deviance_warning(13.4, counts=357, slices=10)
+    assert len(thick) == 1 and "misfit of 19 %" in thick[0] and "model.slices" in thick[0]
+    assert "experiment.tilt_mrad" in thick[0] and "model.slices" not in deviance_warning(13.4, counts=357)[0]
     end = warnings_said(["warning: a: set experiment.defocus_A: auto", "warning: b: set data.transform.orientation: "
                                                                         "auto"])
     assert end == ["at the end: 2 checks found trouble (said above, listed in results.h5); the keys to look at: "

@@ -28,11 +28,10 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   right calibrations on abTEM files of 1e6 electrons per pattern at up to 4.2 (8 %); the detector's flips
   left out of the PETRA data leave 58 (23 %), the near field's sub-pixel image shift left out about 18 (13 %.
   Computed on every run whose patterns are counts, whatever its loss. abTEM's SrTiO3 10 unit cells thick (12 x 12
-  positions, 1e6 electrons per pattern, 345 per counted pixel; the amplitude loss, 10 slices) ends right at 19
-  (23 %) after 20 iterations, 5.3 (11 %) after 40 and 4.3 (10 %) after 100, where its phase is 0.94, 0.997
-  and 0.998 like the truth's: the warning there says to iterate longer; its tilt left out, 7.1 (13 %) and 5.0
-  (11 %); a scan turned 10 degrees, a defocus 50 % off or 5 slices for 10 leave 25-28 (26-28 %), the patterns
-  transposed or the defocus's sign turned 75-102 (46-54 %).
+  positions, 1e6 electrons per pattern, 357 per counted pixel; the amplitude loss, 10 slices) ends right at 18.7
+  (23 %) after 20 iterations, 5.3 (11 %) after 40 and 4.3 (10 %) after 100, its phase 0.94, 0.997 and 0.998 like
+  the truth's: the warning there says to iterate longer; after 40, a scan turned 10 degrees leaves 13.4 (19 %), a
+  defocus 50 % off 18.5 (22 %), the patterns transposed 58.9 (40 %).
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
   change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``);
