@@ -330,7 +330,7 @@ def test_a_run_on_counts_with_the_amplitude_loss_gets_the_deviance_and_its_warni
     """Counts fitted with the amplitude loss (Adam's object) get the final Poisson deviance, the same sum
     NumPy makes of the model's patterns; results.h5 keeps it without the terms that would read the amplitude
     loss's history as deviances. abTEM's thick crystal with its patterns transposed: the warning, naming the
-    multislice model's keys."""
+    multislice model's keys; on one slice, naming model.slices."""
     from ptyacc.results.figures import poisson_deviance_history
 
     counted = tiny_config(tmp_path, data={"simulate": {"scan_shape": [6, 6], "detector_px": 16, "atoms": 6,
@@ -363,3 +363,9 @@ def test_a_run_on_counts_with_the_amplitude_loss_gets_the_deviance_and_its_warni
     assert thick.config.optim.loss == "amplitude" and thick.poisson_deviance > 30
     said = [text for text in yaml.safe_load(thick.results.attrs["warnings"]) if "final Poisson deviance" in text]
     assert len(said) == 1 and "model.slices" in said[0]
+    # the crystal on one slice: the amplitude loss (strong scattering), the warning names model.slices with the share
+    flat = ptyacc.reconstruct(ptyacc.load_config(case_config("untilted", model={"slices": 1}, optim={"iterations": 10})),
+                              write=False)
+    said = [text for text in yaml.safe_load(flat.results.attrs["warnings"]) if "final Poisson deviance" in text]
+    assert flat.config.optim.loss == "amplitude" and len(said) == 1
+    assert "% of the counts lie beyond the bright-field disk: a thick or strongly scattering sample" in said[0]

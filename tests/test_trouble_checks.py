@@ -165,6 +165,9 @@ def test_the_deviance_and_the_end_of_run_line():
     thick = deviance_warning(13.4, counts=357, slices=10)
     assert len(thick) == 1 and "misfit of 19 %" in thick[0] and "model.slices" in thick[0]
     assert "experiment.tilt_mrad" in thick[0] and "model.slices" not in deviance_warning(13.4, counts=357)[0]
+    # one slice of it: 27.5 (27 %), 6.2 % of the counts beyond the disk: the warning names model.slices
+    one = deviance_warning(27.5, counts=357, scattering=0.062)
+    assert len(one) == 1 and "model.slices and model.slice_thickness_A (6.2 % of the counts" in one[0]
     end = warnings_said(["warning: a: set experiment.defocus_A: auto", "warning: b: set data.transform.orientation: "
                                                                         "auto"])
     assert end == ["at the end: 2 checks found trouble (said above, listed in results.h5); the keys to look at: "

@@ -32,7 +32,8 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   (23 %) after 20 iterations, 5.3 (11 %) after 40 and 4.3 (10 %) after 100, its phase 0.94, 0.997 and 0.998 like
   the truth's: the warning there says to iterate longer (``optim.iterations: auto`` ended it after 41, at 3.7, 10 %
   and 0.998; the crystal tilted, 43, 4.2, 10 %, 0.979: no warning); after 40, a scan turned 10 degrees leaves 13.4 (19 %), a
-  defocus 50 % off 18.5 (22 %), the patterns transposed 58.9 (40 %).
+  defocus 50 % off 18.5 (22 %), the patterns transposed 58.9 (40 %), one slice for the ten 27.5 (27 %; phase
+  -0.07, the counts beyond the disk 6.2 %: on one slice the warning names ``model.slices`` where they are over 4 %).
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
   change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``);
@@ -377,11 +378,13 @@ def relative_misfit(deviance: float, counts: float) -> float:
     return math.sqrt(max(deviance - 1.0, 0.0) / counts) if counts > 0 else math.inf
 
 
-def deviance_warning(deviance: float, counts: float | None = None, electron: bool = True, slices: int = 1) -> list[str]:
+def deviance_warning(deviance: float, counts: float | None = None, electron: bool = True, slices: int = 1,
+                     scattering: float | None = None) -> list[str]:
     """A warning when the final Poisson deviance per counted pixel lies far above the noise level (DEVIANCE_HIGH)
     and, where the mean ``counts`` per counted pixel are known, the misfit it stands for is beyond MISFIT_HIGH of
     the counts (module docstring); the keys it names are the electron autos' (``electron``) or an X-ray run's, and
-    for several ``slices`` the multislice model's."""
+    for several ``slices`` the multislice model's; on one slice of a strongly scattering sample (``scattering``: its
+    share of the counts beyond the bright-field disk, given where it is strong) ``model.slices``."""
     if not deviance > DEVIANCE_HIGH:
         return []
     misfit = None if counts is None else relative_misfit(deviance, counts)
@@ -395,6 +398,9 @@ def deviance_warning(deviance: float, counts: float | None = None, electron: boo
             "(experiment.detector_distance_m, experiment.focus_to_sample_m), model.background")
     if slices > 1:  # a thick sample: the slices' depth, a tilt the model leaves out
         keys += ", model.slices and model.slice_thickness_A, experiment.tilt_mrad (or optim.start.tilt)"
+    elif scattering is not None:
+        keys += (f", model.slices and model.slice_thickness_A ({100 * scattering:.1f} % of the counts lie beyond the "
+                 "bright-field disk: a thick or strongly scattering sample wants several slices)")
     return [f"warning: the final Poisson deviance {deviance:.3g} per counted pixel is far above the about 1 of a "
             f"model at the noise level (over {DEVIANCE_HIGH:g}){share}: the model does not explain the data; check "
             f"{keys}; or, if the loss still falls, set optim.iterations: auto (the run ends once converged) or raise it"]

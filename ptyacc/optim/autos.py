@@ -175,13 +175,15 @@ def electrons_per_pixel(mean_counts: float, dx_A: float, positions_A: np.ndarray
 
 
 def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: float, data: PtychoData,
-               mean_pattern: torch.Tensor | None = None) -> tuple[Config, dict[str, float | str], list[str], list[str]]:
+               mean_pattern: torch.Tensor | None = None
+               ) -> tuple[Config, dict[str, float | str], list[str], list[str], float | None]:
     """The run's config with the auto keys that the data decide resolved: ``optim.loss``
     (``resolved_loss``); on several slices ``optim.regularize.tv_phase_smoothing`` (counts:
     ``dose_smoothing``; patterns that are not counts: 0, off); ``optim.regularize.depth_blur_slices``
     (``STRONG_DEPTH_BLUR`` on several slices of a strongly scattering sample, else 0) and there
-    ``optim.preconditioned_step`` (``STRONG_STEP`` with the amplitude loss); {key: value} of those, and
-    the lines saying why: for the terminal, and for run.log only."""
+    ``optim.preconditioned_step`` (``STRONG_STEP`` with the amplitude loss); {key: value} of those, the
+    lines saying why (for the terminal, and for run.log only) and the share of the counts beyond the
+    bright-field disk (``read_dark_field``; None without a mean pattern or a semi-angle)."""
     floor, dark_field = read_dark_field(mean_pattern, data) if mean_pattern is not None else (None, None)
     loss, log_notes = resolved_loss(config, counts, peak_counts, dark_field)
     chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
@@ -218,7 +220,7 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     if chosen or regularize is not config.optim.regularize:
         config = dataclasses.replace(config, optim=dataclasses.replace(config.optim, loss=loss, regularize=regularize,
                                                                        preconditioned_step=step))
-    return config, chosen, notes, log_notes
+    return config, chosen, notes, log_notes, dark_field
 
 
 def read_dark_field(mean_pattern: torch.Tensor, data: PtychoData) -> tuple[DetectorFloor | None, float | None]:

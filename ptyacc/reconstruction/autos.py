@@ -55,7 +55,8 @@ class ResolvedAutos:
     """What ``resolve_autos`` found: the run's ``config`` with numbers in place of auto, the ``priors``
     the groups take, ``values`` {key: value} of every key resolved (results.h5's ``auto_values``),
     ``notes`` for the terminal and run.log, ``log_notes`` for run.log only, and the initial probe's
-    ``aperture`` (K, K) read from the data where ``model.probe_aperture_edge`` is measured (None: the ramp's)."""
+    ``aperture`` (K, K) read from the data where ``model.probe_aperture_edge`` is measured (None: the ramp's),
+    and the ``scattering``: the share of the counts beyond the bright-field disk (None: not read)."""
 
     config: Config
     priors: AutoPriors
@@ -63,6 +64,7 @@ class ResolvedAutos:
     notes: list[str]
     log_notes: list[str]
     aperture: torch.Tensor | None = None
+    scattering: float | None = None
 
     def values_text(self) -> str:
         """results.h5's attribute ``auto_values``: ``values`` as YAML, its keys sorted."""
@@ -142,7 +144,8 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
     is not soft, which it decides)."""
     smoothing = variation_smoothing(config, positions_px, data.dx_A)
     config = data.autocalibration.in_config(config) if data.autocalibration is not None else config
-    config, chosen, notes, log_notes = data_autos(config, counts, peak_counts, mean_counts, data, mean_pattern)
+    config, chosen, notes, log_notes, scattering = data_autos(config, counts, peak_counts, mean_counts, data,
+                                                              mean_pattern)
     config, iterations = resolved_iterations(config)
     model = {**smoothing, **variation_eigen(config)}  # the model's keys
     if config.model.probe_modes > 1 and config.model.probe_mode_power == "auto":
@@ -161,4 +164,4 @@ def resolve_autos(config: Config, data: PtychoData, positions_px: np.ndarray, ru
                      for key, value in sorted(values.items()))
     return ResolvedAutos(config, priors, values, [*priors.notes, *notes, *sampling_said, *([batch.said()] if batch else [])],
                          [*priors.log_notes, *log_notes, *([edge.line()] if edge is not None else []),
-                          *([f"auto: {said}"] if said else [])], edge.aperture if edge is not None else None)
+                          *([f"auto: {said}"] if said else [])], edge.aperture if edge is not None else None, scattering)

@@ -29,7 +29,7 @@ from ptyacc.data.hold import hold_lines, peak_memory_lines
 from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
 from ptyacc.data.trouble import astigmatism_said, deviance_warning, refocused_probe_said, turned_scan_said, warnings_said
 from ptyacc.errors import ConfigError, DistributedError
-from ptyacc.optim.autos import floor_measured
+from ptyacc.optim.autos import STRONG_SCATTERING, floor_measured
 from ptyacc.optim.groups import lr_factor
 from ptyacc.physics.chain import AMPLITUDE_FLOOR_SHARE, EPS
 from ptyacc.physics.fused import CompiledTerms, compile_wanted
@@ -185,6 +185,8 @@ class Reconstructor:
                               runtime_values(config, accelerator, self.data, self.store), sized,
                               not_counts == 0, peak, mean_counts, mean_pattern)
         self.counts = not_counts == 0  # the patterns are counts: the final deviance is computed whatever the loss
+        # a strongly scattering sample: the deviance's warning names model.slices on one slice
+        self.strong = autos.scattering if autos.scattering is not None and autos.scattering > STRONG_SCATTERING else None
         self.config = config = autos.config
         self.texts["auto_values"] = autos.values_text()
         built_said: list[str] = []
@@ -343,7 +345,7 @@ class Reconstructor:
         self.saver.deviance = self._deviance(poisson) if poisson or self.counts else None
         late = [] if self.saver.deviance is None else deviance_warning(
             self.saver.deviance, self.saver.deviance_scale.get("counts_per_counted_pixel"),
-            electron=self.data.radiation == "electron", slices=config.model.slices)
+            electron=self.data.radiation == "electron", slices=config.model.slices, scattering=self.strong)
         self.warnings += late
         self.texts["warnings"] = yaml.safe_dump(self.warnings)
         results = self.saver.save(history, figures=config.output.figures)
