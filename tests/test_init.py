@@ -28,6 +28,7 @@ def test_init_writes_a_config_that_runs(tmp_path, monkeypatch):
     # the file's positions_A are its nominal raster: read as one, so the scan's autos apply
     assert "positions_A are a raster of 24 x 24 positions, step 0.4 A, turned 0.00 deg" in text
     assert "scan.yaml: positions: the file's positions_A are a raster of 24 x 24" in result.output  # said, too
+    assert "scattering:" not in result.output  # a monolayer: not strong
     config = yaml.safe_load(text)
     assert config["data"] == {"path": "scan.h5", "key": "patterns", "bad_pixels": "auto",
                               "transform": {"orientation": "auto", "descan": "auto"}}
@@ -143,3 +144,15 @@ def test_init_reads_py4dstems_calibration(tmp_path, monkeypatch):
     assert "# calibration check: bright-field disk radius predicted 7.66 px" in text
     py4dstem_file(tmp_path / "pixels.h5", "pixels", "pixels")  # not calibrated yet: asked for
     assert "dk_invA" not in inspect_patterns(tmp_path / "pixels.h5").attrs
+
+
+def test_init_says_on_the_terminal_that_a_strongly_scattering_sample_wants_slices(tmp_path, monkeypatch):
+    """abTEM's SrTiO3 10 unit cells thick: run on the one slice init leaves, its phase correlates with the truth at
+    -0.07 (benchmarks/records/2026-12-06-thick-crystal-deviance.md); init cannot know the thickness, so it says so."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(Path(__file__).parent / "data" / "abtem" / "sto_untilted.h5", tmp_path / "thick.h5")
+    result = CliRunner().invoke(cli, ["init", "thick.h5"])
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "scattering:" in line]
+    assert len(said) == 1 and "of the counts beyond the bright-field disk (over 4%: strong" in said[0]
+    assert "give it model.slices and model.slice_thickness_A" in said[0]

@@ -150,11 +150,13 @@ def _dropped_lines(info: PatternsInfo, fit: RasterFit | None, raster: bool, turn
 
 def terminal_notes(text: str) -> list[str]:
     """The comments of a written config (with info's report) that the terminal must show too: how the
-    file's positions are read, a scan auto left out and why, and the warnings of the report."""
+    file's positions are read, a scan auto left out and why, the warnings of the report, and a sample that scatters
+    strongly (a thick crystal wants model.slices, which init cannot know: run on one slice, its answer is wrong)."""
     notes = []
     for line in text.splitlines():
         comment = line.strip().removeprefix("# ")
-        if comment.startswith(("positions: the file's", "warning:", "auto not applied:")) or " not auto: " in comment:
+        if (comment.startswith(("positions: the file's", "warning:", "auto not applied:")) or " not auto: " in comment
+                or comment.startswith("scattering:") and ": strong;" in comment):
             notes.append(comment)
     return notes
 
