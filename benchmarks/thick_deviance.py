@@ -1,0 +1,116 @@
+"""The final deviance's warning on thick crystals: right and wrong configs of abTEM's SrTiO3 [001]
+(``tests/data/abtem/make_cases.py``'s crystal, no thermal vibrations) of several thicknesses, energies and
+defoci, 12 x 12 positions 0.5 Å apart, Poisson counts at 1e5 and 1e6 electrons per pattern; each run from the
+config ``ptyacc init`` writes, the frame given (orientation manual, rotation 0), one slice per unit cell.
+Prints one JSON line per run: phase NCC with the truth (in the file's frame), the final deviance per counted
+pixel, the misfit it stands for, whether the deviance's warning fired and named ``model.slices``.
+
+    # 1. abTEM (its own venv): one crystal per line, cells kV defocus_A
+    OMP_NUM_THREADS=1 /tmp/abtem-venv/bin/python benchmarks/thick_deviance.py make --work /tmp/thick 10 200 60
+    # 2. ptyacc: every file under WORK, every variant (auto, i20, one20, rot10, df30)
+    OMP_NUM_THREADS=1 python benchmarks/thick_deviance.py run --work /tmp/thick
+
+Variants: ``auto`` the truth, ``optim.iterations: auto``; ``i20`` the truth, 20 iterations (init's); ``one20``
+one slice (what init leaves), 20 iterations; ``rot10`` the scan rotation given 10 degrees off; ``df30`` the
+defocus given 30 % long (the run's focus refinement is on, as init writes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+CELL_A = 3.905
+VARIANTS = {"auto": ["optim.iterations=auto"], "i20": ["optim.iterations=20"],
+            "one20": ["optim.iterations=20", "model.slices=1"],
+            "rot10": ["optim.iterations=auto", "experiment.scan_rotation_deg=10"],
+            "df30": ["optim.iterations=auto"]}
+
+
+def make(work: Path, cells: int, kv: float, defocus_A: float, seed: int = 5) -> None:
+    """abTEM's expected patterns of the crystal, then Poisson counts at 1e5 and 1e6 per pattern."""
+    import h5py
+
+    sys.path.insert(0, str(REPO / "tests" / "data" / "abtem"))
+    import make_cases
+
+    work.mkdir(parents=True, exist_ok=True)
+    name = f"c{cells}_{int(kv)}kv_df{int(defocus_A)}"
+    make_cases.ENERGY_EV = kv * 1e3
+    make_cases.CASES[name] = dict(cells_deep=cells, tilt=(0.0, 0.0), defocus=defocus_A, scan=(12, 12), step=0.5,
+                                  rotation=0.0, dose=0.0)
+    expected = work / f"{name}_expected.h5"
+    if not expected.is_file():
+        make_cases.simulate(name, expected)
+    with h5py.File(expected) as f:
+        mean = f["patterns"][()].astype(np.float64) / f.attrs["dose_per_pattern"]
+    for dose in (1e5, 1e6):
+        path = work / f"{name}_{dose:.0e}.h5"
+        path.write_bytes(expected.read_bytes())
+        with h5py.File(path, "a") as f:
+            del f["patterns"]
+            counts = np.random.default_rng(seed).poisson(mean * dose).astype(np.uint32)
+            f.create_dataset("patterns", data=counts, compression="gzip", shuffle=True)
+            f.attrs["dose_per_pattern"] = dose
+        print(path, flush=True)
+
+
+def run(path: Path, variant: str) -> dict:
+    """One variant on one file (module docstring)."""
+    import h5py
+    import yaml
+
+    import ptyacc
+    from ptyacc.results.quality import placed_ncc
+
+    cells = int(path.name.split("_")[0][1:])
+    written = path.with_suffix(".yaml")
+    if not written.is_file():
+        subprocess.run([str(Path(sys.executable).with_name("ptyacc")), "init", str(path), "-o", str(written), "--force"],
+                       check=True, capture_output=True)
+    config = yaml.safe_load(written.read_text())
+    config["data"]["path"] = str(path)
+    config["model"] = {"slices": cells, "slice_thickness_A": CELL_A}
+    config["runtime"] = {"progress": False}
+    config.pop("output", None)
+    with h5py.File(path) as f:
+        truth, file_positions_A = f["ground_truth/phase"][()], f["positions_A"][()].reshape(-1, 2)
+        defocus_A = float(f.attrs["defocus_A"])
+    sets = ["data.transform.orientation=manual", "experiment.scan_rotation_deg=0", *VARIANTS[variant]]
+    sets += [f"experiment.defocus_A={1.3 * defocus_A:g}"] if variant == "df30" else []
+    rec = ptyacc.reconstruct(ptyacc.load_config(config, sets), write=False)
+    frame_A = file_positions_A.mean(0) - rec.data.positions_A.mean(0)  # init's raster starts at zero
+    ncc = placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) + frame_A, rec.results.dx_A,
+                     rec.data.positions_A + frame_A, truth)
+    said = [text for text in yaml.safe_load(rec.results.attrs["warnings"]) if "final Poisson deviance" in text]
+    counts = float(rec.results.attrs.get("counts_per_counted_pixel", 0.0))
+    deviance = rec.poisson_deviance
+    return {"file": path.name, "variant": variant, "loss": rec.config.optim.loss, "iterations": len(rec.loss),
+            "ncc": round(ncc, 4), "deviance": None if deviance is None else round(deviance, 2),
+            "misfit": None if deviance is None or not counts else round(max(deviance - 1, 0) ** 0.5 / counts ** 0.5, 3),
+            "warned": bool(said), "slices_named": bool(said) and "model.slices" in said[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=["make", "run"])
+    parser.add_argument("crystal", nargs="*", type=float, help="make: cells kV defocus_A")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/thick"))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    args = parser.parse_args()
+    if args.step == "make":
+        cells, kv, defocus_A = args.crystal
+        return make(args.work, int(cells), kv, defocus_A)
+    for path in sorted(args.work.glob("c*_1e+0?.h5")):
+        for variant in args.variants:
+            print(json.dumps(run(path, variant)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
