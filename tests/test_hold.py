@@ -125,7 +125,7 @@ def test_every_mode_gives_the_device_result_for_every_reader(files, reader):
     counts = reader != "cxi"  # a dark frame is subtracted from the CXI patterns: float32 in host memory
     expected = np.uint16 if counts else np.float32
     assert runs["host"].data.streamed.read.patterns.dtype == expected
-    # optim.loss: auto sees the same in every mode: counts (the Poisson loss, whose runs have a deviance) or not
+    # optim.loss: auto sees the same in every mode: counts (whose runs have a deviance, whatever the loss) or not
     assert all((run.poisson_deviance is not None) == counts for run in runs.values()), reader
 
 

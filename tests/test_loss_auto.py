@@ -353,8 +353,6 @@ def test_a_run_on_counts_with_the_amplitude_loss_gets_the_deviance_and_its_warni
     assert results.attrs["counts_per_counted_pixel"] == pytest.approx(d.sum() / (d >= 1).sum(), rel=1e-6)
     assert poisson_deviance_history(results) is None and "poisson_data_nll_per_pattern" not in results.attrs
 
-    import sys
-    sys.path.insert(0, str(Path(__file__).parent))
     from abtem_cases import case_config
 
     wrong = ptyacc.load_config(case_config("untilted", data={"transform": {"transpose": True}},

@@ -186,7 +186,7 @@ class Reconstructor:
                               not_counts == 0, peak, mean_counts, mean_pattern)
         self.counts = not_counts == 0  # the patterns are counts: the final deviance is computed whatever the loss
         # a strongly scattering sample: the deviance's warning names model.slices on one slice
-        self.strong = autos.scattering if autos.scattering is not None and autos.scattering > STRONG_SCATTERING else None
+        self.strong_share = autos.scattering if autos.scattering is not None and autos.scattering > STRONG_SCATTERING else None
         self.config = config = autos.config
         self.texts["auto_values"] = autos.values_text()
         built_said: list[str] = []
@@ -345,7 +345,7 @@ class Reconstructor:
         self.saver.deviance = self._deviance(poisson) if poisson or self.counts else None
         late = [] if self.saver.deviance is None else deviance_warning(
             self.saver.deviance, self.saver.deviance_scale.get("counts_per_counted_pixel"),
-            electron=self.data.radiation == "electron", slices=config.model.slices, scattering=self.strong)
+            electron=self.data.radiation == "electron", slices=config.model.slices, scattering=self.strong_share)
         self.warnings += late
         self.texts["warnings"] = yaml.safe_dump(self.warnings)
         results = self.saver.save(history, figures=config.output.figures)
