@@ -150,6 +150,8 @@ def test_the_deviance_and_the_end_of_run_line():
     high = deviance_warning(DEVIANCE_HIGH + 1)
     assert len(high) == 1 and high[0].startswith("warning:") and "experiment.defocus_A" in high[0]
     assert "set optim.iterations: auto (the run ends once converged)" in high[0]
+    stopped = deviance_warning(DEVIANCE_HIGH + 1, converged=True)[0]  # the stop rule ended it: a number, not auto
+    assert "give optim.iterations a number: the stop rule judged the run converged" in stopped and "auto (" not in stopped
     # at many counts a small misfit is a large deviance: 1 + counts x misfit^2 (relative_misfit)
     assert relative_misfit(1 + 1000 * 0.05**2, 1000) == pytest.approx(0.05)
     assert deviance_warning(5.22, counts=1093) == []  # the PETRA III near-field data, reconstructed right: 6 %

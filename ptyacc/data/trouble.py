@@ -382,12 +382,13 @@ def relative_misfit(deviance: float, counts: float) -> float:
 
 
 def deviance_warning(deviance: float, counts: float | None = None, electron: bool = True, slices: int = 1,
-                     scattering: float | None = None) -> list[str]:
+                     scattering: float | None = None, converged: bool = False) -> list[str]:
     """A warning when the final Poisson deviance per counted pixel lies far above the noise level (DEVIANCE_HIGH)
     and, where the mean ``counts`` per counted pixel are known, the misfit it stands for is beyond MISFIT_HIGH of
     the counts (module docstring); the keys it names are the electron autos' (``electron``) or an X-ray run's, and
     for several ``slices`` the multislice model's; on one slice of a strongly scattering sample (``scattering``: its
-    share of the counts beyond the bright-field disk, given where it is strong) ``model.slices``."""
+    share of the counts beyond the bright-field disk, given where it is strong) ``model.slices``. Its last remedy is
+    ``optim.iterations: auto``, or, where the stop rule ended the run (``converged``), a number of iterations."""
     if not deviance > DEVIANCE_HIGH:
         return []
     misfit = None if counts is None else relative_misfit(deviance, counts)
@@ -406,7 +407,14 @@ def deviance_warning(deviance: float, counts: float | None = None, electron: boo
                  "bright-field disk: a thick or strongly scattering sample wants several slices)")
     return [f"warning: the final Poisson deviance {deviance:.3g} per counted pixel is far above the about 1 of a "
             f"model at the noise level (over {DEVIANCE_HIGH:g}){share}: the model does not explain the data; check "
-            f"{keys}; or, if the loss still falls, set optim.iterations: auto (the run ends once converged) or raise it"]
+            f"{keys}; {LONGER_AFTER_STOP if converged else LONGER}"]
+
+
+LONGER = "or, if the loss still falls, set optim.iterations: auto (the run ends once converged) or raise it"
+# the stop rule reads a slow late fall as converged: abTEM's 62 A SrTiO3 stopped after 37 iterations at a phase NCC of 0.72,
+# 400 reached 0.967 (benchmarks/records/2026-12-06-thick-crystal-deviance.md)
+LONGER_AFTER_STOP = ("or give optim.iterations a number: the stop rule judged the run converged, and a slow late fall "
+                     "(a thick crystal's) can go on for hundreds of iterations")
 
 
 # a turn of TURN_TOLD_DEG or more: the object formed at the angle the run started from and holds the scan near it, so

@@ -345,7 +345,8 @@ class Reconstructor:
         self.saver.deviance = self._deviance(poisson) if poisson or self.counts else None
         late = [] if self.saver.deviance is None else deviance_warning(
             self.saver.deviance, self.saver.deviance_scale.get("counts_per_counted_pixel"),
-            electron=self.data.radiation == "electron", slices=config.model.slices, scattering=self.strong_share)
+            electron=self.data.radiation == "electron", slices=config.model.slices, scattering=self.strong_share,
+            converged="converged_after_iterations" in self.saver.attrs)
         self.warnings += late
         self.texts["warnings"] = yaml.safe_dump(self.warnings)
         results = self.saver.save(history, figures=config.output.figures)
