@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from thick_vs_ptyrad import counted_copies, file_frame_ncc, init_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CELL_A = 3.905
 VARIANTS = {"auto": ["optim.iterations=auto"], "i20": ["optim.iterations=20"],
             "one20": ["optim.iterations=20", "model.slices=1"],
             "rot10": ["optim.iterations=auto", "experiment.scan_rotation_deg=10"],
@@ -35,8 +34,6 @@ VARIANTS = {"auto": ["optim.iterations=auto"], "i20": ["optim.iterations=20"],
 
 def make(work: Path, cells: int, kv: float, defocus_A: float, seed: int = 5) -> None:
     """abTEM's expected patterns of the crystal, then Poisson counts at 1e5 and 1e6 per pattern."""
-    import h5py
-
     sys.path.insert(0, str(REPO / "tests" / "data" / "abtem"))
     import make_cases
 
@@ -48,17 +45,7 @@ def make(work: Path, cells: int, kv: float, defocus_A: float, seed: int = 5) -> 
     expected = work / f"{name}_expected.h5"
     if not expected.is_file():
         make_cases.simulate(name, expected)
-    with h5py.File(expected) as f:
-        mean = f["patterns"][()].astype(np.float64) / f.attrs["dose_per_pattern"]
-    for dose in (1e5, 1e6):
-        path = work / f"{name}_{dose:.0e}.h5"
-        path.write_bytes(expected.read_bytes())
-        with h5py.File(path, "a") as f:
-            del f["patterns"]
-            counts = np.random.default_rng(seed).poisson(mean * dose).astype(np.uint32)
-            f.create_dataset("patterns", data=counts, compression="gzip", shuffle=True)
-            f.attrs["dose_per_pattern"] = dose
-        print(path, flush=True)
+    counted_copies(expected, {dose: work / f"{name}_{dose:.0e}.h5" for dose in (1e5, 1e6)}, seed)
 
 
 def run(path: Path, variant: str) -> dict:
@@ -67,33 +54,20 @@ def run(path: Path, variant: str) -> dict:
     import yaml
 
     import ptyacc
-    from ptyacc.results.quality import placed_ncc
+    from ptyacc.data.trouble import relative_misfit
 
-    cells = int(path.name.split("_")[0][1:])
-    written = path.with_suffix(".yaml")
-    if not written.is_file():
-        subprocess.run([str(Path(sys.executable).with_name("ptyacc")), "init", str(path), "-o", str(written), "--force"],
-                       check=True, capture_output=True)
-    config = yaml.safe_load(written.read_text())
-    config["data"]["path"] = str(path)
-    config["model"] = {"slices": cells, "slice_thickness_A": CELL_A}
-    config["runtime"] = {"progress": False}
-    config.pop("output", None)
+    config = init_config(path, path.with_suffix(".yaml"), cells=int(path.name.split("_")[0][1:]))
     with h5py.File(path) as f:
-        truth, file_positions_A = f["ground_truth/phase"][()], f["positions_A"][()].reshape(-1, 2)
         defocus_A = float(f.attrs["defocus_A"])
     sets = ["data.transform.orientation=manual", "experiment.scan_rotation_deg=0", *VARIANTS[variant]]
     sets += [f"experiment.defocus_A={1.3 * defocus_A:g}"] if variant == "df30" else []
     rec = ptyacc.reconstruct(ptyacc.load_config(config, sets), write=False)
-    frame_A = file_positions_A.mean(0) - rec.data.positions_A.mean(0)  # init's raster starts at zero
-    ncc = placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) + frame_A, rec.results.dx_A,
-                     rec.data.positions_A + frame_A, truth)
     said = [text for text in yaml.safe_load(rec.results.attrs["warnings"]) if "final Poisson deviance" in text]
     counts = float(rec.results.attrs.get("counts_per_counted_pixel", 0.0))
     deviance = rec.poisson_deviance
     return {"file": path.name, "variant": variant, "loss": rec.config.optim.loss, "iterations": len(rec.loss),
-            "ncc": round(ncc, 4), "deviance": None if deviance is None else round(deviance, 2),
-            "misfit": None if deviance is None or not counts else round(max(deviance - 1, 0) ** 0.5 / counts ** 0.5, 3),
+            "ncc": round(file_frame_ncc(rec, path), 4), "deviance": None if deviance is None else round(deviance, 2),
+            "misfit": None if deviance is None or not counts else round(relative_misfit(deviance, counts), 3),
             "warned": bool(said), "slices_named": bool(said) and "model.slices" in said[0]}
 
 
@@ -103,7 +77,7 @@ def main() -> None:
     parser.add_argument("crystal", nargs="*", type=float, help="make: cells kV defocus_A")
     parser.add_argument("--work", type=Path, default=Path("/tmp/thick"))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # make --work DIR 10 200 60: the crystal after the option
     if args.step == "make":
         cells, kv, defocus_A = args.crystal
         return make(args.work, int(cells), kv, defocus_A)

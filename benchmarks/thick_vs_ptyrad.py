@@ -46,9 +46,6 @@ def file_name(crystal: str, dose: float) -> str:
 
 def make(work: Path, scan: int, seed: int) -> None:
     """Expected patterns from abTEM per crystal, then Poisson counts at each dose."""
-    import h5py
-    import numpy as np
-
     sys.path.insert(0, str(REPO / "tests" / "data" / "abtem"))
     import make_cases
 
@@ -59,45 +56,67 @@ def make(work: Path, scan: int, seed: int) -> None:
                                          rotation=0.0, dose=0.0)
         if not expected_path.is_file():
             make_cases.simulate(crystal, expected_path)
-        with h5py.File(expected_path) as f:
-            expected = f["patterns"][()].astype(np.float64) / f.attrs["dose_per_pattern"]
-        for dose in DOSES:
-            path = work / file_name(crystal, dose)
-            path.write_bytes(expected_path.read_bytes())
-            counts = np.random.default_rng(seed).poisson(expected * dose).astype(np.uint32)
-            with h5py.File(path, "a") as f:
-                del f["patterns"]
-                f.create_dataset("patterns", data=counts, compression="gzip", shuffle=True)
-                f.attrs["dose_per_pattern"] = dose
-            print(path)
+        counted_copies(expected_path, {dose: work / file_name(crystal, dose) for dose in DOSES}, seed)
 
 
-def run_ptyacc(path: Path, out: Path, overrides: list[str]) -> dict:
-    """The config ``ptyacc init`` writes for the file, one slice per unit cell, ITERATIONS."""
+def counted_copies(expected_path: Path, paths: dict[float, Path], seed: int) -> None:
+    """Copies of an abTEM file of expected patterns with Poisson counts at each dose (electrons per pattern) of
+    ``paths`` {dose: path}."""
     import h5py
     import numpy as np
+
+    with h5py.File(expected_path) as f:
+        expected = f["patterns"][()].astype(np.float64) / f.attrs["dose_per_pattern"]
+    for dose, path in paths.items():
+        path.write_bytes(expected_path.read_bytes())
+        counts = np.random.default_rng(seed).poisson(expected * dose).astype(np.uint32)
+        with h5py.File(path, "a") as f:
+            del f["patterns"]
+            f.create_dataset("patterns", data=counts, compression="gzip", shuffle=True)
+            f.attrs["dose_per_pattern"] = dose
+        print(path, flush=True)
+
+
+def init_config(path: Path, config_path: Path, cells: int) -> dict:
+    """The config ``ptyacc init`` writes for the file (kept at ``config_path``), one slice per unit cell."""
     import yaml
 
-    import ptyacc
-    from ptyacc.results.quality import placed_ncc
-
-    config_path = out.with_suffix(".yaml")
     subprocess.run([str(Path(sys.executable).with_name("ptyacc")), "init", str(path), "-o", str(config_path), "--force"],
                    check=True, capture_output=True)
     config = yaml.safe_load(config_path.read_text())
     config["data"]["path"] = str(path)
-    config["model"] = {"slices": CELLS, "slice_thickness_A": CELL_A}
-    config["optim"]["iterations"] = ITERATIONS
+    config["model"] = {"slices": cells, "slice_thickness_A": CELL_A}
     config["runtime"] = {"progress": False}
     config.pop("output", None)
-    rec = ptyacc.reconstruct(ptyacc.load_config(config, overrides), write=False)
+    return config
+
+
+def file_frame_ncc(rec, path: Path) -> float:
+    """The phase NCC of a run on an abTEM file with its truth: init reads the file's positions as the raster they
+    form, which starts at zero, so the frame's translation shared with the positions is taken out (the truth lies
+    in the file's frame)."""
+    import h5py
+    import numpy as np
+
+    from ptyacc.results.quality import placed_ncc
+
     with h5py.File(path) as f:
         truth, file_positions_A = f["ground_truth/phase"][()], f["positions_A"][()].reshape(-1, 2)
-    # init reads the file's positions as the raster they form, which starts at zero: the frame's translation
-    # shared with the positions is taken out (the truth lies in the file's frame)
     frame_A = file_positions_A.mean(0) - rec.data.positions_A.mean(0)
-    ncc = placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) + frame_A, rec.results.dx_A,
-                     rec.data.positions_A + frame_A, truth)
+    return float(placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) + frame_A, rec.results.dx_A,
+                            rec.data.positions_A + frame_A, truth))
+
+
+def run_ptyacc(path: Path, out: Path, overrides: list[str]) -> dict:
+    """The config ``ptyacc init`` writes for the file, one slice per unit cell, ITERATIONS."""
+    import numpy as np
+
+    import ptyacc
+
+    config = init_config(path, out.with_suffix(".yaml"), CELLS)
+    config["optim"]["iterations"] = ITERATIONS
+    rec = ptyacc.reconstruct(ptyacc.load_config(config, overrides), write=False)
+    ncc = file_frame_ncc(rec, path)
     times = rec.iteration_times_s
     return {"ncc": ncc, "s_per_iteration": float(np.median(times[1:] or times)), "overrides": overrides,
             "loss": float(np.asarray(rec.results.loss)[-1]), "auto": rec.results.attrs.get("auto_values", ""),

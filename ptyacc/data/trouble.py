@@ -381,6 +381,13 @@ def relative_misfit(deviance: float, counts: float) -> float:
     return math.sqrt(max(deviance - 1.0, 0.0) / counts) if counts > 0 else math.inf
 
 
+LONGER = "or, if the loss still falls, set optim.iterations: auto (the run ends once converged) or raise it"
+# the stop rule reads a slow late fall as converged: abTEM's 62 A SrTiO3 stopped after 37 iterations at a phase NCC of 0.72,
+# 400 reached 0.967 (benchmarks/records/2026-12-06-thick-crystal-deviance.md)
+LONGER_AFTER_STOP = ("or give optim.iterations a number: the stop rule judged the run converged, and a slow late fall "
+                     "(a thick crystal's) can go on for hundreds of iterations")
+
+
 def deviance_warning(deviance: float, counts: float | None = None, electron: bool = True, slices: int = 1,
                      scattering: float | None = None, converged: bool = False) -> list[str]:
     """A warning when the final Poisson deviance per counted pixel lies far above the noise level (DEVIANCE_HIGH)
@@ -409,12 +416,6 @@ def deviance_warning(deviance: float, counts: float | None = None, electron: boo
             f"model at the noise level (over {DEVIANCE_HIGH:g}){share}: the model does not explain the data; check "
             f"{keys}; {LONGER_AFTER_STOP if converged else LONGER}"]
 
-
-LONGER = "or, if the loss still falls, set optim.iterations: auto (the run ends once converged) or raise it"
-# the stop rule reads a slow late fall as converged: abTEM's 62 A SrTiO3 stopped after 37 iterations at a phase NCC of 0.72,
-# 400 reached 0.967 (benchmarks/records/2026-12-06-thick-crystal-deviance.md)
-LONGER_AFTER_STOP = ("or give optim.iterations a number: the stop rule judged the run converged, and a slow late fall "
-                     "(a thick crystal's) can go on for hundreds of iterations")
 
 
 # a turn of TURN_TOLD_DEG or more: the object formed at the angle the run started from and holds the scan near it, so
