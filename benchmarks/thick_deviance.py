@@ -2,17 +2,20 @@
 (``tests/data/abtem/make_cases.py``'s crystal, no thermal vibrations) of several thicknesses, energies and
 defoci, 12 x 12 positions 0.5 Å apart, Poisson counts at 1e5 and 1e6 electrons per pattern; each run from the
 config ``ptyacc init`` writes, the frame given (orientation manual, rotation 0), one slice per unit cell.
-Prints one JSON line per run: phase NCC with the truth (in the file's frame), the final deviance per counted
+Prints one JSON line per run: phase NCC with the truth (in the file's frame), the NCC of the vacancies' depth map
+(``file_frame_ncc``'s ``depth``), the iterations after which the depth blur eased, the final deviance per counted
 pixel, the misfit it stands for, whether the deviance's warning fired and named ``model.slices``.
 
     # 1. abTEM (its own venv): one crystal per line, cells kV defocus_A
     OMP_NUM_THREADS=1 /tmp/abtem-venv/bin/python benchmarks/thick_deviance.py make --work /tmp/thick 10 200 60
-    # 2. ptyacc: every file under WORK, every variant (auto, i20, one20, rot10, df30)
-    OMP_NUM_THREADS=1 python benchmarks/thick_deviance.py run --work /tmp/thick
+    # 2. ptyacc: every file under WORK, every variant (or those named by --variants)
+    OMP_NUM_THREADS=1 python benchmarks/thick_deviance.py run --work /tmp/thick [--variants auto auto_one_stage]
 
 Variants: ``auto`` the truth, ``optim.iterations: auto``; ``i20`` the truth, 20 iterations (init's); ``one20``
 one slice (what init leaves), 20 iterations; ``rot10`` the scan rotation given 10 degrees off; ``df30`` the
-defocus given 30 % long (the run's focus refinement is on, as init writes it).
+defocus given 30 % long (the run's focus refinement is on, as init writes it); ``auto_one_stage`` and
+``i20_one_stage`` as ``auto`` and ``i20`` with the depth blur in one stage (``depth_blur_start_slices: 1``, auto's
+depth blur there).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from thick_vs_ptyrad import counted_copies, file_frame_ncc, init_config  # noqa:
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {"auto": ["optim.iterations=auto"], "i20": ["optim.iterations=20"],
             "one20": ["optim.iterations=20", "model.slices=1"],
+            # one stage of the depth blur (depth_blur_start_slices as depth_blur_slices: auto's 1 there)
+            "auto_one_stage": ["optim.iterations=auto", "optim.regularize.depth_blur_start_slices=1"],
+            "i20_one_stage": ["optim.iterations=20", "optim.regularize.depth_blur_start_slices=1"],
             "rot10": ["optim.iterations=auto", "experiment.scan_rotation_deg=10"],
             "df30": ["optim.iterations=auto"]}
 
@@ -66,7 +72,9 @@ def run(path: Path, variant: str) -> dict:
     counts = float(rec.results.attrs.get("counts_per_counted_pixel", 0.0))
     deviance = rec.poisson_deviance
     return {"file": path.name, "variant": variant, "loss": rec.config.optim.loss, "iterations": len(rec.loss),
-            "ncc": round(file_frame_ncc(rec, path), 4), "deviance": None if deviance is None else round(deviance, 2),
+            "ncc": round(file_frame_ncc(rec, path), 4), "depth_ncc": round(file_frame_ncc(rec, path, depth=True), 4),
+            "eased_after": rec.results.attrs.get("depth_blur_eased_after_iterations"),
+            "deviance": None if deviance is None else round(deviance, 2),
             "misfit": None if deviance is None or not counts else round(relative_misfit(deviance, counts), 3),
             "warned": bool(said), "slices_named": bool(said) and "model.slices" in said[0]}
 

@@ -91,20 +91,29 @@ def init_config(path: Path, config_path: Path, cells: int) -> dict:
     return config
 
 
-def file_frame_ncc(rec, path: Path) -> float:
+def file_frame_ncc(rec, path: Path, depth: bool = False) -> float:
     """The phase NCC of a run on an abTEM file with its truth: init reads the file's positions as the raster they
     form, which starts at zero, so the frame's translation shared with the positions is taken out (the truth lies
-    in the file's frame)."""
+    in the file's frame). ``depth``: instead of the phase summed over slices, the vacancies' depth map, the phase
+    of the top three slices less three slices' share of the whole, against the same of the truth's unit cells
+    (make_cases.py empties an Sr and an O column in the top three cells): how much of the depth a run resolves,
+    which the summed phase cannot tell (one slice per unit cell)."""
     import h5py
     import numpy as np
 
-    from ptyacc.results.quality import placed_ncc
+    from ptyacc.results.quality import placed_ncc, resampled
 
     with h5py.File(path) as f:
         truth, file_positions_A = f["ground_truth/phase"][()], f["positions_A"][()].reshape(-1, 2)
+        cells, dx_A = f["ground_truth/cell_phase"][()], float(f["ground_truth"].attrs["dx_A"])
+    phase = rec.results.phase
+    if depth:
+        slices = np.angle(rec.results.object[0])  # (S, Ny, Nx)
+        phase = slices[:3].sum(0) - 3 / len(slices) * slices.sum(0)
+        truth = cells[:3].sum(0) - 3 / len(cells) * cells.sum(0)
     frame_A = file_positions_A.mean(0) - rec.data.positions_A.mean(0)
-    return float(placed_ncc(rec.results.phase, np.asarray(rec.results.origin_A) + frame_A, rec.results.dx_A,
-                            rec.data.positions_A + frame_A, truth))
+    return float(placed_ncc(resampled(phase, rec.results.dx_A, dx_A), np.asarray(rec.results.origin_A) + frame_A,
+                            dx_A, rec.data.positions_A + frame_A, truth))
 
 
 def run_ptyacc(path: Path, out: Path, overrides: list[str]) -> dict:

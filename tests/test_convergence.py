@@ -12,6 +12,7 @@ import ptyacc
 from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS
 from ptyacc.errors import ConfigError
 from ptyacc.optim.groups import LrSchedule, lr_factor
+from ptyacc.quantities.object import DepthBlurStages
 from ptyacc.reconstruction.convergence import Convergence, fall_share, resolved_iterations
 from ptyacc.reconstruction.history import History
 
@@ -58,6 +59,28 @@ def test_the_rule_ends_the_run_final_iterations_after_it_is_met_and_not_before_i
     assert schedule.ends_from == 6 and schedule.iterations == 9
     assert "converged after 6 iterations" in said[5] and "ending after 9 of 50" in said[5]
     assert rule.share == pytest.approx((39.9 - 39.8) / (100.0 - 39.8))
+
+
+def test_a_staged_depth_blur_eases_at_the_rules_first_finding_and_the_rule_judges_again_a_window_later():
+    depth = DepthBlurStages(start=8.0, after=1.0)
+    assert depth.staged and depth.sigma == 8.0 and DepthBlurStages(1.0, 1.0).staged is False
+    schedule = LrSchedule(50, 0.1)
+    rule = Convergence(gain=0.05, window=2, final_iterations=3, first_judged=4, schedule=schedule, depth=depth)
+    history = History(50)
+    said = []
+    for loss in [100.0, 50.0, 40.0, 39.9, 39.85, 39.8, 30.0, 29.9, 29.89, 29.88]:
+        history.record(loss, 0.1, None)
+        said.append(rule(history))
+    # met at 5 ((40 - 39.85) / 60.15 < 0.05): the blur eases, judged again from 5 + 2 = 7; the easing lets the loss
+    # fall (at 7 and 8 the last two fell 0.14 of the whole: not met); met again at 9 ((30 - 29.89) / 70.11): the run
+    # ends 3 later
+    assert said[:4] == [None] * 4 and "the depth blur eased after 5 iterations: 8 slices" in said[4]
+    assert "now 1 (depth_blur_slices): judged again from iteration 7" in said[4]
+    assert depth.eased_after == 5 and depth.sigma == 1.0 and not depth.staged
+    assert said[5:8] == [None, None, None] and "converged after 9 iterations" in said[8]
+    assert "ending after 12 of 50" in said[8] and rule.converged_after == 9 and history.iterations == 12
+    assert said[9] is None
+    assert [DepthBlurStages.half_of(n) for n in (1, 2, 7, 20)] == [1, 1, 3, 10]
 
 
 def test_the_rule_never_extends_a_run_and_waits_for_the_last_quantity_to_start(tmp_path):
@@ -127,10 +150,41 @@ def test_a_run_ends_two_iterations_after_its_loss_stopped_falling(tmp_path):
 def test_two_processes_stop_where_one_does(tmp_path):
     config = _stopping_config(tmp_path)
     config["data"]["simulate"].update(scan_shape=[7, 7])
+    # on three slices with a staged depth blur: the rule's first finding eases it, its second ends the run
+    config["model"] = {"slices": 3, "slice_thickness_A": 2.0}
+    config["optim"]["regularize"] = {"depth_blur_start_slices": 2.0, "depth_blur_slices": 0.5}
     outs = launch_configs(tmp_path, [(f"p{n}", config, n, []) for n in (1, 2)])
     one, two = (ptyacc.load_results(outs[f"p{n}"] / "results" / "results.h5") for n in (1, 2))
     assert one.attrs["converged_after_iterations"] == two.attrs["converged_after_iterations"]
+    eased = one.attrs["depth_blur_eased_after_iterations"]
+    assert eased == two.attrs["depth_blur_eased_after_iterations"] < one.attrs["converged_after_iterations"]
     assert len(one.loss) == len(two.loss) < 60
     np.testing.assert_allclose(two.loss, one.loss, rtol=1e-4)
     assert np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object) < 1e-4
     assert yaml.safe_load(one.attrs["config"])["optim"]["stop"]["gain"] == 0.02
+
+
+def test_a_fixed_run_eases_its_depth_blur_after_half_its_iterations_and_a_resumed_run_keeps_when(tmp_path, monkeypatch):
+    """Without a stop rule the first stage (``optim.regularize.depth_blur_start_slices``) lasts half the iterations;
+    a checkpoint keeps when it ended, so a resumed run neither blurs with the start value again nor moves the end."""
+    import ptyacc.quantities.object as object_module
+    from ptyacc.reconstruction.checkpoint import checkpoint_folder
+
+    used, blur = [], object_module.blur_depth
+    monkeypatch.setattr(object_module, "blur_depth", lambda obj, sigma: (used.append(sigma), blur(obj, sigma))[1])
+    config = ptyacc.load_config(tiny_config(
+        tmp_path, model={"slices": 3, "slice_thickness_A": 2.0}, output={"checkpoint_every": 1, "keep_checkpoints": 9},
+        optim={"iterations": 6, "regularize": {"depth_blur_start_slices": 2.0, "depth_blur_slices": 0.5}}))
+    rec = ptyacc.reconstruct(config)
+    assert used == [2.0] * 3 + [0.5] * 3  # one blur after each iteration
+    assert rec.results.attrs["depth_blur_eased_after_iterations"] == 3
+    assert "the depth blur eased after 3 iterations: 2 slices" in (tmp_path / "out" / "run.log").read_text()
+    for late in sorted(checkpoint_folder(tmp_path / "out").glob("ckpt_*.pt"))[4:]:  # back to 4 iterations done
+        late.unlink()
+    used.clear()
+    resumed = ptyacc.reconstruct(config, resume=True)
+    assert used == [0.5, 0.5] and resumed.results.attrs["depth_blur_eased_after_iterations"] == 3
+    np.testing.assert_allclose(resumed.loss[:4], rec.loss[:4])
+    # auto on a weak scatterer: one stage, nothing eased
+    one_stage = ptyacc.load_config(tiny_config(tmp_path / "b", model={"slices": 3, "slice_thickness_A": 2.0}))
+    assert "depth_blur_eased_after_iterations" not in ptyacc.reconstruct(one_stage, write=False).results.attrs

@@ -411,7 +411,10 @@ def test_the_objects_depth_blur_is_the_priors():
 
     def sigma(config, priors=None):
         group = next(g for g in build_groups(config, model, torch.device("cpu"), priors) if g.name == "object")
-        return group.after_iteration.args[4], group.exact_projection  # project_object's depth sigma
+        return group.after_iteration.args[4].sigma, group.exact_projection  # project_object's depth blur now
 
     assert sigma(unresolved)[0] == 0.0 and sigma(given) == (1.5, False)
-    assert sigma(unresolved, dataclasses.replace(AutoPriors.of(unresolved), depth_blur_slices=2.0)) == (2.0, False)
+    resolved = dataclasses.replace(AutoPriors.of(unresolved), depth_blur_slices=2.0, depth_blur_start_slices=2.0)
+    assert sigma(unresolved, resolved) == (2.0, False)
+    # two stages: the start's blur first, and a projection that is not exact even where the later blur is 0
+    assert sigma(unresolved, dataclasses.replace(resolved, depth_blur_slices=0.0, depth_blur_start_slices=3.0)) == (3.0, False)

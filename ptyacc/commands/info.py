@@ -190,9 +190,9 @@ def _scattering_lines(data) -> list[str]:
     if share <= STRONG_SCATTERING:
         return [*lines, line]
     return [*lines, line + f" (over {100 * STRONG_SCATTERING:g}%: strong; a thick sample? give it model.slices and "
-            "model.slice_thickness_A; on several slices the defaults then take the amplitude loss, a depth blur of one "
-            "slice and a longer step, and a tilt the object's finer pixel (data.transform.upsample: auto); "
-            "docs/how-to/tilt-and-sampling.md)"]
+            "model.slice_thickness_A; on several slices the defaults then take the amplitude loss, a depth blur in two "
+            "stages (half the slices, then one) and a longer step, and a tilt the object's finer pixel "
+            "(data.transform.upsample: auto); docs/how-to/tilt-thickness-distortion.md)"]
 
 
 def _electron_probe_report(data) -> tuple[list[str], list[str]]:

@@ -37,6 +37,15 @@ class RegularizeConfig:
                 "beyond the bright-field disk, as for optim.loss: auto; benchmarks/records/2026-11-27-thick-crystals.md, "
                 "'Against PtyRAD on thick crystals'), 4 there where the tilt is refined (optim.start.tilt: free slices "
                 "shear to absorb a tilt; docs/how-to/tilt-and-sampling.md), else 0; the run says what auto chose.")
+    depth_blur_start_slices: float | Literal["auto"] = _f(
+        "auto", "Multislice: the depth blur (as depth_blur_slices) held over the run's first stage, which ends where the "
+                "stop rule first finds the run converged (optim.iterations: auto or optim.stop.gain; the rule then "
+                "judges again) or after half of a fixed optim.iterations; depth_blur_slices from then on. A strong "
+                "blur first holds the slices of a thick crystal alike while its projected structure forms, where free "
+                "slices converge for hundreds of iterations; the weaker one then gives the depth detail back "
+                "(docs/how-to/tilt-thickness-distortion.md, 'Thick crystals'). auto (the default): half the slices "
+                "where depth_blur_slices is auto and takes its strong-scattering value (not where the tilt is refined), "
+                "else depth_blur_slices (one stage); the run says what auto chose.")
     lateral_blur_px: float | Literal["auto"] = _f(
         0.0, "After every iteration, blur the amplitude and the phase of every slice in y and x with a Gaussian of "
              "this standard deviation in object pixels (taps out to 4 sigma), mirrored at the object's edges (each "
@@ -56,7 +65,7 @@ class RegularizeConfig:
                 "auto chose.")
 
     def _check(self, path: str) -> None:
-        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing", "depth_blur_slices"):
+        for name in ("tv_phase", "lateral_blur_px", "tv_phase_smoothing", "depth_blur_slices", "depth_blur_start_slices"):
             value = getattr(self, name)
             _require(value == "auto" or value >= 0, f"{path}.{name}", f"must be auto or >= 0, got {value}")
         _require(self.tv_epsilon_rad > 0, f"{path}.tv_epsilon_rad", f"must be > 0, got {self.tv_epsilon_rad}")

@@ -431,10 +431,11 @@ class Config:
     base_dir: str = field(default=".", metadata={"doc": "", "internal": True})
 
     def _check(self, path: str) -> None:
-        depth_blur = self.optim.regularize.depth_blur_slices
-        if depth_blur != "auto" and depth_blur > 0 and self.model.slices == 1:
-            raise ConfigError("optim.regularize.depth_blur_slices: blurs a multislice object along depth; set "
-                              "model.slices > 1 or leave it at 0")
+        for key in ("depth_blur_slices", "depth_blur_start_slices"):
+            depth_blur = getattr(self.optim.regularize, key)
+            if depth_blur != "auto" and depth_blur > 0 and self.model.slices == 1:
+                raise ConfigError(f"optim.regularize.{key}: blurs a multislice object along depth; set "
+                                  "model.slices > 1 or leave it at 0")
         if self.model.recenter.object_z and self.runtime.shard_object:
             raise ConfigError("model.recenter.object_z: needs the whole object on every process; set "
                               "runtime.shard_object false or leave object_z off")

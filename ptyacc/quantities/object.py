@@ -17,6 +17,7 @@ bounds hold after every step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,37 @@ if TYPE_CHECKING:
     from ptyacc.config import Config
     from ptyacc.optim.autos import AutoPriors
     from ptyacc.quantities.model import PtychoModel
+
+
+@dataclass
+class DepthBlurStages:
+    """The object's depth blur in slices: ``start`` over the run's first stage, ``after`` once ``ease`` ended it
+    (``optim.regularize.depth_blur_start_slices`` and ``depth_blur_slices``; one stage where they are equal). The
+    stage ends where the stop rule first finds the run converged (``reconstruction/convergence.py``) or after
+    half of a fixed number of iterations (``half_of``)."""
+
+    start: float
+    after: float
+    eased_after: int | None = None  # iterations done when the first stage ended
+
+    @property
+    def staged(self) -> bool:
+        return self.start != self.after and self.eased_after is None
+
+    @property
+    def sigma(self) -> float:
+        return self.start if self.eased_after is None else self.after
+
+    def ease(self, done: int) -> str:
+        """End the first stage after ``done`` iterations; the line that says so."""
+        self.eased_after = done
+        return (f"the depth blur eased after {done} iterations: {self.start:g} slices (optim.regularize."
+                f"depth_blur_start_slices), now {self.after:g} (depth_blur_slices)")
+
+    @staticmethod
+    def half_of(iterations: int) -> int:
+        """Iterations done when a run without a stop rule ends its first stage."""
+        return max(1, iterations // 2)
 
 
 class ObjectTransmission(ComplexField):
@@ -53,6 +85,7 @@ class ObjectTransmission(ComplexField):
             noise = init_noise * torch.randn(modes - 1, slices, *shape, generator=generator)
             phase[1:] = noise[..., y0:y1, x0:x1]
         self.transmission = nn.Parameter(torch.view_as_real(torch.polar(torch.ones_like(phase), phase)).contiguous())
+        self.depth_blur = DepthBlurStages(0.0, 0.0)  # ``groups`` sets the run's
 
     def groups(self, config: Config, model: PtychoModel, priors: AutoPriors) -> list[ParameterGroup]:
         """The object's group: after every iteration the TV
@@ -63,6 +96,7 @@ class ObjectTransmission(ComplexField):
         opt, regularize, transmission = config.optim, config.optim.regularize, self.transmission
         bounds = config.model.object_amplitude_bounds
         sigma = priors.depth_blur_slices
+        self.depth_blur = DepthBlurStages(priors.depth_blur_start_slices, sigma)
         lateral_px, smoothing = priors.values["lateral_blur_px"], priors.values["tv_phase_smoothing"]
         regularizer, tv_phase = None, priors.values["tv_phase"]
         if tv_phase > 0:
@@ -71,8 +105,10 @@ class ObjectTransmission(ComplexField):
             regularizer = PhaseTV(tv_phase / len(model.positions_px), regularize.tv_epsilon_rad)
         group = ParameterGroup("object", [transmission], opt.lr.object, opt.start.object,
                                after_iteration=partial(project_object, transmission, bounds, smoothing,
-                                                       regularize.tv_epsilon_rad, sigma, lateral_px),
-                               regularizer=regularizer, exact_projection=sigma == 0 and lateral_px == 0 and smoothing == 0,
+                                                       regularize.tv_epsilon_rad, self.depth_blur, lateral_px),
+                               regularizer=regularizer,
+                               exact_projection=sigma == 0 and self.depth_blur.start == 0 and lateral_px == 0
+                               and smoothing == 0,
                                lateral_blur_px=lateral_px, tv_smoothing=smoothing)
         if priors.probe_optimizer == "preconditioned":
             # the probe's step assumes an object within the bound: held to it every step (docs/user-guide.md, 'The X-ray probe')
@@ -91,14 +127,14 @@ class ObjectTransmission(ComplexField):
 
 @torch.no_grad()
 def project_object(transmission: torch.Tensor, bounds: tuple[float, float], smoothing: float = 0.0,
-                   epsilon_rad: float = 0.0, depth_sigma_slices: float = 0.0, lateral_px: float = 0.0) -> None:
+                   epsilon_rad: float = 0.0, depth: DepthBlurStages | None = None, lateral_px: float = 0.0) -> None:
     """The object's projection after an iteration (``quantities/object.py``), in place on ``transmission``
-    (O, S, h, w, 2): the TV smoothing step of size ``smoothing``, the depth blur of ``depth_sigma_slices`` and
+    (O, S, h, w, 2): the TV smoothing step of size ``smoothing``, the depth blur of ``depth``'s stage now and
     the lateral blur of ``lateral_px`` where > 0, then the amplitude within ``bounds`` (low, high)."""
     if smoothing > 0:
         transmission.data.copy_(tv_phase_smoothing(transmission.data, smoothing, epsilon_rad))
-    if depth_sigma_slices > 0:
-        blur_depth(transmission, depth_sigma_slices)
+    if depth is not None and depth.sigma > 0:
+        blur_depth(transmission, depth.sigma)
     if lateral_px > 0:
         transmission.data.copy_(lateral_blur(transmission.data, lateral_px))
     clamp_amplitude(transmission, *bounds)

@@ -6,6 +6,9 @@ last ``window`` iterations fell by less than ``gain`` of what the loss fell sinc
 comparison is with the run's own fall, not the loss's value, because the Poisson loss carries an offset
 (the counts' own likelihood) that a relative change of the loss would hide the progress under.
 
+Where the object's depth blur has two stages (``optim.regularize.depth_blur_start_slices``), the rule's first
+finding ends the first stage instead (``DepthBlurStages.ease``), and it judges again a window later.
+
 Once converged, the learning rates fall along a cosine from where the schedule had them to
 ``optim.lr_final_fraction`` over ``final_iterations`` iterations (``LrSchedule.finish``), then the run ends:
 a run cut off at full step keeps the noise of its last large steps.
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from ptyacc.config import Config
 from ptyacc.config.steps import AUTO_GAIN, AUTO_ITERATIONS
 from ptyacc.optim.groups import LrSchedule
+from ptyacc.quantities.object import DepthBlurStages
 from ptyacc.reconstruction.history import History
 
 
@@ -50,7 +54,8 @@ def fall_share(loss: list[float], window: int) -> float | None:
 class Convergence:
     """The stop rule of one run. ``first_judged``: the number of iterations done from which it judges (after
     every quantity has started and a window of its own: a loss that waits for the probe or the positions to
-    start is flat, not converged). ``schedule``: the run's ``LrSchedule``, shortened once converged."""
+    start is flat, not converged). ``schedule``: the run's ``LrSchedule``, shortened once converged. ``depth``: the
+    object's depth blur, whose first stage the rule's first finding ends (None or one stage: nothing to end)."""
 
     gain: float
     window: int
@@ -59,15 +64,18 @@ class Convergence:
     schedule: LrSchedule
     converged_after: int | None = None  # iterations done when the rule was met
     share: float | None = None  # the fall share that met it
+    depth: DepthBlurStages | None = None
 
     @classmethod
-    def of(cls, config: Config, starts: list[int], schedule: LrSchedule) -> Convergence | None:
+    def of(cls, config: Config, starts: list[int], schedule: LrSchedule,
+           depth: DepthBlurStages | None = None) -> Convergence | None:
         """The rule of ``config.optim.stop`` (None where it is off), judging from the latest of the groups'
         ``starts`` (iterations, 0-based) on."""
         stop = config.optim.stop
         if stop.gain is None:
             return None
-        return cls(stop.gain, stop.window, stop.final_iterations, max(starts, default=0) + 1 + stop.window, schedule)
+        return cls(stop.gain, stop.window, stop.final_iterations, max(starts, default=0) + 1 + stop.window, schedule,
+                   depth=depth)
 
     def __call__(self, history: History) -> str | None:
         """After an iteration is recorded, before the hooks: where the rule is met, end the run
@@ -78,6 +86,11 @@ class Convergence:
         share = fall_share(history.loss, self.window)
         if share is None or share >= self.gain:
             return None
+        if self.depth is not None and self.depth.staged:
+            self.first_judged = history.done + self.window  # a window of the next stage's losses first
+            return (f"converged after {history.done} iterations (optim.stop.gain {self.gain:g}: the last {self.window} "
+                    f"fell {max(share, 0.0):.3g} of the loss's whole fall); {self.depth.ease(history.done)}: judged "
+                    f"again from iteration {self.first_judged}")
         self.converged_after, self.share = history.done, share
         end = min(history.iterations, history.done + self.final_iterations)
         self.schedule.finish(history.done, end)

@@ -225,8 +225,9 @@ class Reconstructor:
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history
+        self.depth_blur = self.model.quantities["object"].depth_blur
         self.convergence = Convergence.of(config, [g.start for g in self.groups if g.start is not None],
-                                          self.groups[0].schedule)  # one schedule serves every group
+                                          self.groups[0].schedule, self.depth_blur)  # one schedule serves every group
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data, self.started, self.closing if self.write else None)
@@ -259,6 +260,7 @@ class Reconstructor:
         if self.tiles is not None:
             state = self.tiles.localize(state)
         restore(self.model, [(g.name, g.optimizer) for g in self.groups], state, path)
+        self.model.quantities["object"].depth_blur.eased_after = state.get("depth_blur_eased_after")
         history.resume(state["loss"], state["iteration_time_s"])
         self.log.line(f"resumed from {path} after iteration {state['iterations_done']}")
         return history
@@ -273,6 +275,7 @@ class Reconstructor:
         if self.accelerator.device.type == "cpu" and self.store.holds_on_device:
             keep_freed_memory()
         with self.interrupt:
+            self._ease_depth_blur()
             while self.history.done < self.history.iterations:  # optim.iterations, or fewer once converged
                 loss, seconds = self._iteration(self.history.done)
                 traffic = self.exchange.take() if self.exchange is not None else None
@@ -281,10 +284,21 @@ class Reconstructor:
                 self.history.record(loss, seconds, traffic)
                 if self.convergence is not None and (said := self.convergence(self.history)):
                     self.log.tell(said)
-                    self.saver.attrs["converged_after_iterations"] = self.convergence.converged_after
+                    if self.convergence.converged_after is not None:
+                        self.saver.attrs["converged_after_iterations"] = self.convergence.converged_after
+                self._ease_depth_blur()
                 for hook in self.hooks:
                     hook(self.history)
         self.ran_until = time.perf_counter()
+
+    def _ease_depth_blur(self) -> None:
+        """Without a stop rule, the object's depth blur ends its first stage after half the iterations
+        (``DepthBlurStages``; the rule ends it where there is one); results.h5 keeps when it ended."""
+        depth = self.depth_blur
+        if self.convergence is None and depth.staged and self.history.done >= depth.half_of(self.history.iterations):
+            self.log.tell(depth.ease(self.history.done))
+        if depth.eased_after is not None:
+            self.saver.attrs["depth_blur_eased_after_iterations"] = depth.eased_after
 
     def _iteration(self, iteration: int) -> tuple[float, float]:
         """One pass over all positions: the mean loss per pattern over all processes, and the
