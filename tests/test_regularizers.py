@@ -293,14 +293,15 @@ def test_phase_tv_lowers_the_phase_noise_of_a_low_dose_reconstruction():
 
 @pytest.fixture(scope="module")
 def regularized_runs(tmp_path_factory) -> dict:
-    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3, depth_blur_slices 0.7,
-    lateral_blur_px 0.5 and tv_phase_smoothing 0.002, on 1 and 2 processes; and a 10 x 10 scan
-    1.5 A apart (a 66 x 66 px object, two tiles)
+    """test_distributed's 7 x 7 scan as a 3-slice object with tv_phase 0.3, depth_blur_slices 0.7 after a first
+    stage at 1.4 (depth_blur_start_slices: half the iterations), lateral_blur_px 0.5 and tv_phase_smoothing 0.002,
+    on 1 and 2 processes; and a 10 x 10 scan 1.5 A apart (a 66 x 66 px object, two tiles)
     with the same regularisers, on 2 processes with runtime.shard_data and with shard_object."""
     from test_distributed import launch_configs
 
     folder = tmp_path_factory.mktemp("regularized")
-    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "lateral_blur_px": 0.5, "tv_phase_smoothing": 0.002}
+    regularize = {"tv_phase": 0.3, "depth_blur_slices": 0.7, "depth_blur_start_slices": 1.4, "lateral_blur_px": 0.5,
+                  "tv_phase_smoothing": 0.002}
     replicated = tiny_config(folder, optim={"iterations": 10, "batch_size": 8, "start": {"probe": 3, "positions": 2},
                                             "regularize": regularize},
                              model={"slices": 3}, output={"figures": False})
@@ -329,6 +330,7 @@ def test_regularized_two_processes_give_the_one_process_answer(regularized_runs)
     and the processes end bit-identical (the blur runs alike on each)."""
     one, _ = load_run(regularized_runs["one"])
     two, records = load_run(regularized_runs["two"])
+    assert one.attrs["depth_blur_eased_after_iterations"] == two.attrs["depth_blur_eased_after_iterations"] == 5
     relative = np.linalg.norm(two.object - one.object) / np.linalg.norm(one.object)
     assert relative < 1e-5, relative
     np.testing.assert_allclose(two.loss, one.loss, rtol=1e-5)
@@ -344,6 +346,7 @@ def test_regularized_split_object_gives_the_sharded_data_answer(regularized_runs
     regularisers move it by 1e-2)."""
     data, _ = load_run(regularized_runs["shard_data"])
     split, records = load_run(regularized_runs["shard_object"])
+    assert data.attrs["depth_blur_eased_after_iterations"] == split.attrs["depth_blur_eased_after_iterations"] == 3
     relative = np.linalg.norm(split.object - data.object) / np.linalg.norm(data.object)
     assert relative < 1e-4, relative
     assert len({r["checksum"] for r in records}) == 1
