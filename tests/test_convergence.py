@@ -188,3 +188,10 @@ def test_a_fixed_run_eases_its_depth_blur_after_half_its_iterations_and_a_resume
     # auto on a weak scatterer: one stage, nothing eased
     one_stage = ptyacc.load_config(tiny_config(tmp_path / "b", model={"slices": 3, "slice_thickness_A": 2.0}))
     assert "depth_blur_eased_after_iterations" not in ptyacc.reconstruct(one_stage, write=False).results.attrs
+
+
+@pytest.mark.parametrize("key", ["depth_blur_slices", "depth_blur_start_slices"])
+def test_a_depth_blur_on_one_slice_is_refused_with_its_key(tmp_path, key):
+    with pytest.raises(ConfigError, match=f"optim.regularize.{key}: blurs a multislice object along depth"):
+        ptyacc.load_config(tiny_config(tmp_path), [f"optim.regularize.{key}=2"])
+    assert ptyacc.load_config(tiny_config(tmp_path), [f"optim.regularize.{key}=0"])  # 0 (off) is fine on one slice
