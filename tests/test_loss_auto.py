@@ -292,8 +292,8 @@ def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson()
     """40 Å of SrTiO3 at 300 kV (tests/data/abtem) sends 8 % of its counts beyond the disk; the
     demo's MoS2 1.3 %. On several slices (the demo as its 3 true slices) the crystal also takes the depth blur
     (``optim.regularize.depth_blur_slices: auto``) and the larger preconditioned step, the demo not;
-    on one slice neither; the crystal's blur starts at half its slices (``depth_blur_start_slices``) unless the tilt is
-    refined."""
+    on one slice neither; the crystal's blur starts at three quarters of its slices (``depth_blur_start_slices``)
+    unless the tilt is refined."""
     from abtem_cases import case_config
 
     demo = yaml.safe_load(DEMO.read_text())
@@ -301,7 +301,7 @@ def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson()
     demo.setdefault("model", {})["slices"] = 3
     slices = case_config("untilted")["model"]["slices"]
     refined = case_config("untilted", optim={"start": {"tilt": 3}})
-    cases = ((case_config("untilted"), "amplitude", 1.0, slices / 2, 0.6), (demo, "poisson", 0.0, "auto", "auto"),
+    cases = ((case_config("untilted"), "amplitude", 1.0, 0.75 * slices, 0.6), (demo, "poisson", 0.0, "auto", "auto"),
              (case_config("untilted", model={"slices": 1}), "amplitude", 0.0, "auto", "auto"),
              (refined, "amplitude", 4.0, "auto", "auto"))
     for config, loss, depth_blur, start, step in cases:
@@ -309,7 +309,7 @@ def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson()
         run.build()
         assert run.config.optim.loss == loss
         assert run.config.optim.regularize.depth_blur_slices == depth_blur
-        # the crystal's slices held alike over the run's first stage, half of them (not where the tilt is refined)
+        # the crystal's slices held alike over the run's first stage, three quarters of them (not where the tilt is refined)
         assert run.config.optim.regularize.depth_blur_start_slices == start
         assert run.config.optim.preconditioned_step == step
         assert resolved_step(run.config) == (0.6 if step == 0.6 else 0.4 if loss == "amplitude" else 0.8)

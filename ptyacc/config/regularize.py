@@ -43,7 +43,7 @@ class RegularizeConfig:
                 "judges again) or after half of a fixed optim.iterations; depth_blur_slices from then on. A strong "
                 "blur first holds the slices of a thick crystal alike while its projected structure forms, where free "
                 "slices converge for hundreds of iterations; the weaker one then gives the depth detail back "
-                "(docs/how-to/tilt-thickness-distortion.md, 'Thick crystals'). auto (the default): half the slices "
+                "(docs/how-to/tilt-thickness-distortion.md, 'Thick crystals'). auto (the default): three quarters of the slices "
                 "where depth_blur_slices is auto and takes its strong-scattering value (not where the tilt is refined), "
                 "else depth_blur_slices (one stage); the run says what auto chose.")
     lateral_blur_px: float | Literal["auto"] = _f(

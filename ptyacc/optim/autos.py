@@ -397,9 +397,10 @@ STRONG_DEPTH_BLUR = 1.0
 TILT_DEPTH_BLUR = 4.0
 # and optim.regularize.depth_blur_start_slices's auto there (not where the tilt is refined), as a share of the slices: a
 # blur held over the run's first stage. On abTEM's SrTiO3 of 16 unit cells (62 A, one slice per cell) the stop rule
-# ended free slices at 0.72 (400 fixed iterations: 0.967); 8 slices first, then 1: 0.996 in about 100 iterations, and
-# the vacancies' depth map closer to the truth too (benchmarks/records/2026-12-06-depth-blur-stages.md)
-START_DEPTH_BLUR_SHARE = 0.5
+# ended free slices at 0.72 (400 fixed iterations: 0.967); 8 slices first, then 1: 0.997 in about 100 iterations, and
+# the vacancies' depth map closer to the truth too; three quarters of the slices, not half, for 20 cells (78 A): 0.61
+# -> 0.99 at 1e6, the others within 0.0025 (benchmarks/records/2026-12-06-depth-blur-stages.md)
+START_DEPTH_BLUR_SHARE = 0.75
 # optim.preconditioned_step's auto there (with the amplitude loss; 0.4 elsewhere): such a crystal converges slower
 STRONG_STEP = 0.6
 
