@@ -417,7 +417,6 @@ def deviance_warning(deviance: float, counts: float | None = None, electron: boo
             f"{keys}; {LONGER_AFTER_STOP if converged else LONGER}"]
 
 
-
 # a turn of TURN_TOLD_DEG or more: the object formed at the angle the run started from and holds the scan near it, so
 # a run started where this one ended comes nearer the data's angle (on the calibration matrix's 21 files that started
 # 0.8-3.8 degrees off: nearer the truth on 20, as near on one; benchmarks/records/2026-12-04-rotation-equilibrium-and-seed-76.md)

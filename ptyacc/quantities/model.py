@@ -273,6 +273,8 @@ class PtychoModel(nn.Module):
     scan_affine = _view("positions", "scan_affine", "The refined scan affine M (2, 2), or None.")
     detector_blur_variance = _view("detector_blur", "variance_px2", "The variance (px^2) of the detector's point spread, "
                                    "a parameter when refined, or None without blur.")
+    depth_blur = _view("object", "depth_blur", "The object's depth blur in two stages (quantities/object.py's "
+                       "DepthBlurStages): its sigma now and where its first stage ended.")
 
     # read-only views of the object's and the probe's tensors, looked up by attribute (no function of the package runs)
     object = property(attrgetter("quantities.object.transmission"),

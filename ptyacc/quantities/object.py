@@ -124,6 +124,11 @@ class ObjectTransmission(ComplexField):
                                                     priors.batch_floor)
         return [group]
 
+    def attributes(self, model: PtychoModel) -> dict[str, int]:
+        """results.h5's attribute ``depth_blur_eased_after_iterations`` where the depth blur's first stage ended."""
+        eased = self.depth_blur.eased_after
+        return {} if eased is None else {"depth_blur_eased_after_iterations": eased}
+
 
 @torch.no_grad()
 def project_object(transmission: torch.Tensor, bounds: tuple[float, float], smoothing: float = 0.0,

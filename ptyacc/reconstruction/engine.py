@@ -225,9 +225,8 @@ class Reconstructor:
         history = History(config.optim.iterations, traffic=[] if self.exchange is not None else None,
                           validation=[] if len(self.left_out) else None)
         self.history = self._resumed(history) if self.resume else history
-        self.depth_blur = self.model.quantities["object"].depth_blur
         self.convergence = Convergence.of(config, [g.start for g in self.groups if g.start is not None],
-                                          self.groups[0].schedule, self.depth_blur)  # one schedule serves every group
+                                          self.groups[0].schedule, self.model.depth_blur)  # one schedule serves every group
         self.guard = NanGuard(self.model, self.groups, config.optim.on_nan, self.saver, self.log)
         self.hooks = iteration_hooks(config, accelerator, self.log, self.saver, self.groups, self.wrapped,
                                      self.history, self.data, self.started, self.closing if self.write else None)
@@ -260,7 +259,7 @@ class Reconstructor:
         if self.tiles is not None:
             state = self.tiles.localize(state)
         restore(self.model, [(g.name, g.optimizer) for g in self.groups], state, path)
-        self.model.quantities["object"].depth_blur.eased_after = state.get("depth_blur_eased_after")
+        self.model.depth_blur.eased_after = state.get("depth_blur_eased_after")
         history.resume(state["loss"], state["iteration_time_s"])
         self.log.line(f"resumed from {path} after iteration {state['iterations_done']}")
         return history
@@ -293,12 +292,10 @@ class Reconstructor:
 
     def _ease_depth_blur(self) -> None:
         """Without a stop rule, the object's depth blur ends its first stage after half the iterations
-        (``DepthBlurStages``; the rule ends it where there is one); results.h5 keeps when it ended."""
-        depth = self.depth_blur
+        (``DepthBlurStages``; the rule ends it where there is one)."""
+        depth = self.model.depth_blur
         if self.convergence is None and depth.staged and self.history.done >= depth.half_of(self.history.iterations):
             self.log.tell(depth.ease(self.history.done))
-        if depth.eased_after is not None:
-            self.saver.attrs["depth_blur_eased_after_iterations"] = depth.eased_after
 
     def _iteration(self, iteration: int) -> tuple[float, float]:
         """One pass over all positions: the mean loss per pattern over all processes, and the

@@ -165,6 +165,6 @@ class Saver:
                  "optimizers": optimizer_states, "optimizer_names": [group.name for group in groups],
                  "loss": list(history),
                  "iteration_time_s": list(times), "world_size": self.accelerator.num_processes,
-                 "depth_blur_eased_after": self.model.quantities["object"].depth_blur.eased_after,
+                 "depth_blur_eased_after": self.model.depth_blur.eased_after,
                  "config": self.texts["config"]}
         save_checkpoint(self.out_dir, state, self.config.output.keep_checkpoints)
