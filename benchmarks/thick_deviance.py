@@ -6,7 +6,7 @@ Prints one JSON line per run: phase NCC with the truth (in the file's frame), th
 (``file_frame_ncc``'s ``depth``), the iterations after which the depth blur eased, the final deviance per counted
 pixel, the misfit it stands for, whether the deviance's warning fired and named ``model.slices``.
 
-    # 1. abTEM (its own venv): one crystal per line, cells kV defocus_A
+    # 1. abTEM (its own venv): one crystal per line, cells kV defocus_A (--phonons 8: thermal vibrations)
     OMP_NUM_THREADS=1 /tmp/abtem-venv/bin/python benchmarks/thick_deviance.py make --work /tmp/thick 10 200 60
     # 2. ptyacc: every file under WORK, every variant (or those named by --variants)
     OMP_NUM_THREADS=1 python benchmarks/thick_deviance.py run --work /tmp/thick [--variants auto auto_one_stage]
@@ -38,20 +38,22 @@ VARIANTS = {"auto": ["optim.iterations=auto"], "i20": ["optim.iterations=20"],
             "df30": ["optim.iterations=auto"]}
 
 
-def make(work: Path, cells: int, kv: float, defocus_A: float, seed: int = 5) -> None:
-    """abTEM's expected patterns of the crystal, then Poisson counts at 1e5 and 1e6 per pattern."""
+def make(work: Path, cells: int, kv: float, defocus_A: float, seed: int = 5, phonons: int = 0,
+         doses: tuple[float, ...] = (1e5, 1e6)) -> None:
+    """abTEM's expected patterns of the crystal (the mean of ``phonons`` frozen-phonon configurations where given),
+    then Poisson counts at each of ``doses`` per pattern."""
     sys.path.insert(0, str(REPO / "tests" / "data" / "abtem"))
     import make_cases
 
     work.mkdir(parents=True, exist_ok=True)
-    name = f"c{cells}_{int(kv)}kv_df{int(defocus_A)}"
+    name = f"c{cells}_{int(kv)}kv_df{int(defocus_A)}" + (f"_fp{phonons}" if phonons else "")
     make_cases.ENERGY_EV = kv * 1e3
     make_cases.CASES[name] = dict(cells_deep=cells, tilt=(0.0, 0.0), defocus=defocus_A, scan=(12, 12), step=0.5,
-                                  rotation=0.0, dose=0.0)
+                                  rotation=0.0, dose=0.0, phonons=phonons)
     expected = work / f"{name}_expected.h5"
     if not expected.is_file():
         make_cases.simulate(name, expected)
-    counted_copies(expected, {dose: work / f"{name}_{dose:.0e}.h5" for dose in (1e5, 1e6)}, seed)
+    counted_copies(expected, {dose: work / f"{name}_{dose:.0e}.h5" for dose in doses}, seed)
 
 
 def run(path: Path, variant: str) -> dict:
@@ -84,11 +86,13 @@ def main() -> None:
     parser.add_argument("step", choices=["make", "run"])
     parser.add_argument("crystal", nargs="*", type=float, help="make: cells kV defocus_A")
     parser.add_argument("--work", type=Path, default=Path("/tmp/thick"))
+    parser.add_argument("--phonons", type=int, default=0, help="make: frozen-phonon configurations (0: none)")
+    parser.add_argument("--doses", nargs="+", type=float, default=[1e5, 1e6], help="make: electrons per pattern")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_intermixed_args()  # make --work DIR 10 200 60: the crystal after the option
     if args.step == "make":
         cells, kv, defocus_A = args.crystal
-        return make(args.work, int(cells), kv, defocus_A)
+        return make(args.work, int(cells), kv, defocus_A, phonons=args.phonons, doses=tuple(args.doses))
     for path in sorted(args.work.glob("c*_1e+0?.h5")):
         for variant in args.variants:
             print(json.dumps(run(path, variant)), flush=True)

@@ -288,6 +288,32 @@ def test_strong_scattering_takes_the_amplitude_loss_on_counts():
     assert loss == "amplitude" and "(strong scattering)" in notes[0]
 
 
+def test_several_slices_take_the_amplitude_loss_from_a_lower_share_at_many_counts():
+    """On several slices the amplitude loss from AMPLITUDE_SLICES_SCATTERING beyond the disk, where the mean pattern's
+    brightest pixel holds more than AMPLITUDE_SLICES_PEAK_COUNTS (a thin crystal with thermal vibrations at 1e6
+    electrons, where the Poisson loss stopped far short); at fewer counts, strongly scattering or not, and on one slice
+    below STRONG_SCATTERING, the Poisson loss."""
+    from ptyacc.optim.autos import AMPLITUDE_SLICES_PEAK_COUNTS, AMPLITUDE_SLICES_SCATTERING
+
+    assert AMPLITUDE_SLICES_SCATTERING < STRONG_SCATTERING
+    share = (AMPLITUDE_SLICES_SCATTERING + STRONG_SCATTERING) / 2
+    many, few = 3 * AMPLITUDE_SLICES_PEAK_COUNTS, AMPLITUDE_SLICES_PEAK_COUNTS / 3
+    several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=6"])
+    one = ptyacc.load_config({}, ["data.path=x.h5"])
+    loss, notes = resolved_loss(several, True, many, dark_field=share)
+    assert loss == "amplitude"
+    assert notes[0].endswith(f"{100 * share:.1f} % of the counts beyond the bright-field disk (over "
+                             f"{100 * AMPLITUDE_SLICES_SCATTERING:g} % on 6 slices, the brightest pixel over "
+                             f"{AMPLITUDE_SLICES_PEAK_COUNTS:g} counts))")
+    assert resolved_loss(several, True, few, dark_field=share)[0] == "poisson"
+    assert resolved_loss(several, True, many, dark_field=AMPLITUDE_SLICES_SCATTERING * 0.9)[0] == "poisson"
+    assert resolved_loss(one, True, many, dark_field=share)[0] == "poisson"
+    # strong scattering: on several slices at many counts only; on one slice at any
+    assert resolved_loss(several, True, few, dark_field=2 * STRONG_SCATTERING)[0] == "poisson"
+    assert resolved_loss(several, True, many, dark_field=2 * STRONG_SCATTERING)[0] == "amplitude"
+    assert resolved_loss(one, True, few, dark_field=2 * STRONG_SCATTERING)[0] == "amplitude"
+
+
 def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson():
     """40 Å of SrTiO3 at 300 kV (tests/data/abtem) sends 8 % of its counts beyond the disk; the
     demo's MoS2 1.3 %. On several slices (the demo as its 3 true slices) the crystal also takes the depth blur

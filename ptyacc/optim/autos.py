@@ -386,8 +386,17 @@ FLOOR_PIXELS = 30  # dark-field pixels needed to tell
 
 
 # the share of the counts beyond the bright-field disk above which the amplitude loss is taken on
-# counts: on a strongly scattering thick crystal the Poisson loss converged far slower
+# counts: on a strongly scattering thick crystal the Poisson loss converged far slower; so
 STRONG_SCATTERING = 0.04
+# on one slice. On several slices the amplitude loss from a lower share, and only at many counts (in the mean
+# pattern's brightest pixel): with thermal vibrations abTEM's SrTiO3 of 6 unit cells (23 A, 300 kV) sends 3.6 %, and
+# at 1e6 electrons per pattern (1300 counts) the Poisson loss stopped at NCC 0.957 against the amplitude loss's 0.997;
+# at 1.2-2.9 % (3-4 cells, 200 and 300 kV) the two were level (within 0.0005), and so are the grid's and the demo's
+# 1.0-1.3 %. At 1e5 electrons (130 counts) the two were level on 6-16 cells (the Poisson loss's depth map ahead), at
+# 1e4 the Poisson loss ahead by 0.002-0.015, the strongly scattering 10 and 16 cells too
+# (benchmarks/records/2026-12-06-thermal-vibrations.md)
+AMPLITUDE_SLICES_SCATTERING = 0.025
+AMPLITUDE_SLICES_PEAK_COUNTS = 400
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
 # fixed blur lost a little)
 STRONG_DEPTH_BLUR = 1.0
@@ -410,15 +419,25 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
     brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
     (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
-    asked for); amplitude otherwise: the Poisson loss was ahead or level on counted data with the
-    preconditioned object, and behind with Adam on several slices."""
+    asked for) and the sample scatters weakly; amplitude otherwise: the Poisson loss was ahead or level on counted
+    data with the preconditioned object, behind with Adam on several slices, and far behind on a strongly scattering
+    sample (``dark_field``, the share of the counts beyond the bright-field disk, over ``STRONG_SCATTERING`` on one
+    slice; on several over ``AMPLITUDE_SLICES_SCATTERING`` where ``peak_counts`` is over ``AMPLITUDE_SLICES_PEAK_COUNTS``:
+    at fewer counts the Poisson loss was ahead there, strongly scattering crystals too)."""
     if config.optim.loss != "auto":
         return config.optim.loss, []
     optimizer = resolved_optimizer(config)
-    strong = dark_field is not None and dark_field > STRONG_SCATTERING
-    loss = "poisson" if counts and optimizer == "preconditioned" and not strong else "amplitude"
-    scattering = "" if dark_field is None else (f", {100 * dark_field:.1f} % of the counts beyond the bright-field "
-                                                f"disk{' (strong scattering)' if strong else ''}")
+    several = config.model.slices > 1
+    if several:  # a share and many counts
+        scatters = (dark_field is not None and dark_field > AMPLITUDE_SLICES_SCATTERING
+                    and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
+        said = (f" (over {100 * AMPLITUDE_SLICES_SCATTERING:g} % on {config.model.slices} slices, the brightest pixel "
+                f"over {AMPLITUDE_SLICES_PEAK_COUNTS:g} counts)")
+    else:
+        scatters, said = dark_field is not None and dark_field > STRONG_SCATTERING, " (strong scattering)"
+    loss = "poisson" if counts and optimizer == "preconditioned" and not scatters else "amplitude"
+    said = said if scatters else ""
+    scattering = "" if dark_field is None else f", {100 * dark_field:.1f} % of the counts beyond the bright-field disk{said}"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
                   f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"]
 

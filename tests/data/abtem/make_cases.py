@@ -10,7 +10,9 @@ What it simulates
   (0.976 Å). Near the scan's centre a few atoms of the top unit cell are removed (an Sr and an O
   column's top atoms), which breaks the crystal's inversion and mirror symmetry, so that a
   flipped, transposed or point-inverted model cannot explain the data as well as the true one.
-  No thermal vibrations. Lobato parametrisation, infinite projection.
+  No thermal vibrations, unless a case asks for ``phonons`` configurations of frozen phonons (atoms
+  displaced by ``PHONON_SIGMA_A`` rms along each axis; the patterns are their configurations' mean
+  intensity, the truth their mean potential). Lobato parametrisation, infinite projection.
 * Probe: 300 keV, 20 mrad aperture (sharp), defocus ``--defocus`` Å (positive = underfocus,
   abTEM's and ptyacc's ``defocus = -C10``) at the entrance plane; tilt ``--tilt Y X`` mrad: the
   beam's direction against the zone axis, [y, x]. abTEM applies the tilt to every slice's
@@ -61,6 +63,7 @@ CELLS = 4                # unit cells across the periodic cell: dx = CELLS a / K
 OVERSAMPLE = 3
 SLICES_PER_CELL = 4
 VACANT_CELLS = 3         # an Sr and an O column are empty in the top three cells
+PHONON_SIGMA_A = 0.08    # rms displacement along each axis of a frozen-phonon case (about SrTiO3's at room temperature)
 
 CASES = {
     # small: every convention's sign, from the forward model's loss at the truth
@@ -143,18 +146,24 @@ def simulate(name: str, out: Path, seed: int = 3, fine_truth: bool = False) -> N
     positions = scan_positions_A(case["scan"], case["step"], case["rotation"], cell_A / 2)  # (y, x)
     centre = positions.mean(0)
     atoms = sto_atoms(case["cells_deep"], (centre[1] + 0.4 * A_STO, centre[0] + 0.1 * A_STO))
+    if case.get("phonons"):
+        atoms = abtem.FrozenPhonons(atoms, num_configs=case["phonons"], sigmas=PHONON_SIGMA_A, seed=seed)
     potential = abtem.Potential(atoms, gpts=(sim_px, sim_px), slice_thickness=A_STO / SLICES_PER_CELL,
                                 projection="infinite", parametrization="lobato")
-    slices = potential.build().compute().array  # (S, x, y) eV Å
+    slices = potential.build().compute().array  # (S, x, y) eV Å; (configs, S, x, y) with frozen phonons
+    if case.get("phonons"):
+        slices = slices.mean(0)  # the truth: the configurations' mean potential
     ty, tx = case["tilt"]
     probe = abtem.Probe(energy=ENERGY_EV, semiangle_cutoff=SEMIANGLE_MRAD, defocus=case["defocus"], tilt=(tx, ty))
     probe.grid.match(potential)
     incident = probe.build(scan=[(cell_A / 2, cell_A / 2)]).compute().array
     norm = float(np.sum(np.abs(incident) ** 2)) * sim_px**2
-    waves = probe.multislice(potential, scan=positions[:, ::-1]).compute().array  # (N, x, y)
+    waves = probe.multislice(potential, scan=positions[:, ::-1]).compute().array  # (N, x, y); (configs, N, x, y)
     far = np.fft.fftshift(np.fft.fft2(np.swapaxes(waves, -1, -2)), axes=(-2, -1))  # [ky, kx]
     c = sim_px // 2
-    intensity = np.abs(far[:, c - K // 2:c + K // 2, c - K // 2:c + K // 2]) ** 2 / norm
+    intensity = np.abs(far[..., c - K // 2:c + K // 2, c - K // 2:c + K // 2]) ** 2 / norm
+    if case.get("phonons"):
+        intensity = intensity.mean(0)  # incoherent over the configurations
     rng = np.random.default_rng(seed)
     dose = case["dose"]
     patterns = rng.poisson(intensity * dose).astype(np.uint16) if dose else (intensity * 1e5).astype(np.float32)
@@ -173,7 +182,9 @@ def simulate(name: str, out: Path, seed: int = 3, fine_truth: bool = False) -> N
                        dk_invA=1 / (K * dx_A), dx_A=dx_A, scan_step_A=case["step"], scan_shape=case["scan"],
                        dose_per_pattern=dose if dose else 1e5, simulator=f"abTEM {abtem.__version__}",
                        sample=f"SrTiO3 [001], {case['cells_deep']} unit cells thick, "
-                              "an Sr and an O column empty in the top 3 cells")
+                              "an Sr and an O column empty in the top 3 cells"
+                              + (f", {case['phonons']} frozen-phonon configurations of {PHONON_SIGMA_A} A rms"
+                                 if case.get("phonons") else ""))
         truth = f.create_group("ground_truth")
         truth.create_dataset("phase", data=canvas.sum(0).astype(np.float32), compression="gzip")
         truth.create_dataset("cell_phase", data=canvas.astype(np.float32), compression="gzip")
