@@ -89,8 +89,9 @@ def test_the_forward_calls_no_hook_a_quantity_does_not_define(monkeypatch):
     assert torch.equal(model(indices).detach(), 3.0 * before)
     assert called == [] and model.quantities_with()["intensity_factor"] == [model.quantities["gain"]]
     hooked = model.quantities_with()
-    assert all(not hooked[hook] for hook in ("probes", "centres", "added_background", "detection", "attributes"))
+    assert all(not hooked[hook] for hook in ("probes", "centres", "added_background", "detection"))
     assert hooked["saved"] == [model.quantities["object"], model.quantities["probe"]]  # their results.h5 entries
+    assert hooked["attributes"] == [model.quantities["object"]]  # where its depth blur eased
 
 
 @pytest.mark.parametrize("key", ["quantities.object.transmission", "object"])
