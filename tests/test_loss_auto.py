@@ -341,6 +341,44 @@ def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson()
         assert resolved_step(run.config) == (0.6 if step == 0.6 else 0.4 if loss == "amplitude" else 0.8)
 
 
+def test_a_vibrating_crystal_at_many_counts_takes_the_amplitude_loss_and_at_few_the_poisson_loss(tmp_path):
+    """abTEM's 6 unit cells of SrTiO3 with thermal vibrations (tests/data/abtem/sto_vibrating.h5, 1e6 electrons per
+    pattern, about 1300 counts in the mean pattern's brightest pixel) sends between AMPLITUDE_SLICES_SCATTERING and
+    STRONG_SCATTERING of its counts beyond the disk. On its 6 slices, at the batch init writes (auto: 18 of 144), the
+    autos take the amplitude loss and reach the truth, where the Poisson loss stops short: measured 0.9979 against
+    0.9635, the Poisson run's deviance (2.53) no higher than the right one's (2.42), so nothing else would say so
+    (benchmarks/records/2026-12-06-thermal-vibrations.md). The same patterns thinned to 1e4 electrons (each count
+    kept with probability 0.01: Poisson counts of a hundredth of the dose) take the Poisson loss, as does one slice."""
+    from abtem_cases import CASES, case_config
+    from test_tilt_abtem import phase_ncc
+
+    from ptyacc.commands.info import data_report
+    from ptyacc.optim.autos import AMPLITUDE_SLICES_SCATTERING
+
+    config = case_config("vibrating", optim={"iterations": "auto", "batch_size": "auto"},
+                         runtime={"progress": False, "threads": 1})
+    line = next(line for line in data_report(ptyacc.load_config(config)) if line.startswith("scattering:"))
+    share = float(line.split("scattering: ")[1].split("%")[0]) / 100
+    assert AMPLITUDE_SLICES_SCATTERING < share < STRONG_SCATTERING, line
+    chosen = ptyacc.reconstruct(ptyacc.load_config(config), write=False)
+    poisson = ptyacc.reconstruct(ptyacc.load_config(config, ["optim.loss=poisson"]), write=False)
+    assert chosen.config.optim.loss == "amplitude" and chosen.config.optim.batch_size == 18
+    assert chosen.config.optim.regularize.depth_blur_slices == 0  # under STRONG_SCATTERING: no depth blur
+    ncc, poisson_ncc = phase_ncc(chosen, "vibrating"), phase_ncc(poisson, "vibrating")
+    assert ncc > 0.99 and poisson_ncc < ncc - 0.02, (ncc, poisson_ncc)
+    few = tmp_path / "few.h5"
+    few.write_bytes((CASES / "sto_vibrating.h5").read_bytes())
+    with h5py.File(few, "a") as f:
+        counts = f["patterns"][()]
+        del f["patterns"]
+        f["patterns"] = np.random.default_rng(0).binomial(counts, 0.01).astype(counts.dtype)
+    for data, slices, loss in ((str(few), 6, "poisson"), (config["data"]["path"], 1, "poisson")):
+        run = Reconstructor(ptyacc.load_config({**config, "data": {"path": data}},
+                                               [f"model.slices={slices}"]), write=False)
+        run.build()
+        assert run.config.optim.loss == loss, (data, slices)
+
+
 def test_info_says_how_strongly_the_sample_scatters():
     """``ptyacc info`` (and the comments ``ptyacc init`` writes) give the share beyond the disk, and for a thick
     crystal what the defaults do with it and what the user should add."""

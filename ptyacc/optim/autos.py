@@ -390,11 +390,11 @@ FLOOR_PIXELS = 30  # dark-field pixels needed to tell
 STRONG_SCATTERING = 0.04
 # on one slice. On several slices the amplitude loss from a lower share, and only at many counts (in the mean
 # pattern's brightest pixel): with thermal vibrations abTEM's SrTiO3 of 6 unit cells (23 A, 300 kV) sends 3.6 %, and
-# at 1e6 electrons per pattern (1300 counts) the Poisson loss stopped at NCC 0.957 against the amplitude loss's 0.997;
-# at 1.2-2.9 % (3-4 cells, 200 and 300 kV) the two were level (within 0.0005), and so are the grid's and the demo's
-# 1.0-1.3 %. At 1e5 electrons (130 counts) the two were level on 6-16 cells (the Poisson loss's depth map ahead), at
-# 1e4 the Poisson loss ahead by 0.002-0.015, the strongly scattering 10 and 16 cells too
-# (benchmarks/records/2026-12-06-thermal-vibrations.md)
+# at 1e6 electrons per pattern (1300 counts) the Poisson loss stopped at NCC 0.957 against the amplitude loss's 0.997
+# (at the batch's auto, 18 of 144 positions; at 32 the two were level); at 1.2-2.9 % (3-5 cells, 200 and 300 kV) the
+# two were level (within 0.0005), and so are the grid's and the demo's 1.0-1.3 %. At 1e5 electrons (130 counts) the
+# two were level on 6-16 cells (the Poisson loss's depth map ahead), at 1e4 the Poisson loss ahead by 0.002-0.015, the
+# strongly scattering 10 and 16 cells too (benchmarks/records/2026-12-06-thermal-vibrations.md)
 AMPLITUDE_SLICES_SCATTERING = 0.025
 AMPLITUDE_SLICES_PEAK_COUNTS = 400
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
