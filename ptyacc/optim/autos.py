@@ -385,16 +385,17 @@ FLOOR_SHARE = 0.01  # and the share of the counts its floor adds over the dark f
 FLOOR_PIXELS = 30  # dark-field pixels needed to tell
 
 
-# the share of the counts beyond the bright-field disk above which the amplitude loss is taken on
-# counts: on a strongly scattering thick crystal the Poisson loss converged far slower; so
+# the share of the counts beyond the bright-field disk above which the amplitude loss is taken on counts: on a
+# strongly scattering thick crystal the Poisson loss converged far slower (at 1e5 electrons per pattern with the tilt
+# given, 0.93 against 0.998 on 10 unit cells of SrTiO3: benchmarks/records/2026-12-06-thermal-vibrations.md)
 STRONG_SCATTERING = 0.04
-# on one slice. On several slices the amplitude loss from a lower share, and only at many counts (in the mean
+# and on several slices from a lower share, but only at many counts (in the mean
 # pattern's brightest pixel): with thermal vibrations abTEM's SrTiO3 of 6 unit cells (23 A, 300 kV) sends 3.6 %, and
 # at 1e6 electrons per pattern (1300 counts) the Poisson loss stopped at NCC 0.957 against the amplitude loss's 0.997
 # (at the batch's auto, 18 of 144 positions; at 32 the two were level); at 1.2-2.9 % (3-5 cells, 200 and 300 kV) the
 # two were level (within 0.0005), and so are the grid's and the demo's 1.0-1.3 %. At 1e5 electrons (130 counts) the
-# two were level on 6-16 cells (the Poisson loss's depth map ahead), at 1e4 the Poisson loss ahead by 0.002-0.015, the
-# strongly scattering 10 and 16 cells too (benchmarks/records/2026-12-06-thermal-vibrations.md)
+# two were level on 6-16 cells (the Poisson loss's depth map ahead), at 1e4 the Poisson loss ahead by 0.003-0.015
+# (benchmarks/records/2026-12-06-thermal-vibrations.md)
 AMPLITUDE_SLICES_SCATTERING = 0.025
 AMPLITUDE_SLICES_PEAK_COUNTS = 400
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
@@ -421,22 +422,19 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
     asked for) and the sample scatters weakly; amplitude otherwise: the Poisson loss was ahead or level on counted
     data with the preconditioned object, behind with Adam on several slices, and far behind on a strongly scattering
-    sample (``dark_field``, the share of the counts beyond the bright-field disk, over ``STRONG_SCATTERING`` on one
-    slice; on several over ``AMPLITUDE_SLICES_SCATTERING`` where ``peak_counts`` is over ``AMPLITUDE_SLICES_PEAK_COUNTS``:
-    at fewer counts the Poisson loss was ahead there, strongly scattering crystals too)."""
+    sample (``dark_field``, the share of the counts beyond the bright-field disk, over ``STRONG_SCATTERING``; on
+    several slices over ``AMPLITUDE_SLICES_SCATTERING`` too where ``peak_counts`` is over
+    ``AMPLITUDE_SLICES_PEAK_COUNTS``: at fewer counts the Poisson loss was ahead there)."""
     if config.optim.loss != "auto":
         return config.optim.loss, []
     optimizer = resolved_optimizer(config)
-    several = config.model.slices > 1
-    if several:  # a share and many counts
-        scatters = (dark_field is not None and dark_field > AMPLITUDE_SLICES_SCATTERING
-                    and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
-        said = (f" (over {100 * AMPLITUDE_SLICES_SCATTERING:g} % on {config.model.slices} slices, the brightest pixel "
-                f"over {AMPLITUDE_SLICES_PEAK_COUNTS:g} counts)")
-    else:
-        scatters, said = dark_field is not None and dark_field > STRONG_SCATTERING, " (strong scattering)"
-    loss = "poisson" if counts and optimizer == "preconditioned" and not scatters else "amplitude"
-    said = said if scatters else ""
+    strong = dark_field is not None and dark_field > STRONG_SCATTERING
+    thick = (config.model.slices > 1 and dark_field is not None and dark_field > AMPLITUDE_SLICES_SCATTERING
+             and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
+    loss = "poisson" if counts and optimizer == "preconditioned" and not (strong or thick) else "amplitude"
+    said = (" (strong scattering)" if strong else f" (over {100 * AMPLITUDE_SLICES_SCATTERING:g} % on "
+            f"{config.model.slices} slices, the brightest pixel over {AMPLITUDE_SLICES_PEAK_COUNTS:g} counts)"
+            if thick else "")
     scattering = "" if dark_field is None else f", {100 * dark_field:.1f} % of the counts beyond the bright-field disk{said}"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
                   f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"]

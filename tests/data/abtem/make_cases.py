@@ -77,7 +77,7 @@ CASES = {
     # a thinner crystal tilted along +y and +x (benchmarks/tilt/distribution.py's c6_a): a tilt refined from zero
     "thin_tilted": dict(cells_deep=6, tilt=(1.0, 1.0), defocus=60.0, scan=(10, 10), step=0.5, rotation=0.0,
                         dose=1e6),
-    # thermal vibrations (8 frozen-phonon configurations): 3.6 % of the counts beyond the disk, where on several slices
+    # thermal vibrations (8 frozen-phonon configurations): 3.4 % of the counts beyond the disk, where on several slices
     # the loss's auto takes the amplitude loss at many counts and the Poisson loss at few
     # (benchmarks/records/2026-12-06-thermal-vibrations.md)
     "vibrating": dict(cells_deep=6, tilt=(0.0, 0.0), defocus=60.0, scan=(12, 12), step=0.5, rotation=0.0,
