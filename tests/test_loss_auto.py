@@ -312,6 +312,16 @@ def test_several_slices_take_the_amplitude_loss_from_a_lower_share_at_many_count
     for config in (several, one):
         loss, notes = resolved_loss(config, True, few, dark_field=2 * STRONG_SCATTERING)
         assert loss == "amplitude" and "(strong scattering)" in notes[0]
+    # the Poisson loss given where auto would not take it, on several slices: kept, with a warning naming auto
+    given = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=6", "optim.loss=poisson"])
+    for peak, dark_field in ((many, share), (few, 2 * STRONG_SCATTERING)):
+        loss, notes = resolved_loss(given, True, peak, dark_field=dark_field)
+        assert loss == "poisson" and len(notes) == 1 and notes[0].startswith("warning: optim.loss: poisson on 6 slices")
+        assert "optim.loss: auto takes the amplitude loss" in notes[0]
+    for peak, dark_field in ((few, share), (many, AMPLITUDE_SLICES_SCATTERING / 2)):  # where auto takes it too: silent
+        assert resolved_loss(given, True, peak, dark_field=dark_field) == ("poisson", [])
+    one_given = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson"])
+    assert resolved_loss(one_given, True, many, dark_field=2 * STRONG_SCATTERING) == ("poisson", [])
 
 
 def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson():
@@ -346,9 +356,10 @@ def test_a_vibrating_crystal_at_many_counts_takes_the_amplitude_loss_and_at_few_
     pattern, about 1300 counts in the mean pattern's brightest pixel) sends between AMPLITUDE_SLICES_SCATTERING and
     STRONG_SCATTERING of its counts beyond the disk. On its 6 slices, at the batch init writes (auto: 18 of 144), the
     autos take the amplitude loss and reach the truth, where the Poisson loss stops short: measured 0.9979 against
-    0.9635, the Poisson run's deviance (2.53) no higher than the right one's (2.42), so nothing else would say so
-    (benchmarks/records/2026-12-06-thermal-vibrations.md). The same patterns thinned to 1e4 electrons (each count
-    kept with probability 0.01: Poisson counts of a hundredth of the dose) take the Poisson loss, as does one slice."""
+    0.9635, the Poisson run's deviance (2.53) no higher than the right one's (2.42), so the deviance's check cannot
+    say so: a run given the Poisson loss there warns (benchmarks/records/2026-12-06-thermal-vibrations.md). The same
+    patterns thinned to 1e4 electrons (each count kept with probability 0.01: Poisson counts of a hundredth of the dose)
+    take the Poisson loss, as does one slice."""
     from abtem_cases import CASES, case_config
     from test_tilt_abtem import phase_ncc
 
@@ -366,17 +377,21 @@ def test_a_vibrating_crystal_at_many_counts_takes_the_amplitude_loss_and_at_few_
     assert chosen.config.optim.regularize.depth_blur_slices == 0  # under STRONG_SCATTERING: no depth blur
     ncc, poisson_ncc = phase_ncc(chosen, "vibrating"), phase_ncc(poisson, "vibrating")
     assert ncc > 0.99 and poisson_ncc < ncc - 0.02, (ncc, poisson_ncc)
+    # the Poisson loss given: the run warns (the deviance would not), in results.h5's warnings too
+    warnings = yaml.safe_load(poisson.results.attrs["warnings"])
+    assert any(text.startswith("warning: optim.loss: poisson on 6 slices") for text in warnings), warnings
+    assert not any("optim.loss" in text for text in yaml.safe_load(chosen.results.attrs["warnings"]))
     few = tmp_path / "few.h5"
     few.write_bytes((CASES / "sto_vibrating.h5").read_bytes())
     with h5py.File(few, "a") as f:
         counts = f["patterns"][()]
         del f["patterns"]
         f["patterns"] = np.random.default_rng(0).binomial(counts, 0.01).astype(counts.dtype)
-    for data, slices, loss in ((str(few), 6, "poisson"), (config["data"]["path"], 1, "poisson")):
-        run = Reconstructor(ptyacc.load_config({**config, "data": {"path": data}},
-                                               [f"model.slices={slices}"]), write=False)
+    for data, slices in ((str(few), 6), (config["data"]["path"], 1)):
+        run = Reconstructor(ptyacc.load_config({**config, "data": {"path": data}}, [f"model.slices={slices}"]),
+                            write=False)
         run.build()
-        assert run.config.optim.loss == loss, (data, slices)
+        assert run.config.optim.loss == "poisson", (data, slices)
 
 
 def test_info_says_how_strongly_the_sample_scatters():

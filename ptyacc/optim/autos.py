@@ -186,8 +186,11 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     bright-field disk (``read_dark_field``; None without a mean pattern or a semi-angle)."""
     floor, dark_field = read_dark_field(mean_pattern, data) if mean_pattern is not None else (None, None)
     loss, log_notes = resolved_loss(config, counts, peak_counts, dark_field)
+    warned = [note for note in log_notes if note.startswith("warning:")]  # for the terminal
+    log_notes = [note for note in log_notes if note not in warned]
     chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
     config, background, notes = resolved_background(config, floor)
+    notes = warned + notes
     chosen.update(background)
     log_notes += [] if floor is None else [floor.line()]
     regularize = config.optim.regularize
@@ -424,18 +427,26 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     data with the preconditioned object, behind with Adam on several slices, and far behind on a strongly scattering
     sample (``dark_field``, the share of the counts beyond the bright-field disk, over ``STRONG_SCATTERING``; on
     several slices over ``AMPLITUDE_SLICES_SCATTERING`` too where ``peak_counts`` is over
-    ``AMPLITUDE_SLICES_PEAK_COUNTS``: at fewer counts the Poisson loss was ahead there)."""
-    if config.optim.loss != "auto":
-        return config.optim.loss, []
+    ``AMPLITUDE_SLICES_PEAK_COUNTS``: at fewer counts the Poisson loss was ahead there). The Poisson loss given on
+    several slices where auto would take the amplitude loss for the scattering: a warning instead (its shortfall there
+    left the deviance no higher)."""
     optimizer = resolved_optimizer(config)
     strong = dark_field is not None and dark_field > STRONG_SCATTERING
     thick = (config.model.slices > 1 and dark_field is not None and dark_field > AMPLITUDE_SLICES_SCATTERING
              and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
-    loss = "poisson" if counts and optimizer == "preconditioned" and not (strong or thick) else "amplitude"
     said = (" (strong scattering)" if strong else f" (over {100 * AMPLITUDE_SLICES_SCATTERING:g} % on "
             f"{config.model.slices} slices, the brightest pixel over {AMPLITUDE_SLICES_PEAK_COUNTS:g} counts)"
             if thick else "")
     scattering = "" if dark_field is None else f", {100 * dark_field:.1f} % of the counts beyond the bright-field disk{said}"
+    if config.optim.loss != "auto":
+        if not (config.optim.loss == "poisson" and counts and optimizer == "preconditioned" and config.model.slices > 1
+                and (strong or thick)):
+            return config.optim.loss, []
+        return "poisson", [f"warning: optim.loss: poisson on {config.model.slices} slices, brightest mean pixel "
+                           f"{peak_counts:.4g} counts{scattering}: there the Poisson loss stopped short of the amplitude "
+                           "loss's answer on simulated crystals, its deviance no higher (docs/explanation/optimisers.md, "
+                           "'The loss'); optim.loss: auto takes the amplitude loss"]
+    loss = "poisson" if counts and optimizer == "preconditioned" and not (strong or thick) else "amplitude"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
                   f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"]
 
