@@ -429,7 +429,7 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     several slices over ``AMPLITUDE_SLICES_SCATTERING`` too where ``peak_counts`` is over
     ``AMPLITUDE_SLICES_PEAK_COUNTS``: at fewer counts the Poisson loss was ahead there). The Poisson loss given on
     several slices where auto would take the amplitude loss for the scattering: a warning instead (its shortfall there
-    left the deviance no higher)."""
+    did not always raise the deviance)."""
     optimizer = resolved_optimizer(config)
     strong = dark_field is not None and dark_field > STRONG_SCATTERING
     thick = (config.model.slices > 1 and dark_field is not None and dark_field > AMPLITUDE_SLICES_SCATTERING
@@ -444,7 +444,7 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
             return config.optim.loss, []
         return "poisson", [f"warning: optim.loss: poisson on {config.model.slices} slices, brightest mean pixel "
                            f"{peak_counts:.4g} counts{scattering}: there the Poisson loss stopped short of the amplitude "
-                           "loss's answer on simulated crystals, its deviance no higher (docs/explanation/optimisers.md, "
+                           "loss's answer on simulated crystals, its deviance not always higher (docs/explanation/optimisers.md, "
                            "'The loss'); optim.loss: auto takes the amplitude loss"]
     loss = "poisson" if counts and optimizer == "preconditioned" and not (strong or thick) else "amplitude"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
