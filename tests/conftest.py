@@ -38,6 +38,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # matplotlib builds its font list on its first import on a machine (fc-list, two processes): before the counting,
+    # so that the first test to draw a figure on a fresh machine is not failed for processes it did not start
+    import matplotlib.font_manager  # noqa: F401
+
     LAUNCHES.install()
     device = config.getoption("--device") or os.environ.get(TEST_DEVICE_VARIABLE) or "cpu"
     os.environ[TEST_DEVICE_VARIABLE] = device  # the launched workers read it too
