@@ -31,15 +31,15 @@ DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
 
 def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and_says_why():
     one = ptyacc.load_config({}, ["data.path=x.h5"])
-    loss, notes = resolved_loss(one, counts=True, peak_counts=565.5)
-    assert loss == "poisson"
+    loss, notes, warnings = resolved_loss(one, counts=True, peak_counts=565.5)
+    assert loss == "poisson" and warnings == []
     assert notes == ["optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean "
                      "pixel 565.5 counts)"]
     assert resolved_loss(one, counts=False, peak_counts=565.5)[0] == "amplitude"
     # several slices: counts take Poisson, not counts the amplitude loss; the preconditioned object either way
     several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3"])
     assert resolved_loss(several, counts=True, peak_counts=10.0) == ("poisson", [
-        "optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean pixel 10 counts)"])
+        "optim.loss: poisson (auto: object optimizer preconditioned, patterns counts, brightest mean pixel 10 counts)"], [])
     assert resolved_loss(several, counts=False, peak_counts=10.0)[1] == [
         "optim.loss: amplitude (auto: object optimizer preconditioned, patterns not counts, brightest mean pixel 10 "
         "counts)"]
@@ -56,7 +56,7 @@ def test_auto_takes_poisson_for_counts_stepped_by_the_preconditioned_descent_and
             assert resolved_loss(config, counts=True, peak_counts=10.0)[0] == "amplitude"
     for given in ("amplitude", "poisson"):  # a loss given is kept, and nothing is said
         config = ptyacc.load_config({}, ["data.path=x.h5", f"optim.loss={given}"])
-        assert resolved_loss(config, counts=given == "amplitude", peak_counts=1.0) == (given, [])
+        assert resolved_loss(config, counts=given == "amplitude", peak_counts=1.0) == (given, [], [])
 
 
 def test_sample_statistics_sees_whole_numbers_the_brightest_mean_pixel_and_the_mean_pattern():
@@ -284,7 +284,7 @@ def test_strong_scattering_takes_the_amplitude_loss_on_counts():
     assert dark_field_fraction(moved, wavelength, semiangle, dk) == pytest.approx(expected)
     config = ptyacc.load_config({}, ["data.path=x.h5"])
     assert resolved_loss(config, True, 100.0, dark_field=STRONG_SCATTERING / 2)[0] == "poisson"
-    loss, notes = resolved_loss(config, True, 100.0, dark_field=2 * STRONG_SCATTERING)
+    loss, notes, _ = resolved_loss(config, True, 100.0, dark_field=2 * STRONG_SCATTERING)
     assert loss == "amplitude" and "(strong scattering)" in notes[0]
 
 
@@ -300,7 +300,7 @@ def test_several_slices_take_the_amplitude_loss_from_a_lower_share_at_many_count
     many, few = 3 * AMPLITUDE_SLICES_PEAK_COUNTS, AMPLITUDE_SLICES_PEAK_COUNTS / 3
     several = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=6"])
     one = ptyacc.load_config({}, ["data.path=x.h5"])
-    loss, notes = resolved_loss(several, True, many, dark_field=share)
+    loss, notes, _ = resolved_loss(several, True, many, dark_field=share)
     assert loss == "amplitude"
     assert notes[0].endswith(f"{100 * share:.1f} % of the counts beyond the bright-field disk (over "
                              f"{100 * AMPLITUDE_SLICES_SCATTERING:g} % on 6 slices, the brightest pixel over "
@@ -310,18 +310,19 @@ def test_several_slices_take_the_amplitude_loss_from_a_lower_share_at_many_count
     assert resolved_loss(one, True, many, dark_field=share)[0] == "poisson"
     # strong scattering takes it at any count, on any number of slices
     for config in (several, one):
-        loss, notes = resolved_loss(config, True, few, dark_field=2 * STRONG_SCATTERING)
+        loss, notes, _ = resolved_loss(config, True, few, dark_field=2 * STRONG_SCATTERING)
         assert loss == "amplitude" and "(strong scattering)" in notes[0]
     # the Poisson loss given where auto would not take it, on several slices: kept, with a warning naming auto
     given = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=6", "optim.loss=poisson"])
     for peak, dark_field in ((many, share), (few, 2 * STRONG_SCATTERING)):
-        loss, notes = resolved_loss(given, True, peak, dark_field=dark_field)
-        assert loss == "poisson" and len(notes) == 1 and notes[0].startswith("warning: optim.loss: poisson on 6 slices")
-        assert "optim.loss: auto takes the amplitude loss" in notes[0]
+        loss, notes, warnings = resolved_loss(given, True, peak, dark_field=dark_field)
+        assert loss == "poisson" and notes == [] and len(warnings) == 1
+        assert warnings[0].startswith("warning: optim.loss: poisson on 6 slices")
+        assert "optim.loss: auto takes the amplitude loss" in warnings[0]
     for peak, dark_field in ((few, share), (many, AMPLITUDE_SLICES_SCATTERING / 2)):  # where auto takes it too: silent
-        assert resolved_loss(given, True, peak, dark_field=dark_field) == ("poisson", [])
+        assert resolved_loss(given, True, peak, dark_field=dark_field) == ("poisson", [], [])
     one_given = ptyacc.load_config({}, ["data.path=x.h5", "optim.loss=poisson"])
-    assert resolved_loss(one_given, True, many, dark_field=2 * STRONG_SCATTERING) == ("poisson", [])
+    assert resolved_loss(one_given, True, many, dark_field=2 * STRONG_SCATTERING) == ("poisson", [], [])
 
 
 def test_the_abtem_thick_crystal_takes_the_amplitude_loss_and_the_demo_poisson():

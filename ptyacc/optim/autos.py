@@ -185,9 +185,7 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     lines saying why (for the terminal, and for run.log only) and the share of the counts beyond the
     bright-field disk (``read_dark_field``; None without a mean pattern or a semi-angle)."""
     floor, dark_field = read_dark_field(mean_pattern, data) if mean_pattern is not None else (None, None)
-    loss, log_notes = resolved_loss(config, counts, peak_counts, dark_field)
-    warned = [note for note in log_notes if note.startswith("warning:")]  # for the terminal
-    log_notes = [note for note in log_notes if note not in warned]
+    loss, log_notes, warned = resolved_loss(config, counts, peak_counts, dark_field)
     chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
     config, background, notes = resolved_background(config, floor)
     notes = warned + notes
@@ -205,7 +203,7 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
         regularize = dataclasses.replace(regularize, tv_phase_smoothing=smoothing)
         notes.append(f"optim.regularize: tv_phase_smoothing {smoothing:.2g} (auto: {config.model.slices} slices, "
                      f"{why}; give a number, 0 = off, to choose)")
-    strong = config.model.slices > 1 and dark_field is not None and dark_field > STRONG_SCATTERING
+    strong = config.model.slices > 1 and scattering_regime(config.model.slices, dark_field, peak_counts)[0]
     why = f"(auto: {config.model.slices} slices, {100 * dark_field:.1f} % of the counts beyond the disk" if strong else ""
     if regularize.depth_blur_slices == "auto":
         tilt_refined = config.optim.start.tilt is not None
@@ -418,8 +416,20 @@ START_DEPTH_BLUR_SHARE = 0.75
 STRONG_STEP = 0.6
 
 
+def scattering_regime(slices: int, dark_field: float | None, peak_counts: float) -> tuple[bool, bool]:
+    """(strong, thick) of a sample that sends ``dark_field`` of its counts beyond the bright-field disk (None: not
+    known), the mean pattern's brightest pixel ``peak_counts``, modelled on ``slices``: strong over
+    ``STRONG_SCATTERING`` (on any number of slices; the depth blur and the larger step take it on several), thick on
+    several slices over ``AMPLITUDE_SLICES_SCATTERING`` where ``peak_counts`` is over ``AMPLITUDE_SLICES_PEAK_COUNTS``.
+    Either takes the amplitude loss (``resolved_loss``)."""
+    if dark_field is None:
+        return False, False
+    return (dark_field > STRONG_SCATTERING,
+            slices > 1 and dark_field > AMPLITUDE_SLICES_SCATTERING and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
+
+
 def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: float | None = None
-                  ) -> tuple[str, list[str]]:
+                  ) -> tuple[str, list[str], list[str]]:
     """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
     brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
     (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
@@ -428,12 +438,10 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     sample (``dark_field``, the share of the counts beyond the bright-field disk, over ``STRONG_SCATTERING``; on
     several slices over ``AMPLITUDE_SLICES_SCATTERING`` too where ``peak_counts`` is over
     ``AMPLITUDE_SLICES_PEAK_COUNTS``: at fewer counts the Poisson loss was ahead there). The Poisson loss given on
-    several slices where auto would take the amplitude loss for the scattering: a warning instead (its shortfall there
-    did not always raise the deviance)."""
+    several slices where auto would take the amplitude loss for the scattering: kept, with a warning (its shortfall
+    there did not always raise the deviance). Returns (loss, the lines for run.log, the warnings)."""
     optimizer = resolved_optimizer(config)
-    strong = dark_field is not None and dark_field > STRONG_SCATTERING
-    thick = (config.model.slices > 1 and dark_field is not None and dark_field > AMPLITUDE_SLICES_SCATTERING
-             and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
+    strong, thick = scattering_regime(config.model.slices, dark_field, peak_counts)
     said = (" (strong scattering)" if strong else f" (over {100 * AMPLITUDE_SLICES_SCATTERING:g} % on "
             f"{config.model.slices} slices, the brightest pixel over {AMPLITUDE_SLICES_PEAK_COUNTS:g} counts)"
             if thick else "")
@@ -441,14 +449,14 @@ def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: 
     if config.optim.loss != "auto":
         if not (config.optim.loss == "poisson" and counts and optimizer == "preconditioned" and config.model.slices > 1
                 and (strong or thick)):
-            return config.optim.loss, []
-        return "poisson", [f"warning: optim.loss: poisson on {config.model.slices} slices, brightest mean pixel "
+            return config.optim.loss, [], []
+        return "poisson", [], [f"warning: optim.loss: poisson on {config.model.slices} slices, brightest mean pixel "
                            f"{peak_counts:.4g} counts{scattering}: there the Poisson loss stopped short of the amplitude "
                            "loss's answer on simulated crystals, its deviance not always higher (docs/explanation/optimisers.md, "
                            "'The loss'); optim.loss: auto takes the amplitude loss"]
     loss = "poisson" if counts and optimizer == "preconditioned" and not (strong or thick) else "amplitude"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
-                  f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"]
+                  f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"], []
 
 
 def auto_values(config: Config) -> dict[str, float | str]:
