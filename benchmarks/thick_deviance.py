@@ -15,7 +15,7 @@ Variants: ``auto`` the truth, ``optim.iterations: auto``; ``i20`` the truth, 20 
 one slice (what init leaves), 20 iterations; ``rot10`` the scan rotation given 10 degrees off; ``df30`` the
 defocus given 30 % long (the run's focus refinement is on, as init writes it); ``auto_one_stage`` and
 ``i20_one_stage`` as ``auto`` and ``i20`` with the depth blur in one stage (``depth_blur_start_slices: 1``, auto's
-depth blur there).
+depth blur there); ``poisson`` and ``amplitude`` as ``auto`` with that loss given.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ VARIANTS = {"auto": ["optim.iterations=auto"], "i20": ["optim.iterations=20"],
             "auto_one_stage": ["optim.iterations=auto", "optim.regularize.depth_blur_start_slices=1"],
             "i20_one_stage": ["optim.iterations=20", "optim.regularize.depth_blur_start_slices=1"],
             "rot10": ["optim.iterations=auto", "experiment.scan_rotation_deg=10"],
-            "df30": ["optim.iterations=auto"]}
+            "df30": ["optim.iterations=auto"],
+            # the loss forced either way
+            "poisson": ["optim.iterations=auto", "optim.loss=poisson"],
+            "amplitude": ["optim.iterations=auto", "optim.loss=amplitude"]}
 
 
 def make(work: Path, cells: int, kv: float, defocus_A: float, seed: int = 5, phonons: int = 0,

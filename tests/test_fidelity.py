@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ptyacc.physics import detector_response, deviance_sums, intensity_loss_terms, loss_from_intensities
+from ptyacc.physics.chain import POISSON_CAP_SPARED_COUNTS, POISSON_PULL_CAP, poisson_nll
 from ptyacc.physics.deviance import saturated_sums
 
 
@@ -49,9 +50,44 @@ def test_loss_factor_has_the_bits_of_the_plain_formula(kind, with_mask):
     mask = (torch.rand(32, 32, generator=g) > 0.1).float() if with_mask else None
     _, factor, _, _ = intensity_loss_terms(coherent, measured, kind, mask=mask)
     intensity = coherent + (1e-8 if kind == "amplitude" else 0.01)
-    ratio = torch.sqrt(measured) / torch.sqrt(intensity) if kind == "amplitude" else measured / intensity
+    ratio = (torch.sqrt(measured) / torch.sqrt(intensity) if kind == "amplitude"
+             else measured / torch.maximum(intensity, (measured - POISSON_CAP_SPARED_COUNTS) * (1.0 / POISSON_PULL_CAP)))
+    if kind == "poisson":  # the cap is met here
+        assert (measured / intensity > ratio).any()
     expected = 2.0 * (1.0 - ratio) if mask is None else 2.0 * ((1.0 - ratio) * mask)
     assert torch.equal(factor, expected)
+
+
+def test_the_poisson_loss_is_the_likelihood_within_its_cap_and_its_tangent_below():
+    """I - M log I (NumPy) wherever the model intensity I is at least the cap C = (M - 1) / POISSON_PULL_CAP; below
+    it the tangent at C, so that the pull 1 - M / max(I, C) is at most POISSON_PULL_CAP M / (M - 1) - 1 in size; a
+    single count is never capped. Continuous with its slope across the cap (finite differences either side), and
+    the hand-written gradient is autograd's on both sides."""
+    cap, spared = POISSON_PULL_CAP, POISSON_CAP_SPARED_COUNTS
+    assert spared == 1.0
+    measured = torch.tensor([0.0, 1.0, 1.0, 40.0, 40.0, 40.0, 1e4], dtype=torch.float64)
+    intensity = torch.tensor([0.3, 2.0, 1e-3, 80.0, 39.0 / cap * 1.5, 39.0 / cap / 7, 1e4 / cap / 100],
+                             dtype=torch.float64)
+    m, i = measured.numpy(), intensity.numpy()
+    corner = np.maximum(i, (m - 1) / cap)
+    expected = corner - np.where(m > 0, m * np.log(corner), 0.0) + (1 - m / corner) * (i - corner)
+    np.testing.assert_allclose(poisson_nll(intensity, measured).numpy(), expected, rtol=1e-14)
+    within = i >= (m - 1) / cap  # the likelihood itself: a single count at 1e-3 too
+    assert within.tolist() == [True, True, True, True, True, False, False]
+    np.testing.assert_allclose(expected[within], (i - m * np.log(i))[within], rtol=1e-14)
+    # continuous, with the likelihood's slope 1 - M / I above the cap and the tangent's 1 - M / C below
+    at, h, forty = torch.tensor([39.0 / cap], dtype=torch.float64), 1e-7, torch.tensor([40.0], dtype=torch.float64)
+    for side in (+1, -1):
+        step = (poisson_nll(at + side * h, forty) - poisson_nll(at, forty)) / (side * h)
+        assert float(step) == pytest.approx(1 - 40.0 / (39.0 / cap), rel=1e-5)
+    _, factor, _, _ = intensity_loss_terms(intensity - 0.01, measured, "poisson")  # the loss adds its floor 0.01
+    np.testing.assert_allclose(factor.numpy(), 2 * (1 - m / corner), rtol=1e-12)
+    # many counts on a dark model pull with the cap's 1 - cap M / (M - 1); a single count keeps its 1 - M / I
+    assert float(factor[-1]) == pytest.approx(2 * (1 - cap * 1e4 / (1e4 - 1)))
+    assert float(factor[2]) == pytest.approx(2 * (1 - 1 / 1e-3))
+    coherent = (intensity - 0.01).requires_grad_()
+    reference = loss_from_intensities(coherent, measured, "poisson")
+    np.testing.assert_allclose(torch.autograd.grad(reference, coherent)[0].numpy(), factor.numpy() / 2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("with_mask", [False, True])

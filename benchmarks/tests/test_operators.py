@@ -32,7 +32,9 @@ CASES = {
     # the one wait: the batch floor adds the windows one by one from a host list on a CPU (tests/test_syncs.py)
     "1 mode, 3 slices": (MULTISLICE, dict(operators=112, passes=37, ffts=14, wave_ffts=10, syncs=1)),
     "2 probe modes": ({"model": {"probe_modes": 2}}, dict(operators=49, passes=18, ffts=6, wave_ffts=2, syncs=0)),
-    "near field, refined positions": (NEAR_FIELD, dict(operators=113, passes=41, ffts=8, wave_ffts=6, syncs=0)),
+    # the Poisson loss's cap (chain.capped_intensity) adds three operators and passes: the cap and the maximum, and the
+    # loss written around them (benchmarks/records/2026-12-07-poisson-pull-cap.md)
+    "near field, refined positions": (NEAR_FIELD, dict(operators=116, passes=44, ffts=8, wave_ffts=6, syncs=0)),
 }
 
 
@@ -92,8 +94,8 @@ COMPILED_FIELD = {
                         {True: dict(eager_operators=11, compiled=4, step=40),
                          False: dict(eager_operators=11, compiled=2, step=38)}),
     "near field, refined positions": (dict(kind="poisson", conjugated=True, weights=True, background=True),
-                                      {True: dict(eager_operators=17, compiled=6, step=102),
-                                       False: dict(eager_operators=17, compiled=4, step=100)}),
+                                      {True: dict(eager_operators=20, compiled=6, step=102),
+                                       False: dict(eager_operators=20, compiled=4, step=100)}),
 }
 
 

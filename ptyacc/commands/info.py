@@ -190,8 +190,8 @@ def _scattering_lines(data) -> list[str]:
     if share <= STRONG_SCATTERING:
         return [*lines, line]
     return [*lines, line + f" (over {100 * STRONG_SCATTERING:g}%: strong; a thick sample? give it model.slices and "
-            "model.slice_thickness_A; on several slices the defaults then take the amplitude loss, a depth blur in two "
-            "stages (three quarters of the slices, then one) and a longer step, and a tilt the object's finer pixel "
+            "model.slice_thickness_A; on several slices the defaults then take a depth blur in two stages (three "
+            "quarters of the slices, then one), a longer step with the amplitude loss, and a tilt the object's finer pixel "
             "(data.transform.upsample: auto); docs/how-to/tilt-thickness-distortion.md)"]
 
 

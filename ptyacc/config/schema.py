@@ -316,12 +316,12 @@ class OptimConfig:
     grouping: Literal["random", "compact"] = _f("random", "random: shuffled each epoch; compact: spatial clusters.")
     loss: Literal["auto", "amplitude", "poisson"] = _f(
         "auto", "amplitude: Gaussian on sqrt(I) (the model intensity plus 1e-6 of the mean pattern's brightest pixel); "
-                "poisson: Poisson NLL (the model intensity plus 0.01 counts). "
+                "poisson: Poisson NLL (the model intensity plus 0.01 counts; its pull capped where the model is dark: where "
+                "the model intensity is below (M - 1) / 32 of a pixel's M counts, the loss goes on along its tangent). "
                 "auto: poisson where the patterns are counts (whole numbers, none negative, in a sample of 128) "
                 "and the object may take the preconditioned step (optim.object_optimizer not adam, optim.lr.object "
-                "not given), amplitude otherwise, and where the sample scatters strongly: more than 4 % of the mean "
-                "pattern's counts beyond the bright-field disk, or on several slices more than 2.5 % with over 400 "
-                "counts in the mean pattern's brightest pixel (docs/explanation/optimisers.md, 'The loss').")
+                "not given), amplitude otherwise; thick and strongly scattering samples too (docs/explanation/"
+                "optimisers.md, 'The loss').")
     lr: LearningRates = _f(factory=LearningRates, doc="Learning rates.")
     adam_beta2: float | Literal["auto"] = _f(
         "auto", "Adam's beta2 (second-moment decay; beta1 is 0.9) for every group. auto: 0.95 for a single-slice "

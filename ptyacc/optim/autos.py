@@ -185,10 +185,9 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
     lines saying why (for the terminal, and for run.log only) and the share of the counts beyond the
     bright-field disk (``read_dark_field``; None without a mean pattern or a semi-angle)."""
     floor, dark_field = read_dark_field(mean_pattern, data) if mean_pattern is not None else (None, None)
-    loss, log_notes, warned = resolved_loss(config, counts, peak_counts, dark_field)
+    loss, log_notes = resolved_loss(config, counts, peak_counts, dark_field)
     chosen: dict[str, float | str] = {"optim.loss": loss} if loss != config.optim.loss else {}
     config, background, notes = resolved_background(config, floor)
-    notes = warned + notes
     chosen.update(background)
     log_notes += [] if floor is None else [floor.line()]
     regularize = config.optim.regularize
@@ -203,7 +202,7 @@ def data_autos(config: Config, counts: bool, peak_counts: float, mean_counts: fl
         regularize = dataclasses.replace(regularize, tv_phase_smoothing=smoothing)
         notes.append(f"optim.regularize: tv_phase_smoothing {smoothing:.2g} (auto: {config.model.slices} slices, "
                      f"{why}; give a number, 0 = off, to choose)")
-    strong = config.model.slices > 1 and scattering_regime(config.model.slices, dark_field, peak_counts)[0]
+    strong = config.model.slices > 1 and dark_field is not None and dark_field > STRONG_SCATTERING
     why = f"(auto: {config.model.slices} slices, {100 * dark_field:.1f} % of the counts beyond the disk" if strong else ""
     if regularize.depth_blur_slices == "auto":
         tilt_refined = config.optim.start.tilt is not None
@@ -386,19 +385,12 @@ FLOOR_SHARE = 0.01  # and the share of the counts its floor adds over the dark f
 FLOOR_PIXELS = 30  # dark-field pixels needed to tell
 
 
-# the share of the counts beyond the bright-field disk above which the amplitude loss is taken on counts: on a
-# strongly scattering thick crystal the Poisson loss converged far slower (at 1e5 electrons per pattern with the tilt
-# given, 0.93 against 0.998 on 10 unit cells of SrTiO3: benchmarks/records/2026-12-06-thermal-vibrations.md)
+# the share of the counts beyond the bright-field disk above which a sample scatters strongly: on several slices it takes
+# the depth blur's autos below and, with the amplitude loss, a larger step. The loss itself no longer turns on it: the
+# Poisson loss fell far behind on such crystals (0.50 against 0.998 on 10 unit cells of SrTiO3 at 1e6 electrons per
+# pattern) until its pull was capped (physics/chain.py's POISSON_PULL_CAP); capped it was level there
+# (benchmarks/records/2026-12-07-poisson-pull-cap.md)
 STRONG_SCATTERING = 0.04
-# and on several slices from a lower share, but only at many counts (in the mean
-# pattern's brightest pixel): with thermal vibrations abTEM's SrTiO3 of 6 unit cells (23 A, 300 kV) sends 3.6 %, and
-# at 1e6 electrons per pattern (1300 counts) the Poisson loss stopped at NCC 0.957 against the amplitude loss's 0.997
-# (at the batch's auto, 18 of 144 positions; at 32 the two were level); at 1.2-2.9 % (3-5 cells, 200 and 300 kV) the
-# two were level (within 0.0005), and so are the grid's and the demo's 1.0-1.3 %. At 1e5 electrons (130 counts) the
-# two were level on 6-16 cells (the Poisson loss's depth map ahead), at 1e4 the Poisson loss ahead by 0.003-0.015
-# (benchmarks/records/2026-12-06-thermal-vibrations.md)
-AMPLITUDE_SLICES_SCATTERING = 0.025
-AMPLITUDE_SLICES_PEAK_COUNTS = 400
 # optim.regularize.depth_blur_slices's auto on several slices of such a sample (0 on weak scatterers, where a
 # fixed blur lost a little)
 STRONG_DEPTH_BLUR = 1.0
@@ -416,47 +408,21 @@ START_DEPTH_BLUR_SHARE = 0.75
 STRONG_STEP = 0.6
 
 
-def scattering_regime(slices: int, dark_field: float | None, peak_counts: float) -> tuple[bool, bool]:
-    """(strong, thick) of a sample that sends ``dark_field`` of its counts beyond the bright-field disk (None: not
-    known), the mean pattern's brightest pixel ``peak_counts``, modelled on ``slices``: strong over
-    ``STRONG_SCATTERING`` (on any number of slices; the depth blur and the larger step take it on several), thick on
-    several slices over ``AMPLITUDE_SLICES_SCATTERING`` where ``peak_counts`` is over ``AMPLITUDE_SLICES_PEAK_COUNTS``.
-    Either takes the amplitude loss (``resolved_loss``)."""
-    if dark_field is None:
-        return False, False
-    return (dark_field > STRONG_SCATTERING,
-            slices > 1 and dark_field > AMPLITUDE_SLICES_SCATTERING and peak_counts > AMPLITUDE_SLICES_PEAK_COUNTS)
-
-
 def resolved_loss(config: Config, counts: bool, peak_counts: float, dark_field: float | None = None
-                  ) -> tuple[str, list[str], list[str]]:
-    """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the
-    brightest pixel of the mean pattern, ``peak_counts``): poisson where the patterns are ``counts``
-    (``store.sample_statistics``) and the object takes the preconditioned step with it (unless Adam was
-    asked for) and the sample scatters weakly; amplitude otherwise: the Poisson loss was ahead or level on counted
-    data with the preconditioned object, behind with Adam on several slices, and far behind on a strongly scattering
-    sample (``dark_field``, the share of the counts beyond the bright-field disk, over ``STRONG_SCATTERING``; on
-    several slices over ``AMPLITUDE_SLICES_SCATTERING`` too where ``peak_counts`` is over
-    ``AMPLITUDE_SLICES_PEAK_COUNTS``: at fewer counts the Poisson loss was ahead there). The Poisson loss given on
-    several slices where auto would take the amplitude loss for the scattering: kept, with a warning (its shortfall
-    there did not always raise the deviance). Returns (loss, the lines for run.log, the warnings)."""
-    optimizer = resolved_optimizer(config)
-    strong, thick = scattering_regime(config.model.slices, dark_field, peak_counts)
-    said = (" (strong scattering)" if strong else f" (over {100 * AMPLITUDE_SLICES_SCATTERING:g} % on "
-            f"{config.model.slices} slices, the brightest pixel over {AMPLITUDE_SLICES_PEAK_COUNTS:g} counts)"
-            if thick else "")
-    scattering = "" if dark_field is None else f", {100 * dark_field:.1f} % of the counts beyond the bright-field disk{said}"
+                  ) -> tuple[str, list[str]]:
+    """``optim.loss`` for this run, and for ``auto`` the run.log line that says why (with the brightest pixel of the
+    mean pattern, ``peak_counts``, and the share of the counts beyond the bright-field disk, ``dark_field``, where
+    known): poisson where the patterns are ``counts`` (``store.sample_statistics``) and the object takes the
+    preconditioned step with it (unless Adam was asked for); amplitude otherwise. The Poisson loss was ahead or level
+    on counted data with the preconditioned object, thick and strongly scattering crystals included (its pull capped:
+    ``chain.POISSON_PULL_CAP``), and behind with Adam on several slices."""
     if config.optim.loss != "auto":
-        if not (config.optim.loss == "poisson" and counts and optimizer == "preconditioned" and config.model.slices > 1
-                and (strong or thick)):
-            return config.optim.loss, [], []
-        return "poisson", [], [f"warning: optim.loss: poisson on {config.model.slices} slices, brightest mean pixel "
-                           f"{peak_counts:.4g} counts{scattering}: there the Poisson loss stopped short of the amplitude "
-                           "loss's answer on simulated crystals, its deviance not always higher (docs/explanation/optimisers.md, "
-                           "'The loss'); optim.loss: auto takes the amplitude loss"]
-    loss = "poisson" if counts and optimizer == "preconditioned" and not (strong or thick) else "amplitude"
+        return config.optim.loss, []
+    optimizer = resolved_optimizer(config)
+    scattering = "" if dark_field is None else f", {100 * dark_field:.1f} % of the counts beyond the bright-field disk"
+    loss = "poisson" if counts and optimizer == "preconditioned" else "amplitude"
     return loss, [f"optim.loss: {loss} (auto: object optimizer {optimizer}, patterns {'' if counts else 'not '}"
-                  f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"], []
+                  f"counts, brightest mean pixel {peak_counts:.4g} counts{scattering})"]
 
 
 def auto_values(config: Config) -> dict[str, float | str]:

@@ -12,7 +12,8 @@ response (gain per pattern, background: ``detector_response``).
 Stage 5, the data fidelity: how well intensities fit measured ones, for training and for evaluation.
 Losses are SUMS over the given patterns; the caller divides by the global batch size.
 - amplitude: sum over pixels of (sqrt(I) - sqrt(M))^2 (Gaussian noise on amplitudes)
-- poisson:   sum over pixels of I - M log(I) (Poisson negative log-likelihood, data term dropped)
+- poisson:   sum over pixels of I - M log(I) (Poisson negative log-likelihood, data term dropped; below the cap
+             (M - 1) / POISSON_PULL_CAP its tangent there, so that a dark model's pull on many counts stays bounded)
 with I the model intensity (``detector_response``) plus EPS (Poisson: plus POISSON_FLOOR), and M the measured one,
 over the pixels of the detector's mask. Each formula is written once and serves the hand-written gradient of the
 chunked loss (``intensity_loss_terms``, with the gain's and the background's), the autograd reference
@@ -33,6 +34,17 @@ EPS = 1e-8
 # demo's NCC rises at every dose (0.003: 5e-3 apart; 0.1: 3e-7 apart but 0.06 lower at 5e3:
 # benchmarks/records/2026-11-27-benchmarks.md, 'The loss').
 POISSON_FLOOR = 0.01
+# The Poisson loss's pull in a pixel, its derivative in the model intensity I, is 1 - M / I: unbounded where the
+# model leaves dark a pixel that holds many counts M, as a flat start object does beyond the bright-field disk of a
+# strongly scattering crystal. Below I = (M - 1) / POISSON_PULL_CAP the loss goes on along its tangent there, so that
+# no pull exceeds POISSON_PULL_CAP M / (M - 1) - 1; above, it is the likelihood itself. One count is never capped (two
+# only where the model holds under 1/32 of a count), so counts as sparse as 1e3-1e4 electrons per pattern keep their
+# pull; the model comes within the cap once it fits. Uncapped, abTEM's SrTiO3 of 10 unit cells at 1e6 electrons per
+# pattern ended at a phase NCC of 0.50 (the amplitude loss 0.998), capped at 0.998; with the cap at M / 32 (no count
+# spared), the thin samples at 1e3 electrons lost up to 0.04. Three operators more per eager step (the demo 5 % longer)
+# (benchmarks/records/2026-12-07-poisson-pull-cap.md).
+POISSON_PULL_CAP = 32.0
+POISSON_CAP_SPARED_COUNTS = 1.0
 # The amplitude loss's floor, a share of the brightest pixel of the mean pattern (a run's ``amplitude_floor``; the
 # bare EPS where none is given). From a flat object the model leaves the dark field at rounding level (1e-7 of the
 # field), and the gradient sqrt(M) far / |far| there takes its direction from that rounding: one step of the
@@ -379,9 +391,21 @@ def _sum_axis(tensor: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ stage 5: the data fidelity
-def poisson_nll(intensity: torch.Tensor, measured: torch.Tensor) -> torch.Tensor:
-    """Poisson negative log-likelihood per pixel without the term of the data alone: I - M log I."""
-    return intensity - measured * torch.log(intensity)
+def poisson_nll(intensity: torch.Tensor, measured: torch.Tensor, capped: torch.Tensor | None = None) -> torch.Tensor:
+    """Poisson negative log-likelihood per pixel without the term of the data alone: I - M log I where the model
+    intensity I is at least the cap C = (M - POISSON_CAP_SPARED_COUNTS) / POISSON_PULL_CAP; below it the tangent at C,
+    C - M log C + (1 - M / C) (I - C). ``capped``: max(I, C) where already made (``capped_intensity``). Written as
+    I + M - M (log C' + I / C'), C' = max(I, C): four operators, which is I - M log I where C' = I."""
+    capped = capped_intensity(intensity, measured) if capped is None else capped
+    return torch.addcmul(intensity + measured, measured, torch.addcdiv(torch.log(capped), intensity, capped), value=-1.0)
+
+
+def capped_intensity(intensity: torch.Tensor, measured: torch.Tensor) -> torch.Tensor:
+    """max(I, (M - POISSON_CAP_SPARED_COUNTS) / POISSON_PULL_CAP): where the Poisson loss takes its value and its pull
+    1 - M / capped (two operators: the cap in one ``addcmul`` of constants)."""
+    share = 1.0 / POISSON_PULL_CAP
+    cap = torch.addcmul(_constant(-POISSON_CAP_SPARED_COUNTS * share, measured), measured, _constant(share, measured))
+    return torch.maximum(intensity, cap)
 
 
 def _amplitude(intensity: torch.Tensor, measured: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -435,8 +459,11 @@ def intensity_loss_terms(coherent: torch.Tensor, measured: torch.Tensor, kind: s
     # the floor joins the background (K, K) rather than each pattern: one pass fewer (the sum's order, a rounding apart)
     intensity = (detector_response(coherent, weights, background + floor) if background is not None
                  else detector_response(coherent, weights) + floor)
-    per_pixel, numerator, denominator = (_amplitude(intensity, measured) if kind == "amplitude"
-                                         else (poisson_nll(intensity, measured), measured, intensity))
+    if kind == "amplitude":
+        per_pixel, numerator, denominator = _amplitude(intensity, measured)
+    else:
+        denominator = capped_intensity(intensity, measured)
+        per_pixel, numerator = poisson_nll(intensity, measured, denominator), measured
     # dL/dI = 1 - num / den; d/d far = 2 dL/dI far. c + (v num) / den in one pass (addcdiv) has the bits of c - |v| r,
     # r = num / den, for v = -1, -2 (a power of 2): 2 - 2 r those of 2 (1 - r), as d (2 w) has those of 2 d w
     if weights is None and background is None and mask is None:

@@ -78,8 +78,8 @@ CASES = {
     "thin_tilted": dict(cells_deep=6, tilt=(1.0, 1.0), defocus=60.0, scan=(10, 10), step=0.5, rotation=0.0,
                         dose=1e6),
     # thermal vibrations (8 frozen-phonon configurations): 3.4 % of the counts beyond the disk, where on several slices
-    # the loss's auto takes the amplitude loss at many counts and the Poisson loss at few
-    # (benchmarks/records/2026-12-06-thermal-vibrations.md)
+    # the Poisson loss stopped short at many counts until its pull was capped
+    # (benchmarks/records/2026-12-07-poisson-pull-cap.md)
     "vibrating": dict(cells_deep=6, tilt=(0.0, 0.0), defocus=60.0, scan=(12, 12), step=0.5, rotation=0.0,
                       dose=1e6, phonons=8),
     # the sampling a tilt needs (docs/how-to/tilt-and-sampling.md): 11 cells, a 20 x 20 scan; not shipped
