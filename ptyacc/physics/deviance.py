@@ -1,7 +1,8 @@
 """The Poisson deviance of a model against measured counts, in sums that processes and chunks add:
 for evaluating a final model (and a tracker's deviance from the loss), not for training. The
-negative log-likelihood per pixel, I - M log I, is ``chain.poisson_nll``'s, written out here (one
-module entered once by the run's finish, not chain.py again for every term)."""
+negative log-likelihood per pixel, I - M log I, is ``chain.poisson_nll``'s without its cap (the training loss's
+tangent below (M - 1) / 32, which would read a dark model's deviance low), written out here (one module entered
+once by the run's finish, not chain.py again for every term)."""
 
 import torch
 
@@ -37,5 +38,5 @@ def saturated_sums(measured: torch.Tensor, mask: torch.Tensor | None = None) -> 
 
 
 def _nll(intensity: torch.Tensor, measured: torch.Tensor) -> torch.Tensor:
-    """``chain.poisson_nll``: I - M log I per pixel."""
+    """``chain.poisson_nll`` without its cap: I - M log I per pixel."""
     return intensity - measured * torch.log(intensity)
