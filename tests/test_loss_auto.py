@@ -429,7 +429,7 @@ def test_the_capped_pull_gives_the_same_answer_on_one_and_two_processes(tmp_path
     with torch.no_grad():
         predicted = start.model(torch.arange(12)).double() + chain.POISSON_FLOOR
     measured = start.data.patterns[:12].double().to(predicted.device)
-    capped = predicted < (measured - chain.POISSON_CAP_SPARED_COUNTS) / chain.POISSON_PULL_CAP
+    capped = chain.capped_intensity(predicted, measured) > predicted
     assert start.config.optim.loss == "poisson" and int(capped.sum()) > 100, int(capped.sum())
     outs = launch_configs(tmp_path, (("one", config, 1, []), ("two", config, 2, [])))
     one, two = (ptyacc.load_results(outs[name] / "results" / "results.h5") for name in ("one", "two"))
