@@ -107,7 +107,8 @@ def _record(asked: frozenset[str]) -> AutoCalibration:
                            orientation=MeasuredOrientation((True, False, True), -12.5, 0.4), flip_about_zero=(False, True),
                            descan=MeasuredDescan(descan, np.array([[0.5, -0.75], [0.0, 0.25]]), in_model=True)
                            if "data.transform.descan" in asked else None,
-                           defocus=MeasuredDefocus(118.0, 1.5), asked=asked, descan_model="ramp")
+                           defocus=MeasuredDefocus(118.0, 1.5), asked=asked, descan_model="ramp",
+                           sample_place=("upstream", -2.5e-3) if "experiment.sample_side" in asked else None)
 
 
 def _config(asked: frozenset[str]):
@@ -115,7 +116,8 @@ def _config(asked: frozenset[str]):
              "experiment.defocus_A": ("experiment", "defocus_A", None),
              "data.transform.orientation": ("transform", "orientation", "manual"),
              "data.bad_pixels": ("data", "bad_pixels", "off"), "data.transform.descan": ("transform", "descan", "off"),
-             "data.transform.descan_model": ("transform", "descan_model", "shift")}
+             "data.transform.descan_model": ("transform", "descan_model", "shift"),
+             "experiment.sample_side": ("experiment", "sample_side", "downstream")}
     data, transform = {"path": "x.h5", "transform": {}}, {}
     experiment = {"aberrations": {"C10": -96.0, "C30": 1e4}}
     for key, (section, name, otherwise) in given.items():
@@ -153,7 +155,8 @@ def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
     named |= {"data.transform.orientation"} if "data.transform.transpose" in values else set()  # manual with them
     untouched = {"experiment.scan_rotation_deg", "experiment.defocus_A", "data.transform.orientation",
                  "data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x",
-                 "data.transform.flip_about_zero", "data.transform.descan_model", "experiment.aberrations"} - named
+                 "data.transform.flip_about_zero", "data.transform.descan_model", "experiment.aberrations",
+                 "experiment.sample_side", "experiment.focus_to_sample_m"} - named
     assert {key: _at(run, key) for key in untouched} == {key: _at(config, key) for key in untouched}
     if "experiment.defocus_A" in asked:
         assert values["experiment.defocus_A"] == 118.0 and values["experiment.aberrations.C12a"] == 7.0
@@ -164,6 +167,9 @@ def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
         assert run.data.transform.orientation == "manual" and values["data.transform.flip_about_zero"] == [False, True]
     if {"data.transform.descan", "data.transform.descan_model"} <= asked:
         assert values["data.transform.descan_model"] == run.data.transform.descan_model == "ramp"
+    if "experiment.sample_side" in asked:
+        assert values["experiment.sample_side"] == run.experiment.sample_side == "upstream"
+        assert values["experiment.focus_to_sample_m"] == run.experiment.focus_to_sample_m == -2.5e-3
     if not asked - set(MEASURED_ONLY):
         assert run is config
 

@@ -231,7 +231,10 @@ def test_split_object_gives_the_sharded_data_answer(tiled_config, tiled_runs, pr
     relative = np.linalg.norm(split.object - data.object) / np.linalg.norm(data.object)
     assert relative < 1e-4, relative
     np.testing.assert_allclose(split.loss, data.loss, rtol=1e-4)
-    assert np.abs(split.positions_A - data.positions_A).max() < 1e-4
+    # on 4 processes the edge positions' refinement carries the halo sums' rounding further: on one build machine two
+    # of 100 positions differed by up to 8.1e-4 A (2.4 % of the largest move; the object 3e-7, the loss 1.6e-6;
+    # on 2 processes bit-identical), at the code before the X-ray changes too, where the machine before gave 1e-4
+    assert np.abs(split.positions_A - data.positions_A).max() < (1e-4 if processes == 2 else 2e-3)
     initial = load_data(ptyacc.load_config(tiled_config)).positions_A
     assert np.abs(split.positions_A - initial).max() > 1e-3  # position refinement ran
     records = ranks(tiled_runs["shard_object", processes] / "records")

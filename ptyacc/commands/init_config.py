@@ -77,8 +77,18 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     turned = not xray and (side >= MIN_RASTER or not raster and n >= MIN_RASTER * MIN_RASTER)
     parallax = not xray and side >= MIN_SIDE
     measured = not raster and "scan_step_A" in info.attrs
-    lines += _found_in_data_lines(turned, crop) if not xray else (["  transform:"] + crop if crop else [])
+    if not xray:
+        lines += _found_in_data_lines(turned, crop)
+    elif "detector_basis_vectors_m" in info.attrs or n >= MIN_RASTER * MIN_RASTER:
+        lines += ["  transform:", *crop, "    orientation: auto   # the detector's transpose/flips against the scan: "
+                  + ("from the file's basis vectors" if "detector_basis_vectors_m" in info.attrs else
+                     "from the patterns' centre of mass (far field)")]
+    elif crop:
+        lines += ["  transform:", *crop]
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
+    if xray and probe_key(data_path) is None:
+        lines.append("  sample_side: auto   # far field: the side of the probe's focus the sample lies on, tried both ways "
+                     "(focus_to_sample_m, where known, sets it)")
     lines += _calibration_lines(info, xray, parallax)
     if turned:
         lines.append("  scan_rotation_deg: auto   # from the patterns (centre of mass, parallax; run.log says which; "

@@ -129,9 +129,19 @@ class ExperimentConfig:
     detector_distance_m: float | None = _f(None, "Sample-to-detector distance in m (X-ray; from a CXI file if omitted).")
     detector_pixel_m: float | None = _f(None, "Detector pixel size in m (X-ray; from a CXI file if omitted).")
     focus_to_sample_m: float | None = _f(None, "Near field: distance from the probe focus to the sample in m "
-                                               "(Fresnel scaling: magnification (z1 + z2) / z1). Far field with "
-                                               "optics: the defocus, the sample this far downstream of the focus "
-                                               "(negative: upstream); null = from the patterns' parallax.")
+                                               "(Fresnel scaling: magnification (z1 + z2) / z1). Far field: the "
+                                               "initial probe's defocus, the sample this far downstream of the focus "
+                                               "(negative: upstream); null = from the scan's overlap, on the side "
+                                               "experiment.sample_side says.")
+    sample_side: Literal["downstream", "upstream", "auto"] = _f(
+        "downstream", "X-ray far field without focus_to_sample_m (and without model.probe_init): the side of the "
+                      "probe's focus the sample lies on, which gives the initial probe's curvature (its distance is "
+                      "the one at which the beam overlaps 60 % at the scan's spacing). auto: ptyacc run tries both "
+                      "sides, then 0.6 and 1.6 times that distance on the side that fitted, by short reconstructions "
+                      "(data.transform.orientation_trials), and takes the lowest data term, setting focus_to_sample_m "
+                      "as well (ptyacc init writes auto; init, info and a run without trials take downstream). "
+                      "Patterns flipped along both axes are the conjugate object's under the other side's probe "
+                      "(docs/how-to/calibrate.md).")
     optics: XrayOpticsConfig | None = _f(None, "X-ray far field: the focusing optics the initial probe is made from "
                                                "(docs/tutorials/xray-near-field.md, 'Far field').")
     positions: Literal["raster"] | PositionsFileConfig = _f(

@@ -28,6 +28,8 @@ from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
 from ptyacc.data.descan import Descan, Descanned, any_moved, disk_centres, measure_descan
 from ptyacc.data.detector import BadPixels, good_pixels, measure_bad_pixels
 from ptyacc.data.orientation import (
+    FLAGS,
+    PHASE_SIGN,
     equivalent_orientations,
     flag_matrix,
     frame_difference,
@@ -47,11 +49,13 @@ from ptyacc.data.trouble import (
     CURL_CLEAR,
     DEFOCUS_OFF,
     ROTATION_OFF_DEG,
+    XRAY_TURN_DEG,
     Unsettled,
     aliased_frame_warning,
     blended_rotation_deg,
     com_search_disagreement_warning,
     com_warnings,
+    conjugate_warning,
     far_defocus_warning,
     mirror_disagreement_warning,
     parallax_warnings,
@@ -68,6 +72,7 @@ from ptyacc.data.trouble import (
     weak_orientation_warning,
 )
 from ptyacc.errors import DataError
+from ptyacc.physics.footprint import cone_numerical_aperture, overlap_defocus_A
 
 BASIS = "detector_basis_vectors_m"  # the file attribute of data.transform.orientation: auto
 MIN_RASTER = 8  # positions along each side for the centre of mass to tell a rotation
@@ -172,12 +177,15 @@ class OrientationCandidate:
     defocus_by: str | None = BY_SEARCH
     flip_about_zero: tuple[bool, bool] = (False, False)
     c12_A: tuple[float, float] | None = None  # the two-fold astigmatism (C12a, C12b) it takes; None: as the run's
+    focus_to_sample_m: float | None = None  # X-ray far field: the initial probe's distance from its focus; None: the run's
 
     def line(self) -> str:
         t, fy, fx = self.flags
         defocus = "" if self.defocus_A is None else f", defocus {self.defocus_A:.1f} A"
         c12 = "" if self.c12_A is None else f", C12a {self.c12_A[0]:+.1f} A, C12b {self.c12_A[1]:+.1f} A"
-        return (f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus}{c12} "
+        side = "" if self.focus_to_sample_m is None else \
+            f", the sample {abs(self.focus_to_sample_m) * 1e3:.3g} mm {side_of(self.focus_to_sample_m)} of the focus"
+        return (f"transpose {t}, flip_y {fy}, flip_x {fx}, rotation {self.rotation_deg:.2f} deg{defocus}{c12}{side} "
                 f"({self.found_by})")
 
 
@@ -193,6 +201,8 @@ class Verdict:
     margin: float | None = None
     rival: str | None = None
     unsettled: tuple[Unsettled, ...] = ()
+    correlation: float | None = None  # X-ray far field: the taken candidate's trial object's phase against absorption
+    losses: tuple[float, ...] = ()  # each candidate's trial's final data term, in order
 
 
 # chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
@@ -240,6 +250,9 @@ class AutoCalibration:
     defocus: MeasuredDefocus | None = None
     asked: frozenset[str] = frozenset()
     descan_model: str = "shift"
+    # X-ray far field, ``experiment.sample_side: auto``: the side of the focus taken and the distance (m, signed: negative
+    # upstream) the initial probe starts at, None where the side is taken without trials (downstream, the overlap's)
+    sample_place: tuple[str, float | None] | None = None
 
     def detector_arrays(self) -> dict[str, np.ndarray]:
         """results.h5's ``/detector`` group (names and dtypes in ``results/h5file.py``'s docstring)."""
@@ -289,6 +302,10 @@ class AutoCalibration:
             found.update({"data.transform.transpose": bool(self.flags[0]), "data.transform.flip_y": bool(self.flags[1]),
                           "data.transform.flip_x": bool(self.flags[2]),
                           "data.transform.flip_about_zero": [bool(v) for v in self.flip_about_zero or (False, False)]})
+        if "experiment.sample_side" in self.asked and self.sample_place is not None:
+            found["experiment.sample_side"] = self.sample_place[0]
+            if self.sample_place[1] is not None:
+                found["experiment.focus_to_sample_m"] = self.sample_place[1]
         if "data.bad_pixels" in self.asked:
             found["data.bad_pixels"] = self.bad_pixels.count
         if "data.transform.descan" in self.asked:
@@ -320,6 +337,9 @@ class AutoCalibration:
             aberrations = {name: value for name, value in experiment.aberrations.items() if name != "C10"}
             experiment = dataclasses.replace(experiment, defocus_A=self.defocus_A,
                                              aberrations={**aberrations, **self.fitted_c12()})
+        if "experiment.sample_side" in self.asked and self.sample_place is not None:
+            experiment = dataclasses.replace(experiment, sample_side=self.sample_place[0],
+                                             focus_to_sample_m=self.sample_place[1])
         if "data.transform.orientation" in self.asked:
             transform = dataclasses.replace(transform, orientation="manual", transpose=bool(self.flags[0]),
                                             flip_y=bool(self.flags[1]), flip_x=bool(self.flags[2]),
@@ -334,7 +354,7 @@ class AutoCalibration:
 
 # the config's calibration keys that may be auto, each resolved by the load (``AutoCalibration.asked``)
 CALIBRATION_AUTOS = ("experiment.scan_rotation_deg", "experiment.defocus_A", "data.transform.orientation",
-                     "data.bad_pixels", "data.transform.descan", "data.transform.descan_model")
+                     "data.bad_pixels", "data.transform.descan", "data.transform.descan_model", "experiment.sample_side")
 # those named in ``auto_values`` by a count or size found, which keep their auto in the run's config
 MEASURED_ONLY = ("data.bad_pixels", "data.transform.descan")
 
@@ -345,7 +365,8 @@ def asked_autos(config: Config) -> frozenset[str]:
              "experiment.defocus_A": config.experiment.defocus_A,
              "data.transform.orientation": config.data.transform.orientation, "data.bad_pixels": config.data.bad_pixels,
              "data.transform.descan": config.data.transform.descan,
-             "data.transform.descan_model": config.data.transform.descan_model}
+             "data.transform.descan_model": config.data.transform.descan_model,
+             "experiment.sample_side": config.experiment.sample_side}
     return frozenset(key for key in CALIBRATION_AUTOS if given[key] == "auto")
 
 
@@ -475,16 +496,23 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         file_mask, said = good_pixels(file_mask, bad), said + (line,)
     transform, orientation = dataclasses.replace(data.transform, upsample=resolved_upsample(config)[0]), None
     flags_confirmed = False  # a clear centre of mass or search gave the handedness of the flags given
-    if rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
-                         and experiment.radiation == "electron"):
+    if experiment.radiation == "xray" and experiment.geometry == "far_field" and (
+            rotation_auto or transform.orientation == "auto" and BASIS not in info.attrs):
+        experiment, transform, orientation, lines = _xray_oriented(experiment, transform, source, calibration,
+                                                                   file_mask, background, judge)
+        said += lines
+        calibration = calibrate(experiment, facts, scan_shape)
+        calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
+    elif rotation_auto or (transform.orientation == "auto" and BASIS not in info.attrs
+                           and experiment.radiation == "electron"):
         experiment, transform, orientation, lines = _oriented(experiment, transform, source, calibration, file_mask,
                                                               background, defocus_auto, judge)
         said += lines
         calibration = calibrate(experiment, facts, scan_shape)
         calibration.sources["scan_rotation_deg"] = "fitted" if rotation_auto else "config"
-    elif experiment.check_calibration and experiment.radiation == "electron" and experiment.geometry == "far_field":
+    elif experiment.check_calibration and experiment.geometry == "far_field":
         checked, flags_confirmed = _orientation_checked(experiment, transform, source, calibration, file_mask,
-                                                        background)
+                                                        background, PHASE_SIGN[experiment.radiation])
         said += checked
     prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
     about = None
@@ -509,6 +537,27 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
         calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
     dx_A = prep.object_pixel_A(calibration.stored_dx_A)
+    place = None
+    if (experiment.radiation == "xray" and experiment.geometry == "far_field" and experiment.sample_side == "auto"
+            and experiment.focus_to_sample_m is None and config.model.probe_init is None):
+        flags = (prep.transpose, prep.flip_y, prep.flip_x)
+        if experiment.optics is not None:  # the pupil the probe starts from
+            na = experiment.optics.numerical_aperture(calibration.wavelength_A * 1e-10)
+        else:
+            mean = source.read(sample_rows(len(calibration.positions_A)), prepare).patterns.mean(0, dtype=np.float64)
+            na = cone_numerical_aperture(mean if mask is None else mean * mask, 1.0 / (prep.shape[-1] * dx_A),
+                                         calibration.wavelength_A)
+        measured = data.transform.orientation == "auto" and BASIS not in info.attrs  # flags given stay as given
+        place = _sample_place(judge, flags, experiment.scan_rotation_deg, tuple(prep.flip_about_zero), measured,
+                              overlap_defocus_A(calibration.positions_A, na)[0])
+        said += (place.line,)
+        if place.flags != flags:  # the object's own frame: the preparation again
+            transform = dataclasses.replace(transform, orientation="manual", transpose=place.flags[0],
+                                            flip_y=place.flags[1], flip_x=place.flags[2])
+            orientation = dataclasses.replace(orientation, flags=place.flags)
+            prep = Preparation.from_config(transform, info.shape[-2:], True, name, info.attrs)
+            prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
+            mask = prep.mask(file_mask)
     read_from, descan = original, None
     if data.transform.descan == "auto":
         descan, line = _descanned(source, calibration.positions_A, prepare, mask, descan_left_to_model(config))
@@ -545,7 +594,8 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
                             scan_rotation_deg=experiment.scan_rotation_deg, aberrations=calibration.aberrations,
                             nominal_aberrations=nominal, bad_pixels=bad, orientation=orientation, flip_about_zero=about,
                             descan=descan, defocus=defocus, asked=asked_autos(config),
-                            descan_model="ramp" if descan_left_to_model(config) else "shift")
+                            descan_model="ramp" if descan_left_to_model(config) else "shift",
+                            sample_place=None if place is None else (place.side, place.focus_to_sample_m))
     return Calibrated(experiment, calibration, prep, prepare, mask, dx_A, read_from, reopen, found, said, defocus_said)
 
 
@@ -676,11 +726,7 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
         raise DataError(f"{source.path}: data.transform.orientation: auto needs the detector's basis_vectors (CXI), and "
                         f"experiment.scan_rotation_deg: auto or orientation from the data a scan of at least "
                         f"{MIN_RASTER} x {MIN_RASTER} positions, found {len(base)}; set them by hand")
-    fixed = None
-    if transform.orientation == "manual":
-        fixed = (transform.transpose, transform.flip_y, transform.flip_x)
-    elif BASIS in source.info.attrs:
-        fixed = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
+    fixed = _fixed_flags(transform, source)
     found, line = measure_orientation(source, shape, file_mask, background, fixed, given,
                                       None if raster else base)
     grid = shape if shape is not None and scan_grid_steps(base, shape) is not None else None
@@ -747,6 +793,126 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
                                 found.tells_turn, state.blended,
                                 None if used is not None else _searched_defocus_A(searched, flags, state.rotation_deg)),
             (state.line, *state.warnings))
+
+
+def _fixed_flags(transform, source) -> Flags | None:
+    """The transpose/flip the orientation measurement must keep: the config's (``manual``) or the file's basis
+    vectors'; None where it chooses them."""
+    if transform.orientation == "manual":
+        return (transform.transpose, transform.flip_y, transform.flip_x)
+    if BASIS in source.info.attrs:
+        return tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
+    return None
+
+
+def _xray_oriented(experiment, transform, source, calibration, file_mask: np.ndarray | None,
+                   background: np.ndarray | None, judge: Judge | None = None):
+    """X-ray far field: ``data.transform.orientation: auto`` in a file without the detector's basis vectors and/or
+    ``experiment.scan_rotation_deg: auto``, from the centre of mass of the stored patterns at the scan's positions
+    (``orientation.py``, the phase of X-ray matter negative): the experiment and transform with what was measured,
+    the ``MeasuredOrientation`` and run.log's lines. A given rotation (stage positions are usually in the
+    detector's frame) is kept and checked (``trouble.com_warnings``); where the centre of mass cannot tell the
+    handedness, ``judge`` (``ptyacc run``) tries all eight by short reconstructions; without one, the flags given are
+    kept, with a warning. Flags that differ by flip_y and flip_x together give the conjugate object's data under the
+    conjugate probe: the centre of mass tells them apart by the sign of the phase, which a defocused probe's view of
+    a strong absorber can outweigh; the probe's side of the focus is then tried with the flags taken
+    (``_sample_place``), and the run's end checks the object's phase against its absorption
+    (``trouble.conjugate_warning``)."""
+    rotation_auto = experiment.scan_rotation_deg == "auto"
+    given = 0.0 if rotation_auto else experiment.scan_rotation_deg
+    base = turned_positions_A(calibration.positions_A, -given)
+    if len(base) < MIN_RASTER * MIN_RASTER:
+        raise DataError(f"{source.path}: data.transform.orientation: auto needs the detector's basis_vectors (CXI), and "
+                        f"experiment.scan_rotation_deg: auto or orientation from the data a scan of at least "
+                        f"{MIN_RASTER * MIN_RASTER} positions, found {len(base)}; set them by hand")
+    fixed = _fixed_flags(transform, source)
+    found, line = measure_orientation(source, None, file_mask, background, fixed, given, base, PHASE_SIGN["xray"])
+    flags, warnings = found.flags, []
+    if fixed is None and not tells_handedness(found) and judge is not None:  # every flag set, by trials
+        verdict = judge([OrientationCandidate(candidate, given, None, "the centre of mass's" if candidate == flags else
+                                              "one of eight") for candidate in FLAGS], turn=False, focus=False)
+        flags, line = verdict.taken.flags, f"{line}; the centre of mass cannot tell the flags: {verdict.said}"
+    elif fixed is None and not tells_handedness(found):
+        flags = (transform.transpose, transform.flip_y, transform.flip_x)
+        warnings.append(f"warning: the patterns' centre of mass cannot tell the detector's transpose and flips against "
+                        f"the scan (curl left {found.curl_left:.2f} of the worst angle's, the other handedness "
+                        f"{found.curl_other:.2f}): transpose {flags[0]}, flip_y {flags[1]}, flip_x {flags[2]} kept; "
+                        f"set them by hand (data.transform.orientation: manual) and read the final deviance")
+    elif fixed is None:
+        line += "; these flags are used, their turn by 180 deg (flip_y and flip_x together) from the X-ray phase's sign"
+    if rotation_auto:
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=found.rotation_deg)
+    else:
+        line += f"; the rotation used is experiment.scan_rotation_deg: {given:g}"
+        if fixed is not None or tells_handedness(found):  # a centre of mass that told nothing judges nothing
+            warnings += com_warnings(found, flags, given, flags_measured=fixed is None, least_deg=XRAY_TURN_DEG)
+    if fixed is None:
+        transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
+                                        flip_x=flags[2])
+    rotation_deg = found.rotation_deg if rotation_auto else given
+    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, tells_turn=found.tells_turn),
+            (line, *warnings))
+
+
+PLACE_SCALES = (0.6, 1.0, 1.6)  # the overlap's distance from the focus tried times these (1 on either side first)
+# (on 24 drawn files the true distance lay 0.55-1.6 times the overlap's; the probe's refinement takes up the rest)
+
+
+def side_of(focus_to_sample_m: float) -> str:
+    return "upstream" if focus_to_sample_m < 0 else "downstream"
+
+
+@dataclass(frozen=True)
+class SamplePlace:
+    """``_sample_place``'s answer: the sample's ``side`` of the focus, the initial probe's signed distance from it
+    ``focus_to_sample_m`` (None: the overlap's, downstream), the ``flags`` to use, and run.log's ``line``."""
+
+    side: str
+    focus_to_sample_m: float | None
+    flags: Flags
+    line: str
+
+
+def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about: tuple[bool, bool],
+                  measured: bool, overlap_A: float) -> SamplePlace:
+    """X-ray far field, ``experiment.sample_side: auto`` with no ``focus_to_sample_m`` and no probe file: where the
+    sample lies against the probe's focus, which the initial probe's curvature and size take. ``judge`` (``ptyacc
+    run``) reconstructs a few iterations at ``overlap_A`` (the distance at which the beam overlaps 60 % at the scan's
+    spacing) on either side, then at the other PLACE_SCALES of it on the side that fitted, under the ``flags`` and
+    ``rotation_deg`` the run takes (flips about zero ``about``), and takes the lowest data term: from the wrong side
+    the run stalls, and a start 40 % short or 60 % long of the true distance costs many iterations. Where that
+    trial's object is the conjugate (its phase against its absorption, ``trouble.conjugate_warning``) and the flags
+    were ``measured`` (the centre of mass took the pair's wrong member, as a strong absorber's pull through a
+    defocused probe can make it), the pair's other member and the other side are taken: the object itself, whose
+    data those are too. Without a judge: downstream at the overlap's distance, the flags as they are."""
+    if judge is None:
+        return SamplePlace("downstream", None, flags, "experiment.sample_side: downstream (auto; ptyacc run tries "
+                                                      "both sides and three distances by short reconstructions)")
+
+    def at(distance_m: float) -> OrientationCandidate:
+        return OrientationCandidate(flags, rotation_deg, None, "the orientation used", flip_about_zero=about,
+                                    focus_to_sample_m=distance_m)
+
+    # the side at the overlap's distance, then the other distances on that side
+    sides = judge([at(overlap_A * 1e-10), at(-overlap_A * 1e-10)], turn=False, focus=False,
+                  subject="the sample's side of the probe's focus")
+    sign = 1.0 if sides.taken.focus_to_sample_m > 0 else -1.0
+    verdict = judge([at(sign * scale * overlap_A * 1e-10) for scale in PLACE_SCALES if scale != 1.0], turn=False,
+                    focus=False, subject="the sample's distance from the probe's focus")
+    if min(verdict.losses) >= min(sides.losses):
+        verdict = sides
+    distance = verdict.taken.focus_to_sample_m
+    line = (f"experiment.sample_side: {side_of(distance)}, experiment.focus_to_sample_m: {distance:.4g} (auto: "
+            f"{sides.said}; {verdict.said if verdict is not sides else 'the other distances ended higher'}"
+            + ("" if verdict.correlation is None else
+               f"; its object's phase against its log amplitude {verdict.correlation:+.2f}") + ")")
+    if measured and verdict.correlation is not None and conjugate_warning(verdict.correlation, flags):
+        distance, flags = -distance, (flags[0], not flags[1], not flags[2])
+        t, fy, fx = flags
+        line += (f"; that trial's object is the conjugate (its phase against its log amplitude {verdict.correlation:+.2f}):"
+                 f" the sample {side_of(distance)} of the focus and transpose {t}, flip_y {fy}, flip_x {fx} are used, "
+                 "the object's own frame")
+    return SamplePlace(side_of(distance), distance, flags, line)
 
 
 def _searched_defocus_A(searched, flags: Flags, rotation_deg: float) -> float | None:
@@ -1300,12 +1466,13 @@ def _overlap_defocus(source, calibration, steps_A: np.ndarray, prepare, mask: np
 
 
 def _orientation_checked(experiment, transform, source, calibration, file_mask: np.ndarray | None,
-                         background: np.ndarray | None) -> tuple[tuple[str, ...], bool]:
+                         background: np.ndarray | None, phase_sign: float = 1.0) -> tuple[tuple[str, ...], bool]:
     """The transpose/flip and scan rotation given (none of them ``auto``) against the centre of mass of the
     stored patterns (``trouble.com_warnings``), on the raster's grid or at the positions, and where that is
     mostly noise against a clear Fourier regions' search on a raster's grid (``trouble.search_warnings``, the
     defocus too): the warnings (none where the scan is too small to tell), and whether a clear centre of mass or
-    search gave the handedness of the flags given (the parallax's check asks it where its own is not sure)."""
+    search gave the handedness of the flags given (the parallax's check asks it where its own is not sure).
+    ``phase_sign``: the sign of the material's phase (``orientation.PHASE_SIGN``); X-rays have no search."""
     rotation_deg = experiment.scan_rotation_deg
     step, shape = calibration.values.get("scan_step_A"), calibration.scan_shape
     raster = shape is not None and step is not None and np.allclose(calibration.positions_A,
@@ -1316,10 +1483,10 @@ def _orientation_checked(experiment, transform, source, calibration, file_mask: 
     flags = (transform.transpose, transform.flip_y, transform.flip_x)
     if transform.orientation == "auto" and BASIS in source.info.attrs:
         flags = tuple(orientation_from_basis(source.info.attrs[BASIS], str(source.path)).values())
-    found, _ = measure_orientation(source, shape, file_mask, background, None, rotation_deg, base)
-    said = com_warnings(found, flags, rotation_deg)
+    found, _ = measure_orientation(source, shape, file_mask, background, None, rotation_deg, base, phase_sign)
+    said = com_warnings(found, flags, rotation_deg, least_deg=ROTATION_OFF_DEG if phase_sign > 0 else XRAY_TURN_DEG)
     base_A = raster_positions_A(shape, step, 0.0) if raster else base
-    if said or not weak_com(found) or shape is None or scan_grid_steps(base_A, shape) is None:
+    if said or not weak_com(found) or shape is None or scan_grid_steps(base_A, shape) is None or phase_sign < 0:
         same = not frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)[0]
         return tuple(said), tells_handedness(found) and same
     # few counts: the centre of mass cannot tell, the Fourier regions' coherence of every pixel and frequency can

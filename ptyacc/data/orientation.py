@@ -11,6 +11,9 @@ and flips of the preparation acting on the centre-of-mass vectors, is the gradie
 the nominal raster: a field without curl. Its divergence, the Laplacian of a phase with positive
 peaks at the atoms, is skewed negative; that tells theta from theta + 180 where the skew is large
 (SKEW_SURE on a raster; at scattered positions, whose least-squares derivatives are noisier, SKEW_SURE_SCATTERED).
+An X-ray object's phase is negative where there is material (PHASE_SIGN): its field is turned by 180 degrees
+before the skew is read. Patterns flipped along both axes are those of the conjugate object under the conjugate
+probe, exactly, so nothing but such a sign tells that turn.
 
 The field is first freed of the plane that fits it best (descan moves the patterns by a plane in
 the scan, whose antisymmetric part would read as curl). The curl of R(a)^T c is linear in
@@ -44,6 +47,9 @@ BLOCK = 256  # patterns read at a time
 # at the same files' positions as scattered points they reached 1.19 (2 of 31 above 1.0, none above 1.3)
 SKEW_SURE = 1.0
 SKEW_SURE_SCATTERED = 1.5
+# the sign of a material's phase: electrons are sped up by an atom's potential (a phase advance, positive peaks), X-rays
+# see a refractive index 1 - delta below 1 (a phase delay, negative wherever there is material)
+PHASE_SIGN = {"electron": 1.0, "xray": -1.0}
 FLAGS = tuple((t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True))
 
 
@@ -215,15 +221,16 @@ class ScatteredGrid:
 
 
 def orientation_from_com(com: np.ndarray, fixed_flags: tuple[bool, bool, bool] | None = None,
-                         near_deg: float = 0.0, grid: RasterGrid | ScatteredGrid | None = None) -> Orientation:
+                         near_deg: float = 0.0, grid: RasterGrid | ScatteredGrid | None = None,
+                         phase_sign: float = 1.0) -> Orientation:
     """The orientation of a (ny, nx, 2) centre-of-mass field of the stored patterns (y, x px,
     rows of the raster in the slow direction), or of a (N, 2) one at scattered positions
     (``grid`` a ``ScatteredGrid`` of them; the rotation then turns the positions about their
     centre): of the transpose/flips, the one that leaves the rotation nearest ``near_deg``; with
     ``fixed_flags`` (the preparation's flags) only the rotation is found (a DataError when the
-    data show the other handedness)."""
+    data show the other handedness). ``phase_sign``: the sign of the material's phase (``PHASE_SIGN``)."""
     grid = RasterGrid() if grid is None else grid
-    com = grid.plane_free(com)
+    com = grid.plane_free(com) * phase_sign
     stored = curl_free_angle(com, grid.curl)
     swapped = curl_free_angle(com[..., ::-1], grid.curl)
     transpose = swapped[1] < stored[1] if fixed_flags is None else sum(fixed_flags) % 2 == 1
@@ -290,11 +297,12 @@ def middle_points(positions_A: np.ndarray) -> np.ndarray:
 
 def measure_orientation(source, scan_shape: tuple[int, int] | None, good: np.ndarray | None,
                         background: np.ndarray | None, fixed_flags=None, near_deg: float = 0.0,
-                        positions_A: np.ndarray | None = None) -> tuple[Orientation, str]:
+                        positions_A: np.ndarray | None = None, phase_sign: float = 1.0) -> tuple[Orientation, str]:
     """The orientation of the stored patterns of ``source`` (a ``readers.PatternFile`` of a
     raster ``scan_shape``, or, given ``positions_A`` (N, 2) Å, of a scan that is no raster, judged
     at those positions: its rotation then turns them about their centre), bad pixels (``good``
-    False, stored layout) left out, less the dark frame ``background``; and its run.log line."""
+    False, stored layout) left out, less the dark frame ``background``; and its run.log line. ``phase_sign``: the
+    sign of the material's phase (``PHASE_SIGN``)."""
     started = time.perf_counter()
     if positions_A is None:
         rows, shape = middle_block(scan_shape)
@@ -305,7 +313,7 @@ def measure_orientation(source, scan_shape: tuple[int, int] | None, good: np.nda
     subtract = None if background is None else (lambda chunk: chunk - background)
     com = np.concatenate([centres_of_mass(source.read(rows[i:i + BLOCK], subtract).patterns, good)
                           for i in range(0, len(rows), BLOCK)])
-    found = orientation_from_com(com.reshape(*shape, 2), fixed_flags, near_deg, grid)
+    found = orientation_from_com(com.reshape(*shape, 2), fixed_flags, near_deg, grid, phase_sign)
     where = str(source.path) if grid is None else f"{source.path} (at its own positions, no raster)"
     return found, found.line(where, time.perf_counter() - started)
 

@@ -359,6 +359,19 @@ def over_processes(data: PtychoData, statistics: tuple[bool, float, torch.Tensor
     return counts_total / data.n_patterns, not_counts, float(counted.max()), mean if with_pattern else None
 
 
+def held_mean_over_processes(data: PtychoData, sharded: bool, accelerator) -> torch.Tensor:
+    """(K, K) float64 mean of every held pattern: where each process holds its own share (``sharded``), the shares'
+    sums and counts added in one collective, so that every process starts from the same mean (the one process's, to
+    the order of a float64 sum); else the process's own held mean, which is all of them."""
+    if not sharded or accelerator.num_processes == 1:
+        return data.held_mean_pattern()
+    k = data.detector_px
+    sums = torch.cat([torch.tensor([float(data.n_held)], dtype=torch.float64),
+                      (data.held_mean_pattern() * data.n_held).flatten()])
+    sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
+    return sums[1:].reshape(k, k) / max(float(sums[0]), 1.0)
+
+
 @torch.no_grad()
 def poisson_deviance_sums(model: Callable[[torch.Tensor], torch.Tensor], store: PatternStore | StreamedStore,
                           indices: torch.Tensor, chunk: int = 64) -> torch.Tensor:

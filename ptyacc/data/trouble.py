@@ -37,6 +37,9 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   they are over 4 %). Over 6-20 cells at 200 and 300 kV (``optim.iterations: auto``) right runs that reached the
   truth ended at 6-14 % (two of four at 1e6 electrons over the line, 10.3 and 12.1 %: warned), those of 16 and 20
   cells that did not (phase 0.41-0.73) at 25-40 % (warned).
+- An X-ray far-field object whose phase rises where its amplitude falls (``conjugate_warning``): the conjugate of
+  the object, which patterns flipped along both axes fit exactly as well; X-ray matter delays the phase where it
+  absorbs.
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
   change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``);
@@ -56,6 +59,10 @@ from ptyacc.data.parallax import MAX_MISFIT, Parallax
 from ptyacc.data.parallax_orientation import SURE, ParallaxOrientation, conformal_parts
 
 ROTATION_OFF_DEG = 5.0  # a scan rotation this far from the data's is said
+# X-rays: only a turn this large is said. A stage is seldom turned by degrees against its detector, and through a
+# defocused probe a strong absorber's pull turned the centre of mass's angle by 6-10 degrees on gold test patterns
+# upstream of the focus (benchmarks/xray_far_field.py); a quarter turn is a wrong flag set
+XRAY_TURN_DEG = 45.0
 CURL_CLEAR = 0.5  # share of curl left at the best angle under which the centre of mass tells the angle
 MIRRORED = 2.0  # the other handedness's curl this many times the chosen one's: the centre of mass tells it
 DEFOCUS_OFF = 0.15  # relative: a defocus this far from the parallax's is said (the parallax reads within 10 %)
@@ -75,10 +82,12 @@ def tells_handedness(found: Orientation) -> bool:
 
 
 def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_deg: float,
-                 rotation_measured: bool = False, flags_measured: bool = False) -> list[str]:
+                 rotation_measured: bool = False, flags_measured: bool = False,
+                 least_deg: float = ROTATION_OFF_DEG) -> list[str]:
     """The warnings of the centre of mass's orientation ``found`` (free flags, rotation nearest the
     one used) against the ``flags`` (transpose, flip_y, flip_x) and ``rotation_deg`` the run uses;
-    none for what the run measured itself (``rotation_measured``, ``flags_measured``)."""
+    none for what the run measured itself (``rotation_measured``, ``flags_measured``), nor for a rotation
+    under ``least_deg`` away (X-rays: XRAY_TURN_DEG)."""
     if found.curl_left > CURL_CLEAR or (rotation_measured and flags_measured):
         return []
     mirrored, off = frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)
@@ -95,7 +104,7 @@ def com_warnings(found: Orientation, flags: tuple[bool, bool, bool], rotation_de
     if not found.tells_turn and abs(off) > 90:  # the centre of mass cannot tell a turn by 180 degrees
         off = wrapped_deg(off + 180.0, 360.0)
     spread = abs(found.halves_deg[0] - found.halves_deg[1]) / 2
-    if not rotation_measured and abs(off) > max(ROTATION_OFF_DEG, 3 * spread):
+    if not rotation_measured and abs(off) > max(least_deg, 3 * spread):
         said.append(f"warning: the patterns' centre of mass says the scan is turned {rotation_deg - off:.1f} deg "
                     f"against the detector, {-off:+.1f} deg from experiment.scan_rotation_deg {rotation_deg:g} "
                     f"(halves of the scan +-{spread:.1f} deg): set experiment.scan_rotation_deg: auto {AUTO}")
@@ -473,6 +482,28 @@ def turned_scan_said(results) -> list[tuple[str, bool]]:
     return [(f"scan rotation: the run turned the scan {float(turn):+.2f} deg from the {started[0]:.2f} deg it started "
              f"at ({started[1]}); experiment.scan_rotation_deg: {started[0] + float(turn):.2f} starts a run there"
              + (AGAIN_NEARER if far else ""), far)]
+
+
+CONJUGATE_CLEAR = 0.3  # the correlation of an X-ray object's phase with its log amplitude beyond which the sign is said
+
+
+def conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: str | None = None) -> list[str]:
+    """X-ray far field: the warning for an object whose phase rises where it absorbs (``correlation`` of its phase
+    with its log amplitude below -CONJUGATE_CLEAR), which X-ray matter (refractive index 1 - delta + i beta, delta and
+    beta positive) never does. Patterns flipped along both axes are exactly those of the conjugate object under the
+    conjugate probe, so the data fit such a run as well as the right one: only this sign tells them apart. ``flags``:
+    the transpose, flip_y and flip_x the run used; ``side``: the sample's side of the focus its probe started on
+    (``experiment.sample_side``), None where ``experiment.focus_to_sample_m`` gave it."""
+    if correlation >= -CONJUGATE_CLEAR:
+        return []
+    t, fy, fx = flags
+    other = ("experiment.focus_to_sample_m with the other sign" if side is None else
+             f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
+    return [f"warning: the object's phase rises where its amplitude falls (their correlation over the scanned region "
+            f"{correlation:+.2f}), where X-ray matter delays the phase where it absorbs: this is the conjugate of the "
+            f"object (read the phase with its sign reversed), which patterns flipped along both axes fit as well as the "
+            f"object itself under a probe curved the other way; to reconstruct the object itself, set both "
+            f"data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx} and {other}"]
 
 
 def warnings_said(warnings: list[str]) -> list[str]:

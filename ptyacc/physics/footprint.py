@@ -10,6 +10,8 @@ import numpy as np
 import torch
 
 MIN_OVERLAP = 0.5  # under it (1 - spacing / the probe's diameter) the probes barely overlap: a warning
+ASSUMED_OVERLAP = 0.6  # a ptychographic scan's usual linear overlap, 1 - spacing / beam diameter
+BRIGHT = 0.25  # the beam's cone: where the mean pattern exceeds this fraction of its peak
 
 
 def median_neighbour_distance(positions_px: np.ndarray, at_most: int | None = None) -> float:
@@ -80,3 +82,25 @@ def footprint_overlap(probe: torch.Tensor, positions_px: np.ndarray) -> Overlap:
     """The ``Overlap`` of ``probe`` (..., K, K) at the probe centres ``positions_px`` (N, 2) (up to 512 of them)."""
     diameter = probe_diameter_px(probe)
     return Overlap(median_neighbour_distance(np.asarray(positions_px), at_most=512), diameter)
+
+
+
+def cone_numerical_aperture(mean_pattern, dk_invA: float, wavelength_A: float) -> float:
+    """The numerical aperture of a beam whose cone the detector sees in ``mean_pattern`` (K, K) (the model's layout,
+    zero frequency at [0, 0]): the 98th percentile of the pixels' distance from the zero frequency where it exceeds
+    BRIGHT of its peak (a disk's or an annulus's outer edge), times dk lambda."""
+    mean = torch.as_tensor(mean_pattern, dtype=torch.float64)
+    k = mean.shape[-1]
+    bright = mean >= BRIGHT * float(mean.max())
+    frequency = torch.fft.fftfreq(k, d=1.0 / k, dtype=torch.float64)  # px from the zero frequency at [0, 0]
+    radius = torch.sqrt(frequency[:, None] ** 2 + frequency[None, :] ** 2)
+    return float(radius[bright].quantile(0.98)) * dk_invA * wavelength_A
+
+
+def overlap_defocus_A(positions_A: np.ndarray, numerical_aperture: float) -> tuple[float, float, float]:
+    """(distance, diameter, spacing) Å: the distance from its focus at which a beam of ``numerical_aperture``
+    (2 |distance| NA across) overlaps ASSUMED_OVERLAP of its diameter at the nearest-neighbour spacing of
+    ``positions_A`` (N, 2)."""
+    spacing_A = median_neighbour_distance(positions_A, at_most=256)
+    diameter_A = spacing_A / (1 - ASSUMED_OVERLAP)
+    return diameter_A / (2 * max(numerical_aperture, 1e-12)), diameter_A, spacing_A

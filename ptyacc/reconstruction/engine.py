@@ -26,8 +26,22 @@ from ptyacc.config import Config
 from ptyacc.data import PtychoData
 from ptyacc.data.aperture_edge import may_read_edge
 from ptyacc.data.hold import hold_lines, peak_memory_lines
-from ptyacc.data.store import load_planned, over_processes, pattern_store, poisson_deviance_sums, sample_statistics
-from ptyacc.data.trouble import astigmatism_said, deviance_warning, refocused_probe_said, turned_scan_said, warnings_said
+from ptyacc.data.store import (
+    held_mean_over_processes,
+    load_planned,
+    over_processes,
+    pattern_store,
+    poisson_deviance_sums,
+    sample_statistics,
+)
+from ptyacc.data.trouble import (
+    astigmatism_said,
+    conjugate_warning,
+    deviance_warning,
+    refocused_probe_said,
+    turned_scan_said,
+    warnings_said,
+)
 from ptyacc.errors import ConfigError, DistributedError
 from ptyacc.optim.autos import STRONG_SCATTERING, floor_measured
 from ptyacc.optim.groups import lr_factor
@@ -58,6 +72,7 @@ from ptyacc.reconstruction.trials import OrientationTrials, trial_iterations
 from ptyacc.reconstruction.validation import ValidationHook, validation_positions
 from ptyacc.results.h5file import Results
 from ptyacc.results.outdir import hold_output_dir
+from ptyacc.results.quality import results_phase_absorption
 from ptyacc.results.runlog import RunLog, data_lines
 
 __all__ = ["Reconstruction", "Reconstructor", "build_model", "check_output_dir", "lr_factor", "reconstruct"]
@@ -192,9 +207,12 @@ class Reconstructor:
         built_said: list[str] = []
         # the same on every process (over_processes); never under the bare EPS (patterns all dark or below zero)
         amplitude_floor = max(AMPLITUDE_FLOOR_SHARE * peak, EPS)
+        if self.data.radiation == "xray":  # its probe starts from the mean of every pattern, whoever holds them
+            mean_pattern = held_mean_over_processes(self.data, self.plan.shards is not None, accelerator)
         self.model = build_model(config, self.data, self.geometry, mean_intensity=mean_counts,
                                  region=self.tiles.region if self.tiles is not None else None,
-                                 mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured" else None,
+                                 mean_pattern=mean_pattern if config.model.probe_aperture_edge == "measured"
+                                 or self.data.radiation == "xray" else None,
                                  said=built_said, scans=scans, aperture=autos.aperture, amplitude_floor=amplitude_floor)
         if config.optim.loss == "amplitude":
             self.log.line(f"the amplitude loss's floor: {self.model.amplitude_floor:.6g} added to the model's intensity (a "
@@ -360,7 +378,11 @@ class Reconstructor:
             converged="converged_after_iterations" in self.saver.attrs)
         self.warnings += late
         self.texts["warnings"] = yaml.safe_dump(self.warnings)
-        results = self.saver.save(history, figures=config.output.figures)
+        xray_far_field = self.data.radiation == "xray" and self.data.near_field_distance_A is None
+        results = self.saver.save(history, figures=config.output.figures,
+                                  checks=self._conjugate_checked if xray_far_field else None)
+        late += self.saver.late_warnings
+        self.warnings += self.saver.late_warnings
         said = [] if self.saver.deviance is None else [f"Poisson deviance per counted pixel: {self.saver.deviance:.6g}"]
         if "detector_blur_px" in results.attrs:
             said.append(f"detector blur: sigma {results.attrs['detector_blur_px']:.3f} px"
@@ -385,6 +407,19 @@ class Reconstructor:
                               output_dir=self.out_dir if self.write else None, world_size=self.world,
                               poisson_deviance=self.saver.deviance, comm_bytes=[t.total_bytes for t in traffic],
                               comm_time_s=[t.wait_s for t in traffic], traffic=traffic, config=self.config)
+
+    def _conjugate_checked(self, results) -> list[str]:
+        """X-ray far field: the object's phase against its log amplitude over the scanned region (results.h5's
+        ``phase_absorption_correlation``), and the warning where the object reads as its own conjugate
+        (``trouble.conjugate_warning``)."""
+        correlation = results_phase_absorption(results)
+        results.attrs["phase_absorption_correlation"] = correlation
+        transform, autos = self.config.data.transform, self.data.autos
+        flags = tuple(bool(autos.get(f"data.transform.{key}", getattr(transform, key)))
+                      for key in ("transpose", "flip_y", "flip_x"))
+        experiment = self.config.experiment
+        side = None if experiment.focus_to_sample_m is not None else experiment.sample_side
+        return conjugate_warning(correlation, flags, side)
 
     def _deviance(self, poisson: bool = True) -> float:
         """Poisson deviance per counted pixel over all positions, each evaluated by one process; with the

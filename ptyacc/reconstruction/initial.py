@@ -103,7 +103,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                 amplitude_floor: float | None = None) -> PtychoModel:
     """The initial model: a probe from the experiment's optics, its ``aperture`` (K, K) the one
     ``autos.resolve_autos`` read from the data (``model.probe_aperture_edge``: measured) if given, the
-    ramp's if not (other scans' probes read theirs from ``mean_pattern``, model layout, if given), scaled to the
+    ramp's if not (other scans' probes read theirs from ``mean_pattern``, model layout, if given; an X-ray probe
+    starts from it, the mean of every pattern, where given), scaled to the
     data's mean intensity (total counts per pattern; computed from the held patterns if None),
     split into modes (``quantities/probe.py``); a flat object (only its ``region`` (y0, y1, x0, x1) under
     ``runtime.shard_object``; ``quantities/object.py``); positions from the data; the refined quantities of their own modules
@@ -124,7 +125,9 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
             if data.near_field_distance_A is not None else None)
     detector = Detector(propagator=near, mask=data.mask.float() if data.mask is not None else None)
     said = said if said is not None else []
-    probe = probe_modes(config, data, detector, None, mean_intensity, said, aperture)
+    # X-rays start from the mean of every pattern (``mean_pattern``: ``store.held_mean_over_processes``'s)
+    probe = probe_modes(config, data, detector, mean_pattern if data.radiation == "xray" else None, mean_intensity,
+                        said, aperture)
     said.append(footprint_overlap(probe, geometry.positions_px).line(near_field=near is not None))
     slices = config.model.slices
     propagator = (fresnel_propagator(k, data.dx_A, data.wavelength_A, config.model.slice_thickness_A)
@@ -136,7 +139,8 @@ def build_model(config: Config, data: PtychoData, geometry: ObjectGeometry,
                         detector=detector, propagation=propagation, movable_scan=movable)
     model.amplitude_floor = amplitude_floor
     # another scan's probe from its own optics, at its own counts
-    make_probe = lambda c, d: probe_modes(c, d, detector, mean_pattern, d.mean_intensity, said)  # noqa: E731
+    make_probe = lambda c, d: probe_modes(c, d, detector, None if d.radiation == "xray" else mean_pattern,  # noqa: E731
+                                          d.mean_intensity, said)
     attach_quantities(config, model, BuildContext(data, geometry, scans, make_probe, said, mean_intensity))
     return model
 
@@ -162,7 +166,8 @@ def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pat
     """The probe (K, K), or a probe file's modes (M, K, K), before its power is scaled to the data:
     ``model.probe_init``'s file; for electrons the optics' STEM probe, its ``aperture`` (K, K) given
     or its aperture edge read from ``mean_pattern`` where given; near-field X-rays the mean image
-    brought back to the sample; far-field X-rays ``xray_probe.far_field_probe``. What it chose is appended to ``said``."""
+    (``mean_pattern``, else the held patterns' mean) brought back to the sample; far-field X-rays
+    ``xray_probe.far_field_probe`` of the same mean. What it chose is appended to ``said``."""
     k = data.detector_px
     if config.model.probe_init is not None:
         probe, line = probe_from_file(config, data)
@@ -176,10 +181,10 @@ def initial_probe(config: Config, data: PtychoData, detector: Detector, mean_pat
         edge = aperture_edge(config, data, mean_pattern)  # another scan's optics
         probe = stem_probe(k, data.dk_invA, data.wavelength_A, data.semiangle_mrad, data.aberrations,
                            aperture_values=aperture if edge is None else edge.aperture)
-    elif detector.propagator is not None:
-        probe = probe_from_patterns(data.held_mean_pattern(), detector)
-    else:
-        probe = far_field_probe(config, data, data.held_mean_pattern(), said)
+    else:  # X-rays: the mean of every pattern (``store.held_mean_over_processes``: the same on every process)
+        mean = data.held_mean_pattern() if mean_pattern is None else mean_pattern
+        probe = (probe_from_patterns(mean, detector) if detector.propagator is not None else
+                 far_field_probe(config, data, mean, said))
     return probe
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import yaml
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
@@ -120,10 +121,18 @@ class Saver:
         self.deviance: float | None = None
         self.deviance_scale: dict[str, float] = {}  # poisson_data_nll_per_pattern, counted_pixel_values_per_pattern
         self.attrs: dict[str, float | int | str] = {}  # what the run adds to results.h5's attributes as it goes
+        self.late_warnings: list[str] = []  # what ``save``'s checks found
 
-    def save(self, history: History, figures: bool | None = None) -> Results:
+    def save(self, history: History, figures: bool | None = None,
+             checks: Callable[[Results], list[str]] | None = None) -> Results:
+        """results.h5 and the figures (main process); ``checks``: warnings read from the results themselves (the
+        main process's, where the object is whole), added to results.h5's and kept in ``late_warnings``."""
         results = collect_results(self.config, self.model, self.data, self.geometry, history.loss,
                                   self.accelerator.num_processes, self.tiles, self.texts)
+        self.late_warnings = checks(results) if checks is not None and self.accelerator.is_main_process else []
+        if self.late_warnings:
+            warnings = (yaml.safe_load(self.texts.get("warnings") or "[]") or []) + self.late_warnings
+            self.texts["warnings"] = results.attrs["warnings"] = yaml.safe_dump(warnings)
         near_field = self.data.near_field_distance_A is not None
         mean_patterns = centred_means(self.store, self.model, near_field) if self.writes else (None, None)
         results.iteration_time_s = np.asarray(history.seconds)

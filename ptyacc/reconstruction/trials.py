@@ -45,6 +45,7 @@ import math
 import sys
 
 import numpy as np
+from accelerate.utils import broadcast_object_list
 
 from ptyacc.config import Config, with_values
 from ptyacc.data.autocalibration import BY_TRIALS, Verdict
@@ -53,6 +54,7 @@ from ptyacc.data.load import load_data
 from ptyacc.data.orientation import frame_difference, wrapped_deg
 from ptyacc.data.positions import turned_positions_A
 from ptyacc.data.trouble import Unsettled
+from ptyacc.results.quality import results_phase_absorption
 
 AUTO_ITERATIONS = 6
 TURN_DEG = 3.0  # the scan rotation tried at offsets of TURN_DEG, SIDE steps either side of the chosen one
@@ -98,6 +100,8 @@ class OrientationTrials:
         self.read: dict[tuple, tuple] = {}
         self.reads = 0  # datasets read and calibrated (one per candidate orientation)
         self.modes = False  # this call's trials with the run's probe modes (``__call__``)
+        # X-ray far field: each candidate's trial object's phase against its absorption (``trouble``)
+        self.correlations: dict = {}
 
     def trial_config(self, candidate, modes: bool = False, iterations: int | None = None) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
@@ -121,6 +125,8 @@ class OrientationTrials:
                   "experiment.check_calibration": False}
         if (defocus_A := self.given_defocus_A(candidate)) is not None:
             values["experiment.defocus_A"] = defocus_A
+        if candidate.focus_to_sample_m is not None:
+            values["experiment.focus_to_sample_m"] = candidate.focus_to_sample_m
         if candidate.c12_A is not None:
             values["experiment.aberrations"] = {**self.config.experiment.aberrations, "C12a": float(candidate.c12_A[0]),
                                                 "C12b": float(candidate.c12_A[1])}
@@ -156,6 +162,12 @@ class OrientationTrials:
         run's probe modes where the call asked for them, ``modes``)."""
         config = self.trial_config(candidate, self.modes, iterations)
         run = self.reconstruct(config, self.accelerator, data=self.dataset(candidate, config), write=False, quiet=True)
+        if config.experiment.radiation == "xray" and config.experiment.geometry == "far_field":
+            # the main process's (the whole object where it is split): every process then decides alike
+            said = [results_phase_absorption(run.results) if self.accelerator.is_main_process else None]
+            if self.accelerator.num_processes > 1:
+                said = broadcast_object_list(said, from_process=0)
+            self.correlations[candidate] = said[0]
         return float(run.loss[-1])
 
     def __call__(self, candidates: list, turn: bool = True, focus: bool = True, modes: bool = False,
@@ -218,7 +230,7 @@ class OrientationTrials:
         self.modes = False
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
-                       tuple(unsettled))
+                       tuple(unsettled), self.correlations.get(chosen), tuple(losses))
 
     def turned(self, chosen, start: float) -> tuple:
         """``chosen`` with its scan rotation refined by trials TURN_DEG apart (``start``: its own trial's data term),

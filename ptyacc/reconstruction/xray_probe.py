@@ -6,10 +6,11 @@ Without a file, the probe is a pupil advanced from the focus to the sample by a 
   detector sees it, a disk or an annulus);
 - the defocus: ``experiment.focus_to_sample_m`` where given, else the one that makes the beam
   (2 |defocus| NA across) overlap ``ASSUMED_OVERLAP`` of its diameter at the scan's nearest-neighbour
-  spacing, with the sample downstream of the focus. Ptychography scans are laid out for 60-80%;
+  spacing, on the side of the focus ``experiment.sample_side`` says (``auto``: the side the run's trials
+  chose, ``autocalibration._sample_place``). Ptychography scans are laid out for 60-80%;
   the probe's refinement corrects the rest (a zone-plate case started 25% short of or 50% beyond
   its true defocus reached NCC 0.995, 50% short 0.96), but not the sign: an upstream sample needs
-  focus_to_sample_m negative (started with the wrong sign the case reached NCC 0.10).
+  focus_to_sample_m negative or sample_side upstream (started with the wrong sign the case reached NCC 0.10).
 run.log says which."""
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ from ptyacc.data import PtychoData
 from ptyacc.data.probe_file import read_probe
 from ptyacc.errors import ConfigError
 from ptyacc.physics import fresnel_propagator
-from ptyacc.physics.footprint import median_neighbour_distance
+from ptyacc.physics.footprint import ASSUMED_OVERLAP, cone_numerical_aperture, overlap_defocus_A
 from ptyacc.physics.probe import optics_pupil, pupil_probe
 
-ASSUMED_OVERLAP = 0.6  # a ptychographic scan's usual linear overlap, 1 - spacing / beam diameter
 WIDEST = 0.75  # of the window: a wider beam needed for that overlap means the scan is too sparse for it
-BRIGHT = 0.25  # the beam's cone: where the mean pattern exceeds this fraction of its peak
 
 
 def probe_from_file(config: Config, data: PtychoData) -> tuple[torch.Tensor, str]:
@@ -85,22 +84,19 @@ def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor
         pupil_said = f"the optics' pupil (numerical aperture {na:.4g}, central stop {optics.central_stop_fraction:g})"
     else:
         pupil = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64))
-        bright = mean_pattern >= BRIGHT * float(mean_pattern.max())
-        frequency = torch.fft.fftfreq(k, d=1.0 / k, dtype=torch.float64)  # px from the zero frequency at [0, 0]
-        radius = torch.sqrt(frequency[:, None] ** 2 + frequency[None, :] ** 2)
-        radius_px = float(radius[bright].quantile(0.98))  # the cone's outer edge, a disk's or an annulus's
-        na = radius_px * data.dk_invA * data.wavelength_A
+        na = cone_numerical_aperture(mean_pattern, data.dk_invA, data.wavelength_A)
         pupil_said = f"the mean pattern's amplitude (its bright cone about {na:.3g} in numerical aperture)"
     given = config.experiment.focus_to_sample_m
     if given is not None:
         defocus_A, defocus_said = given * 1e10, "experiment.focus_to_sample_m"
     else:
-        spacing_A = median_neighbour_distance(data.positions_A, at_most=256)
-        diameter_A = spacing_A / (1 - ASSUMED_OVERLAP)
-        defocus_A = diameter_A / (2 * max(na, 1e-12))
+        distance_A, diameter_A, spacing_A = overlap_defocus_A(data.positions_A, na)
+        side = config.experiment.sample_side
+        defocus_A = distance_A * (-1.0 if side == "upstream" else 1.0)
         defocus_said = (f"so that the beam, {diameter_A * 1e-4:.3g} µm across, overlaps {ASSUMED_OVERLAP:.0%} at the "
-                        f"nearest-neighbour spacing {spacing_A * 1e-4:.3g} µm; the sample assumed downstream of the "
-                        "focus: experiment.focus_to_sample_m sets it")
+                        f"nearest-neighbour spacing {spacing_A * 1e-4:.3g} µm; the sample "
+                        f"{'upstream' if side == 'upstream' else 'downstream'} of the focus "
+                        f"(experiment.sample_side: {side}); experiment.focus_to_sample_m sets it")
         if diameter_A > WIDEST * k * data.dx_A:
             said.append(f"warning: scan overlap: at the nearest-neighbour spacing {spacing_A / data.dx_A:.3g} px a beam "
                         f"that overlaps {ASSUMED_OVERLAP:.0%} is {diameter_A / data.dx_A:.3g} px across, more than "

@@ -1,5 +1,6 @@
 """How well a reconstruction matches a known phase: the figure the low-dose benchmark and the
-demo test report (benchmarks/records/2026-11-27-benchmarks.md, 'Convergence and low-dose data')."""
+demo test report (benchmarks/records/2026-11-27-benchmarks.md, 'Convergence and low-dose data'); and, for X-rays,
+how its phase goes with its absorption (``phase_absorption_correlation``, read by ``data.trouble.conjugate_warning``)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,34 @@ def best_shift_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.nda
                 if value > best:
                     best, best_shift = value, centre + (dy, dx)
     return best, best_shift
+
+
+FLAT = 1e-6  # rms (radians, or log amplitude) under which a part of the object has no contrast
+
+
+def phase_absorption_correlation(obj: np.ndarray, rows: slice, cols: slice) -> float:
+    """The correlation of the phase of ``obj`` (slices, Ny, Nx; their product) with its log amplitude
+    over ``rows`` x ``cols``, each first freed of the plane that fits it best (a phase ramp is the probe's as much
+    as the object's); 0 where either is flat (under FLAT rms)."""
+    region = np.prod(np.asarray(obj, dtype=np.complex128)[:, rows, cols], axis=0)
+    ny, nx = region.shape
+    y, x = np.meshgrid(np.arange(ny) - (ny - 1) / 2, np.arange(nx) - (nx - 1) / 2, indexing="ij")
+    # a ramp of many radians wraps: its slope, the mean phase step along each axis, is taken out first
+    slope_y = np.angle((region[1:] * np.conj(region[:-1])).sum())
+    slope_x = np.angle((region[:, 1:] * np.conj(region[:, :-1])).sum())
+    phase = np.angle(region * np.exp(-1j * (slope_y * y + slope_x * x)))
+    log_amplitude = np.log(np.maximum(np.abs(region), 1e-30))
+    design = np.column_stack([np.ones(ny * nx), y.ravel(), x.ravel()])
+    parts = np.column_stack([phase.ravel(), log_amplitude.ravel()])
+    left = parts - design @ np.linalg.lstsq(design, parts, rcond=None)[0]
+    spread = np.sqrt((left ** 2).sum(axis=0))
+    if not (spread > FLAT * np.sqrt(len(left))).all():  # rounding, not contrast
+        return 0.0
+    return float(left[:, 0] @ left[:, 1] / (spread[0] * spread[1]))
+
+
+def results_phase_absorption(results) -> float:
+    """``phase_absorption_correlation`` of a run's ``results`` (``results.h5file.Results``): its first object mode over
+    the scanned region, the bounding box of its positions."""
+    rows, cols = scanned_region((np.asarray(results.positions_A) - np.asarray(results.origin_A)) / results.dx_A)
+    return phase_absorption_correlation(results.object[0], rows, cols)

@@ -1,0 +1,252 @@
+"""X-ray far-field ptychography from an independent NumPy simulator, through ``ptyacc init`` and ``ptyacc run``.
+
+The simulator shares nothing with ptyacc's model: a zone plate's focus described by its far field (an annulus: the
+central stop inside, the zone plate's edge outside), the sample a few millimetres downstream of the focus (Fresnel
+propagation, exp(-i pi lambda z k^2)), a gold test pattern (phase -2 pi delta t / lambda, amplitude exp(-2 pi beta t /
+lambda)), a Fermat spiral of stage positions, |fft2|^2 on a 128-pixel detector 5 m away, Poisson photon counts, and
+the detector read out transposed or flipped against the stage (the eight orientations). Written as CXI, as a beamline
+writes it: the sample's translations in metres, the energy in joules, the detector's distance and pixel, with the
+true phase beside it (``ground_truth/phase``, pixel [i, j] at (i, j) dx in the frame of ``ground_truth/positions_A``).
+
+    # 1. the files (NumPy only)
+    python benchmarks/xray_far_field.py make --work /tmp/xff
+    # 2. init + run on each, scored against the truth; --variants: init (the config init writes), told (the
+    #    detector's true orientation and the sample's true place against the focus given), truth (the orientation
+    #    alone), conjugate (the truth's flags with flip_y and flip_x both reversed)
+    python benchmarks/xray_far_field.py run --work /tmp/xff [--cases NAME ...] [--set KEY=VALUE ...]
+    # a random draw (every read-out, the sample up- or downstream, 1e5-1e8 photons, gold or a weak absorber),
+    # with a verdict per file: pass (init within 0.02 of told), said (the conjugate, and the warning that says so),
+    # warned, silent
+    OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xff --draw 24 1 --jobs 2
+
+Prints one JSON line per run: the phase NCC at the reconstruction's exact place, the final deviance per counted
+pixel, the correlation of the object's phase with its log amplitude, the orientation the run measured and every
+``warning:`` line of run.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+ENERGY_EV = 8000.0
+WAVELENGTH_M = 12398.419843320026 / ENERGY_EV * 1e-10  # hc / E: 1.5498 Å at 8 keV
+DISTANCE_M = 5.0
+PIXEL_M = 75e-6
+K = 128
+DX_M = WAVELENGTH_M * DISTANCE_M / (K * PIXEL_M)  # 80.7 nm
+GOLD_DELTA, GOLD_BETA = 4.7e-5, 4.9e-6  # gold at 8 keV
+PASS_MARGIN = 0.02  # init passes within this of the run told the truth
+ORIENTATIONS = [(t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True)]
+CASES = {  # name: (photons per pattern, positions, spiral step px, defocus mm, orientation index, seed[, beta scale])
+    "xff_id_1e7": (1e7, 200, 5.0, 2.8, 0, 1),
+    "xff_fx_1e7": (1e7, 200, 5.0, 2.8, 1, 2),
+    "xff_t_1e7": (1e7, 200, 5.0, 2.8, 4, 3),
+    "xff_tfyfx_1e6": (1e6, 200, 5.0, 2.8, 7, 4),
+    "xff_fy_1e8": (1e8, 200, 5.0, 2.8, 2, 5),
+    "xff_tfy_1e6": (1e6, 200, 5.0, -2.8, 6, 6),
+}
+
+
+def probe(defocus_m: float, outer_px: float = 24.0, inner_px: float = 10.0) -> np.ndarray:
+    """The zone plate's beam at the sample, ``defocus_m`` past its focus: the far field an annulus (its edges
+    a pixel soft), propagated by exp(-i pi lambda z k^2); total intensity 1."""
+    k = np.fft.fftshift(np.fft.fftfreq(K, DX_M))
+    ky, kx = np.meshgrid(k, k, indexing="ij")
+    r_px = np.hypot(ky, kx) * K * DX_M
+    aperture = np.clip(outer_px + 0.5 - r_px, 0, 1) * np.clip(r_px - inner_px + 0.5, 0, 1)
+    field = aperture * np.exp(-1j * np.pi * WAVELENGTH_M * defocus_m * (ky ** 2 + kx ** 2))
+    wave = np.fft.fftshift(np.fft.ifft2(np.fft.ifftshift(field)))
+    return wave / np.sqrt((np.abs(wave) ** 2).sum())
+
+
+def gold_pattern(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """Gold thickness (m) of a lithographic test pattern: discs, bars and a ring, 100-300 nm thick, edges smoothed
+    over about a pixel."""
+    h, w = shape
+    y, x = np.mgrid[:h, :w].astype(float)
+    t = np.zeros(shape)
+    for _ in range(int(h * w / 900)):
+        cy, cx, r = rng.uniform(0, h), rng.uniform(0, w), rng.uniform(2, 9)
+        t = np.maximum(t, np.clip(r - np.hypot(y - cy, x - cx), 0, 1) * rng.uniform(100e-9, 300e-9))
+    for _ in range(int(h * w / 3000)):
+        cy, cx, angle = rng.uniform(0, h), rng.uniform(0, w), rng.uniform(0, np.pi)
+        along = (y - cy) * np.sin(angle) + (x - cx) * np.cos(angle)
+        across = -(y - cy) * np.cos(angle) + (x - cx) * np.sin(angle)
+        bar = np.clip(2.0 - np.abs(across), 0, 1) * (np.abs(along) < rng.uniform(10, 30))
+        t = np.maximum(t, bar * rng.uniform(100e-9, 300e-9))
+    f = np.fft.fft2(t)
+    fy, fx = np.meshgrid(np.fft.fftfreq(h), np.fft.fftfreq(w), indexing="ij")
+    return np.real(np.fft.ifft2(f * np.exp(-2 * (np.pi * 0.6) ** 2 * (fy ** 2 + fx ** 2))))
+
+
+def spiral(n: int, step_px: float) -> np.ndarray:
+    """A Fermat spiral of ``n`` points ``step_px`` apart on average (y, x) px about 0."""
+    i = np.arange(n) + 0.5
+    r, angle = step_px * np.sqrt(i), i * math.radians(137.50776405)
+    return np.stack([r * np.sin(angle), r * np.cos(angle)], axis=1)
+
+
+def draw(count: int, seed: int) -> list[str]:
+    """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
+    downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
+    weak absorber (beta / delta 0.005, as carbon or a polymer at such energies)."""
+    rng = np.random.default_rng(seed)
+    names = []
+    for i in range(count):
+        name = f"xd{seed}-{i:02d}"
+        sign = rng.choice((-1.0, 1.0))
+        CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
+                       float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
+        names.append(name)
+    return names
+
+
+def make(work: Path, name: str) -> Path:
+    photons, n, step_px, defocus_mm, orientation, seed, *beta = CASES[name]
+    beta_scale = beta[0] if beta else 1.0
+    path = work / f"{name}.cxi"
+    if path.is_file():
+        return path
+    rng = np.random.default_rng(seed)
+    centres = spiral(n, step_px)
+    margin = K // 2 + 4
+    offset = -centres.min(0) + margin
+    shape = tuple(int(v) for v in np.ceil(centres.max(0) + offset + margin))
+    thickness = gold_pattern(shape, rng)
+    phase = -2 * np.pi * GOLD_DELTA * thickness / WAVELENGTH_M
+    obj = np.exp(1j * phase - 2 * np.pi * beta_scale * GOLD_BETA * thickness / WAVELENGTH_M)
+    beam = probe(defocus_mm * 1e-3)
+    patterns = np.empty((n, K, K), np.float32)
+    # each position's window at a sub-pixel place: the object shifted by its fraction in Fourier space
+    fy, fx = np.meshgrid(np.fft.fftfreq(K), np.fft.fftfreq(K), indexing="ij")
+    for j, (cy, cx) in enumerate(centres + offset):
+        y0, x0 = int(np.floor(cy)) - K // 2, int(np.floor(cx)) - K // 2
+        sy, sx = cy - np.floor(cy), cx - np.floor(cx)
+        window = obj[y0:y0 + K, x0:x0 + K]
+        window = np.fft.ifft2(np.fft.fft2(window) * np.exp(-2j * np.pi * (fy * sy + fx * sx)))
+        far = np.fft.fftshift(np.fft.fft2(beam * window))
+        patterns[j] = rng.poisson(photons * np.abs(far) ** 2 / (K * K))
+    # the detector's read-out: what data.transform's transpose, then flip_y, then flip_x undo
+    t, flip_y, flip_x = ORIENTATIONS[orientation]
+    stored = patterns[:, :, ::-1] if flip_x else patterns
+    stored = stored[:, ::-1] if flip_y else stored
+    stored = stored.transpose(0, 2, 1) if t else stored
+    # window [0, 0] of position j sits at (cy, cx) - K/2 in the object's pixels, so pixel [i, j] is at
+    # (i, j) dx in the frame whose positions are (centres + offset) dx
+    positions_m = (centres + offset) * DX_M
+    work.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f["entry_1/instrument_1/detector_1/data"] = np.ascontiguousarray(stored).astype(np.uint32)
+        f["entry_1/instrument_1/detector_1/distance"] = DISTANCE_M
+        f["entry_1/instrument_1/detector_1/x_pixel_size"] = PIXEL_M
+        f["entry_1/instrument_1/detector_1/y_pixel_size"] = PIXEL_M
+        f["entry_1/instrument_1/source_1/energy"] = ENERGY_EV * 1.602176634e-19
+        translation = np.zeros((n, 3))
+        translation[:, 0], translation[:, 1] = -positions_m[:, 1], -positions_m[:, 0]  # the sample moves
+        f["entry_1/sample_1/geometry_1/translation"] = translation
+        f["ground_truth/phase"] = phase
+        f["ground_truth/positions_A"] = positions_m * 1e10
+        f["ground_truth"].attrs.update(orientation=list(ORIENTATIONS[orientation]), photons=photons,
+                                       defocus_m=defocus_mm * 1e-3, beta_scale=beta_scale)
+    return path
+
+
+def run(work: Path, name: str, variant: str, overrides: list[str], iterations: int) -> dict:
+    """``ptyacc init`` on the file, then ``ptyacc run`` with ``overrides`` (``truth``: the detector's true
+    orientation given), scored at the reconstruction's exact place."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "calibration_matrix"))
+    from matrix import score_run
+
+    path = work / f"{name}.cxi"
+    out = work / "runs" / f"{name}__{variant}"
+    out.mkdir(parents=True, exist_ok=True)
+    config = out / "config.yaml"
+    exe = Path(sys.executable).parent / "ptyacc"
+    subprocess.run([str(exe), "init", str(path), "-o", str(config), "--force"], check=True, capture_output=True, text=True)
+    sets = [f"optim.iterations={iterations}", f"output.dir={out}"] + list(overrides)
+    if variant in ("truth", "conjugate", "told"):
+        with h5py.File(path) as f:
+            t, fy, fx = (bool(v) for v in f["ground_truth"].attrs["orientation"])
+            defocus_m = float(f["ground_truth"].attrs["defocus_m"])
+        flip = variant == "conjugate"
+        sets += ["data.transform.orientation=manual", f"data.transform.transpose={t}",
+                 f"data.transform.flip_y={fy != flip}", f"data.transform.flip_x={fx != flip}"]
+        sets += [f"experiment.focus_to_sample_m={defocus_m}"] if variant == "told" else []
+    command = [str(exe), "run", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    log = (out / "run.log").read_text() if (out / "run.log").is_file() else done.stdout + done.stderr
+    found = {"case": name, "variant": variant, "rc": done.returncode,
+             "warnings": [line.strip() for line in log.splitlines() if "warning:" in line]}
+    if done.returncode == 0:
+        scored = score_run(out / "results.h5", path)
+        with h5py.File(out / "results.h5") as f:
+            attrs = dict(f.attrs)
+        flags = {k: v for k, v in scored["auto_values"].items() if k.startswith("data.transform.")}
+        found.update(ncc=round(scored["ncc"], 4), deviance=round(float(attrs.get("poisson_deviance", "nan")), 3),
+                     phase_absorption=round(float(attrs.get("phase_absorption_correlation", "nan")), 3), flags=flags)
+    else:
+        found["tail"] = (done.stdout + done.stderr)[-2000:]
+    return found
+
+
+def verdict(init: dict, told: dict) -> str:
+    """pass: init within PASS_MARGIN of told; said: the conjugate (its phase reversed within the margin) with the
+    warning that says so; warned: below, with a warning; silent: below without one."""
+    if init.get("ncc") is None or told.get("ncc") is None:
+        return "error"
+    if init["ncc"] >= told["ncc"] - PASS_MARGIN:
+        return "pass"
+    said = any("conjugate of the object" in w for w in init["warnings"])
+    if said and -init["ncc"] >= told["ncc"] - PASS_MARGIN:
+        return "said"
+    return "warned" if init["warnings"] else "silent"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=("make", "run"))
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--cases", nargs="*", default=None)
+    parser.add_argument("--draw", nargs=2, type=int, metavar=("COUNT", "SEED"), help="cases drawn at random")
+    parser.add_argument("--variants", nargs="*", default=["init", "told"])
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args(argv)
+    names = draw(*args.draw) if args.draw else args.cases or list(CASES)
+    names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
+    if args.step == "make":
+        for name in names:
+            print(make(args.work, name))
+        return
+    for name in names:
+        make(args.work, name)
+    jobs = [(args.work, name, variant, args.overrides, args.iterations) for name in names for variant in args.variants]
+    found: dict[tuple[str, str], dict] = {}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for job, result in zip(jobs, pool.map(run, *zip(*jobs)), strict=True):
+            print(json.dumps(result), flush=True)
+            found[job[1], job[2]] = result
+    if {"init", "told"} <= set(args.variants):
+        verdicts = {name: verdict(found[name, "init"], found[name, "told"]) for name in names}
+        for name in names:
+            photons, n, _, defocus_mm, orientation, _, *beta = CASES[name]
+            print(f"{name} {photons:.0e} photons, {n} positions, defocus {defocus_mm:+.2f} mm, "
+                  f"read-out {ORIENTATIONS[orientation]}, beta x{beta[0] if beta else 1.0:g}: init "
+                  f"{found[name, 'init'].get('ncc')} told {found[name, 'told'].get('ncc')} {verdicts[name]}")
+        counts = {kind: list(verdicts.values()).count(kind) for kind in ("pass", "said", "warned", "silent", "error")}
+        print(" ".join(f"{kind} {count}" for kind, count in counts.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""X-ray far field: the detector's transpose and flips against the stage from the centre of mass
+(data.transform.orientation: auto in a file without basis vectors), the sign of X-ray matter's phase, and the
+run's end check of the object's phase against its absorption. The files come from benchmarks/xray_far_field.py,
+a NumPy simulator independent of ptyacc (a zone plate's beam, a gold test pattern, a Fermat spiral, CXI)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+import ptyacc
+from ptyacc.commands.init_config import init_config
+from ptyacc.config import load_config
+from ptyacc.data.load import load_data
+from ptyacc.data.orientation import ScatteredGrid, centres_of_mass, orientation_from_com
+from ptyacc.data.trouble import CONJUGATE_CLEAR, conjugate_warning
+from ptyacc.results.quality import phase_absorption_correlation, placed_ncc, scanned_region
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def xff():
+    """benchmarks/xray_far_field.py as a module, with the cases these tests make: 1e7 photons per pattern, 200
+    positions, the sample 2.8 mm downstream of the focus (upstream: -2.8), the detector read out by each of the
+    eight orientations."""
+    spec = importlib.util.spec_from_file_location("xray_far_field", ROOT / "benchmarks" / "xray_far_field.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    for index in range(8):
+        module.CASES[f"test_o{index}"] = (1e7, 200, 5.0, 2.8, index, 10 + index)
+    module.CASES["test_upstream"] = (1e7, 200, 5.0, -2.8, 0, 30)
+    return module
+
+
+@pytest.fixture(scope="module")
+def files(xff, tmp_path_factory):
+    work = tmp_path_factory.mktemp("xff")
+    return {name: xff.make(work, name) for name in xff.CASES if name.startswith("test_")}
+
+
+def stored(path: Path) -> tuple[np.ndarray, np.ndarray, tuple[bool, ...]]:
+    """The stored patterns, the probe positions (N, 2) Å as ptyacc reads them, and the flags that undo the read-out."""
+    with h5py.File(path) as f:
+        patterns = f["entry_1/instrument_1/detector_1/data"][()].astype(np.float64)
+        translation = f["entry_1/sample_1/geometry_1/translation"][()]
+        flags = tuple(bool(v) for v in f["ground_truth"].attrs["orientation"])
+    return patterns, -translation[:, [1, 0]] * 1e10, flags
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_the_centre_of_mass_reads_x_ray_matter_s_negative_phase(files, index):
+    """On every read-out the centre of mass tells the handedness and, with the X-ray phase's sign, the flags; with
+    the electron's sign it takes the pair's other member: the flags turned by 180 degrees (both flips reversed)."""
+    patterns, positions_A, truth = stored(files[f"test_o{index}"])
+    com = centres_of_mass(patterns, None)
+    grid = ScatteredGrid(positions_A)
+    found = orientation_from_com(com, grid=grid, phase_sign=-1.0)
+    assert found.flags == truth
+    assert abs(found.rotation_deg) < 3.0 and found.curl_left < 0.1 < found.curl_other
+    electron = orientation_from_com(com, grid=grid)
+    assert electron.flags == (truth[0], not truth[1], not truth[2])
+
+
+def test_load_data_measures_the_flags_and_checks_given_ones(files):
+    """data.transform.orientation: auto on an X-ray CXI file without basis vectors is measured, and given flags that
+    mirror or turn the patterns are said before the run."""
+    path = files["test_o5"]
+    _, _, truth = stored(path)
+    data = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "auto"}},
+                                  "experiment": {"radiation": "xray"}}))
+    assert tuple(data.detector["orientation_flags"]) == truth
+    assert any("scan rotation from the centre of mass" in line and "from the X-ray phase's sign" in line
+               for line in data.checks)
+    assert "experiment.sample_side" not in data.autos  # downstream, the schema's default: nothing to try
+    turned = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "auto"}},
+                                    "experiment": {"radiation": "xray", "scan_rotation_deg": "auto"}}))
+    assert turned.calibration["scan_rotation_deg"][1] == "fitted"
+    assert abs(turned.calibration["scan_rotation_deg"][0]) < 3.0 and tuple(turned.detector["orientation_flags"]) == truth
+    given = {"transpose": not truth[0], "flip_y": truth[1], "flip_x": truth[2]}
+    mirrored = load_data(load_config({"data": {"path": str(path), "transform": given},
+                                      "experiment": {"radiation": "xray"}}))
+    assert any(line.startswith("warning: the patterns' centre of mass says they are mirrored") for line in
+               mirrored.checks)
+    given = {"transpose": not truth[0], "flip_y": not truth[1], "flip_x": truth[2]}  # turned by a quarter
+    turned = load_data(load_config({"data": {"path": str(path), "transform": given},
+                                    "experiment": {"radiation": "xray"}}))
+    assert any(line.startswith("warning: the patterns' centre of mass says the scan is turned") for line in
+               turned.checks)
+
+
+def test_init_writes_the_orientation_auto_for_x_ray_files(files, tmp_path):
+    text = init_config(files["test_o1"], tmp_path / "scan.yaml")
+    assert "centre of mass (far field)" in text
+    (tmp_path / "scan.yaml").write_text(text)
+    assert load_config(tmp_path / "scan.yaml").data.transform.orientation == "auto"
+
+
+def test_the_phase_against_the_absorption_tells_the_conjugate(xff, files):
+    """Gold delays the phase where it absorbs: the true object correlates positively, its conjugate (what the data
+    give under flags reversed in both axes and the probe's other curvature) negatively, and is said with the flags
+    that give the object itself; a phase-only object says nothing."""
+    with h5py.File(files["test_o0"]) as f:
+        phase, positions_A = f["ground_truth/phase"][()], f["ground_truth/positions_A"][()]
+    thickness = -phase * xff.WAVELENGTH_M / (2 * np.pi * xff.GOLD_DELTA)
+    obj = np.exp(1j * phase - 2 * np.pi * xff.GOLD_BETA * thickness / xff.WAVELENGTH_M)[None]
+    rows, cols = scanned_region(positions_A / (xff.DX_M * 1e10))
+    assert phase_absorption_correlation(obj, rows, cols) > 0.95
+    flipped = phase_absorption_correlation(np.conj(obj), rows, cols)
+    assert flipped < -0.95
+    said = conjugate_warning(flipped, (True, False, True))
+    assert len(said) == 1 and "transpose: True, flip_y: True, flip_x: False" in said[0]
+    assert "experiment.focus_to_sample_m with the other sign" in said[0]
+    assert "experiment.sample_side: upstream" in conjugate_warning(flipped, (True, False, True), "downstream")[0]
+    assert conjugate_warning(-CONJUGATE_CLEAR / 2, (False, False, False)) == []
+    assert phase_absorption_correlation(np.exp(1j * phase)[None], rows, cols) == 0.0
+    # a phase ramp (the probe's as much as the object's) does not hide it
+    y, x = np.indices(phase.shape)
+    assert phase_absorption_correlation(obj * np.exp(0.05j * (y + x)), rows, cols) > 0.95
+
+
+def run_file(path: Path, tmp_path: Path, **overrides) -> ptyacc.Reconstruction:
+    """``ptyacc init``'s config for ``path`` run for 30 iterations with ``overrides``."""
+    tmp_path.mkdir(exist_ok=True)
+    text = init_config(path, tmp_path / "scan.yaml")
+    (tmp_path / "scan.yaml").write_text(text)
+    values = {"optim.iterations": 30, "output.figures": False, "output.dir": str(tmp_path / "out"), **overrides}
+    return ptyacc.reconstruct(load_config(tmp_path / "scan.yaml", [f"{key}={value}" for key, value in values.items()]))
+
+
+def warnings_of(rec) -> list[str]:
+    return yaml.safe_load(rec.results.attrs.get("warnings") or "[]") or []
+
+
+def truth_ncc(rec, path: Path) -> float:
+    with h5py.File(path) as f:
+        truth, positions_A = f["ground_truth/phase"][()], f["ground_truth/positions_A"][()]
+    results = rec.results
+    return placed_ncc(results.phase, results.origin_A, results.dx_A, positions_A, truth)
+
+
+@pytest.mark.slow
+def test_init_and_run_find_a_flipped_detector(files, tmp_path):
+    """init + run on a detector read out transposed and flipped: the flags the trials keep are the true ones, the
+    phase correlates with the truth as told (0.88 at these settings) and the run says nothing; told the other member
+    of the pair, the same run stalls far from the data."""
+    path = files["test_o5"]
+    _, _, truth = stored(path)
+    rec = run_file(path, tmp_path)
+    assert tuple(rec.results.detector["orientation_flags"]) == truth
+    assert truth_ncc(rec, path) > 0.85
+    assert rec.results.attrs["phase_absorption_correlation"] > CONJUGATE_CLEAR
+    assert warnings_of(rec) == []
+
+
+@pytest.mark.slow
+def test_an_upstream_sample_s_side_is_found_by_trials(files, tmp_path):
+    """The sample 2.8 mm upstream of the focus, nothing in the file says so: init's experiment.sample_side: auto
+    tries both sides of the probe's focus and keeps the upstream one; the run reconstructs the object itself, as
+    told the truth."""
+    path = files["test_upstream"]
+    rec = run_file(path, tmp_path)
+    autos = yaml.safe_load(rec.results.attrs["auto_values"])
+    assert autos["experiment.sample_side"] == "upstream" and autos["experiment.focus_to_sample_m"] < 0
+    assert truth_ncc(rec, path) > 0.85
+    assert warnings_of(rec) == []
+    downstream = run_file(path, tmp_path / "downstream", **{"experiment.sample_side": "downstream"})
+    assert truth_ncc(downstream, path) < 0.5  # started on the wrong side, the run stalls
+
+
+@pytest.mark.slow
+def test_the_conjugate_object_is_said(files, tmp_path):
+    """Flags reversed in both axes under a probe started on the other side fit the data as the conjugate object:
+    the end check says so and names the flags and the side that give the object itself."""
+    path = files["test_o5"]
+    _, _, (t, fy, fx) = stored(path)
+    rec = run_file(path, tmp_path, **{"data.transform.orientation": "manual", "data.transform.transpose": t,
+                                      "data.transform.flip_y": not fy, "data.transform.flip_x": not fx,
+                                      "experiment.sample_side": "upstream"})
+    assert truth_ncc(rec, path) < -0.8
+    said = [w for w in warnings_of(rec) if "conjugate of the object" in w]
+    assert len(said) == 1 and f"transpose: {t}, flip_y: {fy}, flip_x: {fx}" in said[0]
+    assert "experiment.sample_side: downstream" in said[0]
+
+
+def test_the_place_s_trials_and_a_conjugate_turned_into_the_object():
+    """The sample's place (``_sample_place``) with a judge that takes the trial at 1.6 times the overlap's distance
+    upstream: the run starts there; where that trial's object reads as the conjugate and the flags were measured,
+    the pair's other member and the other side are taken (the object's own frame, the same data); flags given are
+    kept; without a judge, downstream at the overlap's distance (the probe start's own)."""
+    from ptyacc.data.autocalibration import PLACE_SCALES, Verdict, _sample_place
+
+    tried = []
+
+    def judge_with(correlation):
+        def judge(candidates, **_):  # the last candidate, at a lower data term in each call
+            tried.append([c.focus_to_sample_m for c in candidates])
+            losses = tuple(-float(len(tried)) * (i + 1) for i in range(len(candidates)))
+            return Verdict(candidates[-1], "tried", correlation=correlation, losses=losses)
+        return judge
+
+    flags, overlap_A = (True, False, True), 2.0e7  # 2 mm
+    place = _sample_place(judge_with(0.5), flags, 0.0, (False, False), True, overlap_A)
+    assert tried == [pytest.approx([2e-3, -2e-3]),  # the side first, then the other distances on it
+                     pytest.approx([-f * 2e-3 for f in PLACE_SCALES if f != 1.0])]
+    assert (place.side, place.flags) == ("upstream", flags) and place.focus_to_sample_m == pytest.approx(-3.2e-3)
+    place = _sample_place(judge_with(-0.6), flags, 0.0, (False, False), True, overlap_A)
+    assert (place.side, place.flags) == ("downstream", (True, True, False)) and "the conjugate" in place.line
+    assert place.focus_to_sample_m == pytest.approx(3.2e-3)
+    assert _sample_place(judge_with(-0.6), flags, 0.0, (False, False), False, overlap_A).flags == flags
+    place = _sample_place(None, flags, 0.0, (False, False), True, overlap_A)
+    assert (place.side, place.focus_to_sample_m, place.flags) == ("downstream", None, flags)
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_one_and_two_processes_take_the_same_flags_and_place(files, tmp_path):
+    """init's config on a flipped detector: the centre of mass's flags and the place's trials (each sees the
+    all-reduced data term, and the main process's trial object where it is split) decide alike on 1 and 2 processes
+    and with the object split, and the runs agree."""
+    from test_distributed import launch_configs
+
+    path = files["test_o5"]
+    config = yaml.safe_load(init_config(path, tmp_path / "scan.yaml"))
+    config["data"]["path"] = str(path)
+    config["data"]["transform"]["orientation_trials"] = 2
+    config.update(optim={"iterations": 2, "batch_size": 32}, output={"figures": False})
+    outs = launch_configs(tmp_path, [("p1", config, 1, []), ("p2", config, 2, []),
+                                     ("data", config, 2, ["runtime.shard_data=true"]),
+                                     ("split", config, 2, ["runtime.shard_object=true"])])
+    found = {}
+    for name, out in outs.items():
+        with h5py.File(out / "results" / "results.h5") as f:
+            found[name] = (yaml.safe_load(f.attrs["auto_values"]), f["object"][()])
+    keys = ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x", "experiment.sample_side",
+            "experiment.focus_to_sample_m")
+    for autos, _ in found.values():
+        assert {key: autos[key] for key in keys} == {key: found["p1"][0][key] for key in keys}
+    assert tuple(found["p1"][0][key] for key in keys[:3]) == stored(path)[2]
+    # two processes give the one process's answer; the object split batches as shard_data does, and gives its answer
+    # (before, a sharded X-ray run's probe started from each process's own patterns: the processes drifted apart)
+    assert np.abs(found["p2"][1] - found["p1"][1]).max() < 1e-4
+    assert np.abs(found["split"][1] - found["data"][1]).max() < 1e-4
