@@ -28,9 +28,9 @@ class TransformConfig:
                   "translations; in a file without them (electrons, raster scan; X-rays in the far field, 64 positions or "
                   "more), from the patterns' centre of mass: the one of the eight that makes its field curl-free with "
                   "a scan rotation within 45 degrees of experiment.scan_rotation_deg (of 0 when that is auto); for "
-                  "X-rays ptyacc run tries the two that differ by both flips (the conjugate object's data) by short "
-                  "reconstructions, all eight where the centre of mass cannot tell (docs/how-to/calibrate.md); manual: "
-                  "the three keys below.")
+                  "X-rays, of the two that differ by both flips (the conjugate object's data), the one that gives a "
+                  "phase delay, checked by experiment.sample_side: auto's trials, and all eight tried by ptyacc run "
+                  "where the centre of mass cannot tell (docs/how-to/calibrate.md); manual: the three keys below.")
     orientation_trials: int | Literal["auto"] = _f(
         "auto", "Where orientation: auto finds the data unclear (few counts: the centre of mass is noise and the "
                 "Fourier regions' search finds no clear peak), ptyacc run tells the candidate orientations (with their "
