@@ -161,18 +161,25 @@ def make(work: Path, name: str) -> Path:
     return path
 
 
-def run(work: Path, name: str, variant: str, overrides: list[str], iterations: int) -> dict:
-    """``ptyacc init`` on the file, then ``ptyacc run`` with ``overrides`` (``truth``: the detector's true
-    orientation given), scored at the reconstruction's exact place."""
-    sys.path.insert(0, str(ROOT / "benchmarks" / "calibration_matrix"))
-    from matrix import score_run
-
+def initialised(work: Path, name: str, variant: str) -> tuple[Path, Path, Path, Path]:
+    """``ptyacc init`` on ``name``'s file into its run folder: (the file, the folder, the config, the ptyacc
+    executable)."""
     path = work / f"{name}.cxi"
     out = work / "runs" / f"{name}__{variant}"
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.yaml"
     exe = Path(sys.executable).parent / "ptyacc"
     subprocess.run([str(exe), "init", str(path), "-o", str(config), "--force"], check=True, capture_output=True, text=True)
+    return path, out, config, exe
+
+
+def run(work: Path, name: str, variant: str, overrides: list[str], iterations: int) -> dict:
+    """``ptyacc init`` on the file, then ``ptyacc run`` with ``overrides`` (``truth``: the detector's true
+    orientation given), scored at the reconstruction's exact place."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "calibration_matrix"))
+    from matrix import score_run
+
+    path, out, config, exe = initialised(work, name, variant)
     sets = [f"optim.iterations={iterations}", f"output.dir={out}"] + list(overrides)
     if variant in ("truth", "conjugate", "told"):
         with h5py.File(path) as f:
@@ -212,8 +219,9 @@ def verdict(init: dict, told: dict) -> str:
     return "warned" if init["warnings"] else "silent"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of this benchmark and of ``xray_near_field.py``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("step", choices=("make", "run"))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--cases", nargs="*", default=None)
@@ -222,13 +230,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    args = parser.parse_args(argv)
-    names = draw(*args.draw) if args.draw else args.cases or list(CASES)
-    names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
+    return parser.parse_args(argv)
+
+
+def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str, str], dict] | None:
+    """``make`` each file of ``names``; for the run step, ``run`` each variant on ``args.jobs`` processes, one JSON
+    line each as it ends: {(name, variant): result} (None for the make step, whose files are printed)."""
     if args.step == "make":
         for name in names:
             print(make(args.work, name))
-        return
+        return None
     for name in names:
         make(args.work, name)
     jobs = [(args.work, name, variant, args.overrides, args.iterations) for name in names for variant in args.variants]
@@ -237,7 +248,15 @@ def main(argv: list[str] | None = None) -> None:
         for job, result in zip(jobs, pool.map(run, *zip(*jobs)), strict=True):
             print(json.dumps(result), flush=True)
             found[job[1], job[2]] = result
-    if {"init", "told"} <= set(args.variants):
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(__doc__.splitlines()[0], argv)
+    names = draw(*args.draw) if args.draw else args.cases or list(CASES)
+    names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
+    found = ran(args, names, make, run)
+    if found is not None and {"init", "told"} <= set(args.variants):
         verdicts = {name: verdict(found[name, "init"], found[name, "told"]) for name in names}
         for name in names:
             photons, n, _, defocus_mm, orientation, _, *beta = CASES[name]

@@ -108,7 +108,8 @@ def _record(asked: frozenset[str]) -> AutoCalibration:
                            descan=MeasuredDescan(descan, np.array([[0.5, -0.75], [0.0, 0.25]]), in_model=True)
                            if "data.transform.descan" in asked else None,
                            defocus=MeasuredDefocus(118.0, 1.5), asked=asked, descan_model="ramp",
-                           sample_place=("upstream", -2.5e-3) if "experiment.sample_side" in asked else None)
+                           sample_place=("upstream", -2.5e-3) if "experiment.sample_side" in asked else None,
+                           near_field_focus_m=3.7e-3 if "experiment.focus_to_sample_m" in asked else None)
 
 
 def _config(asked: frozenset[str]):
@@ -117,7 +118,8 @@ def _config(asked: frozenset[str]):
              "data.transform.orientation": ("transform", "orientation", "manual"),
              "data.bad_pixels": ("data", "bad_pixels", "off"), "data.transform.descan": ("transform", "descan", "off"),
              "data.transform.descan_model": ("transform", "descan_model", "shift"),
-             "experiment.sample_side": ("experiment", "sample_side", "downstream")}
+             "experiment.sample_side": ("experiment", "sample_side", "downstream"),
+             "experiment.focus_to_sample_m": ("experiment", "focus_to_sample_m", None)}
     data, transform = {"path": "x.h5", "transform": {}}, {}
     experiment = {"aberrations": {"C10": -96.0, "C30": 1e4}}
     for key, (section, name, otherwise) in given.items():
@@ -125,6 +127,8 @@ def _config(asked: frozenset[str]):
             "auto" if key in asked else otherwise
     if "experiment.defocus_A" in asked:
         experiment["aberrations"] = {"C30": 1e4}  # the nominal defocus from the file
+    if "experiment.focus_to_sample_m" in asked:  # the near field's
+        experiment.update(radiation="xray", geometry="near_field")
     data["transform"] = transform
     return load_config({"data": data, "experiment": experiment})
 
@@ -138,8 +142,13 @@ def _at(config, key: str):
     return value
 
 
+ONE_OR_OTHER = ({"experiment.focus_to_sample_m", "experiment.defocus_A"},  # near field, electrons
+                {"experiment.focus_to_sample_m", "experiment.sample_side"})  # near field, far field
+
+
 @pytest.mark.parametrize("asked", [frozenset(c) for n in range(len(CALIBRATION_AUTOS) + 1)
-                                   for c in itertools.combinations(CALIBRATION_AUTOS, n)],
+                                   for c in itertools.combinations(CALIBRATION_AUTOS, n)
+                                   if not any(pair <= set(c) for pair in ONE_OR_OTHER)],
                          ids=lambda asked: "+".join(sorted(asked)) or "none")  # the same in every process (pytest -n)
 def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
     """Every combination of calibration autos asked: the run's config (``in_config``) holds at each key that
@@ -170,6 +179,8 @@ def test_the_config_takes_the_values_the_record_names_and_no_others(asked):
     if "experiment.sample_side" in asked:
         assert values["experiment.sample_side"] == run.experiment.sample_side == "upstream"
         assert values["experiment.focus_to_sample_m"] == run.experiment.focus_to_sample_m == -2.5e-3
+    if "experiment.focus_to_sample_m" in asked:
+        assert values["experiment.focus_to_sample_m"] == run.experiment.focus_to_sample_m == 3.7e-3
     if not asked - set(MEASURED_ONLY):
         assert run is config
 

@@ -61,6 +61,23 @@ def test_the_rule_ends_the_run_final_iterations_after_it_is_met_and_not_before_i
     assert rule.share == pytest.approx((39.9 - 39.8) / (100.0 - 39.8))
 
 
+def test_a_loss_that_climbs_is_said_not_called_converged():
+    """A loss that rose over the window meets the rule (its share is below the gain) but is no convergence: the
+    line is a warning naming the rise and the keys, and the run still ends final_iterations later (the falling
+    learning rates bring it down)."""
+    rule = Convergence(gain=0.05, window=2, final_iterations=3, first_judged=4, schedule=LrSchedule(50, 0.1))
+    history = History(50)
+    said = []
+    for loss in [100.0, 50.0, 40.0, 45.0, 52.0, 60.0]:
+        history.record(loss, 0.1, None)
+        said.append(rule(history))
+    # at the 4th (50 - 45) / (100 - 45) = 0.09: not met; at the 5th (40 - 52) / (100 - 52): the last two rose by a
+    # quarter of the whole fall
+    assert said[:4] == [None] * 4 and said[4].startswith("warning: the loss rose over the last 2 iterations (by 0.25")
+    assert "not converged" in said[4] and "optim.lr" in said[4] and "ending after 8 of 50" in said[4]
+    assert rule.converged_after == 5 and history.iterations == 8 and said[5] is None
+
+
 def test_a_staged_depth_blur_eases_at_the_rules_first_finding_and_the_rule_judges_again_a_window_later():
     depth = DepthBlurStages(start=8.0, after=1.0)
     assert depth.staged and depth.sigma == 8.0 and DepthBlurStages(1.0, 1.0).staged is False

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -299,6 +300,19 @@ def launch_configs(folder: Path, runs) -> dict[str, Path]:
         launch([str(WORKER), str(path), str(out / "records"), *sets], processes)
         outs[name] = out
     return outs
+
+
+def launched_four_ways(folder: Path, config: dict) -> dict[str, tuple[dict, np.ndarray]]:
+    """``config`` run on 1 process (p1), 2 (p2), 2 with the data sharded (data) and 2 with the object split (split):
+    {name: (results.h5's auto_values, its object)}."""
+    outs = launch_configs(folder, [("p1", config, 1, []), ("p2", config, 2, []),
+                                   ("data", config, 2, ["runtime.shard_data=true"]),
+                                   ("split", config, 2, ["runtime.shard_object=true"])])
+    found = {}
+    for name, out in outs.items():
+        with h5py.File(out / "results" / "results.h5") as f:
+            found[name] = (yaml.safe_load(f.attrs["auto_values"]), f["object"][()])
+    return found
 
 
 def _failure_report(stderr: str) -> str:

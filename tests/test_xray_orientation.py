@@ -223,20 +223,14 @@ def test_one_and_two_processes_take_the_same_flags_and_place(files, tmp_path):
     """init's config on a flipped detector: the centre of mass's flags and the place's trials (each sees the
     all-reduced data term, and the main process's trial object where it is split) decide alike on 1 and 2 processes
     and with the object split, and the runs agree."""
-    from test_distributed import launch_configs
+    from test_distributed import launched_four_ways
 
     path = files["test_o5"]
     config = yaml.safe_load(init_config(path, tmp_path / "scan.yaml"))
     config["data"]["path"] = str(path)
     config["data"]["transform"]["orientation_trials"] = 2
     config.update(optim={"iterations": 2, "batch_size": 32}, output={"figures": False})
-    outs = launch_configs(tmp_path, [("p1", config, 1, []), ("p2", config, 2, []),
-                                     ("data", config, 2, ["runtime.shard_data=true"]),
-                                     ("split", config, 2, ["runtime.shard_object=true"])])
-    found = {}
-    for name, out in outs.items():
-        with h5py.File(out / "results" / "results.h5") as f:
-            found[name] = (yaml.safe_load(f.attrs["auto_values"]), f["object"][()])
+    found = launched_four_ways(tmp_path, config)
     keys = ("data.transform.transpose", "data.transform.flip_y", "data.transform.flip_x", "experiment.sample_side",
             "experiment.focus_to_sample_m")
     for autos, _ in found.values():

@@ -13,6 +13,7 @@ import numpy as np
 
 from ptyacc.data.autocalibration import MIN_RASTER
 from ptyacc.data.bright_field import half_way_bright, repaired, sample_rows
+from ptyacc.data.hologram_motion import MIN_MOTION_POSITIONS, middle_rows, motion_from_patterns
 from ptyacc.data.parallax import MIN_SIDE
 from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe
@@ -77,19 +78,23 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     turned = not xray and (side >= MIN_RASTER or not raster and n >= MIN_RASTER * MIN_RASTER)
     parallax = not xray and side >= MIN_SIDE
     measured = not raster and "scan_step_A" in info.attrs
+    near = _near_field_motion(data_path, info) if xray else None
     if not xray:
         lines += _found_in_data_lines(turned, crop)
-    elif "detector_basis_vectors_m" in info.attrs or n >= MIN_RASTER * MIN_RASTER:
+    elif "detector_basis_vectors_m" in info.attrs or n >= MIN_RASTER * MIN_RASTER or near:
         lines += ["  transform:", *crop, "    orientation: auto   # the detector's transpose/flips against the scan: "
                   + ("from the file's basis vectors" if "detector_basis_vectors_m" in info.attrs else
-                     "from the patterns' centre of mass (far field)")]
+                     "from the holograms' motion" if near else "from the patterns' centre of mass (far field)")]
     elif crop:
         lines += ["  transform:", *crop]
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
-    if xray and probe_key(data_path) is None:
+    if near:
+        lines += [f"  geometry: near_field   # the patterns travel with the scan as holograms do: {near}",
+                  "  focus_to_sample_m: auto   # from how far the holograms move as the sample moves (the magnification)"]
+    elif xray and probe_key(data_path) is None:
         lines.append("  sample_side: auto   # far field: the side of the probe's focus the sample lies on, tried both ways "
                      "(focus_to_sample_m, where known, sets it)")
-    lines += _calibration_lines(info, xray, parallax)
+    lines += _calibration_lines(info, xray, parallax, near_field=bool(near))
     if turned:
         lines.append("  scan_rotation_deg: auto   # from the patterns (centre of mass, parallax; run.log says which; "
                      "0 = scan along the detector)"
@@ -198,7 +203,24 @@ def from_ptyrad(params_path: Path, config_path: Path, adam_steps: bool = False) 
     return config_text(conversion, params_path)
 
 
-def _calibration_lines(info: PatternsInfo, xray: bool, parallax: bool = False) -> list[str]:
+def _near_field_motion(data_path: Path, info: PatternsInfo) -> str | None:
+    """What the holograms' motion says of an X-ray file whose patterns travel with its positions (near field), for
+    init's comment; None where they do not, or the file has no positions to tell."""
+    if info.positions_A is None or info.n_patterns < MIN_MOTION_POSITIONS or len(info.shape) != 3:
+        return None
+    positions = np.asarray(info.positions_A, dtype=np.float64)
+    rows = middle_rows(positions)
+    patterns = read_patterns(data_path, info.key, rows=rows).patterns
+    motion = motion_from_patterns(np.asarray(patterns, dtype=np.float64), positions[rows], info.mask)
+    if not motion.moves:
+        return None
+    distance, pixel = info.attrs.get("detector_distance_m"), info.attrs.get("detector_pixel_m")
+    focus = None if distance is None or pixel is None else motion.focus_to_sample_m(float(distance), float(pixel))
+    return (f"{motion.step_px:.1f} px between neighbours"
+            + ("" if focus is None else f", the sample about {focus * 1e3:.3g} mm downstream of the focus"))
+
+
+def _calibration_lines(info: PatternsInfo, xray: bool, parallax: bool = False, near_field: bool = False) -> list[str]:
     """One line per calibration key: the file's value in a comment, or the key to fill in;
     ``parallax``: the defocus measured from the data (a raster scan of electrons)."""
     lines = []
@@ -221,7 +243,7 @@ def _calibration_lines(info: PatternsInfo, xray: bool, parallax: bool = False) -
             lines.append(f"  {key}: null   # NEEDED for a raster scan: {what}")
         elif not xray or key.startswith("detector"):
             lines.append(f"  # {key}:   # {what}")
-    if xray:
+    if xray and not near_field:
         lines.append("  # geometry: near_field   # with focus_to_sample_m, for Fresnel-scaled near-field images")
     return lines
 

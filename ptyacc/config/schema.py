@@ -128,11 +128,13 @@ class ExperimentConfig:
                      "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")
     detector_distance_m: float | None = _f(None, "Sample-to-detector distance in m (X-ray; from a CXI file if omitted).")
     detector_pixel_m: float | None = _f(None, "Detector pixel size in m (X-ray; from a CXI file if omitted).")
-    focus_to_sample_m: float | None = _f(None, "Near field: distance from the probe focus to the sample in m "
-                                               "(Fresnel scaling: magnification (z1 + z2) / z1). Far field: the "
-                                               "initial probe's defocus, the sample this far downstream of the focus "
-                                               "(negative: upstream); null = from the scan's overlap, on the side "
-                                               "experiment.sample_side says.")
+    focus_to_sample_m: float | Literal["auto"] | None = _f(
+        None, "Near field: distance from the probe focus to the sample in m (Fresnel scaling: magnification "
+              "(z1 + z2) / z1); auto: measured from how far the holograms move on the detector as the sample moves "
+              "(magnification = detector_pixel_m / object pixel; ptyacc init writes auto for near-field files), and a "
+              "given distance is checked against that motion. Far field: the initial probe's defocus, the sample this "
+              "far downstream of the focus (negative: upstream); null = from the scan's overlap, on the side "
+              "experiment.sample_side says.")
     sample_side: Literal["downstream", "upstream", "auto"] = _f(
         "downstream", "X-ray far field without focus_to_sample_m (and without model.probe_init): the side of the "
                       "probe's focus the sample lies on, which gives the initial probe's curvature (its distance is "
@@ -158,9 +160,14 @@ class ExperimentConfig:
 
     def _check(self, path: str) -> None:
         _require(len(self.tilt_mrad) == 2, f"{path}.tilt_mrad", f"must be [y, x] in mrad, got {self.tilt_mrad}")
+        if self.focus_to_sample_m == "auto" and self.geometry != "near_field":
+            raise ConfigError(f"{path}.focus_to_sample_m: auto measures the near field's magnification (geometry: "
+                              "near_field); in the far field experiment.sample_side: auto finds the probe's distance")
         for name in ("energy_eV", "semiangle_mrad", "dk_invA", "dx_A", "scan_step_A", "detector_distance_m",
                      "detector_pixel_m", "focus_to_sample_m"):
             value = getattr(self, name)
+            if value == "auto":
+                continue
             signed = name == "focus_to_sample_m" and self.geometry == "far_field"  # the defocus, either side
             _require(value is None or value > 0 or (signed and value != 0), f"{path}.{name}",
                      f"must be {'non-zero' if signed else '> 0'}, got {value}")

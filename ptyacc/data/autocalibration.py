@@ -27,6 +27,7 @@ from ptyacc.data.bright_field import measured_radius_px, repaired, sample_rows
 from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
 from ptyacc.data.descan import Descan, Descanned, any_moved, disk_centres, measure_descan
 from ptyacc.data.detector import BadPixels, good_pixels, measure_bad_pixels
+from ptyacc.data.hologram_motion import MIN_MOTION_POSITIONS, NearFieldGeometry, measure_motion, near_field_geometry
 from ptyacc.data.orientation import (
     FLAGS,
     PHASE_SIGN,
@@ -253,6 +254,7 @@ class AutoCalibration:
     # X-ray far field, ``experiment.sample_side: auto``: the side of the focus taken and the distance (m, signed: negative
     # upstream) the initial probe starts at, None where the side is taken without trials (downstream, the overlap's)
     sample_place: tuple[str, float | None] | None = None
+    near_field_focus_m: float | None = None  # X-ray near field: the focus-to-sample distance the holograms' motion gave
 
     def detector_arrays(self) -> dict[str, np.ndarray]:
         """results.h5's ``/detector`` group (names and dtypes in ``results/h5file.py``'s docstring)."""
@@ -306,6 +308,8 @@ class AutoCalibration:
             found["experiment.sample_side"] = self.sample_place[0]
             if self.sample_place[1] is not None:
                 found["experiment.focus_to_sample_m"] = self.sample_place[1]
+        if "experiment.focus_to_sample_m" in self.asked and self.near_field_focus_m is not None:
+            found["experiment.focus_to_sample_m"] = self.near_field_focus_m
         if "data.bad_pixels" in self.asked:
             found["data.bad_pixels"] = self.bad_pixels.count
         if "data.transform.descan" in self.asked:
@@ -340,6 +344,8 @@ class AutoCalibration:
         if "experiment.sample_side" in self.asked and self.sample_place is not None:
             experiment = dataclasses.replace(experiment, sample_side=self.sample_place[0],
                                              focus_to_sample_m=self.sample_place[1])
+        if "experiment.focus_to_sample_m" in self.asked and self.near_field_focus_m is not None:
+            experiment = dataclasses.replace(experiment, focus_to_sample_m=self.near_field_focus_m)
         if "data.transform.orientation" in self.asked:
             transform = dataclasses.replace(transform, orientation="manual", transpose=bool(self.flags[0]),
                                             flip_y=bool(self.flags[1]), flip_x=bool(self.flags[2]),
@@ -354,7 +360,8 @@ class AutoCalibration:
 
 # the config's calibration keys that may be auto, each resolved by the load (``AutoCalibration.asked``)
 CALIBRATION_AUTOS = ("experiment.scan_rotation_deg", "experiment.defocus_A", "data.transform.orientation",
-                     "data.bad_pixels", "data.transform.descan", "data.transform.descan_model", "experiment.sample_side")
+                     "data.bad_pixels", "data.transform.descan", "data.transform.descan_model", "experiment.sample_side",
+                     "experiment.focus_to_sample_m")
 # those named in ``auto_values`` by a count or size found, which keep their auto in the run's config
 MEASURED_ONLY = ("data.bad_pixels", "data.transform.descan")
 
@@ -366,7 +373,8 @@ def asked_autos(config: Config) -> frozenset[str]:
              "data.transform.orientation": config.data.transform.orientation, "data.bad_pixels": config.data.bad_pixels,
              "data.transform.descan": config.data.transform.descan,
              "data.transform.descan_model": config.data.transform.descan_model,
-             "experiment.sample_side": config.experiment.sample_side}
+             "experiment.sample_side": config.experiment.sample_side,
+             "experiment.focus_to_sample_m": config.experiment.focus_to_sample_m}
     return frozenset(key for key in CALIBRATION_AUTOS if given[key] == "auto")
 
 
@@ -487,15 +495,33 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     if defocus_auto:  # the nominal value from the file or aberrations.C10
         experiment = dataclasses.replace(experiment, defocus_A=None)
     rotation_auto = experiment.scan_rotation_deg == "auto"
+    background = info.background if data.subtract_background else None
+    transform, orientation, near = data.transform, None, None
+    if experiment.radiation == "xray" and experiment.geometry == "near_field" and (
+            experiment.focus_to_sample_m == "auto" or rotation_auto or experiment.check_calibration
+            or transform.orientation == "auto" and BASIS not in info.attrs):
+        near = _near_field(experiment, transform, source, facts, scan_shape, file_mask, background)
+        said += near.lines
+        experiment = dataclasses.replace(experiment, focus_to_sample_m=near.focus_to_sample_m,
+                                         scan_rotation_deg=near.rotation_deg)
+        if near.flags_measured:
+            transform = dataclasses.replace(transform, orientation="manual", transpose=near.flags[0],
+                                            flip_y=near.flags[1], flip_x=near.flags[2])
+        if near.flags_measured or rotation_auto:
+            orientation = MeasuredOrientation(near.flags, near.rotation_deg, math.nan)
+    rotation_measured, rotation_auto = rotation_auto and near is not None, rotation_auto and near is None
     calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
                             facts, scan_shape)
-    background = info.background if data.subtract_background else None
+    if rotation_measured:
+        calibration.sources["scan_rotation_deg"] = "fitted"
     bad = None
     if data.bad_pixels == "auto":  # the detector mask as stored less the bad pixels found in the data
         bad, line = measure_bad_pixels(source, len(calibration.positions_A), background)
         file_mask, said = good_pixels(file_mask, bad), said + (line,)
-    transform, orientation = dataclasses.replace(data.transform, upsample=resolved_upsample(config)[0]), None
+    transform = dataclasses.replace(transform, upsample=resolved_upsample(config)[0])
     flags_confirmed = False  # a clear centre of mass or search gave the handedness of the flags given
+    if experiment.radiation == "xray" and experiment.geometry == "far_field" and experiment.check_calibration:
+        said += _far_field_unmoved(source, calibration.positions_A, file_mask, background)
     if experiment.radiation == "xray" and experiment.geometry == "far_field" and (
             rotation_auto or transform.orientation == "auto" and BASIS not in info.attrs):
         experiment, transform, orientation, lines = _xray_oriented(experiment, transform, source, calibration,
@@ -595,7 +621,9 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
                             nominal_aberrations=nominal, bad_pixels=bad, orientation=orientation, flip_about_zero=about,
                             descan=descan, defocus=defocus, asked=asked_autos(config),
                             descan_model="ramp" if descan_left_to_model(config) else "shift",
-                            sample_place=None if place is None else (place.side, place.focus_to_sample_m))
+                            sample_place=None if place is None else (place.side, place.focus_to_sample_m),
+                            near_field_focus_m=near.focus_to_sample_m if near is not None and near.focus_measured
+                            else None)
     return Calibrated(experiment, calibration, prep, prepare, mask, dx_A, read_from, reopen, found, said, defocus_said)
 
 
@@ -793,6 +821,46 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
                                 found.tells_turn, state.blended,
                                 None if used is not None else _searched_defocus_A(searched, flags, state.rotation_deg)),
             (state.line, *state.warnings))
+
+
+def _near_field(experiment, transform, source, facts: SourceFacts, scan_shape, file_mask: np.ndarray | None,
+                background: np.ndarray | None) -> NearFieldGeometry:
+    """X-ray near field: the focus-to-sample distance, the detector's transpose/flips and the scan rotation from the
+    holograms' motion (``hologram_motion.py``) where they are auto (the flags: without the file's basis vectors),
+    and the given ones checked against it."""
+    provisional = dataclasses.replace(experiment, scan_rotation_deg=0.0)  # the scan's own frame
+    if experiment.focus_to_sample_m == "auto":
+        provisional = dataclasses.replace(provisional, focus_to_sample_m=1.0)  # the positions do not depend on it
+    base = calibrate(provisional, facts, scan_shape)
+    if len(base.positions_A) < MIN_MOTION_POSITIONS:
+        asked = [key for key, auto in (("experiment.focus_to_sample_m", experiment.focus_to_sample_m == "auto"),
+                                       ("experiment.scan_rotation_deg", experiment.scan_rotation_deg == "auto"),
+                                       ("data.transform.orientation", _fixed_flags(transform, source) is None))
+                 if auto]
+        if asked:
+            raise DataError(f"{source.path}: {', '.join(asked)}: auto measures the near field from the holograms' "
+                            f"motion between neighbouring positions, which needs {MIN_MOTION_POSITIONS} positions or "
+                            f"more, found {len(base.positions_A)}; give them by hand")
+        return NearFieldGeometry(None, experiment.focus_to_sample_m, _fixed_flags(transform, source),
+                                 experiment.scan_rotation_deg, False, False, ())
+    motion, line = measure_motion(source, base.positions_A, file_mask, background)
+    return near_field_geometry(motion, line, focus_to_sample_m=experiment.focus_to_sample_m,
+                               distance_m=base.values["detector_distance_m"], pixel_m=base.values["detector_pixel_m"],
+                               fixed=_fixed_flags(transform, source), rotation_deg=experiment.scan_rotation_deg,
+                               where=str(source.path))
+
+
+def _far_field_unmoved(source, positions_A: np.ndarray, file_mask: np.ndarray | None, background: np.ndarray | None
+                       ) -> tuple[str, ...]:
+    """X-ray far field: a warning where the patterns travel with the scan, as near-field holograms do."""
+    if len(positions_A) < MIN_MOTION_POSITIONS:
+        return ()
+    motion, line = measure_motion(source, positions_A, file_mask, background)
+    if not motion.moves:
+        return ()
+    return (line, f"warning: the patterns travel with the scan ({motion.step_px:.1f} px between neighbours), as "
+                  "near-field holograms do, not far-field patterns: set experiment.geometry: near_field with "
+                  "experiment.focus_to_sample_m: auto (ptyacc init writes them for such a file)")
 
 
 def _fixed_flags(transform, source) -> Flags | None:

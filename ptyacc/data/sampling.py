@@ -84,6 +84,7 @@ def xray_sampling(geometry: str, wavelength_A: float, k: int, distance_m: float 
     if geometry == "far_field":
         return wavelength_A * distance_m / (k * pixel_m), None
     if focus_to_sample_m is None:
-        raise ConfigError("experiment.focus_to_sample_m: needed for near_field geometry (Fresnel scaling)")
+        raise ConfigError("experiment.focus_to_sample_m: needed for near_field geometry (Fresnel scaling): the distance "
+                          "in m, or auto to measure it from the holograms' motion")
     magnification = (focus_to_sample_m + distance_m) / focus_to_sample_m
     return pixel_m * METRE_IN_A / magnification, distance_m * METRE_IN_A / magnification

@@ -9,6 +9,9 @@ comparison is with the run's own fall, not the loss's value, because the Poisson
 Where the object's depth blur has two stages (``optim.regularize.depth_blur_start_slices``), the rule's first
 finding ends the first stage instead (``DepthBlurStages.ease``), and it judges again a window later.
 
+A loss that rose over the last ``window`` iterations meets the rule too (its fall share is negative): there the
+line is a ``warning:`` that says the run climbs, not converges (its steps too large for the data).
+
 Once converged, the learning rates fall along a cosine from where the schedule had them to
 ``optim.lr_final_fraction`` over ``final_iterations`` iterations (``LrSchedule.finish``), then the run ends:
 a run cut off at full step keeps the noise of its last large steps.
@@ -17,6 +20,7 @@ a run cut off at full step keeps the noise of its last large steps.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from ptyacc.config import Config
@@ -95,8 +99,18 @@ class Convergence:
         end = min(history.iterations, history.done + self.final_iterations)
         self.schedule.finish(history.done, end)
         planned, history.iterations = history.iterations, end
+        ending = ((f"the learning rates fall to optim.lr_final_fraction over {end - history.done} more, "
+                   if end > history.done else "") + f"ending after {end} of {planned}")
+        if share < 0:  # not a loss that stopped falling: one that climbs
+            return (f"warning: the loss rose over the last {self.window} iterations (by {-share:.3g} of its whole "
+                    f"fall; after {history.done} iterations it stands {self._above(history):.3g} of that fall above "
+                    f"its lowest): not converged, the steps are too large for these data; {ending}; lower optim.lr "
+                    "(of the quantities that start late first: optim.start) or give optim.iterations a number")
         return (f"converged after {history.done} iterations (optim.stop.gain {self.gain:g}: the last {self.window} "
-                f"fell {max(share, 0.0):.3g} of the loss's whole fall); "
-                + (f"the learning rates fall to optim.lr_final_fraction over {end - history.done} more, "
-                   if end > history.done else "")
-                + f"ending after {end} of {planned}")
+                f"fell {share:.3g} of the loss's whole fall); {ending}")
+
+    @staticmethod
+    def _above(history: History) -> float:
+        """How far the last loss lies above the lowest, as a share of the whole fall."""
+        whole = max(history.loss) - history.loss[-1]
+        return (history.loss[-1] - min(history.loss)) / whole if whole > 0 else math.inf

@@ -301,6 +301,8 @@ class Reconstructor:
                 self.history.record(loss, seconds, traffic)
                 if self.convergence is not None and (said := self.convergence(self.history)):
                     self.log.tell(said)
+                    if said.startswith("warning:"):
+                        self.warnings.append(said)
                     if self.convergence.converged_after is not None:
                         self.saver.attrs["converged_after_iterations"] = self.convergence.converged_after
                 self._ease_depth_blur()
