@@ -18,10 +18,13 @@ gives the 2 x 2 map A (stored pixels per Å of position). Then
   the file's basis vectors); the two axes' scales differ where the focus is astigmatic (a KB mirror pair's two foci)
   or the stage's axes are calibrated differently (``anisotropy``).
 
-Registration: phase correlation of Hann-windowed patterns, the peak refined to a fraction of a pixel by a parabola
-through it and its neighbours on each axis; patterns wider than MAX_SIDE are binned first. A robust fit: pairs
-whose shift lies more than ``OUTLIER`` times the median residual (at least a pixel) from the fit are left out and the
-fit repeated.
+Registration (``motion_from_patterns``): the patterns (binned first where wider than MAX_SIDE) divided by their mean
+and each pixel by its spread; each pair's candidate shifts by phase correlation of Hann-windowed patterns at the
+tapers of TAPERS, the peak refined to a fraction of a pixel by a parabola on each axis (``candidate_shifts``); the map
+that most pairs agree with, from two-pair trials (``consensus``: a structured beam's speckle sends most registrations
+astray on some holograms); each pair registered again from that map's shift (``guided_shifts``); then a robust fit:
+pairs whose shift lies more than ``OUTLIER`` times the median residual (at least a pixel) from the fit are left out
+and the fit repeated (``motion_fit``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.data.orientation import equivalent_orientations, flag_matrix, nearest_orientation, wrapped_deg
+from ptyacc.errors import DataError
 
 MAX_POINTS = 160  # patterns registered: the scan's middle ones
 NEIGHBOURS = 3  # each registered with this many of its nearest
@@ -332,8 +336,6 @@ def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m:
                                       ("data.transform.orientation", fixed is None),
                                       ("experiment.scan_rotation_deg", rotation_deg == "auto")) if asked]
     if not motion.moves and measure:
-        from ptyacc.errors import DataError
-
         raise DataError(f"{where}: {', '.join(measure)}: auto measures the near field from the holograms' motion, and "
                         f"the patterns do not travel with the scan ({motion.step_px:.2f} px between neighbours, residual "
                         f"{motion.residual_px:.2f} px): give them by hand, or check experiment.geometry (far-field "
@@ -352,8 +354,6 @@ def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m:
         said += f", the sample {measured_m * 1e3:.4g} mm downstream of the focus"
     if focus_to_sample_m == "auto":
         if measured_m is None:
-            from ptyacc.errors import DataError
-
             raise DataError(f"{where}: experiment.focus_to_sample_m: auto: the holograms move as at a magnification of "
                             f"{magnification:.3g}, not more than 1 (the detector's distance {distance_m:g} m and pixel "
                             f"{pixel_m:g} m): check them, or give focus_to_sample_m")
@@ -372,13 +372,15 @@ def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m:
     if motion.anisotropy > ANISOTROPY_SAID:
         said += (f"; the two axes magnify {100 * motion.anisotropy:.1f} % apart (an astigmatic focus, or the stage's axes "
                  "calibrated differently): one distance takes their mean")
+    frame_wrong = False  # the flags given put the patterns in a mirror or a turn: said for them, not the rotation
     if fixed is None:
         flags, measured_deg = motion.orientation(given_deg)
         said += f"; transpose {flags[0]}, flip_y {flags[1]}, flip_x {flags[2]}, rotation {measured_deg:.2f} deg"
     else:
         flags, measured_deg = fixed, motion.orientation(fixed=fixed)[1]
         mirrored, off_deg = frame_off_deg(motion, fixed, given_deg)
-        if mirrored or abs(off_deg) >= 45.0:
+        frame_wrong = mirrored or abs(off_deg) >= 45.0
+        if frame_wrong:
             right, right_deg = motion.orientation(given_deg)
             warnings.append(f"warning: the holograms move {'in the mirror image of' if mirrored else 'turned by '}"
                             f"{'' if mirrored else f'{abs(off_deg):.0f} deg from'} the detector's transpose {fixed[0]}, "
@@ -386,17 +388,11 @@ def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m:
                             f"data.transform): they move as transpose {right[0]}, flip_y {right[1]}, flip_x {right[2]}, "
                             f"rotation {right_deg:.1f} deg; set data.transform.orientation: auto without the basis "
                             "vectors, or those flags by hand (orientation: manual)")
-        elif rotation_deg != "auto" and abs(off_deg) > TURN_OFF_DEG:
-            warnings.append(f"warning: the holograms move turned by {off_deg:+.1f} deg from "
-                            f"experiment.scan_rotation_deg {given_deg:g}: set scan_rotation_deg: auto or "
-                            f"{measured_deg:.1f}")
         said += f"; the flags used move as rotation {measured_deg:.2f} deg"
-    if fixed is None and rotation_deg != "auto":
-        off_deg = wrapped_deg(measured_deg - given_deg, 360.0)
-        if abs(off_deg) > TURN_OFF_DEG:
-            warnings.append(f"warning: the holograms move turned by {off_deg:+.1f} deg from "
-                            f"experiment.scan_rotation_deg {given_deg:g}: set scan_rotation_deg: auto or "
-                            f"{measured_deg:.1f}")
+    off_deg = wrapped_deg(measured_deg - given_deg, 360.0)
+    if rotation_deg != "auto" and not frame_wrong and abs(off_deg) > TURN_OFF_DEG:
+        warnings.append(f"warning: the holograms move turned by {off_deg:+.1f} deg from "
+                        f"experiment.scan_rotation_deg {given_deg:g}: set scan_rotation_deg: auto or {measured_deg:.1f}")
     rotation = measured_deg if rotation_deg == "auto" else given_deg
     return NearFieldGeometry(motion, focus, flags, rotation, fixed is None, focus_to_sample_m == "auto",
                              (line + said, *warnings))
