@@ -500,15 +500,9 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     if experiment.radiation == "xray" and experiment.geometry == "near_field" and (
             experiment.focus_to_sample_m == "auto" or rotation_auto or experiment.check_calibration
             or transform.orientation == "auto" and BASIS not in info.attrs):
-        near = _near_field(experiment, transform, source, facts, scan_shape, file_mask, background)
+        experiment, transform, orientation, near = _near_field(experiment, transform, source, facts, scan_shape,
+                                                               file_mask, background)
         said += near.lines
-        experiment = dataclasses.replace(experiment, focus_to_sample_m=near.focus_to_sample_m,
-                                         scan_rotation_deg=near.rotation_deg)
-        if near.flags_measured:
-            transform = dataclasses.replace(transform, orientation="manual", transpose=near.flags[0],
-                                            flip_y=near.flags[1], flip_x=near.flags[2])
-        if near.flags_measured or rotation_auto:
-            orientation = MeasuredOrientation(near.flags, near.rotation_deg, math.nan)
     rotation_measured, rotation_auto = rotation_auto and near is not None, rotation_auto and near is None
     calibration = calibrate(dataclasses.replace(experiment, scan_rotation_deg=0.0) if rotation_auto else experiment,
                             facts, scan_shape)
@@ -567,15 +561,9 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
     if (experiment.radiation == "xray" and experiment.geometry == "far_field" and experiment.sample_side == "auto"
             and experiment.focus_to_sample_m is None and config.model.probe_init is None):
         flags = (prep.transpose, prep.flip_y, prep.flip_x)
-        if experiment.optics is not None:  # the pupil the probe starts from
-            na = experiment.optics.numerical_aperture(calibration.wavelength_A * 1e-10)
-        else:
-            mean = source.read(sample_rows(len(calibration.positions_A)), prepare).patterns.mean(0, dtype=np.float64)
-            na = cone_numerical_aperture(mean if mask is None else mean * mask, 1.0 / (prep.shape[-1] * dx_A),
-                                         calibration.wavelength_A)
         measured = data.transform.orientation == "auto" and BASIS not in info.attrs  # flags given stay as given
         place = _sample_place(judge, flags, experiment.scan_rotation_deg, tuple(prep.flip_about_zero), measured,
-                              overlap_defocus_A(calibration.positions_A, na)[0])
+                              _overlap_distance_A(experiment, calibration, source, prepare, mask, prep.shape[-1] * dx_A))
         said += (place.line,)
         if place.flags != flags:  # the object's own frame: the preparation again
             transform = dataclasses.replace(transform, orientation="manual", transpose=place.flags[0],
@@ -824,10 +812,27 @@ def _oriented(experiment, transform, source, calibration, file_mask: np.ndarray 
 
 
 def _near_field(experiment, transform, source, facts: SourceFacts, scan_shape, file_mask: np.ndarray | None,
-                background: np.ndarray | None) -> NearFieldGeometry:
-    """X-ray near field: the focus-to-sample distance, the detector's transpose/flips and the scan rotation from the
-    holograms' motion (``hologram_motion.py``) where they are auto (the flags: without the file's basis vectors),
-    and the given ones checked against it."""
+                background: np.ndarray | None):
+    """X-ray near field: the experiment and transform with the focus-to-sample distance, the detector's
+    transpose/flips and the scan rotation from the holograms' motion (``hologram_motion.py``) where they are auto
+    (the flags: without the file's basis vectors), the ``MeasuredOrientation`` where flags or rotation were
+    measured (else None), and the ``NearFieldGeometry`` (its run.log lines: the given values checked)."""
+    near = _near_field_geometry(experiment, transform, source, facts, scan_shape, file_mask, background)
+    experiment = dataclasses.replace(experiment, focus_to_sample_m=near.focus_to_sample_m,
+                                     scan_rotation_deg=near.rotation_deg)
+    orientation = None
+    if near.flags_measured:
+        transform = dataclasses.replace(transform, orientation="manual", transpose=near.flags[0],
+                                        flip_y=near.flags[1], flip_x=near.flags[2])
+    if near.flags_measured or near.rotation_measured:
+        orientation = MeasuredOrientation(near.flags, near.rotation_deg, math.nan)
+    return experiment, transform, orientation, near
+
+
+def _near_field_geometry(experiment, transform, source, facts: SourceFacts, scan_shape, file_mask: np.ndarray | None,
+                         background: np.ndarray | None) -> NearFieldGeometry:
+    """``_near_field``'s measurement and checks."""
+    fixed = _fixed_flags(transform, source)
     provisional = dataclasses.replace(experiment, scan_rotation_deg=0.0)  # the scan's own frame
     if experiment.focus_to_sample_m == "auto":
         provisional = dataclasses.replace(provisional, focus_to_sample_m=1.0)  # the positions do not depend on it
@@ -835,18 +840,18 @@ def _near_field(experiment, transform, source, facts: SourceFacts, scan_shape, f
     if len(base.positions_A) < MIN_MOTION_POSITIONS:
         asked = [key for key, auto in (("experiment.focus_to_sample_m", experiment.focus_to_sample_m == "auto"),
                                        ("experiment.scan_rotation_deg", experiment.scan_rotation_deg == "auto"),
-                                       ("data.transform.orientation", _fixed_flags(transform, source) is None))
+                                       ("data.transform.orientation", fixed is None))
                  if auto]
         if asked:
             raise DataError(f"{source.path}: {', '.join(asked)}: auto measures the near field from the holograms' "
                             f"motion between neighbouring positions, which needs {MIN_MOTION_POSITIONS} positions or "
                             f"more, found {len(base.positions_A)}; give them by hand")
-        return NearFieldGeometry(None, experiment.focus_to_sample_m, _fixed_flags(transform, source),
-                                 experiment.scan_rotation_deg, False, False, ())
+        return NearFieldGeometry(None, experiment.focus_to_sample_m, fixed, experiment.scan_rotation_deg, False, False,
+                                 ())
     motion, line = measure_motion(source, base.positions_A, file_mask, background)
     return near_field_geometry(motion, line, focus_to_sample_m=experiment.focus_to_sample_m,
                                distance_m=base.values["detector_distance_m"], pixel_m=base.values["detector_pixel_m"],
-                               fixed=_fixed_flags(transform, source), rotation_deg=experiment.scan_rotation_deg,
+                               fixed=fixed, rotation_deg=experiment.scan_rotation_deg,
                                where=str(source.path))
 
 
@@ -924,6 +929,17 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
 
 PLACE_SCALES = (0.6, 1.0, 1.6)  # the overlap's distance from the focus tried times these (1 on either side first)
 # (on 24 drawn files the true distance lay 0.55-1.6 times the overlap's; the probe's refinement takes up the rest)
+
+
+def _overlap_distance_A(experiment, calibration, source, prepare, mask: np.ndarray | None, window_A: float) -> float:
+    """X-ray far field: the distance from the focus (Å) at which the beam overlaps as assumed at the scan's spacing,
+    its numerical aperture the optics' or the mean prepared pattern's cone (``physics/footprint.py``)."""
+    if experiment.optics is not None:  # the pupil the probe starts from
+        na = experiment.optics.numerical_aperture(calibration.wavelength_A * 1e-10)
+    else:
+        mean = source.read(sample_rows(len(calibration.positions_A)), prepare).patterns.mean(0, dtype=np.float64)
+        na = cone_numerical_aperture(mean if mask is None else mean * mask, 1.0 / window_A, calibration.wavelength_A)
+    return overlap_defocus_A(calibration.positions_A, na)[0]
 
 
 def side_of(focus_to_sample_m: float) -> str:

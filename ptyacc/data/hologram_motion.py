@@ -322,6 +322,7 @@ class NearFieldGeometry:
     flags_measured: bool
     focus_measured: bool
     lines: tuple[str, ...]
+    rotation_measured: bool = False
 
 
 def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m: float | str, distance_m: float,
@@ -395,4 +396,4 @@ def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m:
                         f"experiment.scan_rotation_deg {given_deg:g}: set scan_rotation_deg: auto or {measured_deg:.1f}")
     rotation = measured_deg if rotation_deg == "auto" else given_deg
     return NearFieldGeometry(motion, focus, flags, rotation, fixed is None, focus_to_sample_m == "auto",
-                             (line + said, *warnings))
+                             (line + said, *warnings), rotation_deg == "auto")
