@@ -173,14 +173,14 @@ def initialised(work: Path, name: str, variant: str) -> tuple[Path, Path, Path, 
     return path, out, config, exe
 
 
-def run(work: Path, name: str, variant: str, overrides: list[str], iterations: int) -> dict:
+def run(work: Path, name: str, variant: str, overrides: list[str], iterations: str) -> dict:
     """``ptyacc init`` on the file, then ``ptyacc run`` with ``overrides`` (``truth``: the detector's true
     orientation given), scored at the reconstruction's exact place."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "calibration_matrix"))
     from matrix import score_run
 
     path, out, config, exe = initialised(work, name, variant)
-    sets = [f"optim.iterations={iterations}", f"output.dir={out}"] + list(overrides)
+    sets = iterations_set(iterations) + [f"output.dir={out}"] + list(overrides)
     if variant in ("truth", "conjugate", "told"):
         with h5py.File(path) as f:
             t, fy, fx = (bool(v) for v in f["ground_truth"].attrs["orientation"])
@@ -219,6 +219,11 @@ def verdict(init: dict, told: dict) -> str:
     return "warned" if init["warnings"] else "silent"
 
 
+def iterations_set(iterations: str) -> list[str]:
+    """The ``--set`` of ``--iterations``: none for ``written`` (init's own value stands)."""
+    return [] if iterations == "written" else [f"optim.iterations={int(iterations)}"]
+
+
 def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     """The command line of this benchmark and of ``xray_near_field.py``."""
     parser = argparse.ArgumentParser(description=description)
@@ -227,7 +232,7 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cases", nargs="*", default=None)
     parser.add_argument("--draw", nargs=2, type=int, metavar=("COUNT", "SEED"), help="cases drawn at random")
     parser.add_argument("--variants", nargs="*", default=["init", "told"])
-    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--iterations", default="30", help="a number for every run, or `written`: what init wrote")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     return parser.parse_args(argv)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import resource
 import subprocess
 import sys
@@ -56,6 +57,7 @@ from xray_far_field import (  # noqa: E402  (the far-field benchmark's)
     PASS_MARGIN,
     arguments,
     initialised,
+    iterations_set,
     ran,
     verdict,
 )
@@ -356,14 +358,14 @@ def score(results_path: Path, data: Path) -> dict:
     return found
 
 
-def run(work: Path, name: str, variant: str, overrides: list[str], iterations: int) -> dict:
+def run(work: Path, name: str, variant: str, overrides: list[str], iterations: str) -> dict:
     """``ptyacc init`` on the file, then ``ptyacc run`` (``told``: with the truth given), scored."""
     path, out, config, exe = initialised(work, name, variant)
     written = yaml.safe_load(config.read_text())
     wrote = {"geometry": written.get("experiment", {}).get("geometry", "far_field (default)"),
              "focus_to_sample_m": written.get("experiment", {}).get("focus_to_sample_m"),
              "orientation": written.get("data", {}).get("transform", {}).get("orientation")}
-    sets = [f"optim.iterations={iterations}", f"output.dir={out}"]
+    sets = iterations_set(iterations) + [f"output.dir={out}"]
     if variant == "told":
         with h5py.File(path) as f:
             t, fy, fx = (bool(v) for v in f["ground_truth"].attrs["orientation"])
@@ -393,6 +395,7 @@ def run(work: Path, name: str, variant: str, overrides: list[str], iterations: i
         found.update(ncc=round(scored["ncc"], 4), best_ncc=round(float(scored.get("ncc_best_shift", float("nan"))), 4),
                      best_shift_px=[round(float(v), 2) for v in scored.get("best_shift_px", [])],
                      deviance=round(float(attrs.get("poisson_deviance", "nan")), 3), run_dx_A=round(scored["run_dx_A"], 3),
+                     iterations=int(re.findall(r"done: (\d+) iterations", log)[-1]),
                      used={k: v for k, v in autos.items() if k.startswith(("data.transform.", "experiment."))})
     else:
         stopped = [line.strip() for line in (done.stdout + done.stderr).splitlines() if "error:" in line]

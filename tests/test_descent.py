@@ -365,7 +365,7 @@ def test_the_step_under_auto_is_0_4_for_the_amplitude_loss_and_0_8_for_poisson()
     assert _group(poisson, model, "object").lr == 0.8
 
 
-def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_one():
+def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_a_half_in_the_near_field_else_off():
     from ptyacc.optim.autos import resolved_batch_floor
 
     base = ["data.path=x.h5", "optim.loss=poisson"]
@@ -378,6 +378,10 @@ def test_the_batch_floor_under_auto_is_a_quarter_on_several_slices_and_off_on_on
     assert "optim.preconditioner_batch_floor" not in auto_values(given)
     adam = ptyacc.load_config({}, ["data.path=x.h5", "model.slices=3", "optim.object_optimizer=adam"])  # no floor
     assert "optim.preconditioner_batch_floor" not in auto_values(adam)
+    near = ptyacc.load_config({}, [*base, "experiment.radiation=xray", "experiment.geometry=near_field",
+                                   "experiment.focus_to_sample_m=0.004"])
+    assert resolved_batch_floor(near) == 0.5 and auto_values(near)["optim.preconditioner_batch_floor"] == 0.5
+    assert optimizer_notes(near)[-1] == "optim.preconditioner_batch_floor: 0.5 (auto: the near field)"
     for config, floor in ((one, 0.0), (several, 0.25), (given, 0.5)):
         model = _model(np.array([[12.0, 12.0]]), (32, 32), slices=config.model.slices)
         assert _group(config, model, "object").optimizer.batch_floor == floor

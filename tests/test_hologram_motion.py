@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import ptyacc
-from ptyacc.commands.init_config import init_config
+from ptyacc.commands.init_config import NEAR_FIELD_POSITIONS_START, init_config
 from ptyacc.config import load_config
 from ptyacc.data.hologram_motion import FOCUS_OFF, motion_from_patterns, near_field_geometry
 from ptyacc.data.load import load_data
@@ -151,6 +151,8 @@ def test_init_and_load_find_the_near_field(tmp_path):
     text = init_config(path, tmp_path / "near.yaml")
     assert "  geometry: near_field" in text and "  focus_to_sample_m: auto" in text
     assert "sample_side" not in text and "from the holograms' motion" in text
+    optim = yaml.safe_load(text)["optim"]
+    assert optim["iterations"] == "auto" and optim["start"] == {"positions": NEAR_FIELD_POSITIONS_START}
     data = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "auto"}},
                                   "experiment": {"radiation": "xray", "geometry": "near_field",
                                                  "focus_to_sample_m": "auto"}}))
@@ -164,6 +166,7 @@ def test_init_and_load_find_the_near_field(tmp_path):
     stored, positions_A, _ = holograms(4e-3, far=True, seed=6)
     text = init_config(write_cxi(tmp_path / "far.cxi", stored, positions_A), tmp_path / "far.yaml")
     assert "geometry: near_field" not in text.replace("# geometry: near_field", "") and "sample_side: auto" in text
+    assert yaml.safe_load(text)["optim"]["iterations"] == 20 and "start" not in yaml.safe_load(text)["optim"]
 
 
 @pytest.mark.skipif(not PETRA.exists(), reason="the PETRA III file ships with the repository")
@@ -224,6 +227,31 @@ def test_init_and_run_reach_the_truth_told(xnf, tmp_path):
         return placed_ncc(results.phase, results.origin_A, results.dx_A, positions_A, truth)
 
     assert ncc(told) > 0.6 and ncc(found) > ncc(told) - 0.02
+
+
+@pytest.mark.slow
+def test_the_near_field_s_batch_floor_keeps_the_loss_falling(xnf, tmp_path):
+    """A weak object in a beam that fills the window (the simulator's drawn file xnd2-01: 197 positions of a spiral
+    28 px apart under a beam 100 px across, 1.7e3 counts a pixel): without the batch floor the Poisson loss's step
+    of 0.8 makes the loss climb under optim.iterations: auto (the stop rule warns that it rose) and the phase ends
+    far from the truth; with the near field's floor (auto) it falls, and the phase comes closer by over 0.15."""
+    module, _ = xnf
+    module.draw(2, 2)
+    path = module.make(tmp_path, "xnd2-01")
+    focus_m, flags, truth, positions_A = truth_of(path)
+    (tmp_path / "scan.yaml").write_text(init_config(path, tmp_path / "scan.yaml"))
+    told = {"experiment.focus_to_sample_m": focus_m, "data.transform.orientation": "manual", "output.figures": False,
+            "data.transform.transpose": flags[0], "data.transform.flip_y": flags[1], "data.transform.flip_x": flags[2]}
+    runs = {floor: ptyacc.reconstruct(load_config(tmp_path / "scan.yaml", [f"{k}={v}" for k, v in {
+        **told, "optim.preconditioner_batch_floor": floor, "output.dir": str(tmp_path / floor)}.items()]))
+        for floor in ("0", "auto")}
+    assert yaml.safe_load(runs["auto"].results.attrs["auto_values"])["optim.preconditioner_batch_floor"] == 0.5
+    rose = {floor: any("the loss rose" in line for line in yaml.safe_load(run.results.attrs["warnings"]))
+            for floor, run in runs.items()}
+    assert rose == {"0": True, "auto": False}
+    ncc = {floor: placed_ncc(run.results.phase, run.results.origin_A, run.results.dx_A, positions_A, truth)
+           for floor, run in runs.items()}
+    assert ncc["auto"] > ncc["0"] + 0.15, ncc
 
 
 @pytest.mark.slow

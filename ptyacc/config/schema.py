@@ -377,7 +377,8 @@ class OptimConfig:
                 "positions) is at least this fraction of the illumination of the step's own positions, so that no "
                 "step goes beyond preconditioned_step / this times its batch's least-squares step: a guard for larger "
                 "steps and dense scans (costs about 0.2 ms a step on the demo). 0: off. auto: 0.25 on several "
-                "slices, 0 on one (docs/explanation/optimisers.md, 'The batch floor').")
+                "slices, 0.5 in the X-ray near field (a beam that fills the window lights each pixel from many "
+                "positions), 0 otherwise (docs/explanation/optimisers.md, 'The batch floor').")
     lr_final_fraction: float | Literal["auto"] = _f(
         "auto", "Learning rates fall along a cosine to this fraction at the last iteration; 1 keeps them constant. "
                 "auto: 1 where the tilt is refined (optim.start.tilt: the tilt follows the object, "

@@ -3,7 +3,7 @@
 asked for) and ``depth_blur_slices``; ``optim.object_optimizer`` and ``probe_optimizer``
 (``resolved_optimizer``), ``optim.loss`` (``resolved_loss``), ``preconditioned_step``,
 ``preconditioner_batch_floor`` and ``adam_beta2``. They are priors chosen from the config (the slice
-count) and, in ``data_autos``, from sums of the data every process shares (the dose, the dark-field share).
+count, the near field) and, in ``data_autos``, from sums of the data every process shares (the dose, the dark-field share).
 
 - One slice: the regularisers 0 (off): on sharp atoms every TV weight tried lowered the phase's NCC.
 - Several slices (``model.slices`` > 1): ``MULTISLICE``, a phase TV of weight 1 and a lateral blur of
@@ -39,6 +39,7 @@ from ptyacc.physics.footprint import median_neighbour_distance
 # the value of each ``optim.regularize`` key that may be auto, for a multislice object (0 on one slice)
 MULTISLICE = {"tv_phase": 1.0, "lateral_blur_px": 0.3, "tv_phase_smoothing": 0.001}
 MULTISLICE_BATCH_FLOOR = 0.25  # optim.preconditioner_batch_floor's auto on several slices (0 on one)
+NEAR_FIELD_BATCH_FLOOR = 0.5  # its auto in the X-ray near field, where each pixel is lit about alike by many positions
 SMOOTHING_ELECTRONS = 2900.0  # electrons per object pixel at which tv_phase_smoothing's auto on counts is 0.001
 SMOOTHING_FACTORS = (0.5, 2.0)  # its factor's bounds (dose_smoothing)
 
@@ -140,12 +141,25 @@ def resolved_step(config: Config) -> float:
 def resolved_batch_floor(config: Config) -> float:
     """``optim.preconditioner_batch_floor`` for this run: as given, or for ``auto`` ``MULTISLICE_BATCH_FLOOR``
     on several slices (the multislice object's step of 0.8 diverged on a dense low-dose scan when the
-    probe started at iteration 3, and the floor kept it; level on the grid, within 2.4e-4) and 0 on one
-    slice (off: it costs about 0.2 ms a step and nothing measured there needs it)."""
+    probe started at iteration 3, and the floor kept it; level on the grid, within 2.4e-4),
+    ``NEAR_FIELD_BATCH_FLOOR`` in the X-ray near field (a beam that fills the window lights each pixel
+    from ten or more positions about alike, so a random batch lights some pixels several times the mean:
+    the Poisson loss's step of 0.8 climbed there under ``optim.iterations: auto`` on 6 of 16 simulated
+    files, and the floor kept all 16) and 0 elsewhere (off: it costs about 0.2 ms a step and nothing
+    measured there needs it)."""
     floor = config.optim.preconditioner_batch_floor
     if floor != "auto":
         return float(floor)
-    return MULTISLICE_BATCH_FLOOR if config.model.slices > 1 else 0.0
+    if config.model.slices > 1:
+        return MULTISLICE_BATCH_FLOOR
+    return NEAR_FIELD_BATCH_FLOOR if config.experiment.geometry == "near_field" else 0.0
+
+
+def batch_floor_reason(config: Config) -> str:
+    """Why ``resolved_batch_floor``'s auto is what it is: "3 slices", "the near field" or "1 slice"."""
+    if config.model.slices == 1 and config.experiment.geometry == "near_field":
+        return "the near field"
+    return f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
 
 
 def preconditioned_autos(config: Config) -> dict[str, float]:
@@ -457,14 +471,13 @@ def optimizer_notes(config: Config) -> list[str]:
     """For run.log (not the terminal), what ``optim.object_optimizer`` and ``optim.probe_optimizer``
     given as auto chose, e.g. "optim.object_optimizer: preconditioned (auto)", or "adam (auto: optim.lr.object
     given)", and for a preconditioned object its step and batch floor given as auto."""
-    slices = f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
     notes = []
     for group in ("object", "probe"):
         if getattr(config.optim, f"{group}_optimizer") == "auto":
             chosen, reason = optimizer_choice(config, group)
             notes.append(f"optim.{group}_optimizer: {chosen} (auto{f': {reason}' if reason else ''})")
     why = {"optim.preconditioned_step": f"the {least_squares_loss(config.optim.loss)} loss",
-           "optim.preconditioner_batch_floor": slices}
+           "optim.preconditioner_batch_floor": batch_floor_reason(config)}
     return notes + [f"{key}: {f'{value:g}' if value else 'off'} (auto: {why[key]})"
                     for key, value in preconditioned_autos(config).items()]
 

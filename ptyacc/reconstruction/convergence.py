@@ -104,8 +104,11 @@ class Convergence:
         if share < 0:  # not a loss that stopped falling: one that climbs
             return (f"warning: the loss rose over the last {self.window} iterations (by {-share:.3g} of its whole "
                     f"fall; after {history.done} iterations it stands {self._above(history):.3g} of that fall above "
-                    f"its lowest): not converged, the steps are too large for these data; {ending}; lower optim.lr "
-                    "(of the quantities that start late first: optim.start) or give optim.iterations a number")
+                    f"its lowest): not converged, the steps are too large for these data; {ending}; lower the steps "
+                    "(optim.preconditioned_step and preconditioned_probe_step for the preconditioned object and "
+                    "probe, the default; optim.lr for Adam's and the other quantities, those that start late first: "
+                    "optim.start), raise optim.preconditioner_batch_floor where many positions light each pixel, or "
+                    "give optim.iterations a number")
         return (f"converged after {history.done} iterations (optim.stop.gain {self.gain:g}: the last {self.window} "
                 f"fell {share:.3g} of the loss's whole fall); {ending}")
 

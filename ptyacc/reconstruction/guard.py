@@ -65,8 +65,8 @@ class NanGuard:
                           f"{', '.join(bad)}); the last good state (after {iteration} iterations) is in {where}. "
                           "Lower optim.lr (Adam's steps) or optim.preconditioned_step and preconditioned_probe_step "
                           "(the preconditioned descent, the default; on a dense scan a larger "
-                          "optim.preconditioner_batch_floor may do instead: 0.25 by default on several slices, off "
-                          "on one), or set optim.on_nan: rollback")
+                          "optim.preconditioner_batch_floor may do instead: 0.25 by default on several slices, 0.5 "
+                          "in the X-ray near field, off elsewhere), or set optim.on_nan: rollback")
 
     def restore(self) -> None:
         """Back to the last good state (also after an interrupted iteration, ``ptyacc.reconstruction.interrupt``)."""
