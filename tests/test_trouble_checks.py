@@ -158,7 +158,7 @@ def test_the_deviance_and_the_end_of_run_line():
     assert deviance_warning(4.25, counts=520) == []  # abTEM, 1e6 electrons per pattern, right calibrations: 8 %
     flips = deviance_warning(57.9, counts=1093, electron=False)  # its detector's flips left out: 23 %
     assert len(flips) == 1 and "misfit of 23 %" in flips[0] and "data.transform" in flips[0]
-    assert "scan_rotation" not in flips[0]
+    assert "scan_rotation" not in flips[0] and "experiment.geometry: near_field" in flips[0]  # holograms run as far field
     assert len(deviance_warning(18.0, counts=1093, electron=False)) == 1  # the near field's image shift left out
     assert len(deviance_warning(3.5, counts=2.0)) == 1  # few counts: 3.5 is far off the noise (112 %)
     # abTEM's SrTiO3 10 cells thick, 1e6 electrons (357 per counted pixel), 10 slices: right after 100 iterations 4.28

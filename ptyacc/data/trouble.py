@@ -415,7 +415,8 @@ def deviance_warning(deviance: float, counts: float | None = None, electron: boo
     keys = ("experiment.scan_rotation_deg, data.transform.orientation and experiment.defocus_A (auto measures them), "
             "experiment.dk_invA" if electron else
             "data.transform's flips and transpose (against the file's basis vectors), the geometry "
-            "(experiment.detector_distance_m, experiment.focus_to_sample_m), model.background")
+            "(experiment.geometry: near_field for holograms, experiment.detector_distance_m, "
+            "experiment.focus_to_sample_m), model.background")
     if slices > 1:  # a thick sample: the slices' depth, a tilt the model leaves out
         keys += ", model.slices and model.slice_thickness_A, experiment.tilt_mrad (or optim.start.tilt)"
     elif scattering is not None:
