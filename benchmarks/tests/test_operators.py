@@ -97,8 +97,8 @@ COMPILED_FIELD = {
                         {True: dict(eager_operators=11, compiled=4, step=40),
                          False: dict(eager_operators=11, compiled=2, step=38)}),
     "near field, refined positions": (dict(kind="poisson", conjugated=True, weights=True, background=True),
-                                      {True: dict(eager_operators=20, compiled=6, step=102),
-                                       False: dict(eager_operators=20, compiled=4, step=100)}),
+                                      {True: dict(eager_operators=20, compiled=6, step=142),
+                                       False: dict(eager_operators=20, compiled=4, step=140)}),
 }
 
 
