@@ -13,11 +13,11 @@ import numpy as np
 
 from ptyacc.data.autocalibration import MIN_RASTER
 from ptyacc.data.bright_field import half_way_bright, repaired, sample_rows
-from ptyacc.data.hologram_motion import MIN_MOTION_POSITIONS, middle_rows, motion_from_patterns
+from ptyacc.data.hologram_motion import MIN_MOTION_POSITIONS, measure_motion
 from ptyacc.data.parallax import MIN_SIDE
 from ptyacc.data.positions import RasterFit, raster_fit
 from ptyacc.data.probe_file import probe_key, read_probe
-from ptyacc.data.readers import PatternsInfo, inspect_patterns, read_patterns
+from ptyacc.data.readers import PatternsInfo, inspect_patterns, open_patterns, read_patterns
 from ptyacc.errors import ConfigError, PtyaccError
 from ptyacc.reconstruction.batch_auto import STEPS, steps_batch
 
@@ -216,10 +216,8 @@ def _near_field_motion(data_path: Path, info: PatternsInfo) -> str | None:
     init's comment; None where they do not, or the file has no positions to tell."""
     if info.positions_A is None or info.n_patterns < MIN_MOTION_POSITIONS or len(info.shape) != 3:
         return None
-    positions = np.asarray(info.positions_A, dtype=np.float64)
-    rows = middle_rows(positions)
-    patterns = read_patterns(data_path, info.key, rows=rows).patterns
-    motion = motion_from_patterns(np.asarray(patterns, dtype=np.float64), positions[rows], info.mask)
+    with open_patterns(data_path, info.key) as source:
+        motion, _ = measure_motion(source, np.asarray(info.positions_A, dtype=np.float64), info.mask)
     if not motion.moves:
         return None
     distance, pixel = info.attrs.get("detector_distance_m"), info.attrs.get("detector_pixel_m")

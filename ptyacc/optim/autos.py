@@ -138,28 +138,28 @@ def resolved_step(config: Config) -> float:
     return least_squares(config.optim.loss).step
 
 
-def resolved_batch_floor(config: Config) -> float:
-    """``optim.preconditioner_batch_floor`` for this run: as given, or for ``auto`` ``MULTISLICE_BATCH_FLOOR``
-    on several slices (the multislice object's step of 0.8 diverged on a dense low-dose scan when the
-    probe started at iteration 3, and the floor kept it; level on the grid, within 2.4e-4),
-    ``NEAR_FIELD_BATCH_FLOOR`` in the X-ray near field (a beam that fills the window lights each pixel
-    from ten or more positions about alike, so a random batch lights some pixels several times the mean:
-    the Poisson loss's step of 0.8 climbed there under ``optim.iterations: auto`` on 6 of 16 simulated
-    files; with the floor all 16 ended at or above 30 fixed iterations) and 0 elsewhere (off: it costs about
-    0.2 ms a step and nothing measured there needs it)."""
+def batch_floor_choice(config: Config) -> tuple[float, str]:
+    """``optim.preconditioner_batch_floor`` for this run and, for ``auto``, why (run.log's note): as given, or
+    ``MULTISLICE_BATCH_FLOOR`` on several slices (the multislice object's step of 0.8 diverged on a dense low-dose
+    scan when the probe started at iteration 3, and the floor kept it; level on the grid, within 2.4e-4),
+    ``NEAR_FIELD_BATCH_FLOOR`` in the X-ray near field (a beam that fills the window lights each pixel from ten or
+    more positions about alike, so a random batch lights some pixels several times the mean: the Poisson loss's
+    step of 0.8 climbed there under ``optim.iterations: auto`` on 6 of 16 simulated files; with the floor all 16
+    ended at or above 30 fixed iterations) and 0 elsewhere (off: it costs about 0.2 ms a step and nothing measured
+    there needs it)."""
     floor = config.optim.preconditioner_batch_floor
     if floor != "auto":
-        return float(floor)
+        return float(floor), "given"
     if config.model.slices > 1:
-        return MULTISLICE_BATCH_FLOOR
-    return NEAR_FIELD_BATCH_FLOOR if config.experiment.geometry == "near_field" else 0.0
+        return MULTISLICE_BATCH_FLOOR, f"{config.model.slices} slices"
+    if config.experiment.geometry == "near_field":
+        return NEAR_FIELD_BATCH_FLOOR, "the near field"
+    return 0.0, "1 slice"
 
 
-def batch_floor_reason(config: Config) -> str:
-    """Why ``resolved_batch_floor``'s auto is what it is: "3 slices", "the near field" or "1 slice"."""
-    if config.model.slices == 1 and config.experiment.geometry == "near_field":
-        return "the near field"
-    return f"{config.model.slices} slice{'s' if config.model.slices > 1 else ''}"
+def resolved_batch_floor(config: Config) -> float:
+    """``batch_floor_choice``'s floor."""
+    return batch_floor_choice(config)[0]
 
 
 def preconditioned_autos(config: Config) -> dict[str, float]:
@@ -477,7 +477,7 @@ def optimizer_notes(config: Config) -> list[str]:
             chosen, reason = optimizer_choice(config, group)
             notes.append(f"optim.{group}_optimizer: {chosen} (auto{f': {reason}' if reason else ''})")
     why = {"optim.preconditioned_step": f"the {least_squares_loss(config.optim.loss)} loss",
-           "optim.preconditioner_batch_floor": batch_floor_reason(config)}
+           "optim.preconditioner_batch_floor": batch_floor_choice(config)[1]}
     return notes + [f"{key}: {f'{value:g}' if value else 'off'} (auto: {why[key]})"
                     for key, value in preconditioned_autos(config).items()]
 
