@@ -4,7 +4,9 @@ The simulator shares nothing with ptyacc's model: a zone plate's focus described
 central stop inside, the zone plate's edge outside), the sample a few millimetres downstream of the focus (Fresnel
 propagation, exp(-i pi lambda z k^2)), a gold test pattern (phase -2 pi delta t / lambda, amplitude exp(-2 pi beta t /
 lambda)), a Fermat spiral of stage positions, |fft2|^2 on a 128-pixel detector 5 m away, Poisson photon counts, and
-the detector read out transposed or flipped against the stage (the eight orientations). Written as CXI, as a beamline
+the detector read out transposed or flipped against the stage (the eight orientations), and with ``--turned`` the
+stage's axes turned against the detector's (``stage_deg``: the stored translations are the positions in the
+detector's frame turned by -stage_deg about their mean). Written as CXI, as a beamline
 writes it: the sample's translations in metres, the energy in joules, the detector's distance and pixel, with the
 true phase beside it (``ground_truth/phase``, pixel [i, j] at (i, j) dx in the frame of ``ground_truth/positions_A``).
 
@@ -18,6 +20,8 @@ true phase beside it (``ground_truth/phase``, pixel [i, j] at (i, j) dx in the f
     # with a verdict per file: pass (init within 0.02 of told), said (the conjugate, and the warning that says so),
     # warned, silent
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xff --draw 24 1 --jobs 2
+    # the same with the stage turned against the detector: by up to 5 degrees on half the files, any angle on the rest
+    OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xft --draw 16 4 --turned --jobs 2
 
 Prints one JSON line per run: the phase NCC at the reconstruction's exact place, the final deviance per counted
 pixel, the correlation of the object's phase with its log amplitude, the orientation the run measured and every
@@ -96,24 +100,30 @@ def spiral(n: int, step_px: float) -> np.ndarray:
     return np.stack([r * np.sin(angle), r * np.cos(angle)], axis=1)
 
 
-def draw(count: int, seed: int) -> list[str]:
+def draw(count: int, seed: int, turned: bool = False) -> list[str]:
     """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
     downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
-    weak absorber (beta / delta 0.005, as carbon or a polymer at such energies)."""
+    weak absorber (beta / delta 0.005, as carbon or a polymer at such energies). ``turned`` (names
+    ``xdt<seed>-<i>``): the same cases with the stage turned against the detector, within 5 degrees on the even ones
+    and by any angle on the odd (a generator of its own, so the rest of the draw is unchanged)."""
     rng = np.random.default_rng(seed)
+    turns = np.random.default_rng([seed, 7])
     names = []
     for i in range(count):
-        name = f"xd{seed}-{i:02d}"
+        name = f"xd{'t' if turned else ''}{seed}-{i:02d}"
         sign = rng.choice((-1.0, 1.0))
         CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
                        float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
+        if turned:
+            CASES[name] += (float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)),)
         names.append(name)
     return names
 
 
 def make(work: Path, name: str) -> Path:
-    photons, n, step_px, defocus_mm, orientation, seed, *beta = CASES[name]
-    beta_scale = beta[0] if beta else 1.0
+    photons, n, step_px, defocus_mm, orientation, seed, *rest = CASES[name]
+    beta_scale = rest[0] if rest else 1.0
+    stage = math.radians(rest[1] if len(rest) > 1 else 0.0)
     path = work / f"{name}.cxi"
     if path.is_file():
         return path
@@ -144,6 +154,9 @@ def make(work: Path, name: str) -> Path:
     # window [0, 0] of position j sits at (cy, cx) - K/2 in the object's pixels, so pixel [i, j] is at
     # (i, j) dx in the frame whose positions are (centres + offset) dx
     positions_m = (centres + offset) * DX_M
+    c, s = math.cos(stage), math.sin(stage)  # the stage's axes turned: (y, x) turned by -stage_deg
+    y, x = (positions_m - positions_m.mean(0)).T
+    stored_m = positions_m.mean(0) + np.stack([y * c - x * s, x * c + y * s], axis=1)
     work.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as f:
         f["entry_1/instrument_1/detector_1/data"] = np.ascontiguousarray(stored).astype(np.uint32)
@@ -152,12 +165,13 @@ def make(work: Path, name: str) -> Path:
         f["entry_1/instrument_1/detector_1/y_pixel_size"] = PIXEL_M
         f["entry_1/instrument_1/source_1/energy"] = ENERGY_EV * 1.602176634e-19
         translation = np.zeros((n, 3))
-        translation[:, 0], translation[:, 1] = -positions_m[:, 1], -positions_m[:, 0]  # the sample moves
+        translation[:, 0], translation[:, 1] = -stored_m[:, 1], -stored_m[:, 0]  # the sample moves
         f["entry_1/sample_1/geometry_1/translation"] = translation
         f["ground_truth/phase"] = phase
         f["ground_truth/positions_A"] = positions_m * 1e10
         f["ground_truth"].attrs.update(orientation=list(ORIENTATIONS[orientation]), photons=photons,
-                                       defocus_m=defocus_mm * 1e-3, beta_scale=beta_scale)
+                                       defocus_m=defocus_mm * 1e-3, beta_scale=beta_scale,
+                                       stage_deg=math.degrees(stage))
     return path
 
 
@@ -185,9 +199,11 @@ def run(work: Path, name: str, variant: str, overrides: list[str], iterations: s
         with h5py.File(path) as f:
             t, fy, fx = (bool(v) for v in f["ground_truth"].attrs["orientation"])
             defocus_m = float(f["ground_truth"].attrs["defocus_m"])
+            stage_deg = float(f["ground_truth"].attrs.get("stage_deg", 0.0))
         flip = variant == "conjugate"
         sets += ["data.transform.orientation=manual", f"data.transform.transpose={t}",
-                 f"data.transform.flip_y={fy != flip}", f"data.transform.flip_x={fx != flip}"]
+                 f"data.transform.flip_y={fy != flip}", f"data.transform.flip_x={fx != flip}",
+                 f"experiment.scan_rotation_deg={stage_deg}"]
         sets += [f"experiment.focus_to_sample_m={defocus_m}"] if variant == "told" else []
     command = [str(exe), "run", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -235,6 +251,7 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", default="30", help="a number for every run, or `written`: what init wrote")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--turned", action="store_true", help="xray_near_field.py's draw: the stage turned too")
     return parser.parse_args(argv)
 
 
@@ -258,7 +275,7 @@ def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    names = draw(*args.draw) if args.draw else args.cases or list(CASES)
+    names = draw(*args.draw, turned=args.turned) if args.draw else args.cases or list(CASES)
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, make, run)
     if found is not None and {"init", "told"} <= set(args.variants):

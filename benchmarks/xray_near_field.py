@@ -12,7 +12,9 @@ structure. The object: gold Siemens stars, discs and bars (phase -2 pi delta t /
 / lambda), delta = 4.7e-5 (8 keV / E)^2, beta = delta / 10), a weak absorber (beta x 0.05) or a pure phase object,
 0.3-2 rad deep. The object window at each true position is taken at its sub-pixel place by a Fourier shift of the
 object; the file may store nominal positions (true = stored + error). The detector is read out in one of the eight
-orientations against the stage.
+orientations against the stage, and with ``--turned`` the stage's axes are turned against the detector's as well
+(``stage_deg``: the stored translations are the positions in the detector's frame turned by -stage_deg about their
+mean, so that ptyacc's ``experiment.scan_rotation_deg: stage_deg`` turns them back).
 
 Written as CXI, as a beamline writes it: the patterns, the detector's distance z2 and pixel, the energy (J) and
 wavelength (m), the sample's translations (m), on some files the detector's true basis vectors and a mask. The
@@ -29,6 +31,8 @@ read-out and the rest of the truth.
     # 0.03-0.5, 1e2-1e4 counts per pixel), with a verdict per file: pass (init within 0.02 of told), warned (below,
     # with a warning in run.log), silent (below, without one), refused (init stopped with an error that says why)
     OMP_NUM_THREADS=1 python benchmarks/xray_near_field.py run --work /tmp/xnf --draw 8 1 --jobs 1
+    # the same with the stage turned against the detector: by up to 5 degrees on half the files, any angle on the rest
+    OMP_NUM_THREADS=1 python benchmarks/xray_near_field.py run --work /tmp/xnt --draw 8 4 --turned --jobs 1
 
 Prints one JSON line per run: the phase NCC at the reconstruction's exact place (the translation between the run's
 and the truth's positions removed), the final deviance per counted pixel, the geometry, focus_to_sample_m and
@@ -89,6 +93,9 @@ CASES: dict[str, dict] = {  # energy, pixel, z2, z1, mean counts per pixel, posi
                                            "gold", 1.0, 0.9, 4))),
     "xnf_petra": dict(zip(CASE_KEYS, (10000.0, 55e-6, 1.12, 3.65e-3, 1e3, 200, 0.15, "raster", 3, True, True, 0.3,
                                       "gold", 1.5, 1.0, 5))),
+    # xnf_fx_nobasis's geometry with basis vectors and the stage's axes turned 62 degrees against the detector's
+    "xnf_turned": {**dict(zip(CASE_KEYS, (8000.0, 13e-6, 0.5, 15e-3, 1e3, 150, 0.15, "raster", 1, True, True, 0.2,
+                                          "gold", 1.0, 1.0, 6))), "stage_deg": 62.0},
 }
 
 
@@ -193,12 +200,15 @@ def scan(kind: str, n: int, step_px: float, rng: np.random.Generator) -> np.ndar
     return points - points.mean(0)
 
 
-def draw(count: int, seed: int) -> list[str]:
+def draw(count: int, seed: int, turned: bool = False) -> list[str]:
     """``count`` cases drawn into CASES (``xnd<seed>-<i>``): each of the eight read-outs in turn, basis vectors on
     about half, a mask on about half; pixel 0.65-75 um, z2 0.3-5 m, z1 1-20 mm (log-uniform), 6-20 keV, drawn
     until the pixel Fresnel number lies in FRESNEL_RANGE; 1e2-1e4 counts per pixel; 100-250 positions 5-25 % of
-    the window apart; position errors 0-0.5 px rms on a third; gold, a weak absorber or a phase object."""
+    the window apart; position errors 0-0.5 px rms on a third; gold, a weak absorber or a phase object. ``turned``
+    (names ``xnt<seed>-<i>``): the same cases with the stage turned against the detector, within 5 degrees on the
+    even ones and by any angle on the odd (a generator of its own, so the rest of the draw is unchanged)."""
     rng = np.random.default_rng(seed)
+    turns = np.random.default_rng([seed, 7])
     names = []
     for i in range(count):
         while True:
@@ -214,7 +224,9 @@ def draw(count: int, seed: int) -> list[str]:
                     error_px=float(rng.uniform(0, 0.5)) if rng.random() < 1 / 3 else 0.0,
                     object=str(rng.choice(list(OBJECT_KINDS))), phase_rad=float(rng.uniform(0.3, 2.0)),
                     beam=float(rng.uniform(0.8, 1.3)), seed=seed * 1000 + i)
-        name = f"xnd{seed}-{i:02d}"
+        if turned:
+            case["stage_deg"] = float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180))
+        name = f"xn{'t' if turned else 'd'}{seed}-{i:02d}"
         CASES[name] = case
         names.append(name)
     return names
@@ -282,6 +294,11 @@ def make(work: Path, name: str) -> Path:
     if flags[0]:
         stored, stored_good = stored.transpose(0, 2, 1), stored_good.T
     positions_m = (nominal + offset) * g["dx_m"]  # truth pixel [i, j] at (i, j) dx in this frame
+    stage = math.radians(case.get("stage_deg", 0.0))  # the stage's axes turned: (y, x) turned by -stage_deg
+    c, s_ = math.cos(stage), math.sin(stage)
+    centre = positions_m.mean(0)
+    y, x = (positions_m - centre).T
+    stored_m = centre + np.stack([y * c - x * s_, x * c + y * s_], axis=1)
     work.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as h:
         detector = h.create_group("entry_1/instrument_1/detector_1")
@@ -296,13 +313,14 @@ def make(work: Path, name: str) -> Path:
         h["entry_1/instrument_1/source_1/energy"] = case["energy_eV"] * ELECTRON_VOLT_J
         h["entry_1/instrument_1/source_1/wavelength"] = wavelength
         translation = np.zeros((len(nominal), 3))
-        translation[:, 0], translation[:, 1] = -positions_m[:, 1], -positions_m[:, 0]  # the sample moves
+        translation[:, 0], translation[:, 1] = -stored_m[:, 1], -stored_m[:, 0]  # the sample moves
         h["entry_1/sample_1/geometry_1/translation"] = translation
         h["ground_truth/phase"] = phase_fine[::FINE, ::FINE]
         h["ground_truth/positions_A"] = positions_m * 1e10
         h["ground_truth/true_positions_A"] = (true + offset) * g["dx_m"] * 1e10
         h["ground_truth/probe"] = probe[FINE * EDGE + 1:FINE * (EDGE + K):FINE, FINE * EDGE + 1:FINE * (EDGE + K):FINE]
         h["ground_truth"].attrs.update(orientation=list(flags), focus_to_sample_m=case["z1_m"], dx_m=g["dx_m"],
+                                       stage_deg=case.get("stage_deg", 0.0),
                                        z_eff_m=g["z_eff_m"], magnification=g["magnification"],
                                        fresnel_number=g["fresnel"], description=describe(name),
                                        case=json.dumps(case))
@@ -316,7 +334,8 @@ def describe(name: str) -> str:
             f"{g['fresnel']:.3f}), {case['counts']:.0f} counts/px, {case['positions']} positions ({case['scan']}, "
             f"step {case['step'] * 100:.0f} %, error {case['error_px']:.2f} px), read-out "
             f"{ORIENTATIONS[case['orientation']]}, basis {'yes' if case['basis'] else 'no'}, mask "
-            f"{'yes' if case['mask'] else 'no'}, {case['object']} {case['phase_rad']:.2f} rad, beam {case['beam']:.2f}")
+            f"{'yes' if case['mask'] else 'no'}, {case['object']} {case['phase_rad']:.2f} rad, beam {case['beam']:.2f}"
+            + (f", stage turned {case['stage_deg']:+.1f} deg" if case.get("stage_deg") else ""))
 
 
 def bilinear(image: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -370,12 +389,13 @@ def run(work: Path, name: str, variant: str, overrides: list[str], iterations: s
         with h5py.File(path) as f:
             t, fy, fx = (bool(v) for v in f["ground_truth"].attrs["orientation"])
             z1 = float(f["ground_truth"].attrs["focus_to_sample_m"])
+            stage_deg = float(f["ground_truth"].attrs.get("stage_deg", 0.0))
         # far field only: the loader accepts it beside near_field and the run ignores it there; dropped all the same
         written.setdefault("experiment", {}).pop("sample_side", None)
         config.write_text(yaml.safe_dump(written, sort_keys=False))
         sets += ["experiment.geometry=near_field", f"experiment.focus_to_sample_m={z1}",
                  "data.transform.orientation=manual", f"data.transform.transpose={t}", f"data.transform.flip_y={fy}",
-                 f"data.transform.flip_x={fx}"]
+                 f"data.transform.flip_x={fx}", f"experiment.scan_rotation_deg={stage_deg}"]
     sets += list(overrides)
     command = [str(exe), "run", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
 
@@ -413,7 +433,7 @@ def near_verdict(init: dict, told: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    names = draw(*args.draw) if args.draw else args.cases or list(CASES)
+    names = draw(*args.draw, turned=args.turned) if args.draw else args.cases or list(CASES)
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, lambda work, name: f"{make(work, name)} {describe(name)}", run)
     if found is not None and {"init", "told"} <= set(args.variants):

@@ -118,6 +118,24 @@ def test_near_field_geometry_measures_and_checks():
     assert "turned by -5.0 deg from experiment.scan_rotation_deg 5" in turned.lines[1]
 
 
+@pytest.mark.parametrize("turn_deg", [60.0, -150.0])
+def test_a_stage_turned_against_the_detector_is_the_scan_rotation(turn_deg):
+    """A stage turned against the detector by any angle, the detector's flags given (as basis vectors give them):
+    measured (scan_rotation_deg: auto), the turn is the rotation, without a warning; given as 0, a turn of 45 degrees
+    or more is said as the flags' (a wrong read-out turns the holograms as much)."""
+    flags = (True, False, True)
+    stored, positions_A, _ = holograms(4e-3, flags, rotation_deg=turn_deg, seed=11)
+    motion = motion_from_patterns(stored, positions_A)
+    common = {"focus_to_sample_m": 4e-3, "distance_m": DISTANCE_M, "pixel_m": PIXEL_M, "where": "file",
+              "fixed": flags}
+    measured = near_field_geometry(motion, "m", rotation_deg="auto", **common)
+    assert measured.rotation_deg == pytest.approx(turn_deg, abs=0.5) and measured.flags == flags
+    assert not any(line.startswith("warning:") for line in measured.lines)
+    given = near_field_geometry(motion, "m", rotation_deg=0.0, **common)
+    assert given.rotation_deg == 0.0 and "holograms move turned by" in given.lines[1]
+    assert f"{abs(turn_deg):.0f} deg from the detector's transpose True" in given.lines[1]
+
+
 def test_still_patterns_refuse_the_autos_and_warn_a_given_geometry():
     stored, positions_A, _ = holograms(4e-3, far=True)
     motion = motion_from_patterns(stored, positions_A)
@@ -150,6 +168,7 @@ def test_init_and_load_find_the_near_field(tmp_path):
     path = write_cxi(tmp_path / "near.cxi", stored, positions_A)
     text = init_config(path, tmp_path / "near.yaml")
     assert "  geometry: near_field" in text and "  focus_to_sample_m: auto" in text
+    assert yaml.safe_load(text)["experiment"]["scan_rotation_deg"] == "auto"
     assert "sample_side" not in text and "from the holograms' motion" in text
     optim = yaml.safe_load(text)["optim"]
     assert optim["iterations"] == "auto" and optim["start"] == {"positions": NEAR_FIELD_POSITIONS_START}
@@ -159,6 +178,13 @@ def test_init_and_load_find_the_near_field(tmp_path):
     assert data.autos["experiment.focus_to_sample_m"] == pytest.approx(4e-3, rel=0.03)
     assert tuple(data.detector["orientation_flags"]) == (True, False, True)
     assert data.dx_A == pytest.approx(dx_A, rel=0.03)
+    # a stage turned against the detector: init's config measures the turn with the flags
+    stored, positions_A, _ = holograms(4e-3, (False, True, True), rotation_deg=-35.0, seed=8)
+    turned = write_cxi(tmp_path / "turned.cxi", stored, positions_A)
+    (tmp_path / "turned.yaml").write_text(init_config(turned, tmp_path / "turned.yaml"))
+    data = load_data(load_config(tmp_path / "turned.yaml"))
+    assert data.autos["experiment.scan_rotation_deg"] == pytest.approx(-35.0, abs=0.5)
+    assert tuple(data.detector["orientation_flags"]) == (False, True, True)
     far = load_data(load_config({"data": {"path": str(path), "transform": {"orientation": "manual"}},
                                  "experiment": {"radiation": "xray", "focus_to_sample_m": 1e-3}}))
     assert any(line.startswith("warning: the patterns travel with the scan") and "geometry: near_field" in line
@@ -205,21 +231,28 @@ def truth_of(path: Path) -> tuple[float, tuple[bool, ...], np.ndarray, np.ndarra
 
 
 @pytest.mark.slow
-def test_init_and_run_reach_the_truth_told(xnf, tmp_path):
-    """init's config on the independent simulator's file: the distance within 1 %, the flags, and the phase as close
-    to the truth as the run told them (the same run's settings otherwise)."""
-    _, path = xnf
+@pytest.mark.parametrize("case", ["xnf_fx_nobasis", "xnf_turned"])
+def test_init_and_run_reach_the_truth_told(xnf, tmp_path, case):
+    """init's config on the independent simulator's files: the distance within 1 %, the flags, the stage's turn
+    against the detector (0, or 62 degrees with the flags from basis vectors), and the phase as close to the truth as
+    the run told them (the same run's settings otherwise)."""
+    module, path = xnf
+    path = path if case == "xnf_fx_nobasis" else module.make(tmp_path, case)
     focus_m, flags, truth, positions_A = truth_of(path)
+    with h5py.File(path) as f:
+        stage_deg = float(f["ground_truth"].attrs["stage_deg"])
     (tmp_path / "scan.yaml").write_text(init_config(path, tmp_path / "scan.yaml"))
     common = {"optim.iterations": 20, "output.figures": False}
     found = ptyacc.reconstruct(load_config(tmp_path / "scan.yaml", [f"{k}={v}" for k, v in {
         **common, "output.dir": str(tmp_path / "init")}.items()]))
     told = ptyacc.reconstruct(load_config(tmp_path / "scan.yaml", [f"{k}={v}" for k, v in {
         **common, "output.dir": str(tmp_path / "told"), "experiment.focus_to_sample_m": focus_m,
-        "data.transform.orientation": "manual", "data.transform.transpose": flags[0],
-        "data.transform.flip_y": flags[1], "data.transform.flip_x": flags[2]}.items()]))
+        "experiment.scan_rotation_deg": stage_deg, "data.transform.orientation": "manual",
+        "data.transform.transpose": flags[0], "data.transform.flip_y": flags[1],
+        "data.transform.flip_x": flags[2]}.items()]))
     autos = yaml.safe_load(found.results.attrs["auto_values"])
     assert autos["experiment.focus_to_sample_m"] == pytest.approx(focus_m, rel=0.01)
+    assert autos["experiment.scan_rotation_deg"] == pytest.approx(stage_deg, abs=0.3)
     assert tuple(found.results.detector["orientation_flags"]) == flags
 
     def ncc(rec):

@@ -94,7 +94,9 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     lines += ["experiment:", f"  radiation: {'xray' if xray else 'electron'}"]
     if near:
         lines += [f"  geometry: near_field   # the patterns travel with the scan as holograms do: {near}",
-                  "  focus_to_sample_m: auto   # from how far the holograms move as the sample moves (the magnification)"]
+                  "  focus_to_sample_m: auto   # from how far the holograms move as the sample moves (the magnification)",
+                  "  scan_rotation_deg: auto   # from the direction the holograms move in as the sample moves (0 = the "
+                  "stage's axes along the detector's)"]
     elif xray and probe_key(data_path) is None:
         lines.append("  sample_side: auto   # far field: the side of the probe's focus the sample lies on, tried both ways "
                      "(focus_to_sample_m, where known, sets it)")

@@ -380,7 +380,9 @@ def near_field_geometry(motion: HologramMotion, line: str, *, focus_to_sample_m:
     else:
         flags, measured_deg = fixed, motion.orientation(fixed=fixed)[1]
         mirrored, off_deg = frame_off_deg(motion, fixed, given_deg)
-        frame_wrong = mirrored or abs(off_deg) >= 45.0
+        # measured, a turn of any size is the scan rotation's (a stage turned against the detector); given, one of 45
+        # degrees or more is the flags'
+        frame_wrong = mirrored or rotation_deg != "auto" and abs(off_deg) >= 45.0
         if frame_wrong:
             right, right_deg = motion.orientation(given_deg)
             warnings.append(f"warning: the holograms move {'in the mirror image of' if mirrored else 'turned by '}"
