@@ -100,6 +100,9 @@ def init_config(data_path: Path, config_path: Path, key: str | None = None) -> s
     elif xray and probe_key(data_path) is None:
         lines.append("  sample_side: auto   # far field: the side of the probe's focus the sample lies on, tried both ways "
                      "(focus_to_sample_m, where known, sets it)")
+    if xray and not near and n >= MIN_RASTER * MIN_RASTER:
+        lines.append("  scan_rotation_deg: auto   # the stage's turn against the detector: the patterns' centre of mass, "
+                     "refined by short reconstructions (0 = the stage's axes along the detector's)")
     lines += _calibration_lines(info, xray, parallax, near_field=bool(near))
     if turned:
         lines.append("  scan_rotation_deg: auto   # from the patterns (centre of mass, parallax; run.log says which; "

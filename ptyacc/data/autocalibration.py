@@ -536,8 +536,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         said += checked
     prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
     about = None
-    if prep.far_field and experiment.radiation == "electron" and data.transform.orientation == "auto" and \
-            BASIS not in info.attrs:  # given flips reverse, as said
+    if prep.far_field and data.transform.orientation == "auto" and BASIS not in info.attrs:  # given flips reverse
         prep, turned_deg, lines = _centred_orientation(prep, source, len(calibration.positions_A), file_mask, data,
                                                        background, gain,
                                                        experiment.scan_rotation_deg if rotation_auto else None)
@@ -570,8 +569,22 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
                                             flip_y=place.flags[1], flip_x=place.flags[2])
             orientation = dataclasses.replace(orientation, flags=place.flags)
             prep = Preparation.from_config(transform, info.shape[-2:], True, name, info.attrs)
+            if measured:  # the new flips, too, about the zero frequency where the beam's centre says so
+                prep, _, lines = _centred_orientation(prep, source, len(calibration.positions_A), file_mask, data,
+                                                      background, gain, None)
+                said += lines
+                about = prep.flip_about_zero if any(prep.flip_about_zero) else None
             prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
             mask = prep.mask(file_mask)
+    if experiment.radiation == "xray" and experiment.geometry == "far_field" and rotation_auto and judge is not None:
+        turned_deg, line = _xray_turn_tried(judge, (prep.transpose, prep.flip_y, prep.flip_x),
+                                            experiment.scan_rotation_deg, tuple(prep.flip_about_zero),
+                                            None if place is None else place.focus_to_sample_m)
+        said += (line,)
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+        calibration = calibrate(experiment, facts, scan_shape)
+        calibration.sources["scan_rotation_deg"] = "fitted"
+        orientation = dataclasses.replace(orientation, rotation_deg=turned_deg)
     read_from, descan = original, None
     if data.transform.descan == "auto":
         descan, line = _descanned(source, calibration.positions_A, prepare, mask, descan_left_to_model(config))
@@ -997,6 +1010,19 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
                  f" the sample {side_of(distance)} of the focus and transpose {t}, flip_y {fy}, flip_x {fx} are used, "
                  "the object's own frame")
     return SamplePlace(side_of(distance), distance, flags, line)
+
+
+def _xray_turn_tried(judge: Judge, flags: Flags, rotation_deg: float, about: tuple[bool, bool],
+                     focus_to_sample_m: float | None) -> tuple[float, str]:
+    """X-ray far field, ``experiment.scan_rotation_deg: auto``: the centre of mass's rotation ``rotation_deg`` refined
+    by trial reconstructions (``judge``: TURN_DEG apart, then finer by longer ones) under the ``flags`` and the sample's
+    place the run takes. The centre of mass reads a stage's turn to a degree or three, and at many photons a third of
+    a degree already costs a tenth of the NCC; the trials' data terms tell it far finer. The rotation and run.log's
+    line."""
+    verdict = judge([OrientationCandidate(flags, rotation_deg, None, "the centre of mass's", flip_about_zero=about,
+                                          focus_to_sample_m=focus_to_sample_m)], turn=True, focus=False,
+                    subject="the scan rotation")
+    return verdict.taken.rotation_deg, f"experiment.scan_rotation_deg: {verdict.taken.rotation_deg:.2f} (auto: {verdict.said})"
 
 
 def _searched_defocus_A(searched, flags: Flags, rotation_deg: float) -> float | None:
