@@ -210,13 +210,14 @@ def test_an_upstream_sample_s_side_is_found_by_trials(files, tmp_path):
 
 @pytest.mark.slow
 def test_the_conjugate_object_is_said(files, tmp_path):
-    """Flags reversed in both axes under a probe started on the other side fit the data as the conjugate object:
-    the end check says so and names the flags and the side that give the object itself."""
+    """Flags reversed in both axes under a probe started on the other side, the stage's rotation given (0: a measured
+    one would take the reversal for a turn by 180 degrees), fit the data as the conjugate object: the end check says
+    so and names the flags and the side that give the object itself."""
     path = files["test_o5"]
     _, _, (t, fy, fx) = stored(path)
     rec = run_file(path, tmp_path, **{"data.transform.orientation": "manual", "data.transform.transpose": t,
                                       "data.transform.flip_y": not fy, "data.transform.flip_x": not fx,
-                                      "experiment.sample_side": "upstream"})
+                                      "experiment.sample_side": "upstream", "experiment.scan_rotation_deg": 0})
     assert truth_ncc(rec, path) < -0.8
     said = [w for w in warnings_of(rec) if "conjugate of the object" in w]
     assert len(said) == 1 and f"transpose: {t}, flip_y: {fy}, flip_x: {fx}" in said[0]

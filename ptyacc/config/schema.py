@@ -122,7 +122,9 @@ class ExperimentConfig:
              "auto: measured from the patterns: the angle at which the centre of mass's field over the scan is "
              "curl-free, checked by the search of the bright-field pixels' coherence in Fourier space (whose rotation "
              "is taken where the centre of mass alone gave it) and refined by the parallax when the defocus is auto; "
-             "with the transpose/flip when data.transform.orientation is auto. run.log says what gave it.")
+             "with the transpose/flip when data.transform.orientation is auto. X-rays: in the near field from the "
+             "direction the holograms move in; in the far field (64 positions or more) from the centre of mass, refined "
+             "by ptyacc run's short trial reconstructions. run.log says what gave it.")
     geometry: Literal["far_field", "near_field"] = _f(
         "far_field", "far_field: patterns are diffraction patterns (zero frequency at the centre); near_field: "
                      "Fresnel-scaled near-field images (X-ray, needs focus_to_sample_m), not fftshifted.")

@@ -2,7 +2,9 @@
 ``ptyacc run``, ``info`` and ``init``'s report) goes through: the scan read as a raster where an auto needs
 its grid, the calibration (``calibration.calibrate``), the bad pixels, the scan rotation and the patterns'
 transpose/flip (centre of mass, ``orientation.py``; the bright-field parallax, ``parallax_orientation.py``;
-the Fourier regions' coherence, ``overlap_orientation.py``), the flips about the zero frequency, the
+the Fourier regions' coherence, ``overlap_orientation.py``; X-rays: the holograms' motion in the near field,
+``hologram_motion.py``, and in the far field the centre of mass's turn refined by trials, ``_xray_turn_tried``),
+the flips about the zero frequency, the
 preparation that follows, the descan, the defocus (parallax, ``parallax.py``, or coherence, which ``ptyacc run``'s
 trial reconstructions then try: ``_focus_tried``), and the checks of values given against the data
 (``trouble.py``, ``sanity.py``).
