@@ -120,6 +120,15 @@ def draw(count: int, seed: int, turned: bool = False) -> list[str]:
     return names
 
 
+def stage_turned(positions_m: np.ndarray, stage_deg: float) -> np.ndarray:
+    """Positions (y, x) in the detector's frame as a stage turned by ``stage_deg`` against it reads them: turned by
+    -stage_deg about their mean, so that ptyacc's ``experiment.scan_rotation_deg: stage_deg`` turns them back."""
+    c, s = math.cos(math.radians(stage_deg)), math.sin(math.radians(stage_deg))
+    centre = positions_m.mean(0)
+    y, x = (positions_m - centre).T
+    return centre + np.stack([y * c - x * s, x * c + y * s], axis=1)
+
+
 def make(work: Path, name: str) -> Path:
     photons, n, step_px, defocus_mm, orientation, seed, *rest = CASES[name]
     beta_scale = rest[0] if rest else 1.0
@@ -154,9 +163,7 @@ def make(work: Path, name: str) -> Path:
     # window [0, 0] of position j sits at (cy, cx) - K/2 in the object's pixels, so pixel [i, j] is at
     # (i, j) dx in the frame whose positions are (centres + offset) dx
     positions_m = (centres + offset) * DX_M
-    c, s = math.cos(stage), math.sin(stage)  # the stage's axes turned: (y, x) turned by -stage_deg
-    y, x = (positions_m - positions_m.mean(0)).T
-    stored_m = positions_m.mean(0) + np.stack([y * c - x * s, x * c + y * s], axis=1)
+    stored_m = stage_turned(positions_m, math.degrees(stage))
     work.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as f:
         f["entry_1/instrument_1/detector_1/data"] = np.ascontiguousarray(stored).astype(np.uint32)

@@ -63,6 +63,7 @@ from xray_far_field import (  # noqa: E402  (the far-field benchmark's)
     initialised,
     iterations_set,
     ran,
+    stage_turned,
     verdict,
 )
 
@@ -294,11 +295,7 @@ def make(work: Path, name: str) -> Path:
     if flags[0]:
         stored, stored_good = stored.transpose(0, 2, 1), stored_good.T
     positions_m = (nominal + offset) * g["dx_m"]  # truth pixel [i, j] at (i, j) dx in this frame
-    stage = math.radians(case.get("stage_deg", 0.0))  # the stage's axes turned: (y, x) turned by -stage_deg
-    c, s_ = math.cos(stage), math.sin(stage)
-    centre = positions_m.mean(0)
-    y, x = (positions_m - centre).T
-    stored_m = centre + np.stack([y * c - x * s_, x * c + y * s_], axis=1)
+    stored_m = stage_turned(positions_m, case.get("stage_deg", 0.0))
     work.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as h:
         detector = h.create_group("entry_1/instrument_1/detector_1")

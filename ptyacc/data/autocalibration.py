@@ -537,11 +537,11 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
                                                         background, PHASE_SIGN[experiment.radiation])
         said += checked
     prep = Preparation.from_config(transform, info.shape[-2:], experiment.geometry == "far_field", name, info.attrs)
-    about = None
+    about, offset_px = None, None
     if prep.far_field and data.transform.orientation == "auto" and BASIS not in info.attrs:  # given flips reverse
-        prep, turned_deg, lines = _centred_orientation(prep, source, len(calibration.positions_A), file_mask, data,
-                                                       background, gain,
-                                                       experiment.scan_rotation_deg if rotation_auto else None)
+        prep, turned_deg, lines, offset_px = _centred_orientation(
+            prep, source, len(calibration.positions_A), file_mask, data, background, gain,
+            experiment.scan_rotation_deg if rotation_auto else None)
         said += lines
         about = prep.flip_about_zero if any(prep.flip_about_zero) else None
         if turned_deg is not None:  # turned by 90 or 180 degrees with the flags
@@ -572,21 +572,16 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
             orientation = dataclasses.replace(orientation, flags=place.flags)
             prep = Preparation.from_config(transform, info.shape[-2:], True, name, info.attrs)
             if measured:  # the new flips, too, about the zero frequency where the beam's centre says so
-                prep, _, lines = _centred_orientation(prep, source, len(calibration.positions_A), file_mask, data,
-                                                      background, gain, None)
+                prep, _, lines, offset_px = _centred_orientation(prep, source, len(calibration.positions_A), file_mask,
+                                                                 data, background, gain, None, offset_px)
                 said += lines
                 about = prep.flip_about_zero if any(prep.flip_about_zero) else None
             prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
             mask = prep.mask(file_mask)
     if experiment.radiation == "xray" and experiment.geometry == "far_field" and rotation_auto and judge is not None:
-        turned_deg, line = _xray_turn_tried(judge, (prep.transpose, prep.flip_y, prep.flip_x),
-                                            experiment.scan_rotation_deg, tuple(prep.flip_about_zero),
-                                            None if place is None else place.focus_to_sample_m)
+        experiment, calibration, orientation, line = _xray_turn_tried(judge, prep, experiment, orientation, facts,
+                                                                      scan_shape, place)
         said += (line,)
-        experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
-        calibration = calibrate(experiment, facts, scan_shape)
-        calibration.sources["scan_rotation_deg"] = "fitted"
-        orientation = dataclasses.replace(orientation, rotation_deg=turned_deg)
     read_from, descan = original, None
     if data.transform.descan == "auto":
         descan, line = _descanned(source, calibration.positions_A, prepare, mask, descan_left_to_model(config))
@@ -1014,17 +1009,25 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
     return SamplePlace(side_of(distance), distance, flags, line)
 
 
-def _xray_turn_tried(judge: Judge, flags: Flags, rotation_deg: float, about: tuple[bool, bool],
-                     focus_to_sample_m: float | None) -> tuple[float, str]:
-    """X-ray far field, ``experiment.scan_rotation_deg: auto``: the centre of mass's rotation ``rotation_deg`` refined
-    by trial reconstructions (``judge``: TURN_DEG apart, then finer by longer ones) under the ``flags`` and the sample's
-    place the run takes. The centre of mass reads a stage's turn to a degree or three, and at many photons a third of
-    a degree already costs a tenth of the NCC; the trials' data terms tell it far finer. The rotation and run.log's
+def _xray_turn_tried(judge: Judge, prep: Preparation, experiment, orientation, facts: SourceFacts, scan_shape,
+                     place: SamplePlace | None):
+    """X-ray far field, ``experiment.scan_rotation_deg: auto``: the centre of mass's rotation (``experiment``'s)
+    refined by trial reconstructions (``judge``: TURN_DEG apart, then finer by longer ones) under ``prep``'s flags and
+    the sample's ``place`` the run takes (None: the focus the config gives). The centre of mass reads a stage's turn
+    to a degree or three, and at many photons a third of a degree already costs a tenth of the NCC; the trials' data
+    terms tell it far finer. The experiment, calibration and ``orientation`` at the rotation taken, and run.log's
     line."""
-    verdict = judge([OrientationCandidate(flags, rotation_deg, None, "the centre of mass's", flip_about_zero=about,
-                                          focus_to_sample_m=focus_to_sample_m)], turn=True, focus=False,
-                    subject="the scan rotation")
-    return verdict.taken.rotation_deg, f"experiment.scan_rotation_deg: {verdict.taken.rotation_deg:.2f} (auto: {verdict.said})"
+    flags = (prep.transpose, prep.flip_y, prep.flip_x)
+    verdict = judge([OrientationCandidate(flags, experiment.scan_rotation_deg, None, "the centre of mass's",
+                                          flip_about_zero=tuple(prep.flip_about_zero),
+                                          focus_to_sample_m=None if place is None else place.focus_to_sample_m)],
+                    turn=True, focus=False, subject="the scan rotation")
+    turned_deg = verdict.taken.rotation_deg
+    experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
+    calibration = calibrate(experiment, facts, scan_shape)
+    calibration.sources["scan_rotation_deg"] = "fitted"
+    return (experiment, calibration, dataclasses.replace(orientation, rotation_deg=turned_deg),
+            f"experiment.scan_rotation_deg: {turned_deg:.2f} (auto: {verdict.said})")
 
 
 def _searched_defocus_A(searched, flags: Flags, rotation_deg: float) -> float | None:
@@ -1326,8 +1329,9 @@ def _turned_by_parallax(source, calibration, positions_A: np.ndarray, shape, fla
 
 
 def _centred_orientation(prep: Preparation, source, n_patterns: int, file_mask: np.ndarray | None, data,
-                         background: np.ndarray | None, gain: np.ndarray | None, rotation_deg: float | None
-                         ) -> tuple[Preparation, float | None, tuple[str, ...]]:
+                         background: np.ndarray | None, gain: np.ndarray | None, rotation_deg: float | None,
+                         offset_px: tuple[float, float] | None = None
+                         ) -> tuple[Preparation, float | None, tuple[str, ...], tuple[float, float] | None]:
     """``prep`` with its flips chosen to leave the bright-field disk (``_disk_offset_px`` from the zero
     frequency before the transpose and flips) nearest it (``Preparation.centre_after``); the scan rotation
     that goes with new flags (None where they stay); and what to report. A flip that stands for the scan
@@ -1337,13 +1341,15 @@ def _centred_orientation(prep: Preparation, source, n_patterns: int, file_mask: 
     given), the flags of the same handedness turned by 90, 180 or 270 degrees, with the rotation turned
     back, are taken instead where they bring the disk RECENTRED_PX nearer (a detector read out backwards
     along an axis that the flags nearest a rotation of 0 leave unflipped). Without flips or a rotation to
-    turn back there is nothing to choose, and nothing is read."""
+    turn back there is nothing to choose, and nothing is read. The disk's offset is returned too, and taken as
+    ``offset_px`` where an earlier call read it (it does not depend on the flags)."""
     if rotation_deg is None and not (prep.flip_y or prep.flip_x):
-        return prep, None, ()
-    unoriented = dataclasses.replace(prep, transpose=False, flip_y=False, flip_x=False)
-    offset_px = _disk_offset_px(source, n_patterns, unoriented.mask(file_mask),
-                                pattern_preparation(unoriented, str(source.path), data.nonfinite, data.negative,
-                                                    background, gain))
+        return prep, None, (), offset_px
+    if offset_px is None:
+        unoriented = dataclasses.replace(prep, transpose=False, flip_y=False, flip_x=False)
+        offset_px = _disk_offset_px(source, n_patterns, unoriented.mask(file_mask),
+                                    pattern_preparation(unoriented, str(source.path), data.nonfinite, data.negative,
+                                                        background, gain))
     landed, about = prep.centre_after(offset_px)
     chosen, turned_deg, said = dataclasses.replace(prep, flip_about_zero=about), None, []
     if rotation_deg is not None:
@@ -1368,7 +1374,7 @@ def _centred_orientation(prep: Preparation, source, n_patterns: int, file_mask: 
         said.append(f"{axes}: the patterns turned about the zero frequency, not reversed, which leaves the "
                     f"bright-field disk 1 px nearer it (a flip that stands for the scan turned, not a detector read "
                     f"out backwards)")
-    return chosen, turned_deg, tuple(said)
+    return chosen, turned_deg, tuple(said), offset_px
 
 
 def _disk_offset_px(source, n_patterns: int, mask: np.ndarray | None, prepare) -> tuple[float, float]:
