@@ -22,6 +22,8 @@ true phase beside it (``ground_truth/phase``, pixel [i, j] at (i, j) dx in the f
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xff --draw 24 1 --jobs 2
     # the same with the stage turned against the detector: by up to 5 degrees on half the files, any angle on the rest
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xft --draw 16 4 --turned --jobs 2
+    # read by a detector of modules: gaps and a beamstop flagged in the file's mask, hot and dead pixels not
+    OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xfm --draw 16 6 --detector --jobs 2
 
 Prints one JSON line per run: the phase NCC at the reconstruction's exact place, the final deviance per counted
 pixel, the correlation of the object's phase with its log amplitude, the orientation the run measured and every
@@ -100,22 +102,23 @@ def spiral(n: int, step_px: float) -> np.ndarray:
     return np.stack([r * np.sin(angle), r * np.cos(angle)], axis=1)
 
 
-def draw(count: int, seed: int, turned: bool = False) -> list[str]:
+def draw(count: int, seed: int, turned: bool = False, detector: bool = False) -> list[str]:
     """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
     downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
     weak absorber (beta / delta 0.005, as carbon or a polymer at such energies). ``turned`` (names
     ``xdt<seed>-<i>``): the same cases with the stage turned against the detector, within 5 degrees on the even ones
-    and by any angle on the odd (a generator of its own, so the rest of the draw is unchanged)."""
+    and by any angle on the odd (a generator of its own, so the rest of the draw is unchanged). ``detector`` (names
+    ``xd[t]m<seed>-<i>``): the same cases read by a pixel detector as a beamline's is (``read_out``)."""
     rng = np.random.default_rng(seed)
     turns = np.random.default_rng([seed, 7])
     names = []
     for i in range(count):
-        name = f"xd{'t' if turned else ''}{seed}-{i:02d}"
+        name = f"xd{'t' if turned else ''}{'m' if detector else ''}{seed}-{i:02d}"
         sign = rng.choice((-1.0, 1.0))
         CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
                        float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
-        if turned:
-            CASES[name] += (float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)),)
+        stage_deg = float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)) if turned else 0.0
+        CASES[name] += (stage_deg,) + ((True,) if detector else ())
         names.append(name)
     return names
 
@@ -129,10 +132,42 @@ def stage_turned(positions_m: np.ndarray, stage_deg: float) -> np.ndarray:
     return centre + np.stack([y * c - x * s, x * c + y * s], axis=1)
 
 
+def read_out(patterns: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``patterns`` (n, K, K; the beam's centre at [K/2, K/2]) as a pixel detector of modules reads them: a row and
+    a column of module gaps (2-6 px wide, anywhere but the middle 16 px) and, on half the files, a beamstop over the
+    direct beam (radius 2-5 px), all reading 0 and flagged in the detector's mask; and, not flagged, 4 hot pixels
+    (stuck at half the brightest mean pixel) and 6 dead ones (0) where the mask says good. The patterns, the mask
+    (K, K; True = bad) and what was drawn (ground_truth's attributes)."""
+    rng = np.random.default_rng([seed, 11])
+    bad = np.zeros((K, K), bool)
+    drawn = {}
+    for axis in (0, 1):
+        width = int(rng.integers(2, 7))
+        start = int(rng.choice(np.r_[8:K // 2 - 8 - width, K // 2 + 8:K - 8 - width]))
+        if axis == 0:
+            bad[start:start + width] = True
+        else:
+            bad[:, start:start + width] = True
+        drawn["gap_rows" if axis == 0 else "gap_columns"] = (start, width)
+    if rng.random() < 0.5:
+        radius = float(rng.uniform(2, 5))
+        yy, xx = np.mgrid[:K, :K] - K // 2
+        bad |= np.hypot(yy, xx) <= radius
+        drawn["beamstop_px"] = radius
+    read = patterns.copy()
+    read[:, bad] = 0
+    rows, cols = np.unravel_index(rng.choice(np.flatnonzero(~bad), 10, replace=False), (K, K))
+    read[:, rows[:4], cols[:4]] = 0.5 * patterns.mean(0).max()  # hot
+    read[:, rows[4:], cols[4:]] = 0  # dead
+    drawn.update(hot=np.stack([rows[:4], cols[:4]], 1), dead=np.stack([rows[4:], cols[4:]], 1))
+    return read, bad, drawn
+
+
 def make(work: Path, name: str) -> Path:
     photons, n, step_px, defocus_mm, orientation, seed, *rest = CASES[name]
     beta_scale = rest[0] if rest else 1.0
     stage = math.radians(rest[1] if len(rest) > 1 else 0.0)
+    detector = len(rest) > 2 and rest[2]
     path = work / f"{name}.cxi"
     if path.is_file():
         return path
@@ -155,11 +190,18 @@ def make(work: Path, name: str) -> Path:
         window = np.fft.ifft2(np.fft.fft2(window) * np.exp(-2j * np.pi * (fy * sy + fx * sx)))
         far = np.fft.fftshift(np.fft.fft2(beam * window))
         patterns[j] = rng.poisson(photons * np.abs(far) ** 2 / (K * K))
+    bad, drawn = None, {}
+    if detector:
+        patterns, bad, drawn = read_out(patterns, seed)
     # the detector's read-out: what data.transform's transpose, then flip_y, then flip_x undo
     t, flip_y, flip_x = ORIENTATIONS[orientation]
     stored = patterns[:, :, ::-1] if flip_x else patterns
     stored = stored[:, ::-1] if flip_y else stored
     stored = stored.transpose(0, 2, 1) if t else stored
+    if bad is not None:
+        bad = bad[:, ::-1] if flip_x else bad
+        bad = bad[::-1] if flip_y else bad
+        bad = bad.T if t else bad
     # window [0, 0] of position j sits at (cy, cx) - K/2 in the object's pixels, so pixel [i, j] is at
     # (i, j) dx in the frame whose positions are (centres + offset) dx
     positions_m = (centres + offset) * DX_M
@@ -170,6 +212,8 @@ def make(work: Path, name: str) -> Path:
         f["entry_1/instrument_1/detector_1/distance"] = DISTANCE_M
         f["entry_1/instrument_1/detector_1/x_pixel_size"] = PIXEL_M
         f["entry_1/instrument_1/detector_1/y_pixel_size"] = PIXEL_M
+        if bad is not None:  # CXI's pixel flags: 0 good, any bit set bad
+            f["entry_1/instrument_1/detector_1/mask"] = np.ascontiguousarray(bad).astype(np.uint32)
         f["entry_1/instrument_1/source_1/energy"] = ENERGY_EV * 1.602176634e-19
         translation = np.zeros((n, 3))
         translation[:, 0], translation[:, 1] = -stored_m[:, 1], -stored_m[:, 0]  # the sample moves
@@ -178,7 +222,7 @@ def make(work: Path, name: str) -> Path:
         f["ground_truth/positions_A"] = positions_m * 1e10
         f["ground_truth"].attrs.update(orientation=list(ORIENTATIONS[orientation]), photons=photons,
                                        defocus_m=defocus_mm * 1e-3, beta_scale=beta_scale,
-                                       stage_deg=math.degrees(stage))
+                                       stage_deg=math.degrees(stage), **drawn)
     return path
 
 
@@ -258,7 +302,9 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", default="30", help="a number for every run, or `written`: what init wrote")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--turned", action="store_true", help="xray_near_field.py's draw: the stage turned too")
+    parser.add_argument("--turned", action="store_true", help="a draw with the stage turned against the detector")
+    parser.add_argument("--detector", action="store_true",
+                        help="xray_far_field.py's draw read by a detector of modules: gaps, a beamstop, bad pixels")
     return parser.parse_args(argv)
 
 
@@ -282,7 +328,7 @@ def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    names = draw(*args.draw, turned=args.turned) if args.draw else args.cases or list(CASES)
+    names = draw(*args.draw, turned=args.turned, detector=args.detector) if args.draw else args.cases or list(CASES)
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, make, run)
     if found is not None and {"init", "told"} <= set(args.variants):

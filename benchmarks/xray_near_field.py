@@ -430,6 +430,8 @@ def near_verdict(init: dict, told: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
+    if args.detector:
+        raise SystemExit("--detector: the far-field simulator's (xray_far_field.py)")
     names = draw(*args.draw, turned=args.turned) if args.draw else args.cases or list(CASES)
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, lambda work, name: f"{make(work, name)} {describe(name)}", run)
