@@ -227,3 +227,27 @@ def test_a_plane_within_the_samples_own_scatter_is_left_out_and_the_counts_stay_
     with h5py.File(CASES / "sto_untilted.h5") as f:
         stored = f["patterns"][()].reshape(-1, 64, 64).astype(np.float32)
     np.testing.assert_array_equal(np.fft.fftshift(data.patterns.numpy(), axes=(-2, -1)), stored)
+
+
+@pytest.mark.parametrize("centre", [(64.0, 64.0), (63.0, 64.6)])
+def test_a_masked_gap_or_beamstop_does_not_move_the_disk_s_centre(centre):
+    """A bright disk (radius 20 px, soft edge) crossed by a module gap (6 rows reading 0, masked) near its edge and a
+    masked beamstop over its middle: with the mask, ``repaired`` fills them from the pixels around them (``filled``)
+    and the disk's centre is found within 0.25 px (the fill bridges the gap's stretch of the edge by a straight
+    line); without it, the gap's zeros pull the centre by over a pixel (an X-ray far-field file whose detector reads
+    out backwards took the 1 px this tells apart for a turn, and lost 0.03 of its NCC without a word)."""
+    from ptyacc.data.bright_field import filled
+
+    y, x = np.indices((128, 128))
+    disk = 1000.0 / (1.0 + np.exp((np.hypot(y - centre[0], x - centre[1]) - 20.0) / 0.7)) + 2.0
+    good = np.ones((128, 128), bool)
+    good[int(centre[0]) + 12:int(centre[0]) + 18] = False  # the gap
+    good[np.hypot(y - centre[0], x - centre[1]) <= 4.5] = False  # the beamstop
+    read = np.where(good, disk, 0.0)
+    found = disk_centres(read[None], good, repaired(read, good))[0]
+    assert np.abs(found - centre).max() < 0.25
+    unfilled = disk_centres(read[None], good, repaired(read))[0]
+    assert np.abs(unfilled - centre).max() > 1.0
+    assert np.array_equal(filled(read, good)[good], read[good])  # the good pixels kept
+    stop = np.hypot(y - centre[0], x - centre[1]) <= 4.5
+    assert np.abs(filled(read, good)[stop] / disk[stop] - 1).max() < 0.01  # the beamstop: the plateau

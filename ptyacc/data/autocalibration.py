@@ -204,7 +204,9 @@ class Verdict:
     margin: float | None = None
     rival: str | None = None
     unsettled: tuple[Unsettled, ...] = ()
-    correlation: float | None = None  # X-ray far field: the taken candidate's trial object's phase against absorption
+    # X-ray far field: the taken candidate's trial object's phase against absorption (a rotation between the finer
+    # trials': the nearest one's)
+    correlation: float | None = None
     losses: tuple[float, ...] = ()  # each candidate's trial's final data term, in order
 
 
@@ -558,29 +560,32 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         radius_px = measured_radius_px(source, len(calibration.positions_A), prepare) * prep.bin  # binning shrinks the disk
         calibration = calibrate(experiment, facts, scan_shape, bright_field_radius_px=radius_px)
     dx_A = prep.object_pixel_A(calibration.stored_dx_A)
-    place = None
+    place, measured = None, data.transform.orientation == "auto" and BASIS not in info.attrs  # given flags stay
     if (experiment.radiation == "xray" and experiment.geometry == "far_field" and experiment.sample_side == "auto"
             and experiment.focus_to_sample_m is None and config.model.probe_init is None):
         flags = (prep.transpose, prep.flip_y, prep.flip_x)
-        measured = data.transform.orientation == "auto" and BASIS not in info.attrs  # flags given stay as given
         place = _sample_place(judge, flags, experiment.scan_rotation_deg, tuple(prep.flip_about_zero), measured,
-                              _overlap_distance_A(experiment, calibration, source, prepare, mask, prep.shape[-1] * dx_A))
+                              _overlap_distance_A(experiment, calibration, source, prepare, mask, prep.shape[-1] * dx_A),
+                              rotation_auto)
         said += (place.line,)
-        if place.flags != flags:  # the object's own frame: the preparation again
+        if place.rotation_deg != experiment.scan_rotation_deg:  # the object's own frame: turned by 180 degrees
+            experiment, calibration = _at_rotation(experiment, facts, scan_shape, radius_px, place.rotation_deg)
+            orientation = dataclasses.replace(orientation, rotation_deg=place.rotation_deg)
+        if place.flags != flags:  # the object's own frame, the rotation given: the preparation again
             transform = dataclasses.replace(transform, orientation="manual", transpose=place.flags[0],
                                             flip_y=place.flags[1], flip_x=place.flags[2])
             orientation = dataclasses.replace(orientation, flags=place.flags)
             prep = Preparation.from_config(transform, info.shape[-2:], True, name, info.attrs)
-            if measured:  # the new flips, too, about the zero frequency where the beam's centre says so
-                prep, _, lines, offset_px = _centred_orientation(prep, source, len(calibration.positions_A), file_mask,
-                                                                 data, background, gain, None, offset_px)
-                said += lines
-                about = prep.flip_about_zero if any(prep.flip_about_zero) else None
+            # the new flips, too, about the zero frequency where the beam's centre says so
+            prep, _, lines, offset_px = _centred_orientation(prep, source, len(calibration.positions_A), file_mask,
+                                                             data, background, gain, None, offset_px)
+            said += lines
+            about = prep.flip_about_zero if any(prep.flip_about_zero) else None
             prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
             mask = prep.mask(file_mask)
     if experiment.radiation == "xray" and experiment.geometry == "far_field" and rotation_auto and judge is not None:
-        experiment, calibration, orientation, line = _xray_turn_tried(judge, prep, experiment, orientation, facts,
-                                                                      scan_shape, place)
+        experiment, calibration, orientation, line, place = _xray_turn_tried(judge, prep, experiment, orientation,
+                                                                             facts, scan_shape, place, measured)
         said += (line,)
     read_from, descan = original, None
     if data.transform.descan == "auto":
@@ -910,11 +915,15 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
                         f"{MIN_RASTER * MIN_RASTER} positions, found {len(base)}; set them by hand")
     fixed = _fixed_flags(transform, source)
     found, line = measure_orientation(source, None, file_mask, background, fixed, given, base, PHASE_SIGN["xray"])
-    flags, warnings = found.flags, []
+    flags, warnings, rotation_deg = found.flags, [], found.rotation_deg if rotation_auto else given
     if fixed is None and not tells_handedness(found) and judge is not None:  # every flag set, by trials
+        # with the rotation auto, the frames around the circle too: a centre of mass that cannot tell the handedness
+        # reads the angle no better (a stage turned 126 degrees: 34 read, the halves 27 and 40)
         verdict = judge([OrientationCandidate(candidate, given, None, "the centre of mass's" if candidate == flags else
-                                              "one of eight") for candidate in FLAGS], turn=False, focus=False)
+                                              "one of eight") for candidate in FLAGS], turn=False, focus=False,
+                        grid=rotation_auto)
         flags, line = verdict.taken.flags, f"{line}; the centre of mass cannot tell the flags: {verdict.said}"
+        rotation_deg = verdict.taken.rotation_deg if rotation_auto else given
     elif fixed is None and not tells_handedness(found):
         flags = (transform.transpose, transform.flip_y, transform.flip_x)
         warnings.append(f"warning: the patterns' centre of mass cannot tell the detector's transpose and flips against "
@@ -924,7 +933,7 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
     elif fixed is None:
         line += "; these flags are used, their turn by 180 deg (flip_y and flip_x together) from the X-ray phase's sign"
     if rotation_auto:
-        experiment = dataclasses.replace(experiment, scan_rotation_deg=found.rotation_deg)
+        experiment = dataclasses.replace(experiment, scan_rotation_deg=rotation_deg)
     else:
         line += f"; the rotation used is experiment.scan_rotation_deg: {given:g}"
         if fixed is not None or tells_handedness(found):  # a centre of mass that told nothing judges nothing
@@ -932,12 +941,14 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    rotation_deg = found.rotation_deg if rotation_auto else given
     return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, tells_turn=found.tells_turn),
             (line, *warnings))
 
 
 PLACE_SCALES = (0.6, 1.0, 1.6)  # the overlap's distance from the focus tried times these (1 on either side first)
+PLACE_GRAIN = 0.005  # the parabola's lowest point through their data terms set on this grain of the log distance,
+PLACE_APART = 0.05  # tried where it lies this far (in the log) from the three, and taken where its data term ends
+PLACE_MARGIN = 1e-6  # lower by this share of the lowest (a tie, which the process count's rounding could break, is not)
 # (on 24 drawn files the true distance lay 0.55-1.6 times the overlap's; the probe's refinement takes up the rest)
 
 
@@ -959,16 +970,18 @@ def side_of(focus_to_sample_m: float) -> str:
 @dataclass(frozen=True)
 class SamplePlace:
     """``_sample_place``'s answer: the sample's ``side`` of the focus, the initial probe's signed distance from it
-    ``focus_to_sample_m`` (None: the overlap's, downstream), the ``flags`` to use, and run.log's ``line``."""
+    ``focus_to_sample_m`` (None: the overlap's, downstream), the ``flags`` and scan ``rotation_deg`` to use, and
+    run.log's ``line``."""
 
     side: str
     focus_to_sample_m: float | None
     flags: Flags
     line: str
+    rotation_deg: float
 
 
 def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about: tuple[bool, bool],
-                  measured: bool, overlap_A: float) -> SamplePlace:
+                  measured: bool, overlap_A: float, rotation_measured: bool = False) -> SamplePlace:
     """X-ray far field, ``experiment.sample_side: auto`` with no ``focus_to_sample_m`` and no probe file: where the
     sample lies against the probe's focus, which the initial probe's curvature and size take. ``judge`` (``ptyacc
     run``) reconstructs a few iterations at ``overlap_A`` (the distance at which the beam overlaps 60 % at the scan's
@@ -978,10 +991,12 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
     trial's object is the conjugate (its phase against its absorption, ``trouble.conjugate_warning``) and the flags
     were ``measured`` (the centre of mass took the pair's wrong member, as a strong absorber's pull through a
     defocused probe can make it), the pair's other member and the other side are taken: the object itself, whose
-    data those are too. Without a judge: downstream at the overlap's distance, the flags as they are."""
+    data those are too (``_object_framed``; ``rotation_measured``: the scan rotation turned by 180 degrees rather
+    than the flips reversed). Without a judge: downstream at the overlap's distance, the flags as they are."""
     if judge is None:
         return SamplePlace("downstream", None, flags, "experiment.sample_side: downstream (auto; ptyacc run tries "
-                                                      "both sides and three distances by short reconstructions)")
+                                                      "both sides and three distances by short reconstructions)",
+                           rotation_deg)
 
     def at(distance_m: float) -> OrientationCandidate:
         return OrientationCandidate(flags, rotation_deg, None, "the orientation used", flip_about_zero=about,
@@ -993,41 +1008,82 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
     sign = 1.0 if sides.taken.focus_to_sample_m > 0 else -1.0
     verdict = judge([at(sign * scale * overlap_A * 1e-10) for scale in PLACE_SCALES if scale != 1.0], turn=False,
                     focus=False, subject="the sample's distance from the probe's focus")
+    others = verdict
     if min(verdict.losses) >= min(sides.losses):
         verdict = sides
+    # the lowest point of the parabola through the three distances' data terms (in the log of the distance), tried:
+    # the trials tell a distance 20 % off clearly, and the true one often lies between two of the three
+    scales = [scale for scale in PLACE_SCALES if scale != 1.0]
+    u = np.log(np.array([1.0, *scales]))
+    losses = np.array([min(sides.losses), *others.losses])
+    curvature, slope, _ = np.polyfit(u, losses - losses.min(), 2)
+    between, lowest = "", -slope / (2 * curvature) if curvature > 0 else math.inf
+    if u.min() < lowest < u.max() and np.abs(u - lowest).min() > PLACE_APART:
+        # on a grain of PLACE_GRAIN in the log: the same distance whatever the process count's rounding of the losses
+        vertex = sign * overlap_A * 1e-10 * math.exp(round(lowest / PLACE_GRAIN) * PLACE_GRAIN)
+        tried = judge([at(vertex)], turn=False, focus=False, subject="the sample's distance from the probe's focus")
+        between = (f"; the parabola through the three distances lowest at {abs(vertex) * 1e3:.3g} mm, tried: "
+                   f"{tried.losses[0]:.9g} against {min(verdict.losses):.9g}")
+        if tried.losses[0] < min(verdict.losses) - PLACE_MARGIN * abs(min(verdict.losses)):
+            verdict = tried
     distance = verdict.taken.focus_to_sample_m
     line = (f"experiment.sample_side: {side_of(distance)}, experiment.focus_to_sample_m: {distance:.4g} (auto: "
-            f"{sides.said}; {verdict.said if verdict is not sides else 'the other distances ended higher'}"
+            f"{sides.said}; {others.said if min(others.losses) < min(sides.losses) else 'the other distances ended higher'}"
+            f"{between}"
             + ("" if verdict.correlation is None else
                f"; its object's phase against its log amplitude {verdict.correlation:+.2f}") + ")")
-    if measured and verdict.correlation is not None and conjugate_warning(verdict.correlation, flags):
-        distance, flags = -distance, (flags[0], not flags[1], not flags[2])
-        t, fy, fx = flags
-        line += (f"; that trial's object is the conjugate (its phase against its log amplitude {verdict.correlation:+.2f}):"
-                 f" the sample {side_of(distance)} of the focus and transpose {t}, flip_y {fy}, flip_x {fx} are used, "
-                 "the object's own frame")
-    return SamplePlace(side_of(distance), distance, flags, line)
+    return _object_framed(SamplePlace(side_of(distance), distance, flags, line, rotation_deg), verdict.correlation,
+                          measured, rotation_measured)
+
+
+def _object_framed(place: SamplePlace, correlation: float | None, measured: bool, rotation_measured: bool
+                   ) -> SamplePlace:
+    """``place`` in the object's own frame where the trial object whose phase against its log amplitude is
+    ``correlation`` is the conjugate (``trouble.conjugate_warning``) and the flags were ``measured`` (the centre of
+    mass took the pair's wrong member, as a strong absorber's pull through a defocused probe, or a rotation read far
+    off, can make it): the pair's other member and the other side, whose data those are too. Patterns flipped along
+    both axes are the scan turned by 180 degrees: with the rotation measured (``rotation_measured``) the rotation is
+    turned, which keeps the flips' place against the zero frequency that the beam's centre chose
+    (``_centred_orientation``); with a rotation given, flip_y and flip_x are reversed."""
+    if not measured or correlation is None or not conjugate_warning(correlation, place.flags):
+        return place
+    distance, (t, fy, fx) = -place.focus_to_sample_m, place.flags
+    said = f"; that trial's object is the conjugate (its phase against its log amplitude {correlation:+.2f}): the sample "
+    if rotation_measured:
+        turned = place.rotation_deg + (180.0 if place.rotation_deg <= 0 else -180.0)
+        return SamplePlace(side_of(distance), distance, place.flags, place.line + said + (
+            f"{side_of(distance)} of the focus and the scan turned by 180 degrees, experiment.scan_rotation_deg "
+            f"{turned:.2f}, are used, the object's own frame"), turned)
+    return SamplePlace(side_of(distance), distance, (t, not fy, not fx), place.line + said + (
+        f"{side_of(distance)} of the focus and transpose {t}, flip_y {not fy}, flip_x {not fx} are used, the object's "
+        "own frame"), place.rotation_deg)
 
 
 def _xray_turn_tried(judge: Judge, prep: Preparation, experiment, orientation, facts: SourceFacts, scan_shape,
-                     place: SamplePlace | None):
+                     place: SamplePlace | None, measured: bool):
     """X-ray far field, ``experiment.scan_rotation_deg: auto``: the centre of mass's rotation (``experiment``'s)
     refined by trial reconstructions (``judge``: TURN_DEG apart, then finer by longer ones) under ``prep``'s flags and
     the sample's ``place`` the run takes (None: the focus the config gives). The centre of mass reads a stage's turn
     to a degree or three, and at many photons a third of a degree already costs a tenth of the NCC; the trials' data
-    terms tell it far finer. The experiment, calibration and ``orientation`` at the rotation taken, and run.log's
-    line."""
+    terms tell it far finer. The experiment, calibration and ``orientation`` at the rotation taken, run.log's line,
+    and the ``place``; where the longer trials' object, at the rotation taken, is the conjugate, the object's own
+    frame (``_object_framed``: the rotation turned by 180 degrees, the other side; at the centre of mass's rotation,
+    some degrees off, the sample place's shorter trials may not yet show it)."""
     flags = (prep.transpose, prep.flip_y, prep.flip_x)
     verdict = judge([OrientationCandidate(flags, experiment.scan_rotation_deg, None, "the centre of mass's",
                                           flip_about_zero=tuple(prep.flip_about_zero),
                                           focus_to_sample_m=None if place is None else place.focus_to_sample_m)],
                     turn=True, focus=False, subject="the scan rotation")
     turned_deg = verdict.taken.rotation_deg
+    line = f"experiment.scan_rotation_deg: {turned_deg:.2f} (auto: {verdict.said})"
+    if place is not None:
+        place = _object_framed(dataclasses.replace(place, line=line, rotation_deg=turned_deg), verdict.correlation,
+                               measured, True)
+        line, turned_deg = place.line, place.rotation_deg
     experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
     calibration = calibrate(experiment, facts, scan_shape)
     calibration.sources["scan_rotation_deg"] = "fitted"
-    return (experiment, calibration, dataclasses.replace(orientation, rotation_deg=turned_deg),
-            f"experiment.scan_rotation_deg: {turned_deg:.2f} (auto: {verdict.said})")
+    return experiment, calibration, dataclasses.replace(orientation, rotation_deg=turned_deg), line, place
 
 
 def _searched_defocus_A(searched, flags: Flags, rotation_deg: float) -> float | None:
@@ -1381,8 +1437,9 @@ def _disk_offset_px(source, n_patterns: int, mask: np.ndarray | None, prepare) -
     """(y, x) px from the zero frequency of the bright-field disk's centre in the mean of a sample of the
     patterns ``prepare`` gives (model layout; ``mask`` the prepared detector mask, or None)."""
     patterns = np.fft.fftshift(source.read(sample_rows(n_patterns, FLIP_SAMPLE), prepare).patterns, axes=(-2, -1))
-    mean = repaired(patterns.mean(0, dtype=np.float64))
-    centre = disk_centres(mean[None], None if mask is None else np.fft.fftshift(mask), mean)[0]
+    good = None if mask is None else np.fft.fftshift(mask)
+    mean = repaired(patterns.mean(0, dtype=np.float64), good)
+    centre = disk_centres(mean[None], good, mean)[0]
     return float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2)
 
 

@@ -20,6 +20,7 @@ DEAD_LEVEL = 0.1  # a dead pixel reads at most this share of its reference neigh
 HOT_FACTOR = 3.0  # a hot pixel reads more than this multiple of its second-brightest neighbour
 DARK_PERCENTILE = 5
 MIN_RADIUS_PX = 1.5
+FILL_STEPS = 5000  # the most Jacobi steps that fill a masked region (``filled``)
 STRAY_FRACTION = 0.1  # bright pixels away from the disk, as a fraction of the disk's, before it is not one disk
 
 
@@ -77,16 +78,41 @@ def neighbours(patterns: np.ndarray) -> np.ndarray:
     return np.sort(np.stack(around, axis=-1), axis=-1)
 
 
-def repaired(image: np.ndarray) -> np.ndarray:
+def repaired(image: np.ndarray, good: np.ndarray | None = None) -> np.ndarray:
     """A (ky, kx) image (a mean pattern) with its hot pixels (above HOT_FACTOR times the
     second-brightest neighbour) and dead ones (at most DEAD_LEVEL of the third-darkest, so that
     a pixel of a dead line, with two dead neighbours, is one) replaced by their neighbours' median.
-    A pixel just outside a disk's edge has three neighbours further out, as dark as it or darker."""
+    A pixel just outside a disk's edge has three neighbours further out, as dark as it or darker.
+    ``good`` (ky, kx) bool, the detector's mask where known: its bad pixels (a module gap, a beamstop, which read
+    0) are first filled from the good ones around them (``filled``), so that they do not cut into the disk."""
+    if good is not None and not good.all():
+        image = filled(image, good)
     around = neighbours(image[None])[0]
     median = around[..., 3:5].mean(-1)
     bad = (image > HOT_FACTOR * np.maximum(around[..., -2], 0)) | (
         (around[..., 2] > 0) & (image <= DEAD_LEVEL * around[..., 2]))
     return np.where(bad, median, image)
+
+
+def filled(image: np.ndarray, good: np.ndarray) -> np.ndarray:
+    """``image`` (ky, kx) with its pixels where ``good`` is False filled smoothly from the good ones around them:
+    the harmonic function (each filled pixel the mean of its four neighbours) the good pixels bound, by Jacobi
+    steps enough for the deepest filled pixel (ten times its depth squared, at most FILL_STEPS). A line of masked
+    pixels across a disk is bridged by a ramp between its sides, a masked disk by a smooth cap. Without a good pixel,
+    unchanged."""
+    bad = ~np.asarray(good, dtype=bool)
+    if not bad.any() or bad.all():
+        return image
+    depth, inner = 0, bad.copy()
+    while inner.any():  # the masked region eroded one pixel (4-neighbours) at a time
+        padded = np.pad(inner, 1, constant_values=False)
+        inner = inner & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
+        depth += 1
+    out = np.where(bad, float(np.mean(image[~bad])), np.asarray(image, dtype=np.float64))
+    for _ in range(min(10 * depth * depth + 20, FILL_STEPS)):
+        padded = np.pad(out, 1, mode="edge")
+        out = np.where(bad, (padded[:-2, 1:-1] + padded[2:, 1:-1] + padded[1:-1, :-2] + padded[1:-1, 2:]) / 4, out)
+    return out
 
 
 def sample_rows(n_patterns: int, count: int = 256) -> np.ndarray:

@@ -214,7 +214,7 @@ def measure_descan(source, prepare, positions_A: np.ndarray, good: np.ndarray | 
     rows = sample_rows(len(positions_A), SAMPLE)
     patterns = np.fft.fftshift(source.read(rows, prepare).patterns, axes=(-2, -1))
     centred_good = None if good is None else np.fft.fftshift(good)
-    mean = repaired(patterns.mean(0, dtype=np.float64))
+    mean = repaired(patterns.mean(0, dtype=np.float64), centred_good)
     centres = disk_centres(patterns, centred_good, mean)
     descan = judged(fit_plane(positions_A[rows], centres, patterns.shape[-1] // 2, mean / mean.sum()), positions_A,
                     positions_A[rows], centres)

@@ -257,7 +257,10 @@ class OrientationTrials:
         shift = float(np.clip(vertex, offsets[0], offsets[-1]))
         past = abs(vertex - shift) > 1e-6  # the lowest point past the last one tried (not a rounding at the end)
         shift = _grained(shift, GRAIN_DEG)
+        nearest = dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + offsets[np.argmin(abs(offsets - shift))])
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
+        if nearest in self.correlations:  # a rotation between trials: the nearest trial's object speaks for it
+            self.correlations.setdefault(chosen, self.correlations[nearest])
         tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
         where = ("has no lowest point, kept at" if curvature <= 0 else
                  f"lowest past the last one tried ({vertex:+.2f} deg), stopped at" if past else "lowest at")
