@@ -263,9 +263,10 @@ def test_the_sample_s_distance_between_the_three_tried_is_found():
 
 def test_a_conjugate_trial_object_takes_the_object_s_own_frame():
     """``_object_framed``: a trial object whose phase falls where it absorbs (below -CONJUGATE_CLEAR) under measured
-    flags takes the pair's other member and the sample to the other side at the same distance: with the rotation
-    measured, the scan turned by 180 degrees (the flips, and their place against the zero frequency, kept), with it
-    given, flip_y and flip_x reversed; a right-signed or unclear one, or flags given, leave the place as it is."""
+    flags or a measured rotation takes the pair's other member and the sample to the other side at the same distance:
+    with the rotation measured (flags measured or given, as basis vectors give them), the scan turned by 180 degrees
+    (the flips, and their place against the zero frequency, kept), with it given, flip_y and flip_x reversed; a
+    right-signed or unclear one, or flags and rotation both given, leave the place as it is."""
     from ptyacc.data.autocalibration import SamplePlace, _object_framed
 
     place = SamplePlace("downstream", 2.5e-3, (True, True, True), "taken", 30.0)
@@ -275,8 +276,10 @@ def test_a_conjugate_trial_object_takes_the_object_s_own_frame():
     turned = _object_framed(place, -CONJUGATE_CLEAR - 0.05, True, True)
     assert (turned.side, turned.flags, turned.rotation_deg) == ("upstream", (True, True, True), -150.0)
     assert _object_framed(dataclasses.replace(place, rotation_deg=-30.0), -0.9, True, True).rotation_deg == 150.0
-    for correlation, measured in ((-CONJUGATE_CLEAR + 0.05, True), (0.6, True), (None, True), (-0.9, False)):
-        assert _object_framed(place, correlation, measured, True) == place
+    assert _object_framed(place, -0.9, False, True).rotation_deg == -150.0  # flags given: the rotation turned alone
+    for correlation, measured, rotation in ((-CONJUGATE_CLEAR + 0.05, True, True), (0.6, True, True),
+                                            (None, True, True), (-0.9, False, False)):
+        assert _object_framed(place, correlation, measured, rotation) == place
 
 
 @pytest.mark.slow

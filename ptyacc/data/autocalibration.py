@@ -986,13 +986,14 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
     sample lies against the probe's focus, which the initial probe's curvature and size take. ``judge`` (``ptyacc
     run``) reconstructs a few iterations at ``overlap_A`` (the distance at which the beam overlaps 60 % at the scan's
     spacing) on either side, then at the other PLACE_SCALES of it on the side that fitted, under the ``flags`` and
-    ``rotation_deg`` the run takes (flips about zero ``about``), and takes the lowest data term: from the wrong side
-    the run stalls, and a start 40 % short or 60 % long of the true distance costs many iterations. Where that
-    trial's object is the conjugate (its phase against its absorption, ``trouble.conjugate_warning``) and the flags
-    were ``measured`` (the centre of mass took the pair's wrong member, as a strong absorber's pull through a
+    ``rotation_deg`` the run takes (flips about zero ``about``), and takes the lowest data term, then tries the lowest
+    point of the parabola through the three distances' data terms: from the wrong side the run stalls, and a start
+    a quarter short of the true distance costs many iterations. Where that trial's object is the conjugate (its phase
+    against its absorption, ``trouble.conjugate_warning``) and the flags were ``measured`` or the rotation
+    (``rotation_measured``) (the centre of mass took the pair's wrong member, as a strong absorber's pull through a
     defocused probe can make it), the pair's other member and the other side are taken: the object itself, whose
-    data those are too (``_object_framed``; ``rotation_measured``: the scan rotation turned by 180 degrees rather
-    than the flips reversed). Without a judge: downstream at the overlap's distance, the flags as they are."""
+    data those are too (``_object_framed``: with the rotation measured, the scan rotation turned by 180 degrees
+    rather than the flips reversed). Without a judge: downstream at the overlap's distance, the flags as they are."""
     if judge is None:
         return SamplePlace("downstream", None, flags, "experiment.sample_side: downstream (auto; ptyacc run tries "
                                                       "both sides and three distances by short reconstructions)",
@@ -1039,13 +1040,14 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
 def _object_framed(place: SamplePlace, correlation: float | None, measured: bool, rotation_measured: bool
                    ) -> SamplePlace:
     """``place`` in the object's own frame where the trial object whose phase against its log amplitude is
-    ``correlation`` is the conjugate (``trouble.conjugate_warning``) and the flags were ``measured`` (the centre of
-    mass took the pair's wrong member, as a strong absorber's pull through a defocused probe, or a rotation read far
-    off, can make it): the pair's other member and the other side, whose data those are too. Patterns flipped along
-    both axes are the scan turned by 180 degrees: with the rotation measured (``rotation_measured``) the rotation is
-    turned, which keeps the flips' place against the zero frequency that the beam's centre chose
-    (``_centred_orientation``); with a rotation given, flip_y and flip_x are reversed."""
-    if not measured or correlation is None or not conjugate_warning(correlation, place.flags):
+    ``correlation`` is the conjugate (``trouble.conjugate_warning``) and the data chose the pair's member (the centre
+    of mass took the wrong one, as a strong absorber's pull through a defocused probe, or a rotation read far off,
+    can make it): the pair's other member and the other side, whose data those are too. Patterns flipped along both
+    axes are the scan turned by 180 degrees: with the rotation measured (``rotation_measured``, whether the flags
+    were measured or given) the rotation is turned, which keeps the flips and their place against the zero frequency
+    that the beam's centre chose (``_centred_orientation``); with a rotation given and the flags ``measured``, flip_y
+    and flip_x are reversed; with both given, nothing is changed."""
+    if not (measured or rotation_measured) or correlation is None or not conjugate_warning(correlation, place.flags):
         return place
     distance, (t, fy, fx) = -place.focus_to_sample_m, place.flags
     said = f"; that trial's object is the conjugate (its phase against its log amplitude {correlation:+.2f}): the sample "
