@@ -22,8 +22,11 @@ true phase beside it (``ground_truth/phase``, pixel [i, j] at (i, j) dx in the f
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xff --draw 24 1 --jobs 2
     # the same with the stage turned against the detector: by up to 5 degrees on half the files, any angle on the rest
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xft --draw 16 4 --turned --jobs 2
-    # read by a detector of modules: gaps and a beamstop flagged in the file's mask, hot and dead pixels not
+    # read by a detector of modules: gaps and a beamstop flagged in the file's mask, hot and dead pixels not, the
+    # beam's centre up to 3 px from the middle pixel
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xfm --draw 16 6 --detector --jobs 2
+    # with the detector's basis vectors stored (the flags given by the file, the turn still measured)
+    OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xfb --draw 16 8 --turned --basis --jobs 2
 
 Prints one JSON line per run: the phase NCC at the reconstruction's exact place, the final deviance per counted
 pixel, the correlation of the object's phase with its log amplitude, the orientation the run measured and every
@@ -49,11 +52,14 @@ WAVELENGTH_M = 12398.419843320026 / ENERGY_EV * 1e-10  # hc / E: 1.5498 Å at 8 
 DISTANCE_M = 5.0
 PIXEL_M = 75e-6
 K = 128
+PAD = 8  # object pixels beyond each side of a window, for its sub-pixel shift (``window_at``)
 DX_M = WAVELENGTH_M * DISTANCE_M / (K * PIXEL_M)  # 80.7 nm
 GOLD_DELTA, GOLD_BETA = 4.7e-5, 4.9e-6  # gold at 8 keV
 PASS_MARGIN = 0.02  # init passes within this of the run told the truth
 ORIENTATIONS = [(t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True)]
-CASES = {  # name: (photons per pattern, positions, spiral step px, defocus mm, orientation index, seed[, beta scale])
+# name: (photons per pattern, positions, spiral step px, defocus mm, orientation index, seed[, beta scale[, stage's
+# turn deg[, read by a detector of modules[, basis vectors stored]]]])
+CASES = {
     "xff_id_1e7": (1e7, 200, 5.0, 2.8, 0, 1),
     "xff_fx_1e7": (1e7, 200, 5.0, 2.8, 1, 2),
     "xff_t_1e7": (1e7, 200, 5.0, 2.8, 4, 3),
@@ -102,25 +108,41 @@ def spiral(n: int, step_px: float) -> np.ndarray:
     return np.stack([r * np.sin(angle), r * np.cos(angle)], axis=1)
 
 
-def draw(count: int, seed: int, turned: bool = False, detector: bool = False) -> list[str]:
+def draw(count: int, seed: int, turned: bool = False, detector: bool = False, basis: bool = False) -> list[str]:
     """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
     downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
     weak absorber (beta / delta 0.005, as carbon or a polymer at such energies). ``turned`` (names
     ``xdt<seed>-<i>``): the same cases with the stage turned against the detector, within 5 degrees on the even ones
     and by any angle on the odd (a generator of its own, so the rest of the draw is unchanged). ``detector`` (names
-    ``xd[t]m<seed>-<i>``): the same cases read by a pixel detector as a beamline's is (``read_out``)."""
+    ``xd[t]m<seed>-<i>``): the same cases read by a pixel detector as a beamline's is (``read_out``). ``basis``
+    (names ``xd[t][m]b<seed>-<i>``): the same cases with the detector's true basis vectors stored (``basis_vectors``),
+    so that the file gives the read-out's transpose and flips."""
     rng = np.random.default_rng(seed)
     turns = np.random.default_rng([seed, 7])
     names = []
     for i in range(count):
-        name = f"xd{'t' if turned else ''}{'m' if detector else ''}{seed}-{i:02d}"
+        name = f"xd{'t' if turned else ''}{'m' if detector else ''}{'b' if basis else ''}{seed}-{i:02d}"
         sign = rng.choice((-1.0, 1.0))
         CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
                        float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
         stage_deg = float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)) if turned else 0.0
-        CASES[name] += (stage_deg,) + ((True,) if detector else ())
+        CASES[name] += (stage_deg, detector, basis)
         names.append(name)
     return names
+
+
+def window_at(obj: np.ndarray, corner: np.ndarray) -> np.ndarray:
+    """The K x K window of ``obj`` whose pixel [0, 0] lies at the sub-pixel place ``corner`` (y, x) of ``obj``'s
+    pixels: window[i, j] = obj(corner + (i, j)), the fraction moved in Fourier space over a window PAD pixels wider
+    on each side (so that the shift's wrap-around stays outside it)."""
+    start = np.floor(corner).astype(int)
+    fraction = np.asarray(corner, dtype=float) - start
+    y0, x0 = start - PAD
+    wide = obj[y0:y0 + K + 2 * PAD, x0:x0 + K + 2 * PAD]
+    f = np.fft.fftfreq(K + 2 * PAD)
+    # multiplying by exp(+2 pi i f s) moves the content by -s: w[m] = obj(start + m + s)
+    ramp = np.exp(2j * np.pi * (f[:, None] * fraction[0] + f[None, :] * fraction[1]))
+    return np.fft.ifft2(np.fft.fft2(wide) * ramp)[PAD:PAD + K, PAD:PAD + K]
 
 
 def stage_turned(positions_m: np.ndarray, stage_deg: float) -> np.ndarray:
@@ -132,12 +154,29 @@ def stage_turned(positions_m: np.ndarray, stage_deg: float) -> np.ndarray:
     return centre + np.stack([y * c - x * s, x * c + y * s], axis=1)
 
 
+def basis_vectors(pixel_m: float, orientation: int) -> np.ndarray:
+    """The stored detector axes (3, 2) (column i: array axis i as lab (x, y, z), m) of the read-out ``orientation``:
+    the model's rows run along lab +y (-y when flip_y), its columns along +x (-x when flip_x), and the stored
+    axes are those transposed when transpose (the convention of the PETRA III file: -y, -x for both flips)."""
+    t, flip_y, flip_x = ORIENTATIONS[orientation]
+    rows = np.array([0.0, -pixel_m if flip_y else pixel_m, 0.0])
+    cols = np.array([-pixel_m if flip_x else pixel_m, 0.0, 0.0])
+    return np.stack([cols, rows] if t else [rows, cols], axis=1)
+
+
+def beam_offset_px(seed: int) -> np.ndarray:
+    """(y, x) px of the beam's centre from the detector's middle pixel [K/2, K/2] on a detector of modules
+    (``--detector``): anywhere within 3 px either way, as a detector placed by hand leaves it (a beam tilted against
+    the detector's axis: its probe carries the phase ramp that moves its far field so far)."""
+    return np.random.default_rng([seed, 13]).uniform(-3.0, 3.0, 2)
+
+
 def read_out(patterns: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
-    """``patterns`` (n, K, K; the beam's centre at [K/2, K/2]) as a pixel detector of modules reads them: a row and
-    a column of module gaps (2-6 px wide, anywhere but the middle 16 px) and, on half the files, a beamstop over the
-    direct beam (radius 2-5 px), all reading 0 and flagged in the detector's mask; and, not flagged, 4 hot pixels
-    (stuck at half the brightest mean pixel) and 6 dead ones (0) where the mask says good. The patterns, the mask
-    (K, K; True = bad) and what was drawn (ground_truth's attributes)."""
+    """``patterns`` (n, K, K; the beam's centre at [K/2, K/2] + ``beam_offset_px``) as a pixel detector of modules
+    reads them: a row and a column of module gaps (2-6 px wide, anywhere but the middle 16 px) and, on half the files,
+    a beamstop over the direct beam (radius 2-5 px), all reading 0 and flagged in the detector's mask; and, not
+    flagged, 4 hot pixels (stuck at half the brightest mean pixel) and 6 dead ones (0) where the mask says good. The
+    patterns, the mask (K, K; True = bad) and what was drawn (ground_truth's attributes)."""
     rng = np.random.default_rng([seed, 11])
     bad = np.zeros((K, K), bool)
     drawn = {}
@@ -151,7 +190,7 @@ def read_out(patterns: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, d
         drawn["gap_rows" if axis == 0 else "gap_columns"] = (start, width)
     if rng.random() < 0.5:
         radius = float(rng.uniform(2, 5))
-        yy, xx = np.mgrid[:K, :K] - K // 2
+        yy, xx = np.mgrid[:K, :K] - K // 2 - beam_offset_px(seed)[:, None, None]
         bad |= np.hypot(yy, xx) <= radius
         drawn["beamstop_px"] = radius
     read = patterns.copy()
@@ -167,32 +206,31 @@ def make(work: Path, name: str) -> Path:
     photons, n, step_px, defocus_mm, orientation, seed, *rest = CASES[name]
     beta_scale = rest[0] if rest else 1.0
     stage = math.radians(rest[1] if len(rest) > 1 else 0.0)
-    detector = len(rest) > 2 and rest[2]
+    detector, basis = len(rest) > 2 and rest[2], len(rest) > 3 and rest[3]
     path = work / f"{name}.cxi"
     if path.is_file():
         return path
     rng = np.random.default_rng(seed)
     centres = spiral(n, step_px)
-    margin = K // 2 + 4
+    margin = K // 2 + PAD + 4
     offset = -centres.min(0) + margin
     shape = tuple(int(v) for v in np.ceil(centres.max(0) + offset + margin))
     thickness = gold_pattern(shape, rng)
     phase = -2 * np.pi * GOLD_DELTA * thickness / WAVELENGTH_M
     obj = np.exp(1j * phase - 2 * np.pi * beta_scale * GOLD_BETA * thickness / WAVELENGTH_M)
     beam = probe(defocus_mm * 1e-3)
+    if detector:  # the beam's centre off the detector's middle pixel: the probe's phase ramp moves the far field
+        axis = beam_offset_px(seed)
+        y, x = np.mgrid[:K, :K]
+        beam = beam * np.exp(2j * np.pi * (axis[0] * y + axis[1] * x) / K)
     patterns = np.empty((n, K, K), np.float32)
-    # each position's window at a sub-pixel place: the object shifted by its fraction in Fourier space
-    fy, fx = np.meshgrid(np.fft.fftfreq(K), np.fft.fftfreq(K), indexing="ij")
-    for j, (cy, cx) in enumerate(centres + offset):
-        y0, x0 = int(np.floor(cy)) - K // 2, int(np.floor(cx)) - K // 2
-        sy, sx = cy - np.floor(cy), cx - np.floor(cx)
-        window = obj[y0:y0 + K, x0:x0 + K]
-        window = np.fft.ifft2(np.fft.fft2(window) * np.exp(-2j * np.pi * (fy * sy + fx * sx)))
-        far = np.fft.fftshift(np.fft.fft2(beam * window))
+    for j, centre in enumerate(centres + offset):
+        far = np.fft.fftshift(np.fft.fft2(beam * window_at(obj, centre - K // 2)))
         patterns[j] = rng.poisson(photons * np.abs(far) ** 2 / (K * K))
     bad, drawn = None, {}
     if detector:
         patterns, bad, drawn = read_out(patterns, seed)
+        drawn["beam_offset_px"] = beam_offset_px(seed)
     # the detector's read-out: what data.transform's transpose, then flip_y, then flip_x undo
     t, flip_y, flip_x = ORIENTATIONS[orientation]
     stored = patterns[:, :, ::-1] if flip_x else patterns
@@ -212,6 +250,8 @@ def make(work: Path, name: str) -> Path:
         f["entry_1/instrument_1/detector_1/distance"] = DISTANCE_M
         f["entry_1/instrument_1/detector_1/x_pixel_size"] = PIXEL_M
         f["entry_1/instrument_1/detector_1/y_pixel_size"] = PIXEL_M
+        if basis:
+            f["entry_1/instrument_1/detector_1/basis_vectors"] = basis_vectors(PIXEL_M, orientation)
         if bad is not None:  # CXI's pixel flags: 0 good, any bit set bad
             f["entry_1/instrument_1/detector_1/mask"] = np.ascontiguousarray(bad).astype(np.uint32)
         f["entry_1/instrument_1/source_1/energy"] = ENERGY_EV * 1.602176634e-19
@@ -305,6 +345,8 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--turned", action="store_true", help="a draw with the stage turned against the detector")
     parser.add_argument("--detector", action="store_true",
                         help="xray_far_field.py's draw read by a detector of modules: gaps, a beamstop, bad pixels")
+    parser.add_argument("--basis", action="store_true",
+                        help="xray_far_field.py's draw with the detector's true basis vectors stored")
     return parser.parse_args(argv)
 
 
@@ -328,7 +370,8 @@ def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    names = draw(*args.draw, turned=args.turned, detector=args.detector) if args.draw else args.cases or list(CASES)
+    names = (draw(*args.draw, turned=args.turned, detector=args.detector, basis=args.basis) if args.draw
+             else args.cases or list(CASES))
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, make, run)
     if found is not None and {"init", "told"} <= set(args.variants):

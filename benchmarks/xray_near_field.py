@@ -60,6 +60,7 @@ from xray_far_field import (  # noqa: E402  (the far-field benchmark's)
     ORIENTATIONS,
     PASS_MARGIN,
     arguments,
+    basis_vectors,
     initialised,
     iterations_set,
     ran,
@@ -231,16 +232,6 @@ def draw(count: int, seed: int, turned: bool = False) -> list[str]:
         CASES[name] = case
         names.append(name)
     return names
-
-
-def basis_vectors(pixel_m: float, orientation: int) -> np.ndarray:
-    """The stored detector axes (3, 2) (column i: array axis i as lab (x, y, z), m) of the read-out ``orientation``:
-    the model's rows run along lab +y (-y when flip_y), its columns along +x (-x when flip_x), and the stored
-    axes are those transposed when transpose (the convention of the PETRA III file: -y, -x for both flips)."""
-    t, flip_y, flip_x = ORIENTATIONS[orientation]
-    rows = np.array([0.0, -pixel_m if flip_y else pixel_m, 0.0])
-    cols = np.array([-pixel_m if flip_x else pixel_m, 0.0, 0.0])
-    return np.stack([cols, rows] if t else [rows, cols], axis=1)
 
 
 def make(work: Path, name: str) -> Path:
@@ -430,8 +421,9 @@ def near_verdict(init: dict, told: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    if args.detector:
-        raise SystemExit("--detector: the far-field simulator's (xray_far_field.py)")
+    if args.detector or args.basis:
+        raise SystemExit("--detector and --basis: the far-field simulator's (xray_far_field.py); this draw stores basis "
+                         "vectors on about half its files")
     names = draw(*args.draw, turned=args.turned) if args.draw else args.cases or list(CASES)
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, lambda work, name: f"{make(work, name)} {describe(name)}", run)
