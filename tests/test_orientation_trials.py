@@ -429,7 +429,7 @@ class _Bowl(OrientationTrials):
         from types import SimpleNamespace
 
         self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
-        self.read, self.level, self.modes, self.correlations = {}, level, False, {}
+        self.read, self.level, self.modes, self.correlations, self.stand_ins = {}, level, False, {}, {}
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 
@@ -509,6 +509,32 @@ def test_the_rotation_is_then_turned_by_longer_trials_a_degree_apart(lowest_deg,
     verdict = flat([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
     assert verdict.taken.rotation_deg == pytest.approx(start, abs=1e-9) and "no lowest point" in verdict.said
     assert verdict.unsettled == ()
+
+
+class _Correlated(_Blurred):
+    """``_Blurred`` whose every trial object's phase against its log amplitude is recorded, as an X-ray far-field
+    trial's is: each trial's own rotation divided by 100, so the verdict's reading says which trial it came from."""
+
+    def loss(self, candidate, iterations=None) -> float:
+        self.correlations[candidate] = candidate.rotation_deg / 100.0
+        return super().loss(candidate, iterations)
+
+
+def test_a_rotation_between_the_finer_trials_reports_the_nearest_trial_s_object_and_names_it():
+    """The finer trials' parabola lands between two of them, on a rotation never reconstructed: the verdict's
+    correlation is the nearest trial's object's and ``correlated`` is that trial (not the rotation taken); where the
+    rotation taken was reconstructed, it is its own."""
+    judge = _Correlated(3.3, 1.5, jitter=0.0)
+    verdict = judge([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    taken, near = verdict.taken.rotation_deg, verdict.correlated
+    assert taken == pytest.approx(3.3, abs=0.06) and taken not in judge.longer
+    nearest = min(judge.longer, key=lambda r: abs(r - taken))
+    assert near is not None and near.rotation_deg == nearest and near.flags == verdict.taken.flags
+    assert verdict.correlation == pytest.approx(nearest / 100.0)
+    assert verdict.taken not in judge.correlations  # nothing recorded under a rotation never reconstructed
+    on_one = _Correlated(3.0, 1.0, jitter=0.0)  # the longer trials' lowest on one of them: the taken one's own
+    verdict = on_one([OrientationCandidate((True, False, False), 0.0, None, "a peak")])
+    assert verdict.correlated == verdict.taken and verdict.correlation == pytest.approx(verdict.taken.rotation_deg / 100)
 
 
 @pytest.mark.parametrize("short_off", [-3.5, 4.0])

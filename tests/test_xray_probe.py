@@ -160,6 +160,42 @@ def test_without_a_probe_the_defocus_follows_the_scans_overlap(tmp_path, case):
     assert defocus_um == pytest.approx(diameter_m / (2 * na) * 1e6, rel=0.05)  # the cone's edge read within 5%
 
 
+def centre_of_mass_px(probe: np.ndarray) -> np.ndarray:
+    weight = (np.abs(probe) ** 2).sum(0)
+    y, x = np.indices(weight.shape)
+    return np.array([(weight * y).sum(), (weight * x).sum()]) / weight.sum()
+
+
+def test_a_beam_off_the_detector_s_centre_is_advanced_about_its_own_axis(tmp_path, case):
+    """The same patterns with the beam's cone 2 px down and 3 px left of the zero frequency (rolled: exactly a beam
+    tilted by whole frequency pixels, the probe times a phase ramp): the initial probe is advanced about the cone's
+    centre, read within 0.05 px and named in run.log, and sits where the centred data's does, within 0.05 px.
+    Advanced about the zero frequency, it would sit lambda z q to the side (here more than a pixel), where the probe's
+    hold keeps it, and the object would come out as far from the positions' frame."""
+    from dataclasses import replace
+
+    from ptyacc.physics import fresnel_propagator
+
+    (tmp_path / "centred").mkdir()
+    centred, _, data = initial_probe(config_for(tmp_path / "centred", case))
+    tilted_case = replace(case, patterns=np.roll(case.patterns, (2, -3), axis=(-2, -1)))
+    tilted, said, _ = initial_probe(config_for(tmp_path, tilted_case))
+    line = next(text for text in said if text.startswith("initial probe (X-ray far field)"))
+    axis = [float(v) for v in line.split("its centre (")[1].split(") px")[0].split(", ")]
+    assert axis == pytest.approx([2.0, -3.0], abs=0.05)
+    assert np.abs(centre_of_mass_px(tilted) - centre_of_mass_px(centred)).max() < 0.05
+    # about the zero frequency: the probe's place moves by lambda z q (z from run.log's defocus)
+    defocus_A = float(line.split("defocus of ")[1].split(" µm")[0]) * 1e4
+    k = data.detector_px
+    moved = np.array([2.0, -3.0]) * data.wavelength_A * defocus_A / (k * data.dx_A ** 2)
+    assert np.abs(moved).max() > 1.0
+    pupil = torch.from_numpy(np.sqrt(np.fft.ifftshift(tilted_case.patterns.mean(0)).astype(np.float64)))
+    about_zero = torch.fft.fftshift(torch.fft.ifft2(pupil * fresnel_propagator(k, data.dx_A, data.wavelength_A,
+                                                                                defocus_A, torch.complex128)))
+    off = centre_of_mass_px(about_zero.numpy()[None]) - centre_of_mass_px(centred)
+    assert np.abs(off) == pytest.approx(np.abs(moved), rel=0.1)
+
+
 def test_a_masked_hot_pixel_leaves_the_default_probe_alone(tmp_path, case):
     """A detector pixel at 1e9 counts in every pattern, flagged bad in the CXI mask: the cone and
     so the defocus are those of the clean data (unmasked, the hot pixel alone would be the cone)."""

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptyacc.config import Config, ExperimentConfig, resolved_upsample
-from ptyacc.data.bright_field import measured_radius_px, repaired, sample_rows
+from ptyacc.data.bright_field import measured_radius_px, sample_rows
 from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
-from ptyacc.data.descan import Descan, Descanned, any_moved, disk_centres, measure_descan
+from ptyacc.data.descan import Descan, Descanned, any_moved, disk_offset_px, measure_descan
 from ptyacc.data.detector import BadPixels, good_pixels, measure_bad_pixels
 from ptyacc.data.hologram_motion import MIN_MOTION_POSITIONS, NearFieldGeometry, measure_motion, near_field_geometry
 from ptyacc.data.orientation import (
@@ -204,10 +204,11 @@ class Verdict:
     margin: float | None = None
     rival: str | None = None
     unsettled: tuple[Unsettled, ...] = ()
-    # X-ray far field: the taken candidate's trial object's phase against absorption (a rotation between the finer
-    # trials': the nearest one's)
+    # X-ray far field: the phase against absorption of the object of the trial ``correlated`` (the taken candidate's
+    # own, or where its rotation lies between the finer trials' and was never reconstructed, the nearest one's)
     correlation: float | None = None
     losses: tuple[float, ...] = ()  # each candidate's trial's final data term, in order
+    correlated: OrientationCandidate | None = None
 
 
 # chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
@@ -548,9 +549,7 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
         about = prep.flip_about_zero if any(prep.flip_about_zero) else None
         if turned_deg is not None:  # turned by 90 or 180 degrees with the flags
             transform = dataclasses.replace(transform, transpose=prep.transpose, flip_y=prep.flip_y, flip_x=prep.flip_x)
-            experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
-            calibration = calibrate(experiment, facts, scan_shape)
-            calibration.sources["scan_rotation_deg"] = "fitted"
+            experiment, calibration = _at_rotation(experiment, facts, scan_shape, None, turned_deg)
             orientation = dataclasses.replace(orientation, flags=(prep.transpose, prep.flip_y, prep.flip_x),
                                               rotation_deg=turned_deg)
     prepare = pattern_preparation(prep, name, data.nonfinite, data.negative, background, gain)
@@ -585,7 +584,8 @@ def autocalibrate(config: Config, source, facts: SourceFacts, file_mask: np.ndar
             mask = prep.mask(file_mask)
     if experiment.radiation == "xray" and experiment.geometry == "far_field" and rotation_auto and judge is not None:
         experiment, calibration, orientation, line, place = _xray_turn_tried(judge, prep, experiment, orientation,
-                                                                             facts, scan_shape, place, measured)
+                                                                             facts, scan_shape, radius_px, place,
+                                                                             measured)
         said += (line,)
     read_from, descan = original, None
     if data.transform.descan == "auto":
@@ -1016,10 +1016,8 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
     # the trials tell a distance 20 % off clearly, and the true one often lies between two of the three
     scales = [scale for scale in PLACE_SCALES if scale != 1.0]
     u = np.log(np.array([1.0, *scales]))
-    losses = np.array([min(sides.losses), *others.losses])
-    curvature, slope, _ = np.polyfit(u, losses - losses.min(), 2)
-    between, lowest = "", -slope / (2 * curvature) if curvature > 0 else math.inf
-    if u.min() < lowest < u.max() and np.abs(u - lowest).min() > PLACE_APART:
+    between, lowest = "", parabola_lowest(u, [min(sides.losses), *others.losses])
+    if lowest is not None and u.min() < lowest < u.max() and np.abs(u - lowest).min() > PLACE_APART:
         # on a grain of PLACE_GRAIN in the log: the same distance whatever the process count's rounding of the losses
         vertex = sign * overlap_A * 1e-10 * math.exp(round(lowest / PLACE_GRAIN) * PLACE_GRAIN)
         tried = judge([at(vertex)], turn=False, focus=False, subject="the sample's distance from the probe's focus")
@@ -1037,8 +1035,16 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
                           measured, rotation_measured)
 
 
-def _object_framed(place: SamplePlace, correlation: float | None, measured: bool, rotation_measured: bool
-                   ) -> SamplePlace:
+def parabola_lowest(offsets, losses) -> float | None:
+    """Where the least-squares parabola through the points (``offsets``, ``losses``) is lowest; None where it opens
+    downwards or is flat (no lowest point)."""
+    losses = np.asarray(losses, dtype=np.float64)
+    curvature, slope, _ = np.polyfit(np.asarray(offsets, dtype=np.float64), losses - losses.min(), 2)
+    return float(-slope / (2 * curvature)) if curvature > 0 else None
+
+
+def _object_framed(place: SamplePlace, correlation: float | None, measured: bool, rotation_measured: bool,
+                   read_on: str = "that trial's object") -> SamplePlace:
     """``place`` in the object's own frame where the trial object whose phase against its log amplitude is
     ``correlation`` is the conjugate (``trouble.conjugate_warning``) and the data chose the pair's member (the centre
     of mass took the wrong one, as a strong absorber's pull through a defocused probe, or a rotation read far off,
@@ -1046,11 +1052,12 @@ def _object_framed(place: SamplePlace, correlation: float | None, measured: bool
     axes are the scan turned by 180 degrees: with the rotation measured (``rotation_measured``, whether the flags
     were measured or given) the rotation is turned, which keeps the flips and their place against the zero frequency
     that the beam's centre chose (``_centred_orientation``); with a rotation given and the flags ``measured``, flip_y
-    and flip_x are reversed; with both given, nothing is changed."""
+    and flip_x are reversed; with both given, nothing is changed. ``read_on``: run.log's words for the trial object
+    that ``correlation`` was read on."""
     if not (measured or rotation_measured) or correlation is None or not conjugate_warning(correlation, place.flags):
         return place
     distance, (t, fy, fx) = -place.focus_to_sample_m, place.flags
-    said = f"; that trial's object is the conjugate (its phase against its log amplitude {correlation:+.2f}): the sample "
+    said = f"; {read_on} is the conjugate (its phase against its log amplitude {correlation:+.2f}): the sample "
     if rotation_measured:
         turned = place.rotation_deg + (180.0 if place.rotation_deg <= 0 else -180.0)
         return SamplePlace(side_of(distance), distance, place.flags, place.line + said + (
@@ -1062,7 +1069,7 @@ def _object_framed(place: SamplePlace, correlation: float | None, measured: bool
 
 
 def _xray_turn_tried(judge: Judge, prep: Preparation, experiment, orientation, facts: SourceFacts, scan_shape,
-                     place: SamplePlace | None, measured: bool):
+                     radius_px: float | None, place: SamplePlace | None, measured: bool):
     """X-ray far field, ``experiment.scan_rotation_deg: auto``: the centre of mass's rotation (``experiment``'s)
     refined by trial reconstructions (``judge``: TURN_DEG apart, then finer by longer ones) under ``prep``'s flags and
     the sample's ``place`` the run takes (None: the focus the config gives). The centre of mass reads a stage's turn
@@ -1079,12 +1086,12 @@ def _xray_turn_tried(judge: Judge, prep: Preparation, experiment, orientation, f
     turned_deg = verdict.taken.rotation_deg
     line = f"experiment.scan_rotation_deg: {turned_deg:.2f} (auto: {verdict.said})"
     if place is not None:
+        near = verdict.correlated
         place = _object_framed(dataclasses.replace(place, line=line, rotation_deg=turned_deg), verdict.correlation,
-                               measured, True)
+                               measured, True, "that trial's object" if near is None or near.rotation_deg == turned_deg
+                               else f"the object of the finer trial nearest it ({near.rotation_deg:.2f} deg)")
         line, turned_deg = place.line, place.rotation_deg
-    experiment = dataclasses.replace(experiment, scan_rotation_deg=turned_deg)
-    calibration = calibrate(experiment, facts, scan_shape)
-    calibration.sources["scan_rotation_deg"] = "fitted"
+    experiment, calibration = _at_rotation(experiment, facts, scan_shape, radius_px, turned_deg)
     return experiment, calibration, dataclasses.replace(orientation, rotation_deg=turned_deg), line, place
 
 
@@ -1439,10 +1446,7 @@ def _disk_offset_px(source, n_patterns: int, mask: np.ndarray | None, prepare) -
     """(y, x) px from the zero frequency of the bright-field disk's centre in the mean of a sample of the
     patterns ``prepare`` gives (model layout; ``mask`` the prepared detector mask, or None)."""
     patterns = np.fft.fftshift(source.read(sample_rows(n_patterns, FLIP_SAMPLE), prepare).patterns, axes=(-2, -1))
-    good = None if mask is None else np.fft.fftshift(mask)
-    mean = repaired(patterns.mean(0, dtype=np.float64), good)
-    centre = disk_centres(mean[None], good, mean)[0]
-    return float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2)
+    return disk_offset_px(patterns.mean(0, dtype=np.float64), None if mask is None else np.fft.fftshift(mask))
 
 
 def _descanned(source, positions_A: np.ndarray, prepare, mask: np.ndarray | None, in_model: bool = False

@@ -150,6 +150,16 @@ def disk_centres(patterns: np.ndarray, good: np.ndarray | None, mean: np.ndarray
     return np.column_stack([w @ y[near], w @ x[near]]) / w.sum(1)[:, None]
 
 
+def disk_offset_px(mean: np.ndarray, good: np.ndarray | None) -> tuple[float, float]:
+    """(y, x) px from the zero frequency (pixel [K // 2, K // 2]) of the bright-field disk's (or the beam's cone's)
+    centre in the centred mean pattern ``mean`` (ky, kx; ``good`` its detector mask, True = counts, or None), its bad
+    pixels repaired and its masked ones filled first (``repaired``: a module gap's zeros across the cone moved it by
+    one to four pixels)."""
+    mean = repaired(np.asarray(mean, dtype=np.float64), good)
+    centre = disk_centres(mean[None], good, mean)[0]
+    return float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2)
+
+
 def fit_plane(positions_A: np.ndarray, centres_px: np.ndarray, centre_px: float, fill: np.ndarray) -> Descan:
     """The least-squares plane through ``centres_px`` (n, 2) at ``positions_A`` (n, 2), its parts
     within ``SIGNIFICANCE`` standard errors of zero left out (per axis: the offset from ``centre_px``,

@@ -88,12 +88,13 @@ def mixed_state_probe(probe: torch.Tensor, n_modes: int, first_mode_power: float
 
 
 def optics_pupil(n: int, dk_invA: float, wavelength_A: float, numerical_aperture: float,
-                 central_stop_fraction: float = 0.0) -> torch.Tensor:
+                 central_stop_fraction: float = 0.0, about_px: tuple[float, float] = (0.0, 0.0)) -> torch.Tensor:
     """(n, n) float64, unshifted: the pupil of a focusing optic (zone plate, or a lens-like KB) of
     ``numerical_aperture`` seen on the window's frequency grid, a disk of radius NA / wavelength
-    with a central stop of ``central_stop_fraction`` of its diameter, each edge a one-pixel ramp."""
+    with a central stop of ``central_stop_fraction`` of its diameter, each edge a one-pixel ramp, centred
+    ``about_px`` (y, x) frequency pixels from the zero frequency (the beam's axis)."""
     k = torch.fft.fftfreq(n, d=1.0 / (n * dk_invA), dtype=torch.float64)
-    ky, kx = k[:, None], k[None, :]
+    ky, kx = k[:, None] - about_px[0] * dk_invA, k[None, :] - about_px[1] * dk_invA
     semiangle_mrad = numerical_aperture * 1e3
     outer = aperture(ky, kx, wavelength_A, semiangle_mrad, dk_invA)
     if central_stop_fraction <= 0:

@@ -22,11 +22,20 @@ def frequency_squared(n: int, dx: float = 1.0, device: torch.device | str | None
 
 
 def fresnel_propagator(n: int, dx_A: float, wavelength_A: float, distance_A: float,
-                       dtype: torch.dtype = torch.complex64) -> torch.Tensor:
+                       dtype: torch.dtype = torch.complex64, about_px: tuple[float, float] = (0.0, 0.0)
+                       ) -> torch.Tensor:
     """Angular-spectrum propagator (n, n), unshifted layout, in the paraxial (Fresnel) form
-    H(k) = exp(-i pi lambda dz |k|^2). Multiplying a wave's spectrum by H advances it by dz
-    along the beam; a probe with defocus f (= -C10) comes to focus after dz = f."""
-    k2 = frequency_squared(n, dx_A)
+    H(k) = exp(-i pi lambda dz |k - q|^2), q the beam's axis ``about_px`` (y, x) frequency pixels from the zero
+    frequency (0: along the optical axis). Multiplying a wave's spectrum by H advances it by dz
+    along the beam; a probe with defocus f (= -C10) comes to focus after dz = f. A beam whose axis is tilted
+    (its cone off the detector's centre) is advanced about its own axis: about zero, the probe would also move
+    sideways by lambda dz q."""
+    if not any(about_px):
+        k2 = frequency_squared(n, dx_A)
+    else:
+        k = spatial_frequencies(n, dx_A)
+        step = 1.0 / (n * dx_A)  # cycles per unit of dx_A per frequency pixel
+        k2 = (k[:, None] - about_px[0] * step) ** 2 + (k[None, :] - about_px[1] * step) ** 2
     return torch.exp(-1j * math.pi * wavelength_A * distance_A * k2).to(dtype)
 
 

@@ -48,7 +48,7 @@ import numpy as np
 from accelerate.utils import broadcast_object_list
 
 from ptyacc.config import Config, with_values
-from ptyacc.data.autocalibration import BY_TRIALS, Verdict
+from ptyacc.data.autocalibration import BY_TRIALS, Verdict, parabola_lowest
 from ptyacc.data.dataset import PtychoData
 from ptyacc.data.load import load_data
 from ptyacc.data.orientation import frame_difference, wrapped_deg
@@ -102,6 +102,7 @@ class OrientationTrials:
         self.modes = False  # this call's trials with the run's probe modes (``__call__``)
         # X-ray far field: each candidate's trial object's phase against its absorption (``trouble``)
         self.correlations: dict = {}
+        self.stand_ins: dict = {}  # {a candidate never reconstructed: the trial nearest it, whose object speaks for it}
 
     def trial_config(self, candidate, modes: bool = False, iterations: int | None = None) -> Config:
         """The run's config with ``candidate``'s orientation, scan rotation and (where it has one and the defocus is
@@ -229,8 +230,10 @@ class OrientationTrials:
         self.keep()  # the run reads its own
         self.modes = False
         set_seed(self.config.runtime.seed)  # the run itself starts as it would without trials
+        spoken_for = self.stand_ins.get(chosen, chosen)
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
-                       tuple(unsettled), self.correlations.get(chosen), tuple(losses))
+                       tuple(unsettled), self.correlations.get(spoken_for), tuple(losses),
+                       spoken_for if spoken_for in self.correlations else None)
 
     def turned(self, chosen, start: float) -> tuple:
         """``chosen`` with its scan rotation refined by trials TURN_DEG apart (``start``: its own trial's data term),
@@ -252,17 +255,17 @@ class OrientationTrials:
         offsets = np.arange(-SIDE, SIDE + 1) * FINE_DEG
         found = [self.loss(dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + d), FINE * self.iterations)
                  for d in offsets]
-        curvature, slope, _ = np.polyfit(offsets, np.asarray(found) - min(found), 2)
-        vertex = float(-slope / (2 * curvature)) if curvature > 0 else 0.0
-        shift = float(np.clip(vertex, offsets[0], offsets[-1]))
-        past = abs(vertex - shift) > 1e-6  # the lowest point past the last one tried (not a rounding at the end)
+        vertex = parabola_lowest(offsets, found)
+        shift = 0.0 if vertex is None else float(np.clip(vertex, offsets[0], offsets[-1]))
+        # the lowest point past the last one tried (not a rounding at the end)
+        past = vertex is not None and abs(vertex - shift) > 1e-6
         shift = _grained(shift, GRAIN_DEG)
         nearest = dataclasses.replace(chosen, rotation_deg=chosen.rotation_deg + offsets[np.argmin(abs(offsets - shift))])
         chosen = dataclasses.replace(chosen, rotation_deg=float(chosen.rotation_deg + shift))
-        if nearest in self.correlations:  # a rotation between trials: the nearest trial's object speaks for it
-            self.correlations.setdefault(chosen, self.correlations[nearest])
+        if chosen not in self.correlations:  # a rotation between trials: the nearest trial's object speaks for it
+            self.stand_ins[chosen] = nearest
         tried = ", ".join(f"{d:+g} deg {loss:.8g}" for d, loss in zip(offsets, found, strict=True))
-        where = ("has no lowest point, kept at" if curvature <= 0 else
+        where = ("has no lowest point, kept at" if vertex is None else
                  f"lowest past the last one tried ({vertex:+.2f} deg), stopped at" if past else "lowest at")
         unsettled = [_rotation_unsettled(chosen)] if past else []
         return chosen, (f"its scan rotation then tried {FINE_DEG:g} deg apart by trials of {FINE * self.iterations} "

@@ -20,6 +20,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
+from ptyacc.data.descan import disk_offset_px
 from ptyacc.data.probe_file import read_probe
 from ptyacc.errors import ConfigError
 from ptyacc.physics import fresnel_propagator
@@ -78,14 +79,18 @@ def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor
     k, optics = data.detector_px, config.experiment.optics
     if data.mask is not None:  # a hot pixel left out of the loss stays out of the cone
         mean_pattern = mean_pattern * data.mask
+    axis_px = beam_axis_px(mean_pattern, data.mask)
+    axis_said = f"({axis_px[0]:+.2f}, {axis_px[1]:+.2f}) px (y, x) from the zero frequency"
     if optics is not None:
         na = optics.numerical_aperture(data.wavelength_A * 1e-10)
-        pupil = optics_pupil(k, data.dk_invA, data.wavelength_A, na, optics.central_stop_fraction)
-        pupil_said = f"the optics' pupil (numerical aperture {na:.4g}, central stop {optics.central_stop_fraction:g})"
+        pupil = optics_pupil(k, data.dk_invA, data.wavelength_A, na, optics.central_stop_fraction, axis_px)
+        pupil_said = (f"the optics' pupil (numerical aperture {na:.4g}, central stop {optics.central_stop_fraction:g}) "
+                      f"about the beam's cone's centre in the mean pattern, {axis_said}, and the defocus about it")
     else:
         pupil = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64))
         na = cone_numerical_aperture(mean_pattern, data.dk_invA, data.wavelength_A)
-        pupil_said = f"the mean pattern's amplitude (its bright cone about {na:.3g} in numerical aperture)"
+        pupil_said = (f"the mean pattern's amplitude (its bright cone about {na:.3g} in numerical aperture, its centre "
+                      f"{axis_said}: the defocus about it)")
     given = config.experiment.focus_to_sample_m
     if given is not None:
         defocus_A, defocus_said = given * 1e10, "experiment.focus_to_sample_m"
@@ -104,7 +109,20 @@ def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor
                         "check the scan step and the detector geometry, or give experiment.optics")
     said.append(f"initial probe (X-ray far field): {pupil_said}, advanced by a defocus of {defocus_A * 1e-4:.4g} µm "
                 f"({defocus_said})")
-    return pupil_probe(pupil, fresnel_propagator(k, data.dx_A, data.wavelength_A, defocus_A, torch.complex128))
+    return pupil_probe(pupil, fresnel_propagator(k, data.dx_A, data.wavelength_A, defocus_A, torch.complex128,
+                                                 axis_px))
+
+
+def beam_axis_px(mean_pattern: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, float]:
+    """(y, x) frequency pixels from the zero frequency of the beam's cone's centre in the mean pattern (K, K, model
+    layout: unshifted; ``mask`` 1 where a pixel counts, or None): the beam's axis. A cone off the detector's centre is
+    a beam tilted against it; advanced about the zero frequency instead, the initial probe sits lambda z q to the side
+    (1.1 px for a cone 2.4 px off at 2.5 mm, 8 keV), where the probe's hold (``model.recenter.hold_probe``) keeps
+    it, and the object comes out as far from the positions' frame."""
+    mean = np.fft.fftshift(mean_pattern.detach().to(torch.float64).cpu().numpy())
+    good = None if mask is None else np.fft.fftshift(mask.detach().cpu().numpy() > 0)
+    axis = disk_offset_px(mean, good)
+    return axis if all(np.isfinite(axis)) else (0.0, 0.0)  # no cone to read (an empty mean): along the axis
 
 
 def check_modes(modes: torch.Tensor, wanted: int) -> None:
