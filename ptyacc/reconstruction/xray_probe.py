@@ -4,6 +4,9 @@ Without a file, the probe is a pupil advanced from the focus to the sample by a 
 - the pupil: the optics' (``experiment.optics``: a zone plate's or a KB's numerical aperture, the
   central stop) where given, else the square root of the mean pattern (the beam's cone as the
   detector sees it, a disk or an annulus);
+- the axis: the centre of the beam's cone in the mean pattern (``beam_axis_px``), about which the pupil (the
+  optics') is centred and the defocus advances it: a beam tilted against the detector, its cone off the middle
+  pixel, would otherwise start beside its place;
 - the defocus: ``experiment.focus_to_sample_m`` where given, else the one that makes the beam
   (2 |defocus| NA across) overlap ``ASSUMED_OVERLAP`` of its diameter at the scan's nearest-neighbour
   spacing, on the side of the focus ``experiment.sample_side`` says (``auto``: the side the run's trials
