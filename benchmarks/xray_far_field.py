@@ -131,18 +131,18 @@ def draw(count: int, seed: int, turned: bool = False, detector: bool = False, ba
     return names
 
 
-def window_at(obj: np.ndarray, corner: np.ndarray) -> np.ndarray:
-    """The K x K window of ``obj`` whose pixel [0, 0] lies at the sub-pixel place ``corner`` (y, x) of ``obj``'s
-    pixels: window[i, j] = obj(corner + (i, j)), the fraction moved in Fourier space over a window PAD pixels wider
-    on each side (so that the shift's wrap-around stays outside it)."""
+def window_at(obj: np.ndarray, corner: np.ndarray, size: int = K, pad: int = PAD) -> np.ndarray:
+    """The ``size`` x ``size`` window of ``obj`` whose pixel [0, 0] lies at the sub-pixel place ``corner`` (y, x) of
+    ``obj``'s pixels: window[i, j] = obj(corner + (i, j)), the fraction moved in Fourier space over a window ``pad``
+    pixels wider on each side (so that the shift's wrap-around stays outside it). Both simulators' windows."""
     start = np.floor(corner).astype(int)
     fraction = np.asarray(corner, dtype=float) - start
-    y0, x0 = start - PAD
-    wide = obj[y0:y0 + K + 2 * PAD, x0:x0 + K + 2 * PAD]
-    f = np.fft.fftfreq(K + 2 * PAD)
+    y0, x0 = start - pad
+    wide = obj[y0:y0 + size + 2 * pad, x0:x0 + size + 2 * pad]
+    f = np.fft.fftfreq(size + 2 * pad)
     # multiplying by exp(+2 pi i f s) moves the content by -s: w[m] = obj(start + m + s)
     ramp = np.exp(2j * np.pi * (f[:, None] * fraction[0] + f[None, :] * fraction[1]))
-    return np.fft.ifft2(np.fft.fft2(wide) * ramp)[PAD:PAD + K, PAD:PAD + K]
+    return np.fft.ifft2(np.fft.fft2(wide) * ramp)[pad:pad + size, pad:pad + size]
 
 
 def stage_turned(positions_m: np.ndarray, stage_deg: float) -> np.ndarray:

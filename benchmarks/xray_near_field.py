@@ -66,6 +66,7 @@ from xray_far_field import (  # noqa: E402  (the far-field benchmark's)
     ran,
     stage_turned,
     verdict,
+    window_at,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,16 +258,10 @@ def make(work: Path, name: str) -> Path:
     probe = beam(case, rng)
     n = FINE * span
     transfer = angular_spectrum(n, g["dx_m"] / FINE, wavelength, g["z_eff_m"])
-    f = np.fft.fftfreq(n + 2 * PAD)
     intensities = np.empty((len(true), K, K))
     for j, centre in enumerate(true + offset):
         # sub-pixel m of the beam lies at centre - span/2 - 1/4 + m/FINE detector pixels, fine index FINE times that
-        start = FINE * (centre - span / 2 - 0.25)
-        a0 = np.floor(start).astype(int)
-        s = start - a0
-        window = obj[a0[0] - PAD:a0[0] + n + PAD, a0[1] - PAD:a0[1] + n + PAD]
-        ramp = np.exp(2j * np.pi * (f[:, None] * s[0] + f[None, :] * s[1]))  # window[m] = obj(a0 + m + s)
-        window = np.fft.ifft2(np.fft.fft2(window) * ramp)[PAD:PAD + n, PAD:PAD + n]
+        window = window_at(obj, FINE * (centre - span / 2 - 0.25), n, PAD)  # window[m] = obj(start + m)
         hologram = np.abs(propagate(probe * window, transfer)) ** 2
         binned = hologram.reshape(span, FINE, span, FINE).sum((1, 3))  # each detector pixel's sub-pixels
         intensities[j] = binned[EDGE:EDGE + K, EDGE:EDGE + K]

@@ -1,6 +1,6 @@
-"""The X-ray simulators' own conventions, against known answers: the far field's window at a sub-pixel place (each
-position's object is where the file says it is) and the basis vectors both simulators store (ptyacc reads back the
-read-out that was simulated)."""
+"""The X-ray simulators' own conventions, against known answers: the window at a sub-pixel place that both
+simulators take each position's object through (it is where the file says it is), and the basis vectors both
+simulators store (ptyacc reads back the read-out that was simulated)."""
 
 import sys
 from pathlib import Path
@@ -15,20 +15,22 @@ import xray_far_field as xff  # noqa: E402
 from ptyacc.data.prepare import orientation_from_basis  # noqa: E402
 
 
+@pytest.mark.parametrize("size, pad", [(xff.K, xff.PAD), (96, 16)], ids=["far_field", "near_field_like"])
 @pytest.mark.parametrize("corner", [(20.0, 31.0), (20.37, 31.81), (25.93, 18.06)])
-def test_the_far_field_window_holds_the_object_at_its_sub_pixel_place(corner):
+def test_the_window_holds_the_object_at_its_sub_pixel_place(corner, size, pad):
     """A plane wave periodic over the padded window is moved exactly by the Fourier shift: the window whose pixel
-    [0, 0] lies at ``corner`` holds exp(2 pi i (a (y0 + i) + b (x0 + j))). A shift of the wrong sign puts it at
-    floor(corner) - fraction, up to 2 px from where the file's positions say (the stored positions then carry an
+    [0, 0] lies at ``corner`` holds exp(2 pi i (a (y0 + i) + b (x0 + j))), at the far field's size and padding and
+    at another (the near-field simulator's windows go through the same function). A shift of the wrong sign puts it
+    at floor(corner) - fraction, up to 2 px from where the file's positions say (the stored positions then carry an
     error the reconstruction cannot know)."""
-    n = xff.K + 2 * xff.PAD
+    n = size + 2 * pad
     a, b = 5 / n, -9 / n  # cycles per pixel
     y, x = np.mgrid[:200, :220].astype(float)
     obj = np.exp(2j * np.pi * (a * y + b * x))
-    window = xff.window_at(obj, np.array(corner))
-    i, j = np.mgrid[:xff.K, :xff.K]
+    window = xff.window_at(obj, np.array(corner), size, pad)
+    i, j = np.mgrid[:size, :size]
     expected = np.exp(2j * np.pi * (a * (corner[0] + i) + b * (corner[1] + j)))
-    assert window.shape == (xff.K, xff.K)
+    assert window.shape == (size, size)
     assert np.abs(window - expected).max() < 1e-9
 
 
