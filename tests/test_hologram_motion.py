@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import ptyacc
-from ptyacc.commands.init_config import NEAR_FIELD_POSITIONS_START, init_config
+from ptyacc.commands.init_config import NEAR_FIELD_POSITIONS_START, XRAY_FOCUS_START, init_config
 from ptyacc.config import load_config
 from ptyacc.data.hologram_motion import FOCUS_OFF, motion_from_patterns, near_field_geometry
 from ptyacc.data.load import load_data
@@ -192,7 +192,8 @@ def test_init_and_load_find_the_near_field(tmp_path):
     stored, positions_A, _ = holograms(4e-3, far=True, seed=6)
     text = init_config(write_cxi(tmp_path / "far.cxi", stored, positions_A), tmp_path / "far.yaml")
     assert "geometry: near_field" not in text.replace("# geometry: near_field", "") and "sample_side: auto" in text
-    assert yaml.safe_load(text)["optim"]["iterations"] == 20 and "start" not in yaml.safe_load(text)["optim"]
+    optim = yaml.safe_load(text)["optim"]  # the far field refines the sample's distance from the focus
+    assert optim["iterations"] == 20 and optim["start"] == {"probe_focus": XRAY_FOCUS_START} and "lr" not in optim
 
 
 @pytest.mark.skipif(not PETRA.exists(), reason="the PETRA III file ships with the repository")

@@ -18,7 +18,7 @@ from ptyacc.data.trouble import refocused_probe_said
 from ptyacc.errors import ConfigError
 from ptyacc.physics.probe import stem_probe
 from ptyacc.physics.wavelength import electron_wavelength_A
-from ptyacc.quantities.probe_focus import ProbeFocus, probe_focus
+from ptyacc.quantities.probe_focus import FOCUS_STEP_SHARE, ProbeFocus, probe_focus
 
 K, DK, SEMIANGLE = 64, 0.03, 25.0
 WAVELENGTH = electron_wavelength_A(80e3)
@@ -131,27 +131,104 @@ def test_a_defocus_started_off_is_brought_near_the_truth(grid_simulator, tmp_pat
     assert phase_ncc(refined, truth) > phase_ncc(told, truth) - 0.001
 
 
+def factory_config(radiation: str = "electron", lr: float | str = "auto", focus_to_sample_m=None, probe_init=None):
+    return SimpleNamespace(optim=SimpleNamespace(start=SimpleNamespace(probe_focus=0), lr=SimpleNamespace(probe_focus=lr)),
+                           experiment=SimpleNamespace(radiation=radiation, focus_to_sample_m=focus_to_sample_m),
+                           model=SimpleNamespace(probe_init=probe_init))
+
+
 def test_several_scans_are_refused():
     """The probes of several scans (``scans:``) are not refocused: the key is refused, not ignored."""
-    config = SimpleNamespace(optim=SimpleNamespace(start=SimpleNamespace(probe_focus=0)))
+    config = factory_config()
     geometry, data = SimpleNamespace(dx_A=0.3), SimpleNamespace(wavelength_A=WAVELENGTH)
-    made = probe_focus(config, None, SimpleNamespace(scans=None, geometry=geometry, data=data))
+    made = probe_focus(config, None, SimpleNamespace(scans=None, geometry=geometry, data=data, said=[]))
     assert isinstance(made, ProbeFocus) and made.dx_A == 0.3
     with pytest.raises(ConfigError, match="optim.start.probe_focus: one scan only"):
-        probe_focus(config, None, SimpleNamespace(scans=["first", "second"], geometry=geometry, data=data))
+        probe_focus(config, None, SimpleNamespace(scans=["first", "second"], geometry=geometry, data=data, said=[]))
     config.optim.start.probe_focus = None
-    assert probe_focus(config, None, SimpleNamespace(scans=None, geometry=geometry, data=data)) is None
+    assert probe_focus(config, None, SimpleNamespace(scans=None, geometry=geometry, data=data, said=[])) is None
+
+
+XRAY_WAVELENGTH, XRAY_DX, XRAY_K = 1.5498, 800.0, 128
+
+
+def zone_plate_beam(focus_to_sample_A: float) -> np.ndarray:
+    """(K, K) complex, NumPy alone: a zone plate's beam (its far field an annulus of radii 10 and 24 frequency pixels)
+    advanced ``focus_to_sample_A`` past its focus by exp(-i pi lambda z k^2), centred in the window."""
+    k = np.fft.fftfreq(XRAY_K, d=XRAY_DX)
+    radius = np.hypot(*np.meshgrid(np.fft.fftfreq(XRAY_K) * XRAY_K, np.fft.fftfreq(XRAY_K) * XRAY_K, indexing="ij"))
+    annulus = ((radius >= 10) & (radius <= 24)).astype(float)
+    k2 = k[:, None] ** 2 + k[None, :] ** 2
+    return np.fft.fftshift(np.fft.ifft2(annulus * np.exp(-1j * np.pi * XRAY_WAVELENGTH * focus_to_sample_A * k2)))
+
+
+def test_an_x_ray_change_moves_the_sample_s_place_the_other_way():
+    """A zone plate's beam 2.6 mm past its focus with a change of d Å is the beam 2.6 mm - d past it (NumPy's angular
+    spectrum): the end line's experiment.focus_to_sample_m subtracts the change, and says so from 5 % of the place."""
+    focus = ProbeFocus(XRAY_DX, XRAY_WAVELENGTH, focus_to_sample_m=-2.6e-3)
+    start = torch.from_numpy(zone_plate_beam(-2.6e7)).to(torch.complex64)
+    for change in (2.5e6, -4e5):
+        with torch.no_grad():
+            focus.change_A.fill_(change)
+        moved = focus.probes(start[None], torch.arange(1), torch.tensor(1.0))[0].detach().numpy()
+        expected = zone_plate_beam(-2.6e7 - change)
+        assert np.abs(moved - expected).max() < 1e-4 * np.abs(expected).max()
+        assert np.abs(moved - zone_plate_beam(-2.6e7 + change)).max() > 0.1 * np.abs(expected).max()
+    attributes = focus.attributes(None)
+    assert attributes["probe_focus_to_sample_start_m"] == -2.6e-3
+    [(line, told)] = refocused_probe_said(SimpleNamespace(attrs={**attributes, "probe_focus_change_A": 2.5e6},
+                                                          calibration={}))
+    assert "moved the sample's place past the focus by -0.25 mm from the -2.6 mm it started at" in line
+    assert "experiment.focus_to_sample_m: -0.00285 starts a run there" in line and told
+    [(line, told)] = refocused_probe_said(SimpleNamespace(attrs={**attributes, "probe_focus_change_A": -1e5},
+                                                          calibration={}))
+    assert "experiment.focus_to_sample_m: -0.00259 starts" in line and not told
+    unknown = {"probe_focus_change_A": 1e5, "probe_focus_to_sample_start_m": float("nan")}
+    [(line, told)] = refocused_probe_said(SimpleNamespace(attrs=unknown, calibration={}))
+    assert "by -0.01 mm from where the initial probe was made" in line and "starts a run" not in line
+
+
+def test_the_step_s_auto_is_an_angstrom_for_electrons_and_a_share_of_the_x_ray_beam_s_depth_of_focus():
+    """optim.lr.probe_focus: auto is 1 Å per step for electrons; for X-rays FOCUS_STEP_SHARE of 1 / (pi lambda rms(q^2))
+    over the initial probe's spectrum (NumPy: the annulus's pixels, equally bright), said in run.log; a number given is
+    the step; the X-ray start is the place given, NaN for a probe from a file."""
+    beam = zone_plate_beam(2.6e7)
+    power = np.abs(np.fft.fft2(beam)) ** 2
+    q = np.fft.fftfreq(XRAY_K, d=XRAY_DX)
+    q2 = q[:, None] ** 2 + q[None, :] ** 2
+    unit = 1.0 / (np.pi * XRAY_WAVELENGTH * np.sqrt((power * q2 ** 2).sum() / power.sum()))
+    model = SimpleNamespace(complex_probe=lambda: torch.from_numpy(beam).to(torch.complex64)[None])
+
+    def made(config, wavelength_A=XRAY_WAVELENGTH):
+        context = SimpleNamespace(scans=None, geometry=SimpleNamespace(dx_A=XRAY_DX),
+                                  data=SimpleNamespace(wavelength_A=wavelength_A), said=[])
+        return probe_focus(config, model, context), context.said
+
+    focus, said = made(factory_config("xray", focus_to_sample_m=2.6e-3))
+    assert focus.step_A == pytest.approx(FOCUS_STEP_SHARE * unit, rel=1e-6)
+    assert 1e6 < unit < 1e8  # millimetres of depth, where an electron probe's is tens of Å
+    assert said == [f"optim.lr.probe_focus: {focus.step_A:.4g} A per step (auto: {FOCUS_STEP_SHARE:g} of {unit:.4g} A "
+                    f"({unit * 1e-7:.3g} mm), the change of focus that alters the initial probe by its own norm)"]
+    assert focus.groups(factory_config(), SimpleNamespace(probe=None), None)[0].lr == focus.step_A
+    assert focus.focus_to_sample_m == 2.6e-3
+    focus, said = made(factory_config("electron"), WAVELENGTH)
+    assert focus.step_A == 1.0 and focus.focus_to_sample_m is None and "(auto: electrons)" in said[0]
+    focus, said = made(factory_config("xray", lr=3e4, probe_init={"path": "probe.h5"}, focus_to_sample_m=2.6e-3))
+    assert focus.step_A == 3e4 and said == [] and np.isnan(focus.focus_to_sample_m)
 
 
 def processes_split_and_resume_agree(tmp_path: Path, start: str, changes: tuple[str, ...],
-                                     resumed: tuple[str, ...]) -> None:
+                                     resumed: tuple[str, ...], experiment: dict | None = None) -> None:
     """A probe quantity refined from iteration 2 (``optim.start.<start>``): 1 and 2 processes give the same
     ``changes`` (results.h5 attributes: each moved) and losses; the split object gives shard_data's; a run resumed
-    from a checkpoint ends where the uninterrupted run ends, with the same ``resumed`` attributes."""
+    from a checkpoint ends where the uninterrupted run ends, with the same ``resumed`` attributes. ``experiment``:
+    in place of the electrons' section."""
     settings = tiny_config(tmp_path, optim={"iterations": 5, "batch_size": 8, "start": {start: 2}},
                            output={"figures": False, "checkpoint_every": 2, "keep_checkpoints": 2})
     settings["data"]["simulate"].update(scan_shape=[10, 10])
     settings["experiment"]["scan_step_A"] = 3.0
+    if experiment is not None:
+        settings["experiment"] = experiment
     outs = launch_configs(tmp_path, [(name, settings, processes, extra) for name, processes, extra in ONE_TWO_DATA_SPLIT])
     runs = {name: ptyacc.load_results(out / "results" / "results.h5") for name, out in outs.items()}
     for reference, name in (("one", "two"), ("data", "split")):
@@ -176,3 +253,13 @@ def test_two_processes_the_split_object_and_resume_agree(tmp_path):
     """1 and 2 processes give the same change of focus and losses; the split object gives shard_data's; a run
     resumed from a checkpoint ends where the uninterrupted run ends (the change and its total travel with it)."""
     processes_split_and_resume_agree(tmp_path, "probe_focus", ("probe_focus_change_A",), ("probe_focus_change_A",))
+
+
+@pytest.mark.slow
+def test_x_ray_far_field_two_processes_the_split_object_and_resume_agree(tmp_path):
+    """The same for a simulated X-ray far-field scan, its step auto (a share of the beam's depth of focus), the sample
+    1 mm past the focus: the change and the place it started at agree and travel with a checkpoint."""
+    experiment = {"radiation": "xray", "energy_eV": 8000.0, "detector_distance_m": 2.0, "detector_pixel_m": 75e-6,
+                  "scan_step_A": 8000.0, "focus_to_sample_m": 1e-3}
+    processes_split_and_resume_agree(tmp_path, "probe_focus", ("probe_focus_change_A",),
+                                     ("probe_focus_change_A", "probe_focus_to_sample_start_m"), experiment)

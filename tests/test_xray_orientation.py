@@ -304,6 +304,66 @@ def test_a_conjugate_trial_object_takes_the_object_s_own_frame():
         assert _object_framed(place, correlation, measured, rotation) == place
 
 
+def test_the_trials_turn_to_the_centre_of_mass_s_member_of_the_pair():
+    """``_phase_delayed``: trials that ran at the default side took the turn by 180 degrees of the centre of mass's
+    frame (a weak absorber upstream of the focus, the trials' files: the conjugate, NCC -0.98, said nothing): the
+    centre of mass's member is taken, the rotation turned where measured, the flips reversed where given; a frame the
+    trials took that is the centre of mass's own, mirrored, or a quarter turn from it is kept."""
+    from ptyacc.data.autocalibration import _phase_delayed
+    from ptyacc.data.orientation import Orientation, frame_difference
+
+    found = Orientation((False, False, False), -5.46, 0.42, 0.70, (1.27, -11.36), -0.52, 281)
+    flags, rotation_deg, said = _phase_delayed((False, True, True), 1.78, found, True)
+    assert (flags, rotation_deg) == ((False, True, True), 1.78 - 180.0) and "divergence skew -0.52" in said
+    mirrored, off_deg = frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)
+    assert not mirrored and abs(off_deg) < 10.0  # the centre of mass's frame, up to its rotation's error
+    assert _phase_delayed((False, True, True), -170.0, found, True)[1] == -170.0  # the centre of mass's own frame
+    given = dataclasses.replace(found, rotation_deg=0.0)
+    assert _phase_delayed((False, True, True), 0.0, given, False)[:2] == ((False, False, False), 0.0)
+    for kept in (((False, False, False), 1.78), ((True, False, False), 1.78), ((True, True, False), 1.78),
+                 ((False, True, True), 91.78)):
+        assert _phase_delayed(*kept, found, True) == (*kept, "")
+
+
+def test_a_weak_absorber_whose_flips_the_trials_chose_is_said_to_be_perhaps_its_conjugate():
+    """Where trials chose the flips and the side and the object's phase against its absorption is too weak to tell
+    it from its conjugate, the run says so, with the keys of either frame; a clear correlation says nothing here."""
+    from ptyacc.data.trouble import unsure_conjugate_warning
+
+    [said] = unsure_conjugate_warning(0.17, (False, True, True), "downstream")
+    assert "this may be the conjugate of the object" in said and "+0.17" in said
+    assert "set experiment.sample_side: upstream with data.transform.orientation: manual, transpose: False, " \
+           "flip_y: False, flip_x: False" in said and "experiment.sample_side: downstream to keep this frame" in said
+    for correlation in (CONJUGATE_CLEAR, -CONJUGATE_CLEAR - 0.1, 0.8):
+        assert unsure_conjugate_warning(correlation, (False, True, True), "downstream") == []
+
+
+@pytest.mark.slow
+def test_a_sample_s_distance_given_a_fifth_short_is_refined_near_the_truth(files, tmp_path):
+    """The sample 2.8 mm past the focus, the run told 2.24 mm (a fifth short, as the side's trials can find it) and
+    the rest of the truth: init's config refines the probe's focus (``optim.start.probe_focus``, its step auto, a
+    share of the beam's depth of focus), and the run ends with the sample's place within a third of the error it
+    started with, run.log's end saying where; it fits the data better than the same run without the refinement and
+    its object is as like the truth."""
+    path = files["test_o0"]
+    _, _, truth = stored(path)
+    told = {"data.transform.orientation": "manual", "data.transform.transpose": truth[0],
+            "data.transform.flip_y": truth[1], "data.transform.flip_x": truth[2], "experiment.scan_rotation_deg": 0,
+            "experiment.focus_to_sample_m": 2.24e-3}
+    refined = run_file(path, tmp_path / "refined", **told)
+    attrs = refined.results.attrs
+    assert attrs["probe_focus_to_sample_start_m"] == 2.24e-3
+    end_m = 2.24e-3 - attrs["probe_focus_change_A"] * 1e-10
+    assert abs(end_m - 2.8e-3) < 0.56e-3 / 3, end_m
+    log = (tmp_path / "refined" / "out" / "run.log").read_text()
+    assert f"experiment.focus_to_sample_m: {end_m:.6g} starts a run there" in log
+    assert "optim.lr.probe_focus:" in log and "(auto: 0.0" in log
+    fixed = run_file(path, tmp_path / "fixed", **told, **{"optim.start.probe_focus": "null"})
+    assert "probe_focus_change_A" not in fixed.results.attrs
+    assert refined.poisson_deviance < fixed.poisson_deviance
+    assert truth_ncc(refined, path) > truth_ncc(fixed, path) - 0.002, (truth_ncc(refined, path), truth_ncc(fixed, path))
+
+
 @pytest.mark.slow
 def test_an_upstream_sample_s_side_is_found_by_trials(files, tmp_path):
     """The sample 2.8 mm upstream of the focus, nothing in the file says so: init's experiment.sample_side: auto

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import ptyacc
 from ptyacc.errors import ConfigError, DataError
@@ -258,7 +259,7 @@ def test_a_scan_too_sparse_warns_in_info_and_on_the_terminal(tmp_path, capsys, c
 
 
 def test_init_writes_the_probe_key_when_the_file_carries_one(tmp_path, case):
-    from ptyacc.commands.init_config import init_config
+    from ptyacc.commands.init_config import XRAY_FOCUS_START, init_config
 
     zone_plate.write_cxi(tmp_path / "with.cxi", case, case.probe.astype(np.complex64))
     zone_plate.write_cxi(tmp_path / "without.cxi", case)
@@ -266,6 +267,8 @@ def test_init_writes_the_probe_key_when_the_file_carries_one(tmp_path, case):
     assert "probe_init: {path: with.cxi, key: entry_1/instrument_1/source_1/probe}" in text
     without = init_config(tmp_path / "without.cxi", tmp_path / "without.yaml")
     assert "probe_init" not in without and "probe_modes" not in without  # electrons' four modes are not X-rays'
+    assert yaml.safe_load(without)["optim"]["start"] == {"probe_focus": XRAY_FOCUS_START}
+    assert "start" not in yaml.safe_load(text)["optim"]  # the file's probe is where it was measured
     (tmp_path / "with.yaml").write_text(text)
     assert ptyacc.load_config(tmp_path / "with.yaml").model.probe_init.key == "entry_1/instrument_1/source_1/probe"
     assert "probe_modes" not in text

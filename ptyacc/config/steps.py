@@ -41,8 +41,11 @@ class LearningRates:
                                    "defocus), in units of the change that alters the probe by its own norm (1 / (pi "
                                    "lambda rms(q^2)) over the probe's spectrum: 36 Å at 80 kV and 25 mrad). 0 freezes it.")
     detector_blur: float = _f(0.05, "Step size of the detector blur's variance (sigma squared) in px^2.")
-    probe_focus: float = _f(1.0, "Adam's step size of the probe's change of focus (optim.start.probe_focus), in Å per "
-                                 "step.")
+    probe_focus: float | Literal["auto"] = _f(
+        "auto", "Adam's step size of the probe's change of focus (optim.start.probe_focus), in Å per step. auto: 1 for "
+                "electrons; for X-rays 0.03 of the change of focus that alters the initial probe by its own norm "
+                "(1 / (pi lambda rms(q^2)) over its spectrum; a zone plate's beam at 8 keV and numerical aperture 4e-4: "
+                "about 1.7e5 Å, 17 µm); run.log says which.")
     probe_astigmatism: float = _f(1.0, "Adam's step size of the probe's change of two-fold astigmatism, C12a and C12b "
                                        "(optim.start.probe_astigmatism), in Å per step.")
 
@@ -50,6 +53,8 @@ class LearningRates:
         for name in ("object", "probe", "positions", "detector", "tilt", "slice_thickness", "scan_affine",
                      "probe_amplitude", "probe_variation", "probe_defocus", "detector_blur", "probe_focus",
                      "probe_astigmatism"):
+            if name == "probe_focus" and self.probe_focus == "auto":
+                continue
             _require(getattr(self, name) >= 0, f"{path}.{name}", f"must be >= 0, got {getattr(self, name)}")
 
 

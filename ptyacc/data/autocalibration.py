@@ -268,6 +268,8 @@ class AutoCalibration:
             arrays.update(scan_rotation_deg=np.float64(self.orientation.rotation_deg),
                           orientation_flags=np.array(self.orientation.flags),
                           orientation_skew=np.float64(self.orientation.skew))
+            if self.orientation.by_trials:
+                arrays["orientation_by_trials"] = np.bool_(True)
             name = {BY_SEARCH: "overlap_defocus_A", BY_TRIALS: "trials_defocus_A"}.get(self.orientation.defocus_by)
             if name is not None:
                 arrays[name] = np.float64(self.orientation.defocus_A)
@@ -924,6 +926,8 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
                         grid=rotation_auto)
         flags, line = verdict.taken.flags, f"{line}; the centre of mass cannot tell the flags: {verdict.said}"
         rotation_deg = verdict.taken.rotation_deg if rotation_auto else given
+        flags, rotation_deg, turned = _phase_delayed(flags, rotation_deg, found, rotation_auto)
+        line += turned
     elif fixed is None and not tells_handedness(found):
         flags = (transform.transpose, transform.flip_y, transform.flip_x)
         warnings.append(f"warning: the patterns' centre of mass cannot tell the detector's transpose and flips against "
@@ -941,8 +945,38 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, tells_turn=found.tells_turn),
-            (line, *warnings))
+    by_trials = fixed is None and not tells_handedness(found) and judge is not None
+    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, by_trials=by_trials,
+                                                       tells_turn=found.tells_turn), (line, *warnings))
+
+
+TURNED_APART_DEG = 20.0  # frames this close to a turn by 180 degrees apart are the pair's two members
+
+
+def _phase_delayed(flags: Flags, rotation_deg: float, found, rotation_auto: bool) -> tuple[Flags, float, str]:
+    """X-ray far field, the trials' frame (``flags``, ``rotation_deg``) where the centre of mass ``found`` could not
+    tell the handedness: the trials ran at the default side of the focus (downstream), and at a fixed side the pair's
+    two members (the frame and its turn by 180 degrees: the object's data and its conjugate's) are told apart by that
+    side alone, a toss where the sample lies upstream and absorbs too little for its phase against its absorption to
+    say. Where the trials' frame is the turn of the centre of mass's, whose divergence skew says which member delays
+    the phase (its sign was right on every X-ray file so far, even where the handedness was unclear), the centre of
+    mass's member is taken (the side's trials then find the side that goes with it): the rotation turned by 180
+    degrees where measured, else flip_y and flip_x reversed. The frame taken and run.log's words."""
+    mirrored, off_deg = frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)
+    if mirrored or abs(abs(off_deg) - 180.0) > TURNED_APART_DEG:
+        return flags, rotation_deg, ""
+    if rotation_auto:
+        turned_deg = rotation_deg + (180.0 if rotation_deg <= 0 else -180.0)
+        said = f"experiment.scan_rotation_deg {turned_deg:.2f}"
+        return flags, turned_deg, _turned_words(said, found.skew)
+    t, fy, fx = flags
+    return (t, not fy, not fx), rotation_deg, _turned_words(f"transpose {t}, flip_y {not fy}, flip_x {not fx}", found.skew)
+
+
+def _turned_words(taken: str, skew: float) -> str:
+    return (f"; the trials' frame is the centre of mass's turned by 180 degrees, which the trials' side of the focus "
+            f"chose: {taken} is used, the member whose phase the centre of mass reads as delayed (divergence skew "
+            f"{skew:+.2f}), the side's trials to follow")
 
 
 PLACE_SCALES = (0.6, 1.0, 1.6)  # the overlap's distance from the focus tried times these (1 on either side first)

@@ -439,9 +439,19 @@ FOCUS_TOLD_SHARE = 0.05  # a change of focus of this share of the defocus starte
 
 def refocused_probe_said(results) -> list[tuple[str, bool]]:
     """run.log's line on the change of focus a run refined (``optim.start.probe_focus``): the change from the defocus
-    it started at and the ``experiment.defocus_A`` that starts a run there, for the terminal too from
-    FOCUS_TOLD_SHARE of it (``RunLog.say``'s pairs); none where it was not refined."""
-    change = (results.attrs or {}).get("probe_focus_change_A")
+    it started at and the ``experiment.defocus_A`` that starts a run there (X-rays: the sample's place past the focus
+    and ``experiment.focus_to_sample_m``), for the terminal too from FOCUS_TOLD_SHARE of it (``RunLog.say``'s pairs);
+    none where it was not refined."""
+    attrs = results.attrs or {}
+    change = attrs.get("probe_focus_change_A")
+    place = attrs.get("probe_focus_to_sample_start_m")
+    if change is not None and place is not None:  # X-rays: the sample's place past the focus, the other sign
+        moved_m, place = -float(change) * 1e-10, float(place)
+        said = f"probe focus: the run moved the sample's place past the focus by {moved_m * 1e3:+.4g} mm"
+        if not math.isfinite(place):
+            return [(f"{said} from where the initial probe was made (run.log's initial-probe line)", False)]
+        return [(f"{said} from the {place * 1e3:.4g} mm it started at; experiment.focus_to_sample_m: "
+                 f"{place + moved_m:.6g} starts a run there", abs(moved_m) >= FOCUS_TOLD_SHARE * abs(place))]
     started = (results.calibration or {}).get("defocus_A")
     if change is None or started is None:
         return []
@@ -505,6 +515,24 @@ def conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: 
             f"object (read the phase with its sign reversed), which patterns flipped along both axes fit as well as the "
             f"object itself under a probe curved the other way; to reconstruct the object itself, set both "
             f"data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx} and {other}"]
+
+
+def unsure_conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: str) -> list[str]:
+    """X-ray far field, where trial reconstructions chose the flags (the centre of mass could not tell the
+    handedness) and ``experiment.sample_side: auto`` the side, ``side``: the warning that the object may be its own
+    conjugate, where its phase against its log amplitude (``correlation``) is too weak to say (under
+    CONJUGATE_CLEAR either way: a weak absorber). The pair's two members then rest on the centre of mass's divergence
+    skew alone (``autocalibration._phase_delayed``); the sample's side of the focus, where known, decides them."""
+    if abs(correlation) >= CONJUGATE_CLEAR:
+        return []
+    t, fy, fx = flags
+    other = "upstream" if side == "downstream" else "downstream"
+    return [f"warning: this may be the conjugate of the object (its phase reversed): the centre of mass could not tell "
+            f"the detector's flips, and the object absorbs too little to tell it from its conjugate (its phase against "
+            f"its log amplitude {correlation:+.2f}), which patterns flipped along both axes fit as well under a probe "
+            f"curved the other way; where the sample lies {other} of the focus, set experiment.sample_side: {other} "
+            f"with data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx}; where it "
+            f"lies {side}, set experiment.sample_side: {side} to keep this frame"]
 
 
 def warnings_said(warnings: list[str]) -> list[str]:

@@ -40,6 +40,7 @@ from ptyacc.data.trouble import (
     deviance_warning,
     refocused_probe_said,
     turned_scan_said,
+    unsure_conjugate_warning,
     warnings_said,
 )
 from ptyacc.errors import ConfigError, DistributedError
@@ -421,7 +422,11 @@ class Reconstructor:
                       for key in ("transpose", "flip_y", "flip_x"))
         experiment = self.config.experiment
         side = None if experiment.focus_to_sample_m is not None else experiment.sample_side
-        return conjugate_warning(correlation, flags, side)
+        said = conjugate_warning(correlation, flags, side)
+        chosen_side = autos.get("experiment.sample_side")  # the side's trials chose it
+        if not said and chosen_side is not None and bool((self.data.detector or {}).get("orientation_by_trials", False)):
+            said = unsure_conjugate_warning(correlation, flags, chosen_side)
+        return said
 
     def _deviance(self, poisson: bool = True) -> float:
         """Poisson deviance per counted pixel over all positions, each evaluated by one process; with the

@@ -46,6 +46,8 @@ results.h5 layout (a public contract; add, never rename):
   ramp``; the shifts then those the model applies); ``scan_rotation_deg`` float64 ()
   and ``orientation_flags`` bool (3,) (transpose, flip_y, flip_x) measured from the centre of mass
   (``experiment.scan_rotation_deg: auto``, ``data.transform.orientation: auto`` in a file without basis vectors);
+  ``orientation_by_trials`` bool (), present (True) where trial reconstructions chose the X-ray far field's flags
+  (the centre of mass could not tell the handedness);
   ``flip_about_zero`` bool (2,) (y, x), present where a flip turned the patterns about the zero frequency
   instead of reversing them (``prepare.Preparation.flip_about_zero``)
 - group ``probe_variation`` (``model.probe_variation``): ``modes`` complex64 (V + 1, K, K), the first
