@@ -215,6 +215,10 @@ def test_the_step_s_auto_is_an_angstrom_for_electrons_and_a_share_of_the_x_ray_b
     assert focus.step_A == 1.0 and focus.focus_to_sample_m is None and "(auto: electrons)" in said[0]
     focus, said = made(factory_config("xray", lr=3e4, probe_init={"path": "probe.h5"}, focus_to_sample_m=2.6e-3))
     assert focus.step_A == 3e4 and said == [] and np.isnan(focus.focus_to_sample_m)
+    context = SimpleNamespace(scans=None, geometry=SimpleNamespace(dx_A=XRAY_DX), said=[],
+                              data=SimpleNamespace(wavelength_A=XRAY_WAVELENGTH, near_field_distance_A=1e7))
+    near = probe_focus(factory_config("xray", focus_to_sample_m=2.6e-3), model, context)
+    assert near.focus_to_sample_m is None  # the near field's place is the holograms' magnification, not the probe's
 
 
 def processes_split_and_resume_agree(tmp_path: Path, start: str, changes: tuple[str, ...],

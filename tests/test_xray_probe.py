@@ -197,6 +197,55 @@ def test_a_beam_off_the_detector_s_centre_is_advanced_about_its_own_axis(tmp_pat
     assert np.abs(off) == pytest.approx(np.abs(moved), rel=0.1)
 
 
+def test_an_optics_pupil_is_centred_on_a_beam_off_the_detector_s_centre(tmp_path, case):
+    """experiment.optics with the beam's cone 2 px down and 3 px left of the zero frequency: the optics' pupil is the
+    centred one moved to the cone (its spectrum's amplitude the centred probe's rolled by (2, -3) px, to 1e-6 of its
+    peak) and the probe advanced about it sits where the centred data's does, within 0.05 px."""
+    from dataclasses import replace
+
+    optics = {"optics": {"outer_zone_width_m": case.outer_zone_width_m,
+                         "central_stop_fraction": case.central_stop_fraction}, "focus_to_sample_m": case.defocus_m}
+    (tmp_path / "centred").mkdir()
+    centred, _, _ = initial_probe(config_for(tmp_path / "centred", case, experiment=optics))
+    tilted_case = replace(case, patterns=np.roll(case.patterns, (2, -3), axis=(-2, -1)))
+    tilted, said, _ = initial_probe(config_for(tmp_path, tilted_case, experiment=optics))
+    assert "about the beam's cone's centre in the mean pattern, (+2.00, -3.00) px" in " ".join(said)
+
+    def spectrum(probe):
+        return np.abs(np.fft.fft2(np.fft.ifftshift(probe[0])))
+
+    expected = np.roll(spectrum(centred), (2, -3), axis=(0, 1))
+    assert np.abs(spectrum(tilted) - expected).max() < 1e-6 * expected.max()
+    assert np.abs(centre_of_mass_px(tilted) - centre_of_mass_px(centred)).max() < 0.05
+
+
+def test_the_cone_s_aperture_is_read_about_its_axis_and_a_cone_cut_by_the_window_is_warned(tmp_path, case):
+    """The beam's cone rolled 2 px down and 3 px left, or 10 px right: its numerical aperture read about its centre is
+    the zone plate's (wavelength / (2 outer zone width), within 3 %), as the centred one's; read about the zero
+    frequency it came out a quarter wider at 10 px (and the overlap's distance as much short). A cone 20 px off in
+    the 64 px window reaches its edge: warned, with the crop to take; 3 px and 10 px off, not."""
+    from dataclasses import replace
+
+    from ptyacc.physics.footprint import cone_numerical_aperture
+    from ptyacc.reconstruction.xray_probe import cone_cut_warning
+
+    na = zone_plate.WAVELENGTH_M / (2 * case.outer_zone_width_m)
+    _, _, data = initial_probe(config_for(tmp_path, case))
+    for roll in ((0, 0), (2, -3), (0, 10)):
+        mean = np.fft.ifftshift(np.roll(case.patterns, roll, axis=(-2, -1)).mean(0))
+        about = cone_numerical_aperture(mean, data.dk_invA, data.wavelength_A, roll)
+        assert about == pytest.approx(na, rel=0.03), roll
+    assert cone_numerical_aperture(mean, data.dk_invA, data.wavelength_A) > 1.2 * na
+    radius_px = na / (data.wavelength_A * data.dk_invA)
+    for roll, warned in (((2, -3), False), ((0, 10), False), ((0, 20), True)):
+        (tmp_path / str(roll[1])).mkdir()
+        _, said, _ = initial_probe(config_for(tmp_path / str(roll[1]),
+                                              replace(case, patterns=np.roll(case.patterns, roll, axis=(-2, -1)))))
+        assert any("warning: the beam's cone lies" in line and "data.transform.crop" in line for line in said) == warned
+    assert cone_cut_warning((0.5, -0.5), 40.0, 64) == []  # a cut as even as the window's: nothing to crop
+    assert cone_cut_warning((0.0, 20.0), radius_px, 64) == [] and cone_cut_warning((0.0, 20.0), radius_px + 20, 64)
+
+
 def test_a_masked_hot_pixel_leaves_the_default_probe_alone(tmp_path, case):
     """A detector pixel at 1e9 counts in every pattern, flagged bad in the CXI mask: the cone and
     so the defocus are those of the clean data (unmasked, the hot pixel alone would be the cone)."""

@@ -993,7 +993,10 @@ def _overlap_distance_A(experiment, calibration, source, prepare, mask: np.ndarr
         na = experiment.optics.numerical_aperture(calibration.wavelength_A * 1e-10)
     else:
         mean = source.read(sample_rows(len(calibration.positions_A)), prepare).patterns.mean(0, dtype=np.float64)
-        na = cone_numerical_aperture(mean if mask is None else mean * mask, 1.0 / window_A, calibration.wavelength_A)
+        axis = disk_offset_px(np.fft.fftshift(mean), None if mask is None else np.fft.fftshift(mask > 0))
+        axis = axis if all(np.isfinite(axis)) else (0.0, 0.0)  # the cone's outer edge measured about its centre
+        na = cone_numerical_aperture(mean if mask is None else mean * mask, 1.0 / window_A, calibration.wavelength_A,
+                                     axis)
     return overlap_defocus_A(calibration.positions_A, na)[0]
 
 

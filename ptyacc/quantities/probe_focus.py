@@ -47,9 +47,9 @@ class ProbeFocus(Quantity):
     """A change of focus shared by every probe mode (module docstring).
 
     Parameter: change_A () float32, Å since the last ``fold``. Buffer: total_A () float64, Å folded so far.
-    ``step_A``: Adam's step (``optim.lr.probe_focus``, auto resolved); ``focus_to_sample_m``: the X-ray sample's
-    place past the focus the run started at, NaN where not known (a probe from a file, or advanced by the scan's
-    overlap), None for electrons."""
+    ``step_A``: Adam's step (``optim.lr.probe_focus``, auto resolved); ``focus_to_sample_m``: the X-ray far field's
+    sample's place past the focus the run started at, NaN where not known (a probe from a file, or advanced by the
+    scan's overlap), None for electrons and the near field."""
 
     name = "probe_focus"
 
@@ -98,7 +98,8 @@ def probe_focus(config, model, context: BuildContext) -> ProbeFocus | None:
         step_A, how = focus_step_A(experiment.radiation, model, dx_A, wavelength_A)
         context.said.append(f"optim.lr.probe_focus: {step_A:.4g} A per step (auto: {how})")
     place = experiment.focus_to_sample_m  # given, or found by experiment.sample_side: auto's trials
-    start_m = (None if experiment.radiation != "xray" else
+    far_field = experiment.radiation == "xray" and getattr(context.data, "near_field_distance_A", None) is None
+    start_m = (None if not far_field else  # near field: the place sets the holograms' magnification, not the probe
                float(place) if isinstance(place, int | float) and config.model.probe_init is None else math.nan)
     return ProbeFocus(dx_A, wavelength_A, step_A, start_m)
 

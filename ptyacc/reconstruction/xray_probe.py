@@ -91,9 +91,10 @@ def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor
                       f"about the beam's cone's centre in the mean pattern, {axis_said}, and the defocus about it")
     else:
         pupil = torch.sqrt(mean_pattern.clamp(min=0).to(torch.float64))
-        na = cone_numerical_aperture(mean_pattern, data.dk_invA, data.wavelength_A)
+        na = cone_numerical_aperture(mean_pattern, data.dk_invA, data.wavelength_A, axis_px)
         pupil_said = (f"the mean pattern's amplitude (its bright cone about {na:.3g} in numerical aperture, its centre "
                       f"{axis_said}: the defocus about it)")
+    said += cone_cut_warning(axis_px, na / (data.wavelength_A * data.dk_invA) + max(map(abs, axis_px)), k)
     given = config.experiment.focus_to_sample_m
     if given is not None:
         defocus_A, defocus_said = given * 1e10, "experiment.focus_to_sample_m"
@@ -114,6 +115,19 @@ def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor
                 f"({defocus_said})")
     return pupil_probe(pupil, fresnel_propagator(k, data.dx_A, data.wavelength_A, defocus_A, torch.complex128,
                                                  axis_px))
+
+
+def cone_cut_warning(axis_px: tuple[float, float], reach_px: float, k: int) -> list[str]:
+    """The warning where the beam's cone, centred ``axis_px`` (y, x) frequency pixels from the detector's middle pixel,
+    reaches ``reach_px`` from it, to the edge of the ``k``-pixel window or past it: the model's frequencies lie about
+    the middle pixel, so the side the cone leans to loses the probe's own frequencies, and the sample's scattering
+    with them, which the other side keeps; none for a cone a pixel or less off the middle (its cut is even)."""
+    if max(abs(axis_px[0]), abs(axis_px[1])) <= 1.0 or reach_px < k / 2 - 1:
+        return []
+    return [f"warning: the beam's cone lies ({axis_px[0]:+.1f}, {axis_px[1]:+.1f}) px (y, x) off the detector's "
+            f"middle pixel and reaches {reach_px:.3g} px from it, to the {k} px window's edge on that side, where the "
+            "probe's frequencies are lost: crop the patterns about the cone's centre (data.transform.crop and "
+            "crop_offset)"]
 
 
 def beam_axis_px(mean_pattern: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, float]:
