@@ -27,7 +27,7 @@ import numpy as np
 from ptyacc.config import Config, ExperimentConfig, resolved_upsample
 from ptyacc.data.bright_field import measured_radius_px, sample_rows
 from ptyacc.data.calibration import Calibration, SourceFacts, calibrate
-from ptyacc.data.descan import Descan, Descanned, any_moved, disk_offset_px, measure_descan
+from ptyacc.data.descan import Descan, Descanned, any_moved, beam_axis_px, disk_offset_px, measure_descan
 from ptyacc.data.detector import BadPixels, good_pixels, measure_bad_pixels
 from ptyacc.data.hologram_motion import MIN_MOTION_POSITIONS, NearFieldGeometry, measure_motion, near_field_geometry
 from ptyacc.data.orientation import (
@@ -993,8 +993,7 @@ def _overlap_distance_A(experiment, calibration, source, prepare, mask: np.ndarr
         na = experiment.optics.numerical_aperture(calibration.wavelength_A * 1e-10)
     else:
         mean = source.read(sample_rows(len(calibration.positions_A)), prepare).patterns.mean(0, dtype=np.float64)
-        axis = disk_offset_px(np.fft.fftshift(mean), None if mask is None else np.fft.fftshift(mask > 0))
-        axis = axis if all(np.isfinite(axis)) else (0.0, 0.0)  # the cone's outer edge measured about its centre
+        axis = beam_axis_px(mean, None if mask is None else mask > 0)  # the cone's outer edge about its centre
         na = cone_numerical_aperture(mean if mask is None else mean * mask, 1.0 / window_A, calibration.wavelength_A,
                                      axis)
     return overlap_defocus_A(calibration.positions_A, na)[0]

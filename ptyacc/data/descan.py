@@ -160,6 +160,15 @@ def disk_offset_px(mean: np.ndarray, good: np.ndarray | None) -> tuple[float, fl
     return float(centre[0] - mean.shape[0] // 2), float(centre[1] - mean.shape[1] // 2)
 
 
+def beam_axis_px(mean: np.ndarray, good: np.ndarray | None) -> tuple[float, float]:
+    """(y, x) frequency pixels from the zero frequency of the beam's cone's centre in the mean pattern ``mean`` (K, K,
+    the model's layout: unshifted; ``good`` True where a pixel counts, the same layout, or None): the beam's axis
+    (X-ray far field: a cone off the detector's middle pixel is a beam tilted against it); (0, 0) where there is no
+    cone to read (an empty mean)."""
+    axis = disk_offset_px(np.fft.fftshift(mean), None if good is None else np.fft.fftshift(good))
+    return axis if all(np.isfinite(axis)) else (0.0, 0.0)
+
+
 def fit_plane(positions_A: np.ndarray, centres_px: np.ndarray, centre_px: float, fill: np.ndarray) -> Descan:
     """The least-squares plane through ``centres_px`` (n, 2) at ``positions_A`` (n, 2), its parts
     within ``SIGNIFICANCE`` standard errors of zero left out (per axis: the offset from ``centre_px``,

@@ -4,7 +4,7 @@ Without a file, the probe is a pupil advanced from the focus to the sample by a 
 - the pupil: the optics' (``experiment.optics``: a zone plate's or a KB's numerical aperture, the
   central stop) where given, else the square root of the mean pattern (the beam's cone as the
   detector sees it, a disk or an annulus);
-- the axis: the centre of the beam's cone in the mean pattern (``beam_axis_px``), about which the pupil (the
+- the axis: the centre of the beam's cone in the mean pattern (``mean_axis_px``), about which the pupil (the
   optics') is centred and the defocus advances it: a beam tilted against the detector, its cone off the middle
   pixel, would otherwise start beside its place;
 - the defocus: ``experiment.focus_to_sample_m`` where given, else the one that makes the beam
@@ -23,7 +23,7 @@ import torch
 
 from ptyacc.config import Config
 from ptyacc.data import PtychoData
-from ptyacc.data.descan import disk_offset_px
+from ptyacc.data.descan import beam_axis_px
 from ptyacc.data.probe_file import read_probe
 from ptyacc.errors import ConfigError
 from ptyacc.physics import fresnel_propagator
@@ -82,7 +82,7 @@ def far_field_probe(config: Config, data: PtychoData, mean_pattern: torch.Tensor
     k, optics = data.detector_px, config.experiment.optics
     if data.mask is not None:  # a hot pixel left out of the loss stays out of the cone
         mean_pattern = mean_pattern * data.mask
-    axis_px = beam_axis_px(mean_pattern, data.mask)
+    axis_px = mean_axis_px(mean_pattern, data.mask)
     axis_said = f"({axis_px[0]:+.2f}, {axis_px[1]:+.2f}) px (y, x) from the zero frequency"
     if optics is not None:
         na = optics.numerical_aperture(data.wavelength_A * 1e-10)
@@ -130,16 +130,13 @@ def cone_cut_warning(axis_px: tuple[float, float], reach_px: float, k: int) -> l
             "crop_offset)"]
 
 
-def beam_axis_px(mean_pattern: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, float]:
-    """(y, x) frequency pixels from the zero frequency of the beam's cone's centre in the mean pattern (K, K, model
-    layout: unshifted; ``mask`` 1 where a pixel counts, or None): the beam's axis. A cone off the detector's centre is
-    a beam tilted against it; advanced about the zero frequency instead, the initial probe sits lambda z q to the side
-    (1.1 px for a cone 2.4 px off at 2.5 mm, 8 keV), where the probe's hold (``model.recenter.hold_probe``) keeps
-    it, and the object comes out as far from the positions' frame."""
-    mean = np.fft.fftshift(mean_pattern.detach().to(torch.float64).cpu().numpy())
-    good = None if mask is None else np.fft.fftshift(mask.detach().cpu().numpy() > 0)
-    axis = disk_offset_px(mean, good)
-    return axis if all(np.isfinite(axis)) else (0.0, 0.0)  # no cone to read (an empty mean): along the axis
+def mean_axis_px(mean_pattern: torch.Tensor, mask: torch.Tensor | None) -> tuple[float, float]:
+    """The beam's axis (``descan.beam_axis_px``) in the mean pattern (K, K, model layout; ``mask`` 1 where a pixel
+    counts, or None). A cone off the detector's centre is a beam tilted against it; advanced about the zero frequency
+    instead, the initial probe sits lambda z q to the side (1.1 px for a cone 2.4 px off at 2.5 mm, 8 keV), where the
+    probe's hold (``model.recenter.hold_probe``) keeps it, and the object comes out as far from the positions' frame."""
+    return beam_axis_px(mean_pattern.detach().to(torch.float64).cpu().numpy(),
+                        None if mask is None else mask.detach().cpu().numpy() > 0)
 
 
 def check_modes(modes: torch.Tensor, wanted: int) -> None:
