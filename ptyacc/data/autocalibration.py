@@ -918,7 +918,8 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
     fixed = _fixed_flags(transform, source)
     found, line = measure_orientation(source, None, file_mask, background, fixed, given, base, PHASE_SIGN["xray"])
     flags, warnings, rotation_deg = found.flags, [], found.rotation_deg if rotation_auto else given
-    if fixed is None and not tells_handedness(found) and judge is not None:  # every flag set, by trials
+    judged = fixed is None and not tells_handedness(found) and judge is not None
+    if judged:  # every flag set, by trials
         # with the rotation auto, the frames around the circle too: a centre of mass that cannot tell the handedness
         # reads the angle no better (a stage turned 126 degrees: 34 read, the halves 27 and 40)
         verdict = judge([OrientationCandidate(candidate, given, None, "the centre of mass's" if candidate == flags else
@@ -945,8 +946,7 @@ def _xray_oriented(experiment, transform, source, calibration, file_mask: np.nda
     if fixed is None:
         transform = dataclasses.replace(transform, orientation="manual", transpose=flags[0], flip_y=flags[1],
                                         flip_x=flags[2])
-    by_trials = fixed is None and not tells_handedness(found) and judge is not None
-    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, by_trials=by_trials,
+    return (experiment, transform, MeasuredOrientation(flags, rotation_deg, found.skew, by_trials=judged,
                                                        tells_turn=found.tells_turn), (line, *warnings))
 
 

@@ -16,7 +16,7 @@ defocus f is the focused one advanced by -f), from the attribute ``probe_focus_t
 
 The step (``optim.lr.probe_focus: auto``): 1 Å for electrons, where a defocus of 100-200 Å is read 5-15 % off; for
 X-rays, whose probe's depth of focus is a hundred thousand times longer (the sample millimetres from a zone plate's
-focus, read 15-20 % off by the far field's side trials), FOCUS_STEP_SHARE of ``focus_unit``, the change of focus
+focus, read up to 20 % off by the far field's side trials), FOCUS_STEP_SHARE of ``focus_unit``, the change of focus
 that alters the initial probe by its own norm.
 
 One scan only: the probes of several scans (``scans.py``) are not refocused.
