@@ -131,9 +131,11 @@ def test_a_defocus_started_off_is_brought_near_the_truth(grid_simulator, tmp_pat
     assert phase_ncc(refined, truth) > phase_ncc(told, truth) - 0.001
 
 
-def factory_config(radiation: str = "electron", lr: float | str = "auto", focus_to_sample_m=None, probe_init=None):
+def factory_config(radiation: str = "electron", lr: float | str = "auto", focus_to_sample_m=None, probe_init=None,
+                   geometry: str = "far_field"):
     return SimpleNamespace(optim=SimpleNamespace(start=SimpleNamespace(probe_focus=0), lr=SimpleNamespace(probe_focus=lr)),
-                           experiment=SimpleNamespace(radiation=radiation, focus_to_sample_m=focus_to_sample_m),
+                           experiment=SimpleNamespace(radiation=radiation, focus_to_sample_m=focus_to_sample_m,
+                                                      geometry=geometry),
                            model=SimpleNamespace(probe_init=probe_init))
 
 
@@ -216,8 +218,8 @@ def test_the_step_s_auto_is_an_angstrom_for_electrons_and_a_share_of_the_x_ray_b
     focus, said = made(factory_config("xray", lr=3e4, probe_init={"path": "probe.h5"}, focus_to_sample_m=2.6e-3))
     assert focus.step_A == 3e4 and said == [] and np.isnan(focus.focus_to_sample_m)
     context = SimpleNamespace(scans=None, geometry=SimpleNamespace(dx_A=XRAY_DX), said=[],
-                              data=SimpleNamespace(wavelength_A=XRAY_WAVELENGTH, near_field_distance_A=1e7))
-    near = probe_focus(factory_config("xray", focus_to_sample_m=2.6e-3), model, context)
+                              data=SimpleNamespace(wavelength_A=XRAY_WAVELENGTH))
+    near = probe_focus(factory_config("xray", focus_to_sample_m=2.6e-3, geometry="near_field"), model, context)
     assert near.focus_to_sample_m is None  # the near field's place is the holograms' magnification, not the probe's
 
 

@@ -965,18 +965,23 @@ def _phase_delayed(flags: Flags, rotation_deg: float, found, rotation_auto: bool
     mirrored, off_deg = frame_difference(flags, rotation_deg, found.flags, found.rotation_deg)
     if mirrored or abs(abs(off_deg) - 180.0) > TURNED_APART_DEG:
         return flags, rotation_deg, ""
-    if rotation_auto:
-        turned_deg = rotation_deg + (180.0 if rotation_deg <= 0 else -180.0)
-        said = f"experiment.scan_rotation_deg {turned_deg:.2f}"
-        return flags, turned_deg, _turned_words(said, found.skew)
+    (t, fy, fx), turned_deg = _turned_frame(flags, rotation_deg, rotation_auto)
+    taken = (f"experiment.scan_rotation_deg {turned_deg:.2f}" if rotation_auto else
+             f"transpose {t}, flip_y {fy}, flip_x {fx}")
+    return (t, fy, fx), turned_deg, (
+        f"; the trials' frame is the centre of mass's turned by 180 degrees, which the trials' side of the focus "
+        f"chose: {taken} is used, the member whose phase the centre of mass reads as delayed (divergence skew "
+        f"{found.skew:+.2f}), the side's trials to follow")
+
+
+def _turned_frame(flags: Flags, rotation_deg: float, turn_rotation: bool) -> tuple[Flags, float]:
+    """The frame (``flags``, ``rotation_deg``) turned by 180 degrees, the conjugate pair's other member: the rotation
+    turned (into (-180, 180]) where ``turn_rotation`` (it was measured: the flips keep their place against the zero
+    frequency), else flip_y and flip_x reversed."""
+    if turn_rotation:
+        return flags, rotation_deg + (180.0 if rotation_deg <= 0 else -180.0)
     t, fy, fx = flags
-    return (t, not fy, not fx), rotation_deg, _turned_words(f"transpose {t}, flip_y {not fy}, flip_x {not fx}", found.skew)
-
-
-def _turned_words(taken: str, skew: float) -> str:
-    return (f"; the trials' frame is the centre of mass's turned by 180 degrees, which the trials' side of the focus "
-            f"chose: {taken} is used, the member whose phase the centre of mass reads as delayed (divergence skew "
-            f"{skew:+.2f}), the side's trials to follow")
+    return (t, not fy, not fx), rotation_deg
 
 
 PLACE_SCALES = (0.6, 1.0, 1.6)  # the overlap's distance from the focus tried times these (1 on either side first)
@@ -1092,15 +1097,15 @@ def _object_framed(place: SamplePlace, correlation: float | None, measured: bool
     that ``correlation`` was read on."""
     if not (measured or rotation_measured) or correlation is None or not conjugate_warning(correlation, place.flags):
         return place
-    distance, (t, fy, fx) = -place.focus_to_sample_m, place.flags
+    distance = -place.focus_to_sample_m
+    (t, fy, fx), turned = _turned_frame(place.flags, place.rotation_deg, rotation_measured)
     said = f"; {read_on} is the conjugate (its phase against its log amplitude {correlation:+.2f}): the sample "
     if rotation_measured:
-        turned = place.rotation_deg + (180.0 if place.rotation_deg <= 0 else -180.0)
         return SamplePlace(side_of(distance), distance, place.flags, place.line + said + (
             f"{side_of(distance)} of the focus and the scan turned by 180 degrees, experiment.scan_rotation_deg "
             f"{turned:.2f}, are used, the object's own frame"), turned)
-    return SamplePlace(side_of(distance), distance, (t, not fy, not fx), place.line + said + (
-        f"{side_of(distance)} of the focus and transpose {t}, flip_y {not fy}, flip_x {not fx} are used, the object's "
+    return SamplePlace(side_of(distance), distance, (t, fy, fx), place.line + said + (
+        f"{side_of(distance)} of the focus and transpose {t}, flip_y {fy}, flip_x {fx} are used, the object's "
         "own frame"), place.rotation_deg)
 
 

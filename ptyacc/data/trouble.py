@@ -507,14 +507,19 @@ def conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: 
     (``experiment.sample_side``), None where ``experiment.focus_to_sample_m`` gave it."""
     if correlation >= -CONJUGATE_CLEAR:
         return []
-    t, fy, fx = flags
     other = ("experiment.focus_to_sample_m with the other sign" if side is None else
              f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
     return [f"warning: the object's phase rises where its amplitude falls (their correlation over the scanned region "
             f"{correlation:+.2f}), where X-ray matter delays the phase where it absorbs: this is the conjugate of the "
             f"object (read the phase with its sign reversed), which patterns flipped along both axes fit as well as the "
             f"object itself under a probe curved the other way; to reconstruct the object itself, set both "
-            f"data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx} and {other}"]
+            f"{_other_member(flags)} and {other}"]
+
+
+def _other_member(flags: tuple[bool, bool, bool]) -> str:
+    """The keys of the conjugate pair's other member of the frame ``flags``: both flips reversed."""
+    t, fy, fx = flags
+    return f"data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx}"
 
 
 def unsure_conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: str) -> list[str]:
@@ -525,13 +530,12 @@ def unsure_conjugate_warning(correlation: float, flags: tuple[bool, bool, bool],
     skew alone (``autocalibration._phase_delayed``); the sample's side of the focus, where known, decides them."""
     if abs(correlation) >= CONJUGATE_CLEAR:
         return []
-    t, fy, fx = flags
     other = "upstream" if side == "downstream" else "downstream"
     return [f"warning: this may be the conjugate of the object (its phase reversed): the centre of mass could not tell "
             f"the detector's flips, and the object absorbs too little to tell it from its conjugate (its phase against "
             f"its log amplitude {correlation:+.2f}), which patterns flipped along both axes fit as well under a probe "
             f"curved the other way; where the sample lies {other} of the focus, set experiment.sample_side: {other} "
-            f"with data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx}; where it "
+            f"with {_other_member(flags)}; where it "
             f"lies {side}, set experiment.sample_side: {side} to keep this frame"]
 
 

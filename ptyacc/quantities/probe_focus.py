@@ -98,7 +98,7 @@ def probe_focus(config, model, context: BuildContext) -> ProbeFocus | None:
         step_A, how = focus_step_A(experiment.radiation, model, dx_A, wavelength_A)
         context.said.append(f"optim.lr.probe_focus: {step_A:.4g} A per step (auto: {how})")
     place = experiment.focus_to_sample_m  # given, or found by experiment.sample_side: auto's trials
-    far_field = experiment.radiation == "xray" and getattr(context.data, "near_field_distance_A", None) is None
+    far_field = experiment.radiation == "xray" and experiment.geometry == "far_field"
     start_m = (None if not far_field else  # near field: the place sets the holograms' magnification, not the probe
                float(place) if isinstance(place, int | float) and config.model.probe_init is None else math.nan)
     return ProbeFocus(dx_A, wavelength_A, step_A, start_m)

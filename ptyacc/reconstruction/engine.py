@@ -424,7 +424,7 @@ class Reconstructor:
         side = None if experiment.focus_to_sample_m is not None else experiment.sample_side
         said = conjugate_warning(correlation, flags, side)
         chosen_side = autos.get("experiment.sample_side")  # the side's trials chose it
-        if not said and chosen_side is not None and bool((self.data.detector or {}).get("orientation_by_trials", False)):
+        if not said and chosen_side is not None and self.data.detector.get("orientation_by_trials", False):
             said = unsure_conjugate_warning(correlation, flags, chosen_side)
         return said
 
