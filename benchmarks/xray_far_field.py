@@ -27,6 +27,8 @@ true phase beside it (``ground_truth/phase``, pixel [i, j] at (i, j) dx in the f
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xfm --draw 16 6 --detector --jobs 2
     # with the detector's basis vectors stored (the flags given by the file, the turn still measured)
     OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xfb --draw 16 8 --turned --basis --jobs 2
+    # weak absorbers upstream of the focus at few photons (where the centre of mass may not tell the handedness)
+    OMP_NUM_THREADS=1 python benchmarks/xray_far_field.py run --work /tmp/xfw --draw 16 12 --turned --detector --weak --jobs 2
 
 Prints one JSON line per run: the phase NCC at the reconstruction's exact place, the final deviance per counted
 pixel, the correlation of the object's phase with its log amplitude, the orientation the run measured and every
@@ -108,7 +110,8 @@ def spiral(n: int, step_px: float) -> np.ndarray:
     return np.stack([r * np.sin(angle), r * np.cos(angle)], axis=1)
 
 
-def draw(count: int, seed: int, turned: bool = False, detector: bool = False, basis: bool = False) -> list[str]:
+def draw(count: int, seed: int, turned: bool = False, detector: bool = False, basis: bool = False,
+         weak: bool = False) -> list[str]:
     """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
     downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
     weak absorber (beta / delta 0.005, as carbon or a polymer at such energies). ``turned`` (names
@@ -116,15 +119,21 @@ def draw(count: int, seed: int, turned: bool = False, detector: bool = False, ba
     and by any angle on the odd (a generator of its own, so the rest of the draw is unchanged). ``detector`` (names
     ``xd[t]m<seed>-<i>``): the same cases read by a pixel detector as a beamline's is (``read_out``). ``basis``
     (names ``xd[t][m]b<seed>-<i>``): the same cases with the detector's true basis vectors stored (``basis_vectors``),
-    so that the file gives the read-out's transpose and flips."""
+    so that the file gives the read-out's transpose and flips. ``weak`` (names ``xd[t][m][b]w<seed>-<i>``): every
+    file a weak absorber upstream of the focus at 1e5-2e6 photons per pattern, the kind whose centre of mass may not
+    tell the handedness (a generator of its own for the photons)."""
     rng = np.random.default_rng(seed)
+    few = np.random.default_rng([seed, 17])
     turns = np.random.default_rng([seed, 7])
     names = []
     for i in range(count):
-        name = f"xd{'t' if turned else ''}{'m' if detector else ''}{'b' if basis else ''}{seed}-{i:02d}"
+        name = f"xd{'t' if turned else ''}{'m' if detector else ''}{'b' if basis else ''}{'w' if weak else ''}{seed}-{i:02d}"
         sign = rng.choice((-1.0, 1.0))
         CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
                        float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
+        if weak:
+            photons, n, step, defocus_mm, orientation, case_seed, _ = CASES[name]
+            CASES[name] = (float(10 ** few.uniform(5, 6.3)), n, step, -abs(defocus_mm), orientation, case_seed, 0.05)
         stage_deg = float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)) if turned else 0.0
         CASES[name] += (stage_deg, detector, basis)
         names.append(name)
@@ -347,6 +356,8 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
                         help="xray_far_field.py's draw read by a detector of modules: gaps, a beamstop, bad pixels")
     parser.add_argument("--basis", action="store_true",
                         help="xray_far_field.py's draw with the detector's true basis vectors stored")
+    parser.add_argument("--weak", action="store_true",
+                        help="xray_far_field.py's draw of weak absorbers upstream of the focus at few photons")
     return parser.parse_args(argv)
 
 
@@ -370,7 +381,7 @@ def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    names = (draw(*args.draw, turned=args.turned, detector=args.detector, basis=args.basis) if args.draw
+    names = (draw(*args.draw, turned=args.turned, detector=args.detector, basis=args.basis, weak=args.weak) if args.draw
              else args.cases or list(CASES))
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, make, run)
