@@ -429,7 +429,7 @@ class _Bowl(OrientationTrials):
         from types import SimpleNamespace
 
         self.iterations, self.lowest_deg, self.lowest_defocus_A, self.asked = 6, lowest_deg, lowest_defocus_A, []
-        self.read, self.level, self.modes, self.correlations, self.stand_ins = {}, level, False, {}, {}
+        self.read, self.level, self.modes, self.correlations, self.stand_ins, self.skews = {}, level, False, {}, {}, {}
         self.accelerator = SimpleNamespace(is_main_process=True)
         self.config = load_config({"data": {"path": "x.h5"}, "experiment": {"defocus_A": "auto"}})
 

@@ -19,8 +19,14 @@ from ptyacc.commands.init_config import init_config
 from ptyacc.config import load_config
 from ptyacc.data.load import load_data
 from ptyacc.data.orientation import ScatteredGrid, centres_of_mass, orientation_from_com
-from ptyacc.data.trouble import CONJUGATE_CLEAR, conjugate_warning
-from ptyacc.results.quality import best_shift_ncc, phase_absorption_correlation, placed_ncc, scanned_region
+from ptyacc.data.trouble import (
+    CONJUGATE_CLEAR,
+    PHASE_ADVANCED_SKEW,
+    advanced_phase_warning,
+    conjugate_reason,
+    conjugate_warning,
+)
+from ptyacc.results.quality import best_shift_ncc, phase_absorption_correlation, phase_skew, placed_ncc, scanned_region
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +57,9 @@ def xff():
     # draw 9 with --detector, file 0: a weak absorber (beta a twentieth of gold's) 3.44 mm upstream of the focus, 7e5
     # photons, whose centre of mass cannot tell the handedness
     module.CASES["test_weak_upstream"] = (725189.70, 281, 5.2063, -3.4438, 0, 9000, 0.05, 1.4989, True)
+    # draw 12 with --turned --detector --weak, file 9: a weak absorber 3.79 mm upstream, 1.2e6 photons, the stage turned
+    # 130 degrees, read out flipped along x; its centre of mass tells the handedness but its skew (-0.06) is noise
+    module.CASES["test_weak_turned"] = (1206586.08, 245, 5.5608, -3.7863, 1, 12009, 0.05, 130.1197, True)
     return module
 
 
@@ -155,6 +164,41 @@ def test_the_phase_against_the_absorption_tells_the_conjugate(xff, files):
     # a phase ramp (the probe's as much as the object's) does not hide it
     y, x = np.indices(phase.shape)
     assert phase_absorption_correlation(obj * np.exp(0.05j * (y + x)), rows, cols) > 0.95
+
+
+def test_the_phase_s_skew_is_a_sparse_delay_s_known_value_and_its_conjugate_s_opposite():
+    """A tenth of the pixels delayed by 0.3 rad on an empty background, laid out symmetrically (so that the plane
+    freed from it is its mean): the skew of a two-valued distribution with a share p at the lower value,
+    -(1 - 2 p) / sqrt(p (1 - p)) = -8/3; its conjugate +8/3; a phase ramp and an offset change nothing; a flat phase
+    reads 0."""
+    rows = np.arange(40) % 5 == 2
+    cols = np.isin(np.arange(40) % 4, (1, 2))
+    phase = -0.3 * (rows[:, None] & cols[None, :])
+    assert phase.astype(bool).mean() == pytest.approx(0.1)
+    obj = (0.999 * np.exp(1j * phase))[None]
+    region = (slice(0, 40), slice(0, 40))
+    assert phase_skew(obj, *region) == pytest.approx(-8 / 3, abs=1e-9)
+    assert phase_skew(np.conj(obj), *region) == pytest.approx(8 / 3, abs=1e-9)
+    y, x = np.indices(phase.shape)
+    assert phase_skew(obj * np.exp(1j * (0.4 + 0.05 * y - 0.03 * x)), *region) == pytest.approx(-8 / 3, abs=1e-9)
+    assert phase_skew(np.full((1, 40, 40), 0.9 + 0j), *region) == 0.0
+
+
+def test_a_weak_absorber_s_forward_phase_reads_as_the_conjugate_where_the_absorption_cannot_say():
+    """``conjugate_reason``: the phase against the absorption decides where it is clear; under CONJUGATE_CLEAR either
+    way, a skew over PHASE_ADVANCED_SKEW (the phase departing forward) reads as the conjugate. The end-of-run warning
+    (``advanced_phase_warning``) names the other member's keys and the other side."""
+    assert "log amplitude -0.40" in conjugate_reason(-0.4, -2.5)  # the absorption says it, whatever the skew
+    assert conjugate_reason(0.4, 2.5) is None  # the absorption says it is right
+    assert "skew +2.52" in conjugate_reason(-0.14, 2.52)
+    for correlation, skew in ((0.1, PHASE_ADVANCED_SKEW), (0.1, -2.5), (0.1, None)):
+        assert conjugate_reason(correlation, skew) is None
+    [said] = advanced_phase_warning(-0.14, 2.52, (True, True, True), "downstream")
+    assert "likely the conjugate" in said and "skew +2.52" in said
+    assert "transpose: True, flip_y: False, flip_x: False and experiment.sample_side: upstream" in said
+    assert "focus_to_sample_m with the other sign" in advanced_phase_warning(-0.14, 2.52, (True, True, True), None)[0]
+    for correlation, skew in ((-0.14, 0.9), (0.35, 2.52), (-0.35, 2.52)):
+        assert advanced_phase_warning(correlation, skew, (True, True, True), "downstream") == []
 
 
 def run_file(path: Path, tmp_path: Path, **overrides) -> ptyacc.Reconstruction:
@@ -305,6 +349,11 @@ def test_a_conjugate_trial_object_takes_the_object_s_own_frame():
     for correlation, measured, rotation in ((-CONJUGATE_CLEAR + 0.05, True, True), (0.6, True, True),
                                             (None, True, True), (-0.9, False, False)):
         assert _object_framed(place, correlation, measured, rotation) == place
+    # a weak absorber: its phase departing forward takes the other member, backward keeps it
+    weak = _object_framed(place, -0.1, True, False, skew=2.5)
+    assert (weak.side, weak.flags) == ("upstream", (True, False, False)) and "skew +2.50" in weak.line
+    assert _object_framed(place, -0.1, True, False, skew=-2.5) == place
+    assert _object_framed(place, 0.6, True, False, skew=2.5) == place  # a clear absorption outweighs the skew
 
 
 def test_the_trials_turn_to_the_centre_of_mass_s_member_of_the_pair():
@@ -339,6 +388,36 @@ def test_a_weak_absorber_whose_flips_the_trials_chose_is_said_to_be_perhaps_its_
            "flip_y: False, flip_x: False" in said and "experiment.sample_side: downstream to keep this frame" in said
     for correlation in (CONJUGATE_CLEAR, -CONJUGATE_CLEAR - 0.1, 0.8):
         assert unsure_conjugate_warning(correlation, (False, True, True), "downstream") == []
+    # the object's phase clearly delayed (a skew under -PHASE_ADVANCED_SKEW) says which member: nothing to say
+    assert unsure_conjugate_warning(0.17, (False, True, True), "downstream", -PHASE_ADVANCED_SKEW - 0.1) == []
+    assert len(unsure_conjugate_warning(0.17, (False, True, True), "downstream", -PHASE_ADVANCED_SKEW + 0.1)) == 1
+
+
+@pytest.mark.slow
+def test_a_weak_absorber_whose_centre_of_mass_took_the_conjugate_is_turned_by_its_trial_object_s_phase(files, tmp_path):
+    """A weak absorber upstream whose centre of mass tells the handedness but reads the turn by 180 degrees from a
+    skew lost in the noise: it took the conjugate's member, the side's trials followed (downstream), and the run ended
+    at NCC -0.99 against told 0.99 with no warning. The side's trial object's phase departs from its background
+    forward (skew +2.5; the object's own, -2.5): the pair's other member and the other side are taken, the object
+    comes within 0.02 of told, its phase's skew is a delay's and nothing warns. Without trials (the centre of mass's
+    member, the sample downstream) the run ends at the conjugate, and its end says so by the skew."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "calibration_matrix"))
+    from matrix import score_run
+
+    path = files["test_weak_turned"]
+    rec = run_file(path, tmp_path)
+    log = (tmp_path / "out" / "run.log").read_text()
+    assert "is the conjugate (its phase departs from its background forward" in log
+    autos = yaml.safe_load(rec.results.attrs["auto_values"])
+    assert autos["experiment.sample_side"] == "upstream"
+    assert score_run(tmp_path / "out" / "results.h5", path)["ncc"] > 0.97
+    assert rec.results.attrs["phase_skew"] < -PHASE_ADVANCED_SKEW
+    assert warnings_of(rec) == []
+    untried = run_file(path, tmp_path / "untried", **{"data.transform.orientation_trials": 0})
+    assert score_run(tmp_path / "untried" / "out" / "results.h5", path)["ncc"] < -0.5  # the rotation unrefined: -0.80
+    assert untried.results.attrs["phase_skew"] > PHASE_ADVANCED_SKEW
+    [said] = warnings_of(untried)
+    assert "this is likely the conjugate of the object" in said and "experiment.sample_side: upstream" in said
 
 
 @pytest.mark.slow
@@ -372,8 +451,8 @@ def test_a_weak_absorber_upstream_whose_flips_the_trials_chose_is_not_its_conjug
     """A weak absorber upstream of the focus whose centre of mass cannot tell the handedness, the stage's turn given:
     the trials, run with the sample downstream, take the conjugate's member of the pair, and the side's trials follow
     it (before: NCC -0.977 against told 0.984, no warning); the centre of mass's member is taken instead, the side's
-    trials find upstream, the object comes within 0.02 of told, and the run's end says it cannot be sure (the phase
-    against the absorption too weak to tell)."""
+    trials find upstream, the object comes within 0.02 of told; its phase against its absorption is too weak to tell
+    the pair apart, but its phase's skew says delayed, so that the run's end has nothing to say."""
     sys.path.insert(0, str(ROOT / "benchmarks" / "calibration_matrix"))
     from matrix import score_run
 
@@ -383,8 +462,8 @@ def test_a_weak_absorber_upstream_whose_flips_the_trials_chose_is_not_its_conjug
     assert rec.results.detector["orientation_by_trials"] and autos["experiment.sample_side"] == "upstream"
     assert score_run(tmp_path / "out" / "results.h5", path)["ncc"] > 0.95
     assert abs(rec.results.attrs["phase_absorption_correlation"]) < CONJUGATE_CLEAR
-    [said] = warnings_of(rec)
-    assert "this may be the conjugate of the object" in said
+    assert rec.results.attrs["phase_skew"] < -PHASE_ADVANCED_SKEW
+    assert warnings_of(rec) == []
 
 
 @pytest.mark.slow

@@ -58,7 +58,7 @@ from ptyacc.data.trouble import (
     blended_rotation_deg,
     com_search_disagreement_warning,
     com_warnings,
-    conjugate_warning,
+    conjugate_reason,
     far_defocus_warning,
     mirror_disagreement_warning,
     parallax_warnings,
@@ -209,6 +209,7 @@ class Verdict:
     correlation: float | None = None
     losses: tuple[float, ...] = ()  # each candidate's trial's final data term, in order
     correlated: OrientationCandidate | None = None
+    phase_skew: float | None = None  # the skew of that object's phase (``results.quality.phase_skew``)
 
 
 # chooses among candidate orientations (``reconstruction/trials.py``), refining the rotation (``turn``) and the
@@ -1029,12 +1030,13 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
     spacing) on either side, then at the other PLACE_SCALES of it on the side that fitted, under the ``flags`` and
     ``rotation_deg`` the run takes (flips about zero ``about``), and takes the lowest data term, then tries the lowest
     point of the parabola through the three distances' data terms: from the wrong side the run stalls, and a start
-    a quarter short of the true distance costs many iterations. Where that trial's object is the conjugate (its phase
-    against its absorption, ``trouble.conjugate_warning``) and the flags were ``measured`` or the rotation
-    (``rotation_measured``) (the centre of mass took the pair's wrong member, as a strong absorber's pull through a
-    defocused probe can make it), the pair's other member and the other side are taken: the object itself, whose
-    data those are too (``_object_framed``: with the rotation measured, the scan rotation turned by 180 degrees
-    rather than the flips reversed). Without a judge: downstream at the overlap's distance, the flags as they are."""
+    a quarter short of the true distance costs many iterations. Where that trial's object reads as the conjugate (its
+    phase against its absorption, or a weak absorber's phase departing forward: ``trouble.conjugate_reason``) and the
+    flags were ``measured`` or the rotation (``rotation_measured``) (the centre of mass took the pair's wrong member, as
+    a strong absorber's pull through a defocused probe or a weak absorber's skew lost in noise can make it), the pair's
+    other member and the other side are taken: the object itself, whose data those are too (``_object_framed``: with
+    the rotation measured, the scan rotation turned by 180 degrees rather than the flips reversed). Without a judge:
+    downstream at the overlap's distance, the flags as they are."""
     if judge is None:
         return SamplePlace("downstream", None, flags, "experiment.sample_side: downstream (auto; ptyacc run tries "
                                                       "both sides and three distances by short reconstructions)",
@@ -1071,9 +1073,10 @@ def _sample_place(judge: Judge | None, flags: Flags, rotation_deg: float, about:
             f"{sides.said}; {others.said if min(others.losses) < min(sides.losses) else 'the other distances ended higher'}"
             f"{between}"
             + ("" if verdict.correlation is None else
-               f"; its object's phase against its log amplitude {verdict.correlation:+.2f}") + ")")
+               f"; its object's phase against its log amplitude {verdict.correlation:+.2f}")
+            + ("" if verdict.phase_skew is None else f", its phase's skew {verdict.phase_skew:+.2f}") + ")")
     return _object_framed(SamplePlace(side_of(distance), distance, flags, line, rotation_deg), verdict.correlation,
-                          measured, rotation_measured)
+                          measured, rotation_measured, skew=verdict.phase_skew)
 
 
 def parabola_lowest(offsets, losses) -> float | None:
@@ -1085,21 +1088,23 @@ def parabola_lowest(offsets, losses) -> float | None:
 
 
 def _object_framed(place: SamplePlace, correlation: float | None, measured: bool, rotation_measured: bool,
-                   read_on: str = "that trial's object") -> SamplePlace:
+                   read_on: str = "that trial's object", skew: float | None = None) -> SamplePlace:
     """``place`` in the object's own frame where the trial object whose phase against its log amplitude is
-    ``correlation`` is the conjugate (``trouble.conjugate_warning``) and the data chose the pair's member (the centre
-    of mass took the wrong one, as a strong absorber's pull through a defocused probe, or a rotation read far off,
-    can make it): the pair's other member and the other side, whose data those are too. Patterns flipped along both
+    ``correlation`` and whose phase's skew is ``skew`` reads as the conjugate (``trouble.conjugate_reason``) and the
+    data chose the pair's member (the centre of mass took the wrong one, as a strong absorber's pull through a
+    defocused probe, a weak absorber's skew lost in the noise, or a rotation read far off, can make it): the pair's
+    other member and the other side, whose data those are too. Patterns flipped along both
     axes are the scan turned by 180 degrees: with the rotation measured (``rotation_measured``, whether the flags
     were measured or given) the rotation is turned, which keeps the flips and their place against the zero frequency
     that the beam's centre chose (``_centred_orientation``); with a rotation given and the flags ``measured``, flip_y
     and flip_x are reversed; with both given, nothing is changed. ``read_on``: run.log's words for the trial object
     that ``correlation`` was read on."""
-    if not (measured or rotation_measured) or correlation is None or not conjugate_warning(correlation, place.flags):
+    reason = None if correlation is None else conjugate_reason(correlation, skew)
+    if not (measured or rotation_measured) or reason is None:
         return place
     distance = -place.focus_to_sample_m
     (t, fy, fx), turned = _turned_frame(place.flags, place.rotation_deg, rotation_measured)
-    said = f"; {read_on} is the conjugate (its phase against its log amplitude {correlation:+.2f}): the sample "
+    said = f"; {read_on} is the conjugate ({reason}): the sample "
     if rotation_measured:
         return SamplePlace(side_of(distance), distance, place.flags, place.line + said + (
             f"{side_of(distance)} of the focus and the scan turned by 180 degrees, experiment.scan_rotation_deg "
@@ -1130,7 +1135,8 @@ def _xray_turn_tried(judge: Judge, prep: Preparation, experiment, orientation, f
         near = verdict.correlated
         place = _object_framed(dataclasses.replace(place, line=line, rotation_deg=turned_deg), verdict.correlation,
                                measured, True, "that trial's object" if near is None or near.rotation_deg == turned_deg
-                               else f"the object of the finer trial nearest it ({near.rotation_deg:.2f} deg)")
+                               else f"the object of the finer trial nearest it ({near.rotation_deg:.2f} deg)",
+                               verdict.phase_skew)
         line, turned_deg = place.line, place.rotation_deg
     experiment, calibration = _at_rotation(experiment, facts, scan_shape, radius_px, turned_deg)
     return experiment, calibration, dataclasses.replace(orientation, rotation_deg=turned_deg), line, place

@@ -39,7 +39,8 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   cells that did not (phase 0.41-0.73) at 25-40 % (warned).
 - An X-ray far-field object whose phase rises where its amplitude falls (``conjugate_warning``): the conjugate of
   the object, which patterns flipped along both axes fit exactly as well; X-ray matter delays the phase where it
-  absorbs.
+  absorbs. Where it absorbs too little to say and the data chose the pair's member, a phase that departs from its
+  background forward (``advanced_phase_warning``): matter on an empty support delays it.
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
   change of focus it refined (``optim.start.probe_focus``) and the ``experiment.defocus_A`` (``refocused_probe_said``);
@@ -516,19 +517,56 @@ def conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: 
             f"{_other_member(flags)} and {other}"]
 
 
+PHASE_ADVANCED_SKEW = 1.0  # the skew of an X-ray object's phase beyond which it departs from its background forward
+# (a weak absorber's fresh draw: right objects -1.9 to -3.1 after 30 iterations, the conjugate +2.5)
+
+
+def conjugate_reason(correlation: float, skew: float | None) -> str | None:
+    """X-ray far field: run.log's words for why an object (its phase against its log amplitude ``correlation``, its
+    phase's skew ``skew``) reads as the conjugate, None where it does not. Its phase rises where it absorbs (below
+    -CONJUGATE_CLEAR), or, where it absorbs too little to say (within CONJUGATE_CLEAR), its phase departs from its
+    background forward (skew over PHASE_ADVANCED_SKEW): matter on an empty support delays an X-ray's phase, so that
+    the phase of such a sample has a long tail backward; forward, it is the conjugate, or holes in a film."""
+    if correlation < -CONJUGATE_CLEAR:
+        return f"its phase against its log amplitude {correlation:+.2f}"
+    if skew is not None and abs(correlation) < CONJUGATE_CLEAR and skew > PHASE_ADVANCED_SKEW:
+        return (f"its phase departs from its background forward (skew {skew:+.2f}), as matter on an empty support "
+                f"delays it, and it absorbs too little to say otherwise (its phase against its log amplitude "
+                f"{correlation:+.2f})")
+    return None
+
+
+def advanced_phase_warning(correlation: float, skew: float, flags: tuple[bool, bool, bool], side: str | None) -> list[str]:
+    """X-ray far field, where the data chose the conjugate pair's member (the detector's flips or the scan rotation
+    auto): the warning for a weak absorber whose phase departs from its background forward (``conjugate_reason``
+    by its skew), the conjugate's mark unless the sample is a film with holes. ``side``: the sample's side of the
+    focus its probe started on, None where ``experiment.focus_to_sample_m`` gave it."""
+    if abs(correlation) >= CONJUGATE_CLEAR or not skew > PHASE_ADVANCED_SKEW:
+        return []
+    other = ("experiment.focus_to_sample_m with the other sign" if side is None else
+             f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
+    return [f"warning: this is likely the conjugate of the object (read the phase with its sign reversed): "
+            f"{conjugate_reason(correlation, skew)}, unless the sample is a film with holes; patterns flipped along "
+            f"both axes fit the conjugate as well as the object under a probe curved the other way; to reconstruct the "
+            f"object itself, set both {_other_member(flags)} and {other}"]
+
+
 def _other_member(flags: tuple[bool, bool, bool]) -> str:
     """The keys of the conjugate pair's other member of the frame ``flags``: both flips reversed."""
     t, fy, fx = flags
     return f"data.transform.orientation: manual, transpose: {t}, flip_y: {not fy}, flip_x: {not fx}"
 
 
-def unsure_conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: str) -> list[str]:
+def unsure_conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: str,
+                             skew: float | None = None) -> list[str]:
     """X-ray far field, where trial reconstructions chose the flags (the centre of mass could not tell the
     handedness) and ``experiment.sample_side: auto`` the side, ``side``: the warning that the object may be its own
     conjugate, where its phase against its log amplitude (``correlation``) is too weak to say (under
-    CONJUGATE_CLEAR either way: a weak absorber). The pair's two members then rest on the centre of mass's divergence
-    skew alone (``autocalibration._phase_delayed``); the sample's side of the focus, where known, decides them."""
-    if abs(correlation) >= CONJUGATE_CLEAR:
+    CONJUGATE_CLEAR either way: a weak absorber) and its phase's ``skew`` does not say it is delayed (over
+    -PHASE_ADVANCED_SKEW; over +PHASE_ADVANCED_SKEW ``advanced_phase_warning`` speaks instead). The pair's two members
+    then rest on the centre of mass's divergence skew (``autocalibration._phase_delayed``) and the trial objects'
+    phase; the sample's side of the focus, where known, decides them."""
+    if abs(correlation) >= CONJUGATE_CLEAR or skew is not None and skew < -PHASE_ADVANCED_SKEW:
         return []
     other = "upstream" if side == "downstream" else "downstream"
     return [f"warning: this may be the conjugate of the object (its phase reversed): the centre of mass could not tell "

@@ -35,6 +35,7 @@ from ptyacc.data.store import (
     sample_statistics,
 )
 from ptyacc.data.trouble import (
+    advanced_phase_warning,
     astigmatism_said,
     conjugate_warning,
     deviance_warning,
@@ -412,20 +413,24 @@ class Reconstructor:
                               comm_time_s=[t.wait_s for t in traffic], traffic=traffic, config=self.config)
 
     def _conjugate_checked(self, results) -> list[str]:
-        """X-ray far field: the object's phase against its log amplitude over the scanned region (results.h5's
-        ``phase_absorption_correlation``), and the warning where the object reads as its own conjugate
-        (``trouble.conjugate_warning``)."""
-        correlation = results_phase_absorption(results)
-        results.attrs["phase_absorption_correlation"] = correlation
+        """X-ray far field: the object's phase against its log amplitude and its phase's skew over the scanned region
+        (results.h5's ``phase_absorption_correlation``, ``phase_skew``), and the warning where the object reads as its
+        own conjugate (``trouble.conjugate_warning``; where it absorbs too little to say and the data chose the pair's
+        member, ``trouble.advanced_phase_warning`` by the skew, else ``unsure_conjugate_warning`` where trials chose
+        the flags and the skew does not say the phase is delayed)."""
+        correlation, skew = results_phase_absorption(results)
+        results.attrs["phase_absorption_correlation"], results.attrs["phase_skew"] = correlation, skew
         transform, autos = self.config.data.transform, self.data.autos
         flags = tuple(bool(autos.get(f"data.transform.{key}", getattr(transform, key)))
                       for key in ("transpose", "flip_y", "flip_x"))
         experiment = self.config.experiment
         side = None if experiment.focus_to_sample_m is not None else experiment.sample_side
         said = conjugate_warning(correlation, flags, side)
+        if not said and any(key in autos for key in ("data.transform.flip_y", "experiment.scan_rotation_deg")):
+            said = advanced_phase_warning(correlation, skew, flags, side)
         chosen_side = autos.get("experiment.sample_side")  # the side's trials chose it
         if not said and chosen_side is not None and self.data.detector.get("orientation_by_trials", False):
-            said = unsure_conjugate_warning(correlation, flags, chosen_side)
+            said = unsure_conjugate_warning(correlation, flags, chosen_side, skew)
         return said
 
     def _deviance(self, poisson: bool = True) -> float:

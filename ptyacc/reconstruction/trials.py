@@ -100,8 +100,10 @@ class OrientationTrials:
         self.read: dict[tuple, tuple] = {}
         self.reads = 0  # datasets read and calibrated (one per candidate orientation)
         self.modes = False  # this call's trials with the run's probe modes (``__call__``)
-        # X-ray far field: each candidate's trial object's phase against its absorption (``trouble``)
+        # X-ray far field: each candidate's trial object's phase against its absorption, and its phase's skew
+        # (``trouble.conjugate_reason``)
         self.correlations: dict = {}
+        self.skews: dict = {}
         self.stand_ins: dict = {}  # {a candidate never reconstructed: the trial nearest it, whose object speaks for it}
 
     def trial_config(self, candidate, modes: bool = False, iterations: int | None = None) -> Config:
@@ -168,7 +170,7 @@ class OrientationTrials:
             said = [results_phase_absorption(run.results) if self.accelerator.is_main_process else None]
             if self.accelerator.num_processes > 1:
                 said = broadcast_object_list(said, from_process=0)
-            self.correlations[candidate] = said[0]
+            self.correlations[candidate], self.skews[candidate] = said[0]
         return float(run.loss[-1])
 
     def __call__(self, candidates: list, turn: bool = True, focus: bool = True, modes: bool = False,
@@ -233,7 +235,7 @@ class OrientationTrials:
         spoken_for = self.stand_ins.get(chosen, chosen)
         return Verdict(chosen, f"data.transform.orientation_trials: {'; '.join(said)} is used", margin, rival,
                        tuple(unsettled), self.correlations.get(spoken_for), tuple(losses),
-                       spoken_for if spoken_for in self.correlations else None)
+                       spoken_for if spoken_for in self.correlations else None, self.skews.get(spoken_for))
 
     def turned(self, chosen, start: float) -> tuple:
         """``chosen`` with its scan rotation refined by trials TURN_DEG apart (``start``: its own trial's data term),

@@ -1,6 +1,7 @@
 """How well a reconstruction matches a known phase: the figure the low-dose benchmark and the
 demo test report (benchmarks/records/2026-11-27-benchmarks.md, 'Convergence and low-dose data'); and, for X-rays,
-how its phase goes with its absorption (``phase_absorption_correlation``, read by ``data.trouble.conjugate_warning``)."""
+how its phase goes with its absorption and which way it departs from its background (``phase_absorption_correlation``,
+``phase_skew``, read by ``data.trouble``'s conjugate warnings)."""
 
 from __future__ import annotations
 
@@ -94,10 +95,9 @@ def best_shift_ncc(phase: np.ndarray, origin_A, dx_A: float, positions_A: np.nda
 FLAT = 1e-6  # rms (radians, or log amplitude) under which a part of the object has no contrast
 
 
-def phase_absorption_correlation(obj: np.ndarray, rows: slice, cols: slice) -> float:
-    """The correlation of the phase of ``obj`` (slices, Ny, Nx; their product) with its log amplitude
-    over ``rows`` x ``cols``, each first freed of the plane that fits it best (a phase ramp is the probe's as much
-    as the object's); 0 where either is flat (under FLAT rms)."""
+def _detrended(obj: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+    """The phase and the log amplitude of ``obj`` (slices, Ny, Nx; their product) over ``rows`` x ``cols``, (pixels, 2),
+    each freed of the plane that fits it best (a phase ramp is the probe's as much as the object's)."""
     region = np.prod(np.asarray(obj, dtype=np.complex128)[:, rows, cols], axis=0)
     ny, nx = region.shape
     y, x = np.meshgrid(np.arange(ny) - (ny - 1) / 2, np.arange(nx) - (nx - 1) / 2, indexing="ij")
@@ -108,15 +108,35 @@ def phase_absorption_correlation(obj: np.ndarray, rows: slice, cols: slice) -> f
     log_amplitude = np.log(np.maximum(np.abs(region), 1e-30))
     design = np.column_stack([np.ones(ny * nx), y.ravel(), x.ravel()])
     parts = np.column_stack([phase.ravel(), log_amplitude.ravel()])
-    left = parts - design @ np.linalg.lstsq(design, parts, rcond=None)[0]
+    return parts - design @ np.linalg.lstsq(design, parts, rcond=None)[0]
+
+
+def phase_absorption_correlation(obj: np.ndarray, rows: slice, cols: slice) -> float:
+    """The correlation of the phase of ``obj`` (slices, Ny, Nx; their product) with its log amplitude
+    over ``rows`` x ``cols``, each first freed of the plane that fits it best; 0 where either is flat (under FLAT
+    rms)."""
+    left = _detrended(obj, rows, cols)
     spread = np.sqrt((left ** 2).sum(axis=0))
     if not (spread > FLAT * np.sqrt(len(left))).all():  # rounding, not contrast
         return 0.0
     return float(left[:, 0] @ left[:, 1] / (spread[0] * spread[1]))
 
 
-def results_phase_absorption(results) -> float:
-    """``phase_absorption_correlation`` of a run's ``results`` (``results.h5file.Results``): its first object mode over
-    the scanned region, the bounding box of its positions."""
+def phase_skew(obj: np.ndarray, rows: slice, cols: slice) -> float:
+    """The skewness (third standardised moment) of the phase of ``obj`` (slices, Ny, Nx; their product) over ``rows``
+    x ``cols``, freed of the plane that fits it best: negative where the phase departs from its background mostly
+    backward (matter on an empty support delays an X-ray's phase), positive where mostly forward (its conjugate, or
+    holes in a film); 0 where the phase is flat (under FLAT rms)."""
+    phase = _detrended(obj, rows, cols)[:, 0]
+    spread = np.sqrt((phase ** 2).mean())
+    if not spread > FLAT:
+        return 0.0
+    return float((phase ** 3).mean() / spread ** 3)
+
+
+def results_phase_absorption(results) -> tuple[float, float]:
+    """``phase_absorption_correlation`` and ``phase_skew`` of a run's ``results`` (``results.h5file.Results``): its
+    first object mode over the scanned region, the bounding box of its positions."""
     rows, cols = scanned_region((np.asarray(results.positions_A) - np.asarray(results.origin_A)) / results.dx_A)
-    return phase_absorption_correlation(results.object[0], rows, cols)
+    return (phase_absorption_correlation(results.object[0], rows, cols),
+            phase_skew(results.object[0], rows, cols))
