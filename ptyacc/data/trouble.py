@@ -518,7 +518,8 @@ def conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: 
 
 
 PHASE_ADVANCED_SKEW = 1.0  # the skew of an X-ray object's phase beyond which it departs from its background forward
-# (a weak absorber's fresh draw: right objects -1.9 to -3.1 after 30 iterations, the conjugate +2.5)
+# (the far-field simulator's 48 files of three draws: the side's trial objects -1.8 to -3.0 where they held the object's
+# member, +2.3 to +2.5 where the conjugate's; after 30 iterations -1.9 to -3.1 and +2.5)
 
 
 def conjugate_reason(correlation: float, skew: float | None) -> str | None:
