@@ -111,7 +111,7 @@ def spiral(n: int, step_px: float) -> np.ndarray:
 
 
 def draw(count: int, seed: int, turned: bool = False, detector: bool = False, basis: bool = False,
-         weak: bool = False) -> list[str]:
+         weak: bool = False, photons: tuple[float, float] = (5.0, 6.3)) -> list[str]:
     """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
     downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
     weak absorber (beta / delta 0.005, as carbon or a polymer at such energies). ``turned`` (names
@@ -120,8 +120,8 @@ def draw(count: int, seed: int, turned: bool = False, detector: bool = False, ba
     ``xd[t]m<seed>-<i>``): the same cases read by a pixel detector as a beamline's is (``read_out``). ``basis``
     (names ``xd[t][m]b<seed>-<i>``): the same cases with the detector's true basis vectors stored (``basis_vectors``),
     so that the file gives the read-out's transpose and flips. ``weak`` (names ``xd[t][m][b]w<seed>-<i>``): every
-    file a weak absorber upstream of the focus at 1e5-2e6 photons per pattern, the kind whose centre of mass may not
-    tell the handedness (a generator of its own for the photons)."""
+    file a weak absorber upstream of the focus at 10^photons[0]-10^photons[1] photons per pattern (1e5-2e6 unless
+    told), the kind whose centre of mass may not tell the handedness (a generator of its own for the photons)."""
     rng = np.random.default_rng(seed)
     few = np.random.default_rng([seed, 17])
     turns = np.random.default_rng([seed, 7])
@@ -132,8 +132,8 @@ def draw(count: int, seed: int, turned: bool = False, detector: bool = False, ba
         CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
                        float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
         if weak:
-            photons, n, step, defocus_mm, orientation, case_seed, _ = CASES[name]
-            CASES[name] = (float(10 ** few.uniform(5, 6.3)), n, step, -abs(defocus_mm), orientation, case_seed, 0.05)
+            _, n, step, defocus_mm, orientation, case_seed, _ = CASES[name]
+            CASES[name] = (float(10 ** few.uniform(*photons)), n, step, -abs(defocus_mm), orientation, case_seed, 0.05)
         stage_deg = float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)) if turned else 0.0
         CASES[name] += (stage_deg, detector, basis)
         names.append(name)
@@ -358,6 +358,8 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
                         help="xray_far_field.py's draw with the detector's true basis vectors stored")
     parser.add_argument("--weak", action="store_true",
                         help="xray_far_field.py's draw of weak absorbers upstream of the focus at few photons")
+    parser.add_argument("--photons", nargs=2, type=float, default=(5.0, 6.3), metavar=("LOW", "HIGH"),
+                        help="with --weak: photons per pattern drawn from 10^LOW to 10^HIGH (default 5 6.3)")
     return parser.parse_args(argv)
 
 
@@ -381,7 +383,8 @@ def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
-    names = (draw(*args.draw, turned=args.turned, detector=args.detector, basis=args.basis, weak=args.weak) if args.draw
+    names = (draw(*args.draw, turned=args.turned, detector=args.detector, basis=args.basis, weak=args.weak,
+                  photons=tuple(args.photons)) if args.draw
              else args.cases or list(CASES))
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, make, run)
