@@ -572,10 +572,11 @@ def unsure_conjugate_warning(correlation: float, flags: tuple[bool, bool, bool],
     other = "upstream" if side == "downstream" else "downstream"
     return [f"warning: this may be the conjugate of the object (its phase reversed): the centre of mass could not tell "
             f"the detector's flips, and the object absorbs too little to tell it from its conjugate (its phase against "
-            f"its log amplitude {correlation:+.2f}), which patterns flipped along both axes fit as well under a probe "
-            f"curved the other way; where the sample lies {other} of the focus, set experiment.sample_side: {other} "
-            f"with {_other_member(flags)}; where it "
-            f"lies {side}, set experiment.sample_side: {side} to keep this frame"]
+            f"its log amplitude {correlation:+.2f}"
+            + ("" if skew is None else f", its phase departing from its background either way, skew {skew:+.2f}")
+            + f"), which patterns flipped along both axes fit as well under a probe curved the other way; where the "
+            f"sample lies {other} of the focus, set experiment.sample_side: {other} with {_other_member(flags)}; where "
+            f"it lies {side}, set experiment.sample_side: {side} to keep this frame"]
 
 
 def warnings_said(warnings: list[str]) -> list[str]:
