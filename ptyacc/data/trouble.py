@@ -39,7 +39,7 @@ to change (run.log, the terminal, results.h5's ``warnings``).
   cells that did not (phase 0.41-0.73) at 25-40 % (warned).
 - An X-ray far-field object whose phase rises where its amplitude falls (``conjugate_warning``): the conjugate of
   the object, which patterns flipped along both axes fit exactly as well; X-ray matter delays the phase where it
-  absorbs. Where it absorbs too little to say and the data chose the pair's member, a phase that departs from its
+  absorbs. Where it absorbs too little to say and the flags or the rotation were auto, a phase that departs from its
   background forward (``advanced_phase_warning``): matter on an empty support delays it.
 - The scan rotation a run refined (``model.scan_affine: rotation``) is no warning but a line at the run's end:
   the turn and the ``experiment.scan_rotation_deg`` that starts a run there (``turned_scan_said``); likewise the
@@ -538,10 +538,10 @@ def conjugate_reason(correlation: float, skew: float | None) -> str | None:
 
 
 def advanced_phase_warning(correlation: float, skew: float, flags: tuple[bool, bool, bool], side: str | None) -> list[str]:
-    """X-ray far field, where the data chose the conjugate pair's member (the detector's flips or the scan rotation
-    auto): the warning for a weak absorber whose phase departs from its background forward (``conjugate_reason``
-    by its skew), the conjugate's mark unless the sample is a film with holes. ``side``: the sample's side of the
-    focus its probe started on, None where ``experiment.focus_to_sample_m`` gave it."""
+    """X-ray far field, where the flags or the scan rotation were auto (from the data, or the flags from the file's
+    basis vectors): the warning for a weak absorber whose phase departs from its background forward
+    (``conjugate_reason`` by its skew), the conjugate's mark unless the sample is a film with holes. ``side``: the
+    sample's side of the focus its probe started on, None where ``experiment.focus_to_sample_m`` gave it."""
     if abs(correlation) >= CONJUGATE_CLEAR or not skew > PHASE_ADVANCED_SKEW:
         return []
     other = ("experiment.focus_to_sample_m with the other sign" if side is None else

@@ -415,8 +415,8 @@ class Reconstructor:
     def _conjugate_checked(self, results) -> list[str]:
         """X-ray far field: the object's phase against its log amplitude and its phase's skew over the scanned region
         (results.h5's ``phase_absorption_correlation``, ``phase_skew``), and the warning where the object reads as its
-        own conjugate (``trouble.conjugate_warning``; where it absorbs too little to say and the data chose the pair's
-        member, ``trouble.advanced_phase_warning`` by the skew, else ``unsure_conjugate_warning`` where trials chose
+        own conjugate (``trouble.conjugate_warning``; where it absorbs too little to say and the flags or the rotation
+        were auto, ``trouble.advanced_phase_warning`` by the skew, else ``unsure_conjugate_warning`` where trials chose
         the flags and the skew does not say the phase is delayed)."""
         correlation, skew = results_phase_absorption(results)
         results.attrs["phase_absorption_correlation"], results.attrs["phase_skew"] = correlation, skew
