@@ -57,10 +57,11 @@ K = 128
 PAD = 8  # object pixels beyond each side of a window, for its sub-pixel shift (``window_at``)
 DX_M = WAVELENGTH_M * DISTANCE_M / (K * PIXEL_M)  # 80.7 nm
 GOLD_DELTA, GOLD_BETA = 4.7e-5, 4.9e-6  # gold at 8 keV
+FILM_M = 300e-9  # ``--film``: the film's thickness, the test pattern's features its holes (100-300 nm deep)
 PASS_MARGIN = 0.02  # init passes within this of the run told the truth
 ORIENTATIONS = [(t, fy, fx) for t in (False, True) for fy in (False, True) for fx in (False, True)]
 # name: (photons per pattern, positions, spiral step px, defocus mm, orientation index, seed[, beta scale[, stage's
-# turn deg[, read by a detector of modules[, basis vectors stored]]]])
+# turn deg[, read by a detector of modules[, basis vectors stored[, a film with holes]]]]])
 CASES = {
     "xff_id_1e7": (1e7, 200, 5.0, 2.8, 0, 1),
     "xff_fx_1e7": (1e7, 200, 5.0, 2.8, 1, 2),
@@ -111,7 +112,7 @@ def spiral(n: int, step_px: float) -> np.ndarray:
 
 
 def draw(count: int, seed: int, turned: bool = False, detector: bool = False, basis: bool = False,
-         weak: bool = False, photons: tuple[float, float] = (5.0, 6.3)) -> list[str]:
+         weak: bool = False, photons: tuple[float, float] = (5.0, 6.3), film: bool = False) -> list[str]:
     """``count`` cases drawn into CASES (``xd<seed>-<i>``): each of the eight read-outs in turn, the sample 1.5-4 mm
     downstream or upstream of the focus, 1e5-1e8 photons per pattern, 150-300 positions 4-6 px apart, gold or a
     weak absorber (beta / delta 0.005, as carbon or a polymer at such energies). ``turned`` (names
@@ -121,13 +122,16 @@ def draw(count: int, seed: int, turned: bool = False, detector: bool = False, ba
     (names ``xd[t][m]b<seed>-<i>``): the same cases with the detector's true basis vectors stored (``basis_vectors``),
     so that the file gives the read-out's transpose and flips. ``weak`` (names ``xd[t][m][b]w<seed>-<i>``): every
     file a weak absorber upstream of the focus at 10^photons[0]-10^photons[1] photons per pattern (1e5-2e6 unless
-    told), the kind whose centre of mass may not tell the handedness (a generator of its own for the photons)."""
+    told), the kind whose centre of mass may not tell the handedness (a generator of its own for the photons).
+    ``film`` (names ``xd...f<seed>-<i>``): the sample a film FILM_M thick whose holes are the test pattern's features,
+    the one kind of sample whose phase departs from its background forward."""
     rng = np.random.default_rng(seed)
     few = np.random.default_rng([seed, 17])
     turns = np.random.default_rng([seed, 7])
     names = []
     for i in range(count):
-        name = f"xd{'t' if turned else ''}{'m' if detector else ''}{'b' if basis else ''}{'w' if weak else ''}{seed}-{i:02d}"
+        letters = "".join(letter for letter, asked in zip("tmbwf", (turned, detector, basis, weak, film)) if asked)
+        name = f"xd{letters}{seed}-{i:02d}"
         sign = rng.choice((-1.0, 1.0))
         CASES[name] = (float(10 ** rng.uniform(5, 8)), int(rng.integers(150, 301)), float(rng.uniform(4, 6)),
                        float(sign * rng.uniform(1.5, 4.0)), i % 8, seed * 1000 + i, float(rng.choice((1.0, 0.05))))
@@ -135,7 +139,7 @@ def draw(count: int, seed: int, turned: bool = False, detector: bool = False, ba
             _, n, step, defocus_mm, orientation, case_seed, _ = CASES[name]
             CASES[name] = (float(10 ** few.uniform(*photons)), n, step, -abs(defocus_mm), orientation, case_seed, 0.05)
         stage_deg = float(turns.uniform(-5, 5) if i % 2 == 0 else turns.uniform(-180, 180)) if turned else 0.0
-        CASES[name] += (stage_deg, detector, basis)
+        CASES[name] += (stage_deg, detector, basis, film)
         names.append(name)
     return names
 
@@ -215,7 +219,7 @@ def make(work: Path, name: str) -> Path:
     photons, n, step_px, defocus_mm, orientation, seed, *rest = CASES[name]
     beta_scale = rest[0] if rest else 1.0
     stage = math.radians(rest[1] if len(rest) > 1 else 0.0)
-    detector, basis = len(rest) > 2 and rest[2], len(rest) > 3 and rest[3]
+    detector, basis, film = len(rest) > 2 and rest[2], len(rest) > 3 and rest[3], len(rest) > 4 and rest[4]
     path = work / f"{name}.cxi"
     if path.is_file():
         return path
@@ -225,6 +229,8 @@ def make(work: Path, name: str) -> Path:
     offset = -centres.min(0) + margin
     shape = tuple(int(v) for v in np.ceil(centres.max(0) + offset + margin))
     thickness = gold_pattern(shape, rng)
+    if film:  # the pattern's features are holes in a film: the phase departs from its background forward
+        thickness = np.clip(FILM_M - thickness, 0.0, None)
     phase = -2 * np.pi * GOLD_DELTA * thickness / WAVELENGTH_M
     obj = np.exp(1j * phase - 2 * np.pi * beta_scale * GOLD_BETA * thickness / WAVELENGTH_M)
     beam = probe(defocus_mm * 1e-3)
@@ -358,6 +364,8 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
                         help="xray_far_field.py's draw with the detector's true basis vectors stored")
     parser.add_argument("--weak", action="store_true",
                         help="xray_far_field.py's draw of weak absorbers upstream of the focus at few photons")
+    parser.add_argument("--film", action="store_true",
+                        help="xray_far_field.py's draw with the sample a film whose holes are the test pattern")
     parser.add_argument("--photons", nargs=2, type=float, default=(5.0, 6.3), metavar=("LOW", "HIGH"),
                         help="with --weak: photons per pattern drawn from 10^LOW to 10^HIGH (default 5 6.3)")
     return parser.parse_args(argv)
@@ -384,7 +392,7 @@ def ran(args: argparse.Namespace, names: list[str], make, run) -> dict[tuple[str
 def main(argv: list[str] | None = None) -> None:
     args = arguments(__doc__.splitlines()[0], argv)
     names = (draw(*args.draw, turned=args.turned, detector=args.detector, basis=args.basis, weak=args.weak,
-                  photons=tuple(args.photons)) if args.draw
+                  photons=tuple(args.photons), film=args.film) if args.draw
              else args.cases or list(CASES))
     names = [name for name in names if args.cases is None or name in args.cases]  # some of a draw
     found = ran(args, names, make, run)

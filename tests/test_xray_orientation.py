@@ -25,6 +25,7 @@ from ptyacc.data.trouble import (
     advanced_phase_warning,
     conjugate_reason,
     conjugate_warning,
+    pair_member_said,
 )
 from ptyacc.results.quality import best_shift_ncc, phase_absorption_correlation, phase_skew, placed_ncc, scanned_region
 
@@ -199,6 +200,20 @@ def test_a_weak_absorber_s_forward_phase_reads_as_the_conjugate_where_the_absorp
     assert "focus_to_sample_m with the other sign" in advanced_phase_warning(-0.14, 2.52, (True, True, True), None)[0]
     for correlation, skew in ((-0.14, 0.9), (0.35, 2.52), (-0.35, 2.52)):
         assert advanced_phase_warning(correlation, skew, (True, True, True), "downstream") == []
+
+
+def test_what_chose_a_weak_absorber_s_member_is_said_with_the_other_frame_s_keys():
+    """``pair_member_said``: where the absorption cannot tell the pair apart and no forward skew warned, the run's end
+    says (to the terminal too) that the frame rests on the phase departing backward, and gives the keys of the other
+    frame, which holds the object where the sample is a film with holes; nothing where the absorption tells, or the
+    skew is forward (the warning speaks)."""
+    [(text, to_user)] = pair_member_said(0.05, -2.5, (False, True, False), "upstream")
+    assert to_user and text.startswith("conjugate pair:") and "skew -2.50" in text and "film with holes" in text
+    assert "transpose: False, flip_y: False, flip_x: True with experiment.sample_side: downstream" in text
+    [(text, _)] = pair_member_said(0.05, 0.4, (False, True, False), None)
+    assert "does not tell either" in text and "focus_to_sample_m with the other sign" in text
+    for correlation, skew in ((0.35, -2.5), (-0.35, -2.5), (0.05, PHASE_ADVANCED_SKEW + 0.1)):
+        assert pair_member_said(correlation, skew, (False, True, False), "upstream") == []
 
 
 def run_file(path: Path, tmp_path: Path, **overrides) -> ptyacc.Reconstruction:
@@ -414,11 +429,13 @@ def test_a_weak_absorber_whose_centre_of_mass_took_the_conjugate_is_turned_by_it
     assert score_run(tmp_path / "out" / "results.h5", path)["ncc"] > 0.97
     assert rec.results.attrs["phase_skew"] < -PHASE_ADVANCED_SKEW
     assert warnings_of(rec) == []
+    assert "conjugate pair: the object absorbs too little" in log and "experiment.sample_side: downstream" in log
     untried = run_file(path, tmp_path / "untried", **{"data.transform.orientation_trials": 0})
     assert score_run(tmp_path / "untried" / "out" / "results.h5", path)["ncc"] < -0.5  # the rotation unrefined: -0.80
     assert untried.results.attrs["phase_skew"] > PHASE_ADVANCED_SKEW
     [said] = warnings_of(untried)
     assert "this is likely the conjugate of the object" in said and "experiment.sample_side: upstream" in said
+    assert "conjugate pair:" not in (tmp_path / "untried" / "out" / "run.log").read_text()  # the warning spoke
 
 
 @pytest.mark.slow

@@ -552,6 +552,28 @@ def advanced_phase_warning(correlation: float, skew: float, flags: tuple[bool, b
             f"object itself, set both {_other_member(flags)} and {other}"]
 
 
+def pair_member_said(correlation: float, skew: float, flags: tuple[bool, bool, bool], side: str | None
+                     ) -> list[tuple[str, bool]]:
+    """X-ray far field, where the flags or the scan rotation were auto and nothing warned of the conjugate: run.log's
+    line (for the terminal too) on what chose the pair's member where the object absorbs too little to say
+    (``correlation`` within CONJUGATE_CLEAR) and its phase's ``skew`` is not a forward one. The data fit the object and
+    its conjugate alike; the frame taken rests on the phase departing backward from its background, as matter on an
+    empty support does. A weakly absorbing film with holes departs forward in truth: there the other frame holds the
+    object (the far-field simulator's eight such files all ended the conjugate, none warned), and no check can see
+    it; the line names its keys. None where the absorption said it, or a warning spoke."""
+    if abs(correlation) >= CONJUGATE_CLEAR or skew > PHASE_ADVANCED_SKEW:
+        return []
+    other = ("experiment.focus_to_sample_m with the other sign" if side is None else
+             f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
+    shape = (f"the frame taken makes its phase depart from its background backward (skew {skew:+.2f}), as matter on "
+             f"an empty support does" if skew < -PHASE_ADVANCED_SKEW else
+             f"its phase's skew ({skew:+.2f}) does not tell either")
+    return [(f"conjugate pair: the object absorbs too little to tell it from its conjugate (its phase against its log "
+             f"amplitude {correlation:+.2f}), which the data fit alike; {shape}; where the sample is a film with holes "
+             f"(its phase departing forward), the other frame holds the object: {_other_member(flags)} with {other}",
+             True)]
+
+
 def _other_member(flags: tuple[bool, bool, bool]) -> str:
     """The keys of the conjugate pair's other member of the frame ``flags``: both flips reversed."""
     t, fy, fx = flags

@@ -39,6 +39,7 @@ from ptyacc.data.trouble import (
     astigmatism_said,
     conjugate_warning,
     deviance_warning,
+    pair_member_said,
     refocused_probe_said,
     turned_scan_said,
     unsure_conjugate_warning,
@@ -132,6 +133,7 @@ class Reconstructor:
         self.ran_until: float | None = None  # when ``run`` ended: finish's run.log line counts from there
         self.config, self.write, self.on_step, self.resume = config, write, on_step, resume
         self.texts = run_texts(config)  # the config, auto's values and the versions, as results.h5 keeps them
+        self.pair_said: list[tuple[str, bool]] = []  # X-ray far field: what chose the conjugate pair's member
         self.out_dir = Path(config.output.dir)
         if write:
             check_output_dir(self.out_dir, resume, overwrite)
@@ -397,7 +399,8 @@ class Reconstructor:
                         "results saved (the deviance, results.h5, figures)")
         for text in said + peak_memory_lines(self.accelerator):
             self.log.line(text)
-        self.log.say(turned_scan_said(results) + refocused_probe_said(results) + astigmatism_said(results))
+        self.log.say(turned_scan_said(results) + refocused_probe_said(results) + astigmatism_said(results)
+                     + self.pair_said)
         for text in late + warnings_said(self.warnings):
             self.log.tell(text)
         wall = time.perf_counter() - self.started
@@ -417,7 +420,8 @@ class Reconstructor:
         (results.h5's ``phase_absorption_correlation``, ``phase_skew``), and the warning where the object reads as its
         own conjugate (``trouble.conjugate_warning``; where it absorbs too little to say and the flags or the rotation
         were auto, ``trouble.advanced_phase_warning`` by the skew, else ``unsure_conjugate_warning`` where trials chose
-        the flags and the skew does not say the phase is delayed)."""
+        the flags and the skew does not say the phase is delayed). Where none spoke and the flags or the rotation were
+        auto, ``pair_said`` keeps the line on what chose the pair's member (``trouble.pair_member_said``)."""
         correlation, skew = results_phase_absorption(results)
         results.attrs["phase_absorption_correlation"], results.attrs["phase_skew"] = correlation, skew
         transform, autos = self.config.data.transform, self.data.autos
@@ -426,11 +430,14 @@ class Reconstructor:
         experiment = self.config.experiment
         side = None if experiment.focus_to_sample_m is not None else experiment.sample_side
         said = conjugate_warning(correlation, flags, side)
-        if not said and any(key in autos for key in ("data.transform.flip_y", "experiment.scan_rotation_deg")):
+        chose = any(key in autos for key in ("data.transform.flip_y", "experiment.scan_rotation_deg"))
+        if not said and chose:
             said = advanced_phase_warning(correlation, skew, flags, side)
         chosen_side = autos.get("experiment.sample_side")  # the side's trials chose it
         if not said and chosen_side is not None and self.data.detector.get("orientation_by_trials", False):
             said = unsure_conjugate_warning(correlation, flags, chosen_side, skew)
+        if not said and chose:
+            self.pair_said = pair_member_said(correlation, skew, flags, side)
         return said
 
     def _deviance(self, poisson: bool = True) -> float:
