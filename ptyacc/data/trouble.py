@@ -508,8 +508,7 @@ def conjugate_warning(correlation: float, flags: tuple[bool, bool, bool], side: 
     (``experiment.sample_side``), None where ``experiment.focus_to_sample_m`` gave it."""
     if correlation >= -CONJUGATE_CLEAR:
         return []
-    other = ("experiment.focus_to_sample_m with the other sign" if side is None else
-             f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
+    other = _other_side(side)
     return [f"warning: the object's phase rises where its amplitude falls (their correlation over the scanned region "
             f"{correlation:+.2f}), where X-ray matter delays the phase where it absorbs: this is the conjugate of the "
             f"object (read the phase with its sign reversed), which patterns flipped along both axes fit as well as the "
@@ -542,14 +541,12 @@ def advanced_phase_warning(correlation: float, skew: float, flags: tuple[bool, b
     basis vectors): the warning for a weak absorber whose phase departs from its background forward
     (``conjugate_reason`` by its skew), the conjugate's mark unless the sample is a film with holes. ``side``: the
     sample's side of the focus its probe started on, None where ``experiment.focus_to_sample_m`` gave it."""
-    if abs(correlation) >= CONJUGATE_CLEAR or not skew > PHASE_ADVANCED_SKEW:
+    if abs(correlation) >= CONJUGATE_CLEAR or (reason := conjugate_reason(correlation, skew)) is None:
         return []
-    other = ("experiment.focus_to_sample_m with the other sign" if side is None else
-             f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
     return [f"warning: this is likely the conjugate of the object (read the phase with its sign reversed): "
-            f"{conjugate_reason(correlation, skew)}, unless the sample is a film with holes; patterns flipped along "
+            f"{reason}, unless the sample is a film with holes; patterns flipped along "
             f"both axes fit the conjugate as well as the object under a probe curved the other way; to reconstruct the "
-            f"object itself, set both {_other_member(flags)} and {other}"]
+            f"object itself, set both {_other_member(flags)} and {_other_side(side)}"]
 
 
 def pair_member_said(correlation: float, skew: float, flags: tuple[bool, bool, bool], side: str | None
@@ -563,8 +560,7 @@ def pair_member_said(correlation: float, skew: float, flags: tuple[bool, bool, b
     it; the line names its keys. None where the absorption said it, or a warning spoke."""
     if abs(correlation) >= CONJUGATE_CLEAR or skew > PHASE_ADVANCED_SKEW:
         return []
-    other = ("experiment.focus_to_sample_m with the other sign" if side is None else
-             f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
+    other = _other_side(side)
     shape = (f"the frame taken makes its phase depart from its background backward (skew {skew:+.2f}), as matter on "
              f"an empty support does" if skew < -PHASE_ADVANCED_SKEW else
              f"its phase's skew ({skew:+.2f}) does not tell either")
@@ -572,6 +568,13 @@ def pair_member_said(correlation: float, skew: float, flags: tuple[bool, bool, b
              f"amplitude {correlation:+.2f}), which the data fit alike; {shape}; where the sample is a film with holes "
              f"(its phase departing forward), the other frame holds the object: {_other_member(flags)} with {other}",
              True)]
+
+
+def _other_side(side: str | None) -> str:
+    """The key that puts the sample on the other side of the focus from ``side`` (None: the side came from
+    ``experiment.focus_to_sample_m``), the conjugate pair's other member's second half."""
+    return ("experiment.focus_to_sample_m with the other sign" if side is None else
+            f"experiment.sample_side: {'upstream' if side == 'downstream' else 'downstream'}")
 
 
 def _other_member(flags: tuple[bool, bool, bool]) -> str:
